@@ -1,0 +1,3 @@
+from bertology.cli import main
+
+main()
