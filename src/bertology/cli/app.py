@@ -1,0 +1,69 @@
+"""Typer application and the shared error handling of every subcommand."""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+import typer
+from rich.console import Console
+
+from bertology.errors import BertologyError
+
+app = typer.Typer(
+    name="bertology",
+    help="What did fine-tuning change inside my BERT? Attention, representations and more, side by side.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console(stderr=True)
+F = TypeVar("F", bound=Callable)
+
+
+def quiet_libraries() -> None:
+    """Silence transformers' load reports and hub chatter; our own logging stays at INFO."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+
+def user_errors(func: F) -> F:
+    """Turn BertologyError into one red line and exit status 2, with no traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        quiet_libraries()
+        try:
+            return func(*args, **kwargs)
+        except BertologyError as err:
+            console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+            raise typer.Exit(code=2) from None
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted[/]")
+            raise typer.Exit(code=130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def main() -> None:
+    """Entry point of the console script."""
+    # Import the subcommand modules so they register on ``app``.
+    from bertology.cli import commands  # noqa: F401
+
+    try:
+        from bertology.cli import finetune  # noqa: F401
+    except ImportError:  # pragma: no cover - during development only
+        pass
+    app(prog_name="bertology")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
+    sys.exit(0)

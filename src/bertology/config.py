@@ -1,0 +1,85 @@
+"""One typed schema for every run, shared by the CLI and the Python API.
+
+Each field's default is the documented default of the matching CLI flag; ``to_dict`` is what goes into
+``manifest.json`` so a run records every choice that changes its numbers.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+ANALYSES = ("attention_change", "representation_similarity")
+
+
+@dataclass
+class DataConfig:
+    """Where the data comes from and how it is read and tokenised."""
+
+    path: str = ""
+    text_column: str | None = None
+    pair_column: str | None = None
+    label_column: str | None = None
+    max_examples: int | None = 1000
+    max_length: int = 128
+    overlong: Literal["skip", "truncate"] = "skip"
+
+
+@dataclass
+class CompareConfig:
+    """``bertology compare``: a base and a tuned model side by side over one corpus."""
+
+    base: str = "minilm"
+    tuned: str = ""
+    data: DataConfig = field(default_factory=DataConfig)
+    out: str = "runs/compare"
+    analyses: tuple[str, ...] = ANALYSES
+    batch_size: int = 32
+    seed: int = 0
+    device: str = "cpu"
+    # attention_change
+    attention_mode: Literal["cropped", "padded"] = "cropped"
+    pad_length: int = 200
+    # representation_similarity
+    rsa_tokens: int = 2000
+    trust_remote_code: bool = False
+    store: str | None = None  # optional on-disk activation store folder
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def fingerprint(self) -> str:
+        """Hash of every setting that changes the numbers (not where they are written)."""
+        d = self.to_dict()
+        d.pop("out", None)
+        d.pop("store", None)
+        return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass
+class FinetuneConfig:
+    """``bertology finetune``: train a sequence classifier on labelled sentences or sentence pairs."""
+
+    model: str = "minilm"
+    data: DataConfig = field(default_factory=lambda: DataConfig(max_examples=None, overlong="truncate"))
+    out: str = "runs/finetune"
+    eval_data: str | None = None  # a separate held-out file; else a split of ``data``
+    eval_fraction: float = 0.2
+    epochs: float = 2.0
+    batch_size: int = 32
+    learning_rate: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    seed: int = 0
+    device: str = "cpu"
+    trust_remote_code: bool = False
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def as_path(p: str | Path) -> Path:
+    return Path(p).expanduser()

@@ -1,0 +1,118 @@
+"""The corpus: sentences (or sentence pairs), optional labels, optional gold annotations.
+
+A :class:`Corpus` is an immutable list of :class:`Example` plus a record of where it came from and
+what was dropped while reading it, so no example disappears silently.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Example:
+    """One input: a sentence, or a pair; with an optional label and optional word-level annotations.
+
+    ``words``/``upos``/``heads``/``deprels`` come from CoNLL-U (or a parser). ``heads`` are 1-based word
+    indices with 0 for the root, as in CoNLL-U. When ``words`` is set, tokenisation uses those words
+    (``is_split_into_words``) so sub-words align to gold words exactly.
+    """
+
+    text: str
+    text_pair: str | None = None
+    label: str | None = None
+    words: tuple[str, ...] | None = None
+    upos: tuple[str, ...] | None = None
+    heads: tuple[int, ...] | None = None
+    deprels: tuple[str, ...] | None = None
+
+
+@dataclass
+class Corpus:
+    """An ordered collection of examples with provenance."""
+
+    examples: list[Example]
+    name: str = "corpus"
+    source: str = "python list"
+    stats: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __iter__(self) -> Iterator[Example]:
+        return iter(self.examples)
+
+    def __getitem__(self, i: int) -> Example:
+        return self.examples[i]
+
+    @property
+    def has_pairs(self) -> bool:
+        return any(ex.text_pair is not None for ex in self.examples)
+
+    @property
+    def has_labels(self) -> bool:
+        return bool(self.examples) and all(ex.label is not None for ex in self.examples)
+
+    @property
+    def has_trees(self) -> bool:
+        return bool(self.examples) and all(ex.heads is not None for ex in self.examples)
+
+    def label_set(self) -> list[str]:
+        """Sorted distinct labels (as strings)."""
+        return sorted({ex.label for ex in self.examples if ex.label is not None})
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the examples' content: equal corpora give equal fingerprints."""
+        digest = hashlib.sha256()
+        for ex in self.examples:
+            digest.update(json.dumps([ex.text, ex.text_pair, ex.label, ex.words, ex.heads, ex.deprels]).encode())
+        return digest.hexdigest()
+
+    def subset(self, indices: Sequence[int], name: str | None = None) -> "Corpus":
+        """A new corpus with the chosen examples, in the given order."""
+        return Corpus([self.examples[i] for i in indices], name or self.name, self.source, dict(self.stats))
+
+    def head(self, n: int | None) -> "Corpus":
+        """The first ``n`` examples (all when ``n`` is None)."""
+        if n is None or n >= len(self):
+            return self
+        out = self.subset(range(n))
+        out.stats["limited_to"] = n
+        return out
+
+    def describe(self) -> dict:
+        """Provenance for manifest.json."""
+        return {
+            "name": self.name,
+            "source": self.source,
+            "n_examples": len(self),
+            "pairs": self.has_pairs,
+            "labels": self.label_set() if self.has_labels else None,
+            "sha256": self.fingerprint(),
+            **self.stats,
+        }
+
+    @classmethod
+    def from_list(
+        cls,
+        texts: Sequence[str],
+        pairs: Sequence[str] | None = None,
+        labels: Sequence[object] | None = None,
+        name: str = "corpus",
+    ) -> "Corpus":
+        """Build a corpus from Python lists (labels are stored as strings)."""
+        if pairs is not None and len(pairs) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
+        if labels is not None and len(labels) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(labels)} labels")
+        examples = [
+            Example(
+                text=t,
+                text_pair=None if pairs is None else pairs[i],
+                label=None if labels is None else str(labels[i]),
+            )
+            for i, t in enumerate(texts)
+        ]
+        return cls(examples, name=name)
