@@ -78,10 +78,11 @@ def save_tiny_bert(
     return folder
 
 
-def perturb_head(model: torch.nn.Module, layer: int, head: int, scale: float = 4.0, seed: int = 1) -> None:
+def perturb_head(model: torch.nn.Module, layer: int, head: int, scale: float = 0.5, seed: int = 1) -> None:
     """Plant a change in one attention head: randomise its query and key weights in place.
 
-    ``layer`` is 1-based (bertology's convention for attention layers); ``head`` is 0-based.
+    ``layer`` is 1-based (bertology's convention for attention layers); ``head`` is 0-based. ``scale`` is
+    the standard deviation of the new weights: large enough to make the head's attention peaked.
     """
     enc = getattr(model, "base_model", model)
     attn = enc.encoder.layer[layer - 1].attention.self
@@ -90,7 +91,7 @@ def perturb_head(model: torch.nn.Module, layer: int, head: int, scale: float = 4
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for lin in (attn.query, attn.key):
-            noise = torch.randn(lin.weight[rows].shape, generator=gen) * scale * lin.weight.std()
+            noise = torch.randn(lin.weight[rows].shape, generator=gen) * scale
             lin.weight[rows] = noise
 
 

@@ -1,0 +1,112 @@
+"""The extraction loop: length-bucketed batches, one forward per model per batch, every analysis fed.
+
+Sorting by length keeps padding (and quadratic attention cost) low; ``inference_mode`` avoids autograd
+bookkeeping; hooks capture only what the attached analyses require and are removed afterwards.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from bertology.activations.batch import PairBatch
+from bertology.analyses.base import Analysis
+from bertology.data.encode import EncodedCorpus, EncodedExample
+from bertology.models.hooks import Captured, capture
+from bertology.models.pair import ModelPair
+
+logger = logging.getLogger(__name__)
+
+
+def length_batches(items: Sequence[EncodedExample], batch_size: int) -> list[list[EncodedExample]]:
+    """Group examples of similar length (stable sort by length, then consecutive chunks)."""
+    order = sorted(range(len(items)), key=lambda i: len(items[i]))
+    return [[items[i] for i in order[s : s + batch_size]] for s in range(0, len(order), batch_size)]
+
+
+def collate(items: Sequence[EncodedExample], pad_id: int, pad_to: int | None = None) -> dict[str, torch.Tensor]:
+    """Pad a batch to its longest example (or to ``pad_to``) and build the masks."""
+    width = max(len(it) for it in items)
+    if pad_to is not None:
+        width = max(width, pad_to)
+    n = len(items)
+    ids = np.full((n, width), pad_id, dtype=np.int64)
+    tti = np.zeros((n, width), dtype=np.int64)
+    mask = np.zeros((n, width), dtype=bool)
+    content = np.zeros((n, width), dtype=bool)
+    for row, it in enumerate(items):
+        k = len(it)
+        ids[row, :k] = it.input_ids
+        tti[row, :k] = it.token_type_ids
+        mask[row, :k] = True
+        content[row, :k] = ~it.special
+    return {
+        "input_ids": torch.from_numpy(ids),
+        "token_type_ids": torch.from_numpy(tti),
+        "attention_mask": torch.from_numpy(mask.astype(np.int64)),
+        "mask": torch.from_numpy(mask),
+        "content": torch.from_numpy(content),
+        "lengths": torch.tensor([len(it) for it in items]),
+    }
+
+
+def _forward(model: torch.nn.Module, tensors: dict, want: frozenset[str], device: torch.device) -> Captured:
+    encoder = getattr(model, "base_model", model)
+    inputs = {k: tensors[k].to(device) for k in ("input_ids", "token_type_ids", "attention_mask")}
+    if getattr(encoder.config, "type_vocab_size", 2) < 2:
+        inputs.pop("token_type_ids")
+    with capture(encoder, hidden_states="hidden_states" in want, attentions="attentions" in want) as cap:
+        encoder(**inputs)
+    return cap
+
+
+def iter_pair_batches(
+    pair: ModelPair,
+    encoded: EncodedCorpus,
+    *,
+    batch_size: int = 32,
+    requires: frozenset[str] = frozenset({"hidden_states", "attentions"}),
+    pad_to: int | None = None,
+    device: str = "cpu",
+) -> Iterator[PairBatch]:
+    """Yield one :class:`PairBatch` per length bucket, each model run once on it."""
+    dev = torch.device(device)
+    pad_id = pair.tokenizer.pad_token_id or 0
+    for model in (pair.base.model, pair.tuned.model):
+        model.to(dev).eval()
+    with torch.inference_mode():
+        for items in length_batches(encoded.items, batch_size):
+            t = collate(items, pad_id, pad_to)
+            base = _forward(pair.base.model, t, requires, dev)
+            tuned = _forward(pair.tuned.model, t, requires, dev)
+            yield PairBatch(items, t["input_ids"], t["mask"].to(dev), t["content"].to(dev), t["lengths"], base, tuned)
+
+
+def run_analyses(
+    pair: ModelPair,
+    encoded: EncodedCorpus,
+    analyses: Sequence[Analysis],
+    *,
+    batch_size: int = 32,
+    device: str = "cpu",
+    on_batch: Callable[[int], None] | None = None,
+    store=None,
+) -> None:
+    """Stream the corpus once through both models and feed every analysis (and the optional store)."""
+    requires: frozenset[str] = frozenset().union(*(a.requires for a in analyses)) if analyses else frozenset()
+    if store is not None:
+        requires = requires | store.requires
+    pad_to = None
+    for a in analyses:
+        opt = a.extraction_options().get("pad_to")
+        if opt is not None:
+            pad_to = max(pad_to or 0, opt)
+    for batch in iter_pair_batches(pair, encoded, batch_size=batch_size, requires=requires, pad_to=pad_to, device=device):
+        for a in analyses:
+            a.update(batch)
+        if store is not None:
+            store.add(batch)
+        if on_batch is not None:
+            on_batch(batch.size)

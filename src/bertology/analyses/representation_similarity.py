@@ -1,0 +1,125 @@
+"""Layer-wise similarity of base and tuned representations (Merchant et al. 2020): RSA and CKA.
+
+One shared sample of content tokens (no [CLS]/[SEP]/padding) is drawn from the whole corpus; for
+every base layer x tuned layer it reports RSA (Pearson and Spearman correlation of the upper
+triangles of the cosine-similarity matrices) and linear and debiased CKA.
+
+The token sample is a bottom-k sample on a hashed key of ``(seed, example index, token position)``:
+the same tokens are chosen whatever the batch order or sharding, memory stays at ``n_tokens`` vectors
+per layer, and ``merge`` of two shards gives exactly the sample of the whole corpus.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from bertology.activations.batch import PairBatch
+from bertology.analyses.base import Analysis
+from bertology.metrics.similarity import debiased_cka, linear_cka, rsa_signatures
+from bertology.results import Result
+
+METRICS = ("rsa_pearson", "rsa_spearman", "cka_linear", "cka_debiased")
+
+_M1, _M2, _GOLD = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
+
+
+def token_keys(seed: int, example: np.ndarray, position: np.ndarray) -> np.ndarray:
+    """Deterministic pseudo-random uint64 key per (seed, example, position): SplitMix64 finaliser.
+
+    Hand-written because NumPy's generators are sequential: a key must not depend on the order in
+    which tokens arrive.
+    """
+    with np.errstate(over="ignore"):
+        z = (np.uint64(seed) * _GOLD) ^ (example.astype(np.uint64) * _M1) ^ (position.astype(np.uint64) + np.uint64(1)) * _M2
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        return z ^ (z >> np.uint64(31))
+
+
+class RepresentationSimilarity(Analysis):
+    """RSA and CKA between every base layer and every tuned layer on one shared token sample."""
+
+    name = "representation_similarity"
+    requires = frozenset({"hidden_states"})
+
+    def __init__(self, num_layers: int, n_tokens: int = 2000, seed: int = 0):
+        if n_tokens < 4:
+            raise ValueError("n_tokens must be at least 4")
+        self.num_layers, self.n_tokens, self.seed = num_layers, n_tokens, seed
+        self.keys = np.zeros(0, dtype=np.uint64)
+        self.ids = np.zeros((0, 2), dtype=np.int64)  # (example index, position)
+        self.base: list[np.ndarray] | None = None  # per layer [k, hidden] float32
+        self.tuned: list[np.ndarray] | None = None
+        self.n_seen = 0
+
+    def params(self) -> dict:
+        return {"n_tokens": self.n_tokens, "seed": self.seed, "tokens": "content (no special, no padding)",
+                "num_layers": self.num_layers}
+
+    def _keep(self, keys, ids, base, tuned) -> None:
+        if self.base is not None:
+            keys = np.concatenate([self.keys, keys])
+            ids = np.concatenate([self.ids, ids])
+            base = [np.concatenate([a, b]) for a, b in zip(self.base, base)]
+            tuned = [np.concatenate([a, b]) for a, b in zip(self.tuned, tuned)]
+        # Tie-break on (example, position) so the sample is a pure function of the keys.
+        order = np.lexsort((ids[:, 1], ids[:, 0], keys))[: self.n_tokens]
+        self.keys, self.ids = keys[order], ids[order]
+        self.base = [x[order] for x in base]
+        self.tuned = [x[order] for x in tuned]
+
+    def update(self, batch: PairBatch) -> None:
+        rows, cols = batch.content.nonzero(as_tuple=True)
+        if len(rows) == 0:
+            return
+        rows_np, cols_np = rows.cpu().numpy(), cols.cpu().numpy()
+        example = batch.example_indices[rows_np]
+        keys = token_keys(self.seed, example, cols_np)
+        # Only tokens that could enter the current bottom-k are gathered.
+        if len(self.keys) >= self.n_tokens:
+            cand = np.nonzero(keys <= self.keys[-1])[0]
+        else:
+            cand = np.argsort(keys, kind="stable")[: self.n_tokens]
+        self.n_seen += len(rows_np)
+        if len(cand) == 0:
+            return
+        r, c = rows[cand], cols[cand]
+        base = [batch.base.hidden_states[l][r, c].float().cpu().numpy() for l in range(self.num_layers + 1)]
+        tuned = [batch.tuned.hidden_states[l][r, c].float().cpu().numpy() for l in range(self.num_layers + 1)]
+        ids = np.stack([example[cand], cols_np[cand]], axis=1)
+        self._keep(keys[cand], ids, base, tuned)
+
+    def merge(self, other: "RepresentationSimilarity") -> "RepresentationSimilarity":
+        self._check_mergeable(other)
+        if other.base is not None:
+            self._keep(other.keys, other.ids, other.base, other.tuned)
+        self.n_seen += other.n_seen
+        return self
+
+    def compute(self) -> Result:
+        if self.base is None or len(self.keys) < 4:
+            raise ValueError("representation_similarity needs at least 4 content tokens")
+        n = len(self.keys)
+        sig_b = [rsa_signatures(x) for x in self.base]
+        sig_t = [rsa_signatures(y) for y in self.tuned]
+        records = []
+        for lb in range(self.num_layers + 1):
+            for lt in range(self.num_layers + 1):
+                x, y = self.base[lb], self.tuned[lt]
+                values = {
+                    "rsa_pearson": float(sig_b[lb]["pearson"] @ sig_t[lt]["pearson"]),
+                    "rsa_spearman": float(sig_b[lb]["spearman"] @ sig_t[lt]["spearman"]),
+                    "cka_linear": linear_cka(x, y),
+                    "cka_debiased": debiased_cka(x, y),
+                }
+                for metric in METRICS:
+                    records.append((lb, lt, metric, values[metric], n, self.seed))
+        df = pd.DataFrame.from_records(records, columns=["layer_base", "layer_tuned", "metric", "value", "n_tokens", "seed"])
+        df["n_tokens_seen"] = self.n_seen
+        return Result(self.name, df, self.params())
+
+
+def same_layer(table: pd.DataFrame) -> pd.DataFrame:
+    """The diagonal of the layer x layer grid: one row per layer and metric."""
+    diag = table[table["layer_base"] == table["layer_tuned"]]
+    return diag.rename(columns={"layer_base": "layer"}).drop(columns=["layer_tuned"])

@@ -1,0 +1,185 @@
+"""The Python API behind ``bertology compare``: load, extract once, analyse, write the run directory."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from bertology.activations.extract import run_analyses
+from bertology.analyses.attention_change import AttentionChange
+from bertology.analyses.base import Analysis
+from bertology.analyses.representation_similarity import RepresentationSimilarity
+from bertology.config import ANALYSES, CompareConfig, DataConfig
+from bertology.data.corpus import Corpus
+from bertology.data.encode import encode_corpus
+from bertology.errors import BertologyError
+from bertology.models.pair import ModelPair
+from bertology.results import Result, RunDirectory, now_iso, package_versions, read_table, write_table
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CompareRun:
+    """What ``compare`` produced: the run folder, the results by table name and the manifest."""
+
+    out: Path
+    results: dict[str, Result]
+    manifest: dict
+    report: Path | None = None
+    resumed: list[str] = field(default_factory=list)
+
+    def table(self, name: str):
+        return self.results[name].table
+
+    def _repr_html_(self) -> str:
+        return "".join(r._repr_html_() for r in self.results.values())
+
+
+def build_analyses(config: CompareConfig, pair: ModelPair) -> list[Analysis]:
+    """Instantiate the analyses named in ``config.analyses``."""
+    unknown = [a for a in config.analyses if a not in ANALYSES]
+    if unknown:
+        raise BertologyError(f"Unknown analysis {', '.join(unknown)}; available: {', '.join(ANALYSES)}.")
+    out: list[Analysis] = []
+    for name in config.analyses:
+        if name == "attention_change":
+            out.append(AttentionChange(pair.num_layers, pair.num_heads, config.attention_mode, config.pad_length))
+        elif name == "representation_similarity":
+            out.append(RepresentationSimilarity(pair.num_layers, config.rsa_tokens, config.seed))
+    return out
+
+
+def load_data(data: DataConfig) -> Corpus:
+    """Read the corpus named by a DataConfig (path or hf: spec)."""
+    from bertology.data.loaders import load_corpus
+
+    if not data.path:
+        raise BertologyError("No data given: pass --data FILE (.txt, .csv, .tsv, .jsonl, .conllu) or hf:NAME:SPLIT.")
+    return load_corpus(
+        data.path,
+        text_column=data.text_column,
+        pair_column=data.pair_column,
+        label_column=data.label_column,
+        limit=data.max_examples,
+    )
+
+
+def run_fingerprint(config: CompareConfig, pair: ModelPair, corpus: Corpus) -> str:
+    """Identity of a run: settings, model weights and data. Equal fingerprints may resume each other."""
+    parts = [config.fingerprint(), corpus.fingerprint()]
+    for m in (pair.base, pair.tuned):
+        parts.append(m.weights_sha256 or m.path)
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def compare(
+    config: CompareConfig,
+    *,
+    corpus: Corpus | None = None,
+    pair: ModelPair | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+    report: bool = True,
+) -> CompareRun:
+    """Compare a base and a tuned model on one corpus and write the run directory.
+
+    ``corpus``/``pair`` may be passed directly (Python API); otherwise they are loaded from the config.
+    Re-running with identical settings into the same folder resumes: finished tables are kept.
+    """
+    torch.manual_seed(config.seed)
+    t0 = time.perf_counter()
+    pair = pair or ModelPair.load(config.base, config.tuned, trust_remote_code=config.trust_remote_code)
+    corpus = corpus if corpus is not None else load_data(config.data)
+    if len(corpus) == 0:
+        raise BertologyError("The corpus has no examples.")
+    max_length = config.data.max_length
+    if config.attention_mode == "padded" and max_length > config.pad_length:
+        max_length = config.pad_length
+    encoded = encode_corpus(corpus, pair.tokenizer, max_length, config.data.overlong)
+    run_dir = RunDirectory(config.out)
+    fingerprint = run_fingerprint(config, pair, corpus)
+    resuming = run_dir.prepare("compare", fingerprint, overwrite=overwrite)
+
+    analyses = build_analyses(config, pair)
+    results: dict[str, Result] = {}
+    done = [a.name for a in analyses if resuming and run_dir.has_table(a.name)]
+    for name in done:
+        logger.info("resuming: %s already computed in %s", name, run_dir.path)
+        results[name] = Result(name, read_table(run_dir.path, name))
+    todo = [a for a in analyses if a.name not in done]
+
+    warnings: list[str] = []
+    enc = encoded.describe()
+    if enc["n_skipped_overlong"]:
+        warnings.append(f"{enc['n_skipped_overlong']} of {enc['n_input']} examples were longer than {max_length} tokens and were skipped.")
+    if enc["n_truncated"]:
+        warnings.append(f"{enc['n_truncated']} of {enc['n_input']} examples were truncated to {max_length} tokens.")
+    for key, value in corpus.stats.items():
+        if key.startswith("n_") and value:
+            warnings.append(f"While reading the data: {key[2:].replace('_', ' ')} = {value}.")
+
+    if todo:
+        _extract(pair, encoded, todo, config, progress)
+        for a in todo:
+            res = a.compute()
+            write_table(run_dir.path, res.name, res.table)
+            results[res.name] = res
+
+    manifest = {
+        "kind": "compare",
+        "fingerprint": fingerprint,
+        "bertology_version": package_versions().get("bertology"),
+        "created": now_iso(),
+        "command": " ".join(sys.argv) if sys.argv else None,
+        "config": config.to_dict(),
+        "models": pair.describe(),
+        "data": {**corpus.describe(), "encoding": enc},
+        "analyses": {a.name: a.params() for a in analyses},
+        "seed": config.seed,
+        "device": config.device,
+        "dtype": str(next(pair.base.model.parameters()).dtype).replace("torch.", ""),
+        "attn_implementation": "eager",
+        "packages": package_versions(),
+        "tables": sorted(results),
+        "warnings": warnings,
+        "wall_time_s": round(time.perf_counter() - t0, 2),
+        "resumed_tables": done,
+    }
+    run_dir.write_manifest(manifest)
+    report_path = None
+    if report:
+        from bertology.report.render import render_report
+
+        report_path = render_report(run_dir.path)
+    return CompareRun(run_dir.path, results, manifest, report_path, done)
+
+
+def _extract(pair: ModelPair, encoded, analyses: list[Analysis], config: CompareConfig, progress: bool) -> None:
+    store = None
+    if config.store:
+        from bertology.activations.store import ActivationStore
+
+        store = ActivationStore.create(config.store, pair, encoded, overwrite=True)
+    if not progress:
+        run_analyses(pair, encoded, analyses, batch_size=config.batch_size, device=config.device, store=store)
+    else:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        with Progress(
+            TextColumn("[bold]extracting[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("examples"),
+            TimeRemainingColumn(), transient=False,
+        ) as bar:
+            task = bar.add_task("extract", total=len(encoded.items))
+            run_analyses(
+                pair, encoded, analyses, batch_size=config.batch_size, device=config.device, store=store,
+                on_batch=lambda n: bar.advance(task, n),
+            )
+    if store is not None:
+        store.close()

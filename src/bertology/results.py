@@ -1,0 +1,140 @@
+"""Results: tidy tables with provenance, the run directory and its manifest.
+
+Every write is atomic (temp file in the same folder, then ``os.replace``) so an interrupted run never
+leaves a half-written table, and a run directory refuses to mix two different runs.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+import pandas as pd
+
+from bertology.errors import BertologyError
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class Result:
+    """One analysis's output: a long-form DataFrame plus the parameters that produced it."""
+
+    name: str
+    table: pd.DataFrame
+    params: dict = field(default_factory=dict)
+
+    def to_df(self) -> pd.DataFrame:
+        return self.table.copy()
+
+    def _repr_html_(self) -> str:
+        return f"<h4>{self.name}</h4>" + self.table.head(50).to_html(index=False, escape=True)
+
+
+def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write text to ``path`` atomically."""
+    _atomic_write(Path(path), lambda p: p.write_text(text, encoding="utf-8"))
+
+
+def write_table(run_dir: str | Path, name: str, df: pd.DataFrame) -> tuple[Path, Path]:
+    """Write ``tables/<name>.parquet`` and ``.csv`` atomically."""
+    tables = Path(run_dir) / "tables"
+    pq, csv = tables / f"{name}.parquet", tables / f"{name}.csv"
+    _atomic_write(pq, lambda p: df.to_parquet(p, index=False))
+    _atomic_write(csv, lambda p: df.to_csv(p, index=False))
+    return pq, csv
+
+
+def read_table(run_dir: str | Path, name: str) -> pd.DataFrame:
+    """Read ``tables/<name>.parquet`` from a run directory."""
+    path = Path(run_dir) / "tables" / f"{name}.parquet"
+    if not path.exists():
+        raise BertologyError(f"{path} does not exist; was the {name!r} analysis run?")
+    return pd.read_parquet(path)
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of the packages that change the numbers."""
+    out = {"python": platform.python_version()}
+    for pkg in ("bertology", "torch", "transformers", "tokenizers", "numpy", "scipy", "pandas", "spacy"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class RunDirectory:
+    """A ``--out`` folder: manifest.json, tables/, figures/, report.html.
+
+    ``prepare`` resumes a run of the same kind and fingerprint, refuses a different one (unless
+    ``overwrite``), and refuses a non-empty folder that is not a bertology run.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path).expanduser()
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / MANIFEST
+
+    def read_manifest(self) -> dict | None:
+        if not self.manifest_path.exists():
+            return None
+        try:
+            return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise BertologyError(f"{self.manifest_path} is not a valid manifest ({err}).") from err
+
+    def prepare(self, kind: str, fingerprint: str, *, overwrite: bool = False) -> bool:
+        """Make the folder ready; return True when resuming an identical earlier run."""
+        if self.path.exists() and not self.path.is_dir():
+            raise BertologyError(f"--out {self.path} is a file, not a folder.")
+        old = self.read_manifest()
+        if old is None:
+            if self.path.exists() and any(self.path.iterdir()) and not overwrite:
+                raise BertologyError(
+                    f"--out {self.path} is not empty and holds no bertology run; choose an empty folder "
+                    "or pass --overwrite."
+                )
+        elif (old.get("kind"), old.get("fingerprint")) != (kind, fingerprint):
+            if not overwrite:
+                raise BertologyError(
+                    f"--out {self.path} holds another run ({old.get('kind')}, created {old.get('created')}, "
+                    "different settings); choose another folder or pass --overwrite to replace it."
+                )
+            old = None
+            for sub in ("tables", "figures"):
+                for f in (self.path / sub).glob("*"):
+                    f.unlink()
+        self.path.mkdir(parents=True, exist_ok=True)
+        return old is not None
+
+    def write_manifest(self, manifest: dict) -> Path:
+        atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, default=str))
+        return self.manifest_path
+
+    def has_table(self, name: str) -> bool:
+        return (self.path / "tables" / f"{name}.parquet").exists()
