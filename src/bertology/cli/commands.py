@@ -1,0 +1,149 @@
+"""``compare``, ``demo``, ``report`` and ``env``: parse flags into config, call the API, print a summary."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from bertology.cli.app import app, console, user_errors
+from bertology.config import ANALYSES, CompareConfig, DataConfig
+from bertology.errors import BertologyError
+
+# Shared option declarations, so every command spells them the same way.
+DATA_OPT = typer.Option(..., "--data", help="A .txt/.csv/.tsv/.jsonl/.conllu file or hf:NAME[:CONFIG]:SPLIT.")
+TEXT_COL = typer.Option(None, "--text-column", help="Column with the (first) sentence; auto-detected for GLUE layouts.")
+PAIR_COL = typer.Option(None, "--pair-column", help="Column with the second sentence of a pair.")
+LABEL_COL = typer.Option(None, "--label-column", help="Column with the label.")
+
+
+def _parse_analyses(text: str) -> tuple[str, ...]:
+    names = tuple(a.strip() for a in text.split(",") if a.strip())
+    if names == ("all",):
+        return ANALYSES
+    unknown = [a for a in names if a not in ANALYSES]
+    if unknown or not names:
+        raise BertologyError(f"Unknown analysis {', '.join(unknown) or '(none)'}; choose from: all, {', '.join(ANALYSES)}.")
+    return names
+
+
+@app.command("compare")
+@user_errors
+def compare_command(
+    tuned: str = typer.Option(..., "--tuned", help="Fine-tuned model: hub id, local folder, or 'minilm'."),
+    data: str = DATA_OPT,
+    base: str = typer.Option("minilm", "--base", help="Pretrained model: hub id, local folder, or 'minilm'."),
+    out: Path = typer.Option(Path("runs/compare"), "--out", help="Run directory to write."),
+    analyses: str = typer.Option("all", "--analyses", help=f"Comma list of: {', '.join(ANALYSES)} (or 'all')."),
+    text_column: Optional[str] = TEXT_COL,
+    pair_column: Optional[str] = PAIR_COL,
+    label_column: Optional[str] = LABEL_COL,
+    max_examples: int = typer.Option(1000, "--max-examples", help="Use at most this many examples (0 = all)."),
+    max_length: int = typer.Option(128, "--max-length", help="Max tokens per example, [CLS]/[SEP] included."),
+    overlong: str = typer.Option("skip", "--overlong", help="What to do with longer examples: skip or truncate (counted either way)."),
+    batch_size: int = typer.Option(32, "--batch-size", min=1),
+    attention_mode: str = typer.Option("cropped", "--attention-mode", help="cropped: real tokens only; padded: Kovaleva's fixed-length maps."),
+    pad_length: int = typer.Option(200, "--pad-length", help="Length of the padded maps in --attention-mode padded."),
+    rsa_tokens: int = typer.Option(2000, "--rsa-tokens", help="Size of the shared token sample for RSA/CKA.", min=4),
+    seed: int = typer.Option(0, "--seed"),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:1, mps ..."),
+    store: Optional[Path] = typer.Option(None, "--store", help="Also save hidden states to this folder (safetensors shards)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different run already in --out."),
+    no_report: bool = typer.Option(False, "--no-report", help="Write tables only."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow model code from the hub (off by default)."),
+) -> None:
+    """Compare a base and a fine-tuned model on a corpus: tables, figures and an HTML report."""
+    from bertology.pipeline import compare
+
+    if attention_mode not in ("cropped", "padded"):
+        raise BertologyError("--attention-mode must be 'cropped' or 'padded'.")
+    if overlong not in ("skip", "truncate"):
+        raise BertologyError("--overlong must be 'skip' or 'truncate'.")
+    config = CompareConfig(
+        base=base,
+        tuned=tuned,
+        data=DataConfig(data, text_column, pair_column, label_column, max_examples or None, max_length, overlong),  # type: ignore[arg-type]
+        out=str(out),
+        analyses=_parse_analyses(analyses),
+        batch_size=batch_size,
+        seed=seed,
+        device=device,
+        attention_mode=attention_mode,  # type: ignore[arg-type]
+        pad_length=pad_length,
+        rsa_tokens=rsa_tokens,
+        trust_remote_code=trust_remote_code,
+        store=str(store) if store else None,
+    )
+    run = compare(config, overwrite=overwrite, progress=True, report=not no_report)
+    _print_compare_summary(run)
+
+
+def _print_compare_summary(run) -> None:
+    from bertology.analyses.attention_change import layer_summary
+    from bertology.analyses.representation_similarity import same_layer
+
+    if run.resumed:
+        console.print(f"resumed: reused {', '.join(run.resumed)} from {run.out}")
+    for w in run.manifest.get("warnings", []):
+        console.print(f"[yellow]warning:[/] {w}")
+    if "attention_change" in run.results:
+        t = run.table("attention_change")
+        top = t.sort_values("cosine").head(3)
+        heads = ", ".join(f"L{r.layer}H{r.head} ({r.cosine:.3f})" for r in top.itertuples())
+        per_layer = layer_summary(t)
+        console.print(
+            f"attention change: most changed heads {heads}; mean cosine by layer "
+            + " ".join(f"{c:.3f}" for c in per_layer["cosine"])
+        )
+    if "representation_similarity" in run.results:
+        d = same_layer(run.table("representation_similarity"))
+        cka = d[d.metric == "cka_linear"].sort_values("layer")["value"]
+        console.print("linear CKA, same layer 0..N: " + " ".join(f"{v:.3f}" for v in cka))
+    console.print(f"tables: {run.out / 'tables'}")
+    if run.report:
+        console.print(f"report: [bold]{run.report}[/]")
+
+
+@app.command("report")
+@user_errors
+def report_command(run_dir: Path = typer.Argument(..., help="A run directory written by bertology.")) -> None:
+    """Re-render report.html from a run directory's tables."""
+    from bertology.report.render import render_report
+
+    if not (run_dir / "manifest.json").exists():
+        raise BertologyError(f"{run_dir} is not a bertology run directory (no manifest.json).")
+    console.print(f"report: [bold]{render_report(run_dir)}[/]")
+
+
+@app.command("env")
+@user_errors
+def env_command(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Show versions, devices and where the offline assets are."""
+    import torch
+
+    from bertology.assets import cache_dir, polarity_path, spacy_model_name
+    from bertology.models.loading import builtin_model_path
+    from bertology.results import package_versions
+
+    try:
+        minilm = str(builtin_model_path("minilm"))
+    except BertologyError as err:
+        minilm = f"missing ({err})"
+    info = {
+        "packages": package_versions(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.is_available(),
+        "mps": bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()),
+        "builtin_model_minilm": minilm,
+        "spacy_model": spacy_model_name() or "none installed",
+        "cache_dir": str(cache_dir()),
+        "demo_data": str(polarity_path()) + ("" if polarity_path().exists() else " (not fetched yet)"),
+    }
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+        return
+    for key, value in info.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} {v}" for k, v in value.items())
+        console.print(f"[bold]{key}[/]: {value}", highlight=False)
