@@ -87,11 +87,15 @@ def compare(
     overwrite: bool = False,
     progress: bool = False,
     report: bool = True,
+    extra_results: list[Result] | None = None,
+    summary: dict | None = None,
 ) -> CompareRun:
     """Compare a base and a tuned model on one corpus and write the run directory.
 
     ``corpus``/``pair`` may be passed directly (Python API); otherwise they are loaded from the config.
     Re-running with identical settings into the same folder resumes: finished tables are kept.
+    ``extra_results`` (e.g. the fine-tuning curve) are written beside the analyses' tables and shown in
+    the report; ``summary`` holds headline numbers for the report's overview.
     """
     torch.manual_seed(config.seed)
     t0 = time.perf_counter()
@@ -132,6 +136,10 @@ def compare(
             write_table(run_dir.path, res.name, res.table)
             results[res.name] = res
 
+    for res in extra_results or []:
+        write_table(run_dir.path, res.name, res.table)
+        results[res.name] = res
+
     manifest = {
         "kind": "compare",
         "fingerprint": fingerprint,
@@ -151,6 +159,7 @@ def compare(
         "warnings": warnings,
         "wall_time_s": round(time.perf_counter() - t0, 2),
         "resumed_tables": done,
+        "summary": summary or {},
     }
     run_dir.write_manifest(manifest)
     report_path = None

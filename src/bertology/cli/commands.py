@@ -147,3 +147,24 @@ def env_command(as_json: bool = typer.Option(False, "--json", help="Print JSON."
         if isinstance(value, dict):
             value = ", ".join(f"{k} {v}" for k, v in value.items())
         console.print(f"[bold]{key}[/]: {value}", highlight=False)
+
+
+@app.command("demo")
+@user_errors
+def demo_command(
+    out: Path = typer.Option(Path("runs/demo"), "--out", help="Run directory; the fine-tuned model is cached in OUT-model."),
+    epochs: float = typer.Option(2.0, "--epochs", help="Fine-tuning epochs."),
+    compare_examples: int = typer.Option(500, "--compare-examples", help="Held-out sentences to compare base and tuned on."),
+    seed: int = typer.Option(0, "--seed"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different run already in --out."),
+) -> None:
+    """Fine-tune minilm on sentence polarity, compare it with the base model, and write the report."""
+    from bertology.demo import run_demo
+
+    result = run_demo(out, epochs=epochs, compare_examples=compare_examples, seed=seed, progress=True, overwrite=overwrite)
+    if result.reused_model:
+        console.print(f"reused the fine-tuned model in {result.model_dir}")
+    _print_compare_summary(result.run)
+    m = result.heldout_metrics
+    typer.echo(f"held-out accuracy: {m.get('accuracy', float('nan')):.4f} (macro-F1 {m.get('macro_f1', float('nan')):.4f}, n={m.get('n_eval', '?')})")
+    typer.echo(f"report: {result.run.report}")

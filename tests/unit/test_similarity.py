@@ -1,0 +1,95 @@
+"""CKA and RSA: properties, and agreement with slow textbook computations."""
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import pearsonr, spearmanr
+
+from bertology.metrics.similarity import cosine_similarity_upper, debiased_cka, linear_cka, rsa
+
+
+def _rand(n, d, seed):
+    return np.random.default_rng(seed).normal(size=(n, d))
+
+
+def slow_linear_cka(x, y):
+    """Kornblith et al. eq. via Gram matrices and the centering matrix H."""
+    n = x.shape[0]
+    h = np.eye(n) - np.ones((n, n)) / n
+    k, l = h @ (x @ x.T) @ h, h @ (y @ y.T) @ h
+    return np.sum(k * l) / np.sqrt(np.sum(k * k) * np.sum(l * l))
+
+
+def slow_unbiased_hsic(k, l):
+    """Song et al. 2012 U-statistic: average over ordered 4-tuples of distinct indices."""
+    n = k.shape[0]
+    total, count = 0.0, 0
+    for i, j, q, r in itertools.permutations(range(n), 4):
+        total += k[i, j] * l[i, j] + k[i, j] * l[q, r] - 2 * k[i, j] * l[i, q]
+        count += 1
+    return total / count
+
+
+def slow_debiased_cka(x, y):
+    k, l = x @ x.T, y @ y.T
+    return slow_unbiased_hsic(k, l) / np.sqrt(slow_unbiased_hsic(k, k) * slow_unbiased_hsic(l, l))
+
+
+def test_linear_cka_matches_gram_formula():
+    x, y = _rand(30, 5, 0), _rand(30, 7, 1)
+    assert linear_cka(x, y) == pytest.approx(slow_linear_cka(x, y), rel=1e-10)
+
+
+def test_debiased_cka_matches_u_statistic():
+    x = _rand(7, 3, 2)
+    y = x @ _rand(3, 4, 3) + 0.5 * _rand(7, 4, 4)
+    assert debiased_cka(x, y) == pytest.approx(slow_debiased_cka(x, y), rel=1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(6, 40), d=st.integers(1, 12))
+def test_cka_of_a_representation_with_itself_is_one(seed, n, d):
+    x = _rand(n, d, seed)
+    assert linear_cka(x, x) == pytest.approx(1.0, abs=1e-10)
+    assert debiased_cka(x, x) == pytest.approx(1.0, abs=1e-10)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), scale=st.floats(0.01, 100.0))
+def test_cka_invariant_to_rotation_isotropic_scaling_and_shift(seed, scale):
+    x, y = _rand(25, 6, seed), _rand(25, 4, seed + 1)
+    q, _ = np.linalg.qr(np.random.default_rng(seed).normal(size=(6, 6)))
+    x2 = scale * x @ q + 3.0
+    assert linear_cka(x2, y) == pytest.approx(linear_cka(x, y), rel=1e-8)
+    assert debiased_cka(x2, y) == pytest.approx(debiased_cka(x, y), rel=1e-7, abs=1e-9)
+
+
+def test_cka_is_low_for_independent_data_and_debiased_is_lower():
+    x, y = _rand(200, 50, 5), _rand(200, 50, 6)
+    assert abs(debiased_cka(x, y)) < 0.05
+    assert linear_cka(x, y) > debiased_cka(x, y)  # the bias debiasing removes
+
+
+def test_rsa_matches_scipy_on_the_upper_triangle():
+    x, y = _rand(20, 6, 7), _rand(20, 9, 8)
+    xn = x / np.linalg.norm(x, axis=1, keepdims=True)
+    yn = y / np.linalg.norm(y, axis=1, keepdims=True)
+    iu = np.triu_indices(20, k=1)
+    a, b = (xn @ xn.T)[iu], (yn @ yn.T)[iu]
+    assert np.allclose(cosine_similarity_upper(x), a)
+    assert rsa(x, y, "pearson") == pytest.approx(pearsonr(a, b)[0], rel=1e-10)
+    assert rsa(x, y, "spearman") == pytest.approx(spearmanr(a, b)[0], rel=1e-10)
+
+
+def test_rsa_identity_and_rotation():
+    x = _rand(15, 5, 9)
+    q, _ = np.linalg.qr(_rand(5, 5, 10))
+    assert rsa(x, x) == pytest.approx(1.0)
+    assert rsa(x, x @ q, "spearman") == pytest.approx(1.0)
+
+
+def test_mismatched_rows_raise():
+    with pytest.raises(ValueError):
+        linear_cka(_rand(5, 2, 0), _rand(6, 2, 0))
