@@ -26,10 +26,10 @@ def test_planted_head_ranks_first_and_others_do_not_move(planted_pair):
     ranked = table.sort_values("cosine")
     assert (ranked.iloc[0]["layer"], ranked.iloc[0]["head"]) == (2, 1)
     assert ranked.iloc[0].cosine < 0.8
-    others = table[~((table.layer == 2) & (table.head == 1))]
+    others = table[~((table.layer == 2) & (table["head"] == 1))]
     assert np.allclose(others.cosine, 1.0, atol=1e-6)
     assert np.allclose(others.js_divergence, 0.0, atol=1e-9)
-    assert table.loc[(table.layer == 2) & (table.head == 1), "js_divergence"].item() > 0.05
+    assert table.loc[(table.layer == 2) & (table["head"] == 1), "js_divergence"].item() > 0.05
     assert set(table.columns) >= {"layer", "head", "cosine", "js_divergence", "n_examples"}
     assert (table.n_examples == len(SENTENCES)).all()
     assert layer_summary(table).set_index("layer").loc[2, "cosine_min"] == pytest.approx(ranked.iloc[0].cosine)

@@ -173,7 +173,7 @@ def test_a_checkpoint_head_of_another_size_is_replaced(tmp_path):
 def _invoke(args: list[str]):
     import click
     import typer.main
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     import bertology.cli.finetune  # noqa: F401  (registers the command)
     from bertology.cli.app import app
