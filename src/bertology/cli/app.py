@@ -54,13 +54,8 @@ def user_errors(func: F) -> F:
 
 def main() -> None:
     """Entry point of the console script."""
-    # Import the subcommand modules so they register on ``app``.
-    from bertology.cli import commands  # noqa: F401
+    import bertology.cli  # noqa: F401  (registers the subcommands)
 
-    try:
-        from bertology.cli import finetune  # noqa: F401
-    except ImportError:  # pragma: no cover - during development only
-        pass
     app(prog_name="bertology")
 
 

@@ -1,0 +1,170 @@
+"""The CLI on tiny models saved to a temp dir: outputs, resume, and one clear message per bad input."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from bertology.cli import app
+from bertology.testing import SENTENCES, save_tiny_bert, tiny_vocab
+
+runner = CliRunner()
+
+ATTENTION_COLUMNS = {"layer", "head", "cosine", "js_divergence", "n_examples"}
+SIMILARITY_COLUMNS = {"layer_base", "layer_tuned", "metric", "value", "n_tokens"}
+
+
+@pytest.fixture()
+def corpus_txt(tmp_path):
+    path = tmp_path / "sentences.txt"
+    path.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    return path
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def assert_user_error(result, *fragments):
+    """Non-zero exit, no traceback, and the message says what is wrong."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    text = " ".join(result.output.split())
+    assert "error:" in text
+    for frag in fragments:
+        assert frag in text, text
+
+
+def test_compare_writes_tables_manifest_and_report(planted_pair, corpus_txt, tmp_path):
+    base, tuned = planted_pair
+    out = tmp_path / "run"
+    result = invoke("compare", "--base", base, "--tuned", tuned, "--data", corpus_txt, "--out", out, "--rsa-tokens", 40)
+    assert result.exit_code == 0, result.output
+    att = pd.read_parquet(out / "tables/attention_change.parquet")
+    sim = pd.read_parquet(out / "tables/representation_similarity.parquet")
+    assert ATTENTION_COLUMNS <= set(att.columns) and SIMILARITY_COLUMNS <= set(sim.columns)
+    assert set(sim.metric) == {"rsa_pearson", "rsa_spearman", "cka_linear", "cka_debiased"}
+    assert pd.read_csv(out / "tables/attention_change.csv").shape == att.shape
+    top = att.sort_values("cosine").iloc[0]
+    assert (top["layer"], top["head"]) == (2, 1)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["models"]["base"]["weights_sha256"] and manifest["data"]["n_examples"] == len(SENTENCES)
+    assert manifest["seed"] == 0 and manifest["attn_implementation"] == "eager"
+    assert (out / "report.html").exists()
+    assert "L2H1" in result.output  # the summary names the most changed head
+
+
+def test_model_compared_with_itself_gives_cka_one_and_cosine_one(identical_pair, corpus_txt, tmp_path):
+    base, _ = identical_pair
+    out = tmp_path / "self"
+    result = invoke("compare", "--base", base, "--tuned", base, "--data", corpus_txt, "--out", out, "--no-report")
+    assert result.exit_code == 0, result.output
+    att = pd.read_parquet(out / "tables/attention_change.parquet")
+    sim = pd.read_parquet(out / "tables/representation_similarity.parquet")
+    assert np.allclose(att.cosine, 1.0)
+    diag = sim[sim.layer_base == sim.layer_tuned]
+    assert np.allclose(diag.value, 1.0, atol=1e-9)
+
+
+def test_rerun_resumes_and_a_different_run_is_refused(identical_pair, corpus_txt, tmp_path):
+    base, tuned = identical_pair
+    out = tmp_path / "run"
+    args = ["compare", "--base", base, "--tuned", tuned, "--data", corpus_txt, "--out", out, "--no-report"]
+    assert invoke(*args).exit_code == 0
+    again = invoke(*args)
+    assert again.exit_code == 0 and "resumed" in again.output
+    other = invoke(*args, "--seed", 5)
+    assert_user_error(other, "holds another run", "--overwrite")
+    assert invoke(*args, "--seed", 5, "--overwrite").exit_code == 0
+    assert json.loads((out / "manifest.json").read_text())["seed"] == 5
+
+
+def test_missing_model_path(corpus_txt, tmp_path):
+    result = invoke("compare", "--tuned", tmp_path / "nope", "--data", corpus_txt, "--out", tmp_path / "o")
+    assert_user_error(result, "does not exist")
+
+
+def test_tokenizer_mismatch(identical_pair, corpus_txt, tmp_path):
+    from transformers import BertTokenizer
+
+    base, _ = identical_pair
+    other = save_tiny_bert(tmp_path / "other")
+    vocab = tiny_vocab()
+    swapped = {tok: (i if tok not in ("cat", "dog") else vocab["dog" if tok == "cat" else "cat"]) for tok, i in vocab.items()}
+    BertTokenizer(vocab=swapped, do_lower_case=True).save_pretrained(other)
+    result = invoke("compare", "--base", base, "--tuned", other, "--data", corpus_txt, "--out", tmp_path / "o")
+    assert_user_error(result, "tokenizers", "do not match")
+    assert not (tmp_path / "o").exists()  # nothing half-written
+
+
+def test_shape_mismatch(identical_pair, corpus_txt, tmp_path):
+    base, _ = identical_pair
+    bigger = save_tiny_bert(tmp_path / "bigger", num_hidden_layers=3)
+    result = invoke("compare", "--base", base, "--tuned", bigger, "--data", corpus_txt, "--out", tmp_path / "o")
+    assert_user_error(result, "different shapes", "num_hidden_layers: 2 vs 3")
+
+
+def test_empty_corpus(identical_pair, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n", encoding="utf-8")
+    base, tuned = identical_pair
+    result = invoke("compare", "--base", base, "--tuned", tuned, "--data", empty, "--out", tmp_path / "o")
+    assert_user_error(result, "no examples")
+
+
+def test_malformed_conllu_line(identical_pair, tmp_path):
+    bad = tmp_path / "bad.conllu"
+    bad.write_text(
+        "# text = the cat sat\n1\tthe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tcat\tcat\tNOUN\tNN\t_\t3\tnsubj\t_\t_\n"
+        "3\tsat\tsit\tVERB\n\n",
+        encoding="utf-8",
+    )
+    base, tuned = identical_pair
+    result = invoke("compare", "--base", base, "--tuned", tuned, "--data", bad, "--out", tmp_path / "o")
+    assert_user_error(result, "bad.conllu", "line 4")
+
+
+def test_non_utf8_file(identical_pair, tmp_path):
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("the movie was good .\nun film tr\xe8s dr\xf4le\n".encode("latin-1"))
+    base, tuned = identical_pair
+    result = invoke("compare", "--base", base, "--tuned", tuned, "--data", latin, "--out", tmp_path / "o")
+    assert_user_error(result, "latin1.txt", "UTF-8")
+
+
+def test_output_folder_holding_something_else(identical_pair, corpus_txt, tmp_path):
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / "thesis.tex").write_text("precious", encoding="utf-8")
+    base, tuned = identical_pair
+    result = invoke("compare", "--base", base, "--tuned", tuned, "--data", corpus_txt, "--out", out)
+    assert_user_error(result, "not empty")
+    assert (out / "thesis.tex").read_text() == "precious"
+
+
+def test_overlong_examples_are_counted_and_reported(identical_pair, tmp_path):
+    data = tmp_path / "long.txt"
+    data.write_text("the cat sat .\n" + "the movie " * 40 + "\na dull film\n", encoding="utf-8")
+    base, tuned = identical_pair
+    out = tmp_path / "o"
+    result = invoke("compare", "--base", base, "--tuned", tuned, "--data", data, "--out", out, "--max-length", 16, "--no-report")
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["data"]["encoding"]["n_skipped_overlong"] == 1
+    assert "skipped" in " ".join(result.output.split())
+    assert pd.read_parquet(out / "tables/attention_change.parquet").n_examples.iloc[0] == 2
+
+
+def test_report_and_env_commands(identical_pair, corpus_txt, tmp_path):
+    base, tuned = identical_pair
+    out = tmp_path / "run"
+    assert invoke("compare", "--base", base, "--tuned", tuned, "--data", corpus_txt, "--out", out, "--no-report").exit_code == 0
+    assert not (out / "report.html").exists()
+    result = invoke("report", out)
+    assert result.exit_code == 0, result.output
+    assert (out / "report.html").exists()
+    assert_user_error(invoke("report", tmp_path), "not a bertology run")
+    env = invoke("env", "--json")
+    assert env.exit_code == 0 and "torch" in json.loads(env.output)["packages"]
