@@ -1,0 +1,577 @@
+"""Read a corpus from a file (.txt, .csv, .tsv, .jsonl, .conllu) or a Hugging Face dataset.
+
+Every reader returns a :class:`~bertology.data.corpus.Corpus` whose ``stats`` say which format and
+columns were used and how many rows were dropped and why, so nothing disappears silently. Problems
+in the user's file (missing file or column, bad encoding, malformed line) raise
+:class:`~bertology.errors.BertologyError` with the file name and, where there is one, the line.
+
+Column auto-detection (CSV/TSV/JSONL/HF, when no column flag is given), case-insensitive:
+
+* pair of texts, first match wins: ``sentence1/sentence2``, ``premise/hypothesis``,
+  ``question1/question2``, ``#1 String/#2 String`` (MRPC), ``question/sentence`` (QNLI),
+  ``text_a/text_b``, ``text/text_pair``;
+* otherwise one text: ``text``, ``sentence``, ``review``, ``content``, ``document``;
+* label, first match wins: ``gold_label``, ``label``, ``labels``, ``quality`` (MRPC),
+  ``is_duplicate`` (QQP), ``class``, ``sentiment``, ``polarity``.
+
+CSV/TSV without a header row (e.g. Pang & Lee's ``"1","the rock is destined ..."``): pass the column
+flags as 0-based positions (``text_column="1", label_column="0"``); a first row that holds known
+column names is then taken as a header and skipped. With no flags at all, a file whose first row
+holds no known column name is read as header-less when that is unambiguous: the text is the column
+with the longest strings and the label a column with few distinct values, one of which is the first
+row's (so a real but unknown header, such as ``tweet,stance``, is not mistaken for data).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from bertology.data.corpus import Corpus, Example
+from bertology.errors import BertologyError
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_EXTENSIONS = (".txt", ".csv", ".tsv", ".jsonl", ".conllu")
+
+PAIR_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("sentence1", "sentence2"),
+    ("premise", "hypothesis"),
+    ("question1", "question2"),
+    ("#1 string", "#2 string"),
+    ("question", "sentence"),
+    ("text_a", "text_b"),
+    ("text", "text_pair"),
+)
+TEXT_COLUMNS: tuple[str, ...] = ("text", "sentence", "review", "content", "document")
+LABEL_COLUMNS: tuple[str, ...] = (
+    "gold_label",
+    "label",
+    "labels",
+    "quality",
+    "is_duplicate",
+    "class",
+    "sentiment",
+    "polarity",
+)
+_KNOWN_NAMES = frozenset(TEXT_COLUMNS + LABEL_COLUMNS + tuple(n for pair in PAIR_COLUMNS for n in pair))
+
+#: Label value that SNLI/MNLI use for "annotators did not agree": such rows are dropped.
+NO_GOLD_LABEL = "-"
+
+ColumnFlag = str | int | None
+
+
+def load_corpus(
+    spec: str | os.PathLike,
+    *,
+    text_column: ColumnFlag = None,
+    pair_column: ColumnFlag = None,
+    label_column: ColumnFlag = None,
+    limit: int | None = None,
+    name: str | None = None,
+) -> Corpus:
+    """Read a corpus from a path or ``hf:NAME[:CONFIG]:SPLIT``.
+
+    Column flags name a column (or give its 0-based position, for files without a header); left
+    out, the columns are auto-detected (see the module docstring). ``limit`` keeps the first
+    ``limit`` examples after cleaning. Labels are stored as strings.
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise BertologyError(f"limit must be a positive integer, not {limit!r}")
+    flags = {"text": text_column, "pair": pair_column, "label": label_column}
+    spec_str = os.fspath(spec)
+    if isinstance(spec_str, str) and spec_str.startswith("hf:"):
+        examples, stats, default_name = _load_hf(spec_str, flags)
+        source = spec_str
+    else:
+        path = Path(spec_str)
+        examples, stats = _load_file(path, flags)
+        source, default_name = str(path), path.stem
+    if not examples:
+        raise BertologyError(f"{source} has no examples{_dropped_note(stats)}.")
+    if limit is not None:
+        stats["n_before_limit"] = len(examples)
+        stats["limited_to"] = limit
+        examples = examples[:limit]
+    return Corpus(examples, name=name or default_name, source=source, stats=stats)
+
+
+# --------------------------------------------------------------------------------------------------
+# files
+
+
+def _load_file(path: Path, flags: dict) -> tuple[list[Example], dict]:
+    ext = path.suffix.lower()
+    if ext not in SUPPORTED_EXTENSIONS:
+        raise BertologyError(
+            f"{path}: unsupported file type {ext or '(no extension)'!r}; "
+            f"supported: {', '.join(SUPPORTED_EXTENSIONS)} or hf:NAME[:CONFIG]:SPLIT"
+        )
+    if not path.exists():
+        raise BertologyError(f"No such file: {path}")
+    if not path.is_file():
+        raise BertologyError(f"{path} is not a file")
+    text = _read_utf8(path)
+    if ext == ".txt":
+        given = [k for k, v in flags.items() if v is not None]
+        if given:
+            raise BertologyError(f"{path}: column flags ({', '.join(given)}) do not apply to a .txt file")
+        return _read_txt(text)
+    if ext in (".csv", ".tsv"):
+        return _read_table(path, text, sep="\t" if ext == ".tsv" else ",", flags=flags)
+    if ext == ".jsonl":
+        return _read_jsonl(path, text, flags)
+    given = [k for k, v in flags.items() if v is not None]
+    if given:
+        raise BertologyError(f"{path}: column flags ({', '.join(given)}) do not apply to a .conllu file")
+    return _read_conllu(path, text)
+
+
+def _read_utf8(path: Path) -> str:
+    """The file's text; a UTF-8 byte-order mark is dropped; other encodings are refused."""
+    data = path.read_bytes()
+    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    try:
+        return data[bom:].decode("utf-8")
+    except UnicodeDecodeError as err:
+        offset = bom + err.start
+        line = data[:offset].count(b"\n") + 1
+        raise BertologyError(
+            f"{path} is not valid UTF-8 (byte offset {offset}, line {line}: byte 0x{data[offset]:02x}); "
+            "re-save it as UTF-8"
+        ) from None
+
+
+def _read_txt(text: str) -> tuple[list[Example], dict]:
+    examples, n_blank = [], 0
+    for line in io.StringIO(text, newline=None):
+        sentence = line.strip()
+        if sentence:
+            examples.append(Example(text=sentence))
+        else:
+            n_blank += 1
+    return examples, {"format": "txt", "columns": {"text": None, "pair": None, "label": None}, "n_blank_lines": n_blank}
+
+
+# --------------------------------------------------------------------------------------------------
+# column choice
+
+
+def _is_position(flag: ColumnFlag) -> bool:
+    if isinstance(flag, bool):
+        return False
+    return isinstance(flag, int) or (isinstance(flag, str) and re.fullmatch(r"\s*\d+\s*", flag) is not None)
+
+
+def _resolve_flag(flag: ColumnFlag, columns: Sequence[str], what: str, source: str) -> int:
+    """Index of the column a flag names: exact name, then case-insensitive name, then position."""
+    if isinstance(flag, str):
+        if flag in columns:
+            return list(columns).index(flag)
+        folded = [i for i, c in enumerate(columns) if c.strip().lower() == flag.strip().lower()]
+        if folded:
+            return folded[0]
+    if _is_position(flag):
+        pos = int(flag)
+        if pos < len(columns):
+            return pos
+        raise BertologyError(
+            f"{source}: {what} column position {pos} is out of range; the file has {len(columns)} "
+            f"column(s) (0-based): {list(columns)}"
+        )
+    raise BertologyError(f"{source}: no {what} column {flag!r}; available columns: {list(columns)}")
+
+
+def _detect_columns(columns: Sequence[str], flags: dict, source: str) -> dict[str, int | None]:
+    """Column index for text, pair and label: flags first, then the known names."""
+    chosen: dict[str, int | None] = {
+        k: (None if v is None else _resolve_flag(v, columns, k, source)) for k, v in flags.items()
+    }
+    lower: dict[str, int] = {}
+    for i, c in enumerate(columns):
+        lower.setdefault(str(c).strip().lower(), i)
+    if chosen["text"] is None:
+        for a, b in PAIR_COLUMNS:
+            if a in lower and b in lower:
+                chosen["text"] = lower[a]
+                if flags["pair"] is None:
+                    chosen["pair"] = lower[b]
+                break
+        else:
+            for n in TEXT_COLUMNS:
+                if n in lower:
+                    chosen["text"] = lower[n]
+                    break
+    if chosen["text"] is None:
+        raise BertologyError(
+            f"{source}: cannot tell which column holds the text; available columns: {list(columns)}. "
+            f"Name it with --text-column (and --pair-column / --label-column), or give 0-based positions "
+            f"for a file without a header row (e.g. --text-column 1 --label-column 0)."
+        )
+    if chosen["label"] is None and flags["label"] is None:
+        for n in LABEL_COLUMNS:
+            if n in lower and lower[n] not in (chosen["text"], chosen["pair"]):
+                chosen["label"] = lower[n]
+                break
+    return chosen
+
+
+def _clean(
+    rows: Iterable[tuple[object, object, object]], stats: dict, source: str, no_label: object = NO_GOLD_LABEL
+) -> list[Example]:
+    """Strip texts; drop rows with an empty text (or pair) or with no gold label; count the drops."""
+    examples: list[Example] = []
+    n_empty = n_no_gold = 0
+    for text, pair, label in rows:
+        label = None if label is None else str(label).strip()
+        if label == "":
+            label = None
+        if label is not None and label == str(no_label):
+            n_no_gold += 1
+            continue
+        text = "" if text is None else str(text).strip()
+        if pair is not None:
+            pair = str(pair).strip()
+        if not text or pair == "":
+            n_empty += 1
+            continue
+        examples.append(Example(text=text, text_pair=pair, label=label))
+    stats["n_empty_text"] = n_empty
+    stats["n_no_gold_label"] = n_no_gold
+    if n_empty:
+        logger.warning("%s: dropped %d row(s) with an empty text", source, n_empty)
+    if n_no_gold:
+        logger.info("%s: dropped %d row(s) without a gold label (%r)", source, n_no_gold, no_label)
+    return examples
+
+
+def _dropped_note(stats: dict) -> str:
+    parts = []
+    if stats.get("n_rows"):
+        parts.append(f"{stats['n_rows']} row(s) read")
+    for key, why in (("n_empty_text", "with an empty text"), ("n_no_gold_label", "without a gold label")):
+        if stats.get(key):
+            parts.append(f"{stats[key]} dropped {why}")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+# --------------------------------------------------------------------------------------------------
+# CSV / TSV
+
+
+def _read_table(path: Path, text: str, sep: str, flags: dict) -> tuple[list[Example], dict]:
+    import pandas as pd
+
+    fmt = "tsv" if sep == "\t" else "csv"
+    try:
+        df = pd.read_csv(
+            io.StringIO(text),
+            sep=sep,
+            header=None,
+            dtype=str,
+            keep_default_na=False,
+            quoting=csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL,
+            skip_blank_lines=True,
+        )
+    except pd.errors.EmptyDataError:
+        raise BertologyError(f"{path} has no examples (the file is empty).") from None
+    except (pd.errors.ParserError, csv.Error, ValueError) as err:
+        raise BertologyError(f"{path}: cannot read it as {fmt.upper()}: {err}") from None
+    rows = df.to_numpy().tolist()
+    given = {k: v for k, v in flags.items() if v is not None}
+    first = [str(c).strip() for c in rows[0]] if rows else []
+    first_known = any(c.lower() in _KNOWN_NAMES for c in first)
+    if given and all(_is_position(v) for v in given.values()):
+        header = first_known
+    elif given:
+        header = True
+    elif first_known:
+        header = True
+    else:
+        header = not _looks_headerless(rows)
+    if header:
+        columns = first
+        rows = rows[1:]
+    else:
+        columns = [str(i) for i in range(df.shape[1])]
+    if not header and not given:
+        chosen = _guess_headerless(rows)
+    else:
+        chosen = _detect_columns(columns, flags, str(path))
+    stats = {
+        "format": fmt,
+        "header": header,
+        "columns": {k: (None if i is None else columns[i]) for k, i in chosen.items()},
+        "n_rows": len(rows),
+    }
+
+    def cell(row: list, i: int | None):
+        return None if i is None else row[i]
+
+    examples = _clean(
+        ((cell(r, chosen["text"]), cell(r, chosen["pair"]), cell(r, chosen["label"])) for r in rows), stats, str(path)
+    )
+    return examples, stats
+
+
+def _label_candidates(rows: list[list[str]], text_col: int) -> list[int]:
+    n = len(rows)
+    out = []
+    for j in range(len(rows[0])):
+        if j == text_col:
+            continue
+        distinct = {str(r[j]).strip() for r in rows}
+        if 1 < len(distinct) <= max(2, min(50, n // 2)):
+            out.append(j)
+    return out
+
+
+def _text_column_by_length(rows: list[list[str]]) -> int:
+    body = rows[1:] or rows
+    lengths = [sum(len(str(r[j]).strip()) for r in body) for j in range(len(rows[0]))]
+    return max(range(len(lengths)), key=lengths.__getitem__)
+
+
+def _looks_headerless(rows: list[list[str]]) -> bool:
+    """True when the first row is data: its label-like cell recurs further down that column."""
+    if len(rows) < 2:
+        return False
+    text_col = _text_column_by_length(rows)
+    for j in _label_candidates(rows, text_col):
+        if str(rows[0][j]).strip() in {str(r[j]).strip() for r in rows[1:]}:
+            return True
+    return False
+
+
+def _guess_headerless(rows: list[list[str]]) -> dict[str, int | None]:
+    text_col = _text_column_by_length(rows)
+    labels = _label_candidates(rows, text_col)
+    label_col = next((j for j in labels if str(rows[0][j]).strip() in {str(r[j]).strip() for r in rows[1:]}), None)
+    logger.info("no header row: reading column %d as text and column %s as label", text_col, label_col)
+    return {"text": text_col, "pair": None, "label": label_col}
+
+
+# --------------------------------------------------------------------------------------------------
+# JSONL
+
+
+def _read_jsonl(path: Path, text: str, flags: dict) -> tuple[list[Example], dict]:
+    records: list[tuple[int, dict]] = []
+    n_blank = 0
+    for lineno, line in enumerate(io.StringIO(text, newline=None), 1):
+        if not line.strip():
+            n_blank += 1
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise BertologyError(f"{path}, line {lineno}: not valid JSON ({err.msg} at column {err.colno})") from None
+        if not isinstance(obj, dict):
+            raise BertologyError(f"{path}, line {lineno}: expected a JSON object, found {type(obj).__name__}")
+        records.append((lineno, obj))
+    stats: dict = {"format": "jsonl", "n_rows": len(records), "n_blank_lines": n_blank}
+    if not records:
+        return [], stats
+    keys = list(records[0][1])
+    for v in flags.values():
+        if isinstance(v, str) and v not in keys:
+            # a key that only some records carry is fine, so look at all of them before refusing
+            keys += [k for _, obj in records for k in obj if k not in keys]
+            break
+    chosen = _detect_columns(keys, {k: (v if v is None else str(v)) for k, v in flags.items()}, str(path))
+    names = {k: (None if i is None else keys[i]) for k, i in chosen.items()}
+    stats["columns"] = names
+
+    def rows():
+        for lineno, obj in records:
+            if names["text"] not in obj:
+                raise BertologyError(f"{path}, line {lineno}: no {names['text']!r} key (keys: {list(obj)})")
+            pair = None
+            if names["pair"] is not None:
+                if names["pair"] not in obj:
+                    raise BertologyError(f"{path}, line {lineno}: no {names['pair']!r} key (keys: {list(obj)})")
+                pair = "" if obj[names["pair"]] is None else obj[names["pair"]]
+            label = None if names["label"] is None else obj.get(names["label"])
+            yield obj[names["text"]], pair, label
+
+    return _clean(rows(), stats, str(path)), stats
+
+
+# --------------------------------------------------------------------------------------------------
+# CoNLL-U
+
+
+def _conllu_error(path: Path, lineno: int, msg: str) -> BertologyError:
+    return BertologyError(f"{path}, line {lineno}: malformed CoNLL-U: {msg}")
+
+
+def _check_conllu_line(path: Path, lineno: int, line: str):
+    """Validate one token line (10 tab-separated fields, ID, HEAD); return (id, head)."""
+    from conllu.exceptions import ParseException
+    from conllu.parser import parse_id_value, parse_int_value
+
+    fields = line.split("\t")
+    if len(fields) != 10:
+        raise _conllu_error(path, lineno, f"expected 10 tab-separated fields, found {len(fields)}")
+    try:
+        tid = parse_id_value(fields[0])
+    except ParseException:
+        raise _conllu_error(
+            path, lineno, f"ID {fields[0]!r} is not a word index (1), a range (1-2) or an empty node (1.1)"
+        ) from None
+    if not isinstance(tid, int):
+        return tid, None
+    try:
+        head = parse_int_value(fields[6])
+    except ParseException:
+        raise _conllu_error(path, lineno, f"HEAD {fields[6]!r} is not an integer") from None
+    if head is not None and head < 0:
+        raise _conllu_error(path, lineno, f"HEAD {head} is negative")
+    return tid, head
+
+
+def _locate_conllu_error(path: Path, block: list[tuple[int, str]], err: Exception) -> BertologyError:
+    """The conllu library names no line: re-parse the sentence line by line to find it."""
+    from conllu.exceptions import ParseException
+    from conllu.parser import DEFAULT_FIELD_PARSERS, DEFAULT_FIELDS, parse_comment_line, parse_line
+
+    for lineno, line in block:
+        try:
+            if line.startswith("#"):
+                parse_comment_line(line)
+            else:
+                parse_line(line, DEFAULT_FIELDS, dict(DEFAULT_FIELD_PARSERS))
+        except ParseException as line_err:
+            return _conllu_error(path, lineno, str(line_err))
+    return _conllu_error(path, block[0][0], f"in the sentence starting on this line: {err}")
+
+
+def _read_conllu(path: Path, text: str) -> tuple[list[Example], dict]:
+    import conllu
+    from conllu.exceptions import ParseException
+
+    stats: dict = {
+        "format": "conllu",
+        "columns": {"text": "# text", "pair": None, "label": None},
+        "n_sentences": 0,
+        "n_multiword_tokens": 0,
+        "n_empty_nodes": 0,
+        "n_without_heads": 0,
+    }
+    examples: list[Example] = []
+    block: list[tuple[int, str]] = []
+
+    def flush():
+        if not block:
+            return
+        words_lines = []
+        for lineno, line in block:
+            if line.startswith("#"):
+                continue
+            tid, head = _check_conllu_line(path, lineno, line)
+            if isinstance(tid, int):
+                words_lines.append((lineno, tid, head))
+        try:
+            sent = conllu.parse_token_and_metadata("\n".join(line for _, line in block))
+        except ParseException as err:
+            raise _locate_conllu_error(path, block, err) from None
+        block.clear()
+        if not words_lines:
+            return
+        n = len(words_lines)
+        for k, (lineno, tid, head) in enumerate(words_lines, 1):
+            if tid != k:
+                raise _conllu_error(path, lineno, f"word ID {tid} out of sequence (expected {k})")
+            if head is not None and head > n:
+                raise _conllu_error(path, lineno, f"HEAD {head} points past the last word ({n})")
+        n_missing = sum(head is None for _, _, head in words_lines)
+        if 0 < n_missing < n:
+            lineno = next(ln for ln, _, head in words_lines if head is None)
+            raise _conllu_error(path, lineno, "HEAD is '_' while other words of this sentence have heads")
+        tokens = [t for t in sent if isinstance(t["id"], int)]
+        stats["n_multiword_tokens"] += sum(isinstance(t["id"], tuple) and t["id"][1] == "-" for t in sent)
+        stats["n_empty_nodes"] += sum(isinstance(t["id"], tuple) and t["id"][1] == "." for t in sent)
+        words = tuple(t["form"] for t in tokens)
+        upos = tuple(t["upos"] for t in tokens)
+        deprels = tuple(t["deprel"] for t in tokens)
+        heads = None if n_missing else tuple(int(t["head"]) for t in tokens)
+        if heads is None:
+            stats["n_without_heads"] += 1
+        sentence = (sent.metadata.get("text") or "").strip() or " ".join(words)
+        examples.append(
+            Example(
+                text=sentence,
+                words=words,
+                upos=None if all(u == "_" for u in upos) else upos,
+                heads=heads,
+                deprels=None if heads is None or all(d == "_" for d in deprels) else deprels,
+            )
+        )
+
+    for lineno, raw in enumerate(io.StringIO(text, newline=None), 1):
+        line = raw.rstrip("\n")
+        if not line.strip():
+            flush()
+        else:
+            block.append((lineno, line))
+    flush()
+    stats["n_sentences"] = len(examples)
+    return examples, stats
+
+
+# --------------------------------------------------------------------------------------------------
+# Hugging Face datasets
+
+
+def _parse_hf_spec(spec: str) -> tuple[str, str | None, str]:
+    body = spec[3:]
+    m = re.fullmatch(r"([^:\[\]]+)(?::([^:\[\]]+))?:([^:\[\]]+(?:\[[^\]]*\])?)", body)
+    if not m:
+        raise BertologyError(f"{spec!r} is not of the form hf:NAME[:CONFIG]:SPLIT (e.g. hf:glue:sst2:validation)")
+    return m.group(1), m.group(2), m.group(3)
+
+
+def _load_hf(spec: str, flags: dict) -> tuple[list[Example], dict, str]:
+    name, config, split = _parse_hf_spec(spec)
+    try:
+        import datasets
+    except ImportError:
+        raise BertologyError(
+            f"Reading {spec} needs the optional `datasets` package: pip install datasets "
+            "(or pip install 'bertology[hf]')"
+        ) from None
+    try:
+        ds = datasets.load_dataset(name, config, split=split)
+    except Exception as err:  # network, unknown name/config/split: all surface as one actionable message
+        raise BertologyError(
+            f"Could not load the Hugging Face dataset {name!r} (config {config!r}, split {split!r}): "
+            f"{type(err).__name__}: {err}"
+        ) from None
+    columns = list(ds.column_names)
+    chosen = _detect_columns(columns, flags, spec)
+    names = {k: (None if i is None else columns[i]) for k, i in chosen.items()}
+    stats: dict = {"format": "hf", "hf": {"name": name, "config": config, "split": split}, "columns": names}
+    no_label: object = NO_GOLD_LABEL
+    feature = (getattr(ds, "features", None) or {}).get(names["label"]) if names["label"] else None
+    if getattr(feature, "names", None):  # a ClassLabel: -1 marks "no gold label" (e.g. SNLI)
+        stats["label_names"] = list(feature.names)
+        no_label = -1
+    stats["n_rows"] = len(ds)
+
+    def rows():
+        for row in ds:
+            yield (
+                row[names["text"]],
+                None if names["pair"] is None else row[names["pair"]],
+                None if names["label"] is None else row[names["label"]],
+            )
+
+    examples = _clean(rows(), stats, spec, no_label=no_label)
+    default_name = "-".join(p.replace("/", "_") for p in (name.split("/")[-1], config, re.sub(r"\[.*", "", split)) if p)
+    return examples, stats, default_name
