@@ -1,0 +1,709 @@
+"""Render a run directory into one self-contained, offline HTML report.
+
+``render_report(run_dir)`` reads ``manifest.json`` and the known tables under ``tables/``, draws the
+figures (also written to ``figures/<name>.svg``) and writes ``report.html`` atomically. The page
+inlines its CSS, JavaScript and SVG figures and references nothing on the network (a
+Content-Security-Policy forbids it); every string that comes from data is HTML-escaped by Jinja2's
+autoescaping, and data embedded as JSON escapes ``<``, ``>``, ``&`` and ``'``.
+
+Sections whose table is absent are left out; a malformed table becomes a warning in the report
+rather than a broken page.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import html as _html
+import json
+import logging
+import math
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
+
+from bertology.errors import BertologyError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["KNOWN_TABLES", "Report", "render_report"]
+
+#: Tables the report knows how to show, with the columns each section needs.
+KNOWN_TABLES: dict[str, tuple[str, ...]] = {
+    "attention_change": ("layer", "head", "cosine", "js_divergence", "n_examples"),
+    "representation_similarity": ("layer_base", "layer_tuned", "metric", "value", "n_tokens"),
+    "finetune": ("step", "split", "metric", "value"),
+}
+
+SIMILARITY_METRICS = ("cka_linear", "cka_debiased", "rsa_pearson", "rsa_spearman")
+
+_SECTION_TITLES = {
+    "overview": "Overview",
+    "attention-change": "Attention change",
+    "representation-similarity": "Representation similarity",
+    "finetune": "Fine-tuning",
+}
+
+_MODEL_FIELDS = (
+    ("name", "Name"),
+    ("source", "Source"),
+    ("path", "Path"),
+    ("model_type", "Model type"),
+    ("class", "Class"),
+    ("num_hidden_layers", "Layers"),
+    ("num_attention_heads", "Heads per layer"),
+    ("hidden_size", "Hidden size"),
+    ("is_classifier", "Classification head"),
+    ("attn_implementation", "Attention implementation"),
+    ("weights_sha256", "Weights SHA-256"),
+)
+
+_DATA_FIELDS = (
+    ("name", "Name"),
+    ("source", "Source"),
+    ("n_examples", "Examples read"),
+    ("pairs", "Sentence pairs"),
+    ("labels", "Labels"),
+    ("sha256", "Data SHA-256"),
+)
+
+_ENCODING_FIELDS = (
+    ("max_length", "Max length (tokens)"),
+    ("overlong", "Over-long inputs"),
+    ("n_input", "Examples encoded"),
+    ("n_kept", "Examples kept"),
+    ("n_skipped_overlong", "Skipped (over-long)"),
+    ("n_truncated", "Truncated"),
+    ("n_tokens", "Tokens"),
+)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def _is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return isinstance(value, float) and math.isnan(value)
+    except TypeError:  # pragma: no cover
+        return False
+
+
+def fmt_value(value: Any, digits: int = 4) -> str:
+    """Human format for a table cell: thousands separators, 4 significant digits, — for missing."""
+    if _is_missing(value):
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()  # numpy scalar -> python
+        except (ValueError, AttributeError):
+            pass
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "∞" if value > 0 else "−∞"
+        if value == 0:
+            return "0"
+        if value.is_integer() and abs(value) < 1e15:
+            return f"{int(value):,}"
+        if 1e3 <= abs(value) < 1e15:
+            return f"{value:,.0f}"
+        if 1e-3 <= abs(value) < 1e3:
+            text = f"{value:.{digits}g}"
+            # "1.000" (not "1") when 0.99996 rounds to 1: the reader must not take it for exact.
+            return text if ("." in text or "e" in text) else f"{value:#.{digits}g}"
+        return f"{value:.{digits}g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(fmt_value(v, digits) for v in value) if value else "—"
+    if isinstance(value, Mapping):
+        return json.dumps(_jsonable(value), sort_keys=True)
+    return str(value)
+
+
+def _sort_key(value: Any) -> str:
+    """Raw value for client-side sorting (``data-value``)."""
+    if _is_missing(value):
+        return ""
+    if isinstance(value, bool):
+        return str(int(value))
+    if hasattr(value, "item"):
+        try:
+            value = value.item()
+        except (ValueError, AttributeError):
+            pass
+    if isinstance(value, (int, float)):
+        return repr(float(value))
+    return str(value)
+
+
+def _jsonable(obj: Any) -> Any:
+    """A JSON-safe copy: NaN/inf -> None, unknown objects -> str."""
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, bool) or obj is None or isinstance(obj, (int, str)):
+        return obj
+    if isinstance(obj, float):
+        return None if (math.isnan(obj) or math.isinf(obj)) else obj
+    if hasattr(obj, "item"):
+        try:
+            return _jsonable(obj.item())
+        except (ValueError, AttributeError):
+            pass
+    return str(obj)
+
+
+def _flatten(d: Mapping, prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for key, value in d.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.extend(_flatten(value, f"{name}."))
+        else:
+            out.append((name, value))
+    return out
+
+
+def _humanize(key: str) -> str:
+    if key.startswith("n_"):
+        key = key[2:] + " (count)"
+    text = key.replace("_", " ").replace(".", " › ")
+    return text[:1].upper() + text[1:]
+
+
+def _mapping(value: Any) -> dict:
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a report is meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _unique_text(series: pd.Series) -> str:
+    values = sorted(pd.unique(series.dropna()).tolist(), key=lambda v: (str(type(v)), v))
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return fmt_value(values[0])
+    if len(values) > 4 and all(isinstance(v, (int, float)) for v in values):
+        return f"{fmt_value(min(values))}–{fmt_value(max(values))}"
+    return ", ".join(fmt_value(v) for v in values)
+
+
+# -------------------------------------------------------------------------------------------- input
+def _read_manifest(run_dir: Path, warnings: list[str]) -> dict:
+    path = run_dir / "manifest.json"
+    if not path.exists():
+        warnings.append("manifest.json is missing: models, data and settings are unknown for this run.")
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise BertologyError(f"{path} is not valid JSON ({err}); cannot render the report.") from err
+    if not isinstance(data, dict):
+        raise BertologyError(f"{path} should hold a JSON object, not {type(data).__name__}.")
+    return data
+
+
+def _read_tables(run_dir: Path, warnings: list[str]) -> tuple[dict[str, pd.DataFrame], list[dict]]:
+    """Known tables (validated) and a listing of every table file in the run."""
+    folder = run_dir / "tables"
+    tables: dict[str, pd.DataFrame] = {}
+    names = sorted({p.stem for p in folder.glob("*.parquet")} | {p.stem for p in folder.glob("*.csv")})
+    listing: list[dict] = []
+    for name in names:
+        pq, csv = folder / f"{name}.parquet", folder / f"{name}.csv"
+        df = None
+        for path, reader in ((pq, pd.read_parquet), (csv, pd.read_csv)):
+            if not path.exists():
+                continue
+            try:
+                df = reader(path)
+                break
+            except Exception as err:  # noqa: BLE001 - any reader failure becomes a warning
+                warnings.append(f"Could not read tables/{path.name}: {type(err).__name__}: {err}")
+        files = [p.name for p in (pq, csv) if p.exists()]
+        entry = {"name": name, "files": files, "rows": None if df is None else len(df), "shown": False}
+        listing.append(entry)
+        if df is None or name not in KNOWN_TABLES:
+            continue
+        missing = [c for c in KNOWN_TABLES[name] if c not in df.columns]
+        if missing:
+            warnings.append(
+                f"Table {name!r} lacks column(s) {', '.join(missing)}; its section is left out."
+            )
+            continue
+        if df.empty:
+            warnings.append(f"Table {name!r} is empty; its section is left out.")
+            continue
+        tables[name] = df
+        entry["shown"] = True
+    return tables, listing
+
+
+# ------------------------------------------------------------------------------------------ figures
+class _Figures:
+    """Builds figures, writes ``figures/<name>.svg`` and keeps the inline SVG for the page."""
+
+    def __init__(self, run_dir: Path, warnings: list[str]):
+        self.dir = run_dir / "figures"
+        self.warnings = warnings
+        self.written: list[str] = []
+
+    def make(self, name: str, build: Callable[[], Any], caption: str, alt: str) -> dict | None:
+        from bertology.viz.figures import figure_to_svg
+
+        try:
+            fig = build()
+            svg = figure_to_svg(fig, id_prefix=name)
+        except Exception as err:  # noqa: BLE001 - a bad figure must not sink the report
+            logger.warning("figure %s failed: %s", name, err, exc_info=True)
+            self.warnings.append(f"Figure {name!r} could not be drawn: {type(err).__name__}: {err}")
+            return None
+        _atomic_write_text(self.dir / f"{name}.svg", svg)
+        self.written.append(name)
+        inline = svg[svg.find("<svg"):]
+        # role/aria-label for screen readers; the label is our own text, escaped anyway.
+        inline = inline.replace(
+            "<svg ", f'<svg role="img" aria-label="{_html.escape(alt, quote=True)}" ', 1
+        )
+        return {"name": name, "svg": Markup(inline), "caption": caption, "file": f"figures/{name}.svg"}
+
+
+# ----------------------------------------------------------------------------------------- sections
+def _overview(manifest: dict, listing: list[dict], warnings: list[str], derived: list[dict]) -> dict:
+    models = _mapping(manifest.get("models"))
+    model_names = [k for k in ("base", "tuned") if k in models] + [
+        k for k in models if k not in ("base", "tuned")
+    ]
+    model_dicts = {k: _mapping(models[k]) for k in model_names}
+    rows = []
+    seen = set()
+    for key, label in _MODEL_FIELDS:
+        if any(key in m for m in model_dicts.values()):
+            rows.append((key, label))
+            seen.add(key)
+    for m in model_dicts.values():
+        for key in m:
+            if key not in seen:
+                rows.append((key, _humanize(key)))
+                seen.add(key)
+    model_rows = []
+    for key, label in rows:
+        cells = []
+        for name in model_names:
+            value = model_dicts[name].get(key)
+            text = fmt_value(value)
+            hashlike = isinstance(value, str) and key.endswith("sha256") and len(value) > 16
+            cells.append({"text": value[:12] + "…" if hashlike else text, "title": text if hashlike else None,
+                          "code": key in ("path", "weights_sha256", "class") or hashlike})
+        differs = len({fmt_value(model_dicts[n].get(key)) for n in model_names}) > 1
+        model_rows.append({"label": label, "cells": cells, "differs": differs})
+
+    data = _mapping(manifest.get("data"))
+    encoding = _mapping(data.get("encoding"))
+    data_rows = []
+    for key, label in _DATA_FIELDS:
+        if key in data:
+            value = data[key]
+            hashlike = isinstance(value, str) and key == "sha256" and len(value) > 16
+            data_rows.append({"label": label, "text": value[:12] + "…" if hashlike else fmt_value(value),
+                              "title": fmt_value(value) if hashlike else None, "code": hashlike,
+                              "alert": False})
+    for key, value in data.items():
+        if key not in dict(_DATA_FIELDS) and key != "encoding":
+            data_rows.append({"label": _humanize(key), "text": fmt_value(value), "title": None,
+                              "code": False, "alert": False})
+    for key, label in _ENCODING_FIELDS:
+        if key in encoding:
+            value = encoding[key]
+            alert = key in ("n_skipped_overlong", "n_truncated") and bool(value)
+            data_rows.append({"label": label, "text": fmt_value(value), "title": None, "code": False,
+                              "alert": alert})
+    for key, value in encoding.items():
+        if key not in dict(_ENCODING_FIELDS):
+            data_rows.append({"label": _humanize(key), "text": fmt_value(value), "title": None,
+                              "code": False, "alert": False})
+
+    settings = []
+    run_rows = []
+    for key, label in (("kind", "Run kind"), ("seed", "Seed"), ("device", "Device"), ("dtype", "Dtype"),
+                       ("attn_implementation", "Attention implementation"), ("fingerprint", "Fingerprint"),
+                       ("wall_time_s", "Wall time (s)")):
+        if key in manifest and not isinstance(manifest[key], Mapping):
+            run_rows.append({"label": label, "text": fmt_value(manifest[key]), "code": False})
+    if run_rows:
+        settings.append({"group": "Run", "rows": run_rows})
+    for group, key in (("Configuration", "config"), ("Analysis parameters", "analyses")):
+        rows = [{"label": k, "text": fmt_value(v), "code": True}
+                for k, v in _flatten(_mapping(manifest.get(key)))]
+        if rows:
+            settings.append({"group": group, "rows": rows})
+
+    summary = []
+    for key, value in _flatten(_mapping(manifest.get("summary"))):
+        summary.append({"label": _humanize(key), "text": fmt_value(value), "note": None})
+
+    packages = [{"name": k, "version": fmt_value(v)} for k, v in _mapping(manifest.get("packages")).items()]
+    raw_warnings = manifest.get("warnings") or []
+    if isinstance(raw_warnings, (str, Mapping)):
+        raw_warnings = [raw_warnings]
+    return {
+        "models": model_names,
+        "model_rows": model_rows,
+        "data_rows": data_rows,
+        "settings": settings,
+        "summary": summary + derived,
+        "packages": packages,
+        "warnings": [fmt_value(w) if not isinstance(w, str) else w for w in raw_warnings] + warnings,
+        "tables": listing,
+        "command": manifest.get("command"),
+    }
+
+
+def _attention_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) -> dict:
+    from bertology.viz.figures import head_heatmap, layer_curve
+
+    df = df.copy()
+    for col in ("layer", "head"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    df = df.dropna(subset=["layer", "head"])
+    df["layer"] = df["layer"].astype(int)
+    df["head"] = df["head"].astype(int)
+    heads = df.groupby(["layer", "head"], as_index=False).mean(numeric_only=True)
+    n_layers, n_heads = heads["layer"].nunique(), heads["head"].nunique()
+
+    figures = [
+        figs.make(
+            "attention_cosine",
+            lambda: head_heatmap(heads, "cosine", title="Cosine similarity",
+                                 vmax=1.0 if heads["cosine"].max() <= 1.0 + 1e-6 else None, min_span=0.1),
+            "Cosine similarity between base and tuned attention maps, per head (mean over examples; "
+            "1 = unchanged). Darker = changed more.",
+            "Heatmap of attention cosine similarity per layer and head",
+        ),
+        figs.make(
+            "attention_js",
+            lambda: head_heatmap(heads, "js_divergence", title="JS divergence",
+                                 vmin=0.0, min_span=0.05),
+            "Jensen–Shannon divergence (base 2, in bits; 0 = unchanged) between base and tuned attention "
+            "distributions of each query, averaged over queries and examples. Darker = changed more.",
+            "Heatmap of attention Jensen-Shannon divergence per layer and head",
+        ),
+    ]
+    per_layer = (
+        heads.groupby("layer")
+        .agg(cosine=("cosine", "mean"), cosine_sd=("cosine", "std"),
+             js_divergence=("js_divergence", "mean"), js_sd=("js_divergence", "std"))
+        .reset_index()
+    )
+    long = pd.concat(
+        [
+            pd.DataFrame({"layer": per_layer["layer"], "metric": "cosine", "value": per_layer["cosine"],
+                          "spread": per_layer["cosine_sd"].fillna(0.0)}),
+            pd.DataFrame({"layer": per_layer["layer"], "metric": "js_divergence",
+                          "value": per_layer["js_divergence"], "spread": per_layer["js_sd"].fillna(0.0)}),
+        ],
+        ignore_index=True,
+    )
+    curve = figs.make(
+        "attention_by_layer",
+        lambda: layer_curve(long, x="layer", y="value", hue=None, facet="metric", err="spread",
+                            facet_order=["cosine", "js_divergence"], xlabel="layer",
+                            reference={"cosine": 1.0, "js_divergence": 0.0}, err_clip=(0.0, 1.0),
+                            min_span=0.1),
+        "Mean over the heads of each layer; the band is ±1 standard deviation across heads.",
+        "Per-layer mean cosine similarity and Jensen-Shannon divergence",
+    )
+
+    ranked = heads.sort_values(["js_divergence", "cosine"], ascending=[False, True]).head(10)
+    top = []
+    for rank, (_, row) in enumerate(ranked.iterrows(), start=1):
+        top.append({
+            "rank": rank,
+            "label": f"L{int(row['layer'])}H{int(row['head'])}",
+            "layer": int(row["layer"]),
+            "head": int(row["head"]),
+            "cosine": row["cosine"],
+            "cosine_std": row.get("cosine_std"),
+            "js": row["js_divergence"],
+            "n": row.get("n_examples"),
+        })
+    columns = [
+        ("rank", "Rank", "num"), ("label", "Head", "text"), ("layer", "Layer", "num"),
+        ("head", "Head index", "num"), ("cosine", "Cosine", "num"), ("cosine_std", "Cosine SD", "num"),
+        ("js", "JS divergence", "num"), ("n", "Examples", "num"),
+    ]
+    if "cosine_std" not in heads:
+        columns = [c for c in columns if c[0] != "cosine_std"]
+    table = {
+        "columns": [{"key": k, "label": lab, "type": t} for k, lab, t in columns],
+        "rows": [[{"text": fmt_value(r[k]) if k != "label" else r[k], "value": _sort_key(r[k])}
+                  for k, _, _ in columns] for r in top],
+    }
+    if top:
+        first = top[0]
+        derived.append({"label": "Most changed head", "text": first["label"],
+                        "note": f"JS {fmt_value(first['js'], 3)}, cosine {fmt_value(first['cosine'], 3)}"})
+    derived.append({"label": "Mean attention cosine", "text": fmt_value(heads["cosine"].mean()),
+                    "note": f"over {n_layers * n_heads:,} heads"})
+    modes = _unique_text(df["mode"]) if "mode" in df else None
+    return {
+        "id": "attention-change",
+        "title": _SECTION_TITLES["attention-change"],
+        "heatmaps": [f for f in figures if f],
+        "curve": curve,
+        "top": table,
+        "facts": [
+            ("Layers × heads", f"{n_layers} × {n_heads}"),
+            ("Examples", _unique_text(df["n_examples"])),
+            *([("Mode", modes)] if modes else []),
+        ],
+    }
+
+
+def _similarity_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) -> dict:
+    from bertology.viz.figures import METRIC_LABELS, layer_curve, layer_matrix
+
+    df = df.copy()
+    for col in ("layer_base", "layer_tuned", "value"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    df = df.dropna(subset=["layer_base", "layer_tuned"])
+    df["layer_base"] = df["layer_base"].astype(int)
+    df["layer_tuned"] = df["layer_tuned"].astype(int)
+    metrics_present = [m for m in SIMILARITY_METRICS if m in set(df["metric"])] + sorted(
+        m for m in set(df["metric"]) if m not in SIMILARITY_METRICS
+    )
+    diag = df[df["layer_base"] == df["layer_tuned"]].rename(columns={"layer_base": "layer"})
+    curve = None
+    if not diag.empty:
+        curve = figs.make(
+            "similarity_same_layer",
+            lambda: layer_curve(diag, x="layer", y="value", hue="metric", hue_order=metrics_present,
+                                reference=1.0, xlabel="layer (0 = embeddings)", ylabel="similarity",
+                                min_span=0.1,
+                                title="Same-layer similarity, base vs tuned"),
+            "Similarity of each base layer with the same tuned layer; 1 = identical geometry. "
+            "Layer 0 is the embedding output.",
+            "Per-layer same-layer similarity for each metric",
+        )
+    matrices = []
+    for metric in ("cka_linear", "rsa_pearson"):
+        if metric not in set(df["metric"]):
+            continue
+        vmax = 1.0 if df.loc[df["metric"] == metric, "value"].max() <= 1.0 + 1e-6 else None
+        matrices.append(figs.make(
+            f"similarity_matrix_{metric}",
+            lambda metric=metric, vmax=vmax: layer_matrix(
+                df, metric, title=f"{METRIC_LABELS.get(metric, metric)}: every layer pair", vmax=vmax,
+                min_span=0.1),
+            f"{METRIC_LABELS.get(metric, metric)} between every base layer (rows) and tuned layer "
+            "(columns); the diagonal is the same-layer curve.",
+            f"Layer by layer matrix of {metric}",
+        ))
+    # same-layer table: layer x metric
+    table = None
+    if not diag.empty:
+        pivot = diag.pivot_table(index="layer", columns="metric", values="value", aggfunc="mean")
+        cols = [m for m in metrics_present if m in pivot.columns]
+        table = {
+            "columns": [{"key": "layer", "label": "Layer", "type": "num"}]
+            + [{"key": m, "label": METRIC_LABELS.get(m, m), "type": "num"} for m in cols],
+            "rows": [
+                [{"text": str(int(layer)), "value": _sort_key(int(layer))}]
+                + [{"text": fmt_value(pivot.at[layer, m]), "value": _sort_key(pivot.at[layer, m])}
+                   for m in cols]
+                for layer in pivot.index
+            ],
+        }
+        if "cka_linear" in pivot.columns:
+            last = int(pivot.index.max())
+            derived.append({"label": f"Linear CKA, layer {last}", "text": fmt_value(pivot.at[last, "cka_linear"]),
+                            "note": "same layer, base vs tuned"})
+    facts = [("Tokens compared", _unique_text(df["n_tokens"]))]
+    facts.append(("Seed", _unique_text(df["seed"]) if "seed" in df else "not recorded"))
+    facts.append(("Metrics", ", ".join(METRIC_LABELS.get(m, m) for m in metrics_present)))
+    return {
+        "id": "representation-similarity",
+        "title": _SECTION_TITLES["representation-similarity"],
+        "curve": curve,
+        "matrices": [m for m in matrices if m],
+        "table": table,
+        "facts": facts,
+    }
+
+
+def _finetune_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) -> dict:
+    from bertology.viz.figures import METRIC_LABELS, training_curve
+
+    df = df.copy()
+    df["step"] = pd.to_numeric(df["step"], errors="coerce")
+    df = df.dropna(subset=["step"])
+    curve = figs.make(
+        "finetune_curves",
+        lambda: training_curve(df),
+        "Training (faint) and evaluation (markers) metrics against the optimisation step.",
+        "Fine-tuning curves per metric and split",
+    )
+    last = df.sort_values("step").groupby(["split", "metric"], as_index=False).tail(1)
+    splits = [s for s in ("train", "eval") if s in set(last["split"])] + sorted(
+        str(s) for s in set(last["split"]) if s not in ("train", "eval")
+    )
+    metrics = list(pd.unique(last.sort_values("metric", key=lambda s: s != "loss")["metric"]))
+    rows = []
+    for metric in metrics:
+        cells = [{"text": METRIC_LABELS.get(metric, str(metric)), "value": str(metric)}]
+        for split in splits:
+            hit = last[(last["metric"] == metric) & (last["split"] == split)]
+            v = hit["value"].iloc[0] if len(hit) else None
+            cells.append({"text": fmt_value(v), "value": _sort_key(v)})
+        rows.append(cells)
+    table = {
+        "columns": [{"key": "metric", "label": "Metric", "type": "text"}]
+        + [{"key": s, "label": f"final {s}", "type": "num"} for s in splits],
+        "rows": rows,
+    }
+    evals = last[last["split"] == "eval"]
+    for metric in ("accuracy", "macro_f1"):
+        hit = evals[evals["metric"] == metric]
+        if len(hit):
+            derived.append({"label": f"Final eval {METRIC_LABELS.get(metric, metric)}",
+                            "text": fmt_value(hit["value"].iloc[0]),
+                            "note": f"step {fmt_value(hit['step'].iloc[0])}"})
+    facts = [("Steps logged", f"{int(df['step'].max()):,}" if len(df) else "—")]
+    if "epoch" in df:
+        facts.append(("Epochs", fmt_value(pd.to_numeric(df["epoch"], errors="coerce").max())))
+    return {"id": "finetune", "title": _SECTION_TITLES["finetune"], "curve": curve, "table": table,
+            "facts": facts}
+
+
+# ------------------------------------------------------------------------------------------- render
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("bertology.report", "templates"),
+        autoescape=True,  # every {{ }} is HTML-escaped unless explicitly Markup
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["num"] = fmt_value
+    return env
+
+
+def build_context(run_dir: str | Path) -> dict:
+    """Everything the template needs (also writes the figures). Exposed for testing and reuse."""
+    run_dir = Path(run_dir).expanduser()
+    if not run_dir.is_dir():
+        raise BertologyError(f"Run directory {run_dir} does not exist or is not a folder.")
+    warnings: list[str] = []
+    manifest = _read_manifest(run_dir, warnings)
+    tables, listing = _read_tables(run_dir, warnings)
+    if not manifest and not listing:
+        raise BertologyError(
+            f"{run_dir} holds neither manifest.json nor tables/; is it a bertology run directory?"
+        )
+    figs = _Figures(run_dir, warnings)
+    derived: list[dict] = []
+    sections: list[dict] = []
+    if "attention_change" in tables:
+        sections.append(_attention_section(tables["attention_change"], figs, derived))
+    if "representation_similarity" in tables:
+        sections.append(_similarity_section(tables["representation_similarity"], figs, derived))
+    if "finetune" in tables:
+        sections.append(_finetune_section(tables["finetune"], figs, derived))
+    overview = _overview(manifest, listing, warnings, derived)
+
+    models = _mapping(manifest.get("models"))
+    base_name = _mapping(models.get("base")).get("name")
+    tuned_name = _mapping(models.get("tuned")).get("name")
+    if base_name and tuned_name:
+        subtitle = f"{base_name} → {tuned_name}"
+    else:
+        subtitle = str(base_name or tuned_name or run_dir.name)
+    toc = [{"id": "overview", "title": _SECTION_TITLES["overview"]}] + [
+        {"id": s["id"], "title": s["title"]} for s in sections
+    ]
+    from bertology import __version__
+
+    return {
+        "title": "bertology report",
+        "subtitle": subtitle,
+        "run_dir": str(run_dir),
+        "created": manifest.get("created"),
+        "rendered": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "run_version": manifest.get("bertology_version"),
+        "version": __version__,
+        "overview": overview,
+        "sections": {s["id"]: s for s in sections},
+        "toc": toc,
+        "manifest_pretty": json.dumps(_jsonable(manifest), indent=2, sort_keys=False),
+        "manifest_json": _jsonable(manifest),
+        "figures_written": figs.written,
+    }
+
+
+def render_report(run_dir: str | Path) -> Path:
+    """Render ``run_dir/report.html`` (and ``run_dir/figures/*.svg``) from a run directory.
+
+    Returns the path of the report. The HTML is written atomically (temp file in the same folder,
+    then ``os.replace``), so a reader never sees a half-written page. Raises
+    :class:`~bertology.errors.BertologyError` when ``run_dir`` is not a run directory.
+    """
+    run_dir = Path(run_dir).expanduser()
+    context = build_context(run_dir)
+    page = _environment().get_template("report.html.j2").render(**context)
+    out = run_dir / "report.html"
+    _atomic_write_text(out, page)
+    logger.info("wrote %s (%d figures)", out, len(context["figures_written"]))
+    return out
+
+
+class Report:
+    """A rendered run report, displayable in Jupyter.
+
+    ``Report(run_dir).path`` is ``run_dir/report.html``; ``.html()`` returns the page (rendering it
+    first if it does not exist yet); ``.render()`` re-renders. In a notebook the report is shown in a
+    sandboxed ``<iframe srcdoc=...>`` so its styles and script cannot touch the notebook page.
+    """
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir).expanduser()
+
+    @property
+    def path(self) -> Path:
+        return self.run_dir / "report.html"
+
+    def render(self) -> Path:
+        return render_report(self.run_dir)
+
+    def html(self) -> str:
+        if not self.path.exists():
+            self.render()
+        return self.path.read_text(encoding="utf-8")
+
+    def _repr_html_(self) -> str:
+        doc = _html.escape(self.html(), quote=True)
+        return (
+            f'<iframe srcdoc="{doc}" sandbox="allow-scripts" title="bertology report" '
+            'style="width:100%;height:760px;border:1px solid #ddd;border-radius:4px"></iframe>'
+        )
+
+    def __repr__(self) -> str:
+        return f"Report({str(self.run_dir)!r})"

@@ -1,0 +1,551 @@
+"""Static matplotlib figures for the run tables.
+
+Every function here *returns* a :class:`matplotlib.figure.Figure` and has no side effects: figures are
+built with the object-oriented API on an Agg canvas (pyplot is never imported, nothing is shown, no
+global rcParams are changed), so they are safe in scripts, notebooks, worker threads and the report
+renderer alike. :func:`figure_to_svg` turns a figure into compact SVG text (text kept as ``<text>``,
+no embedded glyphs) suitable for inlining into the offline HTML report.
+
+Conventions follow the run-directory contract: attention layers are ``1..N`` and drawn top to bottom,
+heads are 0-based, representation layers are ``0`` (embeddings) ``..N``.
+"""
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import matplotlib as mpl
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import Normalize, to_rgb
+from matplotlib.figure import Figure
+
+__all__ = [
+    "METRIC_LABELS",
+    "figure_to_svg",
+    "head_heatmap",
+    "layer_curve",
+    "layer_matrix",
+    "training_curve",
+]
+
+#: Human-readable names for the metric identifiers used in the tables.
+METRIC_LABELS: dict[str, str] = {
+    "cosine": "cosine similarity",
+    "js_divergence": "JS divergence (bits)",
+    "rsa_pearson": "RSA (Pearson)",
+    "rsa_spearman": "RSA (Spearman)",
+    "cka_linear": "linear CKA",
+    "cka_debiased": "debiased CKA",
+    "loss": "loss",
+    "accuracy": "accuracy",
+    "macro_f1": "macro F1",
+}
+
+# A calm, print-friendly style applied only inside our own rc_context blocks.
+_STYLE: dict[str, Any] = {
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans", "Helvetica", "Arial"],
+    "font.size": 9.0,
+    "axes.titlesize": 10.0,
+    "axes.titleweight": "bold",
+    "axes.labelsize": 9.0,
+    "axes.edgecolor": "#444444",
+    "axes.linewidth": 0.8,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": False,
+    "grid.color": "#e3e3e3",
+    "grid.linewidth": 0.6,
+    "xtick.labelsize": 8.0,
+    "ytick.labelsize": 8.0,
+    "xtick.color": "#333333",
+    "ytick.color": "#333333",
+    "legend.fontsize": 8.0,
+    "legend.frameon": False,
+    "lines.linewidth": 1.6,
+    "lines.markersize": 4.0,
+    "figure.dpi": 100,
+    "savefig.dpi": 100,
+    "svg.fonttype": "none",
+    "axes.prop_cycle": mpl.cycler(
+        color=["#1f5aa6", "#d1495b", "#2a9d8f", "#e9a23b", "#6c4f9c", "#5c5c5c"]
+    ),
+}
+
+_MARKERS = ("o", "s", "^", "D", "v", "P")
+_SPLIT_STYLE = {"train": {"linestyle": "-", "alpha": 0.55}, "eval": {"linestyle": "-", "marker": "o"}}
+
+
+# --------------------------------------------------------------------------------------------- utils
+def _tidy_colorbar(cbar) -> None:
+    cbar.outline.set_visible(False)
+    cbar.ax.tick_params(length=2)
+    try:
+        cbar.ax.ticklabel_format(useOffset=False, style="plain")
+    except AttributeError:  # a non-scalar formatter (e.g. log norm): nothing to tidy
+        pass
+
+
+def _new_figure(figsize: tuple[float, float]) -> Figure:
+    fig = Figure(figsize=figsize, layout="constrained")
+    FigureCanvasAgg(fig)  # Agg canvas: drawing/saving never touches a GUI backend
+    return fig
+
+
+def _plain(text: Any) -> str:
+    """Make a data string safe for matplotlib text (no accidental mathtext)."""
+    return str(text).replace("$", r"\$")
+
+
+def _label(metric: Any) -> str:
+    return _plain(METRIC_LABELS.get(str(metric), str(metric)))
+
+
+def _require(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what}: missing column(s) {missing}; have {list(df.columns)}")
+
+
+def _auto_fmt(values: np.ndarray) -> str:
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return ".2f"
+    span = float(np.nanmax(np.abs(finite)))
+    if span == 0:
+        return ".2f"
+    if span < 0.01:
+        return ".1e"
+    if span < 0.1:
+        return ".3f"
+    return ".2f"
+
+
+def _ink_for(rgba: Sequence[float]) -> str:
+    r, g, b = to_rgb(rgba)
+    luminance = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    return "#111111" if luminance > 0.5 else "#ffffff"
+
+
+def _grid_heatmap(
+    ax,
+    matrix: pd.DataFrame,
+    *,
+    cmap: str,
+    vmin: float | None,
+    vmax: float | None,
+    annotate: bool | None,
+    fmt: str | None,
+    max_annotated: int = 200,
+    min_span: float | None = None,
+):
+    values = matrix.to_numpy(dtype=float)
+    finite = values[np.isfinite(values)]
+    lo = float(np.min(finite)) if finite.size else 0.0
+    hi = float(np.max(finite)) if finite.size else 1.0
+    fixed_lo, fixed_hi = vmin is not None, vmax is not None
+    vmin = lo if vmin is None else vmin
+    vmax = hi if vmax is None else vmax
+    if vmax <= vmin:
+        # Constant data (e.g. identical models). Widen away from a limit the caller fixed, so that
+        # "all cosine = 1 with vmax=1" is drawn in the colour of 1, not in the middle of the map.
+        if fixed_hi and not fixed_lo:
+            vmin = vmax - 1.0
+        elif fixed_lo and not fixed_hi:
+            vmax = vmin + 1.0
+        else:
+            vmin, vmax = vmin - 0.5, vmax + 0.5
+    if min_span is not None and vmax - vmin < min_span:
+        # Do not let the colour scale magnify differences nobody should care about (1e-5 in CKA).
+        if fixed_hi and not fixed_lo:
+            vmin = vmax - min_span
+        elif fixed_lo and not fixed_hi:
+            vmax = vmin + min_span
+        elif not (fixed_lo or fixed_hi):
+            mid = (vmin + vmax) / 2
+            vmin, vmax = mid - min_span / 2, mid + min_span / 2
+    norm = Normalize(vmin=vmin, vmax=vmax)
+    cm = mpl.colormaps[cmap].with_extremes(bad="#eeeeee")
+    n_rows, n_cols = values.shape
+    mesh = ax.pcolormesh(
+        np.ma.masked_invalid(values),
+        cmap=cm,
+        norm=norm,
+        edgecolors="white",
+        linewidth=0.6 if max(n_rows, n_cols) <= 16 else (0.3 if max(n_rows, n_cols) <= 32 else 0.0),
+    )
+    if values.size > 400:
+        mesh.set_rasterized(True)  # one small PNG instead of hundreds of SVG paths
+    ax.set_xlim(0, n_cols)
+    ax.set_ylim(n_rows, 0)  # first row on top
+    ax.set_aspect("auto")
+    for side in ("top", "right", "left", "bottom"):
+        ax.spines[side].set_visible(False)
+    ax.tick_params(length=0)
+    step_c = max(1, math.ceil(n_cols / 24))
+    step_r = max(1, math.ceil(n_rows / 24))
+    ax.set_xticks(np.arange(0, n_cols, step_c) + 0.5)
+    ax.set_xticklabels([_plain(c) for c in list(matrix.columns)[::step_c]])
+    ax.set_yticks(np.arange(0, n_rows, step_r) + 0.5)
+    ax.set_yticklabels([_plain(r) for r in list(matrix.index)[::step_r]])
+
+    if annotate is None:
+        annotate = values.size <= max_annotated
+    if annotate:
+        fmt = fmt or _auto_fmt(values)
+        size = 7.0 if max(n_rows, n_cols) <= 8 else (6.0 if max(n_rows, n_cols) <= 12 else 5.0)
+        if n_cols > 8 and fmt.startswith(".3"):
+            size -= 0.5
+        for i in range(n_rows):
+            for j in range(n_cols):
+                v = values[i, j]
+                if not np.isfinite(v):
+                    continue
+                ax.text(
+                    j + 0.5,
+                    i + 0.5,
+                    format(v, fmt),
+                    ha="center",
+                    va="center",
+                    fontsize=size,
+                    color=_ink_for(cm(norm(v))),
+                )
+    return mesh
+
+
+# ------------------------------------------------------------------------------------------- figures
+def head_heatmap(
+    df: pd.DataFrame,
+    value: str = "cosine",
+    *,
+    title: str | None = None,
+    cmap: str | None = None,
+    vmin: float | None = None,
+    vmax: float | None = None,
+    annotate: bool | None = None,
+    fmt: str | None = None,
+    colorbar_label: str | None = None,
+    min_span: float | None = None,
+) -> Figure:
+    """Heatmap of one per-head quantity: attention layers as rows (1..N, top to bottom), heads as columns.
+
+    Parameters
+    ----------
+    df
+        Long-form table with columns ``layer``, ``head`` and *value* (e.g. ``attention_change``).
+        Duplicate ``(layer, head)`` rows are averaged; missing cells are drawn light grey.
+    value
+        Column to colour by (``"cosine"``, ``"js_divergence"``, ``"importance"``, ...).
+    cmap
+        Matplotlib colormap name. Default: ``"magma"`` for ``cosine`` (low = changed = dark) and
+        ``"magma_r"`` otherwise (high = changed = dark).
+    vmin, vmax
+        Colour limits; default to the data range.
+    annotate
+        Write the value in every cell; default: only when the grid has at most 200 cells.
+    fmt
+        Format spec for annotations (default chosen from the data's magnitude).
+    min_span
+        Smallest colour range; a free limit is widened to reach it, so tiny differences between
+        almost identical models are not drawn as if they were large.
+    """
+    _require(df, ["layer", "head", value], "head_heatmap")
+    matrix = (
+        df.pivot_table(index="layer", columns="head", values=value, aggfunc="mean")
+        .sort_index(axis=0)
+        .sort_index(axis=1)
+    )
+    if matrix.empty:
+        raise ValueError("head_heatmap: the table has no rows")
+    # Show every layer/head in the range, even if a whole row/column is missing.
+    layers = range(int(matrix.index.min()), int(matrix.index.max()) + 1)
+    heads = range(int(matrix.columns.min()), int(matrix.columns.max()) + 1)
+    matrix = matrix.reindex(index=list(layers), columns=list(heads))
+    cmap = cmap or ("magma" if value == "cosine" else "magma_r")
+
+    n_rows, n_cols = matrix.shape
+    # Sized to be shown 1:1 in half of the report's column (about 4.8 in); bigger grids shrink.
+    width = min(9.0, max(3.8, 0.27 * n_cols + 1.35))
+    height = min(9.0, max(2.2, 0.27 * n_rows + 0.95))
+    with mpl.rc_context(_STYLE):
+        fig = _new_figure((width, height))
+        ax = fig.add_subplot()
+        mesh = _grid_heatmap(
+            ax, matrix, cmap=cmap, vmin=vmin, vmax=vmax, annotate=annotate, fmt=fmt,
+            min_span=min_span,
+        )
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.set_title(_plain(title) if title is not None else _label(value), loc="left")
+        cbar = fig.colorbar(mesh, ax=ax, fraction=0.06, pad=0.02, aspect=25)
+        cbar.set_label(_plain(colorbar_label) if colorbar_label else _label(value))
+        _tidy_colorbar(cbar)
+    return fig
+
+
+def layer_curve(
+    df_by_layer: pd.DataFrame,
+    *,
+    x: str = "layer",
+    y: str = "value",
+    hue: str | None = "metric",
+    facet: str | None = None,
+    err: str | None = None,
+    title: str | None = None,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    ylim: tuple[float | None, float | None] | None = None,
+    reference: float | Mapping[Any, float] | None = None,
+    hue_order: Sequence[Any] | None = None,
+    facet_order: Sequence[Any] | None = None,
+    sharey: bool = False,
+    err_clip: tuple[float, float] | None = None,
+    min_span: float | None = None,
+) -> Figure:
+    """Per-layer line plot from a long-form table.
+
+    One line per value of *hue* (e.g. the four similarity metrics on the same-layer diagonal), and
+    optionally one panel per value of *facet* (e.g. mean cosine and mean JS per layer side by side,
+    which live on different scales). *err* names a column with a symmetric spread (e.g. the std over
+    heads) drawn as a light band, clipped to *err_clip* (e.g. ``(0, 1)`` for bounded metrics).
+    *reference* draws a dashed horizontal line (e.g. ``1.0`` for "unchanged"; a mapping gives one
+    value per facet). *min_span* is the smallest y range shown, so near-identical models do not
+    look dramatically different. Duplicate ``(facet, hue, x)`` rows are averaged.
+    """
+    cols = [x, y] + [c for c in (hue, facet, err) if c is not None]
+    _require(df_by_layer, cols, "layer_curve")
+    if df_by_layer.empty:
+        raise ValueError("layer_curve: the table has no rows")
+    data = df_by_layer[cols].copy()
+    facets: list[Any] = [None]
+    if facet is not None:
+        facets = list(facet_order) if facet_order is not None else list(pd.unique(data[facet]))
+    n = len(facets)
+    width = min(9.6, 3.3 * n + 0.4) if n > 1 else 6.4
+    with mpl.rc_context(_STYLE):
+        fig = _new_figure((width, 2.9))
+        axes = fig.subplots(1, n, squeeze=False, sharey=sharey)[0]
+        for ax, fv in zip(axes, facets):
+            part = data if fv is None else data[data[facet] == fv]
+            if hue is None:
+                groups: list[tuple[Any, pd.DataFrame]] = [(None, part)]
+            else:
+                order = list(hue_order) if hue_order is not None else list(pd.unique(part[hue]))
+                groups = [(h, part[part[hue] == h]) for h in order if (part[hue] == h).any()]
+            for i, (hv, g) in enumerate(groups):
+                agg = g.groupby(x, sort=True).mean(numeric_only=True)
+                xs = agg.index.to_numpy(dtype=float)
+                ys = agg[y].to_numpy(dtype=float)
+                color = _STYLE["axes.prop_cycle"].by_key()["color"][i % 6]
+                label = _label(hv) if hv is not None else None
+                ax.plot(xs, ys, marker=_MARKERS[i % len(_MARKERS)], color=color, label=label,
+                        markersize=4.5 if i else 4.0)
+                if err is not None and err in agg:
+                    e = np.nan_to_num(agg[err].to_numpy(dtype=float))
+                    lo, hi = ys - e, ys + e
+                    if err_clip is not None:
+                        lo, hi = np.clip(lo, *err_clip), np.clip(hi, *err_clip)
+                    ax.fill_between(xs, lo, hi, color=color, alpha=0.15, linewidth=0)
+            ref = reference.get(fv) if isinstance(reference, Mapping) else reference
+            if ref is not None:
+                ax.axhline(ref, color="#999999", linewidth=0.8, linestyle="--", zorder=0)
+            ax.grid(True, axis="y")
+            ax.set_xlabel(_plain(xlabel) if xlabel is not None else _plain(x))
+            xs_all = np.sort(pd.unique(part[x].astype(float)))
+            if xs_all.size and np.allclose(xs_all, np.round(xs_all)):
+                step = max(1, math.ceil(xs_all.size / 13))  # integer layers, never crowded
+                ticks = xs_all[::step]
+                ax.set_xticks(ticks)
+                ax.set_xticklabels([str(int(v)) for v in ticks])
+            if fv is not None:
+                ax.set_title(_label(fv), loc="left")
+            if ylabel is not None:
+                ax.set_ylabel(_plain(ylabel))
+            ax.ticklabel_format(axis="y", useOffset=False, style="plain")
+            if ylim is not None:
+                ax.set_ylim(*ylim)
+            elif min_span is not None:
+                y0, y1 = ax.get_ylim()
+                if y1 - y0 < min_span:
+                    pad = 0.04 * min_span
+                    if ref is not None and ref >= y1 - pad:  # data hangs below the reference
+                        ax.set_ylim(ref - min_span, ref + pad)
+                    elif ref is not None and ref <= y0 + pad:  # data sits above the reference
+                        ax.set_ylim(ref - pad, ref + min_span)
+                    else:
+                        mid = (y0 + y1) / 2
+                        ax.set_ylim(mid - min_span / 2, mid + min_span / 2)
+            if hue is not None and len(groups) > 1:
+                # Outside the axes: lines that overlap (e.g. identical models) stay visible.
+                ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), handlelength=1.8)
+        if title is not None:
+            if n == 1 and facets[0] is None:
+                axes[0].set_title(_plain(title), loc="left")
+            else:
+                fig.suptitle(_plain(title), x=0.02, ha="left", fontsize=10, fontweight="bold")
+    return fig
+
+
+def layer_matrix(
+    df: pd.DataFrame,
+    metric: str,
+    *,
+    title: str | None = None,
+    cmap: str = "viridis",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    annotate: bool | None = None,
+    fmt: str | None = None,
+    base_label: str = "base layer",
+    tuned_label: str = "tuned layer",
+    min_span: float | None = None,
+) -> Figure:
+    """``layer_base`` x ``layer_tuned`` heatmap of one metric from ``representation_similarity``.
+
+    Rows are base layers (0 = embeddings, top), columns are tuned layers; the diagonal is
+    "same layer". Duplicate cells (e.g. several seeds) are averaged. *min_span* as in
+    :func:`head_heatmap`.
+    """
+    _require(df, ["layer_base", "layer_tuned", "metric", "value"], "layer_matrix")
+    sub = df[df["metric"] == metric]
+    if sub.empty:
+        raise ValueError(f"layer_matrix: no rows with metric == {metric!r}")
+    matrix = (
+        sub.pivot_table(index="layer_base", columns="layer_tuned", values="value", aggfunc="mean")
+        .sort_index(axis=0)
+        .sort_index(axis=1)
+    )
+    n_rows, n_cols = matrix.shape
+    side = min(4.1, max(3.0, 0.36 * max(n_rows, n_cols) + 1.2))
+    with mpl.rc_context(_STYLE):
+        fig = _new_figure((side + 0.75, side))
+        ax = fig.add_subplot()
+        mesh = _grid_heatmap(
+            ax, matrix, cmap=cmap, vmin=vmin, vmax=vmax, annotate=annotate, fmt=fmt,
+            max_annotated=170, min_span=min_span,
+        )
+        ax.set_aspect("equal")
+        ax.set_xlabel(_plain(tuned_label))
+        ax.set_ylabel(_plain(base_label))
+        ax.set_title(_plain(title) if title is not None else _label(metric), loc="left")
+        cbar = fig.colorbar(mesh, ax=ax, fraction=0.05, pad=0.03, aspect=25, shrink=0.9)
+        cbar.set_label(_label(metric))
+        _tidy_colorbar(cbar)
+    return fig
+
+
+def training_curve(
+    df_finetune: pd.DataFrame,
+    *,
+    metrics: Sequence[str] | None = None,
+    x: str = "step",
+    title: str | None = None,
+) -> Figure:
+    """Fine-tuning curves: one panel per metric, one line per split (train faint, eval with markers).
+
+    *df_finetune* has columns ``step, epoch, split, metric, value``. *metrics* picks and orders the
+    panels (default: ``loss`` first, then the rest in table order; at most six).
+    """
+    _require(df_finetune, [x, "split", "metric", "value"], "training_curve")
+    if df_finetune.empty:
+        raise ValueError("training_curve: the table has no rows")
+    present = list(pd.unique(df_finetune["metric"]))
+    if metrics is None:
+        metrics = (["loss"] if "loss" in present else []) + [m for m in present if m != "loss"]
+    metrics = [m for m in metrics if m in present][:6]
+    if not metrics:
+        raise ValueError("training_curve: none of the requested metrics are in the table")
+    n = len(metrics)
+    ncols = min(n, 3)
+    nrows = math.ceil(n / ncols)
+    with mpl.rc_context(_STYLE):
+        fig = _new_figure((min(9.6, 3.0 * ncols + 0.4), 2.6 * nrows))
+        axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+        colors = {"train": "#1f5aa6", "eval": "#d1495b"}
+        for ax, metric in zip(axes, metrics):
+            part = df_finetune[df_finetune["metric"] == metric]
+            for k, split in enumerate(pd.unique(part["split"])):
+                g = part[part["split"] == split].groupby(x, sort=True)["value"].mean()
+                style = dict(_SPLIT_STYLE.get(str(split), {"linestyle": "--"}))
+                ax.plot(
+                    g.index.to_numpy(dtype=float),
+                    g.to_numpy(dtype=float),
+                    color=colors.get(str(split), _STYLE["axes.prop_cycle"].by_key()["color"][(k + 2) % 6]),
+                    label=_plain(split),
+                    **style,
+                )
+            ax.set_title(_label(metric), loc="left")
+            ax.set_xlabel(_plain(x))
+            ax.grid(True, axis="y")
+            if part["split"].nunique() > 1 or ax is axes[0]:
+                ax.legend(loc="best")
+        for ax in axes[n:]:
+            ax.set_visible(False)
+        if title is not None:
+            fig.suptitle(_plain(title), x=0.02, ha="left", fontsize=10, fontweight="bold")
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------- SVG
+_PROLOG = re.compile(r"^\s*<\?xml[^>]*\?>\s*(<!DOCTYPE[^>]*>\s*)?", re.DOTALL)
+_ID = re.compile(r'\bid="([^"]+)"')
+_REF = re.compile(r'(url\(#|href="#)([^")]+)')
+_NO_ROTATE = re.compile(r' transform="rotate\(-?0 [-0-9.e]+ [-0-9.e]+\)"')
+_GEOM_ATTR = re.compile(r'(\s(?:d|x|y|x1|x2|y1|y2|width|height|transform|points)=")([^"]*)"')
+_DECIMALS = re.compile(r"(\d\.\d{2})\d+")
+_SAFE_PREFIX = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def figure_to_svg(
+    fig: Figure,
+    *,
+    id_prefix: str | None = None,
+    standalone: bool = True,
+    metadata: Mapping[str, Any] | None = None,
+) -> str:
+    """Serialise *fig* to SVG text and close it.
+
+    Text stays text (``svg.fonttype='none'``), so files are small and searchable. With *id_prefix*
+    every element id (and every reference to it) is prefixed, so several SVGs can be inlined into one
+    HTML document without id clashes, and the output is deterministic (no random hash salt, no date).
+    With ``standalone=False`` the XML prolog and DOCTYPE are dropped (what HTML inlining wants).
+    """
+    # Fonts are resolved at save time: use our short family list, not matplotlib's long default.
+    rc = {"svg.fonttype": "none", "font.sans-serif": _STYLE["font.sans-serif"]}
+    if id_prefix is not None:
+        rc["svg.hashsalt"] = id_prefix  # deterministic clip-path/marker ids
+    meta = {"Date": None, "Creator": None, "Format": None, "Type": None}
+    if metadata:
+        meta.update(metadata)
+    buf = io.StringIO()
+    try:
+        with mpl.rc_context(rc):
+            # dpi only affects rasterised parts (colour bars, very large grids): keep them crisp.
+            fig.savefig(buf, format="svg", metadata=meta, dpi=200)
+    finally:
+        _close(fig)
+    svg = _NO_ROTATE.sub("", buf.getvalue())
+    # 0.01 pt is far below what any screen or printer resolves; trims ~25% off the file.
+    svg = _GEOM_ATTR.sub(lambda m: m.group(1) + _DECIMALS.sub(r"\1", m.group(2)) + '"', svg)
+    if id_prefix is not None:
+        prefix = _SAFE_PREFIX.sub("-", id_prefix).strip("-") or "fig"
+        svg = _ID.sub(lambda m: f'id="{prefix}-{m.group(1)}"', svg)
+        svg = _REF.sub(lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", svg)
+    if not standalone:
+        svg = _PROLOG.sub("", svg, count=1)
+    return svg
+
+
+def _close(fig: Figure) -> None:
+    """Release *fig*; only touches pyplot if the figure is managed by it."""
+    if getattr(fig.canvas, "manager", None) is not None:
+        import matplotlib.pyplot as plt  # already imported by whoever created a managed figure
+
+        plt.close(fig)
+    else:
+        fig.clear()
