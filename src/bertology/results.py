@@ -20,6 +20,8 @@ import pandas as pd
 from bertology.errors import BertologyError
 
 MANIFEST = "manifest.json"
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 @dataclass
@@ -41,6 +43,7 @@ def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the file the usual permissions
     try:
         write(Path(tmp))
         os.replace(tmp, path)

@@ -31,7 +31,15 @@ def quiet_libraries() -> None:
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from rich.logging import RichHandler
+
+    # Log through the same console as the progress bars so lines never print over a bar.
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(message)s",
+        handlers=[RichHandler(console=console, show_path=False, show_time=False, markup=False)],
+        force=True,
+    )
 
 
 def user_errors(func: F) -> F:
