@@ -45,16 +45,14 @@ class AttentionChange(Analysis):
         return {"pad_to": self.pad_length} if self.mode == "padded" else {}
 
     def update(self, batch: PairBatch) -> None:
-        rows = batch.mask.to(batch.base.attentions[1].dtype)  # [B, T] real query rows
-        pair_mask = rows[:, None, :, None] * rows[:, None, None, :]  # [B, 1, T, T]
-        n_rows = rows.sum(-1)[:, None]  # [B, 1]
+        rows = batch.mask.to(batch.base.attentions[1].dtype)[:, None, :]  # [B, 1, T] real query rows
+        n_rows = rows.sum(-1).double()  # [B, 1]
         for layer in range(1, self.num_layers + 1):
             a, b = batch.base.attentions[layer], batch.tuned.attentions[layer]  # [B, H, T, T]
-            if self.mode == "cropped":
-                cos = map_cosine(a * pair_mask, b * pair_mask)  # zero rows/cols outside the real tokens
-            else:
-                cos = map_cosine(a, b)
-            js_rows = js_divergence(a, b) * rows[:, None, :]  # [B, H, T]; padding rows zeroed
+            # Padding keys get exactly zero attention (masked softmax), so dropping the padding
+            # query rows crops the maps to the real tokens without copying them.
+            cos = map_cosine(a, b, rows if self.mode == "cropped" else None)
+            js_rows = js_divergence(a, b).double() * rows  # [B, H, T]; padding rows zeroed
             js = js_rows.sum(-1) / n_rows
             self.cos_sum[layer - 1] += cos.sum(0).cpu().numpy()
             self.cos_sq[layer - 1] += (cos**2).sum(0).cpu().numpy()
