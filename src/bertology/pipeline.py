@@ -24,6 +24,13 @@ from bertology.results import Result, RunDirectory, now_iso, package_versions, r
 
 logger = logging.getLogger(__name__)
 
+#: Counts in ``Corpus.stats`` of input rows the loader dropped, and how the report words them.
+DROPPED_WHILE_READING = {
+    "n_empty_text": "rows with an empty text were dropped",
+    "n_no_gold_label": "rows without a gold label ('-') were dropped",
+    "n_without_heads": "sentences without dependency heads were read without trees",
+}
+
 
 @dataclass
 class CompareRun:
@@ -125,9 +132,9 @@ def compare(
         warnings.append(f"{enc['n_skipped_overlong']} of {enc['n_input']} examples were longer than {max_length} tokens and were skipped.")
     if enc["n_truncated"]:
         warnings.append(f"{enc['n_truncated']} of {enc['n_input']} examples were truncated to {max_length} tokens.")
-    for key, value in corpus.stats.items():
-        if key.startswith("n_") and value:
-            warnings.append(f"While reading the data: {key[2:].replace('_', ' ')} = {value}.")
+    for key, what in DROPPED_WHILE_READING.items():
+        if corpus.stats.get(key):
+            warnings.append(f"While reading the data, {corpus.stats[key]} {what}.")
 
     if todo:
         _extract(pair, encoded, todo, config, progress)

@@ -95,7 +95,7 @@ def load_corpus(
         source, default_name = str(path), path.stem
     if not examples:
         raise BertologyError(f"{source} has no examples{_dropped_note(stats)}.")
-    if limit is not None:
+    if limit is not None and len(examples) > limit:
         stats["n_before_limit"] = len(examples)
         stats["limited_to"] = limit
         examples = examples[:limit]
