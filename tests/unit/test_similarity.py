@@ -93,3 +93,15 @@ def test_rsa_identity_and_rotation():
 def test_mismatched_rows_raise():
     with pytest.raises(ValueError):
         linear_cka(_rand(5, 2, 0), _rand(6, 2, 0))
+
+
+def test_cka_grid_equals_pairwise_calls():
+    from bertology.metrics.similarity import cka_grid
+
+    xs = [_rand(20, 4, s) for s in range(3)]
+    ys = [_rand(20, 6, s + 10) for s in range(2)]
+    grid = cka_grid(xs, ys)
+    for i, x in enumerate(xs):
+        for j, y in enumerate(ys):
+            assert grid["cka_linear"][i, j] == pytest.approx(linear_cka(x, y), rel=1e-12)
+            assert grid["cka_debiased"][i, j] == pytest.approx(debiased_cka(x, y), rel=1e-12)

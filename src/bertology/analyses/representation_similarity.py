@@ -15,7 +15,7 @@ import pandas as pd
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
-from bertology.metrics.similarity import debiased_cka, linear_cka, rsa_signatures
+from bertology.metrics.similarity import cka_grid, rsa_signatures
 from bertology.results import Result
 
 METRICS = ("rsa_pearson", "rsa_spearman", "cka_linear", "cka_debiased")
@@ -102,15 +102,15 @@ class RepresentationSimilarity(Analysis):
         n = len(self.keys)
         sig_b = [rsa_signatures(x) for x in self.base]
         sig_t = [rsa_signatures(y) for y in self.tuned]
+        cka = cka_grid(self.base, self.tuned)
         records = []
         for lb in range(self.num_layers + 1):
             for lt in range(self.num_layers + 1):
-                x, y = self.base[lb], self.tuned[lt]
                 values = {
                     "rsa_pearson": float(sig_b[lb]["pearson"] @ sig_t[lt]["pearson"]),
                     "rsa_spearman": float(sig_b[lb]["spearman"] @ sig_t[lt]["spearman"]),
-                    "cka_linear": linear_cka(x, y),
-                    "cka_debiased": debiased_cka(x, y),
+                    "cka_linear": float(cka["cka_linear"][lb, lt]),
+                    "cka_debiased": float(cka["cka_debiased"][lb, lt]),
                 }
                 for metric in METRICS:
                     records.append((lb, lt, metric, values[metric], n, self.seed))

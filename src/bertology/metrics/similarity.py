@@ -35,9 +35,17 @@ def linear_cka(x: np.ndarray, y: np.ndarray) -> float:
     """Linear CKA (Kornblith et al. 2019): ||Y'X||_F^2 / (||X'X||_F ||Y'Y||_F) on centred features."""
     x, y = center(x), center(y)
     _check_pair(x, y)
-    cross = np.linalg.norm(y.T @ x, "fro") ** 2
-    denom = np.linalg.norm(x.T @ x, "fro") * np.linalg.norm(y.T @ y, "fro")
-    return float(cross / denom) if denom > 0 else float("nan")
+    return _cka_from_terms(_linear_hsic(x, y), _linear_hsic(x, x), _linear_hsic(y, y))
+
+
+def _linear_hsic(x: np.ndarray, y: np.ndarray) -> float:
+    """||Y'X||_F^2 for centred X, Y: the (unnormalised) biased linear HSIC."""
+    return float(np.linalg.norm(y.T @ x, "fro") ** 2)
+
+
+def _cka_from_terms(xy: float, xx: float, yy: float) -> float:
+    denom = np.sqrt(xx * yy) if xx > 0 and yy > 0 else 0.0
+    return float(xy / denom) if denom > 0 else float("nan")
 
 
 def _hsic_unbiased_terms(x: np.ndarray, y: np.ndarray) -> float:
@@ -66,11 +74,23 @@ def debiased_cka(x: np.ndarray, y: np.ndarray) -> float:
     """
     x, y = center(x), center(y)
     _check_pair(x, y)
-    xy = _hsic_unbiased_terms(x, y)
-    xx = _hsic_unbiased_terms(x, x)
-    yy = _hsic_unbiased_terms(y, y)
-    denom = np.sqrt(xx * yy) if xx > 0 and yy > 0 else 0.0
-    return float(xy / denom) if denom > 0 else float("nan")
+    return _cka_from_terms(_hsic_unbiased_terms(x, y), _hsic_unbiased_terms(x, x), _hsic_unbiased_terms(y, y))
+
+
+def cka_grid(xs: list[np.ndarray], ys: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """Linear and debiased CKA for every pair (xs[i], ys[j]), computing each layer's self terms once."""
+    xs = [center(x) for x in xs]
+    ys = [center(y) for y in ys]
+    self_lin = ([_linear_hsic(x, x) for x in xs], [_linear_hsic(y, y) for y in ys])
+    self_deb = ([_hsic_unbiased_terms(x, x) for x in xs], [_hsic_unbiased_terms(y, y) for y in ys])
+    lin = np.empty((len(xs), len(ys)))
+    deb = np.empty((len(xs), len(ys)))
+    for i, x in enumerate(xs):
+        for j, y in enumerate(ys):
+            _check_pair(x, y)
+            lin[i, j] = _cka_from_terms(_linear_hsic(x, y), self_lin[0][i], self_lin[1][j])
+            deb[i, j] = _cka_from_terms(_hsic_unbiased_terms(x, y), self_deb[0][i], self_deb[1][j])
+    return {"cka_linear": lin, "cka_debiased": deb}
 
 
 def cosine_similarity_upper(x: np.ndarray) -> np.ndarray:
