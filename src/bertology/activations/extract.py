@@ -21,8 +21,12 @@ logger = logging.getLogger(__name__)
 
 
 def length_batches(items: Sequence[EncodedExample], batch_size: int) -> list[list[EncodedExample]]:
-    """Group examples of similar length (stable sort by length, then consecutive chunks)."""
-    order = sorted(range(len(items)), key=lambda i: len(items[i]))
+    """Group examples of similar length, longest batches first.
+
+    Longest-first means the widest batch's buffers are allocated once and reused by the shorter ones
+    (memory stays flat in corpus size) and an out-of-memory error shows up at the first batch.
+    """
+    order = sorted(range(len(items)), key=lambda i: -len(items[i]))
     return [[items[i] for i in order[s : s + batch_size]] for s in range(0, len(order), batch_size)]
 
 

@@ -51,22 +51,34 @@ class RepresentationSimilarity(Analysis):
         self.base: list[np.ndarray] | None = None  # per layer [k, hidden] float32
         self.tuned: list[np.ndarray] | None = None
         self.n_seen = 0
+        self._pending: list[tuple] = []
+        self._n_pending = 0
 
     def params(self) -> dict:
         return {"n_tokens": self.n_tokens, "seed": self.seed, "tokens": "content (no special, no padding)",
                 "num_layers": self.num_layers}
 
     def _keep(self, keys, ids, base, tuned) -> None:
-        if self.base is not None:
-            keys = np.concatenate([self.keys, keys])
-            ids = np.concatenate([self.ids, ids])
-            base = [np.concatenate([a, b]) for a, b in zip(self.base, base)]
-            tuned = [np.concatenate([a, b]) for a, b in zip(self.tuned, tuned)]
+        """Queue candidate tokens; they are merged into the bottom-k sample in :meth:`_flush`."""
+        self._pending.append((keys, ids, base, tuned))
+        self._n_pending += len(keys)
+        if self._n_pending >= self.n_tokens:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Merge queued candidates into the sample (one concatenation per ``n_tokens`` candidates)."""
+        if not self._pending:
+            return
+        parts = ([(self.keys, self.ids, self.base, self.tuned)] if self.base is not None else []) + self._pending
+        keys = np.concatenate([p[0] for p in parts])
+        ids = np.concatenate([p[1] for p in parts])
         # Tie-break on (example, position) so the sample is a pure function of the keys.
         order = np.lexsort((ids[:, 1], ids[:, 0], keys))[: self.n_tokens]
         self.keys, self.ids = keys[order], ids[order]
-        self.base = [x[order] for x in base]
-        self.tuned = [x[order] for x in tuned]
+        n_layers = len(parts[0][2])
+        self.base = [np.concatenate([p[2][l] for p in parts])[order] for l in range(n_layers)]
+        self.tuned = [np.concatenate([p[3][l] for p in parts])[order] for l in range(n_layers)]
+        self._pending, self._n_pending = [], 0
 
     def update(self, batch: PairBatch) -> None:
         rows, cols = batch.content.nonzero(as_tuple=True)
@@ -75,7 +87,8 @@ class RepresentationSimilarity(Analysis):
         rows_np, cols_np = rows.cpu().numpy(), cols.cpu().numpy()
         example = batch.example_indices[rows_np]
         keys = token_keys(self.seed, example, cols_np)
-        # Only tokens that could enter the current bottom-k are gathered.
+        # Only tokens that could enter the current bottom-k are gathered (the threshold is the
+        # largest kept key; queued candidates only make it conservative, never wrong).
         if len(self.keys) >= self.n_tokens:
             cand = np.nonzero(keys <= self.keys[-1])[0]
         else:
@@ -91,12 +104,22 @@ class RepresentationSimilarity(Analysis):
 
     def merge(self, other: "RepresentationSimilarity") -> "RepresentationSimilarity":
         self._check_mergeable(other)
+        other._flush()
         if other.base is not None:
             self._keep(other.keys, other.ids, other.base, other.tuned)
+        self._flush()
         self.n_seen += other.n_seen
         return self
 
+    def token_sample(self) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+        """The sampled tokens so far: ``(ids [k, 2] = (example, position), base layers, tuned layers)``."""
+        self._flush()
+        if self.base is None:
+            return self.ids, [], []
+        return self.ids, self.base, self.tuned
+
     def compute(self) -> Result:
+        self._flush()
         if self.base is None or len(self.keys) < 4:
             raise ValueError("representation_similarity needs at least 4 content tokens")
         n = len(self.keys)
