@@ -75,7 +75,7 @@ def _finetune_cached(config: FinetuneConfig, train: Corpus, heldout: Corpus, pro
 def run_demo(
     out: str | Path = "runs/demo",
     *,
-    epochs: float = 2.0,
+    epochs: float = 1.0,
     heldout_fraction: float = 0.2,
     compare_examples: int = 500,
     seed: int = 0,

@@ -153,7 +153,7 @@ def env_command(as_json: bool = typer.Option(False, "--json", help="Print JSON."
 @user_errors
 def demo_command(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="Run directory; the fine-tuned model is cached in OUT-model."),
-    epochs: float = typer.Option(2.0, "--epochs", help="Fine-tuning epochs."),
+    epochs: float = typer.Option(1.0, "--epochs", help="Fine-tuning epochs (1 keeps the demo within minutes on a CPU)."),
     compare_examples: int = typer.Option(500, "--compare-examples", help="Held-out sentences to compare base and tuned on."),
     seed: int = typer.Option(0, "--seed"),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different run already in --out."),
