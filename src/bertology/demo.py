@@ -7,19 +7,16 @@ reused while the fine-tuning settings are unchanged.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
 
 from bertology.assets import POLARITY_CITATION, fetch_polarity
 from bertology.config import CompareConfig, DataConfig, FinetuneConfig
 from bertology.data.corpus import Corpus
 from bertology.pipeline import CompareRun, compare
-from bertology.results import Result, RunDirectory, now_iso, package_versions, read_table, write_table
+from bertology.results import Result
+from bertology.training.run import finetune_to_dir
 
 logger = logging.getLogger(__name__)
 
@@ -40,36 +37,6 @@ def split_heldout(corpus: Corpus, fraction: float, seed: int) -> tuple[Corpus, C
     labels = [ex.label for ex in corpus]
     train_idx, held_idx = train_test_split(idx, test_size=fraction, random_state=seed, stratify=labels)
     return corpus.subset(sorted(train_idx), corpus.name + "-train"), corpus.subset(sorted(held_idx), corpus.name + "-heldout")
-
-
-def _finetune_cached(config: FinetuneConfig, train: Corpus, heldout: Corpus, progress: bool) -> tuple[Path, pd.DataFrame, dict, bool]:
-    """Fine-tune, or reuse the model in ``config.out`` when it was trained with the same settings and data."""
-    from bertology.training.finetune import finetune
-
-    key = hashlib.sha256(
-        json.dumps([config.to_dict(), train.fingerprint(), heldout.fingerprint()], sort_keys=True, default=str).encode()
-    ).hexdigest()[:16]
-    run_dir = RunDirectory(config.out)
-    old = run_dir.read_manifest()
-    model_dir = Path(config.out) / "model"
-    if old and old.get("fingerprint") == key and (model_dir / "config.json").exists() and run_dir.has_table("finetune"):
-        logger.info("reusing the fine-tuned model in %s", model_dir)
-        return model_dir, read_table(config.out, "finetune"), old.get("metrics", {}), True
-    run_dir.prepare("finetune", key, overwrite=True)
-    result = finetune(config, train, heldout, progress=progress)
-    write_table(config.out, "finetune", result.table)
-    run_dir.write_manifest(
-        {
-            "kind": "finetune",
-            "fingerprint": key,
-            "created": now_iso(),
-            "config": config.to_dict(),
-            "result": result.describe(),
-            "metrics": result.metrics,
-            "packages": package_versions(),
-        }
-    )
-    return Path(result.model_dir), result.table, result.metrics, False
 
 
 def run_demo(
@@ -96,7 +63,9 @@ def run_demo(
         epochs=epochs,
         seed=seed,
     )
-    model_dir, ft_table, metrics, reused = _finetune_cached(ft_config, train, heldout, progress)
+    # The cache folder belongs to the demo: a run with other settings is replaced, an identical one reused.
+    ft = finetune_to_dir(ft_config, train, heldout, overwrite=True, progress=progress)
+    model_dir, ft_table, metrics, reused = ft.model_dir, ft.table, ft.metrics, ft.reused
     cmp_config = CompareConfig(
         base="minilm",
         tuned=str(model_dir),

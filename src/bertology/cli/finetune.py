@@ -6,9 +6,6 @@ Writes, under ``--out``: ``model/`` (Hugging Face folder, safetensors), ``tables
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -16,33 +13,6 @@ import typer
 
 from bertology.cli.app import app, console, user_errors
 from bertology.config import DataConfig, FinetuneConfig
-
-KIND = "finetune"
-
-
-def run_fingerprint(config: FinetuneConfig, train, evaluation=None) -> str:
-    """Identity of a run: every setting that changes the numbers (not ``out``), the data and the base weights.
-
-    Equal fingerprints mean the run in ``--out`` can be reused instead of trained again.
-    """
-    from bertology.models.loading import resolve_model, weights_fingerprint
-
-    d = config.to_dict()
-    d.pop("out", None)
-    source, where = resolve_model(config.model)
-    weights = weights_fingerprint(where) if source != "hub" else None
-    parts = [d, train.fingerprint(), evaluation.fingerprint() if evaluation is not None else None, weights or where]
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _device_info(device: str) -> dict:
-    import torch
-
-    info = {"requested": device, "cuda_available": torch.cuda.is_available(), "torch_threads": torch.get_num_threads()}
-    if torch.cuda.is_available():
-        info["cuda_device"] = torch.cuda.get_device_name(0)
-    return info
-
 
 def _summary(metrics: dict, n_train, model_dir, wall, reused: bool = False) -> str:
     line = (
@@ -82,9 +52,7 @@ def finetune_command(
 ) -> None:
     """Fine-tune a sequence classifier (single sentences or sentence pairs) and save it with its metrics."""
     from bertology.data.loaders import load_corpus
-    from bertology.models.loading import weights_fingerprint
-    from bertology.results import RunDirectory, now_iso, package_versions, write_table
-    from bertology.training.finetune import finetune
+    from bertology.training.run import finetune_to_dir
 
     config = FinetuneConfig(
         model=model,
@@ -113,55 +81,9 @@ def finetune_command(
     train = load_corpus(data, **columns)
     evaluation = load_corpus(eval_data, **columns) if eval_data else None
 
-    run_dir = RunDirectory(out)
-    fingerprint = run_fingerprint(config, train, evaluation)
-    identical = run_dir.prepare(KIND, fingerprint, overwrite=overwrite)
-    if identical and not overwrite:
-        old = run_dir.read_manifest() or {}
-        model_dir = run_dir.path / "model"
-        if (model_dir / "config.json").exists() and run_dir.has_table(KIND) and old.get("metrics"):
-            console.print(f"{run_dir.path} already holds this exact run; reusing it (pass --overwrite to train again).")
-            typer.echo(_summary(old["metrics"], old.get("result", {}).get("n_train"), model_dir, 0.0, reused=True))
-            return
-
-    result = finetune(config, train, evaluation, progress=True)
-    write_table(run_dir.path, KIND, result.table)
-    tables = [KIND]
-    if result.predictions is not None:
-        write_table(run_dir.path, "finetune_predictions", result.predictions)
-        tables.append("finetune_predictions")
-
-    details = result.describe()
-    tokenisation = details.get("tokenisation", {})
-    warnings = [
-        f"{enc['n_truncated']} of {enc['n_input']} {split} examples were truncated to {enc['max_length']} tokens."
-        for split, enc in tokenisation.items()
-        if enc.get("n_truncated")
-    ]
-    manifest = {
-        "kind": KIND,
-        "fingerprint": fingerprint,
-        "bertology_version": package_versions().get("bertology"),
-        "created": now_iso(),
-        "command": " ".join(sys.argv) if sys.argv else None,
-        "config": config.to_dict(),
-        "seed": seed,
-        "device": _device_info(device),
-        "dtype": "float32",
-        "attn_implementation": "eager",
-        "packages": package_versions(),
-        "models": {
-            "base": details.pop("base_model", None),
-            "tuned": {"path": str(result.model_dir), "weights_sha256": weights_fingerprint(result.model_dir)},
-        },
-        "data": {"train": train.describe(), "eval": evaluation.describe() if evaluation is not None else None},
-        "result": details,
-        "metrics": result.metrics,
-        "tables": tables,
-        "warnings": warnings,
-        "wall_time_s": round(result.wall_time_s, 3),
-    }
-    run_dir.write_manifest(manifest)
-    for w in warnings:
+    run = finetune_to_dir(config, train, evaluation, overwrite=overwrite, retrain=overwrite, progress=True)
+    if run.reused:
+        console.print(f"{run.out} already holds this exact run; reusing it (pass --overwrite to train again).")
+    for w in run.warnings:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
-    typer.echo(_summary(result.metrics, result.n_train, result.model_dir, result.wall_time_s))
+    typer.echo(_summary(run.metrics, run.n_train, run.model_dir, run.wall_time_s, reused=run.reused))
