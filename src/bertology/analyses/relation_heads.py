@@ -1,0 +1,277 @@
+"""Which heads attend to a word's syntactic head (or dependent)? Clark et al. 2019, §4.2.
+
+For every attention head and every gold dependency ``d -> g`` (``g`` the head word of ``d``) the head
+"predicts" a relation by an argmax over word-level attention (special tokens and the word itself left
+out); accuracy is counted per relation (the full CoNLL-U DEPREL as in the file, e.g. ``nmod:poss``;
+sub-types are not folded into their universal relation) and per direction:
+
+``dep->head``
+    the word most attended *from* ``d`` is ``g``: ``argmax_{w != d} att[d, w] == g``.
+``head->dep``
+    ``reverse="transpose"`` (default, Clark's ``head<-dep``: their code transposes the map and takes
+    the row argmax): the word that attends most *to* ``d`` is ``g``: ``argmax_{w != d} att[w, d] == g``.
+    ``reverse="row"``: the word most attended from ``g`` is ``d``: ``argmax_{w != g} att[g, w] == d``
+    (a head with k dependents can get at most one of them right, so accuracy is capped).
+
+The relation ``all`` aggregates every scored pair. Root words (head 0) are not pairs and are left
+out of every relation including ``all``; Clark's ``all`` counts each root word as a miss, so their
+figure is ours times ``n / (n + n_root)`` (``n_root`` is in the provenance).
+
+Word-level attention follows Clark: attention *to* a word sums its pieces, *from* a word averages
+them (:func:`bertology.data.align.word_attention`, ``to_method``/``from_method``). A word without
+tokens, and for a truncated example the last word present (it may be cut), are not candidates and
+their pairs are not scored (counted as ``n_pairs_unscored``). Only first-segment tokens are used.
+
+Fixed-offset baseline: for each offset ``k`` (``offsets``, default -3..2 as in Clark, 0 skipped)
+predict the head ``g = d + k`` (``dep->head``; with ``reverse="transpose"`` also ``head->dep``, which
+predicts the same thing) or the dependent ``d = g + k`` (``head->dep`` with ``reverse="row"``);
+positions outside the sentence are misses (Clark clamps them to the root / the last word). The table
+reports the best offset per (relation, direction) and its accuracy. Clark's special case for
+possessives followed by ``'s`` is not applied.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bertology.activations.batch import PairBatch
+from bertology.analyses.base import Analysis
+from bertology.data.align import Pooling, word_attention
+from bertology.data.corpus import Corpus
+from bertology.results import Result
+
+MODELS = ("base", "tuned")
+DIRECTIONS = ("dep->head", "head->dep")
+ALL = "all"
+
+
+class RelationHeads(Analysis):
+    """Per head and relation: how often the argmax of word-level attention hits the gold head/dependent."""
+
+    name = "relation_heads"
+    requires = frozenset({"attentions"})
+
+    def __init__(
+        self,
+        corpus: Corpus,
+        num_layers: int,
+        num_heads: int,
+        to_method: Pooling = "sum",
+        from_method: Pooling = "mean",
+        offsets: Iterable[int] = range(-3, 3),
+        min_count: int = 20,
+        reverse: Literal["transpose", "row"] = "transpose",
+    ):
+        if reverse not in ("transpose", "row"):
+            raise ValueError(f"reverse must be 'transpose' or 'row', not {reverse!r}")
+        if min_count < 1:
+            raise ValueError(f"min_count must be at least 1, not {min_count}")
+        self.corpus = corpus
+        self.num_layers, self.num_heads = int(num_layers), int(num_heads)
+        self.to_method, self.from_method = to_method, from_method
+        self.offsets = tuple(int(k) for k in offsets if int(k) != 0)
+        if not self.offsets:
+            raise ValueError("offsets must contain at least one non-zero offset")
+        self.min_count = int(min_count)
+        self.reverse = reverse
+        self.relations: list[str] = []  # relation names, index = first axis of the accumulators
+        self._rel_index: dict[str, int] = {}
+        L, H, K = self.num_layers, self.num_heads, len(self.offsets)
+        self.correct = np.zeros((0, len(MODELS), len(DIRECTIONS), L, H), dtype=np.int64)
+        self.baseline_correct = np.zeros((0, len(DIRECTIONS), K), dtype=np.int64)
+        self.n = np.zeros(0, dtype=np.int64)
+        self.n_examples = 0
+        self.n_skipped_no_tree = 0
+        self.n_root = 0
+        self.n_pairs_unscored = 0
+        self._relation(ALL)
+
+    def params(self) -> dict:
+        return {
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "to_method": self.to_method,
+            "from_method": self.from_method,
+            "offsets": list(self.offsets),
+            "min_count": self.min_count,
+            "reverse": self.reverse,
+            "relation_label": "full deprel",
+            "exclude": "special tokens, self",
+        }
+
+    # ------------------------------------------------------------------------------ accumulation
+    def _relation(self, name: str) -> int:
+        idx = self._rel_index.get(name)
+        if idx is None:
+            idx = len(self.relations)
+            self.relations.append(name)
+            self._rel_index[name] = idx
+            self.correct = np.concatenate([self.correct, np.zeros((1,) + self.correct.shape[1:], np.int64)])
+            self.baseline_correct = np.concatenate(
+                [self.baseline_correct, np.zeros((1,) + self.baseline_correct.shape[1:], np.int64)]
+            )
+            self.n = np.concatenate([self.n, np.zeros(1, np.int64)])
+        return idx
+
+    def _pairs(self, item, T: int):
+        """Gold pairs of one example that can be scored, the candidate mask and the token word ids."""
+        ex = self.corpus[item.index]
+        if ex.heads is None or ex.deprels is None:
+            return None
+        W = len(ex.words) if ex.words is not None else len(ex.heads)
+        wid = np.where(np.asarray(item.segment)[:T] == 0, np.asarray(item.word_ids)[:T], -1)
+        if wid.size and wid.max() >= W:
+            raise ValueError(
+                f"example {item.index}: token word id {int(wid.max())} but the corpus example has {W} words; "
+                "pass the corpus that was encoded"
+            )
+        present = np.bincount(wid[wid >= 0], minlength=W) > 0
+        if getattr(item, "truncated", False) and present.any():
+            present[int(wid.max())] = False  # the last word present may have lost pieces
+        heads = np.asarray(ex.heads, dtype=np.int64)
+        dep = np.flatnonzero(heads > 0)
+        self.n_root += int((heads == 0).sum())
+        gov = heads[dep] - 1
+        ok = present[dep] & present[gov]
+        self.n_pairs_unscored += int((~ok).sum())
+        dep, gov = dep[ok], gov[ok]
+        rels = [ex.deprels[i] for i in dep]
+        return wid, W, present, dep, gov, rels
+
+    def _hits(self, att: torch.Tensor, wid: np.ndarray, W: int, present: np.ndarray, dep, gov) -> np.ndarray:
+        """``att`` ``[L, H, T, T]`` -> bool ``[2 directions, L, H, P]``."""
+        A = word_attention(att.double(), wid, self.to_method, self.from_method, n_words=W)  # [L, H, W, W]
+        absent = torch.as_tensor(~present)
+        A = A.masked_fill(absent[:, None] | absent[None, :] | torch.eye(W, dtype=torch.bool), float("-inf"))
+        from_d = A.argmax(-1).numpy()  # [L, H, W]: word most attended from each word
+        dep_head = from_d[:, :, dep] == gov
+        if self.reverse == "transpose":
+            to_d = A.argmax(-2).numpy()  # [L, H, W]: word attending most to each word
+            head_dep = to_d[:, :, dep] == gov
+        else:
+            head_dep = from_d[:, :, gov] == dep
+        return np.stack([dep_head, head_dep])
+
+    def update(self, batch: PairBatch) -> None:
+        L = self.num_layers
+        for b, item in enumerate(batch.items):
+            T = int(batch.mask[b].sum())
+            found = self._pairs(item, T)
+            if found is None:
+                self.n_skipped_no_tree += 1
+                continue
+            self.n_examples += 1
+            wid, W, present, dep, gov, rels = found
+            if len(dep) == 0:
+                continue
+            rel_ids = np.array([self._relation(r) for r in rels], dtype=np.int64)
+            all_id = self._rel_index[ALL]
+            P, R = len(dep), len(self.relations)
+            onehot = np.zeros((P, R), dtype=np.int64)
+            onehot[np.arange(P), rel_ids] = 1
+            onehot[:, all_id] = 1
+            self.n += onehot.sum(0)
+            for m, cap in enumerate((batch.base, batch.tuned)):
+                att = torch.stack([cap.attentions[layer][b, :, :T, :T] for layer in range(1, L + 1)]).cpu()
+                hits = self._hits(att, wid, W, present, dep, gov).astype(np.int64)  # [2, L, H, P]
+                self.correct[:, m] += np.einsum("dlhp,pr->rdlh", hits, onehot)
+            ks = np.asarray(self.offsets)[:, None]  # [K, 1]
+            base_dh = gov[None, :] == dep[None, :] + ks  # [K, P]
+            base_hd = base_dh if self.reverse == "transpose" else dep[None, :] == gov[None, :] + ks
+            base = np.stack([base_dh, base_hd]).astype(np.int64)  # [2, K, P]
+            self.baseline_correct += np.einsum("dkp,pr->rdk", base, onehot)
+
+    def merge(self, other: "RelationHeads") -> "RelationHeads":
+        self._check_mergeable(other)
+        for j, rel in enumerate(other.relations):
+            i = self._relation(rel)
+            self.correct[i] += other.correct[j]
+            self.baseline_correct[i] += other.baseline_correct[j]
+            self.n[i] += other.n[j]
+        self.n_examples += other.n_examples
+        self.n_skipped_no_tree += other.n_skipped_no_tree
+        self.n_root += other.n_root
+        self.n_pairs_unscored += other.n_pairs_unscored
+        return self
+
+    # ------------------------------------------------------------------------------ result
+    def counts(self) -> dict[str, int]:
+        """Pairs per relation (``all`` included), in order of first appearance."""
+        return {r: int(self.n[i]) for i, r in enumerate(self.relations)}
+
+    def compute(self) -> Result:
+        if self.n_examples == 0:
+            raise ValueError(
+                f"relation_heads saw no example with a dependency tree ({self.n_skipped_no_tree} without one)"
+            )
+        keep = [i for i, r in enumerate(self.relations) if self.n[i] >= self.min_count]
+        dropped = {self.relations[i]: int(self.n[i]) for i in range(len(self.relations)) if i not in keep}
+        L, H = self.num_layers, self.num_heads
+        layers, heads = np.meshgrid(np.arange(1, L + 1), np.arange(H), indexing="ij")
+        frames = []
+        for i in keep:
+            n = int(self.n[i])
+            base_acc = self.baseline_correct[i] / n  # [2, K]
+            best_k = base_acc.argmax(-1)  # first best offset in ``offsets`` order
+            for m, model in enumerate(MODELS):
+                for d, direction in enumerate(DIRECTIONS):
+                    frames.append(
+                        pd.DataFrame(
+                            {
+                                "model": model,
+                                "relation": self.relations[i],
+                                "direction": direction,
+                                "layer": layers.ravel(),
+                                "head": heads.ravel(),
+                                "accuracy": (self.correct[i, m, d] / n).ravel(),
+                                "baseline_offset": self.offsets[best_k[d]],
+                                "baseline_accuracy": base_acc[d, best_k[d]],
+                                "n": n,
+                            }
+                        )
+                    )
+        columns = ["model", "relation", "direction", "layer", "head", "accuracy", "baseline_offset", "baseline_accuracy", "n"]
+        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+        if len(df):
+            df["rank"] = (
+                df.groupby(["model", "relation", "direction"])["accuracy"].rank(method="min", ascending=False).astype(int)
+            )
+        else:
+            df["rank"] = pd.Series(dtype=int)
+        provenance = {
+            **self.params(),
+            "n_examples": self.n_examples,
+            "n_skipped_no_tree": self.n_skipped_no_tree,
+            "n_root": self.n_root,
+            "n_pairs_unscored": self.n_pairs_unscored,
+            "n_pairs": self.counts(),
+            "dropped_relations": dropped,
+        }
+        return Result(self.name, df, provenance)
+
+
+def head_label(layer: int, head: int) -> str:
+    return f"L{int(layer)}H{int(head)}"
+
+
+def best_heads(table: pd.DataFrame, by_direction: bool = True) -> pd.DataFrame:
+    """The best head per (model, relation, direction), or per (model, relation) over both directions.
+
+    Ties go to the lower layer, then the lower head (then ``dep->head``). Columns: ``model, relation,
+    direction, head_label, layer, head, accuracy, baseline_offset, baseline_accuracy, n``; the
+    baseline is that of the chosen row's direction.
+    """
+    keys = ["model", "relation", "direction"] if by_direction else ["model", "relation"]
+    order = table.sort_values(
+        ["model", "relation", "accuracy", "layer", "head", "direction"], ascending=[True, True, False, True, True, True]
+    )
+    best = order.groupby(keys, sort=True, as_index=False).head(1).copy()
+    best.insert(3, "head_label", [head_label(layer, head) for layer, head in zip(best.layer, best["head"])])
+    cols = keys + ["head_label", "layer", "head", "accuracy", "baseline_offset", "baseline_accuracy", "n"]
+    if not by_direction:
+        cols.insert(2, "direction")
+    return best[cols].sort_values(keys).reset_index(drop=True)
