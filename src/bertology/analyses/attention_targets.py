@@ -1,0 +1,321 @@
+"""Where each head's attention goes: special tokens, punctuation, neighbours, word classes, syntax roles.
+
+Clark et al. (2019, §3) and Kovaleva et al. (2019, §4.4-4.5), per head, for the base and the tuned model.
+
+Definitions (``A`` is one head's ``[T, T]`` map of one example, rows attend; ``Q`` the example's real
+tokens, [CLS] and [SEP] included, as queries; keys are the real tokens):
+
+- **Share of attention to a key set** ``C`` (``variant="share"``): ``mean_{q in Q} sum_{k in C} A[q, k]``,
+  for ``cls``, ``sep`` (all [SEP]s), ``punct`` (non-special tokens whose string, with a leading ``##``,
+  ``▁`` or ``Ġ`` removed, is made only of Unicode ``P*`` characters), ``other_tokens`` (every other real
+  key, so cls + sep + punct + other_tokens = 1 for each example) and the word categories below
+  (a word receives the sum over its pieces: every piece of a word in ``C`` is a key of ``C``).
+- **Positions** (``variant="position"``): ``self`` = ``mean_q A[q, q]``, ``prev`` = ``mean_q A[q, q-1]``
+  (0 for the first token), ``next`` = ``mean_q A[q, q+1]`` (0 for the last real token).
+- **Entropy** (``variant="entropy"``, unit nats): ``mean_q -sum_k A[q, k] ln A[q, k]``.
+- **Kovaleva's max** (``variant="max"``, targets ``max_<category>``): each target *t* (a [SEP] token, or
+  a word with all its pieces) receives ``r(t) = mean_q sum_{k in t} A[q, k]``; the value is
+  ``max_t r(t)`` over the targets of the category. For ``sep`` and the word categories.
+- **[CLS] in the last layer** (``variant="from_cls"``, targets ``from_cls_<category>``, layer N only):
+  ``sum_{k in C} A[cls, k]`` for cls, sep, punct, the word categories, and ``other`` (real keys in none
+  of the others).
+
+Word categories come from annotations (CoNLL-U, or :func:`bertology.data.annotate.annotate`); only
+the first text of a pair is annotated, so only its words count: ``noun`` (UPOS NOUN or PROPN), ``verb``
+(VERB), ``pron`` (PRON), ``subject`` (deprel nsubj, nsubj:pass, nsubjpass, csubj, csubj:pass,
+csubjpass), ``object`` (obj, dobj, iobj), ``negation`` (the word, lower-cased, in ``negation_words``, or
+deprel ``neg``, or UPOS PART and the word is "not"/"n't"). Examples without ``words``, ``upos`` and
+``deprels`` contribute nothing to them; with ``word_level=False`` they are not computed.
+
+Every value is averaged over the examples where its category occurs (``n`` counts them; position and
+entropy targets occur in every example); ``value_all`` averages over all ``n_examples`` examples,
+counting an absent category as 0 (so the token shares sum to 1 in ``value_all``).
+"""
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bertology.activations.batch import PairBatch
+from bertology.analyses.base import Analysis
+from bertology.data.corpus import Corpus
+from bertology.errors import BertologyError
+from bertology.results import Result
+
+DEFAULT_NEGATION = (
+    "not", "no", "never", "n't", "nor", "neither", "nobody", "nothing", "none", "nowhere", "without", "cannot",
+)
+TOKEN_TARGETS = ("cls", "sep", "punct", "other_tokens")
+POSITION_TARGETS = ("self", "prev", "next")
+WORD_TARGETS = ("noun", "verb", "pron", "subject", "object", "negation")
+FROM_CLS_CATEGORIES = ("cls", "sep", "punct") + WORD_TARGETS + ("other",)
+
+NOUN_UPOS = frozenset({"NOUN", "PROPN"})
+VERB_UPOS = frozenset({"VERB"})
+PRON_UPOS = frozenset({"PRON"})
+SUBJECT_DEPRELS = frozenset({"nsubj", "nsubj:pass", "nsubjpass", "csubj", "csubj:pass", "csubjpass"})
+OBJECT_DEPRELS = frozenset({"obj", "dobj", "iobj"})
+#: Row of each category in the key masks built per batch: token targets, word targets, "other".
+_KEY_INDEX = {c: i for i, c in enumerate(TOKEN_TARGETS + WORD_TARGETS + ("other",))}
+_PIECE_PREFIXES = ("##", "\u2581", "\u0120")  # WordPiece, SentencePiece, byte-level BPE
+
+
+def is_punct_token(token: str) -> bool:
+    """True if the token string (piece prefix removed) is non-empty and all Unicode punctuation (P*)."""
+    for prefix in _PIECE_PREFIXES:
+        if token.startswith(prefix):
+            token = token[len(prefix):]
+            break
+    return bool(token) and all(unicodedata.category(ch).startswith("P") for ch in token)
+
+
+def _norm_word(word: str) -> str:
+    return word.lower().replace("\u2019", "'")
+
+
+class AttentionTargets(Analysis):
+    """Per head: how much attention goes to [CLS], [SEP], punctuation, neighbours and word categories."""
+
+    name = "attention_targets"
+    requires = frozenset({"attentions"})
+
+    def __init__(
+        self,
+        corpus: Corpus,
+        tokenizer,
+        num_layers: int,
+        num_heads: int,
+        negation_words: Iterable[str] = DEFAULT_NEGATION,
+        word_level: bool = True,
+    ):
+        self.corpus, self.tokenizer = corpus, tokenizer
+        self.num_layers, self.num_heads = num_layers, num_heads
+        self.negation_words = frozenset(_norm_word(w) for w in negation_words)
+        self.word_level = bool(word_level)
+        self.cls_id = getattr(tokenizer, "cls_token_id", None)
+        self.sep_id = getattr(tokenizer, "sep_token_id", None)
+        words = WORD_TARGETS if self.word_level else ()
+        self.targets: tuple[str, ...] = (
+            TOKEN_TARGETS + POSITION_TARGETS + ("entropy",) + words
+            + tuple(f"max_{c}" for c in ("sep",) + words)
+            + tuple(f"from_cls_{c}" for c in FROM_CLS_CATEGORIES if c in ("cls", "sep", "punct", "other") or self.word_level)
+        )
+        self._index = {t: i for i, t in enumerate(self.targets)}
+        self.sums = np.zeros((2, num_layers, num_heads, len(self.targets)))
+        self.counts = np.zeros(len(self.targets), dtype=np.int64)
+        self.n_examples = 0
+        self.n_annotated = 0
+        self._punct_cache: dict[int, bool] = {}
+        self._word_cache: dict[int, np.ndarray | None] = {}
+
+    def params(self) -> dict:
+        return {
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "negation_words": sorted(self.negation_words),
+            "word_level": self.word_level,
+            "queries": "all real tokens, [CLS]/[SEP] included",
+            "word_target": "sum over the word's pieces (first text of a pair only)",
+            "average": "over examples where the target occurs (value); over all examples (value_all)",
+            "entropy_unit": "nats",
+        }
+
+    # -- per-example annotations -------------------------------------------------------------------
+
+    def _word_categories(self, index: int) -> np.ndarray | None:
+        """``[n_words, len(WORD_TARGETS)]`` bool for an annotated example, else None."""
+        if index in self._word_cache:
+            return self._word_cache[index]
+        ex = self.corpus[index]
+        cats = None
+        if ex.words is not None and ex.upos is not None and ex.deprels is not None:
+            n = len(ex.words)
+            if len(ex.upos) != n or len(ex.deprels) != n:
+                raise BertologyError(
+                    f"example {index}: {n} words but {len(ex.upos)} UPOS tags and {len(ex.deprels)} relations"
+                )
+            cats = np.zeros((n, len(WORD_TARGETS)), dtype=bool)
+            for i, (w, pos, rel) in enumerate(zip(ex.words, ex.upos, ex.deprels)):
+                w, rel = _norm_word(w), rel.lower()
+                cats[i] = (
+                    pos in NOUN_UPOS,
+                    pos in VERB_UPOS,
+                    pos in PRON_UPOS,
+                    rel in SUBJECT_DEPRELS,
+                    rel in OBJECT_DEPRELS,
+                    w in self.negation_words or rel == "neg" or (pos == "PART" and w in ("not", "n't")),
+                )
+        self._word_cache[index] = cats
+        return cats
+
+    def _is_punct(self, ids: np.ndarray) -> np.ndarray:
+        missing = [int(i) for i in np.unique(ids) if int(i) not in self._punct_cache]
+        if missing:
+            for i, tok in zip(missing, self.tokenizer.convert_ids_to_tokens(missing)):
+                self._punct_cache[i] = is_punct_token(tok or "")
+        return np.vectorize(self._punct_cache.__getitem__, otypes=[bool])(ids) if ids.size else ids.astype(bool)
+
+    def _batch_masks(self, batch: PairBatch):
+        """Key masks ``[B, C, T]`` (C = TOKEN_TARGETS, WORD_TARGETS, other), presence ``[B, C]``, word map."""
+        B, T = batch.mask.shape
+        mask = batch.mask.cpu().numpy()
+        ids = batch.input_ids.cpu().numpy()
+        special = mask & ~batch.content.cpu().numpy()
+        is_cls = mask & (ids == self.cls_id) if self.cls_id is not None else np.zeros_like(mask)
+        is_sep = mask & (ids == self.sep_id) if self.sep_id is not None else np.zeros_like(mask)
+        punct = mask & ~special & self._is_punct(ids)
+        other_tokens = mask & ~is_cls & ~is_sep & ~punct
+        n_words = len(WORD_TARGETS)
+        word_keys = np.zeros((B, n_words, T), dtype=bool)
+        annotated = np.zeros(B, dtype=bool)
+        piece_word = np.full((B, T), -1, dtype=np.int64)  # word of each first-text piece
+        n_w = 1
+        if self.word_level:
+            for b, item in enumerate(batch.items):
+                cats = self._word_categories(item.index)
+                if cats is None:
+                    continue
+                annotated[b] = True
+                k = len(item)
+                wid = np.where(item.segment == 0, item.word_ids, -1)
+                if wid.size and wid.max() >= len(cats):
+                    raise BertologyError(
+                        f"example {item.index}: tokens refer to word {wid.max()} but the example has {len(cats)} "
+                        "annotated words; encode the same corpus that the analysis was given"
+                    )
+                piece_word[b, :k] = wid
+                has = wid >= 0
+                word_keys[b, :, :k][:, has] = cats[wid[has]].T
+                n_w = max(n_w, len(cats))
+        other = other_tokens & ~word_keys.any(1)
+        keys = np.concatenate([np.stack([is_cls, is_sep, punct, other_tokens], 1), word_keys, other[:, None]], 1)
+        present = keys.any(-1)
+        if self.word_level:  # word categories (and "other", which excludes them) need annotations
+            present[:, len(TOKEN_TARGETS):] &= annotated[:, None]
+        return keys, present, piece_word, n_w, is_cls, annotated
+
+    # -- streaming ---------------------------------------------------------------------------------
+
+    def update(self, batch: PairBatch) -> None:
+        keys_np, present_np, piece_word, n_w, is_cls_np, annotated = self._batch_masks(batch)
+        dev = batch.mask.device
+        B, T = batch.mask.shape
+        dt = torch.float64
+        real = batch.mask.to(dt)  # [B, T]
+        nq = real.sum(-1)  # [B]
+        keys = torch.as_tensor(keys_np, device=dev).to(dt)  # [B, C, T]
+        present = torch.as_tensor(present_np, device=dev)
+        n_tok, n_word = len(TOKEN_TARGETS), len(WORD_TARGETS)
+        is_sep = torch.as_tensor(keys_np[:, 1], device=dev)
+        # word one-hot of first-text pieces [B, T, W] and the category of each word [B, n_word, W]
+        onehot = torch.zeros(B, T, n_w, dtype=dt, device=dev)
+        pw = torch.as_tensor(piece_word, device=dev)
+        has = pw >= 0
+        onehot[has.nonzero(as_tuple=True) + (pw[has],)] = 1.0
+        word_cat = torch.zeros(B, n_word, n_w, dtype=torch.bool, device=dev)
+        if self.word_level:
+            for b, item in enumerate(batch.items):
+                if annotated[b]:
+                    cats = self._word_categories(item.index)
+                    word_cat[b, :, : len(cats)] = torch.as_tensor(cats.T, device=dev)
+        has_cls = torch.as_tensor(is_cls_np.any(-1), device=dev)
+        cls_pos = torch.as_tensor(is_cls_np.argmax(-1), device=dev)
+        idx = self._index
+        word_level = self.word_level
+        for m, cap in enumerate((batch.base, batch.tuned)):
+            for layer in range(1, self.num_layers + 1):
+                a = cap.attentions[layer].to(dt) * real[:, None, :, None]  # padding query rows zeroed
+                a = a * real[:, None, None, :]  # padding keys (already ~0 after the masked softmax)
+                col = a.sum(2) / nq[:, None, None]  # [B, H, T] mean over real rows of attention received
+                share = torch.einsum("bht,bct->bhc", col, keys)  # [B, H, C]
+                out = torch.zeros(B, self.num_heads, len(self.targets), dtype=dt, device=dev)
+                out[..., :n_tok] = share[..., :n_tok]
+                out[..., idx["self"]] = a.diagonal(0, -2, -1).sum(-1) / nq[:, None]
+                out[..., idx["prev"]] = a.diagonal(-1, -2, -1).sum(-1) / nq[:, None]
+                out[..., idx["next"]] = a.diagonal(1, -2, -1).sum(-1) / nq[:, None]
+                out[..., idx["entropy"]] = -torch.special.xlogy(a, a).sum((-1, -2)) / nq[:, None]
+                neg_inf = torch.tensor(float("-inf"), dtype=dt, device=dev)
+                out[..., idx["max_sep"]] = torch.where(is_sep[:, None, :], col, neg_inf).amax(-1)
+                if word_level:
+                    w0 = idx[WORD_TARGETS[0]]
+                    out[..., w0 : w0 + n_word] = share[..., n_tok : n_tok + n_word]
+                    col_w = torch.einsum("bht,btw->bhw", col, onehot)  # attention each word receives
+                    mx = torch.where(word_cat[:, None], col_w[:, :, None, :], neg_inf).amax(-1)  # [B, H, n_word]
+                    m0 = idx[f"max_{WORD_TARGETS[0]}"]
+                    out[..., m0 : m0 + n_word] = mx
+                pres = torch.zeros(B, len(self.targets), dtype=torch.bool, device=dev)
+                pres[:, :n_tok] = present[:, :n_tok]
+                for t in POSITION_TARGETS + ("entropy",):
+                    pres[:, idx[t]] = True
+                pres[:, idx["max_sep"]] = present[:, 1]
+                if word_level:
+                    pres[:, w0 : w0 + n_word] = present[:, n_tok : n_tok + n_word]
+                    pres[:, m0 : m0 + n_word] = present[:, n_tok : n_tok + n_word]
+                if layer == self.num_layers:
+                    row = a[torch.arange(B, device=dev), :, cls_pos, :]  # [B, H, T]
+                    from_cls = torch.einsum("bht,bct->bhc", row, keys)
+                    cats = ("cls", "sep", "punct") + (WORD_TARGETS if word_level else ()) + ("other",)
+                    for c in cats:
+                        ci = _KEY_INDEX[c]
+                        out[..., idx[f"from_cls_{c}"]] = from_cls[..., ci]
+                        pres[:, idx[f"from_cls_{c}"]] = present[:, ci] & has_cls
+                out = torch.where(pres[:, None, :], out, torch.zeros((), dtype=dt, device=dev))
+                self.sums[m, layer - 1] += out.sum(0).cpu().numpy()
+                if m == 0 and layer == self.num_layers:
+                    self.counts += pres.sum(0).cpu().numpy()
+        self.n_examples += batch.size
+        self.n_annotated += int(annotated.sum())
+
+    def merge(self, other: "AttentionTargets") -> "AttentionTargets":
+        self._check_mergeable(other)
+        self.sums += other.sums
+        self.counts += other.counts
+        self.n_examples += other.n_examples
+        self.n_annotated += other.n_annotated
+        return self
+
+    def compute(self) -> Result:
+        if self.n_examples == 0:
+            raise ValueError("attention_targets saw no examples")
+        rows = []
+        L, H = self.num_layers, self.num_heads
+        layers, heads = np.meshgrid(np.arange(1, L + 1), np.arange(H), indexing="ij")
+        skipped = [t for t, c in zip(self.targets, self.counts) if c == 0]
+        for ti, target in enumerate(self.targets):
+            n = int(self.counts[ti])
+            if n == 0:
+                continue
+            if target.startswith("from_cls_"):
+                variant, layer_sel = "from_cls", slice(L - 1, L)
+            else:
+                layer_sel = slice(0, L)
+                variant = ("max" if target.startswith("max_") else "position" if target in POSITION_TARGETS
+                           else "entropy" if target == "entropy" else "share")
+            for m, model in enumerate(("base", "tuned")):
+                s = self.sums[m, layer_sel, :, ti]
+                rows.append(
+                    pd.DataFrame(
+                        {
+                            "model": model,
+                            "layer": layers[layer_sel].ravel(),
+                            "head": heads[layer_sel].ravel(),
+                            "target": target,
+                            "value": (s / n).ravel(),
+                            "n": n,
+                            "value_all": (s / self.n_examples).ravel(),
+                            "n_examples": self.n_examples,
+                            "variant": variant,
+                            "unit": "nats" if target == "entropy" else "attention",
+                        }
+                    )
+                )
+        table = pd.concat(rows, ignore_index=True)
+        params = dict(self.params())
+        params.update(n_examples=self.n_examples, n_annotated=self.n_annotated, targets_without_examples=skipped)
+        if self.word_level and self.n_annotated == 0:
+            params["word_level_note"] = "no example had words/upos/deprels: word categories skipped (run data.annotate)"
+        return Result(self.name, table, params)
