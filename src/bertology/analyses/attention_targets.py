@@ -102,7 +102,7 @@ class AttentionTargets(Analysis):
         self.targets: tuple[str, ...] = (
             TOKEN_TARGETS + POSITION_TARGETS + ("entropy",) + words
             + tuple(f"max_{c}" for c in ("sep",) + words)
-            + tuple(f"from_cls_{c}" for c in FROM_CLS_CATEGORIES if c in ("cls", "sep", "punct", "other") or self.word_level)
+            + tuple(f"from_cls_{c}" for c in FROM_CLS_CATEGORIES if c not in WORD_TARGETS or self.word_level)
         )
         self._index = {t: i for i, t in enumerate(self.targets)}
         self.sums = np.zeros((2, num_layers, num_heads, len(self.targets)))
@@ -226,6 +226,7 @@ class AttentionTargets(Analysis):
         cls_pos = torch.as_tensor(is_cls_np.argmax(-1), device=dev)
         idx = self._index
         word_level = self.word_level
+        w0, m0 = idx.get(WORD_TARGETS[0]), idx.get(f"max_{WORD_TARGETS[0]}")  # None without word level
         for m, cap in enumerate((batch.base, batch.tuned)):
             for layer in range(1, self.num_layers + 1):
                 a = cap.attentions[layer].to(dt) * real[:, None, :, None]  # padding query rows zeroed
@@ -241,11 +242,9 @@ class AttentionTargets(Analysis):
                 neg_inf = torch.tensor(float("-inf"), dtype=dt, device=dev)
                 out[..., idx["max_sep"]] = torch.where(is_sep[:, None, :], col, neg_inf).amax(-1)
                 if word_level:
-                    w0 = idx[WORD_TARGETS[0]]
                     out[..., w0 : w0 + n_word] = share[..., n_tok : n_tok + n_word]
                     col_w = torch.einsum("bht,btw->bhw", col, onehot)  # attention each word receives
                     mx = torch.where(word_cat[:, None], col_w[:, :, None, :], neg_inf).amax(-1)  # [B, H, n_word]
-                    m0 = idx[f"max_{WORD_TARGETS[0]}"]
                     out[..., m0 : m0 + n_word] = mx
                 pres = torch.zeros(B, len(self.targets), dtype=torch.bool, device=dev)
                 pres[:, :n_tok] = present[:, :n_tok]
