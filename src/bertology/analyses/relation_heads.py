@@ -28,6 +28,12 @@ predicts the same thing) or the dependent ``d = g + k`` (``head->dep`` with ``re
 positions outside the sentence are misses (Clark clamps them to the root / the last word). The table
 reports the best offset per (relation, direction) and its accuracy. Clark's special case for
 possessives followed by ``'s`` is not applied.
+
+Table (``compute``): one row per (model, relation, direction, layer, head) with ``accuracy``,
+``baseline_offset``, ``baseline_accuracy``, ``n`` (pairs of the relation) and ``rank`` (1 = best
+within (model, relation, direction); ties share the lower rank). Relations with fewer than
+``min_count`` pairs are left out of the table; their counts are in the provenance
+(``dropped_relations``, ``n_pairs``).
 """
 from __future__ import annotations
 
