@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-ANALYSES = ("attention_change", "representation_similarity")
+ANALYSES = ("attention_change", "representation_similarity", "attention_targets", "relation_heads")
+#: Analyses that read POS tags or dependency trees (from CoNLL-U, else from spaCy parses).
+NEEDS_ANNOTATIONS = ("attention_targets", "relation_heads")
 
 
 @dataclass
@@ -45,6 +47,9 @@ class CompareConfig:
     pad_length: int = 200
     # representation_similarity
     rsa_tokens: int = 2000
+    # attention_targets / relation_heads: spaCy pipeline for plain text (None: en_core_web_sm, else the re-upload)
+    spacy_model: str | None = None
+    relation_min_count: int = 20
     trust_remote_code: bool = False
     store: str | None = None  # optional on-disk activation store folder
 

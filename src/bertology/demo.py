@@ -15,7 +15,7 @@ from bertology.assets import POLARITY_CITATION, fetch_polarity
 from bertology.config import CompareConfig, DataConfig, FinetuneConfig
 from bertology.data.corpus import Corpus
 from bertology.pipeline import CompareRun, compare
-from bertology.results import Result
+from bertology.results import Result, RunDirectory
 from bertology.training.run import finetune_to_dir
 
 logger = logging.getLogger(__name__)
@@ -83,10 +83,13 @@ def run_demo(
         "fine_tuned_model": str(model_dir),
         "data_citation": POLARITY_CITATION,
     }
+    # A demo run from an older version or other settings is the demo's own: replace it.
+    previous = RunDirectory(out).read_manifest() or {}
+    own_run = previous.get("kind") == "compare" and "data_citation" in previous.get("summary", {})
     run = compare(
         cmp_config,
         corpus=heldout.head(compare_examples),
-        overwrite=overwrite,
+        overwrite=overwrite or own_run,
         progress=progress,
         extra_results=[Result("finetune", ft_table, dataclasses.asdict(ft_config))],
         summary=summary,

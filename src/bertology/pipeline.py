@@ -15,7 +15,9 @@ from bertology.activations.extract import run_analyses
 from bertology.analyses.attention_change import AttentionChange
 from bertology.analyses.base import Analysis
 from bertology.analyses.representation_similarity import RepresentationSimilarity
-from bertology.config import ANALYSES, CompareConfig, DataConfig
+from bertology.analyses.attention_targets import AttentionTargets
+from bertology.analyses.relation_heads import RelationHeads
+from bertology.config import ANALYSES, NEEDS_ANNOTATIONS, CompareConfig, DataConfig
 from bertology.data.corpus import Corpus
 from bertology.data.encode import encode_corpus
 from bertology.errors import BertologyError
@@ -49,8 +51,8 @@ class CompareRun:
         return "".join(r._repr_html_() for r in self.results.values())
 
 
-def build_analyses(config: CompareConfig, pair: ModelPair) -> list[Analysis]:
-    """Instantiate the analyses named in ``config.analyses``."""
+def build_analyses(config: CompareConfig, pair: ModelPair, corpus: Corpus | None = None) -> list[Analysis]:
+    """Instantiate the analyses named in ``config.analyses`` (``corpus``: the one that will be encoded)."""
     unknown = [a for a in config.analyses if a not in ANALYSES]
     if unknown:
         raise BertologyError(f"Unknown analysis {', '.join(unknown)}; available: {', '.join(ANALYSES)}.")
@@ -60,7 +62,39 @@ def build_analyses(config: CompareConfig, pair: ModelPair) -> list[Analysis]:
             out.append(AttentionChange(pair.num_layers, pair.num_heads, config.attention_mode, config.pad_length))
         elif name == "representation_similarity":
             out.append(RepresentationSimilarity(pair.num_layers, config.rsa_tokens, config.seed))
+        elif name == "attention_targets":
+            if corpus is None:
+                raise ValueError("attention_targets needs the corpus")
+            out.append(AttentionTargets(corpus, pair.tokenizer, pair.num_layers, pair.num_heads))
+        elif name == "relation_heads":
+            if corpus is None:
+                raise ValueError("relation_heads needs the corpus")
+            out.append(RelationHeads(corpus, pair.num_layers, pair.num_heads, min_count=config.relation_min_count))
     return out
+
+
+def annotate_if_needed(config: CompareConfig, corpus: Corpus, warnings: list[str]) -> tuple[Corpus, tuple[str, ...]]:
+    """Give plain-text corpora POS tags and trees (spaCy) when a selected analysis reads them.
+
+    Returns the corpus and the analyses that can run. Without spaCy, ``relation_heads`` is dropped and
+    ``attention_targets`` runs on token-level targets only, each with a warning.
+    """
+    from bertology.data.annotate import annotate
+
+    analyses = tuple(config.analyses)
+    if not any(a in NEEDS_ANNOTATIONS for a in analyses) or corpus.has_trees:
+        return corpus, analyses
+    try:
+        annotated = annotate(corpus, config.spacy_model)
+    except BertologyError as err:
+        warnings.append(f"No POS tags or trees ({err}); word-level attention targets and relation heads are skipped.")
+        return corpus, tuple(a for a in analyses if a != "relation_heads")
+    info = annotated.stats.get("annotated", {})
+    warnings.append(
+        f"POS tags and dependency trees come from spaCy ({info.get('pipeline', config.spacy_model or 'default')}) "
+        "parses, not gold annotations; words are the parser's tokens."
+    )
+    return annotated, analyses
 
 
 def load_data(data: DataConfig) -> Corpus:
@@ -110,6 +144,8 @@ def compare(
     corpus = corpus if corpus is not None else load_data(config.data)
     if len(corpus) == 0:
         raise BertologyError("The corpus has no examples.")
+    warnings: list[str] = []
+    corpus, selected = annotate_if_needed(config, corpus, warnings)
     max_length = config.data.max_length
     if config.attention_mode == "padded" and max_length > config.pad_length:
         max_length = config.pad_length
@@ -118,7 +154,7 @@ def compare(
     fingerprint = run_fingerprint(config, pair, corpus)
     resuming = run_dir.prepare("compare", fingerprint, overwrite=overwrite)
 
-    analyses = build_analyses(config, pair)
+    analyses = [a for a in build_analyses(config, pair, corpus) if a.name in selected]
     results: dict[str, Result] = {}
     done = [a.name for a in analyses if resuming and run_dir.has_table(a.name)]
     for name in done:
@@ -126,7 +162,6 @@ def compare(
         results[name] = Result(name, read_table(run_dir.path, name))
     todo = [a for a in analyses if a.name not in done]
 
-    warnings: list[str] = []
     enc = encoded.describe()
     if enc["n_skipped_overlong"]:
         warnings.append(f"{enc['n_skipped_overlong']} of {enc['n_input']} examples were longer than {max_length} tokens and were skipped.")

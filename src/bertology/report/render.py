@@ -37,6 +37,9 @@ KNOWN_TABLES: dict[str, tuple[str, ...]] = {
     "attention_change": ("layer", "head", "cosine", "js_divergence", "n_examples"),
     "representation_similarity": ("layer_base", "layer_tuned", "metric", "value", "n_tokens"),
     "finetune": ("step", "split", "metric", "value"),
+    "attention_targets": ("model", "layer", "head", "target", "value"),
+    "relation_heads": ("model", "relation", "direction", "layer", "head", "accuracy", "baseline_offset",
+                       "baseline_accuracy", "n"),
 }
 
 SIMILARITY_METRICS = ("cka_linear", "cka_debiased", "rsa_pearson", "rsa_spearman")
@@ -46,6 +49,15 @@ _SECTION_TITLES = {
     "attention-change": "Attention change",
     "representation-similarity": "Representation similarity",
     "finetune": "Fine-tuning",
+    "attention-targets": "Attention targets",
+    "relation-heads": "Relation heads",
+}
+
+#: Targets drawn per layer, and their labels.
+TARGET_LABELS = {
+    "cls": "[CLS]", "sep": "[SEP]", "punct": "punctuation", "self": "self", "prev": "previous token",
+    "next": "next token", "noun": "nouns", "verb": "verbs", "pron": "pronouns", "subject": "subjects",
+    "object": "objects", "negation": "negation", "entropy": "entropy (nats)",
 }
 
 _MODEL_FIELDS = (
@@ -593,6 +605,107 @@ def _finetune_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) -> 
             "facts": facts}
 
 
+def _table(columns: list[tuple[str, str, str]], rows: list[list[Any]]) -> dict:
+    """A sortable table for the template: columns as (key, label, type), cells formatted by fmt_value."""
+    return {
+        "columns": [{"key": k, "label": label, "type": t} for k, label, t in columns],
+        "rows": [[{"text": v if isinstance(v, str) else fmt_value(v), "value": v if isinstance(v, str) else _sort_key(v)}
+                  for v in row] for row in rows],
+    }
+
+
+def _targets_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) -> dict:
+    from bertology.viz.figures import layer_curve
+
+    df = df.copy()
+    df["layer"] = pd.to_numeric(df["layer"], errors="coerce").astype(int)
+    per_layer = df.groupby(["model", "layer", "target"], as_index=False)["value"].mean()
+    token = [t for t in ("cls", "sep", "punct", "self", "prev", "next") if t in set(per_layer["target"])]
+    words = [t for t in ("noun", "verb", "pron", "subject", "object", "negation") if t in set(per_layer["target"])]
+    curves = []
+    for name, targets, what in (("targets_tokens", token, "special tokens, punctuation and neighbours"),
+                                ("targets_words", words, "word categories")):
+        if not targets:
+            continue
+        sub = per_layer[per_layer["target"].isin(targets)].assign(target=lambda d: d["target"].map(TARGET_LABELS))
+        curves.append(figs.make(
+            name,
+            lambda sub=sub, targets=targets: layer_curve(
+                sub, x="layer", y="value", hue="target", facet="model", facet_order=["base", "tuned"],
+                hue_order=[TARGET_LABELS[t] for t in targets], sharey=True, ylabel="share of attention",
+                title=f"Attention to {what}, mean over heads"),
+            f"Share of each query's attention that goes to {what}, averaged over heads, per layer; "
+            "left the base model, right the tuned one.",
+            f"Per-layer attention to {what}, base and tuned",
+        ))
+    wide = per_layer.pivot_table(index=["target"], columns="model", values="value", aggfunc="mean")
+    last = int(df["layer"].max())
+    rows = []
+    for target in [t for t in TARGET_LABELS if t in wide.index]:
+        base = wide.at[target, "base"] if "base" in wide.columns else None
+        tuned = wide.at[target, "tuned"] if "tuned" in wide.columns else None
+        delta = tuned - base if base is not None and tuned is not None else None
+        rows.append([TARGET_LABELS[target], base, tuned, delta])
+    table = _table([("target", "Target", "text"), ("base", "base (mean over heads and layers)", "num"),
+                    ("tuned", "tuned", "num"), ("delta", "tuned − base", "num")], rows)
+    cls = df[(df["layer"] == last) & df["target"].str.startswith("from_cls_")]
+    cls_table = None
+    if len(cls):
+        c = cls.groupby(["target", "model"])["value"].mean().unstack("model")
+        cls_rows = [[t.removeprefix("from_cls_"), c.at[t, "base"] if "base" in c else None,
+                     c.at[t, "tuned"] if "tuned" in c else None] for t in c.index]
+        cls_table = _table([("target", "Category", "text"), ("base", "base", "num"), ("tuned", "tuned", "num")], cls_rows)
+    sep = per_layer[(per_layer["target"] == "sep") & (per_layer["layer"] == last)].set_index("model")["value"]
+    if "tuned" in sep and "base" in sep:
+        derived.append({"label": f"Attention to [SEP], layer {last}", "text": f"{sep['base']:.2f} → {sep['tuned']:.2f}",
+                        "note": "base → tuned, mean over heads"})
+    return {"id": "attention-targets", "title": _SECTION_TITLES["attention-targets"],
+            "curves": [c for c in curves if c], "table": table, "cls_table": cls_table, "last_layer": last,
+            "facts": [("Layers", str(last)), ("Targets", str(df["target"].nunique()))]}
+
+
+def _relations_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) -> dict:
+    from bertology.analyses.relation_heads import best_heads
+    from bertology.viz.figures import head_heatmap
+
+    df = df.copy()
+    best = best_heads(df, by_direction=False)
+    rels = sorted(set(best["relation"]), key=lambda r: (r != "all", -int(best.loc[best.relation == r, "n"].max()), r))
+    rows = []
+    for rel in rels:
+        b = best[(best.relation == rel) & (best.model == "base")]
+        t = best[(best.relation == rel) & (best.model == "tuned")]
+        first = b if len(b) else t
+        rows.append([
+            rel, int(first["n"].iloc[0]),
+            f"{b.head_label.iloc[0]} ({b.direction.iloc[0]})" if len(b) else "—", b.accuracy.iloc[0] if len(b) else None,
+            f"{t.head_label.iloc[0]} ({t.direction.iloc[0]})" if len(t) else "—", t.accuracy.iloc[0] if len(t) else None,
+            first.baseline_accuracy.iloc[0], f"{int(first.baseline_offset.iloc[0]):+d}",
+        ])
+    table = _table([("relation", "Relation", "text"), ("n", "Pairs", "num"), ("bhead", "base best head", "text"),
+                    ("bacc", "base accuracy", "num"), ("thead", "tuned best head", "text"),
+                    ("tacc", "tuned accuracy", "num"), ("bl", "best offset accuracy", "num"),
+                    ("off", "offset", "text")], rows)
+    heatmaps = []
+    for model in ("base", "tuned"):
+        sub = df[(df.relation == "all") & (df.direction == "dep->head") & (df.model == model)]
+        if len(sub):
+            heatmaps.append(figs.make(
+                f"relation_all_{model}",
+                lambda sub=sub, model=model: head_heatmap(sub, value="accuracy", title=f"All relations, dependent → head ({model})",
+                                                         cmap="viridis", vmin=0.0, colorbar_label="accuracy"),
+                f"Share of dependents whose most-attended word is their syntactic head, per head ({model}).",
+                f"Relation-head accuracy per head, {model}",
+            ))
+    overall = best[(best.relation == "all") & (best.model == "tuned")]
+    if len(overall):
+        derived.append({"label": "Best syntactic head (tuned)", "text": str(overall.head_label.iloc[0]),
+                        "note": f"all relations {overall.accuracy.iloc[0]:.3f} vs offset {overall.baseline_accuracy.iloc[0]:.3f}"})
+    return {"id": "relation-heads", "title": _SECTION_TITLES["relation-heads"], "table": table,
+            "heatmaps": [h for h in heatmaps if h],
+            "facts": [("Relations", str(len(rels))), ("Directions", "dependent → head, head → dependent")]}
+
+
 # ------------------------------------------------------------------------------------------- render
 def _environment() -> Environment:
     env = Environment(
@@ -626,6 +739,10 @@ def build_context(run_dir: str | Path) -> dict:
         sections.append(_attention_section(tables["attention_change"], figs, derived))
     if "representation_similarity" in tables:
         sections.append(_similarity_section(tables["representation_similarity"], figs, derived))
+    if "attention_targets" in tables:
+        sections.append(_targets_section(tables["attention_targets"], figs, derived))
+    if "relation_heads" in tables:
+        sections.append(_relations_section(tables["relation_heads"], figs, derived))
     if "finetune" in tables:
         sections.append(_finetune_section(tables["finetune"], figs, derived))
     overview = _overview(manifest, listing, warnings, derived)
