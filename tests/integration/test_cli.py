@@ -168,3 +168,61 @@ def test_report_and_env_commands(identical_pair, corpus_txt, tmp_path):
     assert_user_error(invoke("report", tmp_path), "not a bertology run")
     env = invoke("env", "--json")
     assert env.exit_code == 0 and "torch" in json.loads(env.output)["packages"]
+
+
+CONLLU = """# text = the cat sat on the mat .
+1\tthe\tthe\tDET\tDT\t_\t2\tdet\t_\t_
+2\tcat\tcat\tNOUN\tNN\t_\t3\tnsubj\t_\t_
+3\tsat\tsit\tVERB\tVBD\t_\t0\troot\t_\t_
+4\ton\ton\tADP\tIN\t_\t6\tcase\t_\t_
+5\tthe\tthe\tDET\tDT\t_\t6\tdet\t_\t_
+6\tmat\tmat\tNOUN\tNN\t_\t3\tobl\t_\t_
+7\t.\t.\tPUNCT\t.\t_\t3\tpunct\t_\t_
+
+# text = john did not see mary .
+1\tjohn\tjohn\tPROPN\tNNP\t_\t4\tnsubj\t_\t_
+2\tdid\tdo\tAUX\tVBD\t_\t4\taux\t_\t_
+3\tnot\tnot\tPART\tRB\t_\t4\tadvmod\t_\t_
+4\tsee\tsee\tVERB\tVB\t_\t0\troot\t_\t_
+5\tmary\tmary\tPROPN\tNNP\t_\t4\tobj\t_\t_
+6\t.\t.\tPUNCT\t.\t_\t4\tpunct\t_\t_
+
+"""
+
+
+def test_compare_on_a_treebank_writes_targets_and_relation_heads(planted_pair, tmp_path):
+    data = tmp_path / "gold.conllu"
+    data.write_text(CONLLU, encoding="utf-8")
+    base, tuned = planted_pair
+    out = tmp_path / "run"
+    result = invoke("compare", "--base", base, "--tuned", tuned, "--data", data, "--out", out,
+                    "--relation-min-count", 1, "--rsa-tokens", 8)
+    assert result.exit_code == 0, result.output
+    targets = pd.read_parquet(out / "tables/attention_targets.parquet")
+    assert {"model", "layer", "head", "target", "value"} <= set(targets.columns)
+    assert {"cls", "sep", "punct", "noun", "negation"} <= set(targets.target)
+    rel = pd.read_parquet(out / "tables/relation_heads.parquet")
+    assert {"model", "relation", "direction", "layer", "head", "accuracy", "baseline_offset",
+            "baseline_accuracy", "n"} <= set(rel.columns)
+    assert {"det", "nsubj", "all"} <= set(rel.relation) and set(rel.model) == {"base", "tuned"}
+    # gold trees: no spaCy note; both sections in the report
+    assert "spaCy" not in " ".join(result.output.split())
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert 'id="attention-targets"' in html and 'id="relation-heads"' in html
+
+
+def test_plain_text_is_parsed_with_spacy_for_relation_heads(identical_pair, corpus_txt, tmp_path):
+    pytest.importorskip("spacy")
+    from bertology.assets import spacy_model_name
+
+    if spacy_model_name() is None:
+        pytest.skip("no spaCy English pipeline installed")
+    base, tuned = identical_pair
+    out = tmp_path / "run"
+    result = invoke("compare", "--base", base, "--tuned", tuned, "--data", corpus_txt, "--out", out,
+                    "--analyses", "relation_heads", "--relation-min-count", 1, "--no-report")
+    assert result.exit_code == 0, result.output
+    assert "spaCy" in " ".join(result.output.split())
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["tables"] == ["relation_heads"]
+    assert any("spaCy" in w for w in manifest["warnings"])
