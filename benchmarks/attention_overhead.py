@@ -1,0 +1,83 @@
+"""What the attention analyses add to the cost of the forward passes (issue target: at most 30 %).
+
+Runs bertology's extraction over a treebank (gold trees, so no parser time is counted) three ways,
+interleaved over rounds: capture only (no analysis), + attention_change, and + all attention
+analyses (attention_change, attention_targets, relation_heads). Reports the median seconds and the
+overhead relative to capture only.
+
+    .venv/bin/python benchmarks/attention_overhead.py [--data CONLLU] [--n 2000] [--repeats 3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from bertology.activations.extract import run_analyses
+from bertology.analyses.attention_change import AttentionChange
+from bertology.analyses.attention_targets import AttentionTargets
+from bertology.analyses.relation_heads import RelationHeads
+from bertology.data.encode import encode_corpus
+from bertology.data.loaders import load_corpus
+from bertology.models.pair import ModelPair
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared/data/ud/en_ewt-ud-dev.conllu"
+
+
+class _CaptureOnly(AttentionChange):
+    """Requests attentions but does nothing with them: the cost of the forward with capture."""
+
+    def update(self, batch) -> None:  # noqa: D401 - intentionally empty
+        return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=str(DEFAULT_DATA))
+    ap.add_argument("--base", default="minilm")
+    ap.add_argument("--tuned", default="minilm")
+    ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results/attention_overhead.json"))
+    args = ap.parse_args()
+
+    pair = ModelPair.load(args.base, args.tuned)
+    corpus = load_corpus(args.data, limit=args.n)
+    enc = encode_corpus(corpus, pair.tokenizer, 128, "skip")
+    L, H = pair.num_layers, pair.num_heads
+    setups = {
+        "capture only": lambda: [_CaptureOnly(L, H)],
+        "+ attention_change": lambda: [AttentionChange(L, H)],
+        "+ all attention analyses": lambda: [AttentionChange(L, H), AttentionTargets(corpus, pair.tokenizer, L, H),
+                                            RelationHeads(corpus, L, H)],
+    }
+    run_analyses(pair, encode_corpus(corpus.head(64), pair.tokenizer), [_CaptureOnly(L, H)], batch_size=args.batch_size)
+    times: dict[str, list[float]] = {k: [] for k in setups}
+    for _ in range(args.repeats):
+        for name, make in setups.items():
+            analyses = make()
+            t0 = time.perf_counter()
+            run_analyses(pair, enc, analyses, batch_size=args.batch_size)
+            for a in analyses:
+                if not isinstance(a, _CaptureOnly):
+                    a.compute()
+            times[name].append(time.perf_counter() - t0)
+    base = statistics.median(times["capture only"])
+    rows = [{"setup": k, "seconds": statistics.median(v), "runs": v, "overhead": statistics.median(v) / base - 1}
+            for k, v in times.items()]
+    print(f"{len(enc.items)} sentences, {enc.n_tokens} tokens, torch threads {torch.get_num_threads()}")
+    print("| setup | seconds (median) | overhead vs capture only |\n|---|---:|---:|")
+    for r in rows:
+        print(f"| {r['setup']} | {r['seconds']:.2f} | {100 * r['overhead']:+.1f} % |")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"args": vars(args), "n_sentences": len(enc.items), "n_tokens": enc.n_tokens,
+                                          "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
