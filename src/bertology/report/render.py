@@ -16,8 +16,6 @@ import html as _html
 import json
 import logging
 import math
-import os
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from bertology.errors import BertologyError
+from bertology.results import atomic_write_text
 
 logger = logging.getLogger(__name__)
 
@@ -194,19 +193,6 @@ def _mapping(value: Any) -> dict:
     return dict(value) if isinstance(value, Mapping) else {}
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a report is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _unique_text(series: pd.Series) -> str:
     values = sorted(pd.unique(series.dropna()).tolist(), key=lambda v: (str(type(v)), v))
     if not values:
@@ -288,7 +274,7 @@ class _Figures:
             logger.warning("figure %s failed: %s", name, err, exc_info=True)
             self.warnings.append(f"Figure {name!r} could not be drawn: {type(err).__name__}: {err}")
             return None
-        _atomic_write_text(self.dir / f"{name}.svg", svg)
+        atomic_write_text(self.dir / f"{name}.svg", svg)
         self.written.append(name)
         inline = svg[svg.find("<svg"):]
         # role/aria-label for screen readers; the label is our own text, escaped anyway.
@@ -787,7 +773,7 @@ def render_report(run_dir: str | Path) -> Path:
     context = build_context(run_dir)
     page = _environment().get_template("report.html.j2").render(**context)
     out = run_dir / "report.html"
-    _atomic_write_text(out, page)
+    atomic_write_text(out, page)
     logger.info("wrote %s (%d figures)", out, len(context["figures_written"]))
     return out
 
