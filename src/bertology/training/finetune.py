@@ -29,6 +29,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from bertology.activations.extract import collate, length_batches
 from bertology.config import FinetuneConfig
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, EncodedExample, encode_corpus
@@ -176,21 +177,13 @@ class _Batch:
 def _collate(
     items: Sequence[EncodedExample], label_ids: np.ndarray, pad_id: int, use_token_types: bool, device: torch.device
 ) -> _Batch:
-    """Pad one batch to its own longest sequence (dynamic padding)."""
-    n, width = len(items), max(len(it) for it in items)
-    ids = np.full((n, width), pad_id, dtype=np.int64)
-    tti = np.zeros((n, width), dtype=np.int64)
-    mask = np.zeros((n, width), dtype=np.int64)
-    for r, it in enumerate(items):
-        L = len(it)
-        ids[r, :L] = it.input_ids
-        tti[r, :L] = it.token_type_ids
-        mask[r, :L] = 1
+    """Pad one batch to its own longest sequence (the extraction engine's collate) and attach labels."""
+    t = collate(items, pad_id)
     index = np.array([it.index for it in items], dtype=np.int64)
     return _Batch(
-        input_ids=torch.from_numpy(ids).to(device),
-        attention_mask=torch.from_numpy(mask).to(device),
-        token_type_ids=torch.from_numpy(tti).to(device) if use_token_types else None,
+        input_ids=t["input_ids"].to(device),
+        attention_mask=t["attention_mask"].to(device),
+        token_type_ids=t["token_type_ids"].to(device) if use_token_types else None,
         labels=torch.from_numpy(label_ids[index]).to(device),
         index=index,
     )
@@ -203,12 +196,6 @@ def _train_batches(n: int, batch_size: int, generator: torch.Generator) -> Itera
         perm = torch.randperm(n, generator=generator).tolist()
         for i in range(0, n, batch_size):
             yield perm[i : i + batch_size]
-
-
-def _eval_batches(enc: EncodedCorpus, batch_size: int) -> list[list[EncodedExample]]:
-    """Length-bucketed batches: examples sorted by length so each batch pads little."""
-    order = sorted(enc.items, key=lambda it: (len(it), it.index))
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 def _forward(model: torch.nn.Module, batch: _Batch) -> torch.Tensor:
@@ -236,7 +223,7 @@ def _evaluate(
     loss_sum = 0.0
     try:
         with torch.inference_mode():
-            for items in _eval_batches(enc, batch_size):
+            for items in length_batches(enc.items, batch_size):
                 batch = _collate(items, label_ids, pad_id, use_token_types, device)
                 logits = _forward(model, batch).float()
                 loss_sum += float(F.cross_entropy(logits, batch.labels, reduction="sum"))
