@@ -293,3 +293,43 @@ def test_planted_attention_heads_rank_first(corpus):
     l2h0 = table[(table.layer == 2) & (table["head"] == 0) & (table.direction == "head->dep")]
     assert l2h0.accuracy.eq(1.0).all()
     assert (l2h0["rank"] == 1).all()
+
+
+class _PerExample(RelationHeads):
+    """The pre-batching implementation: word attention pooled and scored one example at a time."""
+
+    def update(self, batch):
+        L = self.num_layers
+        for b, item in enumerate(batch.items):
+            T = int(batch.mask[b].sum())
+            found = self._pairs(item, T)
+            if found is None:
+                self.n_skipped_no_tree += 1
+                continue
+            self.n_examples += 1
+            wid, W, present, dep, gov, rels = found
+            if len(dep) == 0:
+                continue
+            rel_ids = [self._relation(r) for r in rels]
+            onehot = np.zeros((len(dep), len(self.relations)), dtype=np.int64)
+            onehot[np.arange(len(dep)), rel_ids] = 1
+            onehot[:, self._rel_index["all"]] = 1
+            self.n += onehot.sum(0)
+            for m, cap in enumerate((batch.base, batch.tuned)):
+                att = torch.stack([cap.attentions[layer][b, :, :T, :T] for layer in range(1, L + 1)])
+                hits = self._hits(att, wid, W, present, dep, gov).astype(np.int64)
+                self.correct[:, m] += np.einsum("dlhp,pr->rdlh", hits, onehot)
+
+
+@pytest.mark.parametrize("to_method,from_method", [("sum", "first"), ("max", "max"), ("mean", "sum")])
+@pytest.mark.parametrize("reverse", ["transpose", "row"])
+def test_batched_pooling_equals_per_example_for_every_method(pair, corpus, to_method, from_method, reverse):
+    enc = encode_corpus(corpus, pair.tokenizer)
+    kw = dict(min_count=1, to_method=to_method, from_method=from_method, reverse=reverse)
+    fast = RelationHeads(corpus, pair.num_layers, pair.num_heads, **kw)
+    slow = _PerExample(corpus, pair.num_layers, pair.num_heads, **kw)
+    run_analyses(pair, enc, [fast, slow], batch_size=3)
+    assert fast.relations == slow.relations
+    np.testing.assert_array_equal(fast.n, slow.n)
+    np.testing.assert_array_equal(fast.correct, slow.correct)
+    assert fast.correct[fast.relations.index("all")].sum() > 0

@@ -1,12 +1,13 @@
 """What one extraction step hands to every analysis: the padded batch and both models' activations."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from bertology.data.encode import EncodedExample
+from bertology.metrics.attention import row_entropy
 from bertology.models.hooks import Captured
 
 
@@ -25,6 +26,7 @@ class PairBatch:
     lengths: torch.Tensor
     base: Captured
     tuned: Captured
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -33,3 +35,19 @@ class PairBatch:
     @property
     def example_indices(self) -> np.ndarray:
         return np.array([it.index for it in self.items], dtype=np.int64)
+
+    def captured(self, model: int) -> Captured:
+        """Activations of model 0 (base) or 1 (tuned)."""
+        return (self.base, self.tuned)[model]
+
+    def row_entropy(self, model: int, layer: int) -> torch.Tensor:
+        """Shannon entropy (nats) of every attention row of one layer, ``[B, H, T]``, computed once per batch.
+
+        Several analyses need it; the log is the expensive part of their work. Padding query rows hold
+        the entropy of whatever the model put there (mask them with ``mask``); padding keys carry
+        exactly zero attention and add nothing (0 ln 0 = 0).
+        """
+        key = ("entropy", model, layer)
+        if key not in self._cache:
+            self._cache[key] = row_entropy(self.captured(model).attentions[layer])
+        return self._cache[key]

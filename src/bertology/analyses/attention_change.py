@@ -9,14 +9,16 @@ so the rows of padding queries count in the cosine (the JS divergence always use
 """
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import numpy as np
 import pandas as pd
+import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
-from bertology.metrics.attention import js_divergence, map_cosine
+from bertology.metrics.attention import map_cosine, row_entropy
 from bertology.results import Result
 
 
@@ -45,15 +47,20 @@ class AttentionChange(Analysis):
         return {"pad_to": self.pad_length} if self.mode == "padded" else {}
 
     def update(self, batch: PairBatch) -> None:
-        rows = batch.mask.to(batch.base.attentions[1].dtype)[:, None, :]  # [B, 1, T] real query rows
-        n_rows = rows.sum(-1).double()  # [B, 1]
+        # Layer by layer: one layer's maps stay in cache across the passes below; a stack of all layers
+        # would not, and the passes are memory-bound.
+        real = batch.mask.to(torch.float64)  # [B, T] real query rows
+        rows = real[:, None, :]
+        n_rows = real.sum(-1)[:, None]  # [B, 1]
         for layer in range(1, self.num_layers + 1):
             a, b = batch.base.attentions[layer], batch.tuned.attentions[layer]  # [B, H, T, T]
-            # Padding keys get exactly zero attention (masked softmax), so dropping the padding
-            # query rows crops the maps to the real tokens without copying them.
+            # Padding keys get exactly zero attention (masked softmax), so dropping the padding query
+            # rows crops the maps to the real tokens without copying them.
             cos = map_cosine(a, b, rows if self.mode == "cropped" else None)
-            js_rows = js_divergence(a, b).double() * rows  # [B, H, T]; padding rows zeroed
-            js = js_rows.sum(-1) / n_rows
+            # JS = H(m) - (H(a) + H(b)) / 2, with the row entropies shared with the other analyses.
+            h_m = row_entropy(0.5 * (a + b))
+            js_rows = (h_m - 0.5 * (batch.row_entropy(0, layer) + batch.row_entropy(1, layer))).clamp_min(0.0)
+            js = (js_rows.double() * rows).sum(-1) / n_rows / math.log(2.0)  # padding rows dropped
             self.cos_sum[layer - 1] += cos.sum(0).cpu().numpy()
             self.cos_sq[layer - 1] += (cos**2).sum(0).cpu().numpy()
             self.js_sum[layer - 1] += js.sum(0).cpu().numpy()

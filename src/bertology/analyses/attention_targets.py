@@ -227,45 +227,52 @@ class AttentionTargets(Analysis):
         idx = self._index
         word_level = self.word_level
         w0, m0 = idx.get(WORD_TARGETS[0]), idx.get(f"max_{WORD_TARGETS[0]}")  # None without word level
+        L, H = self.num_layers, self.num_heads
+        neg_inf = torch.tensor(float("-inf"), dtype=dt, device=dev)
+        # Which targets each example has; the same for every model, layer and head.
+        pres = torch.zeros(B, len(self.targets), dtype=torch.bool, device=dev)
+        pres[:, :n_tok] = present[:, :n_tok]
+        for t in POSITION_TARGETS + ("entropy",):
+            pres[:, idx[t]] = True
+        pres[:, idx["max_sep"]] = present[:, 1]
+        if word_level:
+            pres[:, w0 : w0 + n_word] = present[:, n_tok : n_tok + n_word]
+            pres[:, m0 : m0 + n_word] = present[:, n_tok : n_tok + n_word]
+        cats = ("cls", "sep", "punct") + (WORD_TARGETS if word_level else ()) + ("other",)
+        for c in cats:
+            pres[:, idx[f"from_cls_{c}"]] = present[:, _KEY_INDEX[c]] & has_cls
+        real32 = batch.mask.to(batch.base.attentions[1].dtype)
+        nq_ = nq[:, None]  # [B, 1]
         for m, cap in enumerate((batch.base, batch.tuned)):
-            for layer in range(1, self.num_layers + 1):
-                a = cap.attentions[layer].to(dt) * real[:, None, :, None]  # padding query rows zeroed
-                a = a * real[:, None, None, :]  # padding keys (already ~0 after the masked softmax)
-                col = a.sum(2) / nq[:, None, None]  # [B, H, T] mean over real rows of attention received
+            for layer in range(1, L + 1):
+                # Layer by layer so the maps stay in cache across the passes (they are memory-bound).
+                # Padding keys hold exactly zero attention (masked softmax); padding query rows are
+                # dropped by weighting rows with ``real``. The passes over the maps run in their dtype,
+                # the per-head sums in float64.
+                a = cap.attentions[layer]  # [B, H, T, T]
+                col = torch.einsum("bhqk,bq->bhk", a, real32).to(dt) / nq_[..., None]  # mean attention received
                 share = torch.einsum("bht,bct->bhc", col, keys)  # [B, H, C]
-                out = torch.zeros(B, self.num_heads, len(self.targets), dtype=dt, device=dev)
+                out = torch.zeros(B, H, len(self.targets), dtype=dt, device=dev)
                 out[..., :n_tok] = share[..., :n_tok]
-                out[..., idx["self"]] = a.diagonal(0, -2, -1).sum(-1) / nq[:, None]
-                out[..., idx["prev"]] = a.diagonal(-1, -2, -1).sum(-1) / nq[:, None]
-                out[..., idx["next"]] = a.diagonal(1, -2, -1).sum(-1) / nq[:, None]
-                out[..., idx["entropy"]] = -torch.special.xlogy(a, a).sum((-1, -2)) / nq[:, None]
-                neg_inf = torch.tensor(float("-inf"), dtype=dt, device=dev)
+                out[..., idx["self"]] = a.diagonal(0, -2, -1).sum(-1).to(dt) / nq_
+                prev = a.diagonal(-1, -2, -1) * real32[:, None, 1:]  # row q, key q-1: real rows only
+                out[..., idx["prev"]] = prev.sum(-1).to(dt) / nq_
+                out[..., idx["next"]] = a.diagonal(1, -2, -1).sum(-1).to(dt) / nq_  # a padding row's key q+1 is padding
+                out[..., idx["entropy"]] = (batch.row_entropy(m, layer).to(dt) * real[:, None, :]).sum(-1) / nq_
                 out[..., idx["max_sep"]] = torch.where(is_sep[:, None, :], col, neg_inf).amax(-1)
                 if word_level:
                     out[..., w0 : w0 + n_word] = share[..., n_tok : n_tok + n_word]
                     col_w = torch.einsum("bht,btw->bhw", col, onehot)  # attention each word receives
                     mx = torch.where(word_cat[:, None], col_w[:, :, None, :], neg_inf).amax(-1)  # [B, H, n_word]
                     out[..., m0 : m0 + n_word] = mx
-                pres = torch.zeros(B, len(self.targets), dtype=torch.bool, device=dev)
-                pres[:, :n_tok] = present[:, :n_tok]
-                for t in POSITION_TARGETS + ("entropy",):
-                    pres[:, idx[t]] = True
-                pres[:, idx["max_sep"]] = present[:, 1]
-                if word_level:
-                    pres[:, w0 : w0 + n_word] = present[:, n_tok : n_tok + n_word]
-                    pres[:, m0 : m0 + n_word] = present[:, n_tok : n_tok + n_word]
-                if layer == self.num_layers:
-                    row = a[torch.arange(B, device=dev), :, cls_pos, :]  # [B, H, T]
+                if layer == L:
+                    row = a[torch.arange(B, device=dev), :, cls_pos, :].to(dt)  # [B, H, T]: the [CLS] row
                     from_cls = torch.einsum("bht,bct->bhc", row, keys)
-                    cats = ("cls", "sep", "punct") + (WORD_TARGETS if word_level else ()) + ("other",)
                     for c in cats:
-                        ci = _KEY_INDEX[c]
-                        out[..., idx[f"from_cls_{c}"]] = from_cls[..., ci]
-                        pres[:, idx[f"from_cls_{c}"]] = present[:, ci] & has_cls
+                        out[..., idx[f"from_cls_{c}"]] = from_cls[..., _KEY_INDEX[c]]
                 out = torch.where(pres[:, None, :], out, torch.zeros((), dtype=dt, device=dev))
                 self.sums[m, layer - 1] += out.sum(0).cpu().numpy()
-                if m == 0 and layer == self.num_layers:
-                    self.counts += pres.sum(0).cpu().numpy()
+        self.counts += pres.sum(0).cpu().numpy()
         self.n_examples += batch.size
         self.n_annotated += int(annotated.sum())
 

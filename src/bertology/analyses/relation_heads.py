@@ -149,8 +149,13 @@ class RelationHeads(Analysis):
         return wid, W, present, dep, gov, rels
 
     def _hits(self, att: torch.Tensor, wid: np.ndarray, W: int, present: np.ndarray, dep, gov) -> np.ndarray:
-        """``att`` ``[L, H, T, T]`` -> bool ``[2 directions, L, H, P]``."""
+        """Reference for one example: ``att`` ``[L, H, T, T]`` -> bool ``[2 directions, L, H, P]``."""
         A = word_attention(att.double(), wid, self.to_method, self.from_method, n_words=W)  # [L, H, W, W]
+        return self._score(A, present, dep, gov)
+
+    def _score(self, A: torch.Tensor, present: np.ndarray, dep, gov) -> np.ndarray:
+        """Word attention ``[L, H, W, W]`` -> bool hits ``[2 directions, L, H, P]`` (argmax, self excluded)."""
+        W = A.shape[-1]
         absent = torch.as_tensor(~present)
         A = A.masked_fill(absent[:, None] | absent[None, :] | torch.eye(W, dtype=torch.bool), float("-inf"))
         from_d = A.argmax(-1).numpy()  # [L, H, W]: word most attended from each word
@@ -162,34 +167,95 @@ class RelationHeads(Analysis):
             head_dep = from_d[:, :, gov] == dep
         return np.stack([dep_head, head_dep])
 
+    def _word_attention(self, a: torch.Tensor, wids: list[np.ndarray | None], pool: tuple[torch.Tensor, torch.Tensor] | None, W: int) -> torch.Tensor:
+        """Word-level attention of one layer for every example of the batch, ``[B, W_from, H, W_to]``.
+
+        Pooling is linear for sum/mean/first: two batched matrix products with per-example pooling
+        matrices ``pool`` (words x tokens, to and from). "max" pools example by example. This layout
+        keeps both argmax reductions cheap (the last dim contiguous, dim 1 an outer one).
+        """
+        B, H, T, _ = a.shape
+        if pool is None:
+            out = torch.zeros(B, W, H, W, dtype=a.dtype)
+            for b, wid in enumerate(wids):
+                if wid is not None and (wid >= 0).any():
+                    n = int(wid.size)
+                    A = word_attention(a[b, :, :n, :n].cpu(), wid, self.to_method, self.from_method, n_words=W)
+                    out[b] = A.transpose(0, 1)
+            return out
+        to, frm = pool
+        # One large batched product per side (many tiny [T, T] @ [T, W] products are slow):
+        x = torch.bmm(a.reshape(B, H * T, T), to.transpose(1, 2))  # attention to each word, [B, H*T, W]
+        x = x.view(B, H, T, W).transpose(1, 2).reshape(B, T, H * W)
+        return torch.bmm(frm, x).view(B, W, H, W).cpu()  # rows pooled into words
+
     def update(self, batch: PairBatch) -> None:
-        L = self.num_layers
+        found_all = []
         for b, item in enumerate(batch.items):
             T = int(batch.mask[b].sum())
             found = self._pairs(item, T)
             if found is None:
                 self.n_skipped_no_tree += 1
-                continue
-            self.n_examples += 1
-            wid, W, present, dep, gov, rels = found
-            if len(dep) == 0:
-                continue
+            else:
+                self.n_examples += 1
+            found_all.append(found)
+        scored = [b for b, f in enumerate(found_all) if f is not None and len(f[3])]
+        if not scored:
+            return
+        W = max(found_all[b][1] for b in scored)
+        wids = [found_all[b][0] if b in set(scored) else None for b in range(batch.size)]
+        rel_all = self._rel_index[ALL]
+        onehots = {}
+        for b in scored:
+            _, _, _, dep, gov, rels = found_all[b]
             rel_ids = np.array([self._relation(r) for r in rels], dtype=np.int64)
-            all_id = self._rel_index[ALL]
-            P, R = len(dep), len(self.relations)
+            onehots[b] = rel_ids
+        R = len(self.relations)
+        for b in scored:
+            rel_ids, P = onehots[b], len(onehots[b])
             onehot = np.zeros((P, R), dtype=np.int64)
             onehot[np.arange(P), rel_ids] = 1
-            onehot[:, all_id] = 1
+            onehot[:, rel_all] = 1
+            onehots[b] = onehot
             self.n += onehot.sum(0)
-            for m, cap in enumerate((batch.base, batch.tuned)):
-                att = torch.stack([cap.attentions[layer][b, :, :T, :T] for layer in range(1, L + 1)]).cpu()
-                hits = self._hits(att, wid, W, present, dep, gov).astype(np.int64)  # [2, L, H, P]
-                self.correct[:, m] += np.einsum("dlhp,pr->rdlh", hits, onehot)
+            dep, gov = found_all[b][3], found_all[b][4]
             ks = np.asarray(self.offsets)[:, None]  # [K, 1]
             base_dh = gov[None, :] == dep[None, :] + ks  # [K, P]
             base_hd = base_dh if self.reverse == "transpose" else dep[None, :] == gov[None, :] + ks
             base = np.stack([base_dh, base_hd]).astype(np.int64)  # [2, K, P]
             self.baseline_correct += np.einsum("dkp,pr->rdk", base, onehot)
+        # Candidates per example: present words, not the word itself (masked before one batched argmax).
+        allowed = torch.zeros(batch.size, W, dtype=torch.bool)
+        for b in scored:
+            present = found_all[b][2]
+            allowed[b, : len(present)] = torch.as_tensor(present)
+        excluded = ~(allowed[:, :, None] & allowed[:, None, :]) | torch.eye(W, dtype=torch.bool)
+        L, H = self.num_layers, self.num_heads
+        a1 = batch.base.attentions[1]
+        T = a1.shape[-1]
+        pool = None
+        if "max" not in (self.to_method, self.from_method):
+            pool = tuple(
+                torch.from_numpy(np.stack([_pooling(w, W, T, method) for w in wids])).to(a1.device, a1.dtype)
+                for method in (self.to_method, self.from_method)
+            )
+        for m, cap in enumerate((batch.base, batch.tuned)):
+            from_d = np.zeros((batch.size, L, H, W), dtype=np.int64)  # word most attended from each word
+            to_d = np.zeros((batch.size, L, H, W), dtype=np.int64)  # word attending most to each word
+            for layer in range(1, L + 1):
+                A = self._word_attention(cap.attentions[layer], wids, pool, W)
+                A = A.masked_fill(excluded[:, :, None, :], float("-inf")).numpy()  # [B, W_from, H, W_to]
+                # NumPy's argmax over a non-last axis is about twice as fast as torch's on CPU.
+                from_d[:, layer - 1] = A.argmax(-1).transpose(0, 2, 1)
+                if self.reverse == "transpose":
+                    to_d[:, layer - 1] = A.argmax(1)
+            for b in scored:
+                dep, gov = found_all[b][3], found_all[b][4]
+                dep_head = from_d[b][:, :, dep] == gov
+                head_dep = to_d[b][:, :, dep] == gov if self.reverse == "transpose" else from_d[b][:, :, gov] == dep
+                hits = np.stack([dep_head, head_dep]).astype(np.int64)  # [2, L, H, P]
+                per_rel = hits.reshape(-1, len(dep)) @ onehots[b]  # [2*L*H, R]
+                self.correct[:, m] += np.moveaxis(per_rel.reshape(2, L, H, -1), -1, 0)
 
     def merge(self, other: "RelationHeads") -> "RelationHeads":
         self._check_mergeable(other)
@@ -258,6 +324,22 @@ class RelationHeads(Analysis):
             "dropped_relations": dropped,
         }
         return Result(self.name, df, provenance)
+
+
+def _pooling(wid: np.ndarray | None, W: int, T: int, method: str) -> np.ndarray:
+    """``[W, T]`` matrix that pools token rows/columns into words (sum, mean or first piece)."""
+    P = np.zeros((W, T), dtype=np.float32)
+    if wid is None:
+        return P
+    t = np.flatnonzero(wid >= 0)
+    w = wid[t]
+    if method == "first":
+        first = np.unique(w, return_index=True)[1]
+        t, w = t[first], w[first]
+    P[w, t] = 1.0
+    if method == "mean":
+        P /= np.maximum(P.sum(1, keepdims=True), 1.0)
+    return P
 
 
 def head_label(layer: int, head: int) -> str:

@@ -17,24 +17,33 @@ def map_cosine(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor | None = Non
     ``rows`` (``[..., q]``, 0/1) keeps only some query rows, i.e. the cosine of the cropped maps when
     padding columns already hold zero attention. Row sums are accumulated in float64.
     """
-    num = (a * b).sum(-1).double()
-    aa = (a * a).sum(-1).double()
-    bb = (b * b).sum(-1).double()
+    num = torch.linalg.vecdot(a, b).double()
+    aa = torch.linalg.vecdot(a, a).double()
+    bb = torch.linalg.vecdot(b, b).double()
     if rows is not None:
         rows = rows.double()
         num, aa, bb = num * rows, aa * rows, bb * rows
     return num.sum(-1) / (aa.sum(-1).sqrt() * bb.sum(-1).sqrt()).clamp_min(eps)
 
 
+def row_entropy(p: torch.Tensor) -> torch.Tensor:
+    """Shannon entropy (nats) of distributions along the last dim, with ``0 ln 0 = 0``.
+
+    Same values as ``-xlogy(p, p).sum(-1)`` but 3-4x faster on CPU: ``log(0)`` takes a slow path in
+    the vectorised kernels and attention maps are full of exact zeros (padding), so the argument is
+    clamped to the smallest normal float first (a zero then contributes ``0 * log(tiny) = 0``), and
+    the product and sum are one ``vecdot`` without a temporary.
+    """
+    return -torch.linalg.vecdot(p, torch.log(p.clamp_min(torch.finfo(p.dtype).tiny)))
+
+
 def js_divergence(p: torch.Tensor, q: torch.Tensor, base: float = 2.0) -> torch.Tensor:
     """Jensen-Shannon divergence between distributions along the last dim (0 = equal, 1 = disjoint in base 2).
 
-    Uses JS = H(m) - (H(p) + H(q)) / 2 with m = (p + q) / 2: three ``xlogy`` passes instead of four
-    (``xlogy`` gives 0 log 0 = 0). Computed in the input's dtype; pass float64 for reference values.
+    Uses JS = H(m) - (H(p) + H(q)) / 2 with m = (p + q) / 2: three entropy passes instead of four
+    (0 log 0 = 0). Computed in the input's dtype; pass float64 for reference values.
     """
-    m = 0.5 * (p + q)
-    neg_entropies = 0.5 * (torch.xlogy(p, p) + torch.xlogy(q, q)) - torch.xlogy(m, m)
-    js = neg_entropies.sum(-1) / math.log(base)
+    js = (row_entropy(0.5 * (p + q)) - 0.5 * (row_entropy(p) + row_entropy(q))) / math.log(base)
     return js.clamp_min(0.0)
 
 
