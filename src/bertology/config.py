@@ -50,6 +50,8 @@ class CompareConfig:
     # attention_targets / relation_heads: spaCy pipeline for plain text (None: en_core_web_sm, else the re-upload)
     spacy_model: str | None = None
     relation_min_count: int = 20
+    # user-given token relations: a JSONL file of texts with from/to spans (scored into relation_heads)
+    relations: str | None = None
     trust_remote_code: bool = False
     store: str | None = None  # optional on-disk activation store folder
 

@@ -112,9 +112,11 @@ def load_data(data: DataConfig) -> Corpus:
     )
 
 
-def run_fingerprint(config: CompareConfig, pair: ModelPair, corpus: Corpus) -> str:
+def run_fingerprint(config: CompareConfig, pair: ModelPair, corpus: Corpus, relations: Corpus | None = None) -> str:
     """Identity of a run: settings, model weights and data. Equal fingerprints may resume each other."""
     parts = [config.fingerprint(), corpus.fingerprint()]
+    if relations is not None:
+        parts.append(relations.stats.get("file_sha256"))
     for m in (pair.base, pair.tuned):
         parts.append(m.weights_sha256 or m.path)
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
@@ -150,8 +152,9 @@ def compare(
     if config.attention_mode == "padded" and max_length > config.pad_length:
         max_length = config.pad_length
     encoded = encode_corpus(corpus, pair.tokenizer, max_length, config.data.overlong)
+    spans = load_relations(config.relations) if config.relations else None
     run_dir = RunDirectory(config.out)
-    fingerprint = run_fingerprint(config, pair, corpus)
+    fingerprint = run_fingerprint(config, pair, corpus, spans[0] if spans else None)
     resuming = run_dir.prepare("compare", fingerprint, overwrite=overwrite)
 
     analyses = [a for a in build_analyses(config, pair, corpus) if a.name in selected]
@@ -171,12 +174,24 @@ def compare(
         if corpus.stats.get(key):
             warnings.append(f"While reading the data, {corpus.stats[key]} {what}.")
 
+    span_params = None
+    if spans is not None:
+        span_analysis, span_encoded = _span_analysis(config, pair, spans, max_length)
+        span_params = {**span_analysis.params(), "file": config.relations, **spans[0].stats}
     if todo:
         _extract(pair, encoded, todo, config, progress)
-        for a in todo:
-            res = a.compute()
+        computed = {a.name: a.compute() for a in todo}
+        if spans is not None and "relation_heads" not in done:
+            _extract(pair, span_encoded, [span_analysis], config, progress, label="user relations")
+            computed["relation_heads"] = _with_user_relations(computed.get("relation_heads"), span_analysis.compute())
+        for res in computed.values():
             write_table(run_dir.path, res.name, res.table)
             results[res.name] = res
+    elif spans is not None and "relation_heads" not in done:
+        _extract(pair, span_encoded, [span_analysis], config, progress, label="user relations")
+        res = span_analysis.compute()
+        write_table(run_dir.path, res.name, res.table)
+        results[res.name] = res
 
     for res in extra_results or []:
         write_table(run_dir.path, res.name, res.table)
@@ -191,7 +206,7 @@ def compare(
         "config": config.to_dict(),
         "models": pair.describe(),
         "data": {**corpus.describe(), "encoding": enc},
-        "analyses": {a.name: a.params() for a in analyses},
+        "analyses": {a.name: a.params() for a in analyses} | ({"user_relations": span_params} if span_params else {}),
         "seed": config.seed,
         "device": config.device,
         "dtype": str(next(pair.base.model.parameters()).dtype).replace("torch.", ""),
@@ -212,9 +227,42 @@ def compare(
     return CompareRun(run_dir.path, results, manifest, report_path, done)
 
 
-def _extract(pair: ModelPair, encoded, analyses: list[Analysis], config: CompareConfig, progress: bool) -> None:
+def load_relations(path: str):
+    """The user-given token relations file: (corpus of its texts, relation instances)."""
+    from bertology.data.spans import load_span_relations
+
+    return load_span_relations(path)
+
+
+def _span_analysis(config: CompareConfig, pair: ModelPair, spans, max_length: int):
+    """The analysis of the user relations and their encoded texts (over-long texts are truncated)."""
+    from bertology.analyses.span_relations import SpanRelationHeads
+
+    corpus, relations = spans
+    encoded = encode_corpus(corpus, pair.tokenizer, max_length, "truncate")
+    return SpanRelationHeads(relations, pair.num_layers, pair.num_heads), encoded
+
+
+def _with_user_relations(treebank: Result | None, user: Result) -> Result:
+    """One ``relation_heads`` table: dependency relations (kind "dependency") and user spans (kind "span")."""
+    if treebank is None:
+        return user
+    import pandas as pd
+
+    clash = set(treebank.table.relation) & set(user.table.relation)
+    if clash:
+        raise BertologyError(
+            f"User relation name(s) {', '.join(sorted(clash))} are also dependency relations in the data; rename them in the JSONL."
+        )
+    table = pd.concat([treebank.table, user.table], ignore_index=True)
+    return Result(treebank.name, table, {**treebank.params, "user_relations": user.params})
+
+
+def _extract(
+    pair: ModelPair, encoded, analyses: list[Analysis], config: CompareConfig, progress: bool, label: str = "extracting"
+) -> None:
     store = None
-    if config.store:
+    if config.store and label == "extracting":  # the activation store holds the main corpus only
         from bertology.activations.store import ActivationStore
 
         store = ActivationStore.create(config.store, pair, encoded, overwrite=True)
@@ -224,7 +272,7 @@ def _extract(pair: ModelPair, encoded, analyses: list[Analysis], config: Compare
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         with Progress(
-            TextColumn("[bold]extracting[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("examples"),
+            TextColumn(f"[bold]{label}[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("examples"),
             TimeRemainingColumn(), transient=False,
         ) as bar:
             task = bar.add_task("extract", total=len(encoded.items))

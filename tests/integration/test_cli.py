@@ -226,3 +226,45 @@ def test_plain_text_is_parsed_with_spacy_for_relation_heads(identical_pair, corp
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["tables"] == ["relation_heads"]
     assert any("spaCy" in w for w in manifest["warnings"])
+
+
+RELATIONS = [
+    {"text": "the movie was funny but the plot was boring .", "from": "movie", "to": "funny", "relation": "aspect"},
+    {"text": "john saw mary and he liked her book .", "from": "he", "to": "john", "relation": "coref"},
+]
+
+
+def test_user_relations_join_the_dependency_relations(planted_pair, tmp_path):
+    data = tmp_path / "gold.conllu"
+    data.write_text(CONLLU, encoding="utf-8")
+    rel_file = tmp_path / "rel.jsonl"
+    rel_file.write_text("\n".join(json.dumps(r) for r in RELATIONS) + "\n", encoding="utf-8")
+    base, tuned = planted_pair
+    out = tmp_path / "run"
+    args = ("compare", "--base", base, "--tuned", tuned, "--data", data, "--out", out, "--relation-min-count", 1,
+            "--analyses", "relation_heads", "--relations", rel_file)
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    rel = pd.read_parquet(out / "tables/relation_heads.parquet")
+    assert set(rel.kind) == {"dependency", "span"}
+    spans = rel[rel.kind == "span"]
+    assert set(spans.relation) == {"aspect", "coref"} and set(spans.direction) == {"from->to", "to->from"}
+    assert (spans.n == 1).all() and spans.accuracy.between(0, 1).all()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["analyses"]["user_relations"]["n_relations"] == 2
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "coref" in html and "aspect" in html
+    # the same command resumes; an edited relations file is a different run
+    assert invoke(*args).exit_code == 0
+    rel_file.write_text(json.dumps(RELATIONS[0]) + "\n", encoding="utf-8")
+    assert_user_error(invoke(*args), "different")
+
+
+def test_bad_relations_file_is_one_message(identical_pair, corpus_txt, tmp_path):
+    base, tuned = identical_pair
+    bad = tmp_path / "rel.jsonl"
+    bad.write_text('{"text": "the cat sat on the mat .", "from": "the", "to": "cat"}\n', encoding="utf-8")
+    result = invoke("compare", "--base", base, "--tuned", tuned, "--data", corpus_txt, "--out", tmp_path / "o",
+                    "--analyses", "attention_change", "--relations", bad)
+    assert_user_error(result, "rel.jsonl line 1", "occurs 2 times")
+    assert not (tmp_path / "o").exists()

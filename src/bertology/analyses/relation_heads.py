@@ -282,38 +282,10 @@ class RelationHeads(Analysis):
             )
         keep = [i for i, r in enumerate(self.relations) if self.n[i] >= self.min_count]
         dropped = {self.relations[i]: int(self.n[i]) for i in range(len(self.relations)) if i not in keep}
-        L, H = self.num_layers, self.num_heads
-        layers, heads = np.meshgrid(np.arange(1, L + 1), np.arange(H), indexing="ij")
-        frames = []
-        for i in keep:
-            n = int(self.n[i])
-            base_acc = self.baseline_correct[i] / n  # [2, K]
-            best_k = base_acc.argmax(-1)  # first best offset in ``offsets`` order
-            for m, model in enumerate(MODELS):
-                for d, direction in enumerate(DIRECTIONS):
-                    frames.append(
-                        pd.DataFrame(
-                            {
-                                "model": model,
-                                "relation": self.relations[i],
-                                "direction": direction,
-                                "layer": layers.ravel(),
-                                "head": heads.ravel(),
-                                "accuracy": (self.correct[i, m, d] / n).ravel(),
-                                "baseline_offset": self.offsets[best_k[d]],
-                                "baseline_accuracy": base_acc[d, best_k[d]],
-                                "n": n,
-                            }
-                        )
-                    )
-        columns = ["model", "relation", "direction", "layer", "head", "accuracy", "baseline_offset", "baseline_accuracy", "n"]
-        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
-        if len(df):
-            df["rank"] = (
-                df.groupby(["model", "relation", "direction"])["accuracy"].rank(method="min", ascending=False).astype(int)
-            )
-        else:
-            df["rank"] = pd.Series(dtype=int)
+        df = relation_table(
+            self.relations, keep, self.n, self.correct, self.baseline_correct, self.offsets, DIRECTIONS,
+            self.num_layers, self.num_heads, kind="dependency",
+        )
         provenance = {
             **self.params(),
             "n_examples": self.n_examples,
@@ -324,6 +296,58 @@ class RelationHeads(Analysis):
             "dropped_relations": dropped,
         }
         return Result(self.name, df, provenance)
+
+
+def relation_table(
+    relations: list[str],
+    keep: list[int],
+    n: np.ndarray,
+    correct: np.ndarray,
+    baseline_correct: np.ndarray,
+    offsets: tuple[int, ...],
+    directions: tuple[str, str],
+    num_layers: int,
+    num_heads: int,
+    kind: str,
+) -> pd.DataFrame:
+    """The tidy ``relation_heads`` table from hit counts ``[R, model, direction, L, H]`` and pair counts.
+
+    One row per (model, relation, direction, layer, head), with the best fixed offset of the relation
+    and direction, and ``rank`` (1 = best head within (model, relation, direction); ties share it).
+    """
+    L, H = num_layers, num_heads
+    layers, heads = np.meshgrid(np.arange(1, L + 1), np.arange(H), indexing="ij")
+    frames = []
+    for i in keep:
+        count = int(n[i])
+        base_acc = baseline_correct[i] / count  # [2, K]
+        best_k = base_acc.argmax(-1)  # first best offset in ``offsets`` order
+        for m, model in enumerate(MODELS):
+            for d, direction in enumerate(directions):
+                frames.append(
+                    pd.DataFrame(
+                        {
+                            "model": model,
+                            "relation": relations[i],
+                            "direction": direction,
+                            "layer": layers.ravel(),
+                            "head": heads.ravel(),
+                            "accuracy": (correct[i, m, d] / count).ravel(),
+                            "baseline_offset": offsets[best_k[d]],
+                            "baseline_accuracy": base_acc[d, best_k[d]],
+                            "n": count,
+                            "kind": kind,
+                        }
+                    )
+                )
+    columns = ["model", "relation", "direction", "layer", "head", "accuracy", "baseline_offset", "baseline_accuracy",
+               "n", "kind"]
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+    if len(df):
+        df["rank"] = df.groupby(["model", "relation", "direction"])["accuracy"].rank(method="min", ascending=False).astype(int)
+    else:
+        df["rank"] = pd.Series(dtype=int)
+    return df
 
 
 def _pooling(wid: np.ndarray | None, W: int, T: int, method: str) -> np.ndarray:

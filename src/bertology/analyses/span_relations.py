@@ -1,0 +1,174 @@
+"""Which heads link user-given spans: an aspect to its opinion words, a pronoun to its antecedent, ...
+
+The same question as :mod:`bertology.analyses.relation_heads`, for any token relation a user labels
+in a JSONL file (:func:`bertology.data.spans.load_span_relations`). For each instance, the *from*
+span is one unit (attention from it is the mean over its pieces, attention to it the sum) and every
+other word is a unit; special tokens are left out. A head predicts:
+
+``from->to``
+    the unit most attended *from* the span lies in a *to* span: ``argmax_{u != from} att[from, u]``;
+``to->from``
+    the unit that attends most *to* the span lies in a *to* span: ``argmax_{u != from} att[u, from]``.
+
+Fixed-offset baseline: for offset ``k < 0`` predict the word ``k`` positions before the span's first
+word, for ``k > 0`` the word ``k`` after its last word; a hit when that word is in a *to* span (the
+same prediction for both directions). Instances whose span or every target lost its tokens to
+truncation are not scored (``n_unscored``).
+
+The table has the columns of ``relation_heads`` (``kind = "span"``) so both can be shown together.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import torch
+
+from bertology.activations.batch import PairBatch
+from bertology.analyses.base import Analysis
+from bertology.analyses.relation_heads import MODELS, relation_table
+from bertology.data.align import Pooling, word_attention
+from bertology.data.spans import SpanRelation
+from bertology.results import Result
+
+DIRECTIONS = ("from->to", "to->from")
+
+
+def span_units(word_ids: np.ndarray, source: Sequence[int], n_words: int) -> tuple[np.ndarray, int, np.ndarray]:
+    """Unit id per token (the source words merged into one unit), the number of units and word -> unit."""
+    src = np.zeros(n_words, dtype=bool)
+    src[list(source)] = True
+    first = int(np.flatnonzero(src)[0])
+    word_unit = np.full(n_words, -1, dtype=np.int64)
+    u = 0
+    for w in range(n_words):
+        if src[w] and w != first:
+            continue
+        word_unit[w] = u
+        u += 1
+    word_unit[src] = word_unit[first]
+    units = np.where(word_ids >= 0, word_unit[np.clip(word_ids, 0, None)], -1)
+    return units, u, word_unit
+
+
+class SpanRelationHeads(Analysis):
+    """Per head and user relation: how often the argmax of span attention lands in a target span."""
+
+    name = "relation_heads"
+    requires = frozenset({"attentions"})
+
+    def __init__(
+        self,
+        relations: Sequence[SpanRelation],
+        num_layers: int,
+        num_heads: int,
+        to_method: Pooling = "sum",
+        from_method: Pooling = "mean",
+        offsets: Iterable[int] = range(-3, 3),
+        min_count: int = 1,
+    ):
+        self.by_example: dict[int, list[SpanRelation]] = {}
+        for r in relations:
+            self.by_example.setdefault(r.example, []).append(r)
+        self.num_layers, self.num_heads = int(num_layers), int(num_heads)
+        self.to_method, self.from_method = to_method, from_method
+        self.offsets = tuple(int(k) for k in offsets if int(k) != 0)
+        if not self.offsets:
+            raise ValueError("offsets must contain at least one non-zero offset")
+        self.min_count = int(min_count)
+        self.relations: list[str] = sorted({r.relation for r in relations})
+        self._rel_index = {r: i for i, r in enumerate(self.relations)}
+        R, L, H, K = len(self.relations), self.num_layers, self.num_heads, len(self.offsets)
+        self.correct = np.zeros((R, len(MODELS), len(DIRECTIONS), L, H), dtype=np.int64)
+        self.baseline_correct = np.zeros((R, len(DIRECTIONS), K), dtype=np.int64)
+        self.n = np.zeros(R, dtype=np.int64)
+        self.n_unscored = 0
+        self.n_examples = 0
+
+    def params(self) -> dict:
+        return {
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "to_method": self.to_method,
+            "from_method": self.from_method,
+            "offsets": list(self.offsets),
+            "min_count": self.min_count,
+            "relations": self.relations,
+            "exclude": "special tokens, the from span",
+        }
+
+    def _baseline(self, rel: SpanRelation, n_words: int) -> np.ndarray:
+        """Hit per offset: the word k before the span's first word (k < 0) or after its last is a target."""
+        first, last = min(rel.source), max(rel.source)
+        targets = set(rel.targets)
+        hits = []
+        for k in self.offsets:
+            w = first + k if k < 0 else last + k
+            hits.append(0 <= w < n_words and w in targets)
+        return np.asarray(hits, dtype=np.int64)
+
+    def update(self, batch: PairBatch) -> None:
+        for b, item in enumerate(batch.items):
+            instances = self.by_example.get(item.index)
+            if not instances:
+                continue
+            self.n_examples += 1
+            T = int(batch.mask[b].sum())
+            wid = np.where(np.asarray(item.segment)[:T] == 0, np.asarray(item.word_ids)[:T], -1)
+            n_words = int(max(max(max(r.source), max(r.targets)) for r in instances)) + 1
+            n_words = max(n_words, int(wid.max()) + 1 if wid.size else 0)
+            present = np.bincount(wid[wid >= 0], minlength=n_words) > 0
+            if getattr(item, "truncated", False) and present.any():
+                present[int(wid.max())] = False  # the last word present may have lost pieces
+            maps = [
+                torch.stack([cap.attentions[layer][b, :, :T, :T] for layer in range(1, self.num_layers + 1)]).double().cpu()
+                for cap in (batch.base, batch.tuned)
+            ]
+            for rel in instances:
+                targets = [w for w in rel.targets if present[w]]
+                if not all(present[w] for w in rel.source) or not targets:
+                    self.n_unscored += 1
+                    continue
+                units, U, word_unit = span_units(wid, rel.source, n_words)
+                src_u = int(word_unit[rel.source[0]])
+                target_u = np.zeros(U, dtype=bool)
+                target_u[word_unit[targets]] = True
+                candidate = np.zeros(U, dtype=bool)
+                candidate[np.unique(units[units >= 0])] = True
+                candidate[src_u] = False
+                r = self._rel_index[rel.relation]
+                self.n[r] += 1
+                self.baseline_correct[r] += self._baseline(rel, n_words)[None, :]
+                excluded = torch.as_tensor(~candidate)
+                for m, att in enumerate(maps):
+                    A = word_attention(att, units, self.to_method, self.from_method, n_words=U)  # [L, H, U, U]
+                    out_row = A[:, :, src_u, :].masked_fill(excluded, float("-inf"))
+                    in_col = A[:, :, :, src_u].masked_fill(excluded, float("-inf"))
+                    self.correct[r, m, 0] += target_u[out_row.argmax(-1).numpy()]
+                    self.correct[r, m, 1] += target_u[in_col.argmax(-1).numpy()]
+
+    def merge(self, other: "SpanRelationHeads") -> "SpanRelationHeads":
+        self._check_mergeable(other)
+        self.correct += other.correct
+        self.baseline_correct += other.baseline_correct
+        self.n += other.n
+        self.n_unscored += other.n_unscored
+        self.n_examples += other.n_examples
+        return self
+
+    def compute(self) -> Result:
+        if self.n.sum() == 0:
+            raise ValueError(f"no relation instance could be scored ({self.n_unscored} lost to truncation)")
+        keep = [i for i in range(len(self.relations)) if self.n[i] >= self.min_count]
+        table = relation_table(
+            self.relations, keep, self.n, self.correct, self.baseline_correct, self.offsets, DIRECTIONS,
+            self.num_layers, self.num_heads, kind="span",
+        )
+        provenance = {
+            **self.params(),
+            "n_examples": self.n_examples,
+            "n_unscored": self.n_unscored,
+            "n_pairs": {r: int(self.n[i]) for i, r in enumerate(self.relations)},
+            "dropped_relations": {self.relations[i]: int(self.n[i]) for i in range(len(self.relations)) if i not in keep},
+        }
+        return Result(self.name, table, provenance)
