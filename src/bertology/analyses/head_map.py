@@ -1,0 +1,294 @@
+"""The head map (Clark et al. 2019, §6): every head of both models in one 2-D picture.
+
+For a sample of examples, the distance between two heads is the Jensen-Shannon divergence (bits)
+between their attention rows for the same query token, averaged over all real query tokens ([CLS] and
+[SEP] included; real keys only). Heads of the base and of the tuned model go into one ``2 L H`` x
+``2 L H`` matrix and one metric-MDS embedding, so a head that fine-tuning moved sits apart from its
+base version; ``moved`` is that distance.
+
+Cost: ``(2 L H)² / 2`` mixture entropies per query token (10,296 pairs for MiniLM), more than the
+forward passes, so only a sample of ``max_examples`` examples is used: those with the smallest
+hashed keys of ``(seed, example index)`` among all examples streamed (a bottom-k sample). The sample
+depends only on which examples exist, never on batching or sharding: each candidate's per-example
+sums are kept (``K (K - 1) / 2`` float64 each) until ``max_examples`` smaller keys have been seen, and
+``merge`` takes the bottom-k of the union, so shards combine exactly. Passing ``example_indices``
+(the indices that will be streamed, here or in all shards to be merged) only skips candidates that
+could never be kept; the result is the same.
+
+MDS runs on the JS *distance* (square root of the mean divergence, a metric) by default, starting
+from classical scaling (deterministic) and then SMACOF with ``random_state=seed``; the map is
+rotated to its principal axes and oriented so that ``x`` and ``y`` grow with the layer.
+"""
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Iterable
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bertology.activations.batch import PairBatch
+from bertology.analyses.base import Analysis
+from bertology.analyses.representation_similarity import token_keys
+from bertology.metrics.head_distance import (
+    BLOCK_ELEMENTS,
+    classical_mds,
+    pair_indices,
+    paired_js_sums,
+    pairwise_js_sums,
+    square,
+    stress1,
+)
+from bertology.results import Result
+
+MODELS = ("base", "tuned")
+Distance = Literal["js_distance", "js_divergence"]
+_SALT = 0x68656164  # "head": keeps these keys apart from representation_similarity's token keys
+
+
+def example_keys(seed: int, example: np.ndarray) -> np.ndarray:
+    """Deterministic uint64 sampling key per example index (order-free, so batching cannot change the sample)."""
+    example = np.asarray(example, dtype=np.int64)
+    return token_keys(seed, example, np.full(example.shape, _SALT, dtype=np.int64))
+
+
+def head_index(num_layers: int, num_heads: int) -> pd.DataFrame:
+    """Row ``k`` of the distance matrix: ``model`` (base first), ``layer`` (1..L), ``head`` (0-based)."""
+    model, layer, head = np.meshgrid(np.arange(2), np.arange(1, num_layers + 1), np.arange(num_heads), indexing="ij")
+    return pd.DataFrame({"model": np.array(MODELS)[model.ravel()], "layer": layer.ravel(), "head": head.ravel()})
+
+
+def mds_embedding(
+    d: np.ndarray,
+    *,
+    seed: int = 0,
+    init: Literal["classical", "random"] = "classical",
+    n_init: int = 4,
+    max_iter: int = 300,
+    eps: float = 1e-6,
+    layers: np.ndarray | None = None,
+) -> tuple[np.ndarray, float]:
+    """Metric MDS (sklearn SMACOF) of a precomputed distance matrix: ``(coordinates [K, 2], Stress-1)``.
+
+    ``init="classical"`` starts from Torgerson scaling (one run, deterministic); ``"random"`` takes
+    the best of ``n_init`` seeded random starts. The result is centred, rotated to its principal axes
+    and each axis' sign fixed (growing with ``layers`` when given), so reruns draw the same picture.
+    """
+    from sklearn.manifold import MDS
+
+    d = np.asarray(d, dtype=np.float64)
+    k = d.shape[0]
+    if k < 3 or not np.any(d > 0):
+        return np.zeros((k, 2)), 0.0
+    kw: dict = dict(n_components=2, max_iter=max_iter, eps=eps, random_state=seed, normalized_stress=False)
+    if "metric_mds" in inspect.signature(MDS).parameters:  # sklearn >= 1.8
+        kw.update(metric_mds=True, metric="precomputed", init="random")
+    else:
+        kw.update(metric=True, dissimilarity="precomputed")
+    start = None
+    if init == "classical":
+        kw["n_init"], start = 1, classical_mds(d)
+    elif init == "random":
+        kw["n_init"] = n_init
+    else:
+        raise ValueError(f"init must be 'classical' or 'random', not {init!r}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # parameter renames across sklearn versions
+        x = MDS(**kw).fit_transform(d, init=start)
+    x = _orient(x, layers)
+    return x, stress1(d, x)
+
+
+def _orient(x: np.ndarray, layers: np.ndarray | None) -> np.ndarray:
+    """Centre, rotate to principal axes, and fix each axis' sign (distances unchanged)."""
+    x = x - x.mean(0)
+    _, _, vt = np.linalg.svd(x, full_matrices=False)
+    x = x @ vt.T
+    for c in range(x.shape[1]):
+        s = 0.0
+        if layers is not None and np.std(layers) > 0 and np.std(x[:, c]) > 0:
+            s = float(np.corrcoef(x[:, c], layers)[0, 1])
+        if s == 0.0:
+            s = float(x[np.abs(x[:, c]).argmax(), c])
+        if s < 0:
+            x[:, c] = -x[:, c]
+    return x
+
+
+class HeadMap(Analysis):
+    """JS distances between all heads of both models on a hashed example sample, and their MDS map."""
+
+    name = "head_map"
+    distance_name = "head_distance"
+    requires = frozenset({"attentions"})
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_heads: int,
+        *,
+        max_examples: int = 200,
+        seed: int = 0,
+        distance: Distance = "js_distance",
+        mds_init: Literal["classical", "random"] = "classical",
+        n_init: int = 4,
+        max_iter: int = 300,
+        example_indices: Iterable[int] | None = None,
+        block_elements: int = BLOCK_ELEMENTS,
+    ):
+        if max_examples < 1:
+            raise ValueError("max_examples must be at least 1")
+        if distance not in ("js_distance", "js_divergence"):
+            raise ValueError(f"distance must be 'js_distance' or 'js_divergence', not {distance!r}")
+        if mds_init not in ("classical", "random"):
+            raise ValueError(f"mds_init must be 'classical' or 'random', not {mds_init!r}")
+        self.num_layers, self.num_heads = num_layers, num_heads
+        self.max_examples, self.seed, self.distance = max_examples, seed, distance
+        self.mds_init, self.n_init, self.max_iter = mds_init, n_init, max_iter
+        self.block_elements = block_elements
+        self.n_heads_total = 2 * num_layers * num_heads
+        self.n_pairs = self.n_heads_total * (self.n_heads_total - 1) // 2
+        ia, ib = pair_indices(self.n_heads_total)
+        half = num_layers * num_heads
+        # Position of pair (k, k + L H), i.e. a head against its tuned version, in pair order.
+        self._moved_pairs = torch.from_numpy(np.nonzero(ib - ia == half)[0])
+        # The bottom-k sample: sorted by (key, index); per-example sums over rows and row counts.
+        self.keys = np.zeros(0, dtype=np.uint64)
+        self.indices = np.zeros(0, dtype=np.int64)
+        self.sums = np.zeros((0, self.n_pairs))
+        self.rows = np.zeros(0, dtype=np.int64)
+        self.n_seen = 0
+        self._allowed: set[int] | None = None
+        self._limit: np.uint64 | None = None
+        if example_indices is not None:
+            idx = np.unique(np.fromiter(example_indices, dtype=np.int64))
+            self._allowed = set(idx.tolist())
+            if len(idx) > max_examples:
+                self._limit = np.sort(example_keys(seed, idx))[max_examples - 1]
+
+    def params(self) -> dict:
+        return {
+            "max_examples": self.max_examples, "seed": self.seed, "distance": self.distance,
+            "divergence": "Jensen-Shannon, base 2, mean over real query tokens (incl. [CLS]/[SEP]), real keys",
+            "sample": "bottom-k of hash(seed, example index)",
+            "mds": {"metric": True, "init": self.mds_init, "n_init": self.n_init if self.mds_init == "random" else 1,
+                    "max_iter": self.max_iter, "random_state": self.seed},
+            "num_layers": self.num_layers, "num_heads": self.num_heads,
+        }
+
+    # ------------------------------------------------------------------------------ accumulation
+    def _stack(self, batch: PairBatch, row: int, length: int) -> torch.Tensor:
+        """All ``2 L H`` heads' attention of one example, cropped to its real tokens: ``[K, T, T]``."""
+        return torch.cat(
+            [cap.attentions[layer][row, :, :length, :length]
+             for cap in (batch.base, batch.tuned) for layer in range(1, self.num_layers + 1)]
+        )
+
+    def _example_sums(self, batch: PairBatch, row: int, length: int) -> np.ndarray:
+        """One example's JS sums over its tokens for every pair of heads (:func:`pair_indices` order).
+
+        The base-vs-tuned pairs of the same head are recomputed in the precise float64 form, so an
+        unchanged head has ``moved == 0`` exactly and small moves are not float32 noise.
+        """
+        p = self._stack(batch, row, length)
+        sums = pairwise_js_sums(p, block_elements=self.block_elements)
+        half = self.num_layers * self.num_heads
+        sums[self._moved_pairs] = paired_js_sums(p[:half], p[half:]).to(sums.device)
+        return sums.cpu().numpy()
+
+    def update(self, batch: PairBatch) -> None:
+        idx = batch.example_indices
+        self.n_seen += len(idx)
+        if self._allowed is not None:
+            unknown = [int(i) for i in idx if int(i) not in self._allowed]
+            if unknown:
+                raise ValueError(f"head_map: examples {unknown[:5]} are not in example_indices")
+        keys = example_keys(self.seed, idx)
+        cand = np.ones(len(idx), dtype=bool)
+        if self._limit is not None:
+            cand &= keys <= self._limit
+        if len(self.keys) >= self.max_examples:
+            cand &= keys <= self.keys[-1]
+        cand = np.nonzero(cand)[0]
+        cand = cand[np.lexsort((idx[cand], keys[cand]))][: self.max_examples]
+        if len(cand) == 0:
+            return
+        lengths = batch.lengths.cpu().numpy()
+        sums = np.stack([self._example_sums(batch, int(r), int(lengths[r])) for r in cand])
+        self._keep(keys[cand], idx[cand], sums, lengths[cand].astype(np.int64))
+
+    def _keep(self, keys: np.ndarray, indices: np.ndarray, sums: np.ndarray, rows: np.ndarray) -> None:
+        """Add candidates and keep the bottom ``max_examples`` by (key, index)."""
+        keys = np.concatenate([self.keys, keys])
+        indices = np.concatenate([self.indices, indices])
+        order = np.lexsort((indices, keys))[: self.max_examples]
+        self.keys, self.indices = keys[order], indices[order]
+        self.sums = np.concatenate([self.sums, sums])[order]
+        self.rows = np.concatenate([self.rows, rows])[order]
+
+    def merge(self, other: "HeadMap") -> "HeadMap":
+        self._check_mergeable(other)
+        if np.intersect1d(self.indices, other.indices).size:
+            raise ValueError("head_map: the shards share examples")
+        self._keep(other.keys, other.indices, other.sums, other.rows)
+        self.n_seen += other.n_seen
+        return self
+
+    # ------------------------------------------------------------------------------ results
+    @property
+    def sample(self) -> np.ndarray:
+        """Indices of the examples in the sample, in key order."""
+        return self.indices.copy()
+
+    def divergence_matrix(self) -> np.ndarray:
+        """Mean JS divergence (bits) over the sampled query tokens, ``[K, K]`` in :func:`head_index` order."""
+        if len(self.indices) == 0:
+            raise ValueError("head_map saw no examples")
+        # Summed in key order, so the total does not depend on batching or sharding.
+        return square(self.sums.sum(0) / self.rows.sum(), self.n_heads_total)
+
+    def distance_matrix(self, which: Distance | None = None) -> np.ndarray:
+        """The matrix MDS uses (``which`` defaults to ``distance``): JS divergence or its square root."""
+        div = self.divergence_matrix()
+        return np.sqrt(div) if (which or self.distance) == "js_distance" else div
+
+    def compute(self) -> Result:
+        """``head_map`` table: one row per head of each model with its map position and ``moved``."""
+        div = self.divergence_matrix()
+        heads = head_index(self.num_layers, self.num_heads)
+        d = np.sqrt(div) if self.distance == "js_distance" else div
+        xy, stress = mds_embedding(d, seed=self.seed, init=self.mds_init, n_init=self.n_init,
+                                   max_iter=self.max_iter, layers=heads["layer"].to_numpy())
+        half = self.num_layers * self.num_heads
+        moved_div = np.tile(np.diag(div[:half, half:]), 2)
+        df = heads.assign(
+            x=xy[:, 0], y=xy[:, 1],
+            moved=np.sqrt(moved_div), moved_js_divergence=moved_div,
+            n_examples=len(self.indices), n_tokens=int(self.rows.sum()), n_examples_seen=self.n_seen,
+            distance=self.distance, stress=stress,
+        )
+        return Result(self.name, df, self.params())
+
+    def distances(self) -> Result:
+        """``head_distance`` table: every unordered pair of heads once (base heads first, then tuned)."""
+        div = self.divergence_matrix()
+        heads = head_index(self.num_layers, self.num_heads)
+        ia, ib = pair_indices(self.n_heads_total)
+        a, b = heads.iloc[ia].reset_index(drop=True), heads.iloc[ib].reset_index(drop=True)
+        df = pd.concat([a.add_suffix("_a"), b.add_suffix("_b")], axis=1).assign(
+            js_divergence=div[ia, ib], js_distance=np.sqrt(div[ia, ib]),
+            n_examples=len(self.indices), n_tokens=int(self.rows.sum()),
+        )
+        return Result(self.distance_name, df, self.params())
+
+
+def most_moved(table: pd.DataFrame, top: int = 10) -> pd.DataFrame:
+    """The ``top`` heads that moved most (one row per head: ``layer, head, label, moved``), largest first."""
+    heads = table[table["model"] == "base"] if "model" in table else table
+    out = heads.sort_values(["moved", "layer", "head"], ascending=[False, True, True]).head(top)
+    out = out[["layer", "head", "moved"] + (["moved_js_divergence"] if "moved_js_divergence" in out else [])].copy()
+    out.insert(2, "label", [f"L{l}H{h}" for l, h in zip(out["layer"], out["head"])])
+    return out.reset_index(drop=True)

@@ -1,0 +1,269 @@
+"""Head map (Clark et al. 2019 §6): pairwise head JS divergence, the hashed example sample, MDS, figure."""
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from matplotlib.figure import Figure
+from scipy.spatial.distance import jensenshannon, pdist, squareform
+from scipy.stats import pearsonr, spearmanr
+
+from bertology.activations.extract import run_analyses
+from bertology.analyses.head_map import HeadMap, example_keys, head_index, mds_embedding, most_moved
+from bertology.data.corpus import Corpus
+from bertology.data.encode import EncodedCorpus, encode_corpus
+from bertology.metrics.head_distance import (
+    classical_mds,
+    pair_indices,
+    paired_js_sums,
+    pairwise_js,
+    pairwise_js_sums,
+    square,
+    stress1,
+)
+from bertology.models.pair import ModelPair
+from bertology.testing import SENTENCES
+from bertology.viz.head_map import head_map_figure
+
+
+def _maps(rng, k, r, n, zeros=0.3):
+    """k heads x r rows of distributions over n keys, with exact zeros (0 log 0)."""
+    p = rng.random((k, r, n)) ** 3
+    p[rng.random(p.shape) < zeros] = 0.0
+    p[..., 0] += 1e-3
+    return p / p.sum(-1, keepdims=True)
+
+
+# ----------------------------------------------------------------------------------------- metrics
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pairwise_js_matches_scipy_and_is_a_proper_divergence_matrix(seed):
+    rng = np.random.default_rng(seed)
+    k, r, n = 5, 4, 7
+    p = _maps(rng, k, r, n)
+    ours = pairwise_js(torch.tensor(p))
+    slow = np.array([[np.mean([jensenshannon(p[i, t], p[j, t], base=2) ** 2 for t in range(r)])
+                      for j in range(k)] for i in range(k)])
+    np.testing.assert_allclose(ours, slow, atol=1e-12)
+    assert np.array_equal(ours, ours.T) and np.all(np.diag(ours) == 0)
+    assert ours.min() >= 0 and ours.max() <= 1
+    # float32 input: same numbers to float32 precision
+    np.testing.assert_allclose(pairwise_js(torch.tensor(p, dtype=torch.float32)), slow, atol=1e-6)
+    # paired (precise) form agrees with the matrix on matching heads
+    paired = paired_js_sums(torch.tensor(p[:2]), torch.tensor(p[2:4])).numpy() / r
+    np.testing.assert_allclose(paired, [slow[0, 2], slow[1, 3]], atol=1e-12)
+
+
+def test_disjoint_heads_are_one_bit_apart_and_identical_heads_exactly_zero():
+    p = torch.zeros(3, 2, 4, dtype=torch.float32)
+    p[0, :, 0] = 1.0
+    p[1, :, 1] = 1.0
+    p[2] = p[0]
+    d = pairwise_js(p)
+    assert d[0, 1] == pytest.approx(1.0) and d[0, 2] == 0.0
+    q = torch.softmax(torch.randn(4, 6, 6), -1)
+    assert torch.all(paired_js_sums(q, q.clone()) == 0)
+
+
+def test_padded_masked_batch_equals_an_unpadded_loop_and_blocks_do_not_matter():
+    rng = np.random.default_rng(5)
+    k, width = 6, 9
+    lengths = [9, 4, 7]
+    batch = np.zeros((len(lengths), k, width, width))
+    rows = np.zeros((len(lengths), width), dtype=bool)
+    slow = []
+    for b, n in enumerate(lengths):
+        p = _maps(rng, k, n, n)
+        batch[b, :, :n, :n] = p
+        batch[b, :, n:, :] = rng.random((k, width - n, width))  # garbage in padding query rows
+        rows[b, :n] = True
+        slow.append(pairwise_js_sums(torch.tensor(p)).numpy())
+    fast = pairwise_js_sums(torch.tensor(batch), torch.tensor(rows)).numpy()
+    np.testing.assert_allclose(fast, np.stack(slow), atol=1e-10)
+    tiny_blocks = pairwise_js_sums(torch.tensor(batch), torch.tensor(rows), block_elements=1).numpy()
+    np.testing.assert_allclose(tiny_blocks, fast, atol=1e-12)
+    paired = paired_js_sums(torch.tensor(batch[:, :3]), torch.tensor(batch[:, 3:]), torch.tensor(rows)).numpy()
+    ia, ib = pair_indices(k)
+    pos = [int(np.nonzero((ia == i) & (ib == i + 3))[0][0]) for i in range(3)]
+    np.testing.assert_allclose(paired, fast[:, pos], atol=1e-10)
+
+
+def test_square_and_classical_mds_recover_a_planar_configuration():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(12, 2))
+    d = squareform(pdist(x))
+    ia, ib = pair_indices(12)
+    np.testing.assert_array_equal(square(d[ia, ib], 12), d)
+    y = classical_mds(d)
+    np.testing.assert_allclose(squareform(pdist(y)), d, atol=1e-9)
+    assert stress1(d, y) < 1e-9
+    emb, stress = mds_embedding(d, seed=0)
+    assert emb.shape == (12, 2) and stress < 1e-3
+    # noisy high-dimensional distances: the 2-D map keeps their order
+    z = rng.normal(size=(30, 6)) * [3, 2, 0.5, 0.3, 0.2, 0.1]
+    dz = squareform(pdist(z))
+    emb, stress = mds_embedding(dz, seed=1)
+    iu = np.triu_indices(30, 1)
+    assert spearmanr(dz[iu], squareform(pdist(emb))[iu]).statistic > 0.9
+    assert stress == pytest.approx(stress1(dz, emb))
+
+
+def test_mds_is_seeded_and_oriented():
+    rng = np.random.default_rng(3)
+    d = squareform(pdist(rng.normal(size=(10, 4))))
+    layers = np.arange(10)
+    a, _ = mds_embedding(d, seed=4, layers=layers)
+    b, _ = mds_embedding(d, seed=4, layers=layers)
+    np.testing.assert_array_equal(a, b)
+    assert np.corrcoef(a[:, 0], layers)[0, 1] >= 0 and np.corrcoef(a[:, 1], layers)[0, 1] >= 0
+    r, _ = mds_embedding(d, seed=4, init="random", n_init=2, layers=layers)
+    assert r.shape == (10, 2)
+
+
+# ---------------------------------------------------------------------------------------- analysis
+def _encoded(pair, sentences=SENTENCES):
+    return encode_corpus(Corpus.from_list(sentences), pair.tokenizer)
+
+
+def _run(pair, enc, batch_size=4, **kw):
+    a = HeadMap(pair.num_layers, pair.num_heads, **kw)
+    run_analyses(pair, enc, [a], batch_size=batch_size)
+    return a
+
+
+@pytest.fixture(scope="module")
+def planted(planted_pair):
+    return ModelPair.load(*map(str, planted_pair))
+
+
+def test_identical_models_have_zero_moved_everywhere(identical_pair):
+    pair = ModelPair.load(*map(str, identical_pair))
+    a = _run(pair, _encoded(pair))
+    table = a.compute().table
+    assert len(table) == 2 * 2 * 4
+    assert (table.moved == 0).all()
+    base, tuned = table[table.model == "base"], table[table.model == "tuned"]
+    np.testing.assert_allclose(base[["x", "y"]].to_numpy(), tuned[["x", "y"]].to_numpy(), atol=1e-9)
+    assert not [t for t in head_map_figure(table).axes[0].texts if t.get_text()]  # nothing moved: no labels
+
+
+def test_planted_head_moves_most_and_no_other_head_moves(planted):
+    a = _run(planted, _encoded(planted))
+    table = a.compute().table
+    assert {"model", "layer", "head", "x", "y", "moved", "n_examples"} <= set(table.columns)
+    top = most_moved(table, 3)
+    assert (top.loc[0, "layer"], top.loc[0, "head"], top.loc[0, "label"]) == (2, 1, "L2H1")
+    assert top.loc[0, "moved"] > 0.5
+    # Layer 1 is unchanged, and only L2H1's query/key changed in layer 2 (tiny_bert_pair has 2 layers).
+    others = table[~((table.layer == 2) & (table["head"] == 1))]
+    assert (others.moved == 0).all()
+    assert (table.n_examples == len(SENTENCES)).all() and (table.n_examples_seen == len(SENTENCES)).all()
+    # The moved value is the head's base-vs-tuned entry of the distance matrix.
+    d = a.distance_matrix()
+    k = head_index(2, 4)
+    i = k.index[(k.model == "base") & (k.layer == 2) & (k["head"] == 1)][0]
+    j = k.index[(k.model == "tuned") & (k.layer == 2) & (k["head"] == 1)][0]
+    assert d[i, j] == pytest.approx(top.loc[0, "moved"])
+
+
+def test_whole_pipeline_equals_a_per_sentence_unpadded_computation(planted):
+    """Batched, padded, length-sorted == one sentence at a time through HF with no padding."""
+    a = _run(planted, _encoded(planted), batch_size=3)
+    sums, rows = np.zeros(16 * 15 // 2), 0
+    for s in SENTENCES:
+        enc = planted.tokenizer(s, return_tensors="pt")
+        with torch.inference_mode():
+            att = [m.model(**enc, output_attentions=True).attentions for m in (planted.base, planted.tuned)]
+        p = torch.cat([att[m][layer][0] for m in range(2) for layer in range(2)]).double()
+        sums += pairwise_js_sums(p).numpy()
+        rows += p.shape[1]
+    np.testing.assert_allclose(a.divergence_matrix(), square(sums / rows, 16), atol=1e-6)
+
+
+def test_batch_size_does_not_change_the_sample_or_the_numbers(planted):
+    enc = _encoded(planted)
+    runs = [_run(planted, enc, batch_size=bs, max_examples=4, seed=3) for bs in (1, 3, 10)]
+    keys = example_keys(3, np.array([it.index for it in enc.items]))
+    expected = np.array([it.index for it in enc.items])[np.argsort(keys)[:4]]
+    for a in runs:
+        np.testing.assert_array_equal(a.sample, expected)
+        np.testing.assert_allclose(a.divergence_matrix(), runs[0].divergence_matrix(), atol=1e-7)
+    tables = [a.compute().table for a in runs]
+    assert (tables[0].n_examples == 4).all() and (tables[0].n_examples_seen == 10).all()
+    for t in tables[1:]:
+        np.testing.assert_allclose(t[["x", "y", "moved"]].to_numpy(), tables[0][["x", "y", "moved"]].to_numpy(), atol=1e-4)
+    # Another seed draws another sample.
+    assert set(_run(planted, enc, max_examples=4, seed=4).sample) != set(expected)
+
+
+def test_example_indices_hint_skips_work_but_not_results(planted):
+    enc = _encoded(planted)
+    idx = [it.index for it in enc.items]
+    plain = _run(planted, enc, max_examples=3, seed=1)
+    hinted = _run(planted, enc, max_examples=3, seed=1, example_indices=idx)
+    np.testing.assert_array_equal(plain.sample, hinted.sample)
+    np.testing.assert_array_equal(plain.divergence_matrix(), hinted.divergence_matrix())
+    with pytest.raises(ValueError, match="not in example_indices"):
+        _run(planted, enc, max_examples=3, example_indices=idx[:5])
+
+
+def test_merge_of_shards_equals_the_whole_corpus(planted):
+    enc = _encoded(planted)
+    half = len(enc.items) // 2
+    shards = [EncodedCorpus(enc.items[:half], 128, "skip", half),
+              EncodedCorpus(enc.items[half:], 128, "skip", len(enc.items) - half)]
+    whole = _run(planted, enc, max_examples=5, seed=2)
+    parts = [_run(planted, s, max_examples=5, seed=2) for s in shards]
+    merged = parts[0].merge(parts[1])
+    np.testing.assert_array_equal(merged.sample, whole.sample)
+    np.testing.assert_allclose(merged.divergence_matrix(), whole.divergence_matrix(), atol=1e-7)
+    assert merged.n_seen == whole.n_seen == len(enc.items)
+    with pytest.raises(ValueError):
+        merged.merge(HeadMap(2, 4, max_examples=6, seed=2))
+    with pytest.raises(ValueError, match="share examples"):
+        _run(planted, shards[0], max_examples=5, seed=2).merge(_run(planted, shards[0], max_examples=5, seed=2))
+
+
+def test_map_positions_follow_the_distances_and_the_distance_table(planted):
+    a = _run(planted, _encoded(planted))
+    table = a.compute().table
+    d = a.distance_matrix()
+    assert table[["x", "y"]].to_numpy().shape == (16, 2)
+    iu = np.triu_indices(16, 1)
+    mapped = squareform(pdist(table[["x", "y"]].to_numpy()))
+    # Dominated by the one planted head (the others sit within ~0.005 of each other in JS distance).
+    assert pearsonr(d[iu], mapped[iu]).statistic > 0.99
+    assert spearmanr(d[iu], mapped[iu]).statistic > 0.6
+    assert 0 <= table.stress.iloc[0] < 0.1
+    dist = a.distances()
+    assert dist.name == "head_distance" and len(dist.table) == 16 * 15 // 2
+    assert {"model_a", "layer_a", "head_a", "model_b", "layer_b", "head_b", "js_divergence", "js_distance"} <= set(dist.table.columns)
+    np.testing.assert_allclose(dist.table.js_distance, np.sqrt(dist.table.js_divergence))
+    np.testing.assert_allclose(dist.table.js_distance, d[iu])
+    row = dist.table[(dist.table.model_a == "base") & (dist.table.layer_a == 2) & (dist.table.head_a == 1)
+                     & (dist.table.model_b == "tuned") & (dist.table.layer_b == 2) & (dist.table.head_b == 1)]
+    assert row.js_distance.item() == pytest.approx(table.moved.max())
+    div = HeadMap(2, 4, distance="js_divergence")
+    run_analyses(planted, _encoded(planted), [div], batch_size=4)
+    assert (div.compute().table.distance == "js_divergence").all()
+    np.testing.assert_allclose(div.distance_matrix(), a.divergence_matrix(), atol=1e-12)
+
+
+def test_errors_and_params():
+    with pytest.raises(ValueError):
+        HeadMap(2, 4, max_examples=0)
+    with pytest.raises(ValueError):
+        HeadMap(2, 4, distance="cosine")
+    with pytest.raises(ValueError, match="no examples"):
+        HeadMap(2, 4).compute()
+    p = HeadMap(2, 4, seed=5).params()
+    assert p["seed"] == 5 and p["mds"]["random_state"] == 5 and p["distance"] == "js_distance"
+
+
+def test_figure_labels_the_moved_head(planted):
+    table = _run(planted, _encoded(planted)).compute().table
+    fig = head_map_figure(table, top_k=3)
+    assert isinstance(fig, Figure)
+    labels = [t.get_text() for t in fig.axes[0].texts if t.get_text()]
+    assert labels == ["L2H1"]  # only heads that moved at all are labelled
+    assert "stress" in fig.axes[0].get_title(loc="left")
+    with pytest.raises(ValueError):
+        head_map_figure(pd.DataFrame({"layer": [1]}))
