@@ -1,0 +1,28 @@
+"""``view``: write the interactive attention viewer of one model, or of two side by side, to one HTML file."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from bertology.cli.app import app, user_errors
+
+
+@app.command("view")
+@user_errors
+def view_command(
+    text: str = typer.Argument(..., help="The sentence to show (sentence A)."),
+    text_pair: Optional[str] = typer.Argument(None, help="Optional second sentence (B) of a pair."),
+    model: str = typer.Option("minilm", "--model", help="Model to show: hub id, local folder, or 'minilm'."),
+    compare: Optional[str] = typer.Option(
+        None, "--compare", help="Second model (shown as 'tuned'; diff mode = it minus --model, shown as 'base')."
+    ),
+    out: Path = typer.Option(Path("view.html"), "--out", help="Output file: .html page, or .json for the data."),
+    max_length: int = typer.Option(128, "--max-length", help="Refuse texts longer than this many tokens, [CLS]/[SEP] included.", min=2),
+) -> None:
+    """Interactive attention viewer (head view, model view, base/tuned/diff) as one offline HTML file."""
+    from bertology.viz.viewer import view
+
+    path = view(model, text, text_pair, compare=compare, max_length=max_length).save(out)
+    typer.echo(str(path))
