@@ -8,7 +8,7 @@ from __future__ import annotations
 import matplotlib as mpl
 import numpy as np
 import pandas as pd
-from matplotlib.colors import BoundaryNorm
+from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
@@ -25,7 +25,7 @@ def head_map_figure(
     *,
     top_k: int = 8,
     title: str | None = None,
-    cmap: str = "viridis",
+    cmap: str = "plasma",
     figsize: tuple[float, float] = (6.4, 5.4),
 ) -> Figure:
     """Scatter of the ``head_map`` table: base heads as circles, tuned heads as triangles, coloured by layer.
@@ -39,8 +39,9 @@ def head_map_figure(
         raise ValueError("head_map_figure: the table has no rows")
     layers = np.sort(table["layer"].unique())
     lo, hi = int(layers.min()), int(layers.max())
-    norm = BoundaryNorm(np.arange(lo - 0.5, hi + 1.5), mpl.colormaps[cmap].N)
-    colormap = mpl.colormaps[cmap]
+    norm = BoundaryNorm(np.arange(lo - 0.5, hi + 1.5), hi - lo + 1)
+    # Sequential colours without the lightest end, which vanishes on white.
+    colormap = ListedColormap(mpl.colormaps[cmap](np.linspace(0.0, 0.85, hi - lo + 1)))
     base = table[table["model"] == "base"].set_index(["layer", "head"]).sort_index()
     tuned = table[table["model"] == "tuned"].set_index(["layer", "head"]).sort_index()
     both = base.index.intersection(tuned.index)
@@ -61,20 +62,11 @@ def head_map_figure(
             sc = ax.scatter(part["x"], part["y"], c=part.index.get_level_values("layer"), cmap=colormap, norm=norm,
                             marker=_MARK[model], s=30 if model == "base" else 38, edgecolors="white",
                             linewidths=0.5, alpha=0.9, zorder=2)
-        span = max(np.ptp(table["x"].to_numpy()), np.ptp(table["y"].to_numpy()), 1e-12)
-        for rank, key in enumerate(top):
+        for key in top:
             (x0, y0), (x1, y1) = base.loc[key, ["x", "y"]], tuned.loc[key, ["x", "y"]]
             ax.annotate("", xy=(x1, y1), xytext=(x0, y0), zorder=3,
-                        arrowprops=dict(arrowstyle="-|>", color="#d1495b", lw=1.1, shrinkA=2, shrinkB=3,
+                        arrowprops=dict(arrowstyle="-|>", color="#1a1a1a", lw=1.0, shrinkA=2, shrinkB=3,
                                         mutation_scale=9))
-            # Label beyond the tuned end, away from the base point.
-            dx, dy = x1 - x0, y1 - y0
-            norm_len = float(np.hypot(dx, dy)) or 1.0
-            off = 0.025 * span
-            ax.annotate(_plain(f"L{key[0]}H{key[1]}"), xy=(x1, y1),
-                        xytext=(x1 + off * dx / norm_len, y1 + off * dy / norm_len),
-                        fontsize=7.5, fontweight="bold" if rank < 3 else "normal", color="#7a1f2b",
-                        ha="left" if dx >= 0 else "right", va="bottom" if dy >= 0 else "top", zorder=4)
         ax.set_aspect("equal", adjustable="datalim")
         ax.set_xlabel("MDS 1")
         ax.set_ylabel("MDS 2")
@@ -88,10 +80,51 @@ def head_map_figure(
         ax.set_title(_plain(title), loc="left")
         handles = [Line2D([], [], ls="", marker=_MARK[m], color="#555555", markersize=6, label=m) for m in ("base", "tuned")]
         if top:
-            handles.append(Line2D([], [], color="#d1495b", lw=1.1, label=f"top {len(top)} moved"))
+            handles.append(Line2D([], [], color="#1a1a1a", lw=1.0, label=f"top {len(top)} moved"))
         ax.legend(handles=handles, loc="best", fontsize=7.5)
+        if top:
+            _place_labels(fig, ax, table[["x", "y"]].to_numpy(),
+                          [(f"L{key[0]}H{key[1]}", tuned.loc[key, ["x", "y"]].to_numpy(float),
+                            base.loc[key, ["x", "y"]].to_numpy(float)) for key in top])
         if sc is not None:
             cbar = fig.colorbar(sc, ax=ax, fraction=0.05, pad=0.02, aspect=30, ticks=layers)
             cbar.set_label("layer")
             _tidy_colorbar(cbar)
     return fig
+
+
+def _place_labels(fig: Figure, ax, points: np.ndarray, labels: list[tuple[str, np.ndarray, np.ndarray]]) -> None:
+    """Put each label next to its point where it covers no other label and as few points as possible.
+
+    Greedy, in display space (after one draw so the axes are final): eight positions around the point,
+    the one pointing away from the base point tried first.
+    """
+    fig.canvas.draw()
+    to_px = ax.transData.transform
+    pts = to_px(points)
+    r_pt = fig.dpi / 72.0  # pixels per point
+    placed: list[tuple[float, float, float, float]] = []
+    directions = [(np.cos(a), np.sin(a)) for a in np.deg2rad(np.arange(0, 360, 45))]
+    for rank, (text, xy, start) in enumerate(labels):
+        px, away = to_px(xy), to_px(xy) - to_px(start)
+        w, h = (len(text) * 4.6 + 4) * r_pt, 10 * r_pt
+        order = sorted(directions, key=lambda d: -(d[0] * away[0] + d[1] * away[1]))
+        best, best_cost = None, None
+        for dx, dy in order:
+            off = 7 * r_pt
+            cx, cy = px[0] + dx * (off + w / 2), px[1] + dy * (off + h / 2)
+            box = (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
+            clash = sum(not (box[2] < b[0] or box[0] > b[2] or box[3] < b[1] or box[1] > b[3]) for b in placed)
+            covered = int(np.sum((pts[:, 0] > box[0] - 3) & (pts[:, 0] < box[2] + 3) & (pts[:, 1] > box[1] - 3)
+                                 & (pts[:, 1] < box[3] + 3)))
+            cost = 100 * clash + covered
+            if best_cost is None or cost < best_cost:
+                best, best_cost = (dx, dy, box, cx, cy), cost
+            if cost == 0:
+                break
+        dx, dy, box, cx, cy = best
+        placed.append(box)
+        ax.annotate(_plain(text), xy=tuple(xy), xytext=((cx - px[0]) / r_pt, (cy - px[1]) / r_pt),
+                    textcoords="offset points", ha="center", va="center", fontsize=7.5,
+                    fontweight="bold" if rank < 3 else "normal", color="#111111", zorder=4,
+                    bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.75))
