@@ -215,3 +215,10 @@ def test_cli_view_user_errors_are_one_line(planted_pair, tmp_path, args, message
     assert message in " ".join(result.output.split())
     assert len(result.output.strip().splitlines()) <= 2  # one message (rich may soft-wrap it once)
     assert not out.exists()
+
+
+def test_segments_without_token_type_ids():
+    """RoBERTa-style pairs (<s> A </s></s> B </s>) carry no token_type_ids: B starts after A's specials."""
+    enc = {"input_ids": list(range(8)), "special_tokens_mask": [1, 0, 0, 1, 1, 0, 0, 1]}
+    assert viewer._segments(enc, paired=True) == [0, 0, 0, 0, 0, 1, 1, 1]
+    assert viewer._segments(enc, paired=False) == [0] * 8

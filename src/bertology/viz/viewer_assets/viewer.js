@@ -182,8 +182,9 @@
 
     buildModelView: function (box) {
       var self = this;
-      var grid = box.appendChild(h("div", { "class": "bv-grid", "data-role": "model-view" }));
-      grid.style.gridTemplateColumns = "auto repeat(" + this.H + ", max-content)";
+      // Long texts get larger, smoothed thumbnails (nearest-neighbour shrinking would drop rows).
+      var grid = box.appendChild(h("div", { "class": "bv-grid" + (this.n > 40 ? " bv-dense" : ""), "data-role": "model-view" }));
+      grid.style.gridTemplateColumns = "max-content repeat(" + this.H + ", max-content)";
       grid.appendChild(h("span"));
       range(this.H).forEach(function (hd) { grid.appendChild(h("span", { "class": "bv-axis" }, "H" + hd)); });
       this.thumbs = [];
