@@ -200,9 +200,30 @@ def test_example_indices_hint_skips_work_but_not_results(planted):
     plain = _run(planted, enc, max_examples=3, seed=1)
     hinted = _run(planted, enc, max_examples=3, seed=1, example_indices=idx)
     np.testing.assert_array_equal(plain.sample, hinted.sample)
-    np.testing.assert_array_equal(plain.divergence_matrix(), hinted.divergence_matrix())
+    np.testing.assert_allclose(plain.divergence_matrix(), hinted.divergence_matrix(), rtol=1e-12, atol=1e-15)
+    assert hinted.sums is None and plain.sums.shape == (3, 16 * 15 // 2)  # the hint keeps only totals
     with pytest.raises(ValueError, match="not in example_indices"):
         _run(planted, enc, max_examples=3, example_indices=idx[:5])
+
+
+def test_merge_of_shards_with_the_corpus_hint_is_exact_and_own_hints_are_refused(planted):
+    enc = _encoded(planted)
+    idx = [it.index for it in enc.items]
+    half = len(enc.items) // 2
+    shards = [EncodedCorpus(enc.items[:half], 128, "skip", half),
+              EncodedCorpus(enc.items[half:], 128, "skip", len(enc.items) - half)]
+    whole = _run(planted, enc, max_examples=4, seed=2)
+    parts = [_run(planted, s, max_examples=4, seed=2, example_indices=idx) for s in shards]
+    merged = parts[0].merge(parts[1])
+    np.testing.assert_array_equal(merged.sample, whole.sample)
+    np.testing.assert_allclose(merged.divergence_matrix(), whole.divergence_matrix(), atol=1e-7)
+    # a per-example shard merged with a totals-only shard (nothing to evict) is exact too
+    mixed = _run(planted, shards[0], max_examples=4, seed=2).merge(
+        _run(planted, shards[1], max_examples=4, seed=2, example_indices=idx))
+    np.testing.assert_allclose(mixed.divergence_matrix(), whole.divergence_matrix(), atol=1e-7)
+    own = [_run(planted, s, max_examples=4, seed=2, example_indices=[it.index for it in s.items]) for s in shards]
+    with pytest.raises(ValueError, match="whole corpus"):
+        own[0].merge(own[1])
 
 
 def test_merge_of_shards_equals_the_whole_corpus(planted):

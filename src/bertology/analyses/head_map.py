@@ -9,11 +9,16 @@ base version; ``moved`` is that distance.
 Cost: ``(2 L H)² / 2`` mixture entropies per query token (10,296 pairs for MiniLM), more than the
 forward passes, so only a sample of ``max_examples`` examples is used: those with the smallest
 hashed keys of ``(seed, example index)`` among all examples streamed (a bottom-k sample). The sample
-depends only on which examples exist, never on batching or sharding: each candidate's per-example
-sums are kept (``K (K - 1) / 2`` float64 each) until ``max_examples`` smaller keys have been seen, and
-``merge`` takes the bottom-k of the union, so shards combine exactly. Passing ``example_indices``
-(the indices that will be streamed, here or in all shards to be merged) only skips candidates that
-could never be kept; the result is the same.
+depends only on which examples exist, never on batching or sharding.
+
+- Without ``example_indices``, each candidate's sums are kept (``K (K - 1) / 2`` float64 per
+  example: 16 MB for 200 MiniLM examples, 66 MB for BERT-base) until ``max_examples`` smaller keys
+  have been seen, and ``merge`` takes the bottom-k of the union. Some candidates are computed and
+  later dropped (about ``k ln(n / k)`` extra for a corpus of ``n``).
+- With ``example_indices`` (the indices of the examples that will be streamed, through this
+  instance or through all the shards that will be merged: pass the whole corpus's to every shard),
+  the sample is known in advance: only its examples are computed and only the running sums are kept
+  (memory ``O(K²)``). Same numbers (to float64 rounding), less work.
 
 MDS runs on the JS *distance* (square root of the mean divergence, a metric) by default, starting
 from classical scaling (deterministic) and then SMACOF with ``random_state=seed``; the map is
@@ -155,17 +160,20 @@ class HeadMap(Analysis):
         half = num_layers * num_heads
         # Position of pair (k, k + L H), i.e. a head against its tuned version, in pair order.
         self._moved_pairs = torch.from_numpy(np.nonzero(ib - ia == half)[0])
-        # The bottom-k sample: sorted by (key, index); per-example sums over rows and row counts.
+        # The bottom-k sample, sorted by (key, index), with row counts; the JS sums per example
+        # (``sums``, when examples may still be evicted) or their running total (``total``).
         self.keys = np.zeros(0, dtype=np.uint64)
         self.indices = np.zeros(0, dtype=np.int64)
-        self.sums = np.zeros((0, self.n_pairs))
         self.rows = np.zeros(0, dtype=np.int64)
+        self.sums: np.ndarray | None = np.zeros((0, self.n_pairs))
+        self.total = np.zeros(self.n_pairs)
         self.n_seen = 0
         self._allowed: set[int] | None = None
         self._limit: np.uint64 | None = None
         if example_indices is not None:
             idx = np.unique(np.fromiter(example_indices, dtype=np.int64))
             self._allowed = set(idx.tolist())
+            self.sums = None  # the sample is known: nothing will be evicted
             if len(idx) > max_examples:
                 self._limit = np.sort(example_keys(seed, idx))[max_examples - 1]
 
@@ -196,16 +204,16 @@ class HeadMap(Analysis):
         p = self._stack(batch, row, length)
         sums = pairwise_js_sums(p, block_elements=self.block_elements)
         half = self.num_layers * self.num_heads
-        sums[self._moved_pairs] = paired_js_sums(p[:half], p[half:]).to(sums.device)
+        sums[self._moved_pairs.to(sums.device)] = paired_js_sums(p[:half], p[half:]).to(sums.device)
         return sums.cpu().numpy()
 
     def update(self, batch: PairBatch) -> None:
         idx = batch.example_indices
-        self.n_seen += len(idx)
         if self._allowed is not None:
             unknown = [int(i) for i in idx if int(i) not in self._allowed]
             if unknown:
                 raise ValueError(f"head_map: examples {unknown[:5]} are not in example_indices")
+        self.n_seen += len(idx)
         keys = example_keys(self.seed, idx)
         cand = np.ones(len(idx), dtype=bool)
         if self._limit is not None:
@@ -220,20 +228,45 @@ class HeadMap(Analysis):
         sums = np.stack([self._example_sums(batch, int(r), int(lengths[r])) for r in cand])
         self._keep(keys[cand], idx[cand], sums, lengths[cand].astype(np.int64))
 
-    def _keep(self, keys: np.ndarray, indices: np.ndarray, sums: np.ndarray, rows: np.ndarray) -> None:
-        """Add candidates and keep the bottom ``max_examples`` by (key, index)."""
-        keys = np.concatenate([self.keys, keys])
-        indices = np.concatenate([self.indices, indices])
-        order = np.lexsort((indices, keys))[: self.max_examples]
-        self.keys, self.indices = keys[order], indices[order]
-        self.sums = np.concatenate([self.sums, sums])[order]
-        self.rows = np.concatenate([self.rows, rows])[order]
+    def _keep(self, keys: np.ndarray, indices: np.ndarray, sums: np.ndarray | None, rows: np.ndarray,
+              total: np.ndarray | None = None) -> None:
+        """Add candidates and keep the bottom ``max_examples`` by (key, index).
+
+        ``sums`` are per example; without them (a shard that kept only its ``total``) those examples
+        cannot be evicted, which is exact when they were chosen from the whole corpus's indices.
+        """
+        mine = self.sums is not None
+        theirs = sums is not None
+        all_keys = np.concatenate([self.keys, keys])
+        all_indices = np.concatenate([self.indices, indices])
+        all_rows = np.concatenate([self.rows, rows])
+        order = np.lexsort((all_indices, all_keys))
+        kept, dropped = order[: self.max_examples], order[self.max_examples :]
+        if mine and theirs:
+            self.sums = np.concatenate([self.sums, sums])[kept]
+        else:
+            fixed = np.concatenate([np.full(len(self.keys), not mine), np.full(len(keys), not theirs)])
+            if fixed[dropped].any():
+                raise ValueError("head_map: cannot merge shards built with example_indices of their own; give "
+                                 "every shard the indices of the whole corpus (or none)")
+            n_self = len(self.keys)
+            total = (self.total if not mine else 0) + (total if not theirs else 0)
+            if mine:
+                total = total + self.sums[kept[kept < n_self]].sum(0)
+            if theirs:
+                total = total + sums[kept[kept >= n_self] - n_self].sum(0)
+            self.total, self.sums = total, None
+        self.keys, self.indices, self.rows = all_keys[kept], all_indices[kept], all_rows[kept]
+
+    def _total(self) -> np.ndarray:
+        # Per-example sums are added in key order, so the total does not depend on batching or sharding.
+        return self.sums.sum(0) if self.sums is not None else self.total
 
     def merge(self, other: "HeadMap") -> "HeadMap":
         self._check_mergeable(other)
         if np.intersect1d(self.indices, other.indices).size:
             raise ValueError("head_map: the shards share examples")
-        self._keep(other.keys, other.indices, other.sums, other.rows)
+        self._keep(other.keys, other.indices, other.sums, other.rows, other.total)
         self.n_seen += other.n_seen
         return self
 
@@ -247,8 +280,7 @@ class HeadMap(Analysis):
         """Mean JS divergence (bits) over the sampled query tokens, ``[K, K]`` in :func:`head_index` order."""
         if len(self.indices) == 0:
             raise ValueError("head_map saw no examples")
-        # Summed in key order, so the total does not depend on batching or sharding.
-        return square(self.sums.sum(0) / self.rows.sum(), self.n_heads_total)
+        return square(self._total() / self.rows.sum(), self.n_heads_total)
 
     def distance_matrix(self, which: Distance | None = None) -> np.ndarray:
         """The matrix MDS uses (``which`` defaults to ``distance``): JS divergence or its square root."""
