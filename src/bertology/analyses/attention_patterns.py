@@ -1,0 +1,179 @@
+"""Which of Kovaleva's five attention patterns each head shows, over the examples, base vs tuned.
+
+Kovaleva et al. (2019, §4.1): every map (one head, one example, cropped to the real tokens) is
+*vertical*, *diagonal*, *vertical+diagonal*, *block* or *heterogeneous*. Each map is classified by the
+rules of :mod:`bertology.metrics.patterns` (transparent features, documented thresholds) or, when a
+``classifier`` is given, by a CNN trained on maps a person labelled
+(:mod:`bertology.analyses.pattern_cnn`, ``bertology patterns export`` / ``train``).
+
+Table ``attention_patterns`` (long form, one row per model, layer, head and pattern; all five
+patterns are always present):
+
+- ``model`` (base/tuned), ``layer`` (1..N), ``head`` (0-based), ``pattern``;
+- ``fraction``: share of the examples whose map of this head is of this pattern (sums to 1 over the
+  five patterns of a head), ``count`` the number of those examples, ``n_examples`` all examples;
+- per head (repeated on its five rows): ``mean_vertical``, ``mean_diagonal``, ``mean_entropy`` (means
+  of the features over all examples), ``mean_block`` (over sentence-pair examples only, NaN when there
+  are none) and ``n_pairs``; ``classifier`` (``rules`` or ``cnn``).
+
+Punctuation keys are tokens made only of Unicode punctuation (as in ``attention_targets``).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bertology.activations.batch import PairBatch
+from bertology.analyses.attention_targets import is_punct_token
+from bertology.analyses.base import Analysis
+from bertology.metrics.patterns import FEATURE_COLUMNS, FEATURES, PATTERNS, PatternThresholds, classify, pattern_features
+from bertology.results import Result
+
+_BLOCK = FEATURES.index("block")
+MODELS = ("base", "tuned")
+
+
+class AttentionPatterns(Analysis):
+    """Per head and model: the mix of Kovaleva's pattern classes over examples, and mean features."""
+
+    name = "attention_patterns"
+    requires = frozenset({"attentions"})
+
+    def __init__(
+        self,
+        tokenizer,
+        num_layers: int,
+        num_heads: int,
+        thresholds: PatternThresholds = PatternThresholds(),
+        classifier=None,
+    ):
+        self.tokenizer = tokenizer
+        self.num_layers, self.num_heads = num_layers, num_heads
+        self.thresholds = thresholds
+        self.classifier = classifier
+        shape = (2, num_layers, num_heads)
+        self.counts = np.zeros(shape + (len(PATTERNS),), dtype=np.int64)
+        self.feature_sums = np.zeros(shape + (len(FEATURES),))
+        self.n_examples = 0
+        self.n_pairs = 0
+        self._punct_cache: dict[int, bool] = {}
+
+    def params(self) -> dict:
+        clf = {"kind": "rules"} if self.classifier is None else self.classifier.identity()
+        return {
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "thresholds": self.thresholds.to_dict(),
+            "classifier": clf,
+            "patterns": list(PATTERNS),
+            "map": "one head, one example, cropped to real tokens ([CLS]/[SEP] included)",
+            "vertical_keys": "[CLS], [SEP] (all special tokens) and tokens made only of Unicode punctuation",
+            "block": "sentence pairs only; mean_block averages over pair examples",
+        }
+
+    def _vertical_keys(self, batch: PairBatch) -> torch.Tensor:
+        ids = batch.input_ids.cpu().numpy()
+        missing = [int(i) for i in np.unique(ids) if int(i) not in self._punct_cache]
+        if missing:
+            for i, tok in zip(missing, self.tokenizer.convert_ids_to_tokens(missing)):
+                self._punct_cache[i] = is_punct_token(tok or "")
+        punct = np.vectorize(self._punct_cache.__getitem__, otypes=[bool])(ids) if ids.size else ids.astype(bool)
+        mask = batch.mask.cpu().numpy()
+        special = mask & ~batch.content.cpu().numpy()
+        return torch.as_tensor(mask & (special | punct), device=batch.mask.device)
+
+    @staticmethod
+    def _segments(batch: PairBatch) -> torch.Tensor:
+        seg = np.full(tuple(batch.mask.shape), -1, dtype=np.int64)
+        for b, item in enumerate(batch.items):
+            seg[b, : len(item)] = item.segment
+        return torch.as_tensor(seg, device=batch.mask.device)
+
+    def update(self, batch: PairBatch) -> None:
+        vk = self._vertical_keys(batch)
+        seg = self._segments(batch)
+        is_pair = ((seg == 1) & batch.mask).any(-1).cpu().numpy()
+        P = len(PATTERNS)
+        for m, cap in enumerate((batch.base, batch.tuned)):
+            for layer in range(1, self.num_layers + 1):
+                a = cap.attentions[layer]
+                feats = pattern_features(a, batch.mask, vk, seg, batch.row_entropy(m, layer), band=self.thresholds.band)
+                if self.classifier is None:
+                    codes = classify(feats, self.thresholds)
+                else:
+                    codes = self.classifier.predict_batch(a, batch.lengths)
+                onehot = torch.nn.functional.one_hot(codes.cpu(), P)  # [B, H, P]
+                self.counts[m, layer - 1] += onehot.sum(0).numpy()
+                f = feats[..., : len(FEATURES)].cpu().numpy()  # [B, H, F]
+                f = np.where(np.isnan(f), 0.0, f)  # block of single texts: not summed
+                self.feature_sums[m, layer - 1] += f.sum(0)
+        self.n_examples += batch.size
+        self.n_pairs += int(is_pair.sum())
+
+    def merge(self, other: "AttentionPatterns") -> "AttentionPatterns":
+        self._check_mergeable(other)
+        self.counts += other.counts
+        self.feature_sums += other.feature_sums
+        self.n_examples += other.n_examples
+        self.n_pairs += other.n_pairs
+        return self
+
+    def compute(self) -> Result:
+        if self.n_examples == 0:
+            raise ValueError("attention_patterns saw no examples")
+        L, H, P = self.num_layers, self.num_heads, len(PATTERNS)
+        means = self.feature_sums / self.n_examples
+        means[..., _BLOCK] = self.feature_sums[..., _BLOCK] / self.n_pairs if self.n_pairs else np.nan
+        m_idx, l_idx, h_idx, p_idx = np.meshgrid(np.arange(2), np.arange(L), np.arange(H), np.arange(P), indexing="ij")
+        counts = self.counts.ravel()
+        table = pd.DataFrame(
+            {
+                "model": np.array(MODELS)[m_idx.ravel()],
+                "layer": l_idx.ravel() + 1,
+                "head": h_idx.ravel(),
+                "pattern": np.array(PATTERNS)[p_idx.ravel()],
+                "fraction": counts / self.n_examples,
+                "count": counts,
+                "n_examples": self.n_examples,
+            }
+        )
+        for j, feat in enumerate(FEATURES):
+            table[f"mean_{feat}"] = np.repeat(means[..., j].ravel(), P)
+        table["n_pairs"] = self.n_pairs
+        table["classifier"] = "rules" if self.classifier is None else "cnn"
+        params = dict(self.params())
+        params.update(n_examples=self.n_examples, n_pairs=self.n_pairs, feature_columns=list(FEATURE_COLUMNS))
+        return Result(self.name, table, params)
+
+
+def layer_mix(table: pd.DataFrame) -> pd.DataFrame:
+    """``model, layer, pattern, fraction``: the class mix of each layer, averaged over its heads."""
+    out = table.groupby(["model", "layer", "pattern"], as_index=False, sort=False)["fraction"].mean()
+    order = {p: i for i, p in enumerate(PATTERNS)}
+    key = out["pattern"].map(order).fillna(len(order))
+    return (
+        out.assign(_m=out["model"].map({m: i for i, m in enumerate(MODELS)}).fillna(len(MODELS)), _p=key)
+        .sort_values(["_m", "model", "layer", "_p"])
+        .drop(columns=["_m", "_p"])
+        .reset_index(drop=True)
+    )
+
+
+def dominant_patterns(table: pd.DataFrame) -> pd.DataFrame:
+    """``model, layer, head, pattern, fraction``: each head's most frequent pattern (ties: class order)."""
+    order = {p: i for i, p in enumerate(PATTERNS)}
+    t = table.assign(_p=table["pattern"].map(order)).sort_values(["model", "layer", "head", "fraction", "_p"],
+                                                                 ascending=[True, True, True, False, True])
+    return t.groupby(["model", "layer", "head"], as_index=False).first()[["model", "layer", "head", "pattern", "fraction"]]
+
+
+def pattern_shift(table: pd.DataFrame) -> pd.DataFrame:
+    """``layer, head, pattern, base, tuned, change``: per head and pattern, the fraction before and after."""
+    wide = table.pivot_table(index=["layer", "head", "pattern"], columns="model", values="fraction").reset_index()
+    for m in MODELS:
+        if m not in wide.columns:
+            wide[m] = np.nan
+    wide["change"] = wide["tuned"] - wide["base"]
+    wide.columns.name = None
+    return wide[["layer", "head", "pattern", "base", "tuned", "change"]]
