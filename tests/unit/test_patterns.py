@@ -13,7 +13,6 @@ from bertology.data.corpus import Corpus, Example
 from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.errors import BertologyError
 from bertology.metrics.patterns import (
-    FEATURE_COLUMNS,
     PATTERNS,
     PatternThresholds,
     classify,
@@ -24,7 +23,7 @@ from bertology.metrics.patterns import (
 from bertology.models.hooks import capture
 from bertology.models.pair import ModelPair
 from bertology.testing import SENTENCES
-from bertology.viz.patterns import map_grid_figure, pattern_mix_figure, thumbnail_png
+from bertology.viz.patterns import map_grid_figure, pattern_heads_figure, pattern_mix_figure, thumbnail_png
 
 torch.set_num_threads(1)
 
@@ -323,14 +322,31 @@ def test_map_images_crop_each_example(planted_pair):
     assert img.max() == 1.0
 
 
-def test_analysis_with_cnn_classifier(trained, identical_pair):
+def test_analysis_with_cnn_classifier(trained, identical_pair, tmp_path):
+    import shutil
+
     clf, _, folder, _ = trained
     pair = ModelPair.load(*map(str, identical_pair))
     loaded = PatternClassifier.load(folder)
-    res = _run(pair, classifier=loaded).compute()
+    whole = _run(pair, classifier=loaded)
+    res = whole.compute()
     assert (res.table.classifier == "cnn").all()
     assert np.allclose(res.table.groupby(["model", "layer", "head"])["fraction"].sum(), 1.0)
     assert res.params["classifier"]["sha256"] == loaded.sha256
+    # The maps the CNN saw are map_images of the cropped maps: same codes as predicting them directly.
+    enc = encode_corpus(CORPUS, pair.tokenizer)
+    t = collate(enc.items, pair.tokenizer.pad_token_id)
+    with torch.inference_mode(), capture(pair.base.model, hidden_states=False) as cap:
+        pair.base.model(input_ids=t["input_ids"], token_type_ids=t["token_type_ids"], attention_mask=t["attention_mask"])
+    direct = [loaded.predict(resize_map(cap.attentions[2][b, :, :n, :n])) for b, n in enumerate(t["lengths"].tolist())]
+    counts = np.stack([np.bincount(np.array(direct)[:, h], minlength=len(PATTERNS)) for h in range(4)])
+    got = res.table.query("model == 'base' and layer == 2").pivot(index="head", columns="pattern", values="count")
+    np.testing.assert_array_equal(got[list(PATTERNS)].to_numpy(), counts)
+    # Shards that loaded the same CNN from different folders merge.
+    shutil.copytree(folder, tmp_path / "copy")
+    a = _run(pair, items=range(0, 5), classifier=loaded)
+    b = _run(pair, items=range(5, len(CORPUS)), classifier=PatternClassifier.load(tmp_path / "copy"))
+    pd.testing.assert_frame_equal(a.merge(b).compute().table, res.table, check_exact=False, atol=1e-9)
 
 
 # -- figures -------------------------------------------------------------------------------------------
@@ -342,6 +358,16 @@ def test_figures(identical_pair):
     for data in (table, layer_mix(table)):
         fig = pattern_mix_figure(data, title="patterns")
         assert isinstance(fig, Figure) and len(fig.axes) == 2
+    heads = pattern_heads_figure(table)
+    assert isinstance(heads, Figure) and len(heads.axes) == 2
+    rows = [
+        {"model": m, "layer": 1, "head": h, "pattern": p, "fraction": float(p == dom)}
+        for m, doms in (("base", ("vertical", "block")), ("tuned", ("diagonal", "block")))
+        for h, dom in enumerate(doms)
+        for p in PATTERNS
+    ]
+    fig = pattern_heads_figure(pd.DataFrame(rows))
+    assert len(fig.axes[0].patches) == 0 and len(fig.axes[1].patches) == 1  # head 0 changed class
     png = thumbnail_png(np.eye(5), scale=3)
     assert png.startswith(b"\x89PNG")
     assert isinstance(map_grid_figure([np.eye(4), np.ones((3, 3))], ["a", "b"]), Figure)

@@ -17,6 +17,10 @@ patterns are always present):
   are none) and ``n_pairs``; ``classifier`` (``rules`` or ``cnn``).
 
 Punctuation keys are tokens made only of Unicode punctuation (as in ``attention_targets``).
+Summaries for the report: :func:`layer_mix` (class mix per layer, mean over heads),
+:func:`dominant_patterns` (each head's most frequent class) and :func:`pattern_shift` (per head and
+class, base vs tuned fraction). ``merge`` adds counts and feature sums, so shards combine exactly;
+shards must share thresholds and classifier (a CNN is identified by its weights' sha256).
 """
 from __future__ import annotations
 
@@ -32,6 +36,33 @@ from bertology.results import Result
 
 _BLOCK = FEATURES.index("block")
 MODELS = ("base", "tuned")
+
+
+def vertical_key_mask(
+    tokenizer, input_ids: torch.Tensor, mask: torch.Tensor, content: torch.Tensor, cache: dict[int, bool] | None = None
+) -> torch.Tensor:
+    """``[B, T]`` bool: real tokens that are special ([CLS], [SEP]...) or made only of punctuation.
+
+    ``cache`` (token id -> is punctuation) saves converting the same ids again on every batch.
+    """
+    cache = {} if cache is None else cache
+    ids = input_ids.cpu().numpy()
+    missing = [int(i) for i in np.unique(ids) if int(i) not in cache]
+    if missing:
+        for i, tok in zip(missing, tokenizer.convert_ids_to_tokens(missing)):
+            cache[i] = is_punct_token(tok or "")
+    punct = np.vectorize(cache.__getitem__, otypes=[bool])(ids) if ids.size else ids.astype(bool)
+    m = mask.cpu().numpy().astype(bool)
+    special = m & ~content.cpu().numpy().astype(bool)
+    return torch.as_tensor(m & (special | punct), device=mask.device)
+
+
+def segment_ids(items, mask: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` int64: 0/1 for tokens of the first/second text, -1 for special tokens and padding."""
+    seg = np.full(tuple(mask.shape), -1, dtype=np.int64)
+    for b, item in enumerate(items):
+        seg[b, : len(item)] = item.segment
+    return torch.as_tensor(seg, device=mask.device)
 
 
 class AttentionPatterns(Analysis):
@@ -73,26 +104,11 @@ class AttentionPatterns(Analysis):
         }
 
     def _vertical_keys(self, batch: PairBatch) -> torch.Tensor:
-        ids = batch.input_ids.cpu().numpy()
-        missing = [int(i) for i in np.unique(ids) if int(i) not in self._punct_cache]
-        if missing:
-            for i, tok in zip(missing, self.tokenizer.convert_ids_to_tokens(missing)):
-                self._punct_cache[i] = is_punct_token(tok or "")
-        punct = np.vectorize(self._punct_cache.__getitem__, otypes=[bool])(ids) if ids.size else ids.astype(bool)
-        mask = batch.mask.cpu().numpy()
-        special = mask & ~batch.content.cpu().numpy()
-        return torch.as_tensor(mask & (special | punct), device=batch.mask.device)
-
-    @staticmethod
-    def _segments(batch: PairBatch) -> torch.Tensor:
-        seg = np.full(tuple(batch.mask.shape), -1, dtype=np.int64)
-        for b, item in enumerate(batch.items):
-            seg[b, : len(item)] = item.segment
-        return torch.as_tensor(seg, device=batch.mask.device)
+        return vertical_key_mask(self.tokenizer, batch.input_ids, batch.mask, batch.content, self._punct_cache)
 
     def update(self, batch: PairBatch) -> None:
         vk = self._vertical_keys(batch)
-        seg = self._segments(batch)
+        seg = segment_ids(batch.items, batch.mask)
         is_pair = ((seg == 1) & batch.mask).any(-1).cpu().numpy()
         P = len(PATTERNS)
         for m, cap in enumerate((batch.base, batch.tuned)):
@@ -111,8 +127,15 @@ class AttentionPatterns(Analysis):
         self.n_examples += batch.size
         self.n_pairs += int(is_pair.sum())
 
+    def _merge_key(self) -> dict:
+        params = self.params()
+        params["classifier"] = {k: v for k, v in params["classifier"].items() if k != "path"}
+        return params
+
     def merge(self, other: "AttentionPatterns") -> "AttentionPatterns":
-        self._check_mergeable(other)
+        # The same CNN (same sha256) may sit at different paths on different workers.
+        if type(other) is not type(self) or other._merge_key() != self._merge_key():
+            raise ValueError(f"cannot merge {type(other).__name__}{other.params()} into {type(self).__name__}{self.params()}")
         self.counts += other.counts
         self.feature_sums += other.feature_sums
         self.n_examples += other.n_examples

@@ -12,12 +12,14 @@ from collections.abc import Sequence
 import matplotlib as mpl
 import numpy as np
 import pandas as pd
+from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
 
 from bertology.metrics.patterns import PATTERNS
-from bertology.viz.figures import _STYLE, _new_figure, _plain, _require
+from bertology.viz.figures import _STYLE, _ink_for, _new_figure, _plain, _require
 
-__all__ = ["PATTERN_COLORS", "map_grid_figure", "pattern_mix_figure", "thumbnail_png", "thumbnail_rgb"]
+__all__ = ["PATTERN_COLORS", "map_grid_figure", "pattern_heads_figure", "pattern_mix_figure", "thumbnail_png", "thumbnail_rgb"]
 
 #: One colour per pattern class (colour-blind friendly; heterogeneous in grey).
 PATTERN_COLORS: dict[str, str] = {
@@ -78,6 +80,70 @@ def pattern_mix_figure(
         axes[0].set_ylabel("layer")
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside lower center", ncols=len(patterns))
+        if title:
+            fig.suptitle(_plain(title))
+    return fig
+
+
+def pattern_heads_figure(
+    table: pd.DataFrame,
+    *,
+    models: Sequence[str] | None = None,
+    title: str | None = None,
+    figsize: tuple[float, float] | None = None,
+) -> Figure:
+    """Every head's most frequent pattern, one layers x heads grid per model (base and tuned).
+
+    ``table`` is the ``attention_patterns`` table. A cell's colour is its dominant pattern, its
+    opacity and number the percentage of examples with that pattern. In the second and later panels,
+    heads whose dominant pattern differs from the first panel's are outlined in black.
+    """
+    _require(table, ["model", "layer", "head", "pattern", "fraction"], "pattern_heads_figure")
+    if table.empty:
+        raise ValueError("pattern_heads_figure: the table has no rows")
+    order = {p: i for i, p in enumerate(PATTERNS)}
+    t = table.assign(_p=table["pattern"].map(order).fillna(len(order)))
+    t = t.sort_values(["model", "layer", "head", "fraction", "_p"], ascending=[True, True, True, False, True])
+    dom = t.groupby(["model", "layer", "head"], as_index=False).first()
+    present = list(pd.unique(dom["model"]))
+    if models is None:
+        models = [m for m in _MODELS if m in present] + [m for m in present if m not in _MODELS]
+    layers = np.sort(dom["layer"].unique())
+    heads = np.sort(dom["head"].unique())
+    n = len(models)
+    if figsize is None:
+        figsize = (max(3.0, 0.36 * len(heads) + 0.8) * n + 0.4, 0.36 * len(layers) + 1.5)
+    first = dom[dom["model"] == models[0]].set_index(["layer", "head"])["pattern"]
+    with mpl.rc_context(_STYLE):
+        fig = _new_figure(figsize)
+        axes = fig.subplots(1, n, sharey=True, squeeze=False)[0]
+        for k, (ax, model) in enumerate(zip(axes, models)):
+            d = dom[dom["model"] == model].set_index(["layer", "head"])
+            rgba = np.ones((len(layers), len(heads), 4))
+            for i, layer in enumerate(layers):
+                for j, h in enumerate(heads):
+                    if (layer, h) not in d.index:
+                        continue
+                    row = d.loc[(layer, h)]
+                    r, g, b, _ = to_rgba(PATTERN_COLORS.get(row["pattern"], "#5c5c5c"))
+                    alpha = 0.25 + 0.75 * float(row["fraction"])
+                    rgba[i, j] = (1 - alpha + alpha * r, 1 - alpha + alpha * g, 1 - alpha + alpha * b, 1.0)
+                    if len(heads) <= 16:
+                        ax.text(j, i, f"{100 * float(row['fraction']):.0f}", ha="center", va="center",
+                                fontsize=5.5, color=_ink_for(rgba[i, j]))
+                    if k > 0 and (layer, h) in first.index and first.loc[(layer, h)] != row["pattern"]:
+                        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=1.2))
+            ax.imshow(rgba, origin="lower", aspect="equal", interpolation="nearest")
+            ax.set_xticks(range(len(heads)), [str(h) for h in heads])
+            ax.set_yticks(range(len(layers)), [str(layer) for layer in layers])
+            ax.set_xlabel("head")
+            ax.set_title(_plain(model))
+            ax.tick_params(length=0)
+            for side in ("left", "bottom"):
+                ax.spines[side].set_visible(False)
+        axes[0].set_ylabel("layer")
+        handles = [Patch(color=PATTERN_COLORS[p], label=p) for p in PATTERNS]
+        fig.legend(handles=handles, loc="outside lower center", ncols=len(PATTERNS))
         if title:
             fig.suptitle(_plain(title))
     return fig

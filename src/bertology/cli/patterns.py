@@ -1,0 +1,131 @@
+"""``bertology patterns export`` / ``train``: label attention maps by hand, train a CNN on the labels.
+
+``export`` writes thumbnails, ``maps.npz``, ``labels.csv`` (label column empty) and an ``index.html``
+contact sheet for labelling; ``train`` cross-validates Kovaleva's small CNN on the labelled rows,
+reports macro-F1 and the agreement with the rule classifier, and saves the model, which
+``AttentionPatterns(classifier=PatternClassifier.load(DIR))`` can then use instead of the rules.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from bertology.cli.app import app, console, user_errors
+
+patterns_app = typer.Typer(
+    help="Kovaleva's attention pattern classes: export maps for hand labelling, train a CNN on the labels.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(patterns_app, name="patterns")
+
+
+@patterns_app.command("export")
+@user_errors
+def export_command(
+    data: str = typer.Option(..., "--data", help="Corpus: .txt/.csv/.tsv/.jsonl/.conllu path or hf:NAME[:CONFIG]:SPLIT."),
+    out: Path = typer.Option(..., "--out", help="Folder for maps/, maps.npz, labels.csv, index.html, export.json."),
+    model: str = typer.Option("minilm", "--model", help="Model: hub id, local folder, or built-in 'minilm'."),
+    examples: int = typer.Option(20, "--examples", help="How many examples to sample (seeded)."),
+    heads: str = typer.Option("all", "--heads", help="'all' or comma-separated L<layer>H<head> / L<layer> (layers 1..N)."),
+    limit: int = typer.Option(400, "--limit", help="At most this many maps (Kovaleva labelled ~400); sampled when more."),
+    size: int = typer.Option(32, "--size", help="Side of the resized map images the CNN will see (multiple of 8)."),
+    seed: int = typer.Option(0, "--seed", help="Seed for the choice of examples and maps."),
+    max_length: int = typer.Option(128, "--max-length", help="Skip examples longer than this many tokens (counted)."),
+    text_column: Optional[str] = typer.Option(None, "--text-column", help="Column with the (first) sentence."),
+    pair_column: Optional[str] = typer.Option(None, "--pair-column", help="Column with the second sentence of a pair."),
+    batch_size: int = typer.Option(16, "--batch-size", help="Examples per forward pass."),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier export in a non-empty --out."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow custom model code from the hub."),
+) -> None:
+    """Sample attention maps and write thumbnails plus a labels.csv for a person to label."""
+    from bertology.analyses.pattern_cnn import sample_maps, write_export
+    from bertology.data.encode import encode_corpus
+    from bertology.data.loaders import load_corpus
+    from bertology.errors import BertologyError
+    from bertology.metrics.patterns import PATTERNS, PatternThresholds
+    from bertology.models.loading import load_model
+
+    if size < 8 or size % 8:
+        raise BertologyError(f"--size must be a positive multiple of 8, not {size}")
+    out = out.expanduser()
+    if out.exists() and out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise BertologyError(f"--out {out} is not empty; choose an empty folder or pass --overwrite.")
+    loaded = load_model(model, trust_remote_code=trust_remote_code)
+    corpus = load_corpus(data, text_column=text_column, pair_column=pair_column)
+    encoded = encode_corpus(corpus, loaded.tokenizer, max_length=max_length)
+    if not encoded.items:
+        raise BertologyError(f"every example of {corpus.source} is longer than --max-length {max_length}.")
+    thresholds = PatternThresholds()
+    sample = sample_maps(loaded, encoded, examples=examples, heads=heads, limit=limit, seed=seed, size=size,
+                         batch_size=batch_size, thresholds=thresholds, corpus=corpus, device=device)
+    info = {
+        "model": loaded.describe(),
+        "data": {"source": corpus.source, "n_examples": len(corpus), "encoding": encoded.describe()},
+        "examples": examples, "heads": heads, "limit": limit, "seed": seed, "thresholds": thresholds.to_dict(),
+    }
+    write_export(sample, out, info=info, overwrite=overwrite)
+    counts = {p: int((sample.predicted == i).sum()) for i, p in enumerate(PATTERNS)}
+    console.print(f"exported {len(sample)} maps of {len(set(sample.example.tolist()))} examples to {out}")
+    console.print("rule classifier: " + ", ".join(f"{p} {n}" for p, n in counts.items()), highlight=False)
+    console.print(f"label them in {out / 'index.html'} (or the label column of {out / 'labels.csv'}), then run "
+                  f"`bertology patterns train {out / 'labels.csv'}`", highlight=False)
+
+
+@patterns_app.command("train")
+@user_errors
+def train_command(
+    labels: Path = typer.Argument(..., help="labels.csv from `patterns export`, with the label column filled in."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for the model (default: cnn/ beside the CSV)."),
+    folds: int = typer.Option(5, "--folds", help="Stratified cross-validation folds (fewer if a class has fewer maps)."),
+    epochs: int = typer.Option(40, "--epochs", help="Training epochs per fit."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Maps per training step."),
+    lr: float = typer.Option(1e-3, "--lr", help="Adam learning rate."),
+    seed: int = typer.Option(0, "--seed", help="Seed for the folds, initialisation and shuffling."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a model already saved in --out."),
+) -> None:
+    """Cross-validate a small CNN on the labelled maps, compare it with the rules, and save it."""
+    from bertology.analyses.pattern_cnn import META_FILE, TrainSettings, read_labels, train_pattern_cnn
+    from bertology.errors import BertologyError
+
+    data = read_labels(labels)
+    folder = (out or labels.expanduser().parent / "cnn").expanduser()
+    if (folder / META_FILE).exists() and not overwrite:
+        raise BertologyError(f"{folder} already holds a pattern CNN; choose another --out or pass --overwrite.")
+    if epochs < 1 or batch_size < 1 or lr <= 0:
+        raise BertologyError("--epochs and --batch-size must be at least 1 and --lr positive.")
+    console.print(f"{len(data.labels)} labelled maps ({data.n_skipped} rows with an empty label skipped)")
+    settings = TrainSettings(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed)
+    clf, report = train_pattern_cnn(data.images, data.labels, folds=folds, settings=settings, rules=data.rules)
+    clf.metadata["labels_csv"] = str(labels.expanduser().resolve())
+    clf.metadata["n_skipped_unlabelled"] = data.n_skipped
+    clf.save(folder)
+    console.print("labels: " + ", ".join(f"{c} {n}" for c, n in report.label_counts.items()), highlight=False)
+    console.print("per-class F1 (out of fold): " + ", ".join(f"{c} {f:.3f}" for c, f in report.per_class_f1.items()),
+                  highlight=False)
+    console.print(f"macro-F1 over {report.folds} folds: {report.macro_f1:.3f} ± {report.macro_f1_std:.3f} "
+                  f"(folds: {' '.join(f'{f:.3f}' for f in report.fold_macro_f1)})", highlight=False)
+    agr = report.agreement
+    for key, what in (("cnn_vs_labels", "CNN (out of fold) vs labels"), ("rules_vs_labels", "rule classifier vs labels"),
+                      ("cnn_vs_rules", "CNN (out of fold) vs rule classifier")):
+        console.print(f"{what}: Cohen's kappa {agr[key]['kappa']:.3f}, accuracy {agr[key]['accuracy']:.3f}",
+                      highlight=False)
+    console.print(_confusion_text(agr["cnn_vs_labels"], "labels", "CNN out of fold"), highlight=False, markup=False)
+    console.print(_confusion_text(agr["rules_vs_labels"], "labels", "rules"), highlight=False, markup=False)
+    console.print(f"model saved to {folder} (pattern_cnn.safetensors, pattern_cnn.json)", highlight=False)
+
+
+def _confusion_text(agr: dict, rows: str, cols: str) -> str:
+    """A plain-text confusion matrix (rows: ``rows``, columns: ``cols``)."""
+    names = agr["labels"]
+    short = {"vertical": "vert", "diagonal": "diag", "vertical+diagonal": "v+d", "block": "block", "heterogeneous": "het"}
+    width = max(len(short.get(n, n)) for n in names) + 2
+    head = f"confusion ({rows} down, {cols} across)\n" + " " * width + "".join(f"{short.get(n, n):>{width}}" for n in names)
+    lines = [head]
+    for n, row in zip(names, agr["confusion"]):
+        lines.append(f"{short.get(n, n):<{width}}" + "".join(f"{v:>{width}}" for v in row))
+    return "\n".join(lines)
