@@ -151,3 +151,46 @@ def test_train_needs_labels_and_two_classes(exported, tmp_path):
     csv = _labelled_copy(exported, tmp_path, one_class)
     assert_user_error(invoke("patterns", "train", csv), "label at least two classes")
     assert_user_error(invoke("patterns", "train", tmp_path / "missing.csv"), "does not exist")
+
+
+@pytest.mark.browser
+def test_contact_sheet_labels_and_downloads_a_csv(exported, tmp_path):
+    import os
+    import shutil
+    from pathlib import Path
+
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("Python playwright is not installed")
+    chromium = os.environ.get("BERTOLOGY_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium or not Path(chromium).is_file():
+        pytest.skip("no Chromium executable found")
+    out, *_ = exported
+    errors, remote = [], []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        try:
+            page = browser.new_page(accept_downloads=True)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("request", lambda r: remote.append(r.url) if not r.url.startswith(("file:", "data:", "blob:")) else None)
+            page.goto((out / "index.html").resolve().as_uri(), wait_until="load")
+            cards = page.locator(".card")
+            cards.nth(0).locator("button[data-l='block']").click()
+            cards.nth(1).focus()
+            page.keyboard.press("2")  # diagonal, then focus moves on
+            page.keyboard.press("5")  # heterogeneous for the third card
+            assert "3 of 40 labelled" in page.inner_text("#progress")
+            with page.expect_download() as dl:
+                page.click("#download")
+            path = tmp_path / "labels.csv"
+            dl.value.save_as(str(path))
+        finally:
+            browser.close()
+    assert errors == [] and remote == []
+    got = pd.read_csv(path, keep_default_na=False)
+    want = pd.read_csv(out / "labels.csv", keep_default_na=False)
+    assert list(got.columns) == list(want.columns) and list(got.id) == list(want.id)
+    assert list(got.label[:4]) == ["block", "diagonal", "heterogeneous", ""]
