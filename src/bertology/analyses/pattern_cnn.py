@@ -16,6 +16,10 @@ neither was released. This module is that recipe, small enough for a CPU:
   ``pattern_cnn.json`` (classes, input size, seed, cross-validation scores, agreement, creation time).
   A loaded :class:`PatternClassifier` can replace the rule classifier in
   :class:`~bertology.analyses.attention_patterns.AttentionPatterns`.
+- **Labelling** (used by ``bertology patterns export`` / ``train``): :func:`sample_maps` picks maps
+  with one seed, :func:`write_export` writes thumbnails, ``maps.npz`` (resized and raw maps,
+  features, rule classes), ``labels.csv`` and an offline ``index.html`` labelling page;
+  :func:`read_labels` reads the filled-in CSV back (errors name the CSV line).
 """
 from __future__ import annotations
 
