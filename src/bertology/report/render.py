@@ -39,6 +39,9 @@ KNOWN_TABLES: dict[str, tuple[str, ...]] = {
     "attention_targets": ("model", "layer", "head", "target", "value"),
     "relation_heads": ("model", "relation", "direction", "layer", "head", "accuracy", "baseline_offset",
                        "baseline_accuracy", "n"),
+    "attention_patterns": ("model", "layer", "head", "pattern", "fraction"),
+    "head_map": ("model", "layer", "head", "x", "y", "moved", "n_examples"),
+    "head_distance": ("model_a", "layer_a", "head_a", "model_b", "layer_b", "head_b", "js_divergence"),
 }
 
 SIMILARITY_METRICS = ("cka_linear", "cka_debiased", "rsa_pearson", "rsa_spearman")
@@ -50,6 +53,9 @@ _SECTION_TITLES = {
     "finetune": "Fine-tuning",
     "attention-targets": "Attention targets",
     "relation-heads": "Relation heads",
+    "head-map": "Head map",
+    "attention-patterns": "Attention patterns",
+    "attention-viewer": "Attention viewer",
 }
 
 #: Targets drawn per layer, and their labels.
@@ -718,6 +724,103 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "_", text)[:40] or "relation"
 
 
+def _patterns_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) -> dict:
+    from bertology.analyses.attention_patterns import dominant_patterns, layer_mix
+    from bertology.metrics.patterns import PATTERNS
+    from bertology.viz.patterns import pattern_heads_figure, pattern_mix_figure
+
+    df = df.copy()
+    mix = layer_mix(df)
+    figures = [
+        figs.make("patterns_mix", lambda: pattern_mix_figure(mix),
+                  "Share of attention maps of each pattern class (Kovaleva et al. 2019, §4.1) per layer, averaged over "
+                  "heads and examples; left the base model, right the tuned one.",
+                  "Attention pattern classes per layer, base and tuned"),
+        figs.make("patterns_heads", lambda: pattern_heads_figure(df),
+                  "Each head's most frequent pattern class; outlined heads changed their main class in fine-tuning.",
+                  "Main pattern class per head"),
+    ]
+    overall = df.groupby(["model", "pattern"])["fraction"].mean().unstack("model")
+    rows = []
+    for pattern in [p for p in PATTERNS if p in overall.index]:
+        b = overall.at[pattern, "base"] if "base" in overall.columns else None
+        t = overall.at[pattern, "tuned"] if "tuned" in overall.columns else None
+        rows.append([pattern, b, t, (t - b) if b is not None and t is not None else None])
+    table = _table([("pattern", "Pattern", "text"), ("base", "base share", "num"), ("tuned", "tuned share", "num"),
+                    ("change", "change", "num")], rows)
+    dom = dominant_patterns(df)
+    changed = 0
+    if {"model", "layer", "head", "pattern"} <= set(dom.columns):
+        wide = dom.pivot_table(index=["layer", "head"], columns="model", values="pattern", aggfunc="first")
+        if {"base", "tuned"} <= set(wide.columns):
+            changed = int((wide["base"] != wide["tuned"]).sum())
+    if "heterogeneous" in overall.index and {"base", "tuned"} <= set(overall.columns):
+        derived.append({"label": "Heterogeneous attention maps", "text":
+                        f"{overall.at['heterogeneous', 'base']:.0%} → {overall.at['heterogeneous', 'tuned']:.0%}",
+                        "note": f"{changed} heads changed their main pattern"})
+    first = df.iloc[0]
+    facts = [("Classifier", str(first.get("classifier", "rules"))), ("Maps per head", fmt_value(first.get("n_examples"))),
+             ("Heads whose main pattern changed", str(changed))]
+    return {"id": "attention-patterns", "title": _SECTION_TITLES["attention-patterns"],
+            "figures": [f for f in figures if f], "table": table, "facts": facts}
+
+
+def _head_map_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) -> dict:
+    from bertology.analyses.head_map import most_moved
+    from bertology.viz.figures import head_heatmap
+    from bertology.viz.head_map import head_map_figure
+
+    df = df.copy()
+    figures = [figs.make(
+        "head_map",
+        lambda: head_map_figure(df),
+        "Every head of both models placed by multidimensional scaling of the Jensen-Shannon distances between "
+        "their attention distributions (Clark et al. 2019, §6): circles are base heads, triangles tuned heads, "
+        "colour is the layer; lines join a head's two versions and arrows mark the heads that moved most.",
+        "Head map: MDS of head distances, base and tuned",
+    )]
+    base = df[df["model"] == "base"]
+    if len(base):
+        figures.append(figs.make(
+            "head_moved",
+            lambda: head_heatmap(base, value="moved", title="How far each head moved (JS distance)", cmap="magma_r",
+                                 vmin=0.0, colorbar_label="JS distance, base → tuned"),
+            "Jensen-Shannon distance between each head's base and tuned attention, averaged over the sampled tokens.",
+            "Per-head distance between base and tuned attention",
+        ))
+    top = most_moved(df, top=10)
+    table = _table([("label", "Head", "text"), ("layer", "Layer", "num"), ("moved", "JS distance moved", "num")],
+                   [[r.label, int(r.layer), r.moved] for r in top.itertuples()])
+    if len(top):
+        derived.append({"label": "Head that moved most", "text": str(top.label.iloc[0]),
+                        "note": f"JS distance {top.moved.iloc[0]:.3f} between its base and tuned attention"})
+    first = df.iloc[0]
+    facts = [("Examples sampled", fmt_value(first.get("n_examples"))), ("Query tokens", fmt_value(first.get("n_tokens"))),
+             ("Distance", str(first.get("distance", "js_distance")).replace("_", " ")),
+             ("MDS stress-1", fmt_value(first.get("stress")))]
+    return {"id": "head-map", "title": _SECTION_TITLES["head-map"], "figures": [f for f in figures if f],
+            "table": table, "facts": facts}
+
+
+def _viewer_section(run_dir: Path, manifest: dict, warnings: list[str]) -> dict | None:
+    """Interactive attention views saved by ``compare`` under ``views/`` (base, tuned and their difference)."""
+    from bertology.viz.viewer import render_fragment
+
+    names = [n for n in manifest.get("views") or [] if isinstance(n, str)]
+    fragments = []
+    for i, name in enumerate(names):
+        path = run_dir / name
+        try:
+            view = json.loads(path.read_text(encoding="utf-8"))
+            fragments.append({"text": view.get("text", ""), "text_pair": view.get("text_pair"),
+                              "html": Markup(render_fragment(view, f"bertology-view-{i}"))})
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            warnings.append(f"Attention view {name} could not be shown: {err}")
+    if not fragments:
+        return None
+    return {"id": "attention-viewer", "title": _SECTION_TITLES["attention-viewer"], "views": fragments}
+
+
 # ------------------------------------------------------------------------------------------- render
 def _environment() -> Environment:
     env = Environment(
@@ -749,12 +852,19 @@ def build_context(run_dir: str | Path) -> dict:
     sections: list[dict] = []
     if "attention_change" in tables:
         sections.append(_attention_section(tables["attention_change"], figs, derived))
+    if "attention_patterns" in tables:
+        sections.append(_patterns_section(tables["attention_patterns"], figs, derived))
     if "representation_similarity" in tables:
         sections.append(_similarity_section(tables["representation_similarity"], figs, derived))
     if "attention_targets" in tables:
         sections.append(_targets_section(tables["attention_targets"], figs, derived))
     if "relation_heads" in tables:
         sections.append(_relations_section(tables["relation_heads"], figs, derived))
+    if "head_map" in tables:
+        sections.append(_head_map_section(tables["head_map"], figs, derived))
+    viewer = _viewer_section(run_dir, manifest, warnings)
+    if viewer:
+        sections.append(viewer)
     if "finetune" in tables:
         sections.append(_finetune_section(tables["finetune"], figs, derived))
     overview = _overview(manifest, listing, warnings, derived)
