@@ -2,8 +2,8 @@
 
 Runs bertology's extraction over a treebank (gold trees, so no parser time is counted) three ways,
 interleaved over rounds: capture only (no analysis), + attention_change, and + all attention
-analyses (attention_change, attention_targets, relation_heads). Reports the median seconds and the
-overhead relative to capture only.
+analyses (attention_change, attention_patterns, attention_targets, relation_heads, head_map with its
+default 200-example sample). Reports the median seconds and the overhead relative to capture only.
 
     .venv/bin/python benchmarks/attention_overhead.py [--data CONLLU] [--n 2000] [--repeats 3]
 """
@@ -19,7 +19,9 @@ import torch
 
 from bertology.activations.extract import run_analyses
 from bertology.analyses.attention_change import AttentionChange
+from bertology.analyses.attention_patterns import AttentionPatterns
 from bertology.analyses.attention_targets import AttentionTargets
+from bertology.analyses.head_map import HeadMap
 from bertology.analyses.relation_heads import RelationHeads
 from bertology.data.encode import encode_corpus
 from bertology.data.loaders import load_corpus
@@ -53,8 +55,10 @@ def main() -> None:
     setups = {
         "capture only": lambda: [_CaptureOnly(L, H)],
         "+ attention_change": lambda: [AttentionChange(L, H)],
-        "+ all attention analyses": lambda: [AttentionChange(L, H), AttentionTargets(corpus, pair.tokenizer, L, H),
-                                            RelationHeads(corpus, L, H)],
+        "+ all attention analyses": lambda: [
+            AttentionChange(L, H), AttentionPatterns(pair.tokenizer, L, H), AttentionTargets(corpus, pair.tokenizer, L, H),
+            RelationHeads(corpus, L, H), HeadMap(L, H, example_indices=[it.index for it in enc.items]),
+        ],
     }
     run_analyses(pair, encode_corpus(corpus.head(64), pair.tokenizer), [_CaptureOnly(L, H)], batch_size=args.batch_size)
     times: dict[str, list[float]] = {k: [] for k in setups}

@@ -55,7 +55,7 @@ class CompareConfig:
     # attention_patterns: a CNN folder from ``bertology patterns train`` replaces the feature rules
     patterns_cnn: str | None = None
     # head_map: examples sampled for the all-pairs JS distances, and the distance MDS embeds
-    head_map_examples: int = 200
+    head_map_examples: int = 100
     head_map_distance: Literal["js_distance", "js_divergence"] = "js_distance"
     # interactive attention views embedded in the report (examples of 6-24 tokens, in corpus order)
     view_examples: int = 3

@@ -135,7 +135,7 @@ class HeadMap(Analysis):
         num_layers: int,
         num_heads: int,
         *,
-        max_examples: int = 200,
+        max_examples: int = 100,
         seed: int = 0,
         distance: Distance = "js_distance",
         mds_init: Literal["classical", "random"] = "classical",

@@ -192,8 +192,7 @@ class RelationHeads(Analysis):
     def update(self, batch: PairBatch) -> None:
         found_all = []
         for b, item in enumerate(batch.items):
-            T = int(batch.mask[b].sum())
-            found = self._pairs(item, T)
+            found = self._pairs(item, int(batch.mask[b].sum()))
             if found is None:
                 self.n_skipped_no_tree += 1
             else:
@@ -204,26 +203,20 @@ class RelationHeads(Analysis):
             return
         W = max(found_all[b][1] for b in scored)
         wids = [found_all[b][0] if b in set(scored) else None for b in range(batch.size)]
-        rel_all = self._rel_index[ALL]
-        onehots = {}
-        for b in scored:
-            _, _, _, dep, gov, rels = found_all[b]
-            rel_ids = np.array([self._relation(r) for r in rels], dtype=np.int64)
-            onehots[b] = rel_ids
-        R = len(self.relations)
-        for b in scored:
-            rel_ids, P = onehots[b], len(onehots[b])
-            onehot = np.zeros((P, R), dtype=np.int64)
-            onehot[np.arange(P), rel_ids] = 1
-            onehot[:, rel_all] = 1
-            onehots[b] = onehot
-            self.n += onehot.sum(0)
-            dep, gov = found_all[b][3], found_all[b][4]
-            ks = np.asarray(self.offsets)[:, None]  # [K, 1]
-            base_dh = gov[None, :] == dep[None, :] + ks  # [K, P]
-            base_hd = base_dh if self.reverse == "transpose" else dep[None, :] == gov[None, :] + ks
-            base = np.stack([base_dh, base_hd]).astype(np.int64)  # [2, K, P]
-            self.baseline_correct += np.einsum("dkp,pr->rdk", base, onehot)
+        # Every scored pair of the batch at once: example row, dependent, governor, relation.
+        row = np.concatenate([np.full(len(found_all[b][3]), b) for b in scored])
+        dep = np.concatenate([found_all[b][3] for b in scored])
+        gov = np.concatenate([found_all[b][4] for b in scored])
+        rel_ids = np.array([self._relation(r) for b in scored for r in found_all[b][5]], dtype=np.int64)
+        P, R = len(dep), len(self.relations)
+        onehot = np.zeros((P, R), dtype=np.int64)
+        onehot[np.arange(P), rel_ids] = 1
+        onehot[:, self._rel_index[ALL]] = 1
+        self.n += onehot.sum(0)
+        ks = np.asarray(self.offsets)[:, None]  # [K, 1]
+        base_dh = gov[None, :] == dep[None, :] + ks  # [K, P]
+        base_hd = base_dh if self.reverse == "transpose" else dep[None, :] == gov[None, :] + ks
+        self.baseline_correct += np.einsum("dkp,pr->rdk", np.stack([base_dh, base_hd]).astype(np.int64), onehot)
         # Candidates per example: present words, not the word itself (masked before one batched argmax).
         allowed = torch.zeros(batch.size, W, dtype=torch.bool)
         for b in scored:
@@ -240,22 +233,20 @@ class RelationHeads(Analysis):
                 for method in (self.to_method, self.from_method)
             )
         for m, cap in enumerate((batch.base, batch.tuned)):
-            from_d = np.zeros((batch.size, L, H, W), dtype=np.int64)  # word most attended from each word
-            to_d = np.zeros((batch.size, L, H, W), dtype=np.int64)  # word attending most to each word
+            hits = np.zeros((2, L, H, P), dtype=np.int64)
             for layer in range(1, L + 1):
                 A = self._word_attention(cap.attentions[layer], wids, pool, W)
                 A = A.masked_fill(excluded[:, :, None, :], float("-inf")).numpy()  # [B, W_from, H, W_to]
-                # NumPy's argmax over a non-last axis is about twice as fast as torch's on CPU.
-                from_d[:, layer - 1] = A.argmax(-1).transpose(0, 2, 1)
                 if self.reverse == "transpose":
-                    to_d[:, layer - 1] = A.argmax(1)
-            for b in scored:
-                dep, gov = found_all[b][3], found_all[b][4]
-                dep_head = from_d[b][:, :, dep] == gov
-                head_dep = to_d[b][:, :, dep] == gov if self.reverse == "transpose" else from_d[b][:, :, gov] == dep
-                hits = np.stack([dep_head, head_dep]).astype(np.int64)  # [2, L, H, P]
-                per_rel = hits.reshape(-1, len(dep)) @ onehots[b]  # [2*L*H, R]
-                self.correct[:, m] += np.moveaxis(per_rel.reshape(2, L, H, -1), -1, 0)
+                    # the word most attended from each dependent, and the word attending most to it;
+                    # NumPy's argmax over a non-last axis is about twice as fast as torch's on CPU
+                    hits[0, layer - 1] = (A[row, dep].argmax(-1) == gov[:, None]).T  # [H, P]
+                    hits[1, layer - 1] = (A[row, :, :, dep].argmax(1) == gov[:, None]).T
+                else:
+                    hits[0, layer - 1] = (A[row, dep].argmax(-1) == gov[:, None]).T
+                    hits[1, layer - 1] = (A[row, gov].argmax(-1) == dep[:, None]).T
+            per_rel = hits.reshape(-1, P) @ onehot  # [2*L*H, R]
+            self.correct[:, m] += np.moveaxis(per_rel.reshape(2, L, H, R), -1, 0)
 
     def merge(self, other: "RelationHeads") -> "RelationHeads":
         self._check_mergeable(other)

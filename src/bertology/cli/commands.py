@@ -53,7 +53,7 @@ def compare_command(
     patterns_cnn: Optional[Path] = typer.Option(
         None, "--patterns-cnn", help="Pattern classifier from 'bertology patterns train' (default: the feature rules)."
     ),
-    head_map_examples: int = typer.Option(200, "--head-map-examples", help="Head map: examples sampled for the all-pairs head distances.", min=1),
+    head_map_examples: int = typer.Option(100, "--head-map-examples", help="Head map: examples sampled for the all-pairs head distances.", min=1),
     view_examples: int = typer.Option(3, "--view-examples", help="Short examples shown in the report's interactive attention viewer (0 = none).", min=0),
     relations: Optional[Path] = typer.Option(
         None, "--relations", help="JSONL of user token relations (text, from span, to spans, relation) scored like relation heads."
