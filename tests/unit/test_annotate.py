@@ -62,10 +62,11 @@ class _FakeNLP:
             yield Doc(self.vocab, words=words, heads=[0] * n, deps=["ROOT"] + ["dep"] * (n - 1), pos=["X"] * n)
 
 
-def test_gold_examples_unchanged_pairs_left_alone_words_reused():
+def test_gold_examples_unchanged_pairs_annotated_words_reused():
     gold = Example("the cat", words=("the", "cat"), upos=("DET", "NOUN"), heads=(2, 0), deprels=("det", "root"))
     corpus = Corpus(
-        [gold, Example("a  dog\tran"), Example("x y", text_pair="z"), Example("ignored", words=("my", "words"))],
+        [gold, Example("a  dog\tran"), Example("x y", text_pair="z w v"), Example("ignored", words=("my", "words")),
+         Example("p", text_pair="q", words=("p",))],
         stats={"keep": 1},
     )
     nlp = _FakeNLP()
@@ -74,11 +75,15 @@ def test_gold_examples_unchanged_pairs_left_alone_words_reused():
     assert out.examples[1].words == ("a", "dog", "ran")
     assert nlp.seen[0] == "a dog ran"  # whitespace collapsed
     assert out.examples[1].heads == (0, 1, 1)
-    assert out.examples[2].words is None  # pair: not annotated
+    pair = out.examples[2]  # both texts parsed apart, then concatenated
+    assert pair.words == ("x", "y", "z", "w", "v") and pair.n_first_words == 2
+    assert pair.heads == (0, 1, 0, 3, 3)  # the second text's heads point past the first's words
+    assert "x y" in nlp.seen and "z w v" in nlp.seen
     assert out.examples[3].words == ("my", "words")  # given words are parsed, not re-tokenised
+    assert out.examples[4].heads is None  # a pair with words but no split point is left alone
     assert out.stats["keep"] == 1
     info = out.stats["annotated"]
-    assert (info["n_kept"], info["n_parsed"], info["n_pairs_not_annotated"]) == (1, 2, 1)
+    assert (info["n_kept"], info["n_parsed"], info["n_pairs_parsed"], info["n_pairs_not_annotated"]) == (1, 2, 1, 1)
     assert corpus.examples[1].words is None  # input untouched
 
 

@@ -274,3 +274,31 @@ def test_custom_negation_words_and_mismatched_corpus(identical_pair):
 )
 def test_is_punct_token(token, expected):
     assert is_punct_token(token) is expected
+
+
+def test_sentence_pair_words_count_in_both_texts_when_both_are_annotated(identical_pair):
+    """A noun only in the second text is a target when the pair's annotations cover both texts."""
+    pair = ModelPair.load(*map(str, identical_pair))
+    both = Example("i ran", text_pair="the dog sat", words=("i", "ran", "the", "dog", "sat"),
+                   upos=("PRON", "VERB", "DET", "NOUN", "VERB"), heads=(2, 0, 4, 5, 0),
+                   deprels=("nsubj", "root", "det", "nsubj", "root"), n_first_words=2)
+    first_only = Example("i ran", text_pair="the dog sat", words=("i", "ran"), upos=("PRON", "VERB"),
+                         heads=(2, 0), deprels=("nsubj", "root"))
+    a_both = _run(pair, Corpus([both]))
+    a_first = _run(pair, Corpus([first_only]))
+    t_both, t_first = a_both.compute().table, a_first.compute().table
+    assert "noun" in set(t_both.target) and "noun" not in set(t_first.target)
+    # the pronoun of the first text counts either way, with the same value (same tokens, same maps)
+    p_both = t_both[t_both.target == "pron"].sort_values(["model", "layer", "head"]).value.to_numpy()
+    p_first = t_first[t_first.target == "pron"].sort_values(["model", "layer", "head"]).value.to_numpy()
+    np.testing.assert_allclose(p_both, p_first, atol=1e-12)
+    # the noun's share equals the attention its pieces receive, from a direct computation
+    enc = encode_corpus(Corpus([both]), pair.tokenizer)
+    it = enc.items[0]
+    dog = np.flatnonzero((it.segment == 1) & (it.word_ids == 1))
+    with torch.inference_mode():
+        out = pair.base.model(input_ids=torch.from_numpy(it.input_ids[None]), token_type_ids=torch.from_numpy(it.token_type_ids[None]),
+                              output_attentions=True)
+    expect = out.attentions[0][0, :, :, dog].sum(-1).mean(-1).double().numpy()  # layer 1, per head
+    got = t_both[(t_both.target == "noun") & (t_both.model == "base") & (t_both.layer == 1)].sort_values("head").value
+    np.testing.assert_allclose(got.to_numpy(), expect, atol=1e-6)

@@ -333,3 +333,42 @@ def test_batched_pooling_equals_per_example_for_every_method(pair, corpus, to_me
     np.testing.assert_array_equal(fast.n, slow.n)
     np.testing.assert_array_equal(fast.correct, slow.correct)
     assert fast.correct[fast.relations.index("all")].sum() > 0
+
+
+def test_sentence_pair_annotated_over_both_texts_scores_both_trees():
+    from bertology.data.align import annotated_word_ids
+
+    first = Example("the cat sat .", words=("the", "cat", "sat", "."), upos=("DET", "NOUN", "VERB", "PUNCT"),
+                    heads=(2, 3, 0, 3), deprels=("det", "nsubj", "root", "punct"))
+    # pair: "the cats sat" + "a dog ran fast", heads over the concatenation (second tree shifted by 3)
+    pair_ex = Example("the cats sat", text_pair="a dog ran fast", words=("the", "cats", "sat", "a", "dog", "ran", "fast"),
+                      upos=("DET", "NOUN", "VERB", "DET", "NOUN", "VERB", "ADV"),
+                      heads=(2, 3, 0, 5, 6, 0, 6), deprels=("det", "nsubj", "root", "det", "nsubj", "root", "advmod"),
+                      n_first_words=3)
+    legacy = Example("the cats sat", text_pair="a dog ran fast", words=("the", "cats", "sat"),
+                     upos=("DET", "NOUN", "VERB"), heads=(2, 3, 0), deprels=("det", "nsubj", "root"))
+    tok = tiny_tokenizer()
+    for corpus_examples, expected_pairs in (([first, pair_ex], 3 + 5), ([first, legacy], 3 + 2)):
+        corpus = Corpus(corpus_examples)
+        enc = encode_corpus(corpus, tok)
+        items = enc.items
+        t = collate(items, tok.pad_token_id)
+        B, T = t["input_ids"].shape
+        att = [None] + [torch.full((B, 4, T, T), 0.01) for _ in range(2)]
+        for b, it in enumerate(items):
+            ex = corpus[it.index]
+            wid = annotated_word_ids(it.word_ids, it.segment, ex.n_first_words)
+            if ex.text_pair is not None and ex.n_first_words is not None:
+                assert (wid[it.segment == 1] >= 3).all()  # second-text pieces map past the first text's words
+            for tq, w in enumerate(wid):
+                if w >= 0 and ex.heads[w] > 0:
+                    att[1][b, 2, tq, np.flatnonzero(wid == ex.heads[w] - 1)[0]] = 5.0
+        cap = Captured([], att)
+        batch = PairBatch(items, t["input_ids"], t["mask"], t["content"], t["lengths"], cap, cap)
+        a = RelationHeads(corpus, 2, 4, min_count=1)
+        a.update(batch)
+        res = a.compute()
+        assert res.params["n_pairs"]["all"] == expected_pairs
+        row = res.table[(res.table.relation == "all") & (res.table.direction == "dep->head") & (res.table.layer == 1)
+                        & (res.table["head"] == 2) & (res.table.model == "base")]
+        assert row.accuracy.iloc[0] == 1.0

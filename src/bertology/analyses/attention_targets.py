@@ -20,8 +20,9 @@ tokens, [CLS] and [SEP] included, as queries; keys are the real tokens):
   ``sum_{k in C} A[cls, k]`` for cls, sep, punct, the word categories, and ``other`` (real keys in none
   of the others).
 
-Word categories come from annotations (CoNLL-U, or :func:`bertology.data.annotate.annotate`); only
-the first text of a pair is annotated, so only its words count: ``noun`` (UPOS NOUN or PROPN), ``verb``
+Word categories come from annotations (CoNLL-U, or :func:`bertology.data.annotate.annotate`; for a
+sentence pair, both texts when its annotations cover both, ``Example.n_first_words``, else the first
+text only): ``noun`` (UPOS NOUN or PROPN), ``verb``
 (VERB), ``pron`` (PRON), ``subject`` (deprel nsubj, nsubj:pass, nsubjpass, csubj, csubj:pass,
 csubjpass), ``object`` (obj, dobj, iobj), ``negation`` (the word, lower-cased, in ``negation_words``, or
 deprel ``neg``, or UPOS PART and the word is "not"/"n't"). Examples without ``words``, ``upos`` and
@@ -42,6 +43,7 @@ import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
+from bertology.data.align import annotated_word_ids
 from bertology.data.corpus import Corpus
 from bertology.errors import BertologyError
 from bertology.results import Result
@@ -119,7 +121,7 @@ class AttentionTargets(Analysis):
             "negation_words": sorted(self.negation_words),
             "word_level": self.word_level,
             "queries": "all real tokens, [CLS]/[SEP] included",
-            "word_target": "sum over the word's pieces (first text of a pair only)",
+            "word_target": "sum over the word's pieces (both texts of a pair when both are annotated)",
             "average": "over examples where the target occurs (value); over all examples (value_all)",
             "entropy_unit": "nats",
         }
@@ -172,7 +174,7 @@ class AttentionTargets(Analysis):
         n_words = len(WORD_TARGETS)
         word_keys = np.zeros((B, n_words, T), dtype=bool)
         annotated = np.zeros(B, dtype=bool)
-        piece_word = np.full((B, T), -1, dtype=np.int64)  # word of each first-text piece
+        piece_word = np.full((B, T), -1, dtype=np.int64)  # annotated word of each piece
         n_w = 1
         if self.word_level:
             for b, item in enumerate(batch.items):
@@ -181,7 +183,7 @@ class AttentionTargets(Analysis):
                     continue
                 annotated[b] = True
                 k = len(item)
-                wid = np.where(item.segment == 0, item.word_ids, -1)
+                wid = annotated_word_ids(item.word_ids, item.segment, self.corpus[item.index].n_first_words)
                 if wid.size and wid.max() >= len(cats):
                     raise BertologyError(
                         f"example {item.index}: tokens refer to word {wid.max()} but the example has {len(cats)} "

@@ -20,7 +20,8 @@ figure is ours times ``n / (n + n_root)`` (``n_root`` is in the provenance).
 Word-level attention follows Clark: attention *to* a word sums its pieces, *from* a word averages
 them (:func:`bertology.data.align.word_attention`, ``to_method``/``from_method``). A word without
 tokens, and for a truncated example the last word present (it may be cut), are not candidates and
-their pairs are not scored (counted as ``n_pairs_unscored``). Only first-segment tokens are used.
+their pairs are not scored (counted as ``n_pairs_unscored``). For a sentence pair, both sentences' trees are
+used when its annotations cover both texts (``Example.n_first_words``), else the first sentence's.
 
 Fixed-offset baseline: for each offset ``k`` (``offsets``, default -3..2 as in Clark, 0 skipped)
 predict the head ``g = d + k`` (``dep->head``; with ``reverse="transpose"`` also ``head->dep``, which
@@ -46,7 +47,7 @@ import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
-from bertology.data.align import Pooling, word_attention
+from bertology.data.align import Pooling, annotated_word_ids, word_attention
 from bertology.data.corpus import Corpus
 from bertology.results import Result
 
@@ -129,7 +130,7 @@ class RelationHeads(Analysis):
         if ex.heads is None or ex.deprels is None:
             return None
         W = len(ex.words) if ex.words is not None else len(ex.heads)
-        wid = np.where(np.asarray(item.segment)[:T] == 0, np.asarray(item.word_ids)[:T], -1)
+        wid = annotated_word_ids(np.asarray(item.word_ids)[:T], np.asarray(item.segment)[:T], ex.n_first_words)
         if wid.size and wid.max() >= W:
             raise ValueError(
                 f"example {item.index}: token word id {int(wid.max())} but the corpus example has {W} words; "

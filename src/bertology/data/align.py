@@ -173,3 +173,19 @@ def word_attention(
     W = _n_words(gids, n_words)
     to_words = _pool(attn, gids, W, to_method, axis=attn.ndim - 1)
     return _pool(to_words, gids, W, from_method, axis=attn.ndim - 2)
+
+
+def annotated_word_ids(word_ids, segment, n_first_words: int | None) -> np.ndarray:
+    """Per token, the index into an example's annotated ``words`` (-1: no annotated word).
+
+    Tokens of the first text keep their word id. Tokens of a pair's second text map to
+    ``n_first_words + id`` when the annotations cover both texts (``n_first_words`` set), and to -1
+    otherwise (only the first text was annotated).
+    """
+    w = _as_index(word_ids, "word_ids")
+    s = _as_index(segment, "segment")
+    out = np.where((s == 0) & (w >= 0), w, -1)
+    if n_first_words is not None:
+        second = (s == 1) & (w >= 0)
+        out[second] = w[second] + int(n_first_words)
+    return out

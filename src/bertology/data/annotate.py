@@ -19,9 +19,10 @@ Conventions of the parsed annotations:
   split by spaCy into "do" + "n't", giving pieces ``do n ' t`` instead of ``don ' t``).
 - **Examples that already have annotations** (all four fields set) are kept unchanged. Examples with
   ``words`` but no tree are parsed over those words (spaCy does not re-tokenise them).
-- **Sentence pairs are not annotated** (kept unchanged and counted in ``stats["annotated"]``): the
-  ``Example`` has no field for the second text's words, and :mod:`bertology.data.encode` passes the
-  second text as a string, which a pre-split first text cannot be combined with.
+- **Sentence pairs**: each text is parsed as its own unit and the annotations are concatenated
+  (first text's words, then the second's; the second text's heads shifted past the first's words), with
+  ``Example.n_first_words`` marking the split; :mod:`bertology.data.encode` then passes both texts as
+  words. A pair that already has ``words`` but no ``n_first_words`` is left unchanged and counted.
 """
 from __future__ import annotations
 
@@ -93,14 +94,16 @@ def annotate(corpus: Corpus, nlp_name: str | None = None, batch_size: int = 64, 
 
     Examples that already have all four are returned unchanged; single-sentence examples without them
     are parsed with spaCy (``nlp_name``, default :func:`bertology.assets.spacy_model_name`; or pass a
-    loaded pipeline as ``nlp``); sentence pairs are left unannotated (see the module docstring).
+    loaded pipeline as ``nlp``); sentence pairs get both texts annotated (see the module docstring).
     What was done is recorded in ``stats["annotated"]``.
     """
     todo = [i for i, ex in enumerate(corpus) if not _has_annotations(ex) and ex.text_pair is None]
-    n_pairs = sum(1 for ex in corpus if not _has_annotations(ex) and ex.text_pair is not None)
+    pairs = [i for i, ex in enumerate(corpus) if not _has_annotations(ex) and ex.text_pair is not None and ex.words is None]
+    n_pairs = sum(1 for ex in corpus if not _has_annotations(ex) and ex.text_pair is not None and ex.words is not None)
     examples = list(corpus.examples)
-    info: dict = {"n_kept": len(corpus) - len(todo) - n_pairs, "n_parsed": 0, "n_pairs_not_annotated": n_pairs}
-    if todo:
+    info: dict = {"n_kept": len(corpus) - len(todo) - len(pairs) - n_pairs, "n_parsed": 0, "n_pairs_parsed": 0,
+                  "n_pairs_not_annotated": n_pairs}
+    if todo or pairs:
         if nlp is None:
             nlp = load_spacy(nlp_name)
         from spacy.tokens import Doc
@@ -112,20 +115,36 @@ def annotate(corpus: Corpus, nlp_name: str | None = None, batch_size: int = 64, 
                     yield Doc(nlp.vocab, words=list(ex.words))
                 else:
                     yield " ".join(ex.text.split())
+            for i in pairs:  # each text of a pair is its own document
+                yield " ".join(examples[i].text.split())
+                yield " ".join(examples[i].text_pair.split())
 
-        for i, doc in zip(todo, nlp.pipe(inputs(), batch_size=batch_size)):
+        docs = nlp.pipe(inputs(), batch_size=batch_size)
+        for i, doc in zip(todo, docs):
             words, upos, heads, deprels = doc_annotations(doc)
             examples[i] = dataclasses.replace(examples[i], words=words, upos=upos, heads=heads, deprels=deprels)
+        for i in pairs:
+            first, second = doc_annotations(next(docs)), doc_annotations(next(docs))
+            n1 = len(first[0])
+            examples[i] = dataclasses.replace(
+                examples[i],
+                words=first[0] + second[0],
+                upos=first[1] + second[1],
+                heads=first[2] + tuple(h + n1 if h > 0 else 0 for h in second[2]),
+                deprels=first[3] + second[3],
+                n_first_words=n1,
+            )
         meta = getattr(nlp, "meta", {}) or {}
         info.update(
             n_parsed=len(todo),
+            n_pairs_parsed=len(pairs),
             parser=f"spacy {__import__('spacy').__version__}",
             pipeline=f"{meta.get('lang', '?')}_{meta.get('name', '?')} {meta.get('version', '?')}",
             scheme="upos=token.pos_; deprels=spaCy English labels (ROOT->root); heads 1-based per example, roots 0",
-            unit="whole example text (several sentences -> several roots)",
+            unit="whole example text (several sentences -> several roots); a pair's two texts parsed apart",
         )
     if n_pairs:
-        logger.warning("%d sentence-pair examples were not annotated (pairs are not supported by annotate)", n_pairs)
+        logger.warning("%d sentence-pair examples with words but no n_first_words were not annotated", n_pairs)
     stats = dict(corpus.stats)
     stats["annotated"] = info
     return Corpus(examples, corpus.name, corpus.source, stats)

@@ -18,6 +18,10 @@ class Example:
     ``words``/``upos``/``heads``/``deprels`` come from CoNLL-U (or a parser). ``heads`` are 1-based word
     indices with 0 for the root, as in CoNLL-U. When ``words`` is set, tokenisation uses those words
     (``is_split_into_words``) so sub-words align to gold words exactly.
+
+    For a sentence pair, ``n_first_words`` set means the annotations cover both texts: the first
+    ``n_first_words`` words are ``text``'s, the rest ``text_pair``'s, and ``heads`` index the
+    concatenation (each sentence's tree stays inside its sentence).
     """
 
     text: str
@@ -27,6 +31,7 @@ class Example:
     upos: tuple[str, ...] | None = None
     heads: tuple[int, ...] | None = None
     deprels: tuple[str, ...] | None = None
+    n_first_words: int | None = None
 
 
 @dataclass
@@ -67,7 +72,10 @@ class Corpus:
         """SHA-256 of the examples' content: equal corpora give equal fingerprints."""
         digest = hashlib.sha256()
         for ex in self.examples:
-            digest.update(json.dumps([ex.text, ex.text_pair, ex.label, ex.words, ex.heads, ex.deprels]).encode())
+            fields = [ex.text, ex.text_pair, ex.label, ex.words, ex.heads, ex.deprels]
+            if ex.n_first_words is not None:  # only pairs annotated over both texts: older fingerprints hold
+                fields.append(ex.n_first_words)
+            digest.update(json.dumps(fields).encode())
         return digest.hexdigest()
 
     def subset(self, indices: Sequence[int], name: str | None = None) -> "Corpus":

@@ -69,17 +69,24 @@ class EncodedCorpus:
 
 
 def _encode_one(tok: PreTrainedTokenizerBase, ex: Example, max_length: int | None):
-    if ex.words is not None:
-        first: str | list[str] = list(ex.words)
-        split = True
-    else:
-        first, split = ex.text, False
-    kwargs = dict(is_split_into_words=split, return_special_tokens_mask=True)
+    """Tokenise one example; pre-split ``words`` are used so pieces align to annotated words.
+
+    A pair annotated over both texts (``n_first_words``) passes both sides as words. A pair with words
+    for its first text only passes the second text split on whitespace (a tokenizer cannot mix a
+    pre-split and a raw side); its second-text words carry no annotations either way.
+    """
+    kwargs = dict(return_special_tokens_mask=True)
     if max_length is not None:
         kwargs.update(truncation=True, max_length=max_length)
-    if ex.text_pair is not None:
-        return tok(first, ex.text_pair, **kwargs)
-    return tok(first, **kwargs)
+    if ex.words is None:
+        return tok(ex.text, ex.text_pair, **kwargs) if ex.text_pair is not None else tok(ex.text, **kwargs)
+    kwargs["is_split_into_words"] = True
+    if ex.text_pair is None:
+        return tok(list(ex.words), **kwargs)
+    if ex.n_first_words is not None:
+        n = ex.n_first_words
+        return tok(list(ex.words[:n]), list(ex.words[n:]), **kwargs)
+    return tok(list(ex.words), ex.text_pair.split(), **kwargs)
 
 
 def encode_example(
