@@ -168,6 +168,8 @@ def compare(
         max_length = config.pad_length
     encoded = encode_corpus(corpus, pair.tokenizer, max_length, config.data.overlong)
     spans = load_relations(config.relations) if config.relations else None
+    if spans is not None and "relation_heads" in selected:
+        _check_relation_names(corpus, spans[1])
     run_dir = RunDirectory(config.out)
     fingerprint = run_fingerprint(config, pair, corpus, spans[0] if spans else None)
     resuming = run_dir.prepare("compare", fingerprint, overwrite=overwrite)
@@ -301,6 +303,16 @@ def _span_analysis(config: CompareConfig, pair: ModelPair, spans, max_length: in
     corpus, relations = spans
     encoded = encode_corpus(corpus, pair.tokenizer, max_length, "truncate")
     return SpanRelationHeads(relations, pair.num_layers, pair.num_heads), encoded
+
+
+def _check_relation_names(corpus: Corpus, relations) -> None:
+    """Refuse, before any extraction, user relation names that are dependency relations of the corpus."""
+    deprels = {"all"} | {rel for ex in corpus if ex.deprels for rel in ex.deprels}
+    clash = sorted({r.relation for r in relations} & deprels)
+    if clash:
+        raise BertologyError(
+            f"User relation name(s) {', '.join(clash)} are also dependency relations in the data; rename them in the JSONL."
+        )
 
 
 def _with_user_relations(treebank: Result | None, user: Result) -> Result:

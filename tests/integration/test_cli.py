@@ -268,3 +268,15 @@ def test_bad_relations_file_is_one_message(identical_pair, corpus_txt, tmp_path)
                     "--analyses", "attention_change", "--relations", bad)
     assert_user_error(result, "rel.jsonl line 1", "occurs 2 times")
     assert not (tmp_path / "o").exists()
+
+
+def test_user_relation_named_like_a_dependency_relation_is_refused_before_work(planted_pair, tmp_path):
+    data = tmp_path / "gold.conllu"
+    data.write_text(CONLLU, encoding="utf-8")
+    rel_file = tmp_path / "rel.jsonl"
+    rel_file.write_text(json.dumps({**RELATIONS[0], "relation": "det"}) + "\n", encoding="utf-8")
+    base, tuned = planted_pair
+    result = invoke("compare", "--base", base, "--tuned", tuned, "--data", data, "--out", tmp_path / "o",
+                    "--analyses", "relation_heads", "--relations", rel_file)
+    assert_user_error(result, "det", "rename them")
+    assert not (tmp_path / "o").exists()
