@@ -51,3 +51,14 @@ class PairBatch:
         if key not in self._cache:
             self._cache[key] = row_entropy(self.captured(model).attentions[layer])
         return self._cache[key]
+
+    def received(self, model: int, layer: int) -> torch.Tensor:
+        """Attention each key receives, summed over the real query rows: ``[B, H, T]`` (maps' dtype).
+
+        Shared by the analyses that need column sums (targets, patterns), computed once per batch.
+        """
+        key = ("received", model, layer)
+        if key not in self._cache:
+            a = self.captured(model).attentions[layer]
+            self._cache[key] = torch.einsum("bhqk,bq->bhk", a, self.mask.to(a.dtype))
+        return self._cache[key]

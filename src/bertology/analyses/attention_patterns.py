@@ -114,7 +114,8 @@ class AttentionPatterns(Analysis):
         for m, cap in enumerate((batch.base, batch.tuned)):
             for layer in range(1, self.num_layers + 1):
                 a = cap.attentions[layer]
-                feats = pattern_features(a, batch.mask, vk, seg, batch.row_entropy(m, layer), band=self.thresholds.band)
+                feats = pattern_features(a, batch.mask, vk, seg, batch.row_entropy(m, layer), band=self.thresholds.band,
+                                         received=batch.received(m, layer))
                 if self.classifier is None:
                     codes = classify(feats, self.thresholds)
                 else:

@@ -252,7 +252,7 @@ class AttentionTargets(Analysis):
                 # dropped by weighting rows with ``real``. The passes over the maps run in their dtype,
                 # the per-head sums in float64.
                 a = cap.attentions[layer]  # [B, H, T, T]
-                col = torch.einsum("bhqk,bq->bhk", a, real32).to(dt) / nq_[..., None]  # mean attention received
+                col = batch.received(m, layer).to(dt) / nq_[..., None]  # mean attention received
                 share = torch.einsum("bht,bct->bhc", col, keys)  # [B, H, C]
                 out = torch.zeros(B, H, len(self.targets), dtype=dt, device=dev)
                 out[..., :n_tok] = share[..., :n_tok]

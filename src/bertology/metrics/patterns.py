@@ -96,13 +96,15 @@ def pattern_features(
     segment: torch.Tensor,
     row_entropy: torch.Tensor | None = None,
     band: int = 1,
+    received: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Features ``[B, H, 7]`` (float64, columns :data:`FEATURE_COLUMNS`) of every map in a padded batch.
 
     ``attn`` is ``[B, H, T, T]`` (rows attend, padding keys exactly 0); ``mask`` ``[B, T]`` bool marks
     real tokens; ``vertical_keys`` ``[B, T]`` bool marks [CLS]/[SEP]/punctuation; ``segment`` ``[B, T]``
     int is 0/1 for the tokens of the first/second text and -1 for special tokens and padding.
-    ``row_entropy`` (``[B, H, T]``, nats) may be passed when already computed. ``band`` is the
+    ``row_entropy`` (``[B, H, T]``, nats) and ``received`` (``[B, H, T]``, attention each key receives
+    summed over real query rows) may be passed when already computed. ``band`` is the
     half-width of the diagonal band (1: keys q-1, q, q+1). ``block`` and ``block_uniform`` are NaN for
     examples without a second text.
     """
@@ -126,7 +128,8 @@ def pattern_features(
         keys = vk[:, : T + o] if o < 0 else vk[:, o:]  # q + o
         band_sum += (diag * rows[:, None]).sum(-1)
         band_v += (diag * (rows * keys)[:, None]).sum(-1)
-    received = torch.einsum("bhqk,bq->bhk", attn, real)  # [B, H, T]: attention each key receives
+    if received is None:
+        received = torch.einsum("bhqk,bq->bhk", attn, real)  # [B, H, T]: attention each key receives
     on_vertical = torch.einsum("bhk,bk->bh", received, vk)
     out = torch.empty(B, H, len(FEATURE_COLUMNS), dtype=f64, device=dev)
     nn_ = n[:, None]
