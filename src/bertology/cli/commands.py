@@ -107,12 +107,15 @@ def _print_compare_summary(run) -> None:
         console.print(f"[yellow]warning:[/] {w}")
     if "attention_change" in run.results:
         t = run.table("attention_change")
-        top = t.sort_values("cosine").head(3)
-        heads = ", ".join(f"L{r.layer}H{r.head} ({r.cosine:.3f})" for r in top.itertuples())
+        by_cos = t.sort_values(["cosine", "layer", "head"]).head(3)
+        by_js = t.sort_values(["js_divergence", "cosine"], ascending=[False, True]).head(3)
         per_layer = layer_summary(t)
         console.print(
-            f"attention change: most changed heads {heads}; mean cosine by layer "
-            + " ".join(f"{c:.3f}" for c in per_layer["cosine"])
+            "attention change: lowest cosine "
+            + ", ".join(f"L{r.layer}H{r.head} ({r.cosine:.3f})" for r in by_cos.itertuples())
+            + "; highest JS divergence "
+            + ", ".join(f"L{r.layer}H{r.head} ({r.js_divergence:.3f})" for r in by_js.itertuples())
+            + "; mean cosine by layer " + " ".join(f"{c:.3f}" for c in per_layer["cosine"])
         )
     if "attention_patterns" in run.results:
         t = run.table("attention_patterns")
