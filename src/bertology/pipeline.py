@@ -180,6 +180,9 @@ def compare(
     for name in done:
         logger.info("resuming: %s already computed in %s", name, run_dir.path)
         results[name] = Result(name, read_table(run_dir.path, name))
+        for second in SECOND_TABLES.get(name, ()):
+            if run_dir.has_table(second):
+                results[second] = Result(second, read_table(run_dir.path, second))
     todo = [a for a in analyses if a.name not in done]
 
     enc = encoded.describe()
@@ -192,24 +195,20 @@ def compare(
             warnings.append(f"While reading the data, {corpus.stats[key]} {what}.")
 
     span_params = None
+    run_spans = spans is not None and "relation_heads" not in done
     if spans is not None:
         span_analysis, span_encoded = _span_analysis(config, pair, spans, max_length)
         span_params = {**span_analysis.params(), "file": config.relations, **spans[0].stats}
+    computed: dict[str, Result] = {}
     if todo:
         _extract(pair, encoded, todo, config, progress)
-        computed = {}
         for a in todo:
             for res in [a.compute(), *extra_results_of(a)]:
                 computed[res.name] = res
-        if spans is not None and "relation_heads" not in done:
-            _extract(pair, span_encoded, [span_analysis], config, progress, label="user relations")
-            computed["relation_heads"] = _with_user_relations(computed.get("relation_heads"), span_analysis.compute())
-        for res in computed.values():
-            write_table(run_dir.path, res.name, res.table)
-            results[res.name] = res
-    elif spans is not None and "relation_heads" not in done:
+    if run_spans:
         _extract(pair, span_encoded, [span_analysis], config, progress, label="user relations")
-        res = span_analysis.compute()
+        computed["relation_heads"] = _with_user_relations(computed.get("relation_heads"), span_analysis.compute())
+    for res in computed.values():
         write_table(run_dir.path, res.name, res.table)
         results[res.name] = res
 
@@ -247,6 +246,10 @@ def compare(
 
         report_path = render_report(run_dir.path)
     return CompareRun(run_dir.path, results, manifest, report_path, done)
+
+
+#: Tables an analysis writes beside its own, read back when a run resumes.
+SECOND_TABLES = {"head_map": ("head_distance",)}
 
 
 def extra_results_of(analysis: Analysis) -> list[Result]:

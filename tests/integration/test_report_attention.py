@@ -83,3 +83,11 @@ def test_viewer_in_the_report_reacts_to_a_click(planted_pair, tmp_path):
         finally:
             browser.close()
     assert errors == [], errors
+
+
+def test_resumed_run_keeps_the_head_distance_table(planted_pair, tmp_path):
+    out = _run(planted_pair, tmp_path)
+    out = _run(planted_pair, tmp_path)  # the same command again resumes
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert set(manifest["resumed_tables"]) == {"attention_change", "attention_patterns", "head_map"}
+    assert "head_distance" in manifest["tables"]
