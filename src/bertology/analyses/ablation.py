@@ -1,0 +1,927 @@
+"""Ablation: disable each head and each layer of a fine-tuned classifier and measure the task.
+
+For a labelled corpus, :func:`run_ablation` scores the intact model, then every single head disabled
+(``target="head"``) and every layer disabled (``target="layer"``), each in its own forward pass over
+all examples, and keeps per-example predictions and losses. :func:`score_units` turns them into the
+``ablation`` table: accuracy, macro-F1 and mean cross-entropy, their deltas (ablated − intact) and
+paired bootstrap 95% confidence intervals of the deltas (the same seeded resamples of examples for
+every ablation).
+
+Conventions (table ``ablation``, DESIGN §3):
+
+* ``target`` is ``intact``, ``head`` or ``layer``; ``layer`` is 1-based and ``head`` 0-based; ``head``
+  is -1 on layer and intact rows, ``layer`` is -1 on intact rows.
+* ``mode`` is the head ablation mode (``uniform`` 1/L attention, Kovaleva et al. 2019; ``zero``;
+  ``mean``; see :mod:`bertology.models.ablate`) and ``exclude_special`` whether [CLS]/[SEP] were left
+  out of the uniform average. ``layer_mode`` on layer rows is ``skip`` (the block returns its input)
+  or ``{mode}_heads`` (every head of the layer ablated with ``mode``); it is empty on other rows.
+* ``helps`` means the removal improves the metric beyond the 95% interval: ``ci_low > 0`` for
+  accuracy and macro-F1, ``ci_high < 0`` for loss (lower is better); ``hurts`` is the opposite.
+
+Speed (DESIGN §6): the ``cached`` method runs the layers below an ablated layer once. Layer by layer,
+it keeps the hidden states entering block ``l`` for every batch, runs each ablation at layer ``l``
+from there (the blocks below are bypassed and the embeddings module returns the cached states), and
+advances the cache through the intact block ``l``. Skipping block ``l`` is starting at ``l + 1`` from
+the same cache. When the classifier reads only the first token of the last layer (checked against a
+full forward on the first batch), the last block's feed-forward runs on that token only. The results
+equal the ``naive`` method (a full forward per ablation with the same hooks) to float rounding.
+
+Resuming: with ``progress_dir``, every finished ablation is written there atomically as
+``units/<key>.npz`` (per-example predictions and losses) next to ``progress.json`` (a fingerprint of
+the model weights, the tokenised data, the labels and the settings). A later call with the same
+fingerprint skips the finished ablations; with another fingerprint the old files are discarded.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from bertology.activations.extract import collate, length_batches
+from bertology.data.corpus import Corpus
+from bertology.data.encode import EncodedCorpus
+from bertology.errors import BertologyError
+from bertology.models import sites
+from bertology.models.ablate import (
+    MODES,
+    Mode,
+    ablate_heads,
+    bypass_blocks,
+    keep_first_token,
+    replace_embeddings,
+    skip_layers,
+)
+from bertology.results import Result
+
+logger = logging.getLogger(__name__)
+
+TABLE = "ablation"
+METRICS = ("accuracy", "macro_f1", "loss")
+#: Metrics where a larger value is better (the "helps" direction is ``ci_low > 0``).
+HIGHER_IS_BETTER = {"accuracy": True, "macro_f1": True, "loss": False}
+LAYER_MODES = ("skip", "heads")
+TABLE_COLUMNS = [
+    "target", "layer", "head", "label", "mode", "layer_mode", "exclude_special", "metric", "value", "delta",
+    "ci_low", "ci_high", "n_examples", "helps", "hurts",
+]
+Method = Literal["cached", "naive"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Settings, units and labels
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AblationSettings:
+    """Every choice that changes the ablation numbers (recorded in the manifest)."""
+
+    mode: Mode = "uniform"
+    exclude_special: bool = False
+    layers: tuple[int, ...] | None = None  # layers whose heads and blocks are ablated (None: all)
+    heads: bool = True  # single-head ablations
+    layer_modes: tuple[str, ...] = LAYER_MODES  # whole-layer ablations: "skip" and/or "heads"
+    batch_size: int = 32
+    n_bootstrap: int = 1000
+    seed: int = 0
+    device: str = "cpu"
+    max_examples: int | None = 500
+    max_length: int = 128
+    # head importance (Michel et al. 2019) and pruning curves
+    importance: bool = True
+    pruning_step: float = 0.1
+    pruning_recompute: bool = True
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise BertologyError(f"Unknown ablation mode {self.mode!r}; choose from {', '.join(MODES)}.")
+        bad = [m for m in self.layer_modes if m not in LAYER_MODES]
+        if bad:
+            raise BertologyError(f"Unknown layer mode(s) {bad}; choose from {', '.join(LAYER_MODES)}.")
+        if self.batch_size < 1:
+            raise BertologyError(f"batch_size must be at least 1, not {self.batch_size}.")
+        if self.n_bootstrap < 0:
+            raise BertologyError(f"n_bootstrap must be >= 0, not {self.n_bootstrap}.")
+        if not 0 < self.pruning_step <= 1:
+            raise BertologyError(f"pruning_step must be in (0, 1], not {self.pruning_step}.")
+        if self.max_examples is not None and self.max_examples < 2:
+            raise BertologyError(f"max_examples must be at least 2, not {self.max_examples}.")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One ablation: the intact model, one head, or one layer (skipped or with every head ablated)."""
+
+    target: str  # "intact" | "head" | "layer"
+    layer: int = -1
+    head: int = -1
+    layer_mode: str = ""  # "skip" | "heads" for layers
+
+    @property
+    def key(self) -> str:
+        if self.target == "intact":
+            return "intact"
+        if self.target == "head":
+            return f"head-L{self.layer}-H{self.head}"
+        return f"layer-{self.layer_mode}-L{self.layer}"
+
+    @property
+    def label(self) -> str:
+        if self.target == "intact":
+            return "intact"
+        if self.target == "head":
+            return f"L{self.layer}H{self.head}"
+        return f"L{self.layer}" + (" skipped" if self.layer_mode == "skip" else " all heads")
+
+
+def plan_units(
+    n_layers: int,
+    n_heads: int,
+    *,
+    layers: Sequence[int] | None = None,
+    heads: bool = True,
+    layer_modes: Sequence[str] = LAYER_MODES,
+) -> list[Unit]:
+    """The ablations of one sweep: intact, then every head and every layer of ``layers`` (all by default)."""
+    chosen = sorted(set(range(1, n_layers + 1) if layers is None else (int(x) for x in layers)))
+    bad = [x for x in chosen if not 1 <= x <= n_layers]
+    if bad:
+        raise BertologyError(f"Layer(s) {bad} do not exist; the model has attention layers 1..{n_layers}.")
+    units = [Unit("intact")]
+    for layer in chosen:
+        if heads:
+            units += [Unit("head", layer, h) for h in range(n_heads)]
+        for lm in LAYER_MODES:
+            if lm in layer_modes:
+                units.append(Unit("layer", layer, -1, lm))
+    return units
+
+
+def label_ids_for(corpus: Corpus, model: torch.nn.Module, *, what: str = "data") -> np.ndarray:
+    """Each example's label id under the model's ``label2id`` (corpus order), or one clear error.
+
+    A model whose labels are the generic ``LABEL_0 .. LABEL_{k-1}`` also accepts the labels ``0 .. k-1``.
+    """
+    missing = [i for i, ex in enumerate(corpus) if ex.label is None]
+    if missing:
+        shown = ", ".join(str(i) for i in missing[:5]) + (" ..." if len(missing) > 5 else "")
+        raise BertologyError(
+            f"Ablation needs labelled data, but {len(missing)} of {len(corpus)} examples in the {what} "
+            f"({corpus.source}) have no label (rows {shown}). Name the label column with --label-column."
+        )
+    cfg = model.config
+    label2id = {str(k): int(v) for k, v in (getattr(cfg, "label2id", None) or {}).items()}
+    num_labels = int(getattr(cfg, "num_labels", len(label2id)) or len(label2id))
+    if set(label2id) == {f"LABEL_{i}" for i in range(num_labels)}:
+        label2id.update({str(i): i for i in range(num_labels)})
+    unknown = sorted({str(ex.label) for ex in corpus} - set(label2id))
+    if unknown:
+        model_labels = [str(v) for _, v in sorted((getattr(cfg, "id2label", None) or {}).items(), key=lambda kv: int(kv[0]))]
+        raise BertologyError(
+            f"The {what} has label(s) {', '.join(map(repr, unknown[:10]))}{' ...' if len(unknown) > 10 else ''} "
+            f"that the model does not know; its labels are {', '.join(map(repr, model_labels or sorted(label2id)))}. "
+            "Use data labelled like the model's training data, or pick the right --label-column."
+        )
+    return np.array([label2id[str(ex.label)] for ex in corpus], dtype=np.int64)
+
+
+def check_classifier(model: torch.nn.Module, name: str = "the model") -> None:
+    """One clear error unless ``model`` is a single-label sequence classifier."""
+    if not type(model).__name__.endswith("ForSequenceClassification"):
+        raise BertologyError(
+            f"{name} has no classification head; pass a fine-tuned classifier (e.g. from `bertology finetune`)."
+        )
+    cfg = model.config
+    if int(getattr(cfg, "num_labels", 2)) < 2 or getattr(cfg, "problem_type", None) in ("regression", "multi_label_classification"):
+        raise BertologyError(
+            f"{name} is not a single-label classifier (regression or multi-label); ablation scores accuracy and cross-entropy."
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Batches
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Batches:
+    """The corpus in length-bucketed batches, tensors already on the device, in a fixed order."""
+
+    inputs: list[dict[str, torch.Tensor]]
+    positions: list[np.ndarray]  # item positions (into ``encoded.items``) of each batch's rows
+    mask: list[torch.Tensor]  # [B, T] bool real tokens
+    labels: list[torch.Tensor]  # [B] label ids
+    y: np.ndarray  # label ids by item position
+    n: int
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+
+def make_batches(
+    encoded: EncodedCorpus,
+    label_ids: np.ndarray,
+    *,
+    batch_size: int,
+    pad_id: int,
+    use_token_types: bool,
+    device: torch.device | str = "cpu",
+) -> Batches:
+    """Collate once; ``label_ids`` are in corpus order (indexed by ``EncodedExample.index``)."""
+    dev = torch.device(device)
+    position = {id(it): i for i, it in enumerate(encoded.items)}
+    y = np.array([label_ids[it.index] for it in encoded.items], dtype=np.int64)
+    inputs, positions, masks, labels = [], [], [], []
+    for items in length_batches(encoded.items, batch_size):
+        t = collate(items, pad_id)
+        d = {k: t[k].to(dev) for k in ("input_ids", "token_type_ids", "attention_mask")}
+        if not use_token_types:
+            d.pop("token_type_ids")
+        pos = np.array([position[id(it)] for it in items], dtype=np.int64)
+        inputs.append(d)
+        positions.append(pos)
+        masks.append(t["mask"].to(dev))
+        labels.append(torch.from_numpy(y[pos]).to(dev))
+    return Batches(inputs, positions, masks, labels, y, len(encoded.items))
+
+
+def _uses_token_types(model: torch.nn.Module) -> bool:
+    return getattr(model.config, "type_vocab_size", 2) >= 2
+
+
+# --------------------------------------------------------------------------------------------------
+# Progress store (resumable sweeps)
+# --------------------------------------------------------------------------------------------------
+
+
+def _atomic_save(path: Path, write: Callable[[Path], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class ProgressStore:
+    """Finished units of a sweep (per-example arrays), one atomically written ``.npz`` each.
+
+    ``folder=None`` keeps them in memory only. A folder whose ``progress.json`` holds another
+    fingerprint is emptied first (the caller's run directory decides whether that is allowed).
+    """
+
+    def __init__(self, folder: str | Path | None, fingerprint: str) -> None:
+        self.folder = None if folder is None else Path(folder)
+        self.fingerprint = fingerprint
+        self.memory: dict[str, dict[str, np.ndarray]] = {}
+        if self.folder is None:
+            return
+        meta = self.folder / "progress.json"
+        old = None
+        if meta.exists():
+            try:
+                old = json.loads(meta.read_text(encoding="utf-8")).get("fingerprint")
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                old = None
+        if old != fingerprint:
+            if (self.folder / "units").exists():
+                logger.info("discarding finished units of another sweep in %s", self.folder)
+                shutil.rmtree(self.folder / "units")
+            _atomic_save(meta, lambda p: p.write_text(json.dumps({"fingerprint": fingerprint, "version": 1}), encoding="utf-8"))
+        for f in sorted((self.folder / "units").glob("*.npz")):
+            try:
+                with np.load(f) as z:
+                    self.memory[f.stem] = {k: z[k] for k in z.files}
+            except (OSError, ValueError, EOFError):  # pragma: no cover - a torn file cannot exist (atomic writes)
+                logger.warning("ignoring unreadable progress file %s", f)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.memory
+
+    def get(self, key: str) -> dict[str, np.ndarray] | None:
+        return self.memory.get(key)
+
+    def save(self, key: str, **arrays: np.ndarray) -> None:
+        self.memory[key] = {k: np.asarray(v) for k, v in arrays.items()}
+        if self.folder is not None:
+            _atomic_save(self.folder / "units" / f"{key}.npz", lambda p: _savez(p, arrays))
+
+
+def _savez(path: Path, arrays: dict) -> None:
+    with path.open("wb") as fh:
+        np.savez(fh, **arrays)
+
+
+def fingerprint_of(model: torch.nn.Module, batches: Batches, settings: dict) -> str:
+    """Hash of the weights, the tokenised batches, the labels and the given settings."""
+    digest = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(t.detach().cpu().contiguous().numpy().tobytes())
+    for inp, pos in zip(batches.inputs, batches.positions):
+        for k in sorted(inp):
+            digest.update(inp[k].cpu().numpy().tobytes())
+        digest.update(pos.tobytes())
+    digest.update(batches.y.tobytes())
+    digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------------
+# Result
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AblationResult:
+    """The ``ablation`` table, the per-example arrays it came from, and provenance."""
+
+    table: pd.DataFrame
+    units: list[Unit]
+    per_example: dict[str, dict[str, np.ndarray]]  # unit key -> {"pred", "loss"} by item position
+    y: np.ndarray
+    params: dict = field(default_factory=dict)
+    timing: dict = field(default_factory=dict)
+
+    @property
+    def intact(self) -> dict[str, float]:
+        t = self.table[self.table["target"] == "intact"]
+        return dict(zip(t["metric"], t["value"].astype(float)))
+
+    def to_result(self) -> Result:
+        return Result(TABLE, self.table, self.params)
+
+    def _repr_html_(self) -> str:
+        i = self.intact
+        return (
+            f"<b>AblationResult</b> ({self.params.get('mode')}): intact accuracy {i.get('accuracy', float('nan')):.4f}, "
+            f"{len(self.units) - 1} ablations over {len(self.y)} examples"
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# The sweep
+# --------------------------------------------------------------------------------------------------
+
+
+def _record(batches: Batches, logits: list[torch.Tensor]) -> dict[str, np.ndarray]:
+    """Per-example prediction and cross-entropy (float64), by item position."""
+    pred = np.empty(batches.n, dtype=np.int64)
+    loss = np.empty(batches.n, dtype=np.float64)
+    for pos, lg, y in zip(batches.positions, logits, batches.labels):
+        lg = lg.detach().double()
+        pred[pos] = lg.argmax(-1).cpu().numpy()
+        loss[pos] = F.cross_entropy(lg, y, reduction="none").cpu().numpy()
+    return {"pred": pred, "loss": loss}
+
+
+def _logits(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    return model(**inputs).logits
+
+
+class _MeanAccumulator:
+    """Sums each head's context vector over real tokens (pre-hook on ``attention.output.dense``)."""
+
+    def __init__(self, n_layers: int, n_heads: int, head_size: int) -> None:
+        self.sums = torch.zeros(n_layers, n_heads, head_size, dtype=torch.float64)
+        self.counts = torch.zeros(n_layers, dtype=torch.float64)
+        self.mask: torch.Tensor | None = None
+        self.n_heads, self.head_size = n_heads, head_size
+
+    def hook(self, layer: int):
+        def pre(_m, args):
+            x = args[0]
+            m = self.mask.to(x.dtype)[..., None]
+            s = (x * m).sum(dim=(0, 1)).double().cpu().view(self.n_heads, self.head_size)
+            self.sums[layer - 1] += s
+            self.counts[layer - 1] += float(self.mask.sum())
+
+        return pre
+
+    def means(self) -> torch.Tensor:
+        return (self.sums / self.counts.clamp_min(1)[:, None, None]).float()
+
+
+def head_means(
+    model: torch.nn.Module,
+    batches: Batches,
+    layers: Collection[int] | None = None,
+) -> torch.Tensor:
+    """Mean context vector of every head over the real tokens of a reference corpus: ``[layers, heads, d]``.
+
+    Used by ``mode="mean"`` (the head's output replaced by this mean). Layers not in ``layers`` stay 0.
+    """
+    n = sites.num_layers(model)
+    attn = sites.self_attention(model, 1)
+    acc = _MeanAccumulator(n, attn.num_attention_heads, attn.attention_head_size)
+    handles = [
+        sites.attention_output_dense(model, layer).register_forward_pre_hook(acc.hook(layer))
+        for layer in (layers or range(1, n + 1))
+    ]
+    try:
+        with torch.inference_mode():
+            for inp, mask in zip(batches.inputs, batches.mask):
+                acc.mask = mask
+                _logits(model, inp)
+    finally:
+        for h in handles:
+            h.remove()
+    return acc.means()
+
+
+class _Sweep:
+    """Runs the units of one sweep with the naive or the cached method."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        batches: Batches,
+        store: ProgressStore,
+        *,
+        mode: Mode,
+        exclude_special: bool,
+        special_ids: Collection[int] | None,
+        means: torch.Tensor | None,
+        on_unit: Callable[[Unit, int, int], None] | None,
+        total: int,
+        done: int,
+    ) -> None:
+        self.model, self.batches, self.store = model, batches, store
+        self.mode, self.exclude_special, self.special_ids = mode, exclude_special, special_ids
+        self.means = means
+        self.on_unit = on_unit
+        self.total, self.done = total, done
+        self.n_layers = sites.num_layers(model)
+        self.n_heads = sites.self_attention(model, 1).num_attention_heads
+
+    # ------------------------------------------------------------------ shared
+    def _heads_of(self, unit: Unit) -> list[tuple[int, int]]:
+        if unit.target == "head":
+            return [(unit.layer, unit.head)]
+        if unit.target == "layer" and unit.layer_mode == "heads":
+            return [(unit.layer, h) for h in range(self.n_heads)]
+        return []
+
+    def _ablation(self, unit: Unit, means: torch.Tensor | None):
+        heads = self._heads_of(unit)
+        return ablate_heads(
+            self.model, heads, self.mode, exclude_special=self.exclude_special,
+            special_ids=self.special_ids, means=means,
+        )
+
+    def _finish(self, unit: Unit, logits: list[torch.Tensor]) -> None:
+        self.store.save(unit.key, **_record(self.batches, logits))
+        self.done += 1
+        if self.on_unit is not None:
+            self.on_unit(unit, self.done, self.total)
+
+    def _need_means(self, units: Sequence[Unit]) -> bool:
+        return self.mode == "mean" and self.means is None and any(self._heads_of(u) for u in units)
+
+    # ------------------------------------------------------------------ naive
+    def naive(self, units: Sequence[Unit]) -> None:
+        """A full forward of every batch per unit, with the unit's hooks."""
+        means = self.means
+        if self._need_means(units):
+            means = head_means(self.model, self.batches)
+        with torch.inference_mode():
+            for unit in units:
+                hooks = skip_layers(self.model, [unit.layer]) if unit.layer_mode == "skip" else self._ablation(unit, means)
+                with hooks:
+                    logits = [_logits(self.model, inp) for inp in self.batches.inputs]
+                self._finish(unit, logits)
+
+    # ------------------------------------------------------------------ cached
+    def _first_token_shortcut_ok(self) -> bool:
+        """Whether the logits depend on the last layer's first token only (checked on the first batch)."""
+        inp = self.batches.inputs[0]
+        full = _logits(self.model, inp)
+        with keep_first_token(self.model):
+            short = _logits(self.model, inp)
+        ok = bool(torch.allclose(full, short, rtol=1e-4, atol=1e-5))
+        if not ok:
+            logger.info("the classifier reads more than the first token; the last block runs on every token")
+        return ok
+
+    def _run_from(self, start: int, cache: list[torch.Tensor], *, shortcut: bool, stop: int | None = None,
+                  extra=None) -> list[torch.Tensor]:
+        """Logits of every batch for a forward that enters block ``start`` with the cached hidden states.
+
+        Blocks before ``start`` (and after ``stop``) are bypassed; ``start = N + 1`` runs no block.
+        """
+        n = self.n_layers
+        bypass = [l for l in range(1, n + 1) if l < start or (stop is not None and l > stop)]
+        out = []
+        with replace_embeddings(self.model) as repl, bypass_blocks(self.model, bypass):
+            first = keep_first_token(self.model) if shortcut and start <= n and (stop is None or stop >= n) else _null()
+            with first:
+                for b, inp in enumerate(self.batches.inputs):
+                    repl.set(cache[b])
+                    if extra is not None:
+                        extra(b)
+                    out.append(_logits(self.model, inp))
+        return out
+
+    def cached(self, units: Sequence[Unit]) -> None:
+        """Layer by layer from cached hidden states; see the module docstring."""
+        model, n = self.model, self.n_layers
+        by_layer: dict[int, list[Unit]] = {}
+        intact = [u for u in units if u.target == "intact"]
+        for u in units:
+            if u.target != "intact":
+                by_layer.setdefault(u.layer, []).append(u)
+        tops = ([n] if intact else []) + list(by_layer)
+        if not tops:
+            return
+        top = max(tops)
+        attn = sites.self_attention(model, 1)
+        with torch.inference_mode():
+            shortcut = self._first_token_shortcut_ok()
+            # hidden states entering block 1: the embeddings' output (every block bypassed)
+            cache: list[torch.Tensor] = []
+            grab = sites.embeddings(model).register_forward_hook(lambda _m, _i, out: cache.append(out))
+            try:
+                with bypass_blocks(model, range(1, n + 1)):
+                    for inp in self.batches.inputs:
+                        _logits(model, inp)
+            finally:
+                grab.remove()
+            for layer in range(1, top + 1):
+                todo = by_layer.get(layer, [])
+                need_means = self._need_means(todo)
+                acc = _MeanAccumulator(n, attn.num_attention_heads, attn.attention_head_size) if need_means else None
+                nxt: list[torch.Tensor] = []
+                advance = layer < top or need_means or (layer == n and intact)
+                if advance:
+                    handles = [sites.blocks(model)[layer - 1].register_forward_hook(
+                        lambda _m, _i, out: nxt.append(out[0] if isinstance(out, tuple) else out)
+                    )]
+                    if acc is not None:
+                        handles.append(sites.attention_output_dense(model, layer).register_forward_pre_hook(acc.hook(layer)))
+
+                    def set_mask(b: int) -> None:
+                        if acc is not None:
+                            acc.mask = self.batches.mask[b]
+
+                    try:
+                        logits = self._run_from(layer, cache, shortcut=False, stop=layer, extra=set_mask)
+                    finally:
+                        for h in handles:
+                            h.remove()
+                    if layer == n and intact:
+                        self._finish(intact[0], logits)
+                means = self.means if acc is None else acc.means()
+                for unit in todo:
+                    if unit.layer_mode == "skip":
+                        logits = self._run_from(layer + 1, cache, shortcut=shortcut)
+                    else:
+                        with self._ablation(unit, means):
+                            logits = self._run_from(layer, cache, shortcut=shortcut)
+                    self._finish(unit, logits)
+                cache = nxt
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def run_ablation(
+    model: torch.nn.Module,
+    encoded: EncodedCorpus,
+    label_ids: np.ndarray | Sequence[int],
+    *,
+    mode: Mode = "uniform",
+    exclude_special: bool = False,
+    special_ids: Collection[int] | None = None,
+    pad_id: int = 0,
+    layers: Sequence[int] | None = None,
+    heads: bool = True,
+    layer_modes: Sequence[str] = LAYER_MODES,
+    batch_size: int = 32,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+    device: str = "cpu",
+    means: torch.Tensor | None = None,
+    method: Method = "cached",
+    progress_dir: str | Path | None = None,
+    on_unit: Callable[[Unit, int, int], None] | None = None,
+) -> AblationResult:
+    """Score the intact model and every planned head/layer ablation; return the ``ablation`` table.
+
+    ``label_ids`` are in corpus order (indexed by ``EncodedExample.index``; see :func:`label_ids_for`).
+    ``special_ids`` are the [CLS]/[SEP] ids (needed by ``exclude_special``); ``means`` overrides the
+    mean-mode reference (default: the heads' means over this corpus, :func:`head_means`).
+    ``on_unit(unit, done, total)`` is called after every finished ablation (progress bars; raising in
+    it interrupts the sweep, which ``progress_dir`` lets a later call resume).
+    """
+    if mode not in MODES:
+        raise BertologyError(f"Unknown ablation mode {mode!r}; choose from {', '.join(MODES)}.")
+    if method not in ("cached", "naive"):
+        raise ValueError(f"method must be 'cached' or 'naive', not {method!r}")
+    check_classifier(model)
+    t0 = time.perf_counter()
+    dev = torch.device(device)
+    model.to(dev).eval()
+    label_ids = np.asarray(label_ids, dtype=np.int64)
+    batches = make_batches(
+        encoded, label_ids, batch_size=batch_size, pad_id=pad_id, use_token_types=_uses_token_types(model), device=dev
+    )
+    n_layers, n_heads = sites.num_layers(model), sites.self_attention(model, 1).num_attention_heads
+    units = plan_units(n_layers, n_heads, layers=layers, heads=heads, layer_modes=layer_modes)
+    fp_settings = {
+        "mode": mode, "exclude_special": exclude_special, "special_ids": sorted(special_ids or []),
+        "batch_size": batch_size,
+        "means": None if means is None else hashlib.sha256(means.detach().cpu().numpy().tobytes()).hexdigest(),
+    }
+    store = ProgressStore(progress_dir, fingerprint_of(model, batches, fp_settings))
+    pending = [u for u in units if u.key not in store]
+    logger.info("ablation: %d of %d units to run (%s method)", len(pending), len(units), method)
+    sweep = _Sweep(
+        model, batches, store, mode=mode, exclude_special=exclude_special, special_ids=special_ids,
+        means=means, on_unit=on_unit, total=len(units), done=len(units) - len(pending),
+    )
+    t1 = time.perf_counter()
+    if pending:
+        (sweep.cached if method == "cached" else sweep.naive)(pending)
+    t2 = time.perf_counter()
+    per_example = {u.key: store.get(u.key) for u in units}
+    params = {
+        "mode": mode,
+        "exclude_special": exclude_special,
+        "layers": None if layers is None else sorted(int(x) for x in layers),
+        "heads": heads,
+        "layer_modes": list(layer_modes),
+        "layer_mode_names": {"skip": "skip", "heads": f"{mode}_heads"},
+        "batch_size": batch_size,
+        "n_bootstrap": n_bootstrap,
+        "seed": seed,
+        "method": method,
+        "n_examples": batches.n,
+        "n_layers": n_layers,
+        "n_heads": n_heads,
+        "fingerprint": store.fingerprint,
+        "resumed_units": len(units) - len(pending),
+        "delta": "ablated minus intact; helps = ci_low > 0 (accuracy, macro_f1) or ci_high < 0 (loss)",
+    }
+    table = score_units(
+        units, per_example, batches.y, n_classes=int(model.config.num_labels), mode=mode,
+        exclude_special=exclude_special, n_bootstrap=n_bootstrap, seed=seed,
+    )
+    t3 = time.perf_counter()
+    timing = {"setup_s": t1 - t0, "sweep_s": t2 - t1, "scoring_s": t3 - t2}
+    return AblationResult(table, units, per_example, batches.y, params, timing)
+
+
+# --------------------------------------------------------------------------------------------------
+# Scoring: metrics and paired bootstrap intervals
+# --------------------------------------------------------------------------------------------------
+
+
+def macro_f1_from_counts(tp: np.ndarray, pred: np.ndarray, true: np.ndarray) -> np.ndarray:
+    """Macro-F1 from per-class counts (last axis = class), as scikit-learn with ``zero_division=0``.
+
+    Classes neither predicted nor present (``pred + true == 0``) are left out of the average.
+    """
+    denom = pred + true
+    present = denom > 0
+    f1 = np.where(present, 2 * tp / np.where(present, denom, 1), 0.0)
+    return f1.sum(-1) / np.maximum(present.sum(-1), 1)
+
+
+def bootstrap_counts(n: int, n_bootstrap: int, seed: int) -> np.ndarray:
+    """``[n_bootstrap, n]`` multinomial counts: how often each example is drawn in each resample."""
+    rng = np.random.default_rng(seed)
+    return rng.multinomial(n, np.full(n, 1.0 / n), size=n_bootstrap).astype(np.float32)
+
+
+def _unit_metrics(weights: np.ndarray, y: np.ndarray, pred: np.ndarray, loss: np.ndarray, k: int) -> dict[str, np.ndarray]:
+    """Metrics under example weights ``[R, n]`` (all ones = the plain metrics); ``pred``/``loss`` are ``[U, n]``."""
+    total = weights.sum(1, keepdims=True)  # [R, 1]
+    correct = (pred == y[None, :]).astype(np.float32)  # [U, n]
+    acc = weights @ correct.T / total  # [R, U]
+    mean_loss = (weights.astype(np.float64) @ loss.T) / total
+    onehot_true = (y[:, None] == np.arange(k)[None, :]).astype(np.float32)  # [n, k]
+    true = weights @ onehot_true  # [R, k]
+    f1 = np.empty_like(acc, dtype=np.float64)
+    for u in range(pred.shape[0]):
+        onehot_pred = (pred[u][:, None] == np.arange(k)[None, :]).astype(np.float32)
+        p = weights @ onehot_pred
+        tp = weights @ (onehot_pred * onehot_true)
+        f1[:, u] = macro_f1_from_counts(tp, p, true)
+    return {"accuracy": acc.astype(np.float64), "macro_f1": f1, "loss": mean_loss}
+
+
+def score_units(
+    units: Sequence[Unit],
+    per_example: dict[str, dict[str, np.ndarray]],
+    y: np.ndarray,
+    *,
+    n_classes: int,
+    mode: str,
+    exclude_special: bool,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+    chunk: int = 100,
+) -> pd.DataFrame:
+    """The ``ablation`` table from per-example predictions and losses (paired bootstrap over examples)."""
+    keys = [u.key for u in units]
+    if "intact" not in keys:
+        raise ValueError("score_units needs the intact unit")
+    pred = np.stack([per_example[k]["pred"] for k in keys])
+    loss = np.stack([per_example[k]["loss"] for k in keys])
+    n = len(y)
+    i0 = keys.index("intact")
+    point = _unit_metrics(np.ones((1, n), dtype=np.float32), y, pred, loss, n_classes)
+    lo = {m: np.zeros(len(keys)) for m in METRICS}
+    hi = {m: np.zeros(len(keys)) for m in METRICS}
+    if n_bootstrap > 0:
+        deltas = {m: [] for m in METRICS}
+        counts = bootstrap_counts(n, n_bootstrap, seed)
+        for s in range(0, n_bootstrap, chunk):
+            boot = _unit_metrics(counts[s : s + chunk], y, pred, loss, n_classes)
+            for m in METRICS:
+                deltas[m].append(boot[m] - boot[m][:, i0 : i0 + 1])
+        for m in METRICS:
+            d = np.concatenate(deltas[m])
+            lo[m], hi[m] = np.percentile(d, 2.5, axis=0), np.percentile(d, 97.5, axis=0)
+    rows = []
+    for j, u in enumerate(units):
+        for m in METRICS:
+            value = float(point[m][0, j])
+            delta = value - float(point[m][0, i0])
+            cl, ch = float(lo[m][j]), float(hi[m][j])
+            better = HIGHER_IS_BETTER[m]
+            helps = bool(n_bootstrap > 0 and u.target != "intact" and (cl > 0 if better else ch < 0))
+            hurts = bool(n_bootstrap > 0 and u.target != "intact" and (ch < 0 if better else cl > 0))
+            rows.append({
+                "target": u.target, "layer": u.layer, "head": u.head, "label": u.label, "mode": mode,
+                "layer_mode": {"skip": "skip", "heads": f"{mode}_heads"}.get(u.layer_mode, ""),
+                "exclude_special": bool(exclude_special), "metric": m, "value": value, "delta": delta,
+                "ci_low": cl, "ci_high": ch, "n_examples": int(n), "helps": helps, "hurts": hurts,
+            })
+    df = pd.DataFrame(rows, columns=TABLE_COLUMNS)
+    return df.astype({"layer": "int64", "head": "int64", "n_examples": "int64"})
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading the table
+# --------------------------------------------------------------------------------------------------
+
+
+def head_deltas(table: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
+    """One row per head: ``layer, head, label, value, delta, ci_low, ci_high, helps, hurts`` for ``metric``."""
+    t = table[(table["target"] == "head") & (table["metric"] == metric)]
+    return t.sort_values(["layer", "head"]).reset_index(drop=True)
+
+
+def ranked(table: pd.DataFrame, metric: str = "accuracy", *, target: str = "head", harmful: bool = True, top: int = 5) -> pd.DataFrame:
+    """The ``top`` ablations whose removal hurts most (``harmful``) or helps most, for ``metric``."""
+    t = table[(table["target"] == target) & (table["metric"] == metric)]
+    worse_first = HIGHER_IS_BETTER[metric] == harmful  # accuracy: most negative delta first
+    return t.sort_values(["delta", "layer", "head"], ascending=[worse_first, True, True]).head(top).reset_index(drop=True)
+
+
+def helpful(table: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
+    """Heads and layers whose removal improves ``metric`` beyond the 95% interval."""
+    t = table[(table["metric"] == metric) & table["helps"]]
+    return t.sort_values("delta", ascending=not HIGHER_IS_BETTER[metric]).reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# The whole study into a run directory (``bertology ablate``; ``compare`` when the tuned model classifies)
+# --------------------------------------------------------------------------------------------------
+
+
+def sample_examples(corpus: Corpus, n: int | None, seed: int) -> Corpus:
+    """A seeded, label-stratified sample of ``n`` examples kept in corpus order (all when ``n`` is None or large)."""
+    if n is None or n >= len(corpus):
+        return corpus
+    from sklearn.model_selection import train_test_split
+
+    idx = np.arange(len(corpus))
+    labels = [str(ex.label) for ex in corpus]
+    try:
+        keep, _ = train_test_split(idx, train_size=n, random_state=seed, stratify=labels)
+    except ValueError:
+        keep, _ = train_test_split(idx, train_size=n, random_state=seed)
+    out = corpus.subset(sorted(int(i) for i in keep))
+    out.stats["sampled_to"] = n
+    return out
+
+
+@dataclass
+class AblationStudy:
+    """What :func:`run_ablation_study` wrote: tables, figure paths and a manifest section."""
+
+    ablation: AblationResult
+    importance: "object | None"  # head_importance.ImportanceResult
+    tables: dict[str, pd.DataFrame]
+    figures: list[Path]
+    summary: dict
+
+    def table(self, name: str) -> pd.DataFrame:
+        return self.tables[name]
+
+
+def run_ablation_study(
+    model: torch.nn.Module,
+    tokenizer,
+    corpus: Corpus,
+    settings: AblationSettings,
+    run_dir: str | Path,
+    *,
+    encoded: EncodedCorpus | None = None,
+    figures: bool = True,
+    on_progress: Callable[[str, int, int], None] | None = None,
+) -> AblationStudy:
+    """Ablation sweep (+ head importance and pruning curves) of a classifier on labelled data, into ``run_dir``.
+
+    Validates the model and labels (one :class:`BertologyError` each), samples ``settings.max_examples``
+    (seeded, stratified) unless ``encoded`` is given, resumes finished units from
+    ``run_dir/partial/`` and writes ``tables/ablation``, ``tables/head_importance``,
+    ``tables/pruning_curve`` and ``figures/*.svg``. The caller owns the run directory's manifest
+    (``summary`` is the section to put in it). ``on_progress(stage, done, total)`` with stage
+    ``"ablation"`` or ``"importance"``.
+    """
+    from bertology.analyses.head_importance import importance_vs_deltas, run_head_importance
+    from bertology.data.encode import encode_corpus
+    from bertology.results import atomic_write_text, write_table
+
+    check_classifier(model)
+    if encoded is None:
+        label_ids_for(corpus, model)  # the clear errors before any sampling
+        corpus = sample_examples(corpus, settings.max_examples, settings.seed)
+        encoded = encode_corpus(corpus, tokenizer, settings.max_length, overlong="truncate")
+    label_ids = label_ids_for(corpus, model)
+    run_dir = Path(run_dir)
+    partial = run_dir / "partial"
+    special = [i for i in (tokenizer.cls_token_id, tokenizer.sep_token_id) if i is not None]
+    common = dict(
+        mode=settings.mode, exclude_special=settings.exclude_special, special_ids=special,
+        pad_id=tokenizer.pad_token_id or 0, batch_size=settings.batch_size, device=settings.device,
+    )
+    result = run_ablation(
+        model, encoded, label_ids, layers=settings.layers, heads=settings.heads, layer_modes=settings.layer_modes,
+        n_bootstrap=settings.n_bootstrap, seed=settings.seed, progress_dir=partial / "ablation",
+        on_unit=(lambda u, d, t: on_progress("ablation", d, t)) if on_progress else None, **common,
+    )
+    tables = {TABLE: result.table}
+    write_table(run_dir, TABLE, result.table)
+    imp = None
+    summary: dict = {
+        "settings": settings.to_dict(),
+        "ablation": result.params,
+        "intact": result.intact,
+        "n_examples": int(result.params["n_examples"]),
+        "tokenisation": encoded.describe(),
+        "timing_s": {k: round(v, 3) for k, v in result.timing.items()},
+    }
+    if settings.importance:
+        imp = run_head_importance(
+            model, encoded, label_ids, step_fraction=settings.pruning_step, recompute=settings.pruning_recompute,
+            seed=settings.seed, progress_dir=partial / "head_importance",
+            on_step=(lambda _n, d, t: on_progress("importance", d, t)) if on_progress else None, **common,
+        )
+        tables["head_importance"] = imp.importance
+        tables["pruning_curve"] = imp.curve
+        write_table(run_dir, "head_importance", imp.importance)
+        write_table(run_dir, "pruning_curve", imp.curve)
+        summary["head_importance"] = imp.params
+        summary["importance_vs_ablation_spearman"] = importance_vs_deltas(imp.importance, result.table) if settings.heads else None
+    written: list[Path] = []
+    if figures:
+        from bertology.viz.ablation import ablation_figures
+        from bertology.viz.figures import figure_to_svg
+
+        figs = ablation_figures(
+            result.table, tables.get("head_importance"), tables.get("pruning_curve"), metric="accuracy"
+        )
+        for stem, fig in figs.items():
+            path = run_dir / "figures" / f"{stem}.svg"
+            atomic_write_text(path, figure_to_svg(fig))
+            written.append(path)
+    summary["tables"] = list(tables)
+    return AblationStudy(result, imp, tables, written, summary)

@@ -1,0 +1,309 @@
+"""Head importance (Michel et al. 2019, "Are Sixteen Heads Really Better than One?") and pruning curves.
+
+Importance of head h: ``I_h = E_x |∂L(x)/∂ξ_h|``, where ξ_h is a gate multiplying the head's context
+output (ξ = 1 in the forward pass, so the model is unchanged) and L(x) the cross-entropy of example x.
+The expectation is over examples of the absolute *per-example* gradient: every example gets its own
+gates (:class:`~bertology.models.ablate.HeadGates`), so one backward pass of the summed batch loss
+yields each example's gradient. As in the paper's code, importance is then normalised per layer by
+the L2 norm over the layer's heads (``importance``; the raw mean is ``importance_raw``).
+
+Pruning curve: heads are removed in steps of ``step_fraction`` of all heads, least important first,
+and the task metrics measured after each step. With ``recompute`` (the paper's procedure, default)
+the importance is re-estimated on the pruned model after every step, over the heads that remain; the
+control removes heads in a seeded random order. Removed heads are ablated with the sweep's ``mode``
+(``zero`` is the paper's masking). Each step is saved like the sweep's units, so an interrupted run
+resumes where it stopped.
+
+:func:`importance_vs_deltas` is the Spearman rank correlation between importance and the exact
+single-head ablation deltas of the ``ablation`` table (positive = agreement: important heads are
+those whose removal raises the loss / lowers the accuracy). Importance linearises the effect of
+*scaling* a head's output around 1, the sweep measures the effect of removing it, so the two need not
+agree; the correlation says how far the cheap estimate can stand in for the sweep.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from bertology.analyses.ablation import (
+    HIGHER_IS_BETTER,
+    Batches,
+    ProgressStore,
+    _record,
+    _uses_token_types,
+    check_classifier,
+    fingerprint_of,
+    head_means,
+    make_batches,
+)
+from bertology.data.encode import EncodedCorpus
+from bertology.errors import BertologyError
+from bertology.models import sites
+from bertology.models.ablate import MODES, Mode, ablate_heads, head_gates
+
+logger = logging.getLogger(__name__)
+
+TABLE = "head_importance"
+CURVE_TABLE = "pruning_curve"
+ORDERS = ("importance", "random")
+IMPORTANCE_COLUMNS = ["layer", "head", "label", "importance", "importance_raw", "rank", "n_examples"]
+CURVE_COLUMNS = ["order", "step", "fraction_removed", "n_removed", "metric", "value", "mode", "recompute", "n_examples"]
+
+
+@dataclass
+class ImportanceResult:
+    """``head_importance`` and ``pruning_curve`` tables plus provenance."""
+
+    importance: pd.DataFrame
+    curve: pd.DataFrame
+    params: dict = field(default_factory=dict)
+    removal_order: dict[str, list[str]] = field(default_factory=dict)  # order -> head labels, first removed first
+
+
+def _metrics(y: np.ndarray, pred: np.ndarray, loss: np.ndarray) -> dict[str, float]:
+    from sklearn.metrics import f1_score
+
+    return {
+        "accuracy": float((pred == y).mean()),
+        "macro_f1": float(f1_score(y, pred, average="macro", zero_division=0)),
+        "loss": float(loss.mean()),
+    }
+
+
+def normalise_per_layer(raw: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
+    """Divide each layer's importances by their L2 norm (over the heads in ``keep``; others become 0)."""
+    raw = np.where(keep, raw, 0.0) if keep is not None else raw
+    norm = np.sqrt((raw**2).sum(axis=1, keepdims=True))
+    return raw / (norm + 1e-20)
+
+
+def gradient_pass(
+    model: torch.nn.Module,
+    batches: Batches,
+    *,
+    removed: Collection[tuple[int, int]] = (),
+    mode: Mode = "zero",
+    exclude_special: bool = False,
+    special_ids: Collection[int] | None = None,
+    means: torch.Tensor | None = None,
+    gradients: bool = True,
+) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
+    """One pass over the data with ``removed`` heads ablated: raw importance ``[layers, heads]`` and per-example results.
+
+    With ``gradients=False`` only the forward runs (no importance).
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    total = None
+    logits_all: list[torch.Tensor] = []
+    try:
+        for p in params:
+            p.requires_grad_(False)
+        with ablate_heads(model, removed, mode, exclude_special=exclude_special, special_ids=special_ids, means=means):
+            if not gradients:
+                with torch.inference_mode():
+                    logits_all = [model(**inp).logits for inp in batches.inputs]
+            else:
+                with head_gates(model) as gates, torch.enable_grad():
+                    for inp, y in zip(batches.inputs, batches.labels):
+                        gates.prepare(len(y), device=y.device)
+                        logits = model(**inp).logits
+                        F.cross_entropy(logits.float(), y, reduction="sum").backward()
+                        g = gates.grad.detach().abs().sum(0).double().cpu()
+                        total = g if total is None else total + g
+                        logits_all.append(logits.detach())
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+    raw = None if total is None else (total / batches.n).numpy()
+    return raw, _record(batches, logits_all)
+
+
+def importance_table(raw: np.ndarray, n_examples: int, keep: np.ndarray | None = None) -> pd.DataFrame:
+    """The ``head_importance`` table from raw importances ``[layers, heads]`` (rank 1 = most important)."""
+    norm = normalise_per_layer(raw, keep)
+    n_layers, n_heads = raw.shape
+    rows = [
+        {"layer": l + 1, "head": h, "label": f"L{l + 1}H{h}", "importance": float(norm[l, h]),
+         "importance_raw": float(raw[l, h]), "n_examples": int(n_examples)}
+        for l in range(n_layers) for h in range(n_heads)
+    ]
+    df = pd.DataFrame(rows)
+    order = np.lexsort((df["head"].to_numpy(), df["layer"].to_numpy(), -df["importance"].to_numpy()))
+    rank = np.empty(len(df), dtype=np.int64)
+    rank[order] = np.arange(1, len(df) + 1)
+    df["rank"] = rank
+    return df[IMPORTANCE_COLUMNS]
+
+
+def _steps(total: int, step_fraction: float) -> list[int]:
+    step = max(1, int(round(step_fraction * total)))
+    counts = list(range(0, total, step))
+    return counts + [total]
+
+
+def _least_important(norm: np.ndarray, removed: set[int], k: int) -> list[int]:
+    """Flat ids of the ``k`` least important heads not yet removed (ties: lower layer, then head, first)."""
+    flat = norm.ravel()
+    candidates = [i for i in range(flat.size) if i not in removed]
+    candidates.sort(key=lambda i: (flat[i], i))
+    return candidates[:k]
+
+
+def run_head_importance(
+    model: torch.nn.Module,
+    encoded: EncodedCorpus,
+    label_ids: np.ndarray | Sequence[int],
+    *,
+    mode: Mode = "uniform",
+    exclude_special: bool = False,
+    special_ids: Collection[int] | None = None,
+    pad_id: int = 0,
+    batch_size: int = 32,
+    device: str = "cpu",
+    step_fraction: float = 0.1,
+    recompute: bool = True,
+    orders: Sequence[str] = ORDERS,
+    seed: int = 0,
+    means: torch.Tensor | None = None,
+    progress_dir: str | Path | None = None,
+    on_step: Callable[[str, int, int], None] | None = None,
+) -> ImportanceResult:
+    """Michel et al. head importance on the intact model, and pruning curves by importance and at random.
+
+    ``label_ids`` are in corpus order. ``on_step(name, done, total)`` is called after every pass.
+    Removed heads are ablated with ``mode`` (the mean-mode reference is this corpus unless ``means``).
+    """
+    if mode not in MODES:
+        raise BertologyError(f"Unknown ablation mode {mode!r}; choose from {', '.join(MODES)}.")
+    if not 0 < step_fraction <= 1:
+        raise BertologyError(f"pruning step must be in (0, 1], not {step_fraction}.")
+    bad = [o for o in orders if o not in ORDERS]
+    if bad:
+        raise BertologyError(f"Unknown pruning order(s) {bad}; choose from {', '.join(ORDERS)}.")
+    check_classifier(model)
+    dev = torch.device(device)
+    model.to(dev).eval()
+    batches = make_batches(
+        encoded, np.asarray(label_ids, dtype=np.int64), batch_size=batch_size, pad_id=pad_id,
+        use_token_types=_uses_token_types(model), device=dev,
+    )
+    n_layers, n_heads = sites.num_layers(model), sites.self_attention(model, 1).num_attention_heads
+    total = n_layers * n_heads
+    counts = _steps(total, step_fraction)
+    settings = {
+        "what": "head_importance", "mode": mode, "exclude_special": exclude_special,
+        "special_ids": sorted(special_ids or []), "batch_size": batch_size, "step_fraction": step_fraction,
+        "recompute": recompute, "seed": seed,
+        "means": None if means is None else float(means.double().sum()),
+    }
+    store = ProgressStore(progress_dir, fingerprint_of(model, batches, settings))
+    n_passes = len(counts) * len(orders) + (0 if "importance" in orders else 1)
+    done = [0]
+
+    def tick(name: str) -> None:
+        done[0] += 1
+        if on_step is not None:
+            on_step(name, done[0], n_passes)
+
+    if mode == "mean" and means is None:
+        means = head_means(model, batches)
+    common = dict(mode=mode, exclude_special=exclude_special, special_ids=special_ids, means=means)
+
+    def heads_of(flat_ids: Sequence[int]) -> list[tuple[int, int]]:
+        return [(int(i) // n_heads + 1, int(i) % n_heads) for i in flat_ids]
+
+    curve_rows: list[dict] = []
+    removal_order: dict[str, list[str]] = {}
+    first_raw: np.ndarray | None = None
+
+    def add_points(order: str, step: int, n_removed: int, rec: dict[str, np.ndarray]) -> None:
+        for metric, value in _metrics(batches.y, rec["pred"], rec["loss"]).items():
+            curve_rows.append({
+                "order": order, "step": step, "fraction_removed": n_removed / total, "n_removed": n_removed,
+                "metric": metric, "value": value, "mode": mode, "recompute": bool(recompute and order == "importance"),
+                "n_examples": batches.n,
+            })
+
+    # Pass 0 is the intact model's importance; the importance order continues from it.
+    removed: list[int] = []
+    norm: np.ndarray | None = None
+    steps = list(enumerate(counts)) if "importance" in orders else [(0, 0)]
+    for step, count in steps:
+        key = f"importance-step-{step}"
+        if step > 0:
+            ranking = norm if recompute else normalise_per_layer(first_raw)
+            removed = removed + _least_important(ranking, set(removed), count - len(removed))
+        saved = store.get(key)
+        if saved is not None and list(saved["removed"]) == removed:
+            raw, rec = saved["raw"], {"pred": saved["pred"], "loss": saved["loss"]}
+        else:
+            want_grad = step == 0 or (recompute and count < total)
+            raw, rec = gradient_pass(model, batches, removed=heads_of(removed), gradients=want_grad, **common)
+            raw = np.full((n_layers, n_heads), np.nan) if raw is None else raw
+            store.save(key, removed=np.array(removed, dtype=np.int64), raw=raw, **rec)
+        if step == 0:
+            first_raw = raw
+        if np.isfinite(raw).all():
+            keep = np.ones(total, dtype=bool)
+            keep[removed] = False
+            norm = normalise_per_layer(raw, keep.reshape(n_layers, n_heads))
+        if "importance" in orders:
+            add_points("importance", step, count, rec)
+        tick(key)
+    if "importance" in orders:
+        removal_order["importance"] = [f"L{l}H{h}" for l, h in heads_of(removed)]
+
+    if "random" in orders:
+        perm = np.random.default_rng(seed).permutation(total)
+        removal_order["random"] = [f"L{l}H{h}" for l, h in heads_of(perm)]
+        for step, count in enumerate(counts):
+            key = f"random-step-{step}"
+            if step == 0 and "importance-step-0" in store:
+                saved = store.get("importance-step-0")
+            else:
+                saved = store.get(key)
+            if saved is None:
+                _, rec = gradient_pass(model, batches, removed=heads_of(perm[:count]), gradients=False, **common)
+                store.save(key, removed=perm[:count].astype(np.int64), **rec)
+            else:
+                rec = {"pred": saved["pred"], "loss": saved["loss"]}
+            add_points("random", step, count, rec)
+            tick(key)
+
+    importance = importance_table(first_raw, batches.n)
+    curve = pd.DataFrame(curve_rows, columns=CURVE_COLUMNS)
+    params = {
+        "method": "Michel et al. 2019: E_x |dL(x)/d gate_h|, per-example gates, per-layer L2 normalisation",
+        "mode": mode, "exclude_special": exclude_special, "step_fraction": step_fraction, "recompute": recompute,
+        "orders": list(orders), "seed": seed, "n_examples": batches.n, "fingerprint": store.fingerprint,
+    }
+    return ImportanceResult(importance, curve, params, removal_order)
+
+
+def importance_vs_deltas(importance: pd.DataFrame, ablation: pd.DataFrame) -> dict[str, dict]:
+    """Spearman correlation of head importance with the single-head ablation deltas, per metric.
+
+    Signs are chosen so that agreement is positive: ``loss`` correlates importance with Δloss,
+    ``accuracy`` and ``macro_f1`` with −Δmetric. Returns ``{metric: {"spearman", "p_value", "n"}}``.
+    """
+    from scipy.stats import spearmanr
+
+    out: dict[str, dict] = {}
+    heads = ablation[ablation["target"] == "head"]
+    for metric in ("loss", "accuracy", "macro_f1"):
+        d = heads[heads["metric"] == metric][["layer", "head", "delta"]]
+        m = importance.merge(d, on=["layer", "head"], how="inner")
+        sign = 1.0 if not HIGHER_IS_BETTER[metric] else -1.0
+        if len(m) < 3 or m["delta"].nunique() < 2 or m["importance"].nunique() < 2:
+            out[metric] = {"spearman": float("nan"), "p_value": float("nan"), "n": int(len(m))}
+            continue
+        res = spearmanr(m["importance"], sign * m["delta"])
+        out[metric] = {"spearman": float(res.statistic), "p_value": float(res.pvalue), "n": int(len(m))}
+    return out

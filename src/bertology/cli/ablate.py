@@ -1,0 +1,210 @@
+"""``bertology ablate``: disable every head and layer of a fine-tuned classifier and measure the task.
+
+Writes, under ``--out``: ``tables/ablation`` (intact, every head, every layer: accuracy / macro-F1 / loss
+deltas with bootstrap 95% intervals and ``helps`` flags), ``tables/head_importance`` and
+``tables/pruning_curve`` (Michel et al. 2019; unless ``--no-importance``), ``figures/*.svg`` and
+``manifest.json``. Finished ablations are kept in ``partial/``: after Ctrl-C or a kill, the same
+command continues where it stopped; different settings in the same folder are refused unless
+``--overwrite``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from bertology.cli.app import app, console, user_errors
+from bertology.cli.commands import DATA_OPT, LABEL_COL, PAIR_COL, TEXT_COL
+from bertology.errors import BertologyError
+
+KIND = "ablate"
+
+
+def _parse_layers(text: str | None) -> tuple[int, ...] | None:
+    if text is None or text.strip().lower() in ("", "all"):
+        return None
+    try:
+        return tuple(sorted({int(x) for x in text.replace(" ", "").split(",") if x}))
+    except ValueError:
+        raise BertologyError(f"--layers takes a comma list of layer numbers (1-based) or 'all', not {text!r}.") from None
+
+
+def _parse_layer_modes(text: str) -> tuple[str, ...]:
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    if names in ((), ("none",)):
+        return ()
+    return names
+
+
+def _fmt_row(r, metric: str = "accuracy") -> str:
+    return f"{r.label} {r.delta:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]"
+
+
+def _progress():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("[bold]{task.description}[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TimeRemainingColumn(), console=console, transient=False,
+    )
+
+
+@app.command("ablate")
+@user_errors
+def ablate_command(
+    model: str = typer.Option(..., "--model", help="Fine-tuned classifier: local folder or hub id (needs a classification head)."),
+    data: str = DATA_OPT,
+    text_column: Optional[str] = TEXT_COL,
+    pair_column: Optional[str] = PAIR_COL,
+    label_column: Optional[str] = LABEL_COL,
+    mode: str = typer.Option("uniform", "--mode", help="How a head is disabled: uniform (attention 1/L, Kovaleva et al.), zero, or mean."),
+    exclude_special: bool = typer.Option(False, "--exclude-special", help="Uniform mode: leave [CLS]/[SEP] out of the 1/L average."),
+    layers: Optional[str] = typer.Option(None, "--layers", help="Comma list of layers (1-based) to ablate; default all."),
+    layer_modes: str = typer.Option("skip,heads", "--layer-modes", help="Whole-layer ablations: skip (bypass the block), heads (all heads disabled), or none."),
+    importance: bool = typer.Option(True, "--importance/--no-importance", help="Also head importance (Michel et al. 2019) and pruning curves."),
+    pruning_step: float = typer.Option(0.1, "--pruning-step", help="Fraction of all heads removed per pruning step."),
+    recompute: bool = typer.Option(True, "--recompute/--no-recompute", help="Re-estimate importance after every pruning step (the paper's way)."),
+    max_examples: int = typer.Option(500, "--max-examples", help="Seeded, label-stratified sample of this many examples (0 = all)."),
+    max_length: int = typer.Option(128, "--max-length", help="Truncate inputs to this many tokens (counted in the manifest)."),
+    batch_size: int = typer.Option(32, "--batch-size", min=1),
+    bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples of the examples for the 95% intervals (0 = none).", min=0),
+    seed: int = typer.Option(0, "--seed", help="Seed of the sample, the bootstrap and the random pruning order."),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N ..."),
+    out: Path = typer.Option(Path("runs/ablate"), "--out", help="Run folder (tables/, figures/, partial/, manifest.json)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different run already in --out."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow model code from the hub (off by default)."),
+) -> None:
+    """Disable every head and layer of a fine-tuned classifier; report what the task loses (or gains)."""
+    from bertology.analyses.ablation import AblationSettings, check_classifier, label_ids_for, run_ablation_study, sample_examples
+    from bertology.data.loaders import load_corpus
+    from bertology.models.loading import load_model
+    from bertology.results import RunDirectory, now_iso, package_versions
+
+    settings = AblationSettings(
+        mode=mode,  # type: ignore[arg-type]
+        exclude_special=exclude_special,
+        layers=_parse_layers(layers),
+        layer_modes=_parse_layer_modes(layer_modes),
+        batch_size=batch_size,
+        n_bootstrap=bootstrap,
+        seed=seed,
+        device=device,
+        max_examples=max_examples or None,
+        max_length=max_length,
+        importance=importance,
+        pruning_step=pruning_step,
+        pruning_recompute=recompute,
+    )
+    corpus = load_corpus(data, text_column=text_column, pair_column=pair_column, label_column=label_column)
+    if not any(ex.label is not None for ex in corpus):
+        raise BertologyError(
+            f"{data} has no labels; ablation measures a task and needs labelled data. "
+            "Name the label column with --label-column."
+        )
+    loaded = load_model(model, kind="auto", trust_remote_code=trust_remote_code)
+    check_classifier(loaded.model, name=f"Model {model!r}")
+    label_ids_for(corpus, loaded.model)
+    corpus = sample_examples(corpus, settings.max_examples, settings.seed)
+
+    d = settings.to_dict()
+    d.pop("device")  # results agree across devices to float rounding; a run may resume on another
+    weights = loaded.weights_sha256 or loaded.path
+    fingerprint = hashlib.sha256(json.dumps([d, corpus.fingerprint(), weights], sort_keys=True, default=str).encode()).hexdigest()[:16]
+    run_dir = RunDirectory(out)
+    resumed = run_dir.prepare(KIND, fingerprint, overwrite=overwrite)
+    if not resumed:
+        shutil.rmtree(run_dir.path / "partial", ignore_errors=True)
+    elif (run_dir.path / "partial").exists():
+        console.print(f"resuming the run in {run_dir.path} (finished ablations are kept)")
+    manifest = {
+        "kind": KIND,
+        "fingerprint": fingerprint,
+        "bertology_version": package_versions().get("bertology"),
+        "created": (run_dir.read_manifest() or {}).get("created") or now_iso(),
+        "status": "running",
+        "command": " ".join(sys.argv) if sys.argv else None,
+        "config": {"model": model, "data": data, "text_column": text_column, "pair_column": pair_column,
+                   "label_column": label_column, **settings.to_dict()},
+        "seed": seed,
+        "device": device,
+        "dtype": "float32",
+        "attn_implementation": "eager",
+        "ablation_mode": mode,
+        "packages": package_versions(),
+        "models": {"tuned": loaded.describe()},
+        "data": corpus.describe(),
+    }
+    run_dir.write_manifest(manifest)
+
+    t0 = time.perf_counter()
+    with _progress() as bar:
+        tasks: dict[str, int] = {}
+
+        def on_progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                label = "ablations" if stage == "ablation" else "importance + pruning"
+                tasks[stage] = bar.add_task(label, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        try:
+            study = run_ablation_study(loaded.model, loaded.tokenizer, corpus, settings, run_dir.path, on_progress=on_progress)
+        except KeyboardInterrupt:
+            console.print(f"[yellow]interrupted:[/] finished ablations are saved in {run_dir.path / 'partial'}; "
+                          "run the same command again to continue.")
+            raise
+    manifest.update(status="complete", finished=now_iso(), wall_time_s=round(time.perf_counter() - t0, 3),
+                    result=study.summary, tables=list(study.tables),
+                    figures=[str(p.relative_to(run_dir.path)) for p in study.figures])
+    run_dir.write_manifest(manifest)
+    _print_summary(study, run_dir.path)
+
+
+def _print_summary(study, out: Path) -> None:
+    from bertology.analyses.ablation import helpful, ranked
+
+    t = study.ablation.table
+    intact = study.ablation.intact
+    p = study.ablation.params
+    resumed = p.get("resumed_units", 0)
+    console.print(
+        f"intact: accuracy {intact['accuracy']:.4f}, macro-F1 {intact['macro_f1']:.4f}, loss {intact['loss']:.4f} "
+        f"(n={p['n_examples']}, mode {p['mode']}{', [CLS]/[SEP] excluded' if p['exclude_special'] else ''}"
+        + (f"; {resumed} ablations reused" if resumed else "") + ")"
+    )
+    if (t["target"] == "head").any():
+        worst = ranked(t, "accuracy", target="head", harmful=True, top=5)
+        console.print("most harmful heads to remove (Δaccuracy [95% CI]): " + ", ".join(_fmt_row(r) for r in worst.itertuples()))
+    if (t["target"] == "layer").any():
+        for lm, part in t[(t["target"] == "layer") & (t["metric"] == "accuracy")].groupby("layer_mode", sort=False):
+            console.print(f"layers, {lm}: Δaccuracy " + " ".join(f"L{r.layer} {r.delta:+.3f}" for r in part.itertuples()))
+    good = helpful(t, "accuracy")
+    console.print(
+        "removal helps beyond the 95% CI (accuracy): "
+        + (", ".join(_fmt_row(r) for r in good.head(8).itertuples()) if len(good) else "none")
+    )
+    rho = study.summary.get("importance_vs_ablation_spearman")
+    if rho:
+        console.print(
+            "head importance vs single-head deltas, Spearman: "
+            f"{rho['loss']['spearman']:+.3f} (loss), {rho['accuracy']['spearman']:+.3f} (accuracy)"
+        )
+    if "pruning_curve" in study.tables:
+        c = study.tables["pruning_curve"]
+        c = c[(c["metric"] == "accuracy")]
+        half = c[c["fraction_removed"] <= 0.5].groupby("order")["fraction_removed"].max()
+        parts = []
+        for order in ("importance", "random"):
+            if order in half.index:
+                row = c[(c["order"] == order) & (c["fraction_removed"] == half[order])].iloc[0]
+                parts.append(f"{order} {row.value:.3f}")
+        if parts:
+            console.print(f"pruning {100 * half.max():.0f}% of heads, accuracy: " + ", ".join(parts))
+    console.print(f"tables: {out / 'tables'}")
+    if study.figures:
+        console.print(f"figures: {out / 'figures'}")

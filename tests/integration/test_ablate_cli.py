@@ -1,0 +1,126 @@
+"""``bertology ablate`` on a tiny classifier: outputs, resume after an interruption, refusal, clear errors."""
+import csv
+import json
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from bertology.cli import app
+from bertology.testing import SENTENCES, save_tiny_bert
+
+runner = CliRunner()
+
+ABLATION_COLUMNS = {"target", "layer", "head", "mode", "metric", "value", "delta", "ci_low", "ci_high", "n_examples", "helps", "layer_mode"}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_tiny_bert(tmp_path_factory.mktemp("clf"), classifier=True, initializer_range=0.3)
+
+
+@pytest.fixture()
+def labelled_csv(tmp_path):
+    path = tmp_path / "data.csv"
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["text", "label"])
+        for i, s in enumerate(SENTENCES * 2):
+            w.writerow([s, i % 2])
+    return path
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def assert_user_error(result, *fragments):
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    text = " ".join(result.output.split())
+    assert "error:" in text
+    for frag in fragments:
+        assert frag in text, text
+
+
+def _args(model_dir, data, out, *extra):
+    return ["ablate", "--model", model_dir, "--data", data, "--out", out, "--bootstrap", 100, "--pruning-step", 0.25, *extra]
+
+
+def test_ablate_writes_tables_figures_manifest(model_dir, labelled_csv, tmp_path):
+    out = tmp_path / "run"
+    result = invoke(*_args(model_dir, labelled_csv, out))
+    assert result.exit_code == 0, result.output
+    t = pd.read_parquet(out / "tables/ablation.parquet")
+    assert ABLATION_COLUMNS <= set(t.columns)
+    assert len(t[t["target"] == "head"]) == 2 * 4 * 3 and len(t[t["target"] == "layer"]) == 2 * 2 * 3
+    assert pd.read_csv(out / "tables/ablation.csv").shape == t.shape
+    imp = pd.read_parquet(out / "tables/head_importance.parquet")
+    assert {"layer", "head", "importance"} <= set(imp.columns) and len(imp) == 8
+    curve = pd.read_parquet(out / "tables/pruning_curve.parquet")
+    assert {"order", "fraction_removed", "n_removed", "metric", "value"} <= set(curve.columns)
+    assert {p.name for p in (out / "figures").glob("*.svg")} == {
+        "ablation_heads_accuracy.svg", "ablation_layers_accuracy.svg", "pruning_curve_accuracy.svg", "importance_vs_ablation.svg"
+    }
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["kind"] == "ablate" and m["status"] == "complete" and m["ablation_mode"] == "uniform"
+    assert m["result"]["intact"]["accuracy"] == pytest.approx(t[(t.target == "intact") & (t.metric == "accuracy")]["value"].iloc[0])
+    assert "spearman" in m["result"]["importance_vs_ablation_spearman"]["loss"]
+    text = " ".join(result.output.split())
+    assert "intact: accuracy" in text and "most harmful heads" in text and "Spearman" in text
+
+
+def test_interrupted_run_continues_with_the_same_command(model_dir, labelled_csv, tmp_path, monkeypatch):
+    from bertology.analyses import ablation
+
+    ref = tmp_path / "ref"
+    assert invoke(*_args(model_dir, labelled_csv, ref, "--no-importance")).exit_code == 0
+
+    out = tmp_path / "run"
+    original = ablation._Sweep._finish
+    calls = {"n": 0}
+
+    def flaky(self, unit, logits):
+        original(self, unit, logits)
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(ablation._Sweep, "_finish", flaky)
+    stopped = invoke(*_args(model_dir, labelled_csv, out, "--no-importance"))
+    assert stopped.exit_code == 130
+    assert "run the same command again" in " ".join(stopped.output.split())
+    assert not (out / "tables/ablation.parquet").exists()
+    monkeypatch.setattr(ablation._Sweep, "_finish", original)
+
+    again = invoke(*_args(model_dir, labelled_csv, out, "--no-importance"))
+    assert again.exit_code == 0, again.output
+    assert "5 ablations reused" in " ".join(again.output.split())
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "tables/ablation.parquet"), pd.read_parquet(ref / "tables/ablation.parquet"))
+
+    other = invoke(*_args(model_dir, labelled_csv, out, "--no-importance", "--mode", "zero"))
+    assert_user_error(other, "holds another run", "--overwrite")
+    ok = invoke(*_args(model_dir, labelled_csv, out, "--no-importance", "--mode", "zero", "--overwrite"))
+    assert ok.exit_code == 0, ok.output
+    assert "reused" not in ok.output
+    assert set(pd.read_parquet(out / "tables/ablation.parquet")["mode"]) == {"zero"}
+
+
+def test_unlabelled_data_is_refused(model_dir, tmp_path):
+    txt = tmp_path / "s.txt"
+    txt.write_text("\n".join(SENTENCES), encoding="utf-8")
+    assert_user_error(invoke("ablate", "--model", model_dir, "--data", txt, "--out", tmp_path / "o"), "no labels", "--label-column")
+
+
+def test_model_without_classifier_head_is_refused(labelled_csv, tmp_path):
+    enc = save_tiny_bert(tmp_path / "enc")
+    result = invoke("ablate", "--model", enc, "--data", labelled_csv, "--out", tmp_path / "o")
+    assert_user_error(result, "has no classification head; pass a fine-tuned classifier")
+
+
+def test_labels_outside_the_models_label_set_are_listed(model_dir, tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text("text,label\nthe movie was good .,pos\na dull film .,neg\nthe cat sat .,1\n", encoding="utf-8")
+    result = invoke("ablate", "--model", model_dir, "--data", path, "--out", tmp_path / "o")
+    assert_user_error(result, "'neg', 'pos'", "its labels are '0', '1'")
+    assert not (tmp_path / "o").exists()
