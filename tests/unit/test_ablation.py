@@ -31,6 +31,7 @@ from bertology.models.ablate import (
     head_gates,
     keep_first_token,
     replace_embeddings,
+    replay_output,
     skip_layers,
 )
 from bertology.models.hooks import count_hooks
@@ -201,13 +202,14 @@ def test_no_hook_or_bypass_leaks_even_when_the_body_raises(clf):
         lambda: replace_embeddings(model),
         lambda: keep_first_token(model),
         lambda: bypass_blocks(model, [1, 2]),
+        lambda: replay_output(model.bert.encoder.layer[0].attention.self),
     ]
     for make in managers:
         with pytest.raises(RuntimeError, match="boom"):
             with make():
                 raise RuntimeError("boom")
         assert count_hooks(model) == before
-        assert all("forward" not in b.__dict__ for b in blocks)
+        assert all("forward" not in b.__dict__ and "forward" not in b.attention.self.__dict__ for b in blocks)
 
 
 def test_ablate_heads_rejects_bad_arguments(clf):
@@ -287,10 +289,12 @@ def test_interrupted_sweep_resumes_with_no_row_lost_or_duplicated(clf, data, tmp
         run_ablation(clf.model, enc, y, progress_dir=progress, on_unit=stop_after_7, **kw)
     assert len(list((progress / "units").glob("*.npz"))) == 7
     assert not list((progress / "units").glob(".*tmp"))  # no half-written file
+    (progress / "units" / ".head-L3-H0.npz.abc.tmp").write_bytes(b"torn")  # as a kill mid-write would leave
     rest: list[str] = []
     resumed = run_ablation(clf.model, enc, y, progress_dir=progress, on_unit=lambda u, d, t: rest.append(u.key), **kw)
     assert not set(rest) & set(seen) and len(rest) + 7 == len(full.units)
     assert resumed.params["resumed_units"] == 7
+    assert not list((progress / "units").glob(".*tmp"))
     pd.testing.assert_frame_equal(resumed.table, full.table)
     assert not resumed.table.duplicated(["target", "layer", "head", "layer_mode", "metric"]).any()
     # another mode in the same folder: stale units are discarded, never mixed

@@ -22,7 +22,8 @@ Speed (DESIGN §6): the ``cached`` method runs the layers below an ablated layer
 it keeps the hidden states entering block ``l`` for every batch, runs each ablation at layer ``l``
 from there (the blocks below are bypassed and the embeddings module returns the cached states), and
 advances the cache through the intact block ``l``. Skipping block ``l`` is starting at ``l + 1`` from
-the same cache. When the classifier reads only the first token of the last layer (checked against a
+the same cache. The ablated layer's own attention is replayed from the intact pass (only the
+ablated heads' outputs are recomputed), and when the classifier reads only the first token of the last layer (checked against a
 full forward on the first batch), the last block's feed-forward runs on that token only. The results
 equal the ``naive`` method (a full forward per ablation with the same hooks) to float rounding.
 
@@ -62,6 +63,7 @@ from bertology.models.ablate import (
     bypass_blocks,
     keep_first_token,
     replace_embeddings,
+    replay_output,
     skip_layers,
 )
 from bertology.results import Result
@@ -307,6 +309,8 @@ class ProgressStore:
                 logger.info("discarding finished units of another sweep in %s", self.folder)
                 shutil.rmtree(self.folder / "units")
             _atomic_save(meta, lambda p: p.write_text(json.dumps({"fingerprint": fingerprint, "version": 1}), encoding="utf-8"))
+        for f in (self.folder / "units").glob(".*.tmp"):  # left by a kill in the middle of a write
+            f.unlink(missing_ok=True)
         for f in sorted((self.folder / "units").glob("*.npz")):
             try:
                 with np.load(f) as z:
@@ -570,11 +574,17 @@ class _Sweep:
                 need_means = self._need_means(todo)
                 acc = _MeanAccumulator(n, attn.num_attention_heads, attn.attention_head_size) if need_means else None
                 nxt: list[torch.Tensor] = []
-                advance = layer < top or need_means or (layer == n and intact)
+                contexts: list[tuple] = []  # the intact attention.self outputs of this layer, replayed for head ablations
+                replay = any(self._heads_of(u) for u in todo)
+                advance = layer < top or need_means or replay or (layer == n and intact)
                 if advance:
                     handles = [sites.blocks(model)[layer - 1].register_forward_hook(
                         lambda _m, _i, out: nxt.append(out[0] if isinstance(out, tuple) else out)
                     )]
+                    if replay:
+                        handles.append(sites.self_attention(model, layer).register_forward_hook(
+                            lambda _m, _i, out: contexts.append((out[0], None, *out[2:]))
+                        ))
                     if acc is not None:
                         handles.append(sites.attention_output_dense(model, layer).register_forward_pre_hook(acc.hook(layer)))
 
@@ -594,8 +604,8 @@ class _Sweep:
                     if unit.layer_mode == "skip":
                         logits = self._run_from(layer + 1, cache, shortcut=shortcut)
                     else:
-                        with self._ablation(unit, means):
-                            logits = self._run_from(layer, cache, shortcut=shortcut)
+                        with replay_output(sites.self_attention(model, layer)) as rp, self._ablation(unit, means):
+                            logits = self._run_from(layer, cache, shortcut=shortcut, extra=lambda b: rp.set(contexts[b]))
                     self._finish(unit, logits)
                 cache = nxt
 
@@ -798,10 +808,17 @@ def head_deltas(table: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
 
 
 def ranked(table: pd.DataFrame, metric: str = "accuracy", *, target: str = "head", harmful: bool = True, top: int = 5) -> pd.DataFrame:
-    """The ``top`` ablations whose removal hurts most (``harmful``) or helps most, for ``metric``."""
+    """The ``top`` ablations whose removal hurts most (``harmful``) or helps most, for ``metric``.
+
+    Ties (accuracy moves in steps of 1/n) are broken by the loss delta in the same direction.
+    """
+    keys = ["target", "layer", "head", "layer_mode"]
     t = table[(table["target"] == target) & (table["metric"] == metric)]
+    loss = table[(table["target"] == target) & (table["metric"] == "loss")][keys + ["delta"]]
+    t = t.merge(loss.rename(columns={"delta": "_loss_delta"}), on=keys, how="left")
     worse_first = HIGHER_IS_BETTER[metric] == harmful  # accuracy: most negative delta first
-    return t.sort_values(["delta", "layer", "head"], ascending=[worse_first, True, True]).head(top).reset_index(drop=True)
+    t = t.sort_values(["delta", "_loss_delta", "layer", "head"], ascending=[worse_first, not harmful, True, True])
+    return t.drop(columns="_loss_delta").head(top).reset_index(drop=True)
 
 
 def helpful(table: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:

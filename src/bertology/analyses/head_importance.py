@@ -291,7 +291,9 @@ def importance_vs_deltas(importance: pd.DataFrame, ablation: pd.DataFrame) -> di
     """Spearman correlation of head importance with the single-head ablation deltas, per metric.
 
     Signs are chosen so that agreement is positive: ``loss`` correlates importance with Δloss,
-    ``accuracy`` and ``macro_f1`` with −Δmetric. Returns ``{metric: {"spearman", "p_value", "n"}}``.
+    ``accuracy`` and ``macro_f1`` with −Δmetric. Returns ``{metric: {"spearman", "p_value", "n",
+    "spearman_raw"}}``; ``spearman_raw`` uses the importance before the per-layer normalisation (which
+    makes importances comparable within a layer, not across layers).
     """
     from scipy.stats import spearmanr
 
@@ -302,8 +304,9 @@ def importance_vs_deltas(importance: pd.DataFrame, ablation: pd.DataFrame) -> di
         m = importance.merge(d, on=["layer", "head"], how="inner")
         sign = 1.0 if not HIGHER_IS_BETTER[metric] else -1.0
         if len(m) < 3 or m["delta"].nunique() < 2 or m["importance"].nunique() < 2:
-            out[metric] = {"spearman": float("nan"), "p_value": float("nan"), "n": int(len(m))}
+            out[metric] = {"spearman": float("nan"), "p_value": float("nan"), "n": int(len(m)), "spearman_raw": float("nan")}
             continue
         res = spearmanr(m["importance"], sign * m["delta"])
-        out[metric] = {"spearman": float(res.statistic), "p_value": float(res.pvalue), "n": int(len(m))}
+        raw = spearmanr(m["importance_raw"], sign * m["delta"]).statistic if "importance_raw" in m else float("nan")
+        out[metric] = {"spearman": float(res.statistic), "p_value": float(res.pvalue), "n": int(len(m)), "spearman_raw": float(raw)}
     return out

@@ -42,8 +42,9 @@ def _parse_layer_modes(text: str) -> tuple[str, ...]:
     return names
 
 
-def _fmt_row(r, metric: str = "accuracy") -> str:
-    return f"{r.label} {r.delta:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]"
+def _fmt_row(r) -> str:
+    f = ".4f" if r.metric == "loss" else ".3f"
+    return f"{r.label} {r.delta:+{f}} [{r.ci_low:+{f}}, {r.ci_high:+{f}}]"
 
 
 def _progress():
@@ -183,16 +184,19 @@ def _print_summary(study, out: Path) -> None:
     if (t["target"] == "layer").any():
         for lm, part in t[(t["target"] == "layer") & (t["metric"] == "accuracy")].groupby("layer_mode", sort=False):
             console.print(f"layers, {lm}: Δaccuracy " + " ".join(f"L{r.layer} {r.delta:+.3f}" for r in part.itertuples()))
-    good = helpful(t, "accuracy")
-    console.print(
-        "removal helps beyond the 95% CI (accuracy): "
-        + (", ".join(_fmt_row(r) for r in good.head(8).itertuples()) if len(good) else "none")
-    )
+    for metric in ("accuracy", "loss"):
+        good = helpful(t, metric)
+        console.print(
+            f"removal helps beyond the 95% CI ({metric}): "
+            + (", ".join(_fmt_row(r) for r in good.head(8).itertuples()) if len(good) else "none")
+            + (f" (+{len(good) - 8} more)" if len(good) > 8 else "")
+        )
     rho = study.summary.get("importance_vs_ablation_spearman")
     if rho:
         console.print(
             "head importance vs single-head deltas, Spearman: "
-            f"{rho['loss']['spearman']:+.3f} (loss), {rho['accuracy']['spearman']:+.3f} (accuracy)"
+            f"{rho['loss']['spearman']:+.3f} (loss), {rho['accuracy']['spearman']:+.3f} (accuracy); "
+            f"raw importance {rho['loss']['spearman_raw']:+.3f} (loss)"
         )
     if "pruning_curve" in study.tables:
         c = study.tables["pruning_curve"]

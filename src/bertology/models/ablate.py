@@ -42,6 +42,7 @@ __all__ = [
     "head_gates",
     "keep_first_token",
     "replace_embeddings",
+    "replay_output",
     "skip_layers",
 ]
 
@@ -160,16 +161,17 @@ def _replace_slices_hook(heads: list[int], size: int, values: torch.Tensor | Non
 
 
 def _uniform_hooks(model, layer: int, heads: list[int], size: int, state: dict, exclude_special: bool):
-    """Two hooks: stash the value projection, then rewrite the heads' context as the mean of their values."""
-    attn = sites.self_attention(model, layer)
-    key = ("values", layer)
+    """A forward hook on ``attention.self`` that rewrites the heads' context as the mean of their values.
 
-    def stash(_m, _inp, out):
-        state[key] = out
+    The heads' value vectors are recomputed from the module's input (``d`` of the ``H*d`` rows of the
+    value projection per head), so the hook also works when the module's output is replayed from a
+    cache (:func:`replay_output`).
+    """
+    attn = sites.self_attention(model, layer)
+    slices = _head_slices(size, heads)
 
     def rewrite(_m, args, kwargs, output):
         hidden = kwargs.get("hidden_states", args[0] if args else None)
-        values = state.pop(key)  # [B, T, H*d]
         keys = _real_keys(kwargs.get("attention_mask"), hidden)
         if exclude_special:
             special = state.get("special")
@@ -177,21 +179,20 @@ def _uniform_hooks(model, layer: int, heads: list[int], size: int, state: dict, 
                 raise RuntimeError("exclude_special: the input ids of this forward pass were not seen")
             content = keys & ~special
             keys = torch.where(content.any(dim=1, keepdim=True), content, keys)
-        weights = keys.to(values.dtype)
+        weights = keys.to(hidden.dtype)
         weights = weights / weights.sum(dim=1, keepdim=True).clamp_min(1)  # [B, T]: 1/L on real keys
         context, probs = output[0].clone(), output[1]
         probs = probs.clone() if probs is not None else None
-        for h, sl in zip(heads, _head_slices(size, heads)):
-            mean = torch.einsum("bt,btd->bd", weights, values[..., sl])
-            context[..., sl] = mean[:, None, :]
+        w, b = attn.value.weight, attn.value.bias
+        pooled = torch.einsum("bt,bth->bh", weights, hidden)  # mean of the inputs, then the (affine) projection
+        for h, sl in zip(heads, slices):
+            mean = nn.functional.linear(pooled, w[sl], None if b is None else b[sl])
+            context[..., sl] = mean[:, None, :].to(context.dtype)
             if probs is not None:
-                probs[:, h] = weights[:, None, :]
+                probs[:, h] = weights[:, None, :].to(probs.dtype)
         return (context, probs, *output[2:])
 
-    return [
-        attn.value.register_forward_hook(stash),
-        attn.register_forward_hook(rewrite, with_kwargs=True),
-    ]
+    return [attn.register_forward_hook(rewrite, with_kwargs=True)]
 
 
 def _block_input(args, kwargs) -> torch.Tensor:
@@ -275,6 +276,43 @@ def replace_embeddings(model: nn.Module) -> Iterator[_Replacement]:
         yield repl
     finally:
         handle.remove()
+
+
+class _Replay:
+    """The output a replayed module returns on its next call (set it before each forward)."""
+
+    def __init__(self) -> None:
+        self.value = None
+
+    def set(self, value) -> None:
+        self.value = value
+
+
+@contextmanager
+def replay_output(module: nn.Module) -> Iterator[_Replay]:
+    """Skip ``module``'s computation: its ``forward`` returns ``r.value`` (set before each call) instead.
+
+    Its forward hooks still run on the replayed output, so an ablation hook can edit a cached
+    intact output (the sweep replays ``attention.self`` of the ablated layer: the other heads' contexts
+    are unchanged, so the query/key/value projections need not run again). Restored in ``finally``.
+    """
+    rp = _Replay()
+    marker = object()
+    old = module.__dict__.get("forward", marker)
+
+    def replayed(*args, **kwargs):
+        if rp.value is None:
+            raise RuntimeError("replay_output: set() the output before the forward pass")
+        return rp.value
+
+    module.forward = replayed
+    try:
+        yield rp
+    finally:
+        if old is marker:
+            del module.forward
+        else:
+            module.forward = old
 
 
 @contextmanager

@@ -1,0 +1,137 @@
+"""The ablation sweep: cached hidden states (bertology) against the naive full re-run per ablation.
+
+Both methods run the same units (intact, every head of every layer, every layer skipped and with all
+heads uniform: 1 + 6 x 12 + 2 x 6 = 85 on MiniLM) in ``uniform`` mode over the same length-bucketed
+batches (32), with the same hooks; the naive method runs a full forward of every example per
+ablation, the cached one enters block ``l`` from the hidden states it keeps (DESIGN §6). Scoring and
+bootstrap are left out of both clocks (``n_bootstrap=0``). The two must agree: the script reports the
+largest per-example loss difference and whether every prediction is the same.
+
+Data: the demo's held-out split of the Pang & Lee polarity sentences (``split_heldout(0.2, seed 0)``,
+800 sentences the demo model was not trained on), a seeded stratified sample of ``--n`` (500).
+Model: the demo's fine-tuned MiniLM (``runs/demo-model/model``, else ``/tmp/*/runs/demo-model/model``).
+
+    BERTOLOGY_CACHE=/work/main/.cache .venv/bin/python benchmarks/ablation.py [--n 500] [--repeats 1] [--tuned DIR]
+
+Writes ``benchmarks/results/ablation.json`` and ``ablation.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertology.analyses.ablation import label_ids_for, run_ablation, sample_examples
+from bertology.assets import polarity_path
+from bertology.data.encode import encode_corpus
+from bertology.data.loaders import load_corpus
+from bertology.demo import split_heldout
+from bertology.models.loading import load_model
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _default_tuned() -> str:
+    found = sorted(glob.glob(str(ROOT / "runs/demo-model/model"))) + sorted(glob.glob("/tmp/*/runs/demo-model/model"))
+    if not found:
+        raise SystemExit("no fine-tuned demo model found; run `bertology demo` first or pass --tuned DIR")
+    return found[0]
+
+
+def _git_head() -> str | None:
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=500)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--tuned", default=None)
+    ap.add_argument("--mode", default="uniform")
+    ap.add_argument("--no-save", action="store_true")
+    args = ap.parse_args()
+
+    tuned = args.tuned or _default_tuned()
+    loaded = load_model(tuned)
+    corpus = load_corpus(polarity_path())
+    _, heldout = split_heldout(corpus, 0.2, 0)
+    sample = sample_examples(heldout, args.n, 0)
+    enc = encode_corpus(sample, loaded.tokenizer, overlong="truncate")
+    y = label_ids_for(sample, loaded.model)
+    kw = dict(mode=args.mode, batch_size=args.batch_size, n_bootstrap=0, pad_id=loaded.tokenizer.pad_token_id or 0)
+    load_before = os.getloadavg()[0]
+    print(f"model {tuned}; {len(enc.items)} sentences, {enc.n_tokens} tokens; torch threads {torch.get_num_threads()}; "
+          f"load average {load_before:.2f}", flush=True)
+
+    # warm-up (allocator, lazy init): one small sweep of one layer each way
+    small = encode_corpus(sample.head(32), loaded.tokenizer, overlong="truncate")
+    for method in ("cached", "naive"):
+        run_ablation(loaded.model, small, y, method=method, layers=[6], **kw)
+
+    times: dict[str, list[float]] = {"cached": [], "naive": []}
+    results = {}
+    for r in range(args.repeats):
+        for method in ("cached", "naive") if r % 2 == 0 else ("naive", "cached"):
+            t = time.perf_counter()
+            results[method] = run_ablation(loaded.model, enc, y, method=method, **kw)
+            times[method].append(time.perf_counter() - t)
+            print(f"round {r + 1}: {method} {times[method][-1]:.1f} s", flush=True)
+    a, b = results["naive"], results["cached"]
+    max_diff = max(float(np.abs(a.per_example[k]["loss"] - b.per_example[k]["loss"]).max()) for k in a.per_example)
+    same = all(bool((a.per_example[k]["pred"] == b.per_example[k]["pred"]).all()) for k in a.per_example)
+    cached, naive = float(np.median(times["cached"])), float(np.median(times["naive"]))
+    ratio = cached / naive
+    intact = b.table[(b.table.target == "intact")].set_index("metric")["value"]
+    out = {
+        "benchmark": "ablation sweep: cached vs naive",
+        "git_head": _git_head(),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
+                    "threads": torch.get_num_threads(), "load_average_before": round(load_before, 2),
+                    "load_average_after": round(os.getloadavg()[0], 2)},
+        "model": tuned,
+        "mode": args.mode,
+        "n_sentences": len(enc.items),
+        "n_tokens": enc.n_tokens,
+        "n_units": len(b.units),
+        "batch_size": args.batch_size,
+        "seconds": {"cached": times["cached"], "naive": times["naive"]},
+        "median_s": {"cached": round(cached, 2), "naive": round(naive, 2)},
+        "ratio_cached_over_naive": round(ratio, 3),
+        "target_ratio": 0.6,
+        "max_abs_loss_difference": max_diff,
+        "identical_predictions": same,
+        "intact": {k: float(v) for k, v in intact.items()},
+    }
+    print(json.dumps(out["median_s"]), f"ratio {ratio:.3f} (target <= 0.6); max |Δloss| {max_diff:.2e}; "
+          f"identical predictions {same}", flush=True)
+    if not args.no_save:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "ablation.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+        md = [
+            "| method | sentences | tokens | ablations | seconds | ratio |",
+            "|---|---:|---:|---:|---:|---:|",
+            f"| naive: full forward per ablation | {len(enc.items)} | {enc.n_tokens} | {len(b.units)} | {naive:.1f} | 1.00 |",
+            f"| bertology cached sweep | {len(enc.items)} | {enc.n_tokens} | {len(b.units)} | {cached:.1f} | **{ratio:.2f}** |",
+            "",
+            f"max |Δ per-example loss| cached vs naive: {max_diff:.1e}; identical predictions: {same}. "
+            f"Machine: {os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+            f"load average {load_before:.2f} before. Commit {out['git_head']}.",
+        ]
+        (RESULTS / "ablation.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
