@@ -92,6 +92,30 @@ class FinetuneConfig:
     seed: int = 0
     device: str = "cpu"
     trust_remote_code: bool = False
+    # --- the fine-tuning lab (issue 6) ---
+    # objective: a classification head, or a contrastive (SimCSE) sentence encoder without a head
+    objective: Literal["classification", "contrastive"] = "classification"
+    contrastive: Literal["unsupervised", "supervised"] = "unsupervised"
+    temperature: float = 0.05
+    pooling: Literal["cls", "mean"] = "cls"
+    positive_label: str = "entailment"  # supervised SimCSE: pair labels that mark positives / hard negatives
+    negative_label: str = "contradiction"
+    sts_data: str | None = None  # STS-B-format file (sentence1, sentence2, score) for Spearman evaluation
+    anisotropy_sentences: int = 500  # sentences sampled for anisotropy before/after (0 = skip)
+    anisotropy_pairs: int = 2000  # random token pairs from different sentences per layer
+    # model surgery and partial freezing
+    drop_layers: tuple[int, ...] = ()  # 1-based transformer blocks removed before training
+    freeze_layers: int = 0  # the bottom K blocks are frozen
+    freeze_embeddings: bool = False
+    # biased data: training examples with any of these words (whole word, case-insensitive) are dropped
+    exclude_words: tuple[str, ...] = ()
+    # training hygiene
+    grad_accum: int = 1  # micro-batches of ``batch_size`` per optimiser step
+    eval_every: int | None = None  # evaluate every N optimiser steps (always at each epoch end)
+    early_stopping: int | None = None  # patience, in evaluations without improvement
+    early_stopping_metric: str | None = None  # default: accuracy (classification), spearman or loss (contrastive)
+    save_every: int | None = None  # keep checkpoints/step-N/ every N steps (resumable, trackable)
+    max_grad_norm: float = 1.0
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
