@@ -1,39 +1,139 @@
 """Geometry of contextual representations (Ethayarajh 2019): anisotropy, self-similarity, MEV.
 
-Pure functions on NumPy arrays, float64 throughout. Rows are vectors (token representations).
+Pure functions on NumPy arrays, float64 throughout. Rows are vectors (token or word representations);
+the "stack" functions accept leading batch dimensions (``[..., n, dim]``, e.g. one stack per layer) and
+return one value per stack.
+
+Definitions (Ethayarajh 2019, §3):
+
+- anisotropy baseline: mean cosine of random pairs of representations from different sentences
+  (:func:`mean_pair_cosine` on the paired rows, or :func:`mean_offdiagonal_cosine` over all pairs);
+- self-similarity of a word: mean cosine over all pairs of its occurrences (:func:`mean_offdiagonal_cosine`);
+- intra-sentence similarity: mean cosine of each token with the sentence's mean vector
+  (:func:`intra_similarity`);
+- maximum explainable variance (MEV): share of the variance of the occurrence matrix on its first
+  principal component (:func:`max_explainable_variance`). The paper writes it as sigma_1^2 / sum
+  sigma_i^2 of the raw occurrence matrix; its released code fits ``sklearn.decomposition.PCA``, which
+  centres the occurrences first. ``center=True`` (the default) follows the code, which produced the
+  published numbers; ``center=False`` is the paper's formula. When all occurrences are identical
+  (zero variance) a static vector explains them perfectly and MEV is 1 by convention.
 """
 from __future__ import annotations
 
 import numpy as np
 
+__all__ = [
+    "unit_rows",
+    "pair_cosines",
+    "mean_pair_cosine",
+    "mean_offdiagonal_cosine",
+    "intra_similarity",
+    "max_explainable_variance",
+    "chain_pairs",
+]
 
-def _as64(x: np.ndarray) -> np.ndarray:
+
+def _as64(x: np.ndarray, min_ndim: int = 2) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
-    if x.ndim != 2:
-        raise ValueError(f"expected a 2-D array [n, dim], got shape {x.shape}")
+    if x.ndim < min_ndim:
+        raise ValueError(f"expected an array [..., n, dim], got shape {x.shape}")
     return x
 
 
 def unit_rows(x: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit L2 norm (float64); zero rows stay zero (their cosine with anything is 0)."""
-    x = _as64(x)
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    """Vectors (last axis) scaled to unit L2 norm (float64); zero vectors stay zero (cosine 0 with anything)."""
+    x = _as64(x, 1)
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
     return x / np.where(norms > 0, norms, 1.0)
 
 
 def pair_cosines(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Cosine of row i of ``x`` with row i of ``y``, for every i (float64 vector)."""
-    x, y = _as64(x), _as64(y)
+    """Cosine of row i of ``x`` with row i of ``y``, for every i (float64, shape ``x.shape[:-1]``)."""
+    x, y = _as64(x, 1), _as64(y, 1)
     if x.shape != y.shape:
         raise ValueError(f"x and y must have the same shape ({x.shape} != {y.shape})")
-    return np.einsum("ij,ij->i", unit_rows(x), unit_rows(y))
+    return np.einsum("...d,...d->...", unit_rows(x), unit_rows(y))
 
 
 def mean_pair_cosine(x: np.ndarray, y: np.ndarray) -> float:
-    """Mean cosine of row i of ``x`` with row i of ``y``.
+    """Mean cosine of row i of ``x`` with row i of ``y`` (``x``, ``y``: ``[n, dim]``).
 
     With rows drawn at random from different sentences this is Ethayarajh's anisotropy baseline.
     NaN when there are no rows.
     """
+    x, y = _as64(x), _as64(y)
     c = pair_cosines(x, y)
     return float(c.mean()) if c.size else float("nan")
+
+
+def mean_offdiagonal_cosine(x: np.ndarray) -> np.ndarray | float:
+    """Mean cosine over all unordered pairs of distinct rows of each ``[n, dim]`` stack (``n >= 2``).
+
+    Computed from the sum of the unit vectors, ``(||sum u||^2 - sum ||u||^2) / (n (n - 1))``, so it costs
+    O(n dim) instead of O(n^2 dim). This is a word's self-similarity when the rows are its occurrences.
+    Returns a float for one stack, an array for a batch of stacks; NaN when ``n < 2``.
+    """
+    x = _as64(x)
+    n = x.shape[-2]
+    if n < 2:
+        out = np.full(x.shape[:-2], np.nan)
+    else:
+        u = unit_rows(x)
+        s = u.sum(axis=-2)
+        total = np.einsum("...d,...d->...", s, s) - np.einsum("...nd,...nd->...", u, u)
+        out = total / (n * (n - 1))
+    return float(out) if out.ndim == 0 else out
+
+
+def intra_similarity(x: np.ndarray) -> np.ndarray | float:
+    """Mean cosine between each row and the mean of the rows, per ``[n, dim]`` stack (one sentence).
+
+    NaN for an empty stack; a float for one stack, an array for a batch of stacks.
+    """
+    x = _as64(x)
+    if x.shape[-2] == 0:
+        out = np.full(x.shape[:-2], np.nan)
+    else:
+        mean = x.mean(axis=-2, keepdims=True)
+        out = pair_cosines(x, np.broadcast_to(mean, x.shape)).mean(axis=-1)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def max_explainable_variance(x: np.ndarray, center: bool = True) -> np.ndarray | float:
+    """Share of the variance of each ``[n, dim]`` stack explained by its first principal component.
+
+    ``lambda_max / sum(lambda)`` of the (centred, with ``center``) Gram matrix ``X X'`` (its eigenvalues
+    are the squared singular values of ``X``). 1 when the stack has no variance at all (identical rows,
+    or a single row): a static vector explains it perfectly. A float for one stack, else an array.
+    """
+    x = _as64(x)
+    # Size of the data before centring, to tell "no variance" from rounding noise.
+    scale = np.einsum("...nd,...nd->...", x, x).max(axis=-1, initial=0.0)
+    if center:
+        x = x - x.mean(axis=-2, keepdims=True)
+    if x.shape[-2] <= x.shape[-1]:
+        g = np.einsum("...id,...jd->...ij", x, x)
+    else:
+        g = np.einsum("...ni,...nj->...ij", x, x)
+    ev = np.clip(np.linalg.eigvalsh(g), 0.0, None)
+    total = ev.sum(axis=-1)
+    top = ev[..., -1] if ev.shape[-1] else np.zeros(total.shape)
+    # Zero variance up to rounding (identical rows): the convention MEV = 1.
+    flat = total <= 1e-12 * np.maximum(scale, np.finfo(float).tiny) * max(x.shape[-2], 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(flat, 1.0, top / np.where(flat, 1.0, total))
+    return float(out) if out.ndim == 0 else out
+
+
+def chain_pairs(k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Index pairs ``(i, i + 1 mod k)`` for ``i < k``: ``k`` pairs of distinct items, each item used twice.
+
+    One token from each of ``k`` sentences then gives ``k`` cross-sentence pairs (Ethayarajh: 1,000
+    sentences, 1,000 pairs). ``k = 2`` gives the one pair ``(0, 1)``; ``k < 2`` none.
+    """
+    if k < 2:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if k == 2:
+        return np.array([0]), np.array([1])
+    i = np.arange(k, dtype=np.int64)
+    return i, (i + 1) % k
