@@ -1,0 +1,197 @@
+"""Tree metrics of the structural probes against slow reference loops and exact-tree cases."""
+import itertools
+from collections import deque
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+
+from bertology.metrics.trees import (
+    SpearmanByLength,
+    check_heads,
+    depth_spearman_per_word,
+    distance_spearman_per_word,
+    gold_edges,
+    mst_edges,
+    root_correct,
+    tree_depths,
+    tree_distances,
+    uuas_counts,
+)
+
+# "The old man ran fast to the house ." (UD-like): ran is the root, "." attaches to it.
+HEADS = (3, 3, 4, 0, 4, 8, 8, 4, 4)
+UPOS = ("DET", "ADJ", "NOUN", "VERB", "ADV", "ADP", "DET", "NOUN", "PUNCT")
+
+
+def _bfs_distances(heads):
+    n = len(heads)
+    nbrs = [[] for _ in range(n)]
+    for i, h in enumerate(heads):
+        if h:
+            nbrs[i].append(h - 1)
+            nbrs[h - 1].append(i)
+    out = np.zeros((n, n))
+    for s in range(n):
+        seen, q = {s: 0}, deque([s])
+        while q:
+            u = q.popleft()
+            for v in nbrs[u]:
+                if v not in seen:
+                    seen[v] = seen[u] + 1
+                    q.append(v)
+        for v, d in seen.items():
+            out[s, v] = d
+    return out
+
+
+def _slow_depths(heads):
+    out = []
+    for i in range(len(heads)):
+        d, cur = 0, i
+        while heads[cur] != 0:
+            cur = heads[cur] - 1
+            d += 1
+        out.append(d)
+    return np.array(out, dtype=float)
+
+
+def _random_heads(rng, n):
+    """A random tree: word k's head is a random earlier word (then the order is shuffled)."""
+    perm = rng.permutation(n)
+    parent = {int(perm[0]): -1}
+    for k in range(1, n):
+        parent[int(perm[k])] = int(perm[rng.integers(0, k)])
+    return tuple(parent[i] + 1 for i in range(n))
+
+
+def _brute_force_mst(d, keep):
+    """Minimum spanning tree by trying every set of n-1 edges (tiny n only)."""
+    idx = [i for i in range(len(d)) if keep[i]]
+    pairs = list(itertools.combinations(idx, 2))
+    best, best_w = None, np.inf
+    for edges in itertools.combinations(pairs, len(idx) - 1):
+        parent = {i: i for i in idx}
+
+        def find(x):
+            while parent[x] != x:
+                x = parent[x]
+            return x
+
+        ok = True
+        for a, b in edges:
+            ra, rb = find(a), find(b)
+            if ra == rb:
+                ok = False
+                break
+            parent[ra] = rb
+        if ok:
+            w = sum(d[a, b] for a, b in edges)
+            if w < best_w - 1e-12:
+                best, best_w = set(edges), w
+    return best
+
+
+def test_distances_and_depths_match_slow_loops():
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 5, 17, 40):
+        for _ in range(5):
+            heads = _random_heads(rng, n)
+            np.testing.assert_array_equal(tree_distances(heads), _bfs_distances(heads))
+            np.testing.assert_array_equal(tree_depths(heads), _slow_depths(heads))
+
+
+def test_known_tree():
+    d = tree_distances(HEADS)
+    assert d[0, 2] == 1 and d[0, 3] == 2 and d[0, 7] == 3 and d[5, 6] == 2
+    np.testing.assert_array_equal(tree_depths(HEADS), [2, 2, 1, 0, 1, 2, 2, 1, 1])
+
+
+@pytest.mark.parametrize("bad", [(0, 0), (2, 1), (0, 5), (1, 0), (3, 3, 2, 0)])
+def test_invalid_heads_are_refused(bad):
+    with pytest.raises(ValueError):
+        check_heads(bad)
+
+
+def test_exact_tree_distances_give_perfect_scores():
+    keep = np.array([u != "PUNCT" for u in UPOS])
+    d, depth = tree_distances(HEADS), tree_depths(HEADS)
+    found, total = uuas_counts(d, HEADS, keep)
+    assert total == 7 and found == 7  # 8 edges, one to "." left out
+    # any monotone transform of the distances keeps UUAS and DSpr at 1
+    found2, _ = uuas_counts(d**2 * 3.0 + 0.5, HEADS, keep)
+    assert found2 == 7
+    rho = distance_spearman_per_word(d**2 + 1, d)
+    np.testing.assert_allclose(rho, 1.0)
+    assert root_correct(depth * 2 + 0.1, HEADS, keep) is True
+    assert depth_spearman_per_word(np.sqrt(depth), depth) == pytest.approx(1.0)
+
+
+def test_mst_equals_brute_force_on_random_matrices():
+    rng = np.random.default_rng(1)
+    for n in (2, 3, 5, 6):
+        for _ in range(6):
+            a = rng.random((n, n))
+            d = a + a.T
+            keep = rng.random(n) > 0.25
+            keep[:2] = True
+            assert mst_edges(d, keep) == _brute_force_mst(d, keep)
+
+
+def test_mst_handles_zero_and_negative_distances():
+    d = np.array([[0.0, 0.0, 5.0], [0.0, 0.0, -1.0], [5.0, -1.0, 0.0]])
+    assert mst_edges(d) == {(0, 1), (1, 2)}
+
+
+def test_uuas_counts_a_wrong_tree():
+    heads = (2, 0, 2)  # a <- b -> c
+    d = np.array([[0, 1, 3], [1, 0, 3], [3, 3, 0.0]])  # predicts a-b and (a or b)-c
+    d[0, 2] = d[2, 0] = 2
+    found, total = uuas_counts(d, heads)
+    assert (found, total) == (1, 2)
+
+
+def test_punctuation_left_out_of_gold_and_prediction():
+    keep = np.array([u != "PUNCT" for u in UPOS])
+    assert all(8 not in e for e in gold_edges(HEADS, keep))
+    assert all(8 not in e for e in mst_edges(np.random.default_rng(0).random((9, 9)), keep))
+
+
+def test_root_accuracy_ignores_punctuation():
+    heads = (2, 0, 2)
+    keep = np.array([True, True, False])
+    depth = np.array([1.0, 0.5, 0.0])  # punctuation is least deep but left out
+    assert root_correct(depth, heads, keep) is True
+    assert root_correct(depth, heads) is False
+    assert root_correct(depth, heads, np.zeros(3, bool)) is None
+
+
+def test_row_spearman_matches_scipy():
+    rng = np.random.default_rng(2)
+    for n in (3, 7, 20):
+        heads = _random_heads(rng, n)
+        gold = tree_distances(heads)
+        pred = rng.random((n, n))
+        got = distance_spearman_per_word(pred, gold)
+        want = [spearmanr(p, g).correlation for p, g in zip(pred, gold)]
+        np.testing.assert_allclose(got, want, rtol=1e-10)
+        dep = tree_depths(heads)
+        pd_ = rng.random(n)
+        assert depth_spearman_per_word(pd_, dep) == pytest.approx(spearmanr(pd_, dep).correlation)
+
+
+def test_constant_rows_are_nan():
+    assert np.isnan(distance_spearman_per_word(np.zeros((1, 1)), np.zeros((1, 1)))).all()
+    assert np.isnan(depth_spearman_per_word(np.arange(3.0), np.zeros(3)))
+
+
+def test_spearman_by_length_averages_within_then_across_lengths():
+    acc = SpearmanByLength()
+    acc.add(5, [1.0, 0.0])  # mean 0.5
+    acc.add(5, [0.5, np.nan])  # pooled with the above: mean 0.5
+    acc.add(6, 0.9)
+    acc.add(4, -1.0)  # outside 5..50
+    acc.add(51, -1.0)
+    assert acc.per_length()[5] == pytest.approx(0.5)
+    assert acc.score() == pytest.approx((0.5 + 0.9) / 2)
+    assert np.isnan(SpearmanByLength().score())
