@@ -14,6 +14,8 @@ from bertology.metrics.trees import (
     gold_edges,
     mst_edges,
     root_correct,
+    score_depths,
+    score_distances,
     tree_depths,
     tree_distances,
     uuas_counts,
@@ -195,3 +197,39 @@ def test_spearman_by_length_averages_within_then_across_lengths():
     assert acc.per_length()[5] == pytest.approx(0.5)
     assert acc.score() == pytest.approx((0.5 + 0.9) / 2)
     assert np.isnan(SpearmanByLength().score())
+
+
+def test_corpus_scores_of_exact_trees_are_perfect_and_match_slow_loops():
+    rng = np.random.default_rng(3)
+    trees = [_random_heads(rng, n) for n in (3, 5, 5, 8, 12, 30, 60)]
+    keeps = [rng.random(len(h)) > 0.1 for h in trees]
+    exact = score_distances([_bfs_distances(h) for h in trees], trees, keeps)
+    assert exact["uuas"] == 1.0 and exact["dspr"] == pytest.approx(1.0)
+    dep = score_depths([_slow_depths(h) + 0.5 for h in trees], trees, [np.ones(len(h), bool) for h in trees])
+    assert dep["root_acc"] == 1.0 and dep["nspr"] == pytest.approx(1.0)
+
+    preds = [rng.random((len(h), len(h))) for h in trees]
+    preds = [p + p.T for p in preds]
+    got = score_distances(preds, trees, keeps)
+    # slow reference: per-sentence loops, scipy's spearmanr, brute force over lengths
+    found = total = 0
+    by_len = {}
+    for p, h, k in zip(preds, trees, keeps):
+        g = gold_edges(h, k)
+        found += len(g & mst_edges(p, k))
+        total += len(g)
+        gold = _bfs_distances(h)
+        for i in range(len(h)):
+            r = spearmanr(p[i], gold[i]).correlation
+            if np.isfinite(r):
+                by_len.setdefault(len(h), []).append(r)
+    assert got["uuas"] == pytest.approx(found / total)
+    assert got["dspr"] == pytest.approx(np.mean([np.mean(v) for n, v in by_len.items() if 5 <= n <= 50]))
+    dpreds = [rng.random(len(h)) for h in trees]
+    got = score_depths(dpreds, trees, keeps)
+    ok = [int(np.argmin(np.where(k, d, np.inf))) == h.index(0) for d, h, k in zip(dpreds, trees, keeps)]
+    assert got["root_acc"] == pytest.approx(np.mean(ok))
+    by_len = {}
+    for d, h in zip(dpreds, trees):
+        by_len.setdefault(len(h), []).append(spearmanr(d, _slow_depths(h)).correlation)
+    assert got["nspr"] == pytest.approx(np.mean([np.mean(v) for n, v in by_len.items() if 5 <= n <= 50]))

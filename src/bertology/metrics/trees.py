@@ -34,6 +34,8 @@ __all__ = [
     "gold_edges",
     "mst_edges",
     "root_correct",
+    "score_depths",
+    "score_distances",
     "tree_depths",
     "tree_distances",
     "uuas_counts",
@@ -209,3 +211,42 @@ class SpearmanByLength:
         lo, hi = self.lengths
         means = [m for n, m in self.per_length().items() if lo <= n <= hi]
         return float(np.mean(means)) if means else float("nan")
+
+
+def score_distances(
+    predictions: Iterable[np.ndarray],
+    heads: Iterable[Sequence[int]],
+    keeps: Iterable[np.ndarray | None],
+    lengths: tuple[int, int] = SPEARMAN_LENGTHS,
+) -> dict:
+    """Corpus UUAS (punctuation left out through ``keeps``) and DSpr of predicted distance matrices."""
+    found = total = n = 0
+    spr = SpearmanByLength(lengths)
+    for pred, h, keep in zip(predictions, heads, keeps):
+        pred = np.asarray(pred, dtype=np.float64)
+        gold = tree_distances(h)
+        f, t = uuas_counts(pred, h, keep)
+        found, total, n = found + f, total + t, n + 1
+        spr.add(len(gold), distance_spearman_per_word(pred, gold))
+    return {"uuas": found / total if total else float("nan"), "dspr": spr.score(), "n_sentences": n,
+            "n_edges": total}
+
+
+def score_depths(
+    predictions: Iterable[np.ndarray],
+    heads: Iterable[Sequence[int]],
+    keeps: Iterable[np.ndarray | None],
+    lengths: tuple[int, int] = SPEARMAN_LENGTHS,
+) -> dict:
+    """Corpus root accuracy (punctuation left out through ``keeps``) and NSpr of predicted depths."""
+    correct = counted = n = 0
+    spr = SpearmanByLength(lengths)
+    for pred, h, keep in zip(predictions, heads, keeps):
+        pred = np.asarray(pred, dtype=np.float64)
+        gold = tree_depths(h)
+        ok = root_correct(pred, h, keep)
+        if ok is not None:
+            correct, counted = correct + int(ok), counted + 1
+        n += 1
+        spr.add(len(gold), depth_spearman_per_word(pred, gold))
+    return {"root_acc": correct / counted if counted else float("nan"), "nspr": spr.score(), "n_sentences": n}
