@@ -108,7 +108,7 @@ def max_explainable_variance(x: np.ndarray, center: bool = True) -> np.ndarray |
     """
     x = _as64(x)
     # Size of the data before centring, to tell "no variance" from rounding noise.
-    scale = np.einsum("...nd,...nd->...", x, x).max(axis=-1, initial=0.0)
+    scale = np.einsum("...nd,...nd->...n", x, x).max(axis=-1, initial=0.0)
     if center:
         x = x - x.mean(axis=-2, keepdims=True)
     if x.shape[-2] <= x.shape[-1]:

@@ -1,0 +1,412 @@
+"""Geometry of the representations per layer (Ethayarajh 2019), for the base and the tuned model.
+
+For every layer 0..N (0 = embedding output, HF ``hidden_states[i]``) and both models:
+
+- ``anisotropy``: the baseline, mean cosine of random pairs of *token* representations from
+  different sentences. ``n_pairs`` examples are sampled; one token is drawn from each; with
+  ``baseline_pairs="chain"`` (default, the paper's design: 1,000 sentences, 1,000 pairs) token ``i``
+  is paired with token ``i + 1`` in sample order (``n_pairs`` pairs, every pair across sentences); with
+  ``"all"`` every pair of the sampled tokens counts (a lower-variance estimate of the same number).
+- ``mev_baseline``: the MEV (below) of the same sampled tokens: the paper's baseline for MEV, "the
+  variance explained by the first principal component of uniformly randomly sampled representations".
+- ``self_similarity``: for words seen in at least ``min_contexts`` sentences, the mean cosine between
+  the word's representations in different sentences (all pairs of its kept occurrences), averaged
+  over words (each word counts once). A word is its lower-cased form (pieces joined by the
+  tokenizer); its vector is the mean of its sub-word vectors (:func:`bertology.data.align.pool_words`);
+  words containing the unknown token are left out. At most one occurrence per sentence is kept (a
+  hashed choice when the word repeats) and at most ``max_contexts`` sentences per word.
+- ``intra_similarity``: per sentence, the mean cosine between each token and the sentence's mean
+  vector, averaged over sentences (streams exactly; an example that is a sentence pair counts as one
+  "sentence").
+- ``mev``: maximum explainable variance of a word, the share of the variance of its occurrence matrix
+  on the first principal component, averaged over the same words. ``mev_center=True`` (default)
+  centres the occurrences first, as Ethayarajh's released code does (sklearn ``PCA``), which is what
+  produced the paper's numbers; ``False`` is the paper's written formula sigma_1^2 / sum sigma_i^2 of the
+  raw matrix. Note that with ``m`` occurrences a centred MEV cannot fall below ``1 / (m - 1)``, so
+  ``max_contexts`` matters. The paper's code measured its MEV baseline with ``TruncatedSVD`` (not
+  centred) against the centred total variance; we use the same estimator as for words instead.
+- ``*_adjusted``: ``self_similarity`` and ``intra_similarity`` minus ``anisotropy``, and ``mev`` minus
+  ``mev_baseline``, of the same model and layer.
+
+Tokens: with ``include_special=False`` (default) [CLS], [SEP] and other special tokens are left out of
+the baseline and the intra-sentence similarity (their vectors are outliers that would dominate both);
+words never include them. Recorded in ``params()``.
+
+Sampling, all keyed by hashes of ``seed`` and example indices / word forms (as in ``head_map``), so it
+does not depend on batching or sharding and ``merge`` of shards equals one run over the whole corpus:
+the baseline examples are the ``n_pairs`` with the smallest example keys, the token in each the one
+with the smallest position key; the words are the ``max_words`` qualifying words (``>= min_contexts``
+sentences) with the smallest word keys, and a word's occurrences those with the smallest occurrence
+keys. Shards must hold disjoint examples.
+
+Memory: word occurrences are stored in float16 (``2 (N + 1) hidden`` values per occurrence: 10.8 kB
+for MiniLM, 40 kB for BERT-base), at most ``max_contexts`` per word, for the words whose key is below
+the current threshold (the ``max_words``-th smallest key among words that already qualify; until
+``max_words`` words qualify, every word is kept). With the defaults that is about 54 MB for MiniLM and
+200 MB for BERT-base once the threshold has settled. The baseline keeps ``n_pairs`` tokens in float32;
+intra-sentence similarity keeps sums.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from bertology.activations.batch import PairBatch
+from bertology.analyses.base import Analysis
+from bertology.analyses.head_map import example_keys
+from bertology.analyses.representation_similarity import token_keys
+from bertology.data.align import global_word_ids, pool_words
+from bertology.metrics.geometry import (
+    chain_pairs,
+    intra_similarity,
+    max_explainable_variance,
+    mean_offdiagonal_cosine,
+    pair_cosines,
+)
+from bertology.results import Result
+
+MODELS = ("base", "tuned")
+RAW_METRICS = ("anisotropy", "mev_baseline", "self_similarity", "intra_similarity", "mev")
+ADJUSTED_METRICS = {"self_similarity_adjusted": ("self_similarity", "anisotropy"),
+                    "intra_similarity_adjusted": ("intra_similarity", "anisotropy"),
+                    "mev_adjusted": ("mev", "mev_baseline")}
+METRICS = RAW_METRICS + tuple(ADJUSTED_METRICS)
+BaselinePairs = Literal["chain", "all"]
+
+# Salts keep the different hashed choices apart (and apart from other analyses' keys).
+_SALT_BASELINE = 0x616E69736F  # "aniso"
+_SALT_POSITION = 0x706F73  # "pos"
+_SALT_WORD = 0x776F7264  # "word"
+_SALT_OCCURRENCE = 0x6F6363  # "occ"
+_MASK63 = (1 << 63) - 1
+
+
+def word_hash(word: str) -> int:
+    """A stable 63-bit hash of a word form (Python's ``hash`` is salted per process)."""
+    return int.from_bytes(hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest(), "little") & _MASK63
+
+
+def word_key(seed: int, word: str) -> np.uint64:
+    """The sampling key of a word: words with the smallest keys are analysed."""
+    return token_keys(seed ^ _SALT_WORD, np.array([word_hash(word)]), np.array([_SALT_WORD]))[0]
+
+
+@dataclass
+class _Word:
+    """One word's kept occurrences (bottom ``max_contexts`` by occurrence key)."""
+
+    key: np.uint64
+    count: int  # sentences seen
+    occ_keys: np.ndarray  # uint64 [m]
+    occ_examples: np.ndarray  # int64 [m]
+    vectors: np.ndarray | None  # float16 [m, 2, L + 1, hidden]
+
+    def add(self, keys: np.ndarray, examples: np.ndarray, vectors: np.ndarray, count: int, cap: int) -> None:
+        self.count += count
+        k = np.concatenate([self.occ_keys, keys])
+        e = np.concatenate([self.occ_examples, examples])
+        order = np.lexsort((e, k))[:cap]
+        self.occ_keys, self.occ_examples = k[order], e[order]
+        v = vectors if self.vectors is None else np.concatenate([self.vectors, vectors])
+        self.vectors = v[order]
+
+
+class Geometry(Analysis):
+    """Anisotropy, self-similarity, intra-sentence similarity and MEV per layer, base and tuned."""
+
+    name = "geometry"
+    words_name = "geometry_words"
+    requires = frozenset({"hidden_states"})
+
+    def __init__(
+        self,
+        num_layers: int,
+        *,
+        tokenizer=None,
+        n_pairs: int = 1000,
+        baseline_pairs: BaselinePairs = "chain",
+        min_contexts: int = 5,
+        max_contexts: int = 10,
+        max_words: int = 500,
+        include_special: bool = False,
+        mev_center: bool = True,
+        seed: int = 0,
+    ):
+        if n_pairs < 2:
+            raise ValueError("n_pairs must be at least 2")
+        if baseline_pairs not in ("chain", "all"):
+            raise ValueError(f"baseline_pairs must be 'chain' or 'all', not {baseline_pairs!r}")
+        if min_contexts < 2:
+            raise ValueError("min_contexts must be at least 2 (self-similarity needs two contexts)")
+        if max_contexts < min_contexts:
+            raise ValueError(f"max_contexts ({max_contexts}) must be at least min_contexts ({min_contexts})")
+        if max_words < 1:
+            raise ValueError("max_words must be at least 1")
+        self.num_layers = num_layers
+        self.tokenizer = tokenizer
+        self.n_pairs, self.baseline_pairs = n_pairs, baseline_pairs
+        self.min_contexts, self.max_contexts, self.max_words = min_contexts, max_contexts, max_words
+        self.include_special, self.mev_center, self.seed = bool(include_special), bool(mev_center), seed
+        self._unk = getattr(tokenizer, "unk_token_id", None) if tokenizer is not None else None
+        # Baseline: bottom-n_pairs examples by key, one token each, [k, 2, L + 1, hidden] float32.
+        self.base_keys = np.zeros(0, dtype=np.uint64)
+        self.base_examples = np.zeros(0, dtype=np.int64)
+        self.base_positions = np.zeros(0, dtype=np.int64)
+        self.base_vectors: np.ndarray | None = None
+        # Intra-sentence similarity: sums over sentences, [2, L + 1].
+        self.intra_sum = np.zeros((2, num_layers + 1))
+        self.intra_sq = np.zeros((2, num_layers + 1))
+        self.n_sentences = 0
+        # Words.
+        self.words: dict[str, _Word] = {}
+        self.threshold: np.uint64 | None = None  # words with a larger key can never be selected
+        self.n_seen = 0
+        self._forms: dict[tuple[int, ...], str | None] = {}
+
+    def params(self) -> dict:
+        return {
+            "n_pairs": self.n_pairs, "baseline_pairs": self.baseline_pairs,
+            "min_contexts": self.min_contexts, "max_contexts": self.max_contexts, "max_words": self.max_words,
+            "include_special": self.include_special, "mev_center": self.mev_center, "seed": self.seed,
+            "tokens": "real tokens incl. [CLS]/[SEP]" if self.include_special else "content tokens (no [CLS]/[SEP], no padding)",
+            "word_vector": "mean of sub-word vectors; word = lower-cased form; one occurrence per sentence",
+            "sample": "bottom-k of hash(seed, example index / word form)",
+            "storage": "word occurrences float16, baseline tokens float32, sums float64",
+            "num_layers": self.num_layers,
+        }
+
+    # ------------------------------------------------------------------------------ words
+    def _form(self, ids: tuple[int, ...]) -> str | None:
+        """The lower-cased word form of a piece sequence (None: contains the unknown token)."""
+        if ids not in self._forms:
+            if self._unk is not None and self._unk in ids:
+                form = None
+            elif self.tokenizer is not None:
+                pieces = self.tokenizer.convert_ids_to_tokens(list(ids))
+                form = self.tokenizer.convert_tokens_to_string(pieces).strip().lower()
+                form = form or None
+            else:
+                form = "ids:" + "-".join(map(str, ids))
+            self._forms[ids] = form
+        return self._forms[ids]
+
+    def _word(self, form: str) -> _Word | None:
+        """The entry of a word that could still be selected (creating it), None when it cannot."""
+        w = self.words.get(form)
+        if w is None:
+            key = word_key(self.seed, form)
+            if self.threshold is not None and key > self.threshold:
+                return None
+            w = self.words[form] = _Word(key, 0, np.zeros(0, np.uint64), np.zeros(0, np.int64), None)
+        return w
+
+    def _update_threshold(self) -> None:
+        """Lower the word-key threshold once ``max_words`` words qualify, and drop the words above it."""
+        keys = np.sort(np.array([w.key for w in self.words.values() if w.count >= self.min_contexts], dtype=np.uint64))
+        if len(keys) < self.max_words:
+            return
+        self.threshold = keys[self.max_words - 1]
+        self.words = {f: w for f, w in self.words.items() if w.key <= self.threshold}
+
+    def _add_words(self, index: int, item, hidden: np.ndarray) -> None:
+        """Pool one example's words (``hidden``: ``[T, 2, L + 1, D]`` float32) and keep the candidates."""
+        gids = global_word_ids(item.word_ids, item.segment)  # a pair's second text numbered after the first
+        if not (gids >= 0).any():
+            return
+        pooled = pool_words(hidden, gids, "mean")  # [W, 2, L + 1, D]
+        ids = item.input_ids
+        by_form: dict[str, list[int]] = {}
+        first_pos: dict[int, int] = {}
+        for w in range(pooled.shape[0]):
+            pos = np.nonzero(gids == w)[0]
+            if pos.size == 0:
+                continue
+            form = self._form(tuple(int(i) for i in ids[pos]))
+            if form is None:
+                continue
+            by_form.setdefault(form, []).append(w)
+            first_pos[w] = int(pos[0])
+        for form, ws in by_form.items():
+            entry = self._word(form)
+            if entry is None:
+                continue
+            if len(ws) > 1:  # the word repeats in this sentence: keep one occurrence, chosen by hash
+                pk = token_keys(self.seed ^ _SALT_POSITION, np.full(len(ws), index), np.array([first_pos[w] for w in ws]))
+                ws = [ws[int(np.argmin(pk))]]
+            okey = token_keys(self.seed ^ _SALT_OCCURRENCE, np.array([index]), np.array([word_hash(form)]))
+            entry.add(okey, np.array([index], np.int64),
+                      pooled[ws[0]][None].astype(np.float16), 1, self.max_contexts)
+
+    # ------------------------------------------------------------------------------ streaming
+    def _keep_baseline(self, keys, examples, positions, vectors) -> None:
+        k = np.concatenate([self.base_keys, keys])
+        e = np.concatenate([self.base_examples, examples])
+        p = np.concatenate([self.base_positions, positions])
+        v = vectors if self.base_vectors is None else np.concatenate([self.base_vectors, vectors])
+        order = np.lexsort((e, k))[: self.n_pairs]
+        self.base_keys, self.base_examples, self.base_positions = k[order], e[order], p[order]
+        self.base_vectors = v[order]
+
+    def update(self, batch: PairBatch) -> None:
+        n_layers = self.num_layers + 1
+        # [B, T, 2, L + 1, D] float32 on the CPU: every per-example view below is a cheap slice.
+        stacked = np.stack(
+            [np.stack([cap.hidden_states[l].float().cpu().numpy() for l in range(n_layers)], axis=2)
+             for cap in (batch.base, batch.tuned)], axis=2)
+        eligible = (batch.mask if self.include_special else batch.content).cpu().numpy()
+        idx = batch.example_indices
+        self.n_seen += len(idx)
+        ekeys = example_keys(self.seed ^ _SALT_BASELINE, idx)
+        cand_keys, cand_ex, cand_pos, cand_vec = [], [], [], []
+        limit = self.base_keys[-1] if len(self.base_keys) >= self.n_pairs else None
+        for row, item in enumerate(batch.items):
+            index = int(item.index)
+            pos = np.nonzero(eligible[row])[0]
+            if pos.size:
+                x = stacked[row, pos].astype(np.float64)  # [n, 2, L + 1, D]
+                intra = intra_similarity(np.moveaxis(x, 0, 2))  # [2, L + 1]
+                self.intra_sum += intra
+                self.intra_sq += intra**2
+                self.n_sentences += 1
+                if limit is None or ekeys[row] <= limit:
+                    pk = token_keys(self.seed ^ _SALT_POSITION, np.full(pos.size, index), pos)
+                    p = int(pos[np.argmin(pk)])
+                    cand_keys.append(ekeys[row])
+                    cand_ex.append(index)
+                    cand_pos.append(p)
+                    cand_vec.append(stacked[row, p])
+            length = len(item)
+            self._add_words(index, item, stacked[row, :length])
+        if cand_keys:
+            self._keep_baseline(np.array(cand_keys, np.uint64), np.array(cand_ex, np.int64),
+                                np.array(cand_pos, np.int64), np.stack(cand_vec).astype(np.float32))
+        self._update_threshold()
+
+    def merge(self, other: "Geometry") -> "Geometry":
+        self._check_mergeable(other)
+        if np.intersect1d(self.base_examples, other.base_examples).size:
+            raise ValueError("geometry: the shards share examples")
+        if other.base_vectors is not None:
+            self._keep_baseline(other.base_keys, other.base_examples, other.base_positions, other.base_vectors)
+        self.intra_sum += other.intra_sum
+        self.intra_sq += other.intra_sq
+        self.n_sentences += other.n_sentences
+        self.n_seen += other.n_seen
+        for form, w in other.words.items():
+            if self.threshold is not None and w.key > self.threshold:
+                continue
+            mine = self.words.get(form)
+            if mine is None:
+                self.words[form] = _Word(w.key, w.count, w.occ_keys.copy(), w.occ_examples.copy(), w.vectors.copy())
+            else:
+                mine.add(w.occ_keys, w.occ_examples, w.vectors, w.count, self.max_contexts)
+        if other.threshold is not None and (self.threshold is None or other.threshold < self.threshold):
+            self.threshold = other.threshold
+            self.words = {f: w for f, w in self.words.items() if w.key <= self.threshold}
+        self._update_threshold()
+        return self
+
+    # ------------------------------------------------------------------------------ results
+    def selected_words(self) -> list[str]:
+        """The analysed words: qualifying words with the smallest keys, in key order."""
+        qual = [(w.key, f) for f, w in self.words.items() if w.count >= self.min_contexts]
+        qual.sort()
+        return [f for _, f in qual[: self.max_words]]
+
+    def _word_stats(self) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """Per selected word: ``(words, self-similarity [n, 2, L + 1], MEV [n, 2, L + 1])``."""
+        forms = self.selected_words()
+        n_layers = self.num_layers + 1
+        ss = np.full((len(forms), 2, n_layers), np.nan)
+        mev = np.full((len(forms), 2, n_layers), np.nan)
+        for i, f in enumerate(forms):
+            x = np.moveaxis(self.words[f].vectors.astype(np.float64), 0, 2)  # [2, L + 1, m, D]
+            ss[i] = mean_offdiagonal_cosine(x)
+            mev[i] = max_explainable_variance(x, center=self.mev_center)
+        return forms, ss, mev
+
+    def _baseline(self) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
+        """``anisotropy`` and ``mev_baseline``: (mean [2, L + 1], sd [2, L + 1], n)."""
+        n_layers = self.num_layers + 1
+        nan = np.full((2, n_layers), np.nan)
+        k = len(self.base_keys)
+        if k < 2:
+            return {"anisotropy": (nan, nan, 0), "mev_baseline": (nan, nan, k)}
+        v = np.moveaxis(self.base_vectors.astype(np.float64), 0, 2)  # [2, L + 1, k, D]
+        if self.baseline_pairs == "chain":
+            a, b = chain_pairs(k)
+            cos = pair_cosines(v[:, :, a], v[:, :, b])  # [2, L + 1, pairs]
+            aniso = (cos.mean(-1), cos.std(-1, ddof=1) if len(a) > 1 else nan, len(a))
+        else:
+            u = v / np.where((nrm := np.linalg.norm(v, axis=-1, keepdims=True)) > 0, nrm, 1.0)
+            g = np.einsum("mlid,mljd->mlij", u, u)
+            iu = np.triu_indices(k, 1)
+            cos = g[:, :, iu[0], iu[1]]
+            aniso = (cos.mean(-1), cos.std(-1, ddof=1) if cos.shape[-1] > 1 else nan, cos.shape[-1])
+        mev = max_explainable_variance(v, center=self.mev_center)
+        return {"anisotropy": aniso, "mev_baseline": (mev, nan, k)}
+
+    def compute(self) -> Result:
+        """The ``geometry`` table: ``model, layer, metric, value, n`` plus ``adjusted, sd, unit, seed``."""
+        if self.n_sentences == 0:
+            raise ValueError("geometry saw no tokens")
+        n_layers = self.num_layers + 1
+        stats = self._baseline()
+        forms, ss, mev = self._word_stats()
+        nw = len(forms)
+
+        def over_words(a: np.ndarray):
+            if nw == 0:
+                return np.full((2, n_layers), np.nan), np.full((2, n_layers), np.nan)
+            return a.mean(0), (a.std(0, ddof=1) if nw > 1 else np.full((2, n_layers), np.nan))
+
+        stats["self_similarity"] = (*over_words(ss), nw)
+        stats["mev"] = (*over_words(mev), nw)
+        m = self.intra_sum / self.n_sentences
+        var = (self.intra_sq - self.n_sentences * m**2) / max(self.n_sentences - 1, 1)
+        stats["intra_similarity"] = (m, np.sqrt(np.clip(var, 0, None)) if self.n_sentences > 1 else np.full_like(m, np.nan),
+                                     self.n_sentences)
+        # Adjusted: per word (self-similarity, MEV) the baseline is a constant, so the sd is unchanged.
+        for name, (raw, ref) in ADJUSTED_METRICS.items():
+            stats[name] = (stats[raw][0] - stats[ref][0], stats[raw][1], stats[raw][2])
+        unit = {"anisotropy": "pairs", "mev_baseline": "tokens", "self_similarity": "words", "mev": "words",
+                "intra_similarity": "sentences"}
+        records = []
+        for mi, model in enumerate(MODELS):
+            for layer in range(n_layers):
+                for metric in METRICS:
+                    mean, sd, n = stats[metric]
+                    base_metric = ADJUSTED_METRICS.get(metric, (metric,))[0]
+                    records.append((model, layer, metric, float(mean[mi, layer]), int(n), metric in ADJUSTED_METRICS,
+                                    float(sd[mi, layer]), unit[base_metric]))
+        df = pd.DataFrame.from_records(records, columns=["model", "layer", "metric", "value", "n", "adjusted", "sd", "unit"])
+        df["seed"] = self.seed
+        df["n_examples_seen"] = self.n_seen
+        return Result(self.name, df, self.params())
+
+    def word_table(self) -> Result:
+        """``geometry_words``: per analysed word, model and layer: ``self_similarity``, ``mev`` (and adjusted)."""
+        forms, ss, mev = self._word_stats()
+        stats = self._baseline()
+        records = []
+        for i, f in enumerate(forms):
+            w = self.words[f]
+            for mi, model in enumerate(MODELS):
+                for layer in range(self.num_layers + 1):
+                    records.append((model, layer, f, len(w.occ_keys), w.count, ss[i, mi, layer], mev[i, mi, layer],
+                                    ss[i, mi, layer] - stats["anisotropy"][0][mi, layer],
+                                    mev[i, mi, layer] - stats["mev_baseline"][0][mi, layer]))
+        df = pd.DataFrame.from_records(records, columns=["model", "layer", "word", "n_contexts", "n_sentences",
+                                                         "self_similarity", "mev", "self_similarity_adjusted",
+                                                         "mev_adjusted"])
+        return Result(self.words_name, df, self.params())
+
+
+def by_layer(table: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """One metric as a ``layer x model`` frame (columns ``base``, ``tuned``)."""
+    sub = table[table["metric"] == metric]
+    return sub.pivot_table(index="layer", columns="model", values="value").reindex(columns=list(MODELS))
