@@ -1,0 +1,227 @@
+"""2-D PCA views of token representations per layer, base and tuned side by side (van Aken et al. 2019).
+
+For a few examples (chosen by index, or a seeded sample of the corpus) every token's representation
+at every layer is kept; :meth:`PCAViews.compute` projects them to two dimensions with scikit-learn's
+``PCA`` (``svd_solver="full"``: deterministic, signs fixed by sklearn's ``svd_flip``) in two ways:
+
+- ``per_layer``: one PCA per model and layer (each panel in its own axes: the shape of each model's
+  token cloud);
+- ``shared``: one PCA per layer fitted on the base and the tuned tokens together, so the two panels
+  share axes and the movement of tokens between models is visible.
+
+Each token carries a ``category`` to colour by: ``special`` ([CLS], [SEP], ...), ``punct`` (punctuation
+pieces, or UPOS PUNCT/SYM), a coarse part of speech when the corpus is annotated (``noun`` = NOUN/PROPN,
+``verb`` = VERB/AUX, ``adj``, ``adv``, ``pron``, ``det``, ``adp``, ``conj`` = CCONJ/SCONJ, ``num``,
+``part``, ``other``; every piece of a word takes the word's tag), else ``word``; and the example's
+``label`` (when the corpus has labels). Tokens are ordered by (example, position) before fitting, so
+the projection does not depend on batching.
+
+The sample (without ``examples``) is the ``n_examples`` examples with the smallest hashed keys of
+``(seed, example index)``, exact under batching and ``merge``; memory is those examples' tokens only
+(``T x 2 x layers x hidden`` float32 each).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from bertology.activations.batch import PairBatch
+from bertology.analyses.attention_targets import is_punct_token
+from bertology.analyses.base import Analysis
+from bertology.analyses.head_map import example_keys
+from bertology.data.align import annotated_word_ids
+from bertology.data.corpus import Corpus
+from bertology.results import Result
+
+MODELS = ("base", "tuned")
+FITS = ("per_layer", "shared")
+COARSE_POS = {
+    "NOUN": "noun", "PROPN": "noun", "VERB": "verb", "AUX": "verb", "ADJ": "adj", "ADV": "adv", "PRON": "pron",
+    "DET": "det", "ADP": "adp", "CCONJ": "conj", "SCONJ": "conj", "NUM": "num", "PART": "part",
+    "PUNCT": "punct", "SYM": "punct", "INTJ": "other", "X": "other",
+}
+_SALT = 0x706361  # "pca": keeps this sample apart from head_map's with the same seed
+COLUMNS = ["model", "layer", "fit", "example", "token_index", "token", "category", "label", "x", "y",
+           "explained_variance", "explained_variance_x", "explained_variance_y", "n_tokens"]
+
+
+@dataclass
+class _Example:
+    key: np.uint64
+    index: int
+    tokens: list[str]
+    categories: list[str]
+    positions: np.ndarray  # int64 [n]
+    vectors: np.ndarray  # float32 [n, 2, n_layers, hidden]
+
+
+class PCAViews(Analysis):
+    """Token representations of a few examples, projected to 2-D per layer (per-model and shared PCA)."""
+
+    name = "pca_views"
+    requires = frozenset({"hidden_states"})
+
+    def __init__(
+        self,
+        num_layers: int,
+        *,
+        tokenizer=None,
+        corpus: Corpus | None = None,
+        examples: Iterable[int] | None = None,
+        n_examples: int = 20,
+        layers: Sequence[int] | None = None,
+        fits: Sequence[str] = FITS,
+        include_special: bool = True,
+        seed: int = 0,
+    ):
+        if n_examples < 1:
+            raise ValueError("n_examples must be at least 1")
+        fits = tuple(fits)
+        if not fits or any(f not in FITS for f in fits):
+            raise ValueError(f"fits must be a non-empty subset of {FITS}, not {fits!r}")
+        self.layers = tuple(range(num_layers + 1)) if layers is None else tuple(int(l) for l in layers)
+        if not self.layers or any(not 0 <= l <= num_layers for l in self.layers):
+            raise ValueError(f"layers must lie in 0..{num_layers}, got {self.layers}")
+        self.num_layers, self.tokenizer, self.corpus = num_layers, tokenizer, corpus
+        self.examples = None if examples is None else tuple(sorted({int(i) for i in examples}))
+        self.n_examples = len(self.examples) if self.examples is not None else n_examples
+        self.fits, self.include_special, self.seed = fits, bool(include_special), seed
+        self.kept: list[_Example] = []  # sorted by (key, index)
+        self.n_seen = 0
+
+    def params(self) -> dict:
+        return {
+            "examples": list(self.examples) if self.examples is not None else None,
+            "n_examples": self.n_examples, "seed": self.seed, "layers": list(self.layers), "fits": list(self.fits),
+            "include_special": self.include_special,
+            "sample": "the given examples" if self.examples is not None else "bottom-k of hash(seed, example index)",
+            "pca": "sklearn PCA(n_components=2, svd_solver='full'), tokens in (example, position) order",
+            "num_layers": self.num_layers,
+        }
+
+    # ------------------------------------------------------------------------------ token labels
+    def _token_strings(self, ids: np.ndarray) -> list[str]:
+        if self.tokenizer is None:
+            return [str(int(i)) for i in ids]
+        return list(self.tokenizer.convert_ids_to_tokens([int(i) for i in ids]))
+
+    def _categories(self, item, tokens: list[str]) -> list[str]:
+        ex = self.corpus[item.index] if self.corpus is not None else None
+        word_tag: np.ndarray | None = None
+        if ex is not None and ex.upos is not None and ex.words is not None:
+            aw = annotated_word_ids(item.word_ids, item.segment, ex.n_first_words)
+            word_tag = aw
+        out = []
+        for t, (tok, special) in enumerate(zip(tokens, item.special)):
+            if special:
+                out.append("special")
+                continue
+            if word_tag is not None and 0 <= word_tag[t] < len(ex.upos):
+                out.append(COARSE_POS.get(str(ex.upos[word_tag[t]]).upper(), "other"))
+            elif self.tokenizer is not None and is_punct_token(tok):
+                out.append("punct")
+            else:
+                out.append("word")
+        return out
+
+    def label_of(self, index: int) -> str | None:
+        """The example's label (None without a labelled corpus)."""
+        if self.corpus is None:
+            return None
+        return self.corpus[index].label
+
+    # ------------------------------------------------------------------------------ streaming
+    def _keep(self, new: list[_Example]) -> None:
+        allx = self.kept + new
+        allx.sort(key=lambda e: (int(e.key), e.index))
+        self.kept = allx[: self.n_examples]
+
+    def update(self, batch: PairBatch) -> None:
+        idx = batch.example_indices
+        self.n_seen += len(idx)
+        keys = example_keys(self.seed ^ _SALT, idx)
+        if self.examples is not None:
+            wanted = set(self.examples)
+            rows = [r for r, i in enumerate(idx) if int(i) in wanted]
+        else:
+            limit = (int(self.kept[-1].key), self.kept[-1].index) if len(self.kept) >= self.n_examples else None
+            rows = [r for r in range(len(idx)) if limit is None or (int(keys[r]), int(idx[r])) < limit]
+        if not rows:
+            return
+        mask = (batch.mask if self.include_special else batch.content).cpu().numpy()
+        new = []
+        for r in rows:
+            item = batch.items[r]
+            pos = np.nonzero(mask[r])[0]
+            vec = np.stack(
+                [np.stack([cap.hidden_states[l][r, pos].float().cpu().numpy() for l in self.layers], axis=1)
+                 for cap in (batch.base, batch.tuned)], axis=1)  # [n, 2, n_layers, D]
+            tokens = self._token_strings(item.input_ids)
+            cats = self._categories(item, tokens)
+            new.append(_Example(keys[r], int(item.index), [tokens[p] for p in pos], [cats[p] for p in pos],
+                                pos.astype(np.int64), vec.astype(np.float32)))
+        self._keep(new)
+
+    def merge(self, other: "PCAViews") -> "PCAViews":
+        self._check_mergeable(other)
+        if {e.index for e in self.kept} & {e.index for e in other.kept}:
+            raise ValueError("pca_views: the shards share examples")
+        self._keep(list(other.kept))
+        self.n_seen += other.n_seen
+        return self
+
+    # ------------------------------------------------------------------------------ results
+    @property
+    def sample(self) -> list[int]:
+        """Indices of the kept examples, in ascending order."""
+        return sorted(e.index for e in self.kept)
+
+    def token_matrix(self, model: int, layer: int) -> np.ndarray:
+        """The kept tokens' vectors of one model (0 base, 1 tuned) and layer, in (example, position) order."""
+        li = self.layers.index(layer)
+        ex = sorted(self.kept, key=lambda e: e.index)
+        return np.concatenate([e.vectors[:, model, li] for e in ex]).astype(np.float64)
+
+    def compute(self) -> Result:
+        """The ``pca_views`` table: one row per model, layer, fit and token."""
+        from sklearn.decomposition import PCA
+
+        ex = sorted(self.kept, key=lambda e: e.index)
+        n = sum(len(e.positions) for e in ex)
+        if n < 3:
+            raise ValueError(f"pca_views needs at least 3 tokens, got {n}")
+        meta = pd.DataFrame({
+            "example": np.concatenate([np.full(len(e.positions), e.index) for e in ex]),
+            "token_index": np.concatenate([e.positions for e in ex]),
+            "token": [t for e in ex for t in e.tokens],
+            "category": [c for e in ex for c in e.categories],
+            "label": [self.label_of(e.index) for e in ex for _ in e.positions],
+        })
+        parts = []
+
+        def frame(model: str, layer: int, fit: str, xy: np.ndarray, ratio: np.ndarray) -> pd.DataFrame:
+            ratio = np.pad(ratio, (0, 2 - len(ratio)))
+            return meta.assign(model=model, layer=layer, fit=fit, x=xy[:, 0], y=xy[:, 1],
+                               explained_variance=float(ratio.sum()), explained_variance_x=float(ratio[0]),
+                               explained_variance_y=float(ratio[1]), n_tokens=n)
+
+        def pca(x: np.ndarray):
+            p = PCA(n_components=2, svd_solver="full").fit(x)
+            return p, p.explained_variance_ratio_
+
+        for layer in self.layers:
+            xs = [self.token_matrix(m, layer) for m in range(2)]
+            if "per_layer" in self.fits:
+                for m, model in enumerate(MODELS):
+                    p, ratio = pca(xs[m])
+                    parts.append(frame(model, layer, "per_layer", p.transform(xs[m]), ratio))
+            if "shared" in self.fits:
+                p, ratio = pca(np.concatenate(xs))
+                for m, model in enumerate(MODELS):
+                    parts.append(frame(model, layer, "shared", p.transform(xs[m]), ratio))
+        df = pd.concat(parts, ignore_index=True)[COLUMNS]
+        df["n_examples_seen"] = self.n_seen
+        return Result(self.name, df, self.params())
