@@ -1,8 +1,12 @@
-"""``bertology finetune``: train a sequence classifier and save it where ``compare --tuned`` can read it.
+"""``bertology finetune``: the fine-tuning lab. Train a sequence classifier (or a SimCSE sentence encoder)
+and save it where ``compare --tuned`` can read it.
 
 Writes, under ``--out``: ``model/`` (Hugging Face folder, safetensors), ``tables/finetune.parquet`` and
-``.csv`` (``step, epoch, split, metric, value``), ``tables/finetune_predictions.parquet``/``.csv``
-(held-out predictions) and ``manifest.json``.
+``.csv`` (``step, epoch, split, metric, value, slice``), ``tables/finetune_predictions.parquet``/``.csv``
+(held-out predictions; classification), ``tables/anisotropy`` (contrastive), ``checkpoints/step-N/``
+(with ``--save-every``) and ``manifest.json``. Experiments: ``--drop-layers``, ``--freeze-layers``,
+``--freeze-embeddings``, ``--exclude-words``, ``--objective contrastive``. An interrupted run with
+``--save-every`` continues from its latest checkpoint when the same command is run again.
 """
 from __future__ import annotations
 
@@ -13,14 +17,55 @@ import typer
 
 from bertology.cli.app import app, console, user_errors
 from bertology.config import DataConfig, FinetuneConfig
+from bertology.errors import BertologyError
+
 
 def _summary(metrics: dict, n_train, model_dir, wall, reused: bool = False) -> str:
-    line = (
-        f"held-out accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} "
-        f"(n={metrics.get('n_eval')}, {n_train} training examples"
-    )
+    if "accuracy" in metrics:
+        line = (
+            f"held-out accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} "
+            f"(n={metrics.get('n_eval')}, {n_train} training examples"
+        )
+    else:  # contrastive: STS Spearman when STS data was given, else the held-out contrastive loss
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
+        line = f"{shown} ({n_train} training examples"
     line += ", reused the identical earlier run" if reused else f", {wall:.1f} s"
     return line + f"); model saved to {model_dir}"
+
+
+def _details(manifest: dict) -> list[str]:
+    """Extra summary lines: slices, dropped examples, removed/frozen layers, early stopping, resumption."""
+    s = manifest.get("summary") or {}
+    lines = []
+    if s.get("excluded_words"):
+        ex = s["excluded_words"]
+        lines.append(f"dropped {ex['n_dropped']} of {ex['n_before']} training examples mentioning {', '.join(ex['words'])}")
+    for name, m in (s.get("slices") or {}).items():
+        lines.append(f"  slice {name}: accuracy {m['accuracy']:.4f} (n={m['n_eval']})")
+    if s.get("layers"):
+        lines.append(f"removed layer(s) {', '.join(map(str, s['layers']['dropped']))}; {s['layers']['remaining']} remain")
+    if s.get("frozen"):
+        f = s["frozen"]
+        lines.append(f"frozen: {f['layers']} bottom layer(s){' + embeddings' if f['embeddings'] else ''} "
+                     f"({f['parameters']['frozen']:,} of {f['parameters']['total']:,} parameters)")
+    es = s.get("early_stopping")
+    if es and es.get("stopped_early"):
+        lines.append(f"early stopping: best {es['metric']} at step {es['best_step']} (weights restored)")
+    if s.get("resumed_from_step") is not None:
+        lines.append(f"resumed from the checkpoint at step {s['resumed_from_step']}")
+    if s.get("train_time_s") is not None:
+        lines.append(f"training time {s['train_time_s']:.1f} s over {s.get('steps')} steps; wall time {s['wall_time_s']:.1f} s")
+    return lines
+
+
+def parse_layers(text: str | None, flag: str = "--drop-layers") -> tuple[int, ...]:
+    """``"11,12"`` -> ``(11, 12)``; empty/None -> ``()``."""
+    if text is None or not text.strip():
+        return ()
+    try:
+        return tuple(sorted({int(x) for x in text.replace(" ", "").split(",") if x}))
+    except ValueError:
+        raise BertologyError(f"{flag} takes a comma list of layer numbers (1-based), not {text!r}.") from None
 
 
 @app.command("finetune")
@@ -48,11 +93,46 @@ def finetune_command(
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N, or auto."),
     out: Path = typer.Option(Path("runs/finetune"), "--out", help="Run folder (model/, tables/, manifest.json)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow custom model code from the hub."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different run already in --out."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different run already in --out (or retrain this one from scratch)."),
+    drop_layers: Optional[str] = typer.Option(None, "--drop-layers", help="Remove these transformer layers (comma list, 1-based) before training."),
+    freeze_layers: int = typer.Option(0, "--freeze-layers", help="Freeze the bottom K transformer layers.", min=0),
+    freeze_embeddings: bool = typer.Option(False, "--freeze-embeddings", help="Freeze the embedding layer."),
+    exclude_words: Optional[str] = typer.Option(
+        None, "--exclude-words",
+        help="Drop training examples containing any of these words (comma list or @FILE; whole word, case-insensitive, "
+             "either text of a pair); eval is also reported on the slices with / without them.",
+    ),
+    objective: str = typer.Option("classification", "--objective", help="classification, or contrastive (SimCSE; saves an encoder without a head)."),
+    contrastive: str = typer.Option(
+        "auto", "--contrastive",
+        help="Contrastive flavour: unsupervised (same sentence twice, dropout positives), supervised (NLI pairs: "
+             "entailment positive, contradiction hard negative), or auto (supervised when the data has pairs and labels).",
+    ),
+    temperature: float = typer.Option(0.05, "--temperature", help="Contrastive: temperature of the cosine similarities."),
+    pooling: str = typer.Option("cls", "--pooling", help="Contrastive: sentence embedding = cls token or mean of tokens."),
+    sts_data: Optional[str] = typer.Option(None, "--sts-data", help="Contrastive: STS-B-format file (sentence1, sentence2, score) for Spearman."),
+    anisotropy_sentences: int = typer.Option(500, "--anisotropy-sentences", help="Contrastive: sentences sampled for anisotropy per layer (0 = skip).", min=0),
+    grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-batches of --batch-size per optimiser step.", min=1),
+    eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Also evaluate every N optimiser steps (always at each epoch end).", min=1),
+    early_stopping: Optional[int] = typer.Option(None, "--early-stopping", help="Stop after PATIENCE evaluations without improvement; keep the best weights.", min=1),
+    early_stopping_metric: Optional[str] = typer.Option(None, "--early-stopping-metric", help="Metric watched by --early-stopping (default accuracy; contrastive: spearman or loss)."),
+    save_every: Optional[int] = typer.Option(None, "--save-every", help="Keep checkpoints/step-N/ every N steps (resume after an interruption; bertology track).", min=1),
 ) -> None:
-    """Fine-tune a sequence classifier (single sentences or sentence pairs) and save it with its metrics."""
+    """Fine-tune a sequence classifier (single sentences or sentence pairs) or a contrastive encoder, with layer
+    removal, freezing, biased-data filters, checkpoints and resumption."""
     from bertology.data.loaders import load_corpus
+    from bertology.training.data import parse_word_list
     from bertology.training.run import finetune_to_dir
+
+    if objective not in ("classification", "contrastive"):
+        raise BertologyError(f"--objective must be classification or contrastive, not {objective!r}.")
+    if contrastive not in ("auto", "unsupervised", "supervised"):
+        raise BertologyError(f"--contrastive must be auto, unsupervised or supervised, not {contrastive!r}.")
+    if pooling not in ("cls", "mean"):
+        raise BertologyError(f"--pooling must be cls or mean, not {pooling!r}.")
+    words = parse_word_list(exclude_words)
+    if exclude_words is not None and not words:
+        raise BertologyError("--exclude-words is empty.")
 
     config = FinetuneConfig(
         model=model,
@@ -76,10 +156,31 @@ def finetune_command(
         seed=seed,
         device=device,
         trust_remote_code=trust_remote_code,
+        objective=objective,  # type: ignore[arg-type]
+        temperature=temperature,
+        pooling=pooling,  # type: ignore[arg-type]
+        sts_data=sts_data,
+        anisotropy_sentences=anisotropy_sentences,
+        drop_layers=parse_layers(drop_layers),
+        freeze_layers=freeze_layers,
+        freeze_embeddings=freeze_embeddings,
+        exclude_words=words,
+        grad_accum=grad_accum,
+        eval_every=eval_every,
+        early_stopping=early_stopping,
+        early_stopping_metric=early_stopping_metric,
+        save_every=save_every,
     )
     columns = dict(text_column=text_column, pair_column=pair_column, label_column=label_column)
     train = load_corpus(data, **columns)
     evaluation = load_corpus(eval_data, **columns) if eval_data else None
+    if objective == "contrastive":
+        import dataclasses
+
+        mode = contrastive
+        if mode == "auto":
+            mode = "supervised" if (train.has_pairs and train.has_labels) else "unsupervised"
+        config = dataclasses.replace(config, contrastive=mode)  # type: ignore[arg-type]
 
     run = finetune_to_dir(config, train, evaluation, overwrite=overwrite, retrain=overwrite, progress=True)
     if run.reused:
@@ -87,3 +188,7 @@ def finetune_command(
     for w in run.warnings:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
     typer.echo(_summary(run.metrics, run.n_train, run.model_dir, run.wall_time_s, reused=run.reused))
+    from bertology.results import RunDirectory
+
+    for line in _details(RunDirectory(run.out).read_manifest() or {}):
+        typer.echo(line)

@@ -1,4 +1,4 @@
-"""Minimal fine-tuning: a sequence classifier on labelled sentences or sentence pairs.
+"""Fine-tuning a sequence classifier on labelled sentences or sentence pairs (the fine-tuning lab).
 
 :func:`finetune` trains ``AutoModelForSequenceClassification`` on a :class:`~bertology.data.corpus.Corpus`
 with AdamW and a linear warm-up/decay schedule, evaluates accuracy and macro-F1 on a held-out split
@@ -16,11 +16,10 @@ import copy
 import logging
 import math
 import os
-import random
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,12 +33,12 @@ from bertology.config import FinetuneConfig
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, EncodedExample, encode_corpus
 from bertology.errors import BertologyError
+from bertology.training.data import SLICE_ALL, SLICE_WITH, SLICE_WITHOUT, exclude_examples, mention_mask, parse_word_list
+from bertology.training.loop import LOG_EVERY, seed_everything as _seed_everything
 
 logger = logging.getLogger(__name__)
 
 TABLE_COLUMNS = ["step", "epoch", "split", "metric", "value"]
-#: Training loss is logged (averaged over the window) every this many optimiser steps.
-LOG_EVERY = 10
 #: Gradient-norm clipping threshold (the usual BERT fine-tuning value).
 MAX_GRAD_NORM = 1.0
 
@@ -57,6 +56,8 @@ class FinetuneResult:
     label2id: dict[str, int]
     predictions: pd.DataFrame | None = None
     details: dict = field(default_factory=dict)
+    #: further tables by name (e.g. ``anisotropy`` of a contrastive run), written beside ``finetune``
+    extra_tables: dict[str, pd.DataFrame] = field(default_factory=dict)
 
     @property
     def id2label(self) -> dict[int, str]:
@@ -78,9 +79,9 @@ class FinetuneResult:
         from html import escape
 
         m = self.metrics
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in m.items() if isinstance(v, float))
         return (
-            f"<b>FinetuneResult</b>: {self.n_train} train / {self.n_eval} held-out examples, "
-            f"accuracy {m.get('accuracy', float('nan')):.4f}, macro-F1 {m.get('macro_f1', float('nan')):.4f}, "
+            f"<b>FinetuneResult</b>: {self.n_train} train / {self.n_eval} held-out examples, {escape(shown)}, "
             f"model saved to <code>{escape(str(self.model_dir))}</code>"
         )
 
@@ -105,6 +106,14 @@ def _check_config(config: FinetuneConfig) -> None:
         raise BertologyError(f"max_length must be at least 2, not {config.data.max_length!r}.")
     if config.data.max_examples is not None and config.data.max_examples < 2:
         raise BertologyError(f"max_examples must be at least 2, not {config.data.max_examples!r}.")
+    if config.grad_accum < 1:
+        raise BertologyError(f"grad_accum must be at least 1, not {config.grad_accum!r}.")
+    if config.freeze_layers < 0:
+        raise BertologyError(f"freeze_layers must be >= 0, not {config.freeze_layers!r}.")
+    for name in ("eval_every", "save_every", "early_stopping"):
+        value = getattr(config, name)
+        if value is not None and value < 1:
+            raise BertologyError(f"{name} must be at least 1, not {value!r}.")
 
 
 def _check_labels(corpus: Corpus, role: str) -> list[str]:
@@ -189,15 +198,6 @@ def _collate(
     )
 
 
-def _train_batches(n: int, batch_size: int, generator: torch.Generator) -> Iterator[list[int]]:
-    """An endless stream of training batches (item positions): a fresh seeded permutation per epoch,
-    cut into ``ceil(n / batch_size)`` batches (the last one of an epoch is smaller when it must be)."""
-    while True:
-        perm = torch.randperm(n, generator=generator).tolist()
-        for i in range(0, n, batch_size):
-            yield perm[i : i + batch_size]
-
-
 def _forward(model: torch.nn.Module, batch: _Batch) -> torch.Tensor:
     kwargs = dict(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
     if batch.token_type_ids is not None:
@@ -213,32 +213,47 @@ def _evaluate(
     pad_id: int,
     use_token_types: bool,
     device: torch.device,
+    slices: dict[str, np.ndarray] | None = None,
 ) -> tuple[dict, np.ndarray]:
-    """Accuracy, macro-F1 and mean cross-entropy on a held-out set; also the predicted ids by corpus index."""
-    from sklearn.metrics import accuracy_score, f1_score
+    """Accuracy, macro-F1 and mean cross-entropy on a held-out set; also the predicted ids by corpus index.
 
+    ``slices`` maps a slice name to a boolean mask over the corpus; each slice gets the same metrics
+    (over its kept examples) under ``metrics["slices"][name]``.
+    """
     was_training = model.training
     model.eval()
     preds = np.full(len(label_ids), -1, dtype=np.int64)
-    loss_sum = 0.0
+    losses = np.full(len(label_ids), np.nan)
     try:
         with torch.inference_mode():
             for items in length_batches(enc.items, batch_size):
                 batch = _collate(items, label_ids, pad_id, use_token_types, device)
                 logits = _forward(model, batch).float()
-                loss_sum += float(F.cross_entropy(logits, batch.labels, reduction="sum"))
+                losses[batch.index] = F.cross_entropy(logits, batch.labels, reduction="none").cpu().numpy()
                 preds[batch.index] = logits.argmax(-1).cpu().numpy()
     finally:
         model.train(was_training)
     kept = np.array([it.index for it in enc.items], dtype=np.int64)
-    y_true, y_pred = label_ids[kept], preds[kept]
-    metrics = {
+    metrics = _scores(label_ids[kept], preds[kept], losses[kept])
+    if slices:
+        metrics["slices"] = {}
+        for name, mask in slices.items():
+            sel = kept[mask[kept]]
+            metrics["slices"][name] = _scores(label_ids[sel], preds[sel], losses[sel])
+    return metrics, preds
+
+
+def _scores(y_true: np.ndarray, y_pred: np.ndarray, losses: np.ndarray) -> dict:
+    from sklearn.metrics import accuracy_score, f1_score
+
+    if len(y_true) == 0:
+        return {"accuracy": float("nan"), "macro_f1": float("nan"), "loss": float("nan"), "n_eval": 0}
+    return {
         "accuracy": float(accuracy_score(y_true, y_pred)),
         "macro_f1": float(f1_score(y_true, y_pred, average="macro", zero_division=0)),
-        "loss": loss_sum / len(kept),
-        "n_eval": int(len(kept)),
+        "loss": float(losses.sum() / len(y_true)),
+        "n_eval": int(len(y_true)),
     }
-    return metrics, preds
 
 
 # --------------------------------------------------------------------------------------------------
@@ -310,12 +325,6 @@ def _checkpoint_has_head(path: str, trust_remote_code: bool, auto_config) -> boo
     return any(a.endswith("ForSequenceClassification") for a in (getattr(cfg, "architectures", None) or []))
 
 
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    torch.manual_seed(seed)
-
-
 def _resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -361,20 +370,76 @@ def _save_atomically(model, tokenizer, out: Path) -> Path:
 
 
 def _progress(enabled: bool):
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    """The training progress bar (kept for callers of the old name; the loop owns it now)."""
+    from bertology.training.loop import _progress as progress_bar
 
-    return Progress(
-        TextColumn("[bold]fine-tuning[/]"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("epoch {task.fields[epoch]:.2f}  loss {task.fields[loss]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        disable=not enabled,
-        transient=False,
-    )
+    return progress_bar(enabled)
+
+
+class ClassificationTask:
+    """Cross-entropy on a classification head; evaluation on the held-out set and its slices."""
+
+    def __init__(self, tokenizer, enc_train, y_train, enc_eval, y_eval, *, batch_size, pad_id, use_token_types, device,
+                 slices: dict[str, np.ndarray] | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.enc_train, self.y_train = enc_train, y_train
+        self.enc_eval, self.y_eval = enc_eval, y_eval
+        self.batch_size, self.pad_id, self.use_token_types, self.device = batch_size, pad_id, use_token_types, device
+        self.slices = slices
+        self.n_items = len(enc_train.items)
+        self.last_preds: np.ndarray | None = None
+
+    def loss(self, model: torch.nn.Module, indices: list[int]) -> torch.Tensor:
+        items = [self.enc_train.items[i] for i in indices]
+        batch = _collate(items, self.y_train, self.pad_id, self.use_token_types, self.device)
+        return F.cross_entropy(_forward(model, batch).float(), batch.labels)
+
+    def evaluate(self, model: torch.nn.Module) -> tuple[dict, list[dict]]:
+        metrics, preds = _evaluate(model, self.enc_eval, self.y_eval, self.batch_size, self.pad_id,
+                                   self.use_token_types, self.device, self.slices)
+        self.last_preds = preds
+        rows = [{"split": "eval", "metric": m, "value": float(metrics[m]), "slice": SLICE_ALL} for m in ("accuracy", "macro_f1", "loss")]
+        for name, sm in metrics.get("slices", {}).items():
+            rows += [{"split": "eval", "metric": m, "value": float(sm[m]), "slice": name} for m in ("accuracy", "macro_f1", "loss", "n_eval")]
+        return metrics, rows
+
+    def save(self, model: torch.nn.Module, folder: Path) -> None:
+        model.save_pretrained(folder, safe_serialization=True)
+        self.tokenizer.save_pretrained(folder)
+
+
+def checkpoint_fingerprint(config: FinetuneConfig, train: Corpus, eval: Corpus | None) -> str:  # noqa: A002
+    """Identity of the settings that checkpoints must share to be resumed (not ``out``, ``save_every``, ``device``)."""
+    import hashlib
+    import json
+
+    d = config.to_dict()
+    for key in ("out", "save_every", "device"):
+        d.pop(key, None)
+    parts = [d, train.fingerprint(), eval.fingerprint() if eval is not None else None]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def prepare_checkpoints(folder: Path, fingerprint: str, resume: bool) -> None:
+    """Keep the checkpoints in ``folder`` when they belong to this run and ``resume``; otherwise start afresh."""
+    import json
+
+    from bertology.results import atomic_write_text
+
+    meta = folder / "run.json"
+    if folder.exists():
+        old = None
+        if meta.exists():
+            try:
+                old = json.loads(meta.read_text(encoding="utf-8")).get("fingerprint")
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                old = None
+        if not resume or old != fingerprint:
+            if old is not None and old != fingerprint and resume:
+                logger.warning("Discarding the checkpoints in %s: they belong to a run with other settings", folder)
+            shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(meta, json.dumps({"fingerprint": fingerprint}))
 
 
 def finetune(
@@ -382,17 +447,37 @@ def finetune(
     train: Corpus,
     eval: Corpus | None = None,  # noqa: A002 - the public name the API documents
     progress: bool = False,
-) -> FinetuneResult:
-    """Fine-tune ``config.model`` as a sequence classifier on ``train``; evaluate on ``eval`` or a held-out split.
+    *,
+    resume: bool = True,
+    on_step=None,
+):
+    """Fine-tune ``config.model`` on ``train``; evaluate on ``eval`` or a held-out split.
 
-    Returns a :class:`FinetuneResult`; the model and tokenizer are saved (safetensors) to
-    ``Path(config.out) / "model"``. The ``finetune`` table has columns ``step, epoch, split, metric,
-    value``: ``split="train"`` rows carry the mean training loss over each logging window
-    (every :data:`LOG_EVERY` steps and at each epoch end) and the learning rate; ``split="eval"`` rows
-    carry ``accuracy``, ``macro_f1`` and ``loss`` on the held-out set before training (step 0), at
-    the end of every epoch, and at the last step.
+    With ``config.objective == "contrastive"`` this is :func:`bertology.training.contrastive.contrastive_finetune`
+    (a SimCSE sentence encoder). Otherwise a sequence classifier: returns a :class:`FinetuneResult`; the
+    model and tokenizer are saved (safetensors) to ``Path(config.out) / "model"``. The ``finetune`` table
+    has columns ``step, epoch, split, metric, value, slice``: ``split="train"`` rows carry the mean
+    training loss over each logging window (every :data:`LOG_EVERY` steps and at each epoch end) and
+    the learning rate; ``split="eval"`` rows carry ``accuracy``, ``macro_f1`` and ``loss`` on the
+    held-out set (``slice="all"``) before training (step 0), every ``eval_every`` steps, at the end of
+    every epoch and at the last step. With ``exclude_words`` the eval rows are repeated for the
+    examples with (``slice="with_words"``) and without (``slice="without_words"``) those words,
+    with their ``n_eval``.
+
+    ``drop_layers``/``freeze_layers``/``freeze_embeddings`` change the model before training (see
+    :mod:`bertology.training.surgery`); ``exclude_words`` drops training examples (see
+    :mod:`bertology.training.data`). With ``save_every`` the run keeps ``checkpoints/step-N/`` and,
+    when ``resume``, continues from the latest one written with the same settings. ``on_step(step)``
+    is called after every optimiser step.
     """
-    from transformers import get_linear_schedule_with_warmup
+    if config.objective == "contrastive":
+        from bertology.training.contrastive import contrastive_finetune
+
+        return contrastive_finetune(config, train, eval, progress=progress, resume=resume, on_step=on_step)
+    if config.objective != "classification":
+        raise BertologyError(f"Unknown objective {config.objective!r}; use classification or contrastive.")
+    from bertology.training.loop import LoopConfig, plan_steps, train_loop
+    from bertology.training.surgery import drop_layers, freeze, num_blocks, parameter_counts
 
     t0 = time.perf_counter()
     _check_config(config)
@@ -423,6 +508,23 @@ def finetune(
         eval_labels = _check_labels(eval, "eval")
         split = {"source": "eval_data"}
 
+    # biased data: drop the training examples that mention any of the words; slice the eval set by them
+    exclusion: dict | None = None
+    slices: dict[str, np.ndarray] | None = None
+    if config.exclude_words:
+        words = parse_word_list(list(config.exclude_words))
+        kept_idx = np.flatnonzero(~mention_mask(train, words))
+        train_after, exclusion = exclude_examples(train, words)
+        train_labels = [train_labels[i] for i in kept_idx]
+        train = train_after
+        if len(train) == 0:
+            raise BertologyError(f"Every training example mentions one of {', '.join(words)}; nothing is left to train on.")
+        with_words = mention_mask(eval_corpus, words)
+        slices = {SLICE_WITH: with_words, SLICE_WITHOUT: ~with_words}
+        exclusion["eval_with_words"] = int(with_words.sum())
+        exclusion["eval_without_words"] = int((~with_words).sum())
+        logger.info("Dropped %d of %d training examples that mention %s", exclusion["n_dropped"], exclusion["n_before"], ", ".join(words))
+
     labels = sorted(set(train_labels))
     if len(labels) < 2:
         raise BertologyError(
@@ -440,6 +542,9 @@ def finetune(
     _seed_everything(config.seed)
     loaded, label2id, reused_head = _load_classifier(config, labels)
     model, tokenizer = loaded.model, loaded.tokenizer
+    n_layers_before = num_blocks(model)
+    kept_layers = drop_layers(model, config.drop_layers) if config.drop_layers else tuple(range(1, n_layers_before + 1))
+    frozen = freeze(model, config.freeze_layers, config.freeze_embeddings)
     model.to(device)
 
     pad_id = tokenizer.pad_token_id
@@ -455,79 +560,35 @@ def finetune(
     enc_eval = encode_corpus(eval_corpus, tokenizer, max_length=config.data.max_length, overlong=overlong)
 
     n_items = len(enc_train.items)
-    steps_per_epoch = math.ceil(n_items / config.batch_size)
-    total_steps = max(1, math.ceil(config.epochs * steps_per_epoch))
+    steps_per_epoch, total_steps = plan_steps(n_items, config.batch_size, config.grad_accum, config.epochs)
     warmup_steps = math.ceil(config.warmup_ratio * total_steps)
     logger.info(
-        "Fine-tuning %s on %d examples (%d held out), labels %s: %d steps (%d per epoch, %g epochs), batch %d, lr %g",
+        "Fine-tuning %s on %d examples (%d held out), labels %s: %d steps (%d per epoch, %g epochs), batch %d x %d, lr %g",
         loaded.name, n_items, len(enc_eval.items), label2id, total_steps, steps_per_epoch, config.epochs,
-        config.batch_size, config.learning_rate,
+        config.batch_size, config.grad_accum, config.learning_rate,
     )
 
-    no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for n, p in named if not n.endswith(no_decay)], "weight_decay": config.weight_decay},
-        {"params": [p for n, p in named if n.endswith(no_decay)], "weight_decay": 0.0},
-    ]
-    optimizer = torch.optim.AdamW(groups, lr=config.learning_rate)
-    scheduler = get_linear_schedule_with_warmup(optimizer, warmup_steps, total_steps)
+    checkpoint_dir = None
+    if config.save_every:
+        checkpoint_dir = Path(config.out) / "checkpoints"
+        prepare_checkpoints(checkpoint_dir, checkpoint_fingerprint(config, train, eval_corpus), resume)
 
-    rows: list[dict] = []
-
-    def record(step: int, split_name: str, metrics: dict) -> None:
-        epoch = step / steps_per_epoch
-        for name in ("accuracy", "macro_f1", "loss", "learning_rate"):
-            if name in metrics:
-                rows.append({"step": step, "epoch": epoch, "split": split_name, "metric": name, "value": float(metrics[name])})
-
-    def run_eval(step: int) -> tuple[dict, np.ndarray]:
-        metrics, preds = _evaluate(model, enc_eval, y_eval, config.batch_size, pad_id, use_token_types, device)
-        record(step, "eval", metrics)
-        logger.info(
-            "step %d (epoch %.2f): held-out accuracy %.4f, macro-F1 %.4f, loss %.4f",
-            step, step / steps_per_epoch, metrics["accuracy"], metrics["macro_f1"], metrics["loss"],
-        )
-        return metrics, preds
-
-    run_eval(0)
-    generator = torch.Generator().manual_seed(config.seed)
-    batches = _train_batches(n_items, config.batch_size, generator)
-    window: list[float] = []
-    running: float | None = None  # exponential moving average of the loss, for the progress bar
-    final_metrics: dict = {}
-    preds = np.array([], dtype=np.int64)
-
-    model.train()
-    with _progress(progress) as bar:
-        task = bar.add_task("train", total=total_steps, epoch=0.0, loss="-")
-        for step in range(1, total_steps + 1):
-            items = [enc_train.items[i] for i in next(batches)]
-            batch = _collate(items, y_train, pad_id, use_token_types, device)
-            logits = _forward(model, batch)
-            loss = F.cross_entropy(logits.float(), batch.labels)
-            if not torch.isfinite(loss):
-                raise BertologyError(
-                    f"The training loss became {float(loss)} at step {step}; lower the learning rate (now {config.learning_rate})."
-                )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
-            lr = scheduler.get_last_lr()[0]
-            optimizer.step()
-            scheduler.step()
-            window.append(float(loss.detach()))
-            running = window[-1] if running is None else 0.9 * running + 0.1 * window[-1]
-            epoch_end = step % steps_per_epoch == 0
-            if step % LOG_EVERY == 0 or epoch_end or step == total_steps:
-                mean_loss = float(np.mean(window))
-                record(step, "train", {"loss": mean_loss, "learning_rate": lr})
-                logger.debug("step %d: train loss %.4f", step, mean_loss)
-                window = []
-            bar.update(task, advance=1, epoch=step / steps_per_epoch, loss=f"{running:.4f}")
-            if epoch_end or step == total_steps:
-                final_metrics, preds = run_eval(step)
-    model.eval()
+    task = ClassificationTask(tokenizer, enc_train, y_train, enc_eval, y_eval, batch_size=config.batch_size,
+                              pad_id=pad_id, use_token_types=use_token_types, device=device, slices=slices)
+    loop_cfg = LoopConfig(
+        total_steps=total_steps, steps_per_epoch=steps_per_epoch, warmup_steps=warmup_steps,
+        batch_size=config.batch_size, grad_accum=config.grad_accum, learning_rate=config.learning_rate,
+        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, seed=config.seed,
+        eval_every=config.eval_every, early_stopping=config.early_stopping,
+        metric=config.early_stopping_metric or "accuracy",
+        greater_is_better=(config.early_stopping_metric or "accuracy") != "loss",
+        save_every=config.save_every, checkpoint_dir=checkpoint_dir, resume=resume,
+    )
+    outcome = train_loop(model, task, loop_cfg, progress=progress, on_step=on_step)
+    final_metrics = outcome.metrics
+    if task.last_preds is None or (outcome.best_step is not None and outcome.best_step != outcome.last_step):
+        final_metrics, _ = task.evaluate(model)  # predictions of the weights that are saved
+    preds = task.last_preds
 
     model_dir = _save_atomically(model, tokenizer, Path(config.out))
     id2label = {i: lab for lab, i in label2id.items()}
@@ -541,20 +602,35 @@ def finetune(
         }
     )
     predictions["correct"] = predictions["label"] == predictions["predicted"]
-    table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
-    table["step"] = table["step"].astype("int64")
+    if slices:
+        predictions["slice"] = np.where(slices[SLICE_WITH], SLICE_WITH, SLICE_WITHOUT)
+    table = make_table(outcome.rows)
     details = {
+        "objective": "classification",
         "split": split,
         "labels": labels,
         "reused_checkpoint_head": reused_head,
         "steps": total_steps,
+        "steps_done": outcome.last_step,
         "steps_per_epoch": steps_per_epoch,
         "warmup_steps": warmup_steps,
         "epochs": config.epochs,
+        "batch_size": config.batch_size,
+        "grad_accum": config.grad_accum,
+        "effective_batch_size": config.batch_size * config.grad_accum,
         "log_every": LOG_EVERY,
-        "max_grad_norm": MAX_GRAD_NORM,
+        "max_grad_norm": config.max_grad_norm,
         "device": str(device),
         "token_type_ids": use_token_types,
+        "layers": {"before": n_layers_before, "dropped": list(config.drop_layers), "kept": list(kept_layers),
+                   "after": num_blocks(model)},
+        "frozen": {"layers": config.freeze_layers, "embeddings": config.freeze_embeddings, "n_tensors": len(frozen),
+                   "parameters": parameter_counts(model)},
+        "excluded_words": exclusion,
+        "early_stopping": {"patience": config.early_stopping, "metric": loop_cfg.metric, "stopped_early": outcome.stopped_early,
+                           "best_step": outcome.best_step} if config.early_stopping else None,
+        "checkpoints": {"every": config.save_every, "resumed_from_step": outcome.resumed_from} if config.save_every else None,
+        "train_time_s": round(outcome.train_time_s, 3),
         "tokenisation": {"train": enc_train.describe(), "eval": enc_eval.describe()},
         "label_counts": {
             "train": {str(lab): int(c) for lab, c in zip(*np.unique(train_labels, return_counts=True))},
@@ -575,3 +651,18 @@ def finetune(
         predictions=predictions,
         details=details,
     )
+
+
+def make_table(rows: list[dict]) -> pd.DataFrame:
+    """The long-form ``finetune`` table: ``step, epoch, split, metric, value, slice`` (+ any extra columns)."""
+    table = pd.DataFrame(rows)
+    if table.empty:
+        table = pd.DataFrame(columns=[*TABLE_COLUMNS, "slice"])
+    if "slice" not in table.columns:
+        table["slice"] = SLICE_ALL
+    table["slice"] = table["slice"].fillna(SLICE_ALL)
+    extra = [c for c in table.columns if c not in TABLE_COLUMNS]
+    table = table[[*TABLE_COLUMNS, *extra]]
+    table["step"] = table["step"].astype("int64")
+    table["value"] = table["value"].astype("float64")
+    return table.reset_index(drop=True)

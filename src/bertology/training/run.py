@@ -1,12 +1,16 @@
-"""Fine-tuning into a run directory: reuse an identical earlier run, or train and write everything.
+"""Fine-tuning into a run directory: reuse an identical earlier run, resume an interrupted one, or train.
 
 One place for what ``bertology finetune`` and the demo both need: the run fingerprint, the
-reuse-or-refuse decision, the tables (``finetune``, ``finetune_predictions``) and the manifest.
+reuse/resume/refuse decision, the tables (``finetune``, ``finetune_predictions``, and for a
+contrastive run ``anisotropy``) and the manifest. The manifest is written with ``status: running``
+before training starts, so a killed run is recognised; with ``save_every`` the same command then
+continues from the latest checkpoint.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,10 +43,24 @@ def run_fingerprint(config: FinetuneConfig, train: Corpus, evaluation: Corpus | 
     """Identity of a run: every setting that changes the numbers (not ``out``), the data and the base weights."""
     d = config.to_dict()
     d.pop("out", None)
+    d.pop("save_every", None)  # where checkpoints are kept does not change the numbers
+    for key, default in _NEW_DEFAULTS.items():  # runs from before these settings existed keep their fingerprint
+        if d.get(key) == default:
+            d.pop(key)
     source, where = resolve_model(config.model)
     weights = weights_fingerprint(where) if source != "hub" else None
     parts = [d, train.fingerprint(), evaluation.fingerprint() if evaluation is not None else None, weights or where]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+#: FinetuneConfig fields added by the fine-tuning lab and their defaults (left out of the fingerprint when default).
+_NEW_DEFAULTS = {
+    "objective": "classification", "contrastive": "unsupervised", "temperature": 0.05, "pooling": "cls",
+    "positive_label": "entailment", "negative_label": "contradiction", "sts_data": None, "anisotropy_sentences": 500,
+    "anisotropy_pairs": 2000, "drop_layers": (), "freeze_layers": 0, "freeze_embeddings": False,
+    "exclude_words": (), "grad_accum": 1, "eval_every": None, "early_stopping": None,
+    "early_stopping_metric": None, "max_grad_norm": 1.0,
+}
 
 
 def _device_info(device: str) -> dict:
@@ -62,10 +80,13 @@ def finetune_to_dir(
     overwrite: bool = False,
     retrain: bool = False,
     progress: bool = False,
+    on_step=None,
 ) -> FinetuneRun:
     """Fine-tune into ``config.out``, or reuse the identical run already there (unless ``retrain``).
 
-    A folder holding a different run is refused unless ``overwrite`` (see :class:`RunDirectory`).
+    A folder holding a different run is refused unless ``overwrite`` (see :class:`RunDirectory`). An
+    identical run that was interrupted resumes from its latest checkpoint (``save_every``) unless
+    ``retrain``; ``on_step(step)`` is passed to the training loop.
     """
     from bertology.training.finetune import finetune
 
@@ -79,13 +100,30 @@ def finetune_to_dir(
             run_dir.path, model_dir, read_table(run_dir.path, KIND), old["metrics"],
             old.get("result", {}).get("n_train"), 0.0, reused=True, warnings=old.get("warnings", []),
         )
+    resume = identical and not retrain
+    if not resume:  # another run (allowed by --overwrite) or a retrain: nothing of the old one may remain
+        for sub in ("checkpoints", "model"):
+            shutil.rmtree(run_dir.path / sub, ignore_errors=True)
+    started = {
+        "kind": KIND,
+        "fingerprint": fingerprint,
+        "status": "running",
+        "created": (old.get("created") if resume else None) or now_iso(),
+        "command": " ".join(sys.argv) if sys.argv else None,
+        "config": config.to_dict(),
+        "seed": config.seed,
+    }
+    run_dir.write_manifest(started)
 
-    result = finetune(config, train, evaluation, progress=progress)
+    result = finetune(config, train, evaluation, progress=progress, resume=resume, on_step=on_step)
     write_table(run_dir.path, KIND, result.table)
     tables = [KIND]
     if result.predictions is not None:
         write_table(run_dir.path, "finetune_predictions", result.predictions)
         tables.append("finetune_predictions")
+    for name, extra in result.extra_tables.items():
+        write_table(run_dir.path, name, extra)
+        tables.append(name)
     details = result.describe()
     warnings = [
         f"{enc['n_truncated']} of {enc['n_input']} {split} examples were truncated to {enc['max_length']} tokens."
@@ -96,8 +134,10 @@ def finetune_to_dir(
         {
             "kind": KIND,
             "fingerprint": fingerprint,
+            "status": "done",
             "bertology_version": package_versions().get("bertology"),
-            "created": now_iso(),
+            "created": started["created"],
+            "finished": now_iso(),
             "command": " ".join(sys.argv) if sys.argv else None,
             "config": config.to_dict(),
             "seed": config.seed,
@@ -115,9 +155,40 @@ def finetune_to_dir(
             "tables": tables,
             "warnings": warnings,
             "wall_time_s": round(result.wall_time_s, 3),
+            "summary": summary_of(result),
         }
     )
     return FinetuneRun(
         run_dir.path, Path(result.model_dir), result.table, result.metrics, result.n_train,
         result.wall_time_s, reused=False, warnings=warnings,
     )
+
+
+def summary_of(result) -> dict:
+    """The headline of a run for the manifest and the CLI: final metrics, slices, data and model changes, time."""
+    d = result.details
+    out = {
+        "objective": d.get("objective", "classification"),
+        "n_train": result.n_train,
+        "n_eval": result.n_eval,
+        "metrics": {k: v for k, v in result.metrics.items() if not isinstance(v, dict)},
+        "wall_time_s": round(result.wall_time_s, 3),
+        "train_time_s": d.get("train_time_s"),
+        "steps": d.get("steps_done", d.get("steps")),
+    }
+    if result.metrics.get("slices"):
+        out["slices"] = result.metrics["slices"]
+    if d.get("excluded_words"):
+        ex = d["excluded_words"]
+        out["excluded_words"] = {k: ex[k] for k in ("words", "n_before", "n_dropped", "n_after") if k in ex}
+    layers = d.get("layers") or {}
+    if layers.get("dropped"):
+        out["layers"] = {"dropped": layers["dropped"], "remaining": layers.get("after")}
+    frozen = d.get("frozen") or {}
+    if frozen.get("layers") or frozen.get("embeddings"):
+        out["frozen"] = frozen
+    if d.get("early_stopping"):
+        out["early_stopping"] = d["early_stopping"]
+    if d.get("checkpoints") and d["checkpoints"].get("resumed_from_step") is not None:
+        out["resumed_from_step"] = d["checkpoints"]["resumed_from_step"]
+    return out

@@ -1,0 +1,385 @@
+"""The training loop shared by every fine-tuning objective: accumulation, schedule, evaluation,
+early stopping, checkpoints and exact resumption.
+
+A :class:`TrainTask` supplies the objective (``loss`` on a list of item positions), the evaluation and
+the way a model folder is written; :func:`train_loop` does the rest:
+
+* **Batches.** One seeded ``torch.Generator`` draws a permutation per epoch, cut into effective batches
+  of ``batch_size * grad_accum`` items; each is run as ``grad_accum`` micro-batches of ``batch_size``
+  whose mean losses are weighted by their share of the batch, so with dropout off ``k`` micro-batches
+  of ``b`` give the same update as one batch of ``k * b`` (to float rounding).
+* **Schedule.** AdamW (no weight decay on biases and LayerNorm weights, frozen parameters left out),
+  linear warm-up then linear decay, gradient-norm clipping.
+* **Evaluation** at step 0, every ``eval_every`` steps, at each epoch end and at the last step.
+  ``early_stopping=P`` stops after ``P`` evaluations without improvement of the chosen metric and
+  restores the best weights.
+* **Checkpoints** (``save_every=N``): ``checkpoints/step-N/`` holds a loadable model folder plus
+  ``trainer_state.pt`` (optimiser, scheduler, RNG states, step, the table so far). A run started again
+  with the same settings resumes from the latest one and ends with the same weights as an
+  uninterrupted run (the batch stream is replayed from the seed, the RNG states are restored).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from bertology.errors import BertologyError
+
+logger = logging.getLogger(__name__)
+
+#: Training loss is logged (averaged over the window) every this many optimiser steps.
+LOG_EVERY = 10
+STATE_FILE = "trainer_state.pt"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+class TrainTask(Protocol):
+    """What the loop needs from an objective."""
+
+    n_items: int
+
+    def loss(self, model: torch.nn.Module, indices: list[int]) -> torch.Tensor:
+        """Mean loss over the items at these positions (model in train mode)."""
+
+    def evaluate(self, model: torch.nn.Module) -> tuple[dict, list[dict]]:
+        """Headline metrics and table rows (``split, metric, value`` and optional ``slice``)."""
+
+    def save(self, model: torch.nn.Module, folder: Path) -> None:
+        """Write a loadable model folder (weights as ``model.safetensors``) into ``folder``."""
+
+
+@dataclass
+class LoopConfig:
+    total_steps: int
+    steps_per_epoch: int
+    warmup_steps: int
+    batch_size: int
+    grad_accum: int = 1
+    learning_rate: float = 5e-5
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    eval_every: int | None = None
+    early_stopping: int | None = None
+    metric: str = "accuracy"
+    greater_is_better: bool = True
+    save_every: int | None = None
+    checkpoint_dir: Path | None = None
+    resume: bool = True
+
+    @property
+    def effective_batch(self) -> int:
+        return self.batch_size * self.grad_accum
+
+
+@dataclass
+class LoopOutcome:
+    rows: list[dict]
+    metrics: dict  # of the returned weights (the best evaluation when early stopping restored them)
+    last_step: int
+    stopped_early: bool = False
+    best_step: int | None = None
+    resumed_from: int | None = None
+    train_time_s: float = 0.0  # summed over resumed segments
+    details: dict = field(default_factory=dict)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def batch_stream(n: int, batch_size: int, seed: int, skip: int = 0) -> Iterator[list[int]]:
+    """Endless seeded batches of item positions: a fresh permutation per epoch, cut into ``ceil(n / batch_size)``
+    batches (the last of an epoch smaller when it must be). ``skip`` batches are drawn and discarded first
+    (resumption replays the stream instead of storing it)."""
+    generator = torch.Generator().manual_seed(seed)
+    k = 0
+    while True:
+        perm = torch.randperm(n, generator=generator).tolist()
+        for i in range(0, n, batch_size):
+            if k >= skip:
+                yield perm[i : i + batch_size]
+            k += 1
+
+
+def checkpoints(folder: str | Path) -> list[tuple[int, Path]]:
+    """``(step, path)`` of the finished checkpoints in ``folder`` (``step-N/`` with a trainer state), by step."""
+    folder = Path(folder)
+    out = []
+    if folder.is_dir():
+        for p in folder.iterdir():
+            m = _STEP_DIR.match(p.name)
+            if m and p.is_dir() and (p / STATE_FILE).exists():
+                out.append((int(m.group(1)), p))
+    return sorted(out)
+
+
+def _optimizer(model: torch.nn.Module, cfg: LoopConfig) -> torch.optim.Optimizer:
+    no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not named:
+        raise BertologyError("Every parameter is frozen; nothing would be trained.")
+    groups = [
+        {"params": [p for n, p in named if not n.endswith(no_decay)], "weight_decay": cfg.weight_decay},
+        {"params": [p for n, p in named if n.endswith(no_decay)], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.learning_rate)
+
+
+def _progress(enabled: bool):
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("[bold]fine-tuning[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("epoch {task.fields[epoch]:.2f}  loss {task.fields[loss]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        disable=not enabled,
+        transient=False,
+    )
+
+
+def _atomic_dir(final: Path, write: Callable[[Path], None]) -> None:
+    """Write a folder via a temporary sibling and a rename, so a kill never leaves half a checkpoint."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", suffix=".tmp", dir=final.parent))
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)
+        write(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _load_weights(model: torch.nn.Module, folder: Path) -> None:
+    from safetensors.torch import load_file
+
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise BertologyError(f"Checkpoint {folder} has no safetensors weights.")
+    state: dict = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    tied = set(getattr(model, "_tied_weights_keys", None) or [])
+    missing = [k for k in missing if k not in tied]
+    if missing or unexpected:
+        raise BertologyError(
+            f"Checkpoint {folder} does not fit the model (missing {missing[:3]}, unexpected {unexpected[:3]}); "
+            "was it written with other settings? Pass --overwrite to start again."
+        )
+
+
+def train_loop(
+    model: torch.nn.Module,
+    task: TrainTask,
+    cfg: LoopConfig,
+    *,
+    progress: bool = False,
+    on_step: Callable[[int], None] | None = None,
+) -> LoopOutcome:
+    """Train ``model`` on ``task`` (see the module docs). ``on_step(step)`` is called after every optimiser
+    step and any evaluation or checkpoint of that step (tests use it to interrupt a run)."""
+    from transformers import get_linear_schedule_with_warmup
+
+    if cfg.grad_accum < 1:
+        raise BertologyError(f"grad_accum must be at least 1, not {cfg.grad_accum}.")
+    if cfg.early_stopping is not None and cfg.early_stopping < 1:
+        raise BertologyError(f"early_stopping (patience) must be at least 1, not {cfg.early_stopping}.")
+    for name in ("eval_every", "save_every"):
+        v = getattr(cfg, name)
+        if v is not None and v < 1:
+            raise BertologyError(f"{name} must be at least 1, not {v}.")
+    optimizer = _optimizer(model, cfg)
+    scheduler = get_linear_schedule_with_warmup(optimizer, cfg.warmup_steps, cfg.total_steps)
+    device = next(model.parameters()).device
+
+    rows: list[dict] = []
+    window: list[float] = []
+    running: float | None = None
+    best: dict = {"value": None, "step": None, "metrics": None, "state": None, "bad": 0}
+    start_step, resumed_from, time_before = 0, None, 0.0
+    last_metrics: dict = {}
+
+    if cfg.resume and cfg.checkpoint_dir is not None:
+        found = checkpoints(cfg.checkpoint_dir)
+        if found:
+            step0, path = found[-1]
+            state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)  # our own file
+            _load_weights(model, path)
+            model.to(device)
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            set_rng_state(state["rng"])
+            rows, window, running = state["rows"], state["window"], state["running"]
+            best = state["best"]
+            last_metrics = state.get("last_metrics", {})
+            time_before = state.get("train_time_s", 0.0)
+            start_step = resumed_from = step0
+            logger.info("Resuming from %s (step %d of %d)", path, step0, cfg.total_steps)
+
+    def record_eval(step: int) -> dict:
+        metrics, eval_rows = task.evaluate(model)
+        for r in eval_rows:
+            rows.append({"step": step, "epoch": step / cfg.steps_per_epoch, **r})
+        logger.info(
+            "step %d (epoch %.2f): %s", step, step / cfg.steps_per_epoch,
+            ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float)),
+        )
+        return metrics
+
+    def improved(value: float) -> bool:
+        if best["value"] is None:
+            return True
+        return value > best["value"] if cfg.greater_is_better else value < best["value"]
+
+    def save_checkpoint(step: int) -> None:
+        state = {
+            "step": step,
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "rng": rng_state(),
+            "rows": rows,
+            "window": window,
+            "running": running,
+            "best": best,
+            "last_metrics": last_metrics,
+            "train_time_s": time_before + (time.perf_counter() - t_start),
+        }
+
+        def write(tmp: Path) -> None:
+            task.save(model, tmp)
+            torch.save(state, tmp / STATE_FILE)
+
+        _atomic_dir(Path(cfg.checkpoint_dir) / f"step-{step}", write)
+
+    t_start = time.perf_counter()
+    if start_step == 0:
+        last_metrics = record_eval(0)
+    stopped_early = False
+    batches = batch_stream(task.n_items, cfg.effective_batch, cfg.seed, skip=start_step)
+    model.train()
+    step = start_step
+    try:
+        with _progress(progress) as bar:
+            bar_task = bar.add_task("train", total=cfg.total_steps, completed=start_step,
+                                    epoch=start_step / cfg.steps_per_epoch, loss="-" if running is None else f"{running:.4f}")
+            while step < cfg.total_steps:
+                step += 1
+                indices = next(batches)
+                optimizer.zero_grad(set_to_none=True)
+                total = 0.0
+                for j in range(0, len(indices), cfg.batch_size):
+                    micro = indices[j : j + cfg.batch_size]
+                    loss = task.loss(model, micro)
+                    if not torch.isfinite(loss):
+                        raise BertologyError(
+                            f"The training loss became {float(loss)} at step {step}; lower the learning rate (now {cfg.learning_rate})."
+                        )
+                    (loss * (len(micro) / len(indices))).backward()
+                    total += float(loss.detach()) * len(micro) / len(indices)
+                if cfg.max_grad_norm and cfg.max_grad_norm > 0:
+                    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
+                lr = scheduler.get_last_lr()[0]
+                optimizer.step()
+                scheduler.step()
+                window.append(total)
+                running = total if running is None else 0.9 * running + 0.1 * total
+                epoch_end = step % cfg.steps_per_epoch == 0
+                last = step == cfg.total_steps
+                if step % LOG_EVERY == 0 or epoch_end or last:
+                    epoch = step / cfg.steps_per_epoch
+                    rows.append({"step": step, "epoch": epoch, "split": "train", "metric": "loss", "value": float(np.mean(window))})
+                    rows.append({"step": step, "epoch": epoch, "split": "train", "metric": "learning_rate", "value": float(lr)})
+                    window = []
+                bar.update(bar_task, advance=1, epoch=step / cfg.steps_per_epoch, loss=f"{running:.4f}")
+                if epoch_end or last or (cfg.eval_every and step % cfg.eval_every == 0):
+                    last_metrics = record_eval(step)
+                    model.train()
+                    if cfg.early_stopping is not None:
+                        if cfg.metric not in last_metrics:
+                            raise BertologyError(
+                                f"Early stopping watches {cfg.metric!r}, which the evaluation does not report "
+                                f"(it reports {', '.join(k for k in last_metrics if isinstance(last_metrics[k], float))})."
+                            )
+                        value = float(last_metrics[cfg.metric])
+                        if improved(value):
+                            best.update(value=value, step=step, metrics=dict(last_metrics), bad=0,
+                                        state={k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
+                        else:
+                            best["bad"] += 1
+                            if best["bad"] >= cfg.early_stopping:
+                                stopped_early = True
+                if cfg.save_every and cfg.checkpoint_dir is not None and (step % cfg.save_every == 0 or last or stopped_early):
+                    save_checkpoint(step)
+                if on_step is not None:
+                    on_step(step)
+                if stopped_early:
+                    logger.info("Early stopping at step %d: no %s improvement in %d evaluations (best %.4f at step %d)",
+                                step, cfg.metric, cfg.early_stopping, best["value"], best["step"])
+                    break
+    finally:
+        model.eval()
+
+    metrics = last_metrics
+    best_step = None
+    if cfg.early_stopping is not None and best["step"] is not None:
+        best_step = best["step"]
+        if best_step != step and best["state"] is not None:
+            model.load_state_dict(best["state"])
+            logger.info("Restored the best weights (step %d, %s %.4f)", best_step, cfg.metric, best["value"])
+        metrics = best["metrics"]
+    return LoopOutcome(
+        rows=rows,
+        metrics=metrics,
+        last_step=step,
+        stopped_early=stopped_early,
+        best_step=best_step,
+        resumed_from=resumed_from,
+        train_time_s=time_before + (time.perf_counter() - t_start),
+    )
+
+
+def plan_steps(n_items: int, batch_size: int, grad_accum: int, epochs: float) -> tuple[int, int]:
+    """``(steps_per_epoch, total_steps)`` for ``n_items`` items in effective batches of ``batch_size * grad_accum``."""
+    steps_per_epoch = math.ceil(n_items / (batch_size * grad_accum))
+    return steps_per_epoch, max(1, math.ceil(epochs * steps_per_epoch))
