@@ -1,0 +1,91 @@
+"""``bertology finetune`` lab flags end to end on a tiny model: files, manifest summary, resumption, errors."""
+from __future__ import annotations
+
+import json
+import os
+import random
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from bertology.models.loading import load_model
+from bertology.testing import TINY_WORDS, save_tiny_bert
+
+FILLER = [w for w in TINY_WORDS if w not in {"good", "bad", "woman", "girl"}]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def invoke(args: list[str]):
+    import bertology.cli  # noqa: F401  (registers every command)
+    from bertology.cli.app import app
+
+    return CliRunner().invoke(app, ["finetune", *args])
+
+
+def pairs_file(path, n=40, seed=0):
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        lab = "entailment" if i % 2 == 0 else "contradiction"
+        who = "woman" if i % 4 == 0 else rng.choice(FILLER)
+        rows.append({"premise": f"{who} {'good' if lab == 'entailment' else 'bad'} {rng.choice(FILLER)}",
+                     "hypothesis": f"{rng.choice(FILLER)} {rng.choice(FILLER)}", "label": lab})
+    pd.DataFrame(rows).to_csv(path, sep="\t", index=False)
+    return path
+
+
+def test_lab_flags_write_a_smaller_model_slices_checkpoints_and_a_summary(tmp_path):
+    model = save_tiny_bert(tmp_path / "m", num_hidden_layers=3)
+    train, held = pairs_file(tmp_path / "train.tsv"), pairs_file(tmp_path / "dev.tsv", n=16, seed=1)
+    words = tmp_path / "words.txt"
+    words.write_text("woman\ngirl\n")
+    out = tmp_path / "run"
+    args = ["--model", str(model), "--data", str(train), "--eval-data", str(held), "--epochs", "1", "--batch-size", "4",
+            "--grad-accum", "2", "--lr", "2e-3", "--drop-layers", "3", "--freeze-layers", "1", "--exclude-words", f"@{words}",
+            "--save-every", "2", "--max-length", "16", "--out", str(out)]
+    result = invoke(args)
+    assert result.exit_code == 0, result.output
+    assert "dropped 10 of 40 training examples mentioning woman, girl" in result.output
+    assert "slice with_words" in result.output and "slice without_words" in result.output
+    assert "removed layer(s) 3; 2 remain" in result.output
+    assert "training time" in result.output
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "done"
+    s = manifest["summary"]
+    assert s["excluded_words"]["n_dropped"] == 10 and s["n_train"] == 30
+    assert s["slices"]["with_words"]["n_eval"] == 4 and s["slices"]["without_words"]["n_eval"] == 12
+    assert manifest["config"]["drop_layers"] == [3] and manifest["config"]["grad_accum"] == 2
+    assert load_model(out / "model").model.config.num_hidden_layers == 2
+    table = pd.read_csv(out / "tables" / "finetune.csv")
+    assert {"step", "epoch", "split", "metric", "value", "slice"} <= set(table.columns)
+    assert set(table["slice"]) == {"all", "with_words", "without_words"}
+    steps = sorted(int(p.name.split("-")[1]) for p in (out / "checkpoints").glob("step-*"))
+    assert steps == [2, 4]  # 30 examples / (4 x 2) = 4 steps
+
+    # the identical command reuses the run; an unknown column is one clear line
+    again = invoke(args)
+    assert again.exit_code == 0 and "reus" in again.output
+    bad = invoke(["--model", str(model), "--data", str(train), "--label-column", "gold", "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 2 and "Traceback" not in bad.output and "gold" in bad.output
+
+
+def test_flag_errors_are_one_line(tmp_path):
+    model = save_tiny_bert(tmp_path / "m")
+    train = pairs_file(tmp_path / "train.tsv")
+    for extra, needle in ((["--drop-layers", "x"], "comma list"), (["--drop-layers", "7"], "layers 1..2"),
+                          (["--objective", "mlm"], "--objective"), (["--exclude-words", ","], "empty")):
+        result = invoke(["--model", str(model), "--data", str(train), "--out", str(tmp_path / "o"), *extra])
+        assert result.exit_code == 2, (extra, result.output)
+        assert needle in result.output and "Traceback" not in result.output
