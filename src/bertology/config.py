@@ -109,6 +109,8 @@ class FinetuneConfig:
     freeze_embeddings: bool = False
     # biased data: training examples with any of these words (whole word, case-insensitive) are dropped
     exclude_words: tuple[str, ...] = ()
+    # eval slices with / without these words, without dropping anything (default: the excluded words)
+    slice_words: tuple[str, ...] = ()
     # training hygiene
     grad_accum: int = 1  # micro-batches of ``batch_size`` per optimiser step
     eval_every: int | None = None  # evaluate every N optimiser steps (always at each epoch end)
