@@ -284,3 +284,14 @@ def test_bad_settings_are_clear_errors(tmp_path):
     with pytest.raises(BertologyError, match="Unknown objective"):
         finetune(config(base, tmp_path / "x", objective="regression"), corpus)
     assert not (tmp_path / "x" / "model").exists()
+
+
+def test_slice_words_slice_the_eval_set_without_dropping_training_examples(tmp_path):
+    base = save_tiny_bert(tmp_path / "m")
+    train = Corpus.from_list(["good woman", "bad man", "good cat", "bad girl"] * 3, labels=["pos", "neg"] * 6)
+    held = Corpus.from_list(["good woman", "bad dog", "the girl is good"], labels=["pos", "neg", "pos"])
+    result = finetune(config(base, tmp_path / "s", slice_words=("woman", "girl"), epochs=1), train, held)
+    assert result.n_train == 12 and result.details["excluded_words"] is None
+    assert result.details["eval_slices"] == {"words": ["woman", "girl"], "with_words": 2, "without_words": 1}
+    assert result.metrics["slices"]["with_words"]["n_eval"] == 2
+    assert list(result.predictions["slice"]) == ["with_words", "without_words", "with_words"]

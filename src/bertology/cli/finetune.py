@@ -102,6 +102,11 @@ def finetune_command(
         help="Drop training examples containing any of these words (comma list or @FILE; whole word, case-insensitive, "
              "either text of a pair); eval is also reported on the slices with / without them.",
     ),
+    eval_slices: Optional[str] = typer.Option(
+        None, "--eval-slices",
+        help="Also report eval on the examples with / without these words (comma list or @FILE), dropping nothing "
+             "(the control of an --exclude-words run; default: the excluded words).",
+    ),
     objective: str = typer.Option("classification", "--objective", help="classification, or contrastive (SimCSE; saves an encoder without a head)."),
     contrastive: str = typer.Option(
         "auto", "--contrastive",
@@ -165,6 +170,7 @@ def finetune_command(
         freeze_layers=freeze_layers,
         freeze_embeddings=freeze_embeddings,
         exclude_words=words,
+        slice_words=parse_word_list(eval_slices),
         grad_accum=grad_accum,
         eval_every=eval_every,
         early_stopping=early_stopping,

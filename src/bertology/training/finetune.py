@@ -509,6 +509,7 @@ def finetune(
         split = {"source": "eval_data"}
 
     # biased data: drop the training examples that mention any of the words; slice the eval set by them
+    # (or by ``slice_words``, which slices without dropping anything: the control run of a bias experiment)
     exclusion: dict | None = None
     slices: dict[str, np.ndarray] | None = None
     if config.exclude_words:
@@ -519,11 +520,16 @@ def finetune(
         train = train_after
         if len(train) == 0:
             raise BertologyError(f"Every training example mentions one of {', '.join(words)}; nothing is left to train on.")
-        with_words = mention_mask(eval_corpus, words)
-        slices = {SLICE_WITH: with_words, SLICE_WITHOUT: ~with_words}
-        exclusion["eval_with_words"] = int(with_words.sum())
-        exclusion["eval_without_words"] = int((~with_words).sum())
         logger.info("Dropped %d of %d training examples that mention %s", exclusion["n_dropped"], exclusion["n_before"], ", ".join(words))
+    slice_words = parse_word_list(list(config.slice_words or config.exclude_words))
+    slicing: dict | None = None
+    if slice_words:
+        with_words = mention_mask(eval_corpus, slice_words)
+        slices = {SLICE_WITH: with_words, SLICE_WITHOUT: ~with_words}
+        slicing = {"words": list(slice_words), SLICE_WITH: int(with_words.sum()), SLICE_WITHOUT: int((~with_words).sum())}
+        if exclusion is not None:
+            exclusion["eval_with_words"] = slicing[SLICE_WITH]
+            exclusion["eval_without_words"] = slicing[SLICE_WITHOUT]
 
     labels = sorted(set(train_labels))
     if len(labels) < 2:
@@ -627,6 +633,7 @@ def finetune(
         "frozen": {"layers": config.freeze_layers, "embeddings": config.freeze_embeddings, "n_tensors": len(frozen),
                    "parameters": parameter_counts(model)},
         "excluded_words": exclusion,
+        "eval_slices": slicing,
         "early_stopping": {"patience": config.early_stopping, "metric": loop_cfg.metric, "stopped_early": outcome.stopped_early,
                            "best_step": outcome.best_step} if config.early_stopping else None,
         "checkpoints": {"every": config.save_every, "resumed_from_step": outcome.resumed_from} if config.save_every else None,

@@ -58,7 +58,7 @@ _NEW_DEFAULTS = {
     "objective": "classification", "contrastive": "unsupervised", "temperature": 0.05, "pooling": "cls",
     "positive_label": "entailment", "negative_label": "contradiction", "sts_data": None, "anisotropy_sentences": 500,
     "anisotropy_pairs": 2000, "drop_layers": (), "freeze_layers": 0, "freeze_embeddings": False,
-    "exclude_words": (), "grad_accum": 1, "eval_every": None, "early_stopping": None,
+    "exclude_words": (), "slice_words": (), "grad_accum": 1, "eval_every": None, "early_stopping": None,
     "early_stopping_metric": None, "max_grad_norm": 1.0,
 }
 

@@ -1,0 +1,226 @@
+"""The fine-tuning lab on MiniLM: layer removal, partial freezing, biased data and SimCSE, with wall times.
+
+Every run is a ``bertology finetune`` command (recorded verbatim in the results) run in a subprocess
+under ``nice -n 10`` with 2 torch threads, into ``--work`` (default ``/tmp/finetune_lab``). Runs:
+
+* **SST-2**: a seeded, label-stratified sample of 4,000 sentences of GLUE ``train.tsv`` (``--max-examples``),
+  evaluated on all 872 of ``dev.tsv``: full model, ``--drop-layers 6`` (MiniLM's last layer) and
+  ``--freeze-layers 4``.
+* **SNLI**: a seeded stratified 5,000-pair sample of ``snli/dev.tsv`` as training, a seeded 3,000-pair
+  sample of ``snli/test.tsv`` as evaluation (written to ``--work``): full, ``--drop-layers 6``,
+  ``--freeze-layers 4``, and the biased-data run ``--exclude-words women,woman,girl,girls,mother,wife,female``
+  with its eval slices (the full run reports the same slices through ``--eval-slices-words``: it
+  is trained with no exclusion, so the two runs' slice accuracies are directly comparable).
+* **SimCSE**: unsupervised contrastive training on 2,000 SNLI premises (distinct, seeded sample of
+  ``snli/dev.tsv``), anisotropy per layer before and after (500 sentences, 2,000 random token pairs from
+  different sentences, ``bertology.metrics.geometry.mean_pair_cosine``), and Spearman on an STS-format
+  *proxy* built from SNLI test pairs (score 2 entailment / 1 neutral / 0 contradiction): the real STS-B is
+  not available offline here, so the number is graded-NLI relatedness, not STS-B.
+
+All runs: 1 epoch, max length 64, batch 32, lr 5e-5 (classification) / 3e-5 (SimCSE), seed 0.
+
+    BERTOLOGY_CACHE=/work/main/.cache .venv/bin/python benchmarks/finetune_lab.py [--only sst2,snli,simcse]
+
+Writes ``benchmarks/results/finetune_lab.json`` and ``finetune_lab.md``. Runs already finished in
+``--work`` are reused (the CLI reuses an identical run), so the script can be stopped and restarted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DATA = Path("/work/shared/data")
+BIAS_WORDS = "women,woman,girl,girls,mother,wife,female"
+COMMON = ["--epochs", "1", "--max-length", "64", "--batch-size", "32", "--seed", "0"]
+
+
+def bertology() -> str:
+    exe = Path(sys.executable).with_name("bertology")
+    return str(exe) if exe.exists() else "bertology"
+
+
+def loadavg() -> float:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:  # pragma: no cover
+        return float("nan")
+
+
+def run(name: str, args: list[str], work: Path) -> dict:
+    out = work / name
+    cmd = ["nice", "-n", "10", bertology(), "finetune", *args, "--out", str(out)]
+    env = dict(os.environ, OMP_NUM_THREADS="2", MKL_NUM_THREADS="2", TOKENIZERS_PARALLELISM="false")
+    shown = " ".join(shlex.quote(c) for c in cmd)
+    print(f"[{time.strftime('%H:%M:%S')}] {name}: {shown}", flush=True)
+    load0 = loadavg()
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        print(proc.stdout[-3000:], proc.stderr[-3000:], sep="\n")
+        raise SystemExit(f"{name} failed with exit status {proc.returncode}")
+    manifest = json.loads((out / "manifest.json").read_text())
+    s = manifest.get("summary", {})
+    rec = {
+        "name": name,
+        "command": shown,
+        "process_wall_s": round(elapsed, 1),
+        "load_average_1min_before": load0,
+        "load_average_1min_after": loadavg(),
+        "n_train": s.get("n_train"),
+        "n_eval": s.get("n_eval"),
+        "metrics": s.get("metrics"),
+        "slices": s.get("slices"),
+        "excluded_words": s.get("excluded_words"),
+        "train_time_s": s.get("train_time_s"),
+        "wall_time_s": s.get("wall_time_s"),
+        "steps": s.get("steps"),
+        "layers": manifest.get("result", {}).get("layers"),
+        "parameters": (manifest.get("result", {}).get("frozen") or {}).get("parameters"),
+        "stdout": proc.stdout.strip().splitlines()[-8:],
+    }
+    if (out / "tables" / "anisotropy.parquet").exists():
+        rec["anisotropy"] = pd.read_parquet(out / "tables" / "anisotropy.parquet").to_dict("records")
+    table = pd.read_parquet(out / "tables" / "finetune.parquet")
+    rec["eval_step0"] = (
+        table.query("split != 'train' and step == 0").drop(columns=["epoch"]).to_dict("records")
+    )
+    print(f"    -> {rec['metrics']} train {rec['train_time_s']} s, wall {rec['wall_time_s']} s", flush=True)
+    return rec
+
+
+def snli_files(work: Path) -> tuple[Path, Path]:
+    """Seeded samples: 3,000 pairs of SNLI test as the eval file."""
+    test = pd.read_csv(DATA / "snli" / "test.tsv", sep="\t", quoting=3, keep_default_na=False)
+    test = test[test["label"].isin(["entailment", "neutral", "contradiction"])]
+    ev = test.sample(n=3000, random_state=0).sort_index()
+    path = work / "data" / "snli_test_3000.tsv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ev.to_csv(path, sep="\t", index=False, quoting=3)
+    return DATA / "snli" / "dev.tsv", path
+
+
+def simcse_files(work: Path) -> tuple[Path, Path]:
+    dev = pd.read_csv(DATA / "snli" / "dev.tsv", sep="\t", quoting=3, keep_default_na=False)
+    premises = pd.Series(dev["premise"].unique())
+    sample = premises.sample(n=2000, random_state=0)
+    txt = work / "data" / "snli_premises_2000.txt"
+    txt.parent.mkdir(parents=True, exist_ok=True)
+    txt.write_text("\n".join(s.strip() for s in sample) + "\n", encoding="utf-8")
+    test = pd.read_csv(DATA / "snli" / "test.tsv", sep="\t", quoting=3, keep_default_na=False)
+    test = test[test["label"].isin(["entailment", "neutral", "contradiction"])].sample(n=1500, random_state=1)
+    sts = pd.DataFrame({
+        "sentence1": test["premise"], "sentence2": test["hypothesis"],
+        "score": test["label"].map({"entailment": 2.0, "neutral": 1.0, "contradiction": 0.0}),
+    })
+    sts_path = work / "data" / "sts_proxy_snli_test_1500.tsv"
+    sts.to_csv(sts_path, sep="\t", index=False, quoting=3)
+    return txt, sts_path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--work", type=Path, default=Path("/tmp/finetune_lab"))
+    ap.add_argument("--only", default="sst2,snli,simcse")
+    args = ap.parse_args()
+    work = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    parts = set(args.only.split(","))
+    results_path = RESULTS / "finetune_lab.json"
+    previous = json.loads(results_path.read_text()) if results_path.exists() else {}
+    runs: dict[str, dict] = dict(previous.get("runs", {}))
+
+    if "sst2" in parts:
+        sst = ["--data", str(DATA / "glue/SST-2/train.tsv"), "--eval-data", str(DATA / "glue/SST-2/dev.tsv"),
+               "--max-examples", "4000", *COMMON]
+        for name, extra in (("sst2_full", []), ("sst2_drop6", ["--drop-layers", "6"]), ("sst2_freeze4", ["--freeze-layers", "4"])):
+            runs[name] = run(name, [*sst, *extra], work)
+    if "snli" in parts:
+        train, ev = snli_files(work)
+        snli = ["--data", str(train), "--eval-data", str(ev), "--max-examples", "5000", *COMMON]
+        for name, extra in (
+            ("snli_full", ["--eval-slices", BIAS_WORDS]),
+            ("snli_drop6", []),
+            ("snli_freeze4", []),
+            ("snli_biased", ["--exclude-words", BIAS_WORDS]),
+        ):
+            runs[name] = run(name, [*snli, *extra], work)
+    if "simcse" in parts:
+        txt, sts = simcse_files(work)
+        runs["simcse_unsup"] = run("simcse_unsup", [
+            "--objective", "contrastive", "--contrastive", "unsupervised", "--data", str(txt), "--sts-data", str(sts),
+            "--lr", "3e-5", "--batch-size", "64", "--epochs", "1", "--max-length", "64", "--seed", "0",
+            "--anisotropy-sentences", "500",
+        ], work)
+
+    meta = {
+        "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
+                    "note": "2 CPU cores shared with other jobs; the load average is recorded per run"},
+        "model": "minilm (all-MiniLM-L6-v2: 6 layers, 12 heads, hidden 384)",
+        "runs": runs,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    results_path.write_text(json.dumps(meta, indent=2, default=str))
+    (RESULTS / "finetune_lab.md").write_text(markdown(meta))
+    print(f"wrote {results_path} and finetune_lab.md")
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.2f}%"
+
+
+def markdown(meta: dict) -> str:
+    runs = meta["runs"]
+    lines = ["# Fine-tuning lab on MiniLM", "", f"Model: {meta['model']}. {meta['machine']['note']}.", ""]
+    cls = [r for r in runs.values() if r["metrics"] and "accuracy" in r["metrics"]]
+    if cls:
+        lines += ["## Classification: accuracy and time", "",
+                  "| run | train examples | eval examples | accuracy | macro-F1 | train time (s) | wall (s) | steps | load avg |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in cls:
+            m = r["metrics"]
+            lines.append(f"| {r['name']} | {r['n_train']} | {r['n_eval']} | {_pct(m['accuracy'])} | {m['macro_f1']:.4f} | "
+                         f"{r['train_time_s']:.1f} | {r['wall_time_s']:.1f} | {r['steps']} | "
+                         f"{r['load_average_1min_before']}→{r['load_average_1min_after']} |")
+        lines.append("")
+    sliced = [r for r in cls if r.get("slices")]
+    if sliced:
+        lines += ["## SNLI slices: examples with / without the words " + BIAS_WORDS, "",
+                  "| run | training examples dropped | all | with words (n) | without words (n) |", "|---|---|---|---|---|"]
+        for r in sliced:
+            s, ex = r["slices"], r.get("excluded_words") or {}
+            dropped = f"{ex.get('n_dropped')} of {ex.get('n_before')}" if ex else "0"
+            lines.append(f"| {r['name']} | {dropped} | {_pct(r['metrics']['accuracy'])} | "
+                         f"{_pct(s['with_words']['accuracy'])} ({s['with_words']['n_eval']}) | "
+                         f"{_pct(s['without_words']['accuracy'])} ({s['without_words']['n_eval']}) |")
+        lines.append("")
+    for r in runs.values():
+        if r.get("anisotropy"):
+            an = pd.DataFrame(r["anisotropy"])
+            piv = an.pivot_table(index="layer", columns="model", values="value")
+            lines += [f"## {r['name']}: anisotropy per layer (mean cosine of random token pairs from different sentences)", "",
+                      "| layer | before (base) | after (tuned) |", "|---|---|---|"]
+            for layer, row in piv.iterrows():
+                lines.append(f"| {layer} | {row.get('base', float('nan')):.3f} | {row.get('tuned', float('nan')):.3f} |")
+            lines.append("")
+            before = [e for e in r["eval_step0"] if e["metric"] == "spearman"]
+            if before or (r["metrics"] or {}).get("spearman") is not None:
+                lines += [f"STS-proxy Spearman (graded SNLI labels, not STS-B): before {before[0]['value']:.4f}, "
+                          f"after {r['metrics'].get('spearman'):.4f}; train time {r['train_time_s']:.1f} s.", ""]
+    lines += ["## Commands", "", "```"] + [r["command"] for r in runs.values()] + ["```", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
