@@ -309,6 +309,18 @@ def encodable(trees: TreeSet, tokenizers: Sequence, max_length: int) -> tuple[Tr
     return out, info
 
 
+def _pooling_matrix(items, n_words: Sequence[int], width: int) -> np.ndarray:
+    """``[B, max words, width]`` weights that average each word's pieces (the "mean" of
+    :func:`bertology.data.align.pool_words`, as one batched product; special tokens get no weight)."""
+    out = np.zeros((len(items), max(n_words), width), dtype=np.float32)
+    for row, it in enumerate(items):
+        wid = it.word_ids
+        tok = np.nonzero(wid >= 0)[0]
+        counts = np.bincount(wid[tok], minlength=n_words[row]).astype(np.float32)
+        out[row, wid[tok], tok] = 1.0 / counts[wid[tok]]
+    return out
+
+
 def extract_word_features(
     model,
     trees: TreeSet,
@@ -321,10 +333,10 @@ def extract_word_features(
     """Word vectors ``[len(layers), n_words, hidden]`` (float32, CPU) of every sentence, words concatenated.
 
     One forward per length-sorted batch under ``inference_mode``; each word is the mean of its
-    sub-word pieces. Sentences must already fit (see :func:`encodable`).
+    sub-word pieces (the same numbers as :func:`bertology.data.align.pool_words` with ``"mean"``, tested).
+    Sentences must already fit (see :func:`encodable`).
     """
     from bertology.activations.extract import _forward, collate, length_batches
-    from bertology.data.align import pool_words
     from bertology.data.encode import encode_example
 
     encoder, tok, _ = _unpack(model)
@@ -341,11 +353,11 @@ def extract_word_features(
             t = collate(batch, pad_id)
             cap = _forward(encoder, t, frozenset({"hidden_states"}), dev)
             hs = torch.stack([cap.hidden_states[layer] for layer in layers])  # [L, B, T, H]
+            pool = torch.from_numpy(_pooling_matrix(batch, [len(corpus[it.index].words) for it in batch], hs.shape[2]))
+            words = torch.einsum("bwt,lbth->lbwh", pool.to(hs.device, hs.dtype), hs).float().cpu()  # [L, B, W, H]
             for row, it in enumerate(batch):
                 n = len(corpus[it.index].words)
-                x = hs[:, row, : len(it)].transpose(0, 1)  # [T, L, H]
-                words = pool_words(x, it.word_ids, "mean", n_words=n)  # [n, L, H]
-                out[:, offsets[it.index] : offsets[it.index] + n] = words.transpose(0, 1).float().cpu()
+                out[:, offsets[it.index] : offsets[it.index] + n] = words[:, row, :n]
             if on_batch is not None:
                 on_batch(len(batch))
     if not torch.isfinite(out).all():
