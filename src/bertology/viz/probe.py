@@ -1,0 +1,74 @@
+"""Figures for the structural probes: per-layer UUAS / DSpr (distance probe) and root accuracy / NSpr
+(depth probe), one line per model (base, tuned, random-init control).
+
+Like :mod:`bertology.viz.figures`, every function returns a :class:`~matplotlib.figure.Figure` on an Agg
+canvas (no pyplot, nothing shown, no global state). Layers are representation layers, ``0``
+(embeddings) ``..N``.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from bertology.viz.figures import _require, layer_curve
+
+__all__ = ["PROBE_METRICS", "probe_figures", "probe_layer_figure"]
+
+#: Table column -> axis title, for the four probe scores.
+PROBE_METRICS: dict[str, str] = {
+    "uuas": "UUAS (punctuation excluded)",
+    "dspr": "DSpr (Spearman, lengths 5-50)",
+    "root_acc": "root accuracy",
+    "nspr": "NSpr (Spearman, lengths 5-50)",
+}
+_MODEL_ORDER = ("base", "tuned", "random")
+
+
+def probe_layer_figure(
+    table: pd.DataFrame,
+    metrics: Sequence[str] = ("uuas", "dspr"),
+    *,
+    split: str = "test",
+    title: str | None = None,
+) -> Figure:
+    """One panel per metric (default UUAS and DSpr), score against layer, one line per model.
+
+    ``table`` is the ``probe`` table (columns ``model, layer, probe, split`` and the metrics); rows of
+    other splits, and NaN cells (metrics of the other probe), are left out.
+    """
+    _require(table, ["model", "layer", "split", *metrics], "probe_layer_figure")
+    bad = [m for m in metrics if m not in PROBE_METRICS]
+    if bad:
+        raise ValueError(f"probe_layer_figure: unknown metric(s) {bad}; choose from {list(PROBE_METRICS)}")
+    sub = table[table["split"] == split]
+    long = (
+        sub.melt(id_vars=["model", "layer"], value_vars=list(metrics), var_name="metric", value_name="value")
+        .dropna(subset=["value"])
+    )
+    if long.empty:
+        raise ValueError(f"probe_layer_figure: no {', '.join(metrics)} values for split {split!r}")
+    long["metric"] = long["metric"].map(PROBE_METRICS)
+    models = list(pd.unique(long["model"]))
+    order = [m for m in _MODEL_ORDER if m in models] + [m for m in models if m not in _MODEL_ORDER]
+    return layer_curve(
+        long, x="layer", y="value", hue="model", facet="metric",
+        facet_order=[PROBE_METRICS[m] for m in metrics], hue_order=order,
+        title=title if title is not None else f"Structural probes by layer ({split})",
+        xlabel="layer (0 = embeddings)", ylim=(0, 1),
+    )
+
+
+def probe_figures(table: pd.DataFrame, *, split: str = "test") -> dict[str, Figure]:
+    """Every probe figure the table has data for, keyed by file stem (``figures/<stem>.svg``):
+    ``probe_distance`` (UUAS, DSpr) and ``probe_depth`` (root accuracy, NSpr)."""
+    out: dict[str, Figure] = {}
+    sub = table[table["split"] == split]
+    if "distance" in set(sub.get("probe", [])):
+        out["probe_distance"] = probe_layer_figure(table, ("uuas", "dspr"), split=split,
+                                                   title=f"Distance probe by layer ({split})")
+    if "depth" in set(sub.get("probe", [])):
+        out["probe_depth"] = probe_layer_figure(table, ("root_acc", "nspr"), split=split,
+                                                title=f"Depth probe by layer ({split})")
+    return out
