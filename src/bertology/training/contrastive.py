@@ -1,0 +1,461 @@
+"""Contrastive fine-tuning (SimCSE, Gao et al. 2021): a sentence encoder without a classification head.
+
+* **Unsupervised**: every sentence is encoded twice in one forward pass; the two dropout masks make
+  two different views, the other sentences of the batch are the negatives.
+* **Supervised** (NLI): for a premise, a hypothesis labelled ``positive_label`` (entailment) is the
+  positive and one labelled ``negative_label`` (contradiction) the hard negative; every other
+  positive and hard negative in the batch is a negative too.
+
+The loss is the cross-entropy over cosine similarities divided by a temperature (0.05), with the
+sentence embedding taken from the [CLS] token (``pooling="cls"``; no MLP head, unlike the paper's
+training-time pooler) or the mean of the non-padding tokens (``pooling="mean"``). With
+``grad_accum > 1`` the in-batch negatives are those of each micro-batch (``batch_size``), not of the
+whole effective batch.
+
+Measured before and after training: anisotropy per layer (Ethayarajh 2019's baseline: the mean
+cosine of random token pairs from different sentences, the same pairs for both models; table
+``anisotropy``: ``model, layer, metric, value, n``) and, with STS-B-format data (``sentence1,
+sentence2, score``), the Spearman correlation between the embeddings' cosine and the gold score
+(``finetune`` table rows with ``split="sts"``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from bertology.activations.extract import collate, length_batches
+from bertology.config import FinetuneConfig
+from bertology.data.corpus import Corpus
+from bertology.data.encode import EncodedCorpus, EncodedExample, encode_corpus
+from bertology.errors import BertologyError
+
+logger = logging.getLogger(__name__)
+
+ANISOTROPY_COLUMNS = ["model", "layer", "metric", "value", "n"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Losses (pure functions)
+# --------------------------------------------------------------------------------------------------
+
+
+def cosine_matrix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``[i, j] = cos(a_i, b_j)``."""
+    return F.normalize(a, dim=-1, eps=1e-12) @ F.normalize(b, dim=-1, eps=1e-12).T
+
+
+def simcse_loss(z1: torch.Tensor, z2: torch.Tensor, temperature: float = 0.05) -> torch.Tensor:
+    """Unsupervised SimCSE: row ``i`` of ``z1`` must pick row ``i`` of ``z2`` among all rows of ``z2``.
+
+    ``-mean_i log( exp(cos(z1_i, z2_i)/t) / sum_j exp(cos(z1_i, z2_j)/t) )``.
+    """
+    logits = cosine_matrix(z1, z2) / temperature
+    return F.cross_entropy(logits, torch.arange(len(z1), device=z1.device))
+
+
+def supervised_simcse_loss(
+    anchor: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor, temperature: float = 0.05
+) -> torch.Tensor:
+    """Supervised SimCSE: anchor ``i`` must pick positive ``i`` among every positive and every hard negative.
+
+    ``-mean_i log( e^{cos(h_i, h_i+)/t} / sum_j (e^{cos(h_i, h_j+)/t} + e^{cos(h_i, h_j-)/t}) )``.
+    """
+    logits = torch.cat([cosine_matrix(anchor, positive), cosine_matrix(anchor, negative)], dim=1) / temperature
+    return F.cross_entropy(logits, torch.arange(len(anchor), device=anchor.device))
+
+
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """Sentence embeddings from the last hidden states: the [CLS] vector or the mean over non-padding tokens."""
+    if pooling == "cls":
+        return hidden[:, 0]
+    if pooling == "mean":
+        m = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * m).sum(1) / m.sum(1).clamp_min(1.0)
+    raise BertologyError(f"Unknown pooling {pooling!r}; use cls or mean.")
+
+
+# --------------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------------
+
+
+def sentences_of(corpus: Corpus) -> list[str]:
+    """Every text of the corpus (both texts of a pair), in order, without empty ones."""
+    out = []
+    for ex in corpus:
+        out.append(ex.text)
+        if ex.text_pair is not None:
+            out.append(ex.text_pair)
+    return [s for s in out if s and s.strip()]
+
+
+def nli_triplets(corpus: Corpus, positive_label: str, negative_label: str, seed: int) -> tuple[list[tuple[str, str, str]], dict]:
+    """``(premise, positive hypothesis, hard-negative hypothesis)`` triplets from labelled sentence pairs.
+
+    Every (premise, positive) pair gets one of its premise's negatives (seeded choice); premises without
+    a negative are counted and left out.
+    """
+    if not corpus.has_pairs:
+        raise BertologyError("Supervised contrastive training needs sentence pairs (premise, hypothesis) with labels.")
+    labels = {ex.label for ex in corpus}
+    missing = [lab for lab in (positive_label, negative_label) if lab not in labels]
+    if missing:
+        raise BertologyError(
+            f"Supervised contrastive training needs pairs labelled {positive_label!r} (positive) and {negative_label!r} "
+            f"(hard negative); the data has no {', '.join(repr(m) for m in missing)} (labels: "
+            f"{', '.join(repr(lab) for lab in sorted(labels, key=str))}). Name them with positive_label / negative_label."
+        )
+    pos: dict[str, list[str]] = {}
+    neg: dict[str, list[str]] = {}
+    for ex in corpus:
+        if ex.label == positive_label:
+            pos.setdefault(ex.text, []).append(ex.text_pair)
+        elif ex.label == negative_label:
+            neg.setdefault(ex.text, []).append(ex.text_pair)
+    rng = np.random.default_rng(seed)
+    triplets, no_negative = [], 0
+    for premise, hyps in pos.items():
+        if premise not in neg:
+            no_negative += len(hyps)
+            continue
+        for h in hyps:
+            triplets.append((premise, h, neg[premise][int(rng.integers(len(neg[premise])))]))
+    if not triplets:
+        raise BertologyError("No premise has both a positive and a hard-negative hypothesis; no triplets to train on.")
+    return triplets, {"n_triplets": len(triplets), "n_positive_pairs_without_negative": no_negative,
+                      "n_premises": len(pos)}
+
+
+def load_sts(path: str) -> tuple[Corpus, np.ndarray]:
+    """An STS-B-format file: sentence pairs with a numeric similarity score (``score`` column or the label)."""
+    from bertology.data.loaders import load_corpus
+
+    try:
+        corpus = load_corpus(path, label_column="score")
+    except BertologyError:
+        corpus = load_corpus(path)
+    if not corpus.has_pairs or not corpus.has_labels:
+        raise BertologyError(f"{path} must hold sentence pairs with a score (columns sentence1, sentence2, score).")
+    try:
+        scores = np.array([float(ex.label) for ex in corpus])
+    except ValueError as err:
+        raise BertologyError(f"{path}: the score column must be numeric ({err}).") from err
+    return corpus, scores
+
+
+# --------------------------------------------------------------------------------------------------
+# Embeddings, STS and anisotropy
+# --------------------------------------------------------------------------------------------------
+
+
+def _encode_sentences(texts: list[str], tokenizer, max_length: int) -> EncodedCorpus:
+    return encode_corpus(Corpus.from_list(texts), tokenizer, max_length=max_length, overlong="truncate")
+
+
+class _Encoder:
+    """Batches of encoded sentences through the model: pooled embeddings (with grad when training)."""
+
+    def __init__(self, pad_id: int, use_token_types: bool, device: torch.device, pooling: str) -> None:
+        self.pad_id, self.use_token_types, self.device, self.pooling = pad_id, use_token_types, device, pooling
+
+    def inputs(self, items: list[EncodedExample]) -> dict[str, torch.Tensor]:
+        t = collate(items, self.pad_id)
+        kwargs = {"input_ids": t["input_ids"].to(self.device), "attention_mask": t["attention_mask"].to(self.device)}
+        if self.use_token_types:
+            kwargs["token_type_ids"] = t["token_type_ids"].to(self.device)
+        return kwargs
+
+    def embed(self, model, items: list[EncodedExample]) -> torch.Tensor:
+        kwargs = self.inputs(items)
+        hidden = model(**kwargs).last_hidden_state
+        return pool(hidden, kwargs["attention_mask"], self.pooling)
+
+    @torch.inference_mode()
+    def embed_all(self, model, enc: EncodedCorpus, batch_size: int) -> torch.Tensor:
+        was = model.training
+        model.eval()
+        out = torch.zeros(enc.n_input, model.config.hidden_size)
+        try:
+            for items in length_batches(enc.items, batch_size):
+                z = self.embed(model, items).float().cpu()
+                out[[it.index for it in items]] = z
+        finally:
+            model.train(was)
+        return out
+
+
+def sts_spearman(model, encoder: _Encoder, enc1: EncodedCorpus, enc2: EncodedCorpus, scores: np.ndarray, batch_size: int) -> float:
+    """Spearman correlation between cos(embedding 1, embedding 2) and the gold scores."""
+    from scipy.stats import spearmanr
+
+    a = encoder.embed_all(model, enc1, batch_size)
+    b = encoder.embed_all(model, enc2, batch_size)
+    cos = F.cosine_similarity(a.double(), b.double(), dim=-1).numpy()
+    return float(spearmanr(cos, scores).statistic)
+
+
+def sample_token_pairs(enc: EncodedCorpus, n_pairs: int, seed: int) -> np.ndarray:
+    """``[n, 4]`` rows ``(item a, token a, item b, token b)``: random non-special tokens from two different
+    sentences (tokens drawn uniformly over all tokens; the partner's sentence is redrawn when it is the same)."""
+    content = [np.flatnonzero(~it.special) for it in enc.items]
+    owners = np.concatenate([np.full(len(c), i) for i, c in enumerate(content)]) if content else np.array([])
+    positions = np.concatenate(content) if content else np.array([])
+    if len({int(o) for o in owners}) < 2:
+        raise BertologyError("Anisotropy needs tokens from at least two sentences.")
+    rng = np.random.default_rng(seed)
+    a = rng.integers(len(owners), size=n_pairs)
+    b = rng.integers(len(owners), size=n_pairs)
+    same = owners[a] == owners[b]
+    while same.any():
+        b[same] = rng.integers(len(owners), size=int(same.sum()))
+        same = owners[a] == owners[b]
+    return np.stack([owners[a], positions[a], owners[b], positions[b]], axis=1).astype(np.int64)
+
+
+@torch.inference_mode()
+def anisotropy_per_layer(model, encoder: _Encoder, enc: EncodedCorpus, pairs: np.ndarray, batch_size: int) -> list[dict]:
+    """Mean cosine of the token pairs' hidden states at every layer (0 = embeddings), via
+    :func:`bertology.metrics.geometry.mean_pair_cosine`."""
+    from bertology.metrics.geometry import mean_pair_cosine
+
+    was = model.training
+    model.eval()
+    needed: dict[int, list[int]] = {}
+    for col in ((0, 1), (2, 3)):
+        for item, tok in pairs[:, col]:
+            needed.setdefault(int(item), []).append(int(tok))
+    vectors: dict[tuple[int, int], np.ndarray] = {}  # (item, token) -> [n_layers + 1, hidden]
+    try:
+        wanted = [enc.items[i] for i in sorted(needed)]
+        position = {id(it): i for i, it in zip(sorted(needed), wanted)}
+        for items in length_batches(wanted, batch_size):
+            out = model(**encoder.inputs(items), output_hidden_states=True)
+            hs = torch.stack(out.hidden_states, dim=1).float().cpu().numpy()  # [batch, L+1, T, H]
+            for row, it in enumerate(items):
+                i = position[id(it)]
+                for tok in set(needed[i]):
+                    vectors[(i, tok)] = hs[row, :, tok]
+    finally:
+        model.train(was)
+    x = np.stack([vectors[(int(p[0]), int(p[1]))] for p in pairs])  # [n, L+1, H]
+    y = np.stack([vectors[(int(p[2]), int(p[3]))] for p in pairs])
+    return [
+        {"layer": layer, "metric": "anisotropy", "value": mean_pair_cosine(x[:, layer], y[:, layer]), "n": len(pairs)}
+        for layer in range(x.shape[1])
+    ]
+
+
+# --------------------------------------------------------------------------------------------------
+# Task and entry point
+# --------------------------------------------------------------------------------------------------
+
+
+class ContrastiveTask:
+    """The SimCSE objective over encoded sentences (unsupervised) or triplets (supervised)."""
+
+    def __init__(self, tokenizer, encoder: _Encoder, *, mode: str, temperature: float, items: list, sts=None,
+                 batch_size: int = 32, pooling: str = "cls") -> None:
+        self.tokenizer, self.encoder, self.mode, self.temperature = tokenizer, encoder, mode, temperature
+        self.items = items  # unsupervised: EncodedExample per sentence; supervised: (anchor, pos, neg) triples
+        self.n_items = len(items)
+        self.sts = sts  # (enc1, enc2, scores) or None
+        self.batch_size, self.pooling = batch_size, pooling
+
+    def loss(self, model, indices: list[int]) -> torch.Tensor:
+        if self.mode == "unsupervised":
+            items = [self.items[i] for i in indices]
+            z = self.encoder.embed(model, items + items).float()  # one pass, two dropout masks per sentence
+            return simcse_loss(z[: len(items)], z[len(items):], self.temperature)
+        trip = [self.items[i] for i in indices]
+        flat = [t[0] for t in trip] + [t[1] for t in trip] + [t[2] for t in trip]
+        z = self.encoder.embed(model, flat).float()
+        b = len(trip)
+        return supervised_simcse_loss(z[:b], z[b : 2 * b], z[2 * b :], self.temperature)
+
+    def evaluate(self, model) -> tuple[dict, list[dict]]:
+        if self.sts is None:
+            return {}, []
+        rho = sts_spearman(model, self.encoder, *self.sts, self.batch_size)
+        return {"spearman": rho}, [{"split": "sts", "metric": "spearman", "value": rho, "slice": "all"}]
+
+    def save(self, model, folder: Path) -> None:
+        model.save_pretrained(folder, safe_serialization=True)
+        self.tokenizer.save_pretrained(folder)
+        (Path(folder) / "sentence_pooling.json").write_text(json.dumps({"pooling": self.pooling}), encoding="utf-8")
+
+
+def contrastive_finetune(
+    config: FinetuneConfig,
+    train: Corpus,
+    eval: Corpus | None = None,  # noqa: A002
+    *,
+    progress: bool = False,
+    resume: bool = True,
+    on_step=None,
+):
+    """Train ``config.model`` as a SimCSE sentence encoder; save it (no head) to ``out/model``.
+
+    Returns a :class:`~bertology.training.finetune.FinetuneResult` whose ``extra_tables["anisotropy"]``
+    holds anisotropy per layer before (``model="base"``) and after (``model="tuned"``) training, and
+    whose ``finetune`` table holds the training loss and, with ``sts_data``, ``split="sts"`` Spearman rows.
+    ``eval`` (optional) supplies the sentences for anisotropy; otherwise a sample of the training ones.
+    """
+    from bertology.models.loading import load_model
+    from bertology.training.finetune import (
+        FinetuneResult, _check_config, _resolve_device, _save_atomically, checkpoint_fingerprint, make_table,
+        prepare_checkpoints,
+    )
+    from bertology.training.loop import LoopConfig, plan_steps, seed_everything, train_loop
+    from bertology.training.surgery import drop_layers, freeze, num_blocks, parameter_counts
+
+    t0 = time.perf_counter()
+    _check_config(config)
+    if config.contrastive not in ("unsupervised", "supervised"):
+        raise BertologyError(f"contrastive must be unsupervised or supervised, not {config.contrastive!r}.")
+    if not config.temperature > 0:
+        raise BertologyError(f"temperature must be positive, not {config.temperature!r}.")
+    if config.pooling not in ("cls", "mean"):
+        raise BertologyError(f"Unknown pooling {config.pooling!r}; use cls or mean.")
+    if config.exclude_words:
+        from bertology.training.data import exclude_examples, parse_word_list
+
+        train, _ = exclude_examples(train, parse_word_list(list(config.exclude_words)))
+    if len(train) == 0:
+        raise BertologyError(f"The training data {train.name!r} ({train.source}) has no examples.")
+    max_n = config.data.max_examples
+    if max_n is not None and len(train) > max_n:
+        rng = np.random.default_rng(config.seed)
+        train = train.subset(sorted(int(i) for i in rng.choice(len(train), size=max_n, replace=False)))
+    metric = config.early_stopping_metric or "spearman"
+    if config.early_stopping and not config.sts_data:
+        raise BertologyError("Early stopping of contrastive training watches STS Spearman; pass --sts-data.")
+
+    device = _resolve_device(config.device)
+    seed_everything(config.seed)
+    loaded = load_model(config.model, kind="encoder", trust_remote_code=config.trust_remote_code)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    n_before = num_blocks(model)
+    kept = drop_layers(model, config.drop_layers) if config.drop_layers else tuple(range(1, n_before + 1))
+    frozen = freeze(model, config.freeze_layers, config.freeze_embeddings)
+    model.to(device)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    use_token_types = "token_type_ids" in getattr(tokenizer, "model_input_names", ["token_type_ids"])
+    encoder = _Encoder(pad_id, use_token_types, device, config.pooling)
+    max_len = config.data.max_length
+
+    data_info: dict = {"mode": config.contrastive}
+    if config.contrastive == "unsupervised":
+        texts = sentences_of(train)
+        enc = _encode_sentences(texts, tokenizer, max_len)
+        items: list = list(enc.items)
+        data_info.update(n_sentences=len(texts), tokenisation=enc.describe())
+    else:
+        triplets, info = nli_triplets(train, config.positive_label, config.negative_label, config.seed)
+        flat = [s for t in triplets for s in t]
+        enc = _encode_sentences(flat, tokenizer, max_len)
+        by_index = {it.index: it for it in enc.items}
+        items = [(by_index[3 * k], by_index[3 * k + 1], by_index[3 * k + 2]) for k in range(len(triplets))]
+        data_info.update(info, positive_label=config.positive_label, negative_label=config.negative_label,
+                         tokenisation=enc.describe())
+
+    sts = None
+    if config.sts_data:
+        sts_corpus, scores = load_sts(config.sts_data)
+        enc1 = _encode_sentences([ex.text for ex in sts_corpus], tokenizer, max_len)
+        enc2 = _encode_sentences([ex.text_pair for ex in sts_corpus], tokenizer, max_len)
+        sts = (enc1, enc2, scores)
+        data_info["sts"] = {"path": config.sts_data, "n_pairs": len(scores)}
+
+    # anisotropy before training: the same sentences and token pairs are measured again at the end
+    anis_rows: list[dict] = []
+    anis = None
+    if config.anisotropy_sentences:
+        pool_texts = sentences_of(eval) if eval is not None else sentences_of(train)
+        pool_texts = list(dict.fromkeys(pool_texts))
+        rng = np.random.default_rng(config.seed)
+        chosen = [pool_texts[i] for i in sorted(rng.choice(len(pool_texts), size=min(config.anisotropy_sentences, len(pool_texts)), replace=False))]
+        anis_enc = _encode_sentences(chosen, tokenizer, max_len)
+        pairs = sample_token_pairs(anis_enc, config.anisotropy_pairs, config.seed)
+        anis = (anis_enc, pairs)
+        anis_rows += [{"model": "base", **r} for r in anisotropy_per_layer(model, encoder, anis_enc, pairs, config.batch_size)]
+
+    steps_per_epoch, total_steps = plan_steps(len(items), config.batch_size, config.grad_accum, config.epochs)
+    warmup_steps = math.ceil(config.warmup_ratio * total_steps)
+    checkpoint_dir = None
+    if config.save_every:
+        checkpoint_dir = Path(config.out) / "checkpoints"
+        prepare_checkpoints(checkpoint_dir, checkpoint_fingerprint(config, train, eval), resume)
+    task = ContrastiveTask(tokenizer, encoder, mode=config.contrastive, temperature=config.temperature, items=items,
+                           sts=sts, batch_size=config.batch_size, pooling=config.pooling)
+    logger.info("Contrastive (%s SimCSE) training of %s on %d %s: %d steps, batch %d x %d, temperature %g, pooling %s",
+                config.contrastive, loaded.name, len(items), "sentences" if config.contrastive == "unsupervised" else "triplets",
+                total_steps, config.batch_size, config.grad_accum, config.temperature, config.pooling)
+    loop_cfg = LoopConfig(
+        total_steps=total_steps, steps_per_epoch=steps_per_epoch, warmup_steps=warmup_steps,
+        batch_size=config.batch_size, grad_accum=config.grad_accum, learning_rate=config.learning_rate,
+        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, seed=config.seed,
+        eval_every=config.eval_every, early_stopping=config.early_stopping, metric=metric,
+        greater_is_better=metric != "loss", save_every=config.save_every, checkpoint_dir=checkpoint_dir, resume=resume,
+    )
+    outcome = train_loop(model, task, loop_cfg, progress=progress, on_step=on_step)
+
+    metrics = dict(outcome.metrics or {})
+    if anis is not None:
+        anis_rows += [{"model": "tuned", **r} for r in anisotropy_per_layer(model, encoder, anis[0], anis[1], config.batch_size)]
+    anisotropy = pd.DataFrame(anis_rows, columns=ANISOTROPY_COLUMNS)
+    if not anisotropy.empty:
+        last = anisotropy["layer"].max()
+        for who in ("base", "tuned"):
+            metrics[f"anisotropy_last_layer_{who}"] = float(anisotropy.query(f"model == '{who}' and layer == {last}")["value"].item())
+    train_losses = [r["value"] for r in outcome.rows if r["split"] == "train" and r["metric"] == "loss"]
+    if train_losses:
+        metrics["train_loss"] = float(train_losses[-1])
+
+    model_dir = _save_atomically(model, tokenizer, Path(config.out))
+    (model_dir / "sentence_pooling.json").write_text(json.dumps({"pooling": config.pooling}), encoding="utf-8")
+    details = {
+        "objective": "contrastive",
+        "contrastive": data_info,
+        "temperature": config.temperature,
+        "pooling": config.pooling,
+        "steps": total_steps,
+        "steps_done": outcome.last_step,
+        "steps_per_epoch": steps_per_epoch,
+        "warmup_steps": warmup_steps,
+        "epochs": config.epochs,
+        "batch_size": config.batch_size,
+        "grad_accum": config.grad_accum,
+        "in_batch_negatives": config.batch_size - 1 if config.contrastive == "unsupervised" else 2 * config.batch_size - 1,
+        "device": str(device),
+        "layers": {"before": n_before, "dropped": list(config.drop_layers), "kept": list(kept), "after": num_blocks(model)},
+        "frozen": {"layers": config.freeze_layers, "embeddings": config.freeze_embeddings, "n_tensors": len(frozen),
+                   "parameters": parameter_counts(model)},
+        "anisotropy": {"sentences": config.anisotropy_sentences, "pairs": config.anisotropy_pairs,
+                       "tokens": "non-special tokens, drawn uniformly; partner from a different sentence"},
+        "early_stopping": {"patience": config.early_stopping, "metric": metric, "stopped_early": outcome.stopped_early,
+                           "best_step": outcome.best_step} if config.early_stopping else None,
+        "checkpoints": {"every": config.save_every, "resumed_from_step": outcome.resumed_from} if config.save_every else None,
+        "train_time_s": round(outcome.train_time_s, 3),
+        "tokenisation": {"train": data_info["tokenisation"]},
+        "base_model": loaded.describe(),
+    }
+    return FinetuneResult(
+        model_dir=model_dir,
+        table=make_table(outcome.rows),
+        metrics=metrics,
+        n_train=len(items),
+        n_eval=len(sts[2]) if sts is not None else 0,
+        wall_time_s=time.perf_counter() - t0,
+        label2id={},
+        predictions=None,
+        details=details,
+        extra_tables={"anisotropy": anisotropy} if not anisotropy.empty else {},
+    )
