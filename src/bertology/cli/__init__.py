@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from bertology.cli.app import app, main
 from bertology.cli import ablate, commands, finetune, patterns, view  # noqa: F401,E402  (register the subcommands on ``app``)
+from bertology.cli import track  # noqa: F401,E402  (bertology track)
 from bertology.cli import probe  # noqa: F401,E402  (bertology probe)
 
 __all__ = ["app", "main"]
