@@ -265,7 +265,10 @@ def test_batches_pad_gold_trees():
     b = _batch_tensors(ts, [2, 0], "cpu")
     n2 = len(ts.words[2])
     assert b["mask"][0].sum() == n2 and torch.equal(b["dist"][0, :n2, :n2], torch.tensor(ts.distances[2], dtype=torch.float32))
-    assert b["pos"][1, 0] == 0 and b["pos"][0, 0] == ts.offsets[2]
+    n0 = len(ts.words[0])
+    assert b["words"].tolist() == list(range(ts.offsets[2], ts.offsets[2] + n2)) + list(range(n0))
+    T = b["shape"][1]
+    assert b["flat"].tolist() == list(range(n2)) + list(range(T, T + n0))
 
 
 # ------------------------------------------------------------------------------------------ end to end

@@ -424,22 +424,30 @@ def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
 
 
 def _batch_tensors(trees: TreeSet, idx: Sequence[int], device) -> dict:
+    """Gold trees of a batch padded to its longest sentence, and where its words sit.
+
+    ``words``: the batch's words as indices into the split's word axis (sentence after sentence);
+    ``flat``: the same words' positions in the flattened ``[B, T]`` grid.
+    """
     lengths = [len(trees.words[i]) for i in idx]
     T = max(lengths)
     B = len(idx)
     offsets = trees.offsets
-    pos = np.zeros((B, T), dtype=np.int64)
     mask = np.zeros((B, T), dtype=bool)
     dist = np.zeros((B, T, T), dtype=np.float32)
     depth = np.zeros((B, T), dtype=np.float32)
+    words, flat = [], []
     for b, i in enumerate(idx):
         n = lengths[b]
-        pos[b, :n] = np.arange(offsets[i], offsets[i] + n)
+        words.append(np.arange(offsets[i], offsets[i] + n))
+        flat.append(b * T + np.arange(n))
         mask[b, :n] = True
         dist[b, :n, :n] = trees.distances[i]
         depth[b, :n] = trees.depths[i]
     return {
-        "pos": torch.from_numpy(pos).to(device),
+        "words": torch.from_numpy(np.concatenate(words)),
+        "flat": torch.from_numpy(np.concatenate(flat)).to(device),
+        "shape": (B, T),
         "mask": torch.from_numpy(mask).to(device),
         "dist": torch.from_numpy(dist).to(device),
         "depth": torch.from_numpy(depth).to(device),
@@ -447,29 +455,39 @@ def _batch_tensors(trees: TreeSet, idx: Sequence[int], device) -> dict:
     }
 
 
-def _gather(feats: Mapping[str, torch.Tensor], slots: Sequence[tuple[str, int]], pos: torch.Tensor, device) -> torch.Tensor:
-    """Features of the batch for the given (model, layer index) slots: ``[S, B, T, H]``."""
-    flat = pos.reshape(-1).cpu()
-    parts = []
+def _gather(feats: Mapping[str, torch.Tensor], slots: Sequence[tuple[str, int]], words: torch.Tensor, device) -> torch.Tensor:
+    """Features of the batch's words for the given (model, layer index) slots: ``[S, N, H]``."""
     by_model: dict[str, list[int]] = {}
     for m, li in slots:
         by_model.setdefault(m, []).append(li)
-    cache = {m: feats[m][torch.tensor(lis)[:, None], flat[None, :]] for m, lis in by_model.items()}
+    cache = {m: feats[m][torch.tensor(lis)[:, None], words[None, :]] for m, lis in by_model.items()}
     cursor = {m: 0 for m in by_model}
+    parts = []
     for m, _ in slots:
         parts.append(cache[m][cursor[m]])
         cursor[m] += 1
-    x = torch.stack(parts).to(device)
-    return x.reshape(len(slots), *pos.shape, x.shape[-1])
+    return torch.stack(parts).to(device)
+
+
+def _project(weights: torch.Tensor, x: torch.Tensor, batch: dict) -> torch.Tensor:
+    """``B h`` for every probe and word, laid out on the padded grid: ``[P, B, T, rank]`` (padding = 0).
+
+    The projection runs on the real words only (no padding waste); ``x`` is ``[P, N, H]``.
+    """
+    y = torch.bmm(x, weights.transpose(1, 2))  # [P, N, r]
+    B, T = batch["shape"]
+    grid = y.new_zeros((y.shape[0], B * T, y.shape[-1])).index_copy(1, batch["flat"], y)
+    return grid.view(y.shape[0], B, T, y.shape[-1])
 
 
 def probe_losses(weights: torch.Tensor, kinds: Sequence[str], x: torch.Tensor, batch: dict) -> torch.Tensor:
     """Mean per-sentence loss of each probe on one batch: ``[P]``.
 
-    ``weights`` ``[P, rank, H]``; ``x`` ``[P, B, T, H]`` (each probe's features); ``kinds[p]`` is
-    ``distance`` or ``depth``. Distances use ``|y_i|² + |y_j|² - 2 y_i·y_j`` (clamped at 0).
+    ``weights`` ``[P, rank, H]``; ``x`` ``[P, N, H]`` (each probe's features of the batch's words, see
+    :func:`_batch_tensors`); ``kinds[p]`` is ``distance`` or ``depth``. Distances use
+    ``|y_i|² + |y_j|² - 2 y_i·y_j`` (clamped at 0).
     """
-    y = torch.einsum("prh,pbth->pbtr", weights, x)
+    y = _project(weights, x, batch)
     sq = (y * y).sum(-1)  # [P, B, T]
     mask = batch["mask"].to(y.dtype)
     n = batch["n"].to(y.dtype)
@@ -489,7 +507,7 @@ def probe_losses(weights: torch.Tensor, kinds: Sequence[str], x: torch.Tensor, b
 
 def predict(weights: torch.Tensor, kinds: Sequence[str], x: torch.Tensor, batch: dict) -> torch.Tensor:
     """Predicted squared distances ``[P, B, T, T]`` (distance probes) or depths in ``[..., 0, :]`` (depth)."""
-    y = torch.einsum("prh,pbth->pbtr", weights, x)
+    y = _project(weights, x, batch)
     sq = (y * y).sum(-1)
     pred = (sq[..., :, None] + sq[..., None, :] - 2 * y @ y.transpose(-1, -2)).clamp_min(0)
     for p, k in enumerate(kinds):
@@ -579,7 +597,7 @@ def _dataset_loss(weights, kinds, slots, feats, trees, batch_size, device) -> np
         for s in range(0, len(order), batch_size):
             idx = order[s : s + batch_size].tolist()
             batch = _batch_tensors(trees, idx, device)
-            x = _gather(feats, slots, batch["pos"], device)
+            x = _gather(feats, slots, batch["words"], device)
             total += probe_losses(weights, kinds, x, batch).double().cpu() * len(idx)
     return (total / len(trees)).numpy()
 
@@ -627,7 +645,7 @@ def fit_probes(
         for s in range(0, len(order), settings.batch_size):
             idx = order[s : s + settings.batch_size]
             batch = _batch_tensors(train, idx, device)
-            x = _gather(train_feats, act_slots, batch["pos"], device)
+            x = _gather(train_feats, act_slots, batch["words"], device)
             w = tr.w[act].clone().requires_grad_(True)
             loss = probe_losses(w, act_kinds, x, batch).sum()
             (grad,) = torch.autograd.grad(loss, w)
@@ -673,7 +691,7 @@ def evaluate_probes(
         for s in range(0, len(order), batch_size):
             idx = order[s : s + batch_size].tolist()
             batch = _batch_tensors(trees, idx, dev)
-            x = _gather(feats, slots, batch["pos"], dev)
+            x = _gather(feats, slots, batch["words"], dev)
             pred = predict(w, kinds, x, batch).cpu().numpy()
             for b, i in enumerate(idx):
                 n = len(trees.words[i])
@@ -685,10 +703,10 @@ def evaluate_probes(
         row = {"model": model, "layer": layer, "probe": kind, "split": trees.name,
                "uuas": np.nan, "dspr": np.nan, "root_acc": np.nan, "nspr": np.nan}
         if kind == "distance":
-            sc = score_distances(preds[p], trees.heads, trees.keep)
+            sc = score_distances(preds[p], trees.heads, trees.keep, golds=trees.distances)
             row.update(uuas=sc["uuas"], dspr=sc["dspr"])
         else:
-            sc = score_depths(preds[p], trees.heads, trees.keep)
+            sc = score_depths(preds[p], trees.heads, trees.keep, golds=trees.depths)
             row.update(root_acc=sc["root_acc"], nspr=sc["nspr"])
         row.update(loss=float(loss[p]), n_sentences=len(trees), rank=int(stack.weights.shape[1]),
                    epochs=int(stack.epochs[p]), best_epoch=int(stack.best_epoch[p]),

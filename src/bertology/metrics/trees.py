@@ -214,17 +214,21 @@ class SpearmanByLength:
 
 
 def score_distances(
-    predictions: Iterable[np.ndarray],
-    heads: Iterable[Sequence[int]],
-    keeps: Iterable[np.ndarray | None],
+    predictions: Sequence[np.ndarray],
+    heads: Sequence[Sequence[int]],
+    keeps: Sequence[np.ndarray | None],
     lengths: tuple[int, int] = SPEARMAN_LENGTHS,
+    golds: Sequence[np.ndarray] | None = None,
 ) -> dict:
-    """Corpus UUAS (punctuation left out through ``keeps``) and DSpr of predicted distance matrices."""
+    """Corpus UUAS (punctuation left out through ``keeps``) and DSpr of predicted distance matrices.
+
+    ``golds`` (the gold distance matrices) may be passed to skip recomputing them from ``heads``.
+    """
     found = total = n = 0
     spr = SpearmanByLength(lengths)
-    for pred, h, keep in zip(predictions, heads, keeps):
+    for k, (pred, h, keep) in enumerate(zip(predictions, heads, keeps)):
         pred = np.asarray(pred, dtype=np.float64)
-        gold = tree_distances(h)
+        gold = tree_distances(h) if golds is None else golds[k]
         f, t = uuas_counts(pred, h, keep)
         found, total, n = found + f, total + t, n + 1
         spr.add(len(gold), distance_spearman_per_word(pred, gold))
@@ -233,17 +237,21 @@ def score_distances(
 
 
 def score_depths(
-    predictions: Iterable[np.ndarray],
-    heads: Iterable[Sequence[int]],
-    keeps: Iterable[np.ndarray | None],
+    predictions: Sequence[np.ndarray],
+    heads: Sequence[Sequence[int]],
+    keeps: Sequence[np.ndarray | None],
     lengths: tuple[int, int] = SPEARMAN_LENGTHS,
+    golds: Sequence[np.ndarray] | None = None,
 ) -> dict:
-    """Corpus root accuracy (punctuation left out through ``keeps``) and NSpr of predicted depths."""
+    """Corpus root accuracy (punctuation left out through ``keeps``) and NSpr of predicted depths.
+
+    ``golds`` (the gold depths) may be passed to skip recomputing them from ``heads``.
+    """
     correct = counted = n = 0
     spr = SpearmanByLength(lengths)
-    for pred, h, keep in zip(predictions, heads, keeps):
+    for k, (pred, h, keep) in enumerate(zip(predictions, heads, keeps)):
         pred = np.asarray(pred, dtype=np.float64)
-        gold = tree_depths(h)
+        gold = tree_depths(h) if golds is None else golds[k]
         ok = root_correct(pred, h, keep)
         if ok is not None:
             correct, counted = correct + int(ok), counted + 1
