@@ -14,7 +14,12 @@ from typing import Literal
 
 ANALYSES = (
     "attention_change", "attention_patterns", "representation_similarity", "attention_targets", "relation_heads", "head_map",
+    "ablation",
 )
+#: Analyses that run their own passes over the tuned classifier instead of the shared extraction.
+#: ``ablation`` runs only when the tuned model has a classification head and the data has labels
+#: (skipped with a note otherwise, unless the user named it explicitly).
+STANDALONE = ("ablation",)
 #: Analyses that read POS tags or dependency trees (from CoNLL-U, else from spaCy parses).
 NEEDS_ANNOTATIONS = ("attention_targets", "relation_heads")
 
@@ -61,6 +66,12 @@ class CompareConfig:
     view_examples: int = 3
     # user-given token relations: a JSONL file of texts with from/to spans (scored into relation_heads)
     relations: str | None = None
+    # ablation (Kovaleva et al. 2019 §4.6; Michel et al. 2019): the tuned classifier on labelled data
+    ablation_mode: Literal["uniform", "zero", "mean"] = "uniform"
+    ablation_examples: int = 500
+    ablation_exclude_special: bool = False
+    ablation_bootstrap: int = 1000
+    ablation_importance: bool = True
     trust_remote_code: bool = False
     store: str | None = None  # optional on-disk activation store folder
 

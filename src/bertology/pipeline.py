@@ -19,7 +19,7 @@ from bertology.analyses.attention_targets import AttentionTargets
 from bertology.analyses.attention_patterns import AttentionPatterns
 from bertology.analyses.head_map import HeadMap
 from bertology.analyses.relation_heads import RelationHeads
-from bertology.config import ANALYSES, NEEDS_ANNOTATIONS, CompareConfig, DataConfig
+from bertology.config import ANALYSES, NEEDS_ANNOTATIONS, STANDALONE, CompareConfig, DataConfig
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.errors import BertologyError
@@ -162,6 +162,7 @@ def compare(
     if len(corpus) == 0:
         raise BertologyError("The corpus has no examples.")
     warnings: list[str] = []
+    raw_corpus = corpus  # ablation tokenises the original texts, not the parser's words
     corpus, selected = annotate_if_needed(config, corpus, warnings)
     max_length = config.data.max_length
     if config.attention_mode == "padded" and max_length > config.pad_length:
@@ -215,6 +216,9 @@ def compare(
     for res in extra_results or []:
         write_table(run_dir.path, res.name, res.table)
         results[res.name] = res
+    ablation_info = None
+    if "ablation" in selected:
+        ablation_info = _ablation(config, pair, raw_corpus, run_dir, resuming, warnings, progress, results, done)
     views = write_views(run_dir.path, pair, corpus, encoded, config.view_examples, warnings)
 
     manifest = {
@@ -226,7 +230,8 @@ def compare(
         "config": config.to_dict(),
         "models": pair.describe(),
         "data": {**corpus.describe(), "encoding": enc},
-        "analyses": {a.name: a.params() for a in analyses} | ({"user_relations": span_params} if span_params else {}),
+        "analyses": {a.name: a.params() for a in analyses} | ({"user_relations": span_params} if span_params else {})
+        | ({"ablation": ablation_info} if ablation_info else {}),
         "seed": config.seed,
         "device": config.device,
         "dtype": str(next(pair.base.model.parameters()).dtype).replace("torch.", ""),
@@ -246,6 +251,90 @@ def compare(
 
         report_path = render_report(run_dir.path)
     return CompareRun(run_dir.path, results, manifest, report_path, done)
+
+
+def ablation_settings(config: CompareConfig) -> "AblationSettings":
+    """The ablation sweep's settings inside ``compare`` (every head, every layer, both layer modes)."""
+    from bertology.analyses.ablation import AblationSettings
+
+    return AblationSettings(
+        mode=config.ablation_mode, exclude_special=config.ablation_exclude_special, batch_size=config.batch_size,
+        n_bootstrap=config.ablation_bootstrap, seed=config.seed, device=config.device,
+        max_examples=config.ablation_examples or None, max_length=config.data.max_length,
+        importance=config.ablation_importance,
+    )
+
+
+def ablation_skip_reason(pair: ModelPair, corpus: Corpus) -> str | None:
+    """Why ``compare`` cannot ablate the tuned model on this corpus (None when it can)."""
+    from bertology.analyses.ablation import check_classifier, label_ids_for
+
+    if not pair.tuned.is_classifier:
+        return "the tuned model has no classification head"
+    if not any(ex.label is not None for ex in corpus):
+        return "the data has no labels (name the label column with --label-column)"
+    try:
+        check_classifier(pair.tuned.model, name="The tuned model")
+        label_ids_for(corpus, pair.tuned.model)
+    except BertologyError as err:
+        return str(err).rstrip(".")
+    return None
+
+
+def _ablation(
+    config: CompareConfig, pair: ModelPair, corpus: Corpus, run_dir: RunDirectory, resuming: bool,
+    warnings: list[str], progress: bool, results: dict[str, Result], done: list[str],
+) -> dict | None:
+    """Ablate every head and layer of the tuned classifier (and estimate head importance) into the run.
+
+    Runs when the tuned model is a classifier and the data is labelled; otherwise, when ablation came
+    with ``all`` (the default) it is skipped with a note, and when the user named it, that is an error.
+    Finished ablations are kept in ``partial/`` so an interrupted run continues where it stopped.
+    """
+    from bertology.analyses.ablation import run_ablation_study
+
+    reason = ablation_skip_reason(pair, corpus)
+    if reason is not None:
+        if tuple(config.analyses) == ANALYSES:
+            warnings.append(f"Ablation and head importance were skipped: {reason}.")
+            return None
+        raise BertologyError(f"Cannot run the ablation: {reason}.")
+    settings = ablation_settings(config)
+    names = ("ablation", "head_importance", "pruning_curve") if settings.importance else ("ablation",)
+    if resuming and all(run_dir.has_table(n) for n in names):
+        for n in names:
+            results[n] = Result(n, read_table(run_dir.path, n))
+        done.append("ablation")
+        return {"settings": settings.to_dict(), "resumed": True}
+    if not resuming:
+        import shutil
+
+        shutil.rmtree(run_dir.path / "partial", ignore_errors=True)
+    model = pair.tuned.model
+    if not progress:
+        study = run_ablation_study(model, pair.tuned.tokenizer, corpus, settings, run_dir.path, figures=False)
+    else:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        with Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(), MofNCompleteColumn(),
+                      TimeRemainingColumn(), transient=False) as bar:
+            tasks: dict[str, int] = {}
+
+            def on_progress(stage: str, n_done: int, total: int) -> None:
+                if stage not in tasks:
+                    tasks[stage] = bar.add_task("ablations" if stage == "ablation" else "head importance", total=total)
+                bar.update(tasks[stage], completed=n_done, total=total)
+
+            study = run_ablation_study(model, pair.tuned.tokenizer, corpus, settings, run_dir.path, figures=False,
+                                       on_progress=on_progress)
+    for n, table in study.tables.items():
+        results[n] = Result(n, table, study.summary.get("settings", {}))
+    return _jsonable_summary(study.summary)
+
+
+def _jsonable_summary(summary: dict) -> dict:
+    """The study's manifest section, with NumPy scalars made plain (json.dumps would refuse them)."""
+    return json.loads(json.dumps(summary, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
 
 
 #: Tables an analysis writes beside its own, read back when a run resumes.

@@ -2,7 +2,7 @@
 
 Writes, under ``--out``: ``tables/ablation`` (intact, every head, every layer: accuracy / macro-F1 / loss
 deltas with bootstrap 95% intervals and ``helps`` flags), ``tables/head_importance`` and
-``tables/pruning_curve`` (Michel et al. 2019; unless ``--no-importance``), ``figures/*.svg`` and
+``tables/pruning_curve`` (Michel et al. 2019; unless ``--no-importance``), ``figures/*.svg``, ``report.html`` and
 ``manifest.json``. Finished ablations are kept in ``partial/``: after Ctrl-C or a kill, the same
 command continues where it stopped; different settings in the same folder are refused unless
 ``--overwrite``.
@@ -80,6 +80,7 @@ def ablate_command(
     out: Path = typer.Option(Path("runs/ablate"), "--out", help="Run folder (tables/, figures/, partial/, manifest.json)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different run already in --out."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow model code from the hub (off by default)."),
+    no_report: bool = typer.Option(False, "--no-report", help="Write tables and figures only, no report.html."),
 ) -> None:
     """Disable every head and layer of a fine-tuned classifier; report what the task loses (or gains)."""
     from bertology.analyses.ablation import AblationSettings, check_classifier, label_ids_for, run_ablation_study, sample_examples
@@ -164,19 +165,25 @@ def ablate_command(
                     figures=[str(p.relative_to(run_dir.path)) for p in study.figures])
     run_dir.write_manifest(manifest)
     _print_summary(study, run_dir.path)
+    if not no_report:
+        from bertology.report.render import render_report
+
+        console.print(f"report: [bold]{render_report(run_dir.path)}[/]")
 
 
-def _print_summary(study, out: Path) -> None:
+def print_ablation_summary(tables: dict, note: str = "") -> None:
+    """The ablation headlines (intact score, harmful heads, layers, helpful removals, importance) from tables."""
     from bertology.analyses.ablation import helpful, ranked
+    from bertology.analyses.head_importance import importance_vs_deltas
 
-    t = study.ablation.table
-    intact = study.ablation.intact
-    p = study.ablation.params
-    resumed = p.get("resumed_units", 0)
+    t = tables["ablation"]
+    intact_rows = t[t["target"] == "intact"]
+    intact = dict(zip(intact_rows["metric"], intact_rows["value"].astype(float)))
+    first = t.iloc[0]
     console.print(
         f"intact: accuracy {intact['accuracy']:.4f}, macro-F1 {intact['macro_f1']:.4f}, loss {intact['loss']:.4f} "
-        f"(n={p['n_examples']}, mode {p['mode']}{', [CLS]/[SEP] excluded' if p['exclude_special'] else ''}"
-        + (f"; {resumed} ablations reused" if resumed else "") + ")"
+        f"(n={int(first['n_examples'])}, mode {first['mode']}{', [CLS]/[SEP] excluded' if bool(first['exclude_special']) else ''}"
+        + note + ")"
     )
     if (t["target"] == "head").any():
         worst = ranked(t, "accuracy", target="head", harmful=True, top=5)
@@ -191,16 +198,17 @@ def _print_summary(study, out: Path) -> None:
             + (", ".join(_fmt_row(r) for r in good.head(8).itertuples()) if len(good) else "none")
             + (f" (+{len(good) - 8} more)" if len(good) > 8 else "")
         )
-    rho = study.summary.get("importance_vs_ablation_spearman")
-    if rho:
+    imp = tables.get("head_importance")
+    if imp is not None and len(imp) and (t["target"] == "head").any():
+        rho = importance_vs_deltas(imp, t)
         console.print(
             "head importance vs single-head deltas, Spearman: "
             f"{rho['loss']['spearman']:+.3f} (loss), {rho['accuracy']['spearman']:+.3f} (accuracy); "
             f"raw importance {rho['loss']['spearman_raw']:+.3f} (loss)"
         )
-    if "pruning_curve" in study.tables:
-        c = study.tables["pruning_curve"]
-        c = c[(c["metric"] == "accuracy")]
+    curve = tables.get("pruning_curve")
+    if curve is not None and len(curve):
+        c = curve[(curve["metric"] == "accuracy")]
         half = c[c["fraction_removed"] <= 0.5].groupby("order")["fraction_removed"].max()
         parts = []
         for order in ("importance", "random"):
@@ -209,6 +217,12 @@ def _print_summary(study, out: Path) -> None:
                 parts.append(f"{order} {row.value:.3f}")
         if parts:
             console.print(f"pruning {100 * half.max():.0f}% of heads, accuracy: " + ", ".join(parts))
+
+
+def _print_summary(study, out: Path) -> None:
+    p = study.ablation.params
+    resumed = p.get("resumed_units", 0)
+    print_ablation_summary(study.tables, note=f"; {resumed} ablations reused" if resumed else "")
     console.print(f"tables: {out / 'tables'}")
     if study.figures:
         console.print(f"figures: {out / 'figures'}")

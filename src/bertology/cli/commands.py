@@ -58,6 +58,13 @@ def compare_command(
     relations: Optional[Path] = typer.Option(
         None, "--relations", help="JSONL of user token relations (text, from span, to spans, relation) scored like relation heads."
     ),
+    ablation_mode: str = typer.Option(
+        "uniform", "--ablation-mode", help="Ablation (tuned classifier + labelled data): how a head is disabled: uniform (1/L), zero, or mean."
+    ),
+    ablation_examples: int = typer.Option(500, "--ablation-examples", help="Ablation: seeded, label-stratified sample of this many examples (0 = all).", min=0),
+    ablation_exclude_special: bool = typer.Option(False, "--ablation-exclude-special", help="Ablation, uniform mode: leave [CLS]/[SEP] out of the 1/L average."),
+    ablation_bootstrap: int = typer.Option(1000, "--ablation-bootstrap", help="Ablation: bootstrap resamples for the 95% intervals.", min=0),
+    importance: bool = typer.Option(True, "--importance/--no-importance", help="Ablation: also head importance (Michel et al. 2019) and pruning curves."),
     seed: int = typer.Option(0, "--seed"),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:1, mps ..."),
     store: Optional[Path] = typer.Option(None, "--store", help="Also save hidden states to this folder (safetensors shards)."),
@@ -72,6 +79,8 @@ def compare_command(
         raise BertologyError("--attention-mode must be 'cropped' or 'padded'.")
     if overlong not in ("skip", "truncate"):
         raise BertologyError("--overlong must be 'skip' or 'truncate'.")
+    if ablation_mode not in ("uniform", "zero", "mean"):
+        raise BertologyError("--ablation-mode must be 'uniform', 'zero' or 'mean'.")
     config = CompareConfig(
         base=base,
         tuned=tuned,
@@ -90,6 +99,11 @@ def compare_command(
         head_map_examples=head_map_examples,
         patterns_cnn=str(patterns_cnn) if patterns_cnn else None,
         view_examples=view_examples,
+        ablation_mode=ablation_mode,  # type: ignore[arg-type]
+        ablation_examples=ablation_examples,
+        ablation_exclude_special=ablation_exclude_special,
+        ablation_bootstrap=ablation_bootstrap,
+        ablation_importance=importance,
         trust_remote_code=trust_remote_code,
         store=str(store) if store else None,
     )
@@ -154,6 +168,11 @@ def _print_compare_summary(run) -> None:
                 "relation heads, all relations: "
                 + ", ".join(f"{m} {r.accuracy:.3f} ({r.head_label}; best offset {r.baseline_accuracy:.3f})" for m, r in overall.iterrows())
             )
+    if "ablation" in run.results:
+        from bertology.cli.ablate import print_ablation_summary
+
+        console.print("[bold]ablation of the tuned classifier[/]")
+        print_ablation_summary({k: run.table(k) for k in ("ablation", "head_importance", "pruning_curve") if k in run.results})
     console.print(f"tables: {run.out / 'tables'}")
     if run.report:
         console.print(f"report: [bold]{run.report}[/]")

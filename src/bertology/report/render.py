@@ -42,6 +42,10 @@ KNOWN_TABLES: dict[str, tuple[str, ...]] = {
     "attention_patterns": ("model", "layer", "head", "pattern", "fraction"),
     "head_map": ("model", "layer", "head", "x", "y", "moved", "n_examples"),
     "head_distance": ("model_a", "layer_a", "head_a", "model_b", "layer_b", "head_b", "js_divergence"),
+    "ablation": ("target", "layer", "head", "label", "mode", "layer_mode", "metric", "value", "delta", "ci_low",
+                 "ci_high", "n_examples", "helps", "hurts"),
+    "head_importance": ("layer", "head", "importance"),
+    "pruning_curve": ("order", "fraction_removed", "metric", "value"),
 }
 
 SIMILARITY_METRICS = ("cka_linear", "cka_debiased", "rsa_pearson", "rsa_spearman")
@@ -56,6 +60,7 @@ _SECTION_TITLES = {
     "head-map": "Head map",
     "attention-patterns": "Attention patterns",
     "attention-viewer": "Attention viewer",
+    "ablation": "Ablation and head importance",
 }
 
 #: Targets drawn per layer, and their labels.
@@ -802,6 +807,93 @@ def _head_map_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) -> 
             "table": table, "facts": facts}
 
 
+def _ablation_section(tables: dict[str, pd.DataFrame], figs: _Figures, derived: list[dict]) -> dict:
+    """Single head and layer ablations of the tuned classifier, head importance and pruning curves."""
+    from bertology.analyses.ablation import helpful, ranked
+    from bertology.analyses.head_importance import importance_vs_deltas
+    from bertology.viz.ablation import ablation_heatmap, importance_scatter, layer_ablation_bars, pruning_curve_figure
+    from bertology.viz.figures import head_heatmap
+
+    t = tables["ablation"].copy()
+    imp = tables.get("head_importance")
+    curve = tables.get("pruning_curve")
+    first = t.iloc[0]
+    mode = str(first.get("mode", "uniform"))
+    how = {"uniform": "its attention set to 1/L over the tokens" + (" other than [CLS]/[SEP]" if bool(first.get("exclude_special")) else ""),
+           "zero": "its output zeroed", "mean": "its output replaced by its mean over the examples"}.get(mode, mode)
+    has_heads = bool((t["target"] == "head").any())
+    has_layers = bool((t["target"] == "layer").any())
+    figures = []
+    if has_heads:
+        for metric, what in (("accuracy", "accuracy"), ("loss", "cross-entropy loss")):
+            figures.append(figs.make(
+                f"ablation_heads_{metric}", lambda m=metric: ablation_heatmap(t, m),
+                f"Change in {what} when one head is disabled ({how}); blue: the task gains, red: it loses. "
+                "Outlined cells: the 95% bootstrap interval excludes zero (solid: removal helps, dotted: it hurts).",
+                f"Per-head ablation change in {what}",
+            ))
+    if has_layers:
+        figures.append(figs.make(
+            "ablation_layers_accuracy", lambda: layer_ablation_bars(t, "accuracy"),
+            "Change in accuracy when a whole layer is disabled: skipped (the block returns its input) or with all "
+            "its heads disabled; bars show the 95% bootstrap interval.",
+            "Per-layer ablation change in accuracy",
+        ))
+    if imp is not None and len(imp):
+        figures.append(figs.make(
+            "head_importance", lambda: head_heatmap(imp, value="importance", title="Head importance (normalised per layer)",
+                                                    cmap="viridis", vmin=0.0, colorbar_label="importance"),
+            "Head importance (Michel et al. 2019): the mean absolute gradient of the loss with respect to a gate on "
+            "each head's output, per example, normalised per layer (L2).",
+            "Head importance per layer and head",
+        ))
+        if has_heads:
+            figures.append(figs.make(
+                "importance_vs_ablation", lambda: importance_scatter(imp, t, "loss"),
+                "Each head's importance against the loss change its removal causes: agreement means important heads "
+                "are the ones whose loss the task feels.",
+                "Head importance against the single-head ablation change in loss",
+            ))
+    if curve is not None and len(curve):
+        figures.append(figs.make(
+            "pruning_curve_accuracy", lambda: pruning_curve_figure(curve, "accuracy"),
+            "Accuracy as heads are removed step by step, least important first (re-estimated after every step), "
+            "against a random order as the control.",
+            "Pruning curve: accuracy against the share of heads removed",
+        ))
+    intact = t[t["target"] == "intact"].set_index("metric")["value"]
+    rows = []
+    if has_heads:
+        for kind, part in (("hurts most", ranked(t, "accuracy", target="head", harmful=True, top=8)),
+                           ("helps most", ranked(t, "accuracy", target="head", harmful=False, top=5))):
+            for r in part.itertuples():
+                rows.append([r.label, kind, r.delta, r.ci_low, r.ci_high, "yes" if r.helps else ("hurts" if r.hurts else "no")])
+    for r in t[(t["target"] == "layer") & (t["metric"] == "accuracy")].itertuples():
+        rows.append([r.label, "layer", r.delta, r.ci_low, r.ci_high,
+                     "yes" if r.helps else ("hurts" if r.hurts else "no")])
+    table = _table([("unit", "Removed", "text"), ("kind", "Kind", "text"), ("delta", "Δ accuracy", "num"),
+                    ("lo", "95% CI low", "num"), ("hi", "95% CI high", "num"), ("sig", "Beyond the CI", "text")], rows)
+    good_acc, good_loss = helpful(t, "accuracy"), helpful(t, "loss")
+    facts = [("Mode", mode + (" ([CLS]/[SEP] excluded)" if bool(first.get("exclude_special")) else "")),
+             ("Examples", fmt_value(first.get("n_examples"))),
+             ("Intact accuracy", fmt_value(intact.get("accuracy"))), ("Intact loss", fmt_value(intact.get("loss"))),
+             ("Removals that help accuracy (beyond CI)", str(len(good_acc))),
+             ("Removals that lower the loss (beyond CI)", str(len(good_loss)))]
+    if imp is not None and len(imp) and has_heads:
+        rho = importance_vs_deltas(imp, t)["loss"]["spearman"]
+        facts.append(("Spearman, importance vs Δloss", fmt_value(rho, 3)))
+    if has_heads:
+        worst = ranked(t, "accuracy", target="head", harmful=True, top=1)
+        if len(worst):
+            w = worst.iloc[0]
+            derived.append({"label": "Head the task needs most", "text": str(w["label"]),
+                            "note": f"Δaccuracy {w['delta']:+.3f} when disabled ({mode})"})
+    derived.append({"label": "Removals that help", "text": f"{len(good_acc)} (accuracy), {len(good_loss)} (loss)",
+                    "note": "heads or layers whose removal improves the task beyond the 95% interval"})
+    return {"id": "ablation", "title": _SECTION_TITLES["ablation"], "figures": [f for f in figures if f],
+            "table": table, "facts": facts}
+
+
 def _viewer_section(run_dir: Path, manifest: dict, warnings: list[str]) -> dict | None:
     """Interactive attention views saved by ``compare`` under ``views/`` (base, tuned and their difference)."""
     from bertology.viz.viewer import render_fragment
@@ -862,6 +954,8 @@ def build_context(run_dir: str | Path) -> dict:
         sections.append(_relations_section(tables["relation_heads"], figs, derived))
     if "head_map" in tables:
         sections.append(_head_map_section(tables["head_map"], figs, derived))
+    if "ablation" in tables:
+        sections.append(_ablation_section(tables, figs, derived))
     viewer = _viewer_section(run_dir, manifest, warnings)
     if viewer:
         sections.append(viewer)

@@ -89,7 +89,7 @@ def layer_ablation_bars(table: pd.DataFrame, metric: str = "accuracy", *, title:
     colors = ["#1f5aa6", "#e9a23b", "#2a9d8f"]
     width = 0.8 / max(1, len(modes))
     with mpl.rc_context(_STYLE):
-        fig = _new_figure((min(9.0, max(4.2, 0.55 * len(layers) * max(1, len(modes)) + 1.6)), 2.9))
+        fig = _new_figure((min(6.0, max(4.2, 0.3 * len(layers) * max(1, len(modes)) + 2.0)), 3.2))
         ax = fig.add_subplot()
         for k, lm in enumerate(modes):
             part = sub[sub["layer_mode"] == lm].set_index("layer").reindex(layers)

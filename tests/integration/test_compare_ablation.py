@@ -1,0 +1,97 @@
+"""``compare`` runs the ablation when the tuned model classifies and the data is labelled; the report shows it."""
+import csv
+import json
+import re
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from bertology.cli import app
+from bertology.config import ANALYSES, CompareConfig, DataConfig
+from bertology.errors import BertologyError
+from bertology.pipeline import compare
+from bertology.testing import SENTENCES, tiny_bert_pair
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def pair_dirs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("pair")
+    base, tuned = tiny_bert_pair(folder / "clf", classifier=True)
+    _, encoder = tiny_bert_pair(folder / "enc")
+    return base, tuned, encoder
+
+
+def _csv(path, labelled=True):
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["text", "label"] if labelled else ["text"])
+        for i, s in enumerate(SENTENCES * 2):
+            w.writerow([s, i % 2] if labelled else [s])
+    return path
+
+
+def _config(base, tuned, data, out, analyses=("attention_change", "ablation")):
+    return CompareConfig(base=str(base), tuned=str(tuned), data=DataConfig(path=str(data)), out=str(out),
+                         analyses=tuple(analyses), view_examples=0, ablation_bootstrap=100)
+
+
+def test_compare_includes_ablation_and_report_section(pair_dirs, tmp_path):
+    base, tuned, _ = pair_dirs
+    data = _csv(tmp_path / "d.csv")
+    run = compare(_config(base, tuned, data, tmp_path / "run"))
+    t = run.table("ablation")
+    # tiny model: 2 layers x 4 heads, 2 layer modes, 3 metrics, plus the intact rows
+    assert len(t[t["target"] == "head"]) == 8 * 3 and len(t[t["target"] == "layer"]) == 2 * 2 * 3
+    assert set(t["mode"]) == {"uniform"}
+    assert {"head_importance", "pruning_curve"} <= set(run.results)
+    assert (tmp_path / "run/tables/ablation.parquet").exists()
+    assert run.manifest["analyses"]["ablation"]["settings"]["mode"] == "uniform"
+    html = run.report.read_text(encoding="utf-8")
+    assert 'id="ablation"' in html and "fig-ablation_heads_accuracy" in html and "fig-pruning_curve_accuracy" in html
+    # the heatmap in the report is the table's numbers: the most harmful head is named in the overview
+    worst = t[(t["target"] == "head") & (t["metric"] == "accuracy")].sort_values("delta").iloc[0]
+    assert "Head the task needs most" in html
+
+    # same settings again: the ablation tables are read back, not recomputed
+    again = compare(_config(base, tuned, data, tmp_path / "run"))
+    assert "ablation" in again.resumed
+    pd.testing.assert_frame_equal(again.table("ablation"), t, check_dtype=False)
+    assert worst["label"] in set(again.table("ablation")["label"])
+
+
+def test_default_analyses_skip_ablation_with_a_note_when_tuned_has_no_head(pair_dirs, tmp_path):
+    base, _, encoder = pair_dirs
+    data = _csv(tmp_path / "d.csv")
+    run = compare(_config(base, encoder, data, tmp_path / "run", analyses=ANALYSES))
+    assert "ablation" not in run.results
+    assert any("Ablation and head importance were skipped: the tuned model has no classification head" in w
+               for w in run.manifest["warnings"])
+
+
+def test_named_ablation_without_labels_or_head_is_a_clear_error(pair_dirs, tmp_path):
+    base, tuned, encoder = pair_dirs
+    with pytest.raises(BertologyError, match="no classification head"):
+        compare(_config(base, encoder, _csv(tmp_path / "d.csv"), tmp_path / "a"))
+    with pytest.raises(BertologyError, match="no labels"):
+        compare(_config(base, tuned, _csv(tmp_path / "u.csv", labelled=False), tmp_path / "b"))
+
+
+def test_cli_compare_prints_ablation_summary(pair_dirs, tmp_path):
+    base, tuned, _ = pair_dirs
+    data = _csv(tmp_path / "d.csv")
+    result = runner.invoke(app, ["compare", "--base", str(base), "--tuned", str(tuned), "--data", str(data),
+                                 "--out", str(tmp_path / "run"), "--analyses", "ablation", "--ablation-mode", "zero",
+                                 "--ablation-bootstrap", "50", "--no-importance", "--view-examples", "0"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "ablation of the tuned classifier" in text and "mode zero" in text
+    assert re.search(r"intact: accuracy \d\.\d{4}", text)
+    manifest = json.loads((tmp_path / "run/manifest.json").read_text())
+    assert manifest["config"]["ablation_mode"] == "zero"
+    assert not (tmp_path / "run/tables/head_importance.parquet").exists()
+    bad = runner.invoke(app, ["compare", "--base", str(base), "--tuned", str(tuned), "--data", str(data),
+                              "--out", str(tmp_path / "bad"), "--ablation-mode", "half"])
+    assert bad.exit_code == 2 and "--ablation-mode must be" in " ".join(bad.output.split())
