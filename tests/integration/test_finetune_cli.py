@@ -89,3 +89,27 @@ def test_flag_errors_are_one_line(tmp_path):
         result = invoke(["--model", str(model), "--data", str(train), "--out", str(tmp_path / "o"), *extra])
         assert result.exit_code == 2, (extra, result.output)
         assert needle in result.output and "Traceback" not in result.output
+
+
+def test_contrastive_objective_from_the_cli(tmp_path):
+    model = save_tiny_bert(tmp_path / "m", hidden_dropout_prob=0.1)
+    rng = random.Random(2)
+    txt = tmp_path / "sentences.txt"
+    txt.write_text("\n".join(" ".join(rng.sample(FILLER, 4)) for _ in range(24)) + "\n")
+    sts = tmp_path / "sts.tsv"
+    pd.DataFrame({"sentence1": [" ".join(rng.sample(FILLER, 3)) for _ in range(10)],
+                  "sentence2": [" ".join(rng.sample(FILLER, 3)) for _ in range(10)],
+                  "score": [float(i % 5) for i in range(10)]}).to_csv(sts, sep="\t", index=False)
+    out = tmp_path / "simcse"
+    result = invoke(["--model", str(model), "--data", str(txt), "--objective", "contrastive", "--sts-data", str(sts),
+                     "--epochs", "1", "--batch-size", "8", "--anisotropy-sentences", "12", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "spearman" in result.output and "anisotropy_last_layer_base" in result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["contrastive"] == "unsupervised"  # auto: plain sentences
+    assert manifest["result"]["objective"] == "contrastive"
+    an = pd.read_csv(out / "tables" / "anisotropy.csv")
+    assert set(an["model"]) == {"base", "tuned"} and list(an.columns) == ["model", "layer", "metric", "value", "n"]
+    assert not load_model(out / "model").is_classifier
+    sts_rows = pd.read_csv(out / "tables" / "finetune.csv").query("split == 'sts'")
+    assert sorted(sts_rows["step"]) == [0, 3]
