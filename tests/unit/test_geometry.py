@@ -338,6 +338,23 @@ def test_batch_size_does_not_change_the_sample_or_the_numbers(planted, encoded):
     assert _run(planted, encoded, seed=2, **{k: v for k, v in kw.items() if k != "seed"}).selected_words() != runs[0].selected_words()
 
 
+def test_candidate_cap_restricts_words_to_a_hashed_subset_of_the_vocabulary(planted, encoded):
+    full = _run(planted, encoded, n_pairs=7, max_words=1000, max_contexts=1000, max_candidates=None, seed=1)
+    forms = sorted(full.words, key=lambda f: word_key(1, f))  # every word form of the corpus
+    kw = dict(n_pairs=7, max_words=3, max_candidates=6, max_contexts=6, seed=1)
+    runs = [_run(planted, encoded, batch_size=bs, **kw) for bs in (3, 24)]
+    qual = [f for f in forms[:6] if full.words[f].count >= 5]
+    assert runs[0].selected_words() == qual[:3]
+    _same(runs[0], runs[1], atol=2e-3)
+    assert len(runs[0].words) <= 6
+    cut = 9
+    shards = [EncodedCorpus(encoded.items[:cut], 128, "skip", cut),
+              EncodedCorpus(encoded.items[cut:], 128, "skip", len(encoded.items) - cut)]
+    _same(runs[0], _run(planted, shards[0], **kw).merge(_run(planted, shards[1], **kw)), atol=2e-3)
+    with pytest.raises(ValueError):
+        Geometry(2, max_words=10, max_candidates=5)
+
+
 def test_merge_of_shards_equals_the_whole_corpus(planted, encoded):
     kw = dict(n_pairs=7, max_words=4, max_contexts=6, seed=1)
     whole = _run(planted, encoded, **kw)

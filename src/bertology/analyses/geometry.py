@@ -37,14 +37,19 @@ does not depend on batching or sharding and ``merge`` of shards equals one run o
 the baseline examples are the ``n_pairs`` with the smallest example keys, the token in each the one
 with the smallest position key; the words are the ``max_words`` qualifying words (``>= min_contexts``
 sentences) with the smallest word keys, and a word's occurrences those with the smallest occurrence
-keys. Shards must hold disjoint examples.
+keys. To bound memory, only the ``max_candidates`` word forms with the smallest keys among all forms
+seen are considered at all (a hashed, hence unbiased, subset of the vocabulary): on a small corpus
+where fewer than ``max_words`` words qualify, the analysed words are then the qualifying words of that
+subset. Shards must hold disjoint examples.
 
 Memory: word occurrences are stored in float16 (``2 (N + 1) hidden`` values per occurrence: 10.8 kB
 for MiniLM, 40 kB for BERT-base), at most ``max_contexts`` per word, for the words whose key is below
-the current threshold (the ``max_words``-th smallest key among words that already qualify; until
-``max_words`` words qualify, every word is kept). With the defaults that is about 54 MB for MiniLM and
-200 MB for BERT-base once the threshold has settled. The baseline keeps ``n_pairs`` tokens in float32;
-intra-sentence similarity keeps sums.
+the current threshold (the smaller of the two rules above). At any time at most ``max_words``
+stored words qualify (``<= max_contexts`` occurrences each) and the others have fewer than
+``min_contexts``, so at most ``max_words * max_contexts + max_candidates * (min_contexts - 1)``
+occurrences are held: 13,000 with the defaults, i.e. <= 140 MB for MiniLM, <= 520 MB for BERT-base
+(typically far less: most word forms occur once). The baseline keeps ``n_pairs`` tokens in float32
+(19 MB for MiniLM); intra-sentence similarity keeps sums.
 """
 from __future__ import annotations
 
@@ -132,6 +137,7 @@ class Geometry(Analysis):
         min_contexts: int = 5,
         max_contexts: int = 10,
         max_words: int = 500,
+        max_candidates: int | None = 2000,
         include_special: bool = False,
         mev_center: bool = True,
         seed: int = 0,
@@ -146,10 +152,13 @@ class Geometry(Analysis):
             raise ValueError(f"max_contexts ({max_contexts}) must be at least min_contexts ({min_contexts})")
         if max_words < 1:
             raise ValueError("max_words must be at least 1")
+        if max_candidates is not None and max_candidates < max_words:
+            raise ValueError(f"max_candidates ({max_candidates}) must be at least max_words ({max_words})")
         self.num_layers = num_layers
         self.tokenizer = tokenizer
         self.n_pairs, self.baseline_pairs = n_pairs, baseline_pairs
         self.min_contexts, self.max_contexts, self.max_words = min_contexts, max_contexts, max_words
+        self.max_candidates = max_candidates
         self.include_special, self.mev_center, self.seed = bool(include_special), bool(mev_center), seed
         self._unk = getattr(tokenizer, "unk_token_id", None) if tokenizer is not None else None
         # Baseline: bottom-n_pairs examples by key, one token each, [k, 2, L + 1, hidden] float32.
@@ -171,6 +180,7 @@ class Geometry(Analysis):
         return {
             "n_pairs": self.n_pairs, "baseline_pairs": self.baseline_pairs,
             "min_contexts": self.min_contexts, "max_contexts": self.max_contexts, "max_words": self.max_words,
+            "max_candidates": self.max_candidates,
             "include_special": self.include_special, "mev_center": self.mev_center, "seed": self.seed,
             "tokens": "real tokens incl. [CLS]/[SEP]" if self.include_special else "content tokens (no [CLS]/[SEP], no padding)",
             "word_vector": "mean of sub-word vectors; word = lower-cased form; one occurrence per sentence",
@@ -205,12 +215,24 @@ class Geometry(Analysis):
         return w
 
     def _update_threshold(self) -> None:
-        """Lower the word-key threshold once ``max_words`` words qualify, and drop the words above it."""
-        keys = np.sort(np.array([w.key for w in self.words.values() if w.count >= self.min_contexts], dtype=np.uint64))
-        if len(keys) < self.max_words:
-            return
-        self.threshold = keys[self.max_words - 1]
-        self.words = {f: w for f, w in self.words.items() if w.key <= self.threshold}
+        """Lower the word-key threshold and drop the words above it.
+
+        Two rules, each a function of the words seen so far that only decreases as more arrive (so
+        batches and shards give the same threshold): the ``max_candidates``-th smallest key among all
+        word forms seen, and the ``max_words``-th smallest key among the qualifying words.
+        """
+        tau = self.threshold
+        keys = np.array([w.key for w in self.words.values()], dtype=np.uint64)
+        if self.max_candidates is not None and len(keys) > self.max_candidates:
+            cap = np.partition(keys, self.max_candidates - 1)[self.max_candidates - 1]
+            tau = cap if tau is None else min(tau, cap)
+        qual = np.sort(np.array([w.key for w in self.words.values() if w.count >= self.min_contexts
+                                 and (tau is None or w.key <= tau)], dtype=np.uint64))
+        if len(qual) >= self.max_words:
+            tau = qual[self.max_words - 1] if tau is None else min(tau, qual[self.max_words - 1])
+        if tau is not None:
+            self.threshold = tau
+            self.words = {f: w for f, w in self.words.items() if w.key <= tau}
 
     def _add_words(self, index: int, item, hidden: np.ndarray) -> None:
         """Pool one example's words (``hidden``: ``[T, 2, L + 1, D]`` float32) and keep the candidates."""
@@ -312,8 +334,9 @@ class Geometry(Analysis):
 
     # ------------------------------------------------------------------------------ results
     def selected_words(self) -> list[str]:
-        """The analysed words: qualifying words with the smallest keys, in key order."""
-        qual = [(w.key, f) for f, w in self.words.items() if w.count >= self.min_contexts]
+        """The analysed words: qualifying words with the smallest keys (below the threshold), in key order."""
+        qual = [(w.key, f) for f, w in self.words.items()
+                if w.count >= self.min_contexts and (self.threshold is None or w.key <= self.threshold)]
         qual.sort()
         return [f for _, f in qual[: self.max_words]]
 

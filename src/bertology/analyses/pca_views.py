@@ -10,7 +10,7 @@ at every layer is kept; :meth:`PCAViews.compute` projects them to two dimensions
   share axes and the movement of tokens between models is visible.
 
 Each token carries a ``category`` to colour by: ``special`` ([CLS], [SEP], ...), ``punct`` (punctuation
-pieces, or UPOS PUNCT/SYM), a coarse part of speech when the corpus is annotated (``noun`` = NOUN/PROPN,
+pieces, which needs ``tokenizer``, or UPOS PUNCT/SYM), a coarse part of speech when the corpus is annotated (``noun`` = NOUN/PROPN,
 ``verb`` = VERB/AUX, ``adj``, ``adv``, ``pron``, ``det``, ``adp``, ``conj`` = CCONJ/SCONJ, ``num``,
 ``part``, ``other``; every piece of a word takes the word's tag), else ``word``; and the example's
 ``label`` (when the corpus has labels). Tokens are ordered by (example, position) before fitting, so
