@@ -275,10 +275,9 @@ class Geometry(Analysis):
 
     def update(self, batch: PairBatch) -> None:
         n_layers = self.num_layers + 1
-        # [B, T, 2, L + 1, D] float32 on the CPU: every per-example view below is a cheap slice.
-        stacked = np.stack(
-            [np.stack([cap.hidden_states[l].float().cpu().numpy() for l in range(n_layers)], axis=2)
-             for cap in (batch.base, batch.tuned)], axis=2)
+        # Per model and layer, [B, T, D] float32 on the CPU (no copy when it already is); one example's
+        # [T, 2, L + 1, D] block is stacked from these at a time, so the batch is never duplicated.
+        hs = [[cap.hidden_states[l].float().cpu().numpy() for l in range(n_layers)] for cap in (batch.base, batch.tuned)]
         eligible = (batch.mask if self.include_special else batch.content).cpu().numpy()
         idx = batch.example_indices
         self.n_seen += len(idx)
@@ -287,9 +286,11 @@ class Geometry(Analysis):
         limit = self.base_keys[-1] if len(self.base_keys) >= self.n_pairs else None
         for row, item in enumerate(batch.items):
             index = int(item.index)
+            length = len(item)
+            block = np.stack([np.stack([h[row, :length] for h in layers], axis=1) for layers in hs], axis=1)
             pos = np.nonzero(eligible[row])[0]
             if pos.size:
-                x = stacked[row, pos].astype(np.float64)  # [n, 2, L + 1, D]
+                x = block[pos].astype(np.float64)  # [n, 2, L + 1, D]
                 intra = intra_similarity(np.moveaxis(x, 0, 2))  # [2, L + 1]
                 self.intra_sum += intra
                 self.intra_sq += intra**2
@@ -300,9 +301,8 @@ class Geometry(Analysis):
                     cand_keys.append(ekeys[row])
                     cand_ex.append(index)
                     cand_pos.append(p)
-                    cand_vec.append(stacked[row, p])
-            length = len(item)
-            self._add_words(index, item, stacked[row, :length])
+                    cand_vec.append(block[p])
+            self._add_words(index, item, block)
         if cand_keys:
             self._keep_baseline(np.array(cand_keys, np.uint64), np.array(cand_ex, np.int64),
                                 np.array(cand_pos, np.int64), np.stack(cand_vec).astype(np.float32))
