@@ -111,10 +111,8 @@ def max_explainable_variance(x: np.ndarray, center: bool = True) -> np.ndarray |
     scale = np.einsum("...nd,...nd->...n", x, x).max(axis=-1, initial=0.0)
     if center:
         x = x - x.mean(axis=-2, keepdims=True)
-    if x.shape[-2] <= x.shape[-1]:
-        g = np.einsum("...id,...jd->...ij", x, x)
-    else:
-        g = np.einsum("...ni,...nj->...ij", x, x)
+    xt = np.swapaxes(x, -1, -2)
+    g = x @ xt if x.shape[-2] <= x.shape[-1] else xt @ x  # the smaller Gram matrix (BLAS, not einsum loops)
     ev = np.clip(np.linalg.eigvalsh(g), 0.0, None)
     total = ev.sum(axis=-1)
     top = ev[..., -1] if ev.shape[-1] else np.zeros(total.shape)
