@@ -60,8 +60,11 @@ def test_ablate_writes_tables_figures_manifest(model_dir, labelled_csv, tmp_path
     curve = pd.read_parquet(out / "tables/pruning_curve.parquet")
     assert {"order", "fraction_removed", "n_removed", "metric", "value"} <= set(curve.columns)
     assert {p.name for p in (out / "figures").glob("*.svg")} == {
-        "ablation_heads_accuracy.svg", "ablation_layers_accuracy.svg", "pruning_curve_accuracy.svg", "importance_vs_ablation.svg"
+        "ablation_heads_accuracy.svg", "ablation_heads_loss.svg", "ablation_layers_accuracy.svg", "head_importance.svg",
+        "pruning_curve_accuracy.svg", "importance_vs_ablation.svg",
     }
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert 'id="ablation"' in html and "Head the task needs most" in html
     m = json.loads((out / "manifest.json").read_text())
     assert m["kind"] == "ablate" and m["status"] == "complete" and m["ablation_mode"] == "uniform"
     assert m["result"]["intact"]["accuracy"] == pytest.approx(t[(t.target == "intact") & (t.metric == "accuracy")]["value"].iloc[0])
@@ -124,3 +127,11 @@ def test_labels_outside_the_models_label_set_are_listed(model_dir, tmp_path):
     result = invoke("ablate", "--model", model_dir, "--data", path, "--out", tmp_path / "o")
     assert_user_error(result, "'neg', 'pos'", "its labels are '0', '1'")
     assert not (tmp_path / "o").exists()
+
+
+def test_no_report_still_saves_the_study_figures(model_dir, labelled_csv, tmp_path):
+    out = tmp_path / "run"
+    result = invoke(*_args(model_dir, labelled_csv, out, "--no-report", "--no-importance"))
+    assert result.exit_code == 0, result.output
+    assert not (out / "report.html").exists()
+    assert {p.name for p in (out / "figures").glob("*.svg")} == {"ablation_heads_accuracy.svg", "ablation_layers_accuracy.svg"}

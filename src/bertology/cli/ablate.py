@@ -155,7 +155,9 @@ def ablate_command(
             bar.update(tasks[stage], completed=done, total=total)
 
         try:
-            study = run_ablation_study(loaded.model, loaded.tokenizer, corpus, settings, run_dir.path, on_progress=on_progress)
+            # the report draws every figure (and saves them under figures/); without it the study saves its own
+            study = run_ablation_study(loaded.model, loaded.tokenizer, corpus, settings, run_dir.path,
+                                       figures=no_report, on_progress=on_progress)
         except KeyboardInterrupt:
             console.print(f"[yellow]interrupted:[/] finished ablations are saved in {run_dir.path / 'partial'}; "
                           "run the same command again to continue.")
@@ -168,7 +170,9 @@ def ablate_command(
     if not no_report:
         from bertology.report.render import render_report
 
-        console.print(f"report: [bold]{render_report(run_dir.path)}[/]")
+        report = render_report(run_dir.path)
+        console.print(f"figures: {run_dir.path / 'figures'}")
+        console.print(f"report: [bold]{report}[/]")
 
 
 def print_ablation_summary(tables: dict, note: str = "") -> None:
