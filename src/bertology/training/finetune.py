@@ -2,9 +2,16 @@
 
 :func:`finetune` trains ``AutoModelForSequenceClassification`` on a :class:`~bertology.data.corpus.Corpus`
 with AdamW and a linear warm-up/decay schedule, evaluates accuracy and macro-F1 on a held-out split
-after every epoch, and saves a Hugging Face folder (model + tokenizer, safetensors) that the rest of
-bertology (``compare --tuned``) reads back. One ``seed`` drives the head initialisation, the split,
-the shuffling and dropout, so two runs with the same config on the same machine give identical weights.
+(step 0, every ``eval_every`` steps, every epoch end, the last step), and saves a Hugging Face folder
+(model + tokenizer, safetensors) that the rest of bertology (``compare --tuned``) reads back. One
+``seed`` drives the head initialisation, the split, the shuffling and dropout, so two runs with the
+same config on the same machine give identical weights.
+
+The lab's experiments are settings of the same call: ``drop_layers`` / ``freeze_layers`` /
+``freeze_embeddings`` (:mod:`bertology.training.surgery`), ``exclude_words`` / ``slice_words``
+(:mod:`bertology.training.data`; eval rows per slice), ``objective="contrastive"``
+(:mod:`bertology.training.contrastive`), and the loop's hygiene (:mod:`bertology.training.loop`:
+gradient accumulation, early stopping, checkpoints and exact resumption).
 
 Labels are strings; they are mapped to ids in sorted order (``"-1" -> 0``, ``"1" -> 1``) unless the
 checkpoint already has a classification head whose ``label2id`` covers exactly the same labels, in
