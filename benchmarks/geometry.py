@@ -8,7 +8,7 @@ Ethayarajh's BERT-base anisotropy numbers (PAPERS.md). Base: the built-in ``mini
 (all-MiniLM-L6-v2, itself a sentence-embedding fine-tune, not a raw MLM checkpoint); tuned: the
 polarity classifier fine-tuned from it (``/work/assets/minilm-polarity``).
 
-    BERTOLOGY_CACHE=/work/main/.cache nice -n 10 .venv/bin/python benchmarks/geometry.py \
+    BERTOLOGY_CACHE=/work/main/.cache OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/geometry.py \
         [--data /work/shared/data/glue/SST-2/dev.tsv] [--limit N] [--tuned DIR] [--tag NAME]
 
 Writes ``benchmarks/results/geometry{.TAG}.json`` and ``.md`` and the figures ``geometry{.TAG}.svg``
@@ -111,7 +111,7 @@ def main() -> None:
     ws["change"] = ws["tuned"] - ws["base"]
     out = {
         "what": "Geometry (Ethayarajh 2019) of minilm vs its polarity fine-tune",
-        "command": "BERTOLOGY_CACHE=/work/main/.cache nice -n 10 .venv/bin/python benchmarks/geometry.py "
+        "command": "BERTOLOGY_CACHE=/work/main/.cache OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/geometry.py "
                    + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v not in (None, "")),
         "git": _git_head(),
         "data": {"path": args.data, **encoded.describe()},
@@ -153,8 +153,18 @@ def main() -> None:
     for l in range(last + 1):
         md.append(f"| {l} | " + " | ".join(f"{_fmt(pivot.loc[(m, l), 'base'])} | {_fmt(pivot.loc[(m, l), 'tuned'])}"
                                            for m in metrics[4:]) + " |")
+    aniso = {m: np.array(out["values"]["anisotropy"][m]) for m in ("base", "tuned")}
+    bert = np.array(ETHAYARAJH_BERT)
+
+    def profile(v: np.ndarray, name: str) -> str:
+        peak = int(np.argmax(v))
+        return (f"{name}: from {v[0]:.3f} (layer 0) to a peak of {v[peak]:.3f} at layer {peak} of {len(v) - 1}, "
+                f"last layer {v[-1]:.3f} ({v[-1] / v[peak]:.2f} x the peak)")
+
     md += ["", "Ethayarajh (2019) BERT-base-cased anisotropy, layers 0..12: "
            + ", ".join(f"{v:.3f}" for v in ETHAYARAJH_BERT) + ".", "",
+           "Anisotropy profiles: " + "; ".join([profile(bert, "BERT-base (paper)"), profile(aniso["base"], "minilm"),
+                                                 profile(aniso["tuned"], Path(args.tuned).name)]) + ".", "",
            f"Words with the lowest self-similarity in base layer {last}: "
            + ", ".join(f"{w} ({v:.2f})" for w, v in out["words_last_layer"]["most_context_specific_base"].items()) + ".",
            f"Largest drop in self-similarity at layer {last} (tuned - base): "
