@@ -106,3 +106,10 @@ def test_track_cli(run):
     assert "tracked 2 checkpoints" in result.output
     assert "track_attention_change.parquet" in result.output and "[2, 3]" in result.output
     assert "track_representation_similarity" not in result.output
+
+
+def test_track_refuses_a_run_with_removed_layers(tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "manifest.json").write_text(json.dumps({"kind": "finetune", "config": {"drop_layers": [2]}}))
+    with pytest.raises(BertologyError, match="fewer layers"):
+        track(tmp_path / "r")

@@ -121,6 +121,11 @@ def track(
     if manifest is None or manifest.get("kind") != "finetune":
         raise BertologyError(f"{run} is not a fine-tuning run folder (no finetune manifest.json).")
     cfg = manifest.get("config", {})
+    if cfg.get("drop_layers") and base is None:
+        raise BertologyError(
+            f"{run} removed layer(s) {cfg['drop_layers']} before training, so its checkpoints have fewer layers than "
+            "the base model and cannot be compared layer by layer; pass --base with a model of the same depth."
+        )
     ckpts = find_checkpoints(run, include_final=include_final)
     if not ckpts:
         raise BertologyError(
