@@ -18,7 +18,9 @@ How it runs:
    applied per probe with its own learning rate, which is divided by 10 when its dev loss does not
    improve (``ReduceLROnPlateau(factor=0.1, patience=0)``, as Hewitt & Manning); each probe keeps
    its best dev-loss weights and stops on its own after ``patience`` epochs without improvement (a
-   stopped probe is no longer computed). Results therefore equal training each probe alone (tested).
+   stopped probe's weights no longer change; training ends when every probe has stopped). Results
+   therefore equal training each probe alone (tested). A distance and a depth probe on the same
+   layer read the layer's features once (their weights are multiplied in one product).
    Initial weights are drawn per probe from a generator seeded by ``seed`` and the probe's name;
    batches are reshuffled every epoch with a generator seeded by ``seed`` and the epoch.
 3. **Scores** on dev and test with each probe's best weights: UUAS and DSpr (distance), root accuracy
@@ -374,7 +376,7 @@ def _cached_features(path: Path | None, key: str, compute: Callable[[], torch.Te
             with safe_open(str(path), framework="pt") as fh:
                 meta = fh.metadata() or {}
             if meta.get("fingerprint") == key:
-                return load_file(str(path))["features"], True
+                return load_file(str(path))["features"].clone(), True  # in memory, not a file mapping
         except Exception as err:  # a truncated or foreign file: recompute
             logger.warning("ignoring unreadable feature cache %s (%s)", path, err)
     x = compute()
@@ -435,7 +437,6 @@ def _batch_tensors(trees: TreeSet, idx: Sequence[int], device) -> dict:
     offsets = trees.offsets
     mask = np.zeros((B, T), dtype=bool)
     dist = np.zeros((B, T, T), dtype=np.float32)
-    depth = np.zeros((B, T), dtype=np.float32)
     words, flat = [], []
     for b, i in enumerate(idx):
         n = lengths[b]
@@ -443,76 +444,113 @@ def _batch_tensors(trees: TreeSet, idx: Sequence[int], device) -> dict:
         flat.append(b * T + np.arange(n))
         mask[b, :n] = True
         dist[b, :n, :n] = trees.distances[i]
-        depth[b, :n] = trees.depths[i]
     return {
         "words": torch.from_numpy(np.concatenate(words)),
         "flat": torch.from_numpy(np.concatenate(flat)).to(device),
         "shape": (B, T),
         "mask": torch.from_numpy(mask).to(device),
         "dist": torch.from_numpy(dist).to(device),
-        "depth": torch.from_numpy(depth).to(device),
+        "depth_flat": torch.from_numpy(np.concatenate([trees.depths[i] for i in idx]).astype(np.float32)).to(device),
+        "sentence": torch.from_numpy(np.repeat(np.arange(B), lengths)).to(device),
         "n": torch.tensor(lengths, dtype=torch.float32, device=device),
     }
 
 
 def _gather(feats: Mapping[str, torch.Tensor], slots: Sequence[tuple[str, int]], words: torch.Tensor, device) -> torch.Tensor:
     """Features of the batch's words for the given (model, layer index) slots: ``[S, N, H]``."""
-    by_model: dict[str, list[int]] = {}
-    for m, li in slots:
-        by_model.setdefault(m, []).append(li)
-    cache = {m: feats[m][torch.tensor(lis)[:, None], words[None, :]] for m, lis in by_model.items()}
-    cursor = {m: 0 for m in by_model}
     parts = []
-    for m, _ in slots:
-        parts.append(cache[m][cursor[m]])
-        cursor[m] += 1
+    for m, li in slots:
+        parts.append(feats[m][li].index_select(0, words))
     return torch.stack(parts).to(device)
 
 
-def _project(weights: torch.Tensor, x: torch.Tensor, batch: dict) -> torch.Tensor:
-    """``B h`` for every probe and word, laid out on the padded grid: ``[P, B, T, rank]`` (padding = 0).
+class _Layout:
+    """Where each probe's weights and features sit in the batched computation.
 
-    The projection runs on the real words only (no padding waste); ``x`` is ``[P, N, H]``.
+    Probes that read the same (model, layer) features (a distance and a depth probe) share one
+    feature slot: their weights are concatenated along the rank, so each slot's features are read
+    once and multiplied once (``[slots, words, hidden] @ [slots, hidden, kinds * rank]``).
     """
-    y = torch.bmm(x, weights.transpose(1, 2))  # [P, N, r]
+
+    def __init__(self, keys: Sequence[tuple[str, int, str]], layer_index: Mapping[tuple[str, int], int]):
+        slots = [(m, layer_index[(m, layer)]) for m, layer, _ in keys]
+        self.slots = list(dict.fromkeys(slots))
+        where = {s: u for u, s in enumerate(self.slots)}
+        u_of = [where[s] for s in slots]
+        k_of, counts = [], {}
+        for u in u_of:
+            k_of.append(counts.get(u, 0))
+            counts[u] = counts.get(u, 0) + 1
+        self.K = max(counts.values())
+        P, U = len(keys), len(self.slots)
+        group = np.full(U * self.K, P, dtype=np.int64)  # P = an all-zero filler row
+        for p, (u, k) in enumerate(zip(u_of, k_of)):
+            group[u * self.K + k] = p
+        self.group = torch.from_numpy(group)
+        self.position = torch.tensor([u * self.K + k for u, k in zip(u_of, k_of)], dtype=torch.int64)
+        self.kinds = [k for _, _, k in keys]
+        self.is_dist = torch.tensor([k == "distance" for k in self.kinds])
+
+    def project(self, weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``B h`` of every probe and word: ``[P, N, rank]``.
+
+        ``x`` is ``[slots, N, H]``: the batch's real words only, so nothing is spent on padding.
+        """
+        P, r, H = weights.shape
+        U, N, _ = x.shape
+        dev = weights.device
+        w = torch.cat([weights, weights.new_zeros((1, r, H))]).index_select(0, self.group.to(dev))
+        y = torch.bmm(x, w.view(U, self.K * r, H).transpose(1, 2)).view(U, N, self.K, r)
+        u, k = self.position // self.K, self.position % self.K
+        return y[u.to(dev), :, k.to(dev)]  # [P, N, r]
+
+
+def _grid(v: torch.Tensor, batch: dict) -> torch.Tensor:
+    """Per-word values ``[P, N, ...]`` laid out on the padded batch grid ``[P, B, T, ...]`` (padding = 0)."""
     B, T = batch["shape"]
-    grid = y.new_zeros((y.shape[0], B * T, y.shape[-1])).index_copy(1, batch["flat"], y)
-    return grid.view(y.shape[0], B, T, y.shape[-1])
+    grid = v.new_zeros((v.shape[0], B * T) + tuple(v.shape[2:])).index_copy(1, batch["flat"], v)
+    return grid.view((v.shape[0], B, T) + tuple(v.shape[2:]))
 
 
-def probe_losses(weights: torch.Tensor, kinds: Sequence[str], x: torch.Tensor, batch: dict) -> torch.Tensor:
+def _distances(y: torch.Tensor, sq: torch.Tensor, batch: dict) -> torch.Tensor:
+    """Squared distances ``[P, B, T, T]`` from ``y`` ``[P, N, r]`` and ``sq = |y|²`` ``[P, N]``:
+    ``|y_i|² + |y_j|² - 2 y_i·y_j``, clamped at 0."""
+    yg, sqg = _grid(y, batch), _grid(sq, batch)
+    return (sqg[..., :, None] + sqg[..., None, :] - 2 * yg @ yg.transpose(-1, -2)).clamp_min(0)
+
+
+def probe_losses(y: torch.Tensor, kinds: Sequence[str], batch: dict) -> torch.Tensor:
     """Mean per-sentence loss of each probe on one batch: ``[P]``.
 
-    ``weights`` ``[P, rank, H]``; ``x`` ``[P, N, H]`` (each probe's features of the batch's words, see
-    :func:`_batch_tensors`); ``kinds[p]`` is ``distance`` or ``depth``. Distances use
-    ``|y_i|² + |y_j|² - 2 y_i·y_j`` (clamped at 0).
+    ``y`` is ``B h`` of the batch's words ``[P, N, rank]`` (:meth:`_Layout.project`); ``kinds[p]`` is
+    ``distance`` (``Σ_ij |d̂ - d| / n²`` over the sentence's word pairs) or ``depth``
+    (``Σ_i ||y_i|² - depth_i| / n``).
     """
-    y = _project(weights, x, batch)
-    sq = (y * y).sum(-1)  # [P, B, T]
-    mask = batch["mask"].to(y.dtype)
+    sq = (y * y).sum(-1)  # [P, N]
     n = batch["n"].to(y.dtype)
     out = torch.zeros(len(kinds), dtype=y.dtype, device=y.device)
     is_dist = torch.tensor([k == "distance" for k in kinds], device=y.device)
     if is_dist.any():
-        yd, sqd = y[is_dist], sq[is_dist]
-        pred = (sqd[..., :, None] + sqd[..., None, :] - 2 * yd @ yd.transpose(-1, -2)).clamp_min(0)
+        pred = _distances(y[is_dist], sq[is_dist], batch)
+        mask = batch["mask"].to(y.dtype)
         pair_mask = mask[:, :, None] * mask[:, None, :]
         per_sent = ((pred - batch["dist"]).abs() * pair_mask).sum((-1, -2)) / n**2  # [Pd, B]
         out = out.index_put((is_dist.nonzero().squeeze(1),), per_sent.mean(-1))
     if (~is_dist).any():
-        per_sent = ((sq[~is_dist] - batch["depth"]).abs() * mask).sum(-1) / n  # [Pp, B]
+        err = (sq[~is_dist] - batch["depth_flat"]).abs()  # [Pp, N]
+        per_sent = err.new_zeros((err.shape[0], len(n))).index_add(1, batch["sentence"], err) / n  # [Pp, B]
         out = out.index_put(((~is_dist).nonzero().squeeze(1),), per_sent.mean(-1))
     return out
 
 
-def predict(weights: torch.Tensor, kinds: Sequence[str], x: torch.Tensor, batch: dict) -> torch.Tensor:
+def predict(y: torch.Tensor, kinds: Sequence[str], batch: dict) -> torch.Tensor:
     """Predicted squared distances ``[P, B, T, T]`` (distance probes) or depths in ``[..., 0, :]`` (depth)."""
-    y = _project(weights, x, batch)
     sq = (y * y).sum(-1)
-    pred = (sq[..., :, None] + sq[..., None, :] - 2 * y @ y.transpose(-1, -2)).clamp_min(0)
+    pred = _distances(y, sq, batch)
+    sqg = _grid(sq, batch)
     for p, k in enumerate(kinds):
         if k == "depth":
-            pred[p, :, 0, :] = sq[p]
+            pred[p, :, 0, :] = sqg[p]
     return pred
 
 
@@ -540,20 +578,25 @@ class _StackTrainer:
         self.history: list[list[float]] = [[] for _ in range(P)]
         self.epoch = 0
 
-    def adam(self, idx: torch.Tensor, grad: torch.Tensor) -> None:
-        """One Adam step (torch.optim.Adam's arithmetic) on the probes ``idx`` with their own learning rates."""
+    @torch.no_grad()
+    def adam(self, grad: torch.Tensor) -> None:
+        """One Adam step (torch.optim.Adam's arithmetic) on the active probes, each with its own learning rate.
+
+        Moments of stopped probes keep moving on zero gradients; their weights do not (step size 0),
+        and they never train again.
+        """
         b1, b2 = self.betas
-        ids = idx.cpu().numpy()
-        self.step[ids] += 1
-        m = self.m[idx].lerp_(grad, 1 - b1)
-        v = self.v[idx].mul_(b2).addcmul_(grad, grad, value=1 - b2)
-        self.m[idx], self.v[idx] = m, v
-        bc1 = 1 - b1 ** self.step[ids].astype(np.float64)
-        bc2_sqrt = np.sqrt(1 - b2 ** self.step[ids].astype(np.float64))
+        a = self.active
+        self.step[a] += 1
+        self.m.lerp_(grad, 1 - b1)
+        self.v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+        steps = np.maximum(self.step, 1).astype(np.float64)
+        step_size = np.where(a, self.lr / (1 - b1**steps), 0.0)
+        bc2_sqrt = np.sqrt(1 - b2**steps)
         shape = (-1,) + (1,) * (grad.dim() - 1)
-        step_size = torch.tensor(self.lr[ids] / bc1, dtype=grad.dtype, device=grad.device).reshape(shape)
-        denom = (v.sqrt() / torch.tensor(bc2_sqrt, dtype=grad.dtype, device=grad.device).reshape(shape)).add_(self.eps)
-        self.w[idx] = self.w[idx] - step_size * m / denom
+        as_t = lambda v: torch.tensor(v, dtype=grad.dtype, device=grad.device).reshape(shape)  # noqa: E731
+        denom = (self.v.sqrt() / as_t(bc2_sqrt)).add_(self.eps)
+        self.w.add_(self.m / denom * as_t(-step_size))
 
     def end_epoch(self, dev_loss: np.ndarray) -> None:
         """Per probe: plateau LR decay, best-state bookkeeping, early stopping (only active probes)."""
@@ -584,21 +627,26 @@ class _StackTrainer:
         return {k: getattr(self, k) for k in ("w", "m", "v", "step", "lr", "sched_best", "sched_bad", "best",
                                                "best_epoch", "best_w", "active", "epochs", "history", "epoch")}
 
+    @torch.no_grad()
     def load(self, state: dict) -> None:
         for k, v in state.items():
-            setattr(self, k, v)
+            if isinstance(v, torch.Tensor) and isinstance(getattr(self, k), torch.Tensor):
+                getattr(self, k).copy_(v)
+            else:
+                setattr(self, k, v)
 
 
-def _dataset_loss(weights, kinds, slots, feats, trees, batch_size, device) -> np.ndarray:
+def _dataset_loss(weights, layout: _Layout, feats, trees, batch_size, device) -> np.ndarray:
     """Mean per-sentence loss of every probe over a split (batch-independent), ``[P]``."""
-    total = torch.zeros(len(kinds), dtype=torch.float64)
+    total = torch.zeros(len(layout.kinds), dtype=torch.float64)
     order = np.argsort(trees.lengths, kind="stable")
     with torch.inference_mode():
         for s in range(0, len(order), batch_size):
             idx = order[s : s + batch_size].tolist()
             batch = _batch_tensors(trees, idx, device)
-            x = _gather(feats, slots, batch["words"], device)
-            total += probe_losses(weights, kinds, x, batch).double().cpu() * len(idx)
+            x = _gather(feats, layout.slots, batch["words"], device)
+            y = layout.project(weights, x)
+            total += probe_losses(y, layout.kinds, batch).double().cpu() * len(idx)
     return (total / len(trees)).numpy()
 
 
@@ -623,10 +671,9 @@ def fit_probes(
     device = torch.device(settings.device)
     hidden = next(iter(train_feats.values())).shape[-1]
     rank = min(settings.rank or hidden, hidden)
-    slots = [(m, layer_index[(m, layer)]) for m, layer, _ in keys]
-    kinds = [k for _, _, k in keys]
+    layout = _Layout(keys, layer_index)
     w0 = torch.stack([init_probe(k, rank, hidden, settings.seed, settings.init_scale) for k in keys]).to(device)
-    tr = _StackTrainer(w0, settings)
+    tr = _StackTrainer(w0.requires_grad_(True), settings)
     tag = hashlib.sha256(json.dumps([list(map(list, keys)), settings.to_dict(), train.fingerprint(), dev.fingerprint()],
                                     default=str).encode()).hexdigest()
     if checkpoint is not None and checkpoint.exists():
@@ -639,20 +686,16 @@ def fit_probes(
     while tr.epoch < settings.epochs and tr.active.any():
         te = time.perf_counter()
         order = epoch_order(len(train), settings.seed, tr.epoch)
-        act = torch.as_tensor(np.nonzero(tr.active)[0], device=device)
-        act_slots = [slots[i] for i in act.tolist()]
-        act_kinds = [kinds[i] for i in act.tolist()]
+        active = torch.as_tensor(tr.active, dtype=torch.float32, device=device)
         for s in range(0, len(order), settings.batch_size):
             idx = order[s : s + settings.batch_size]
             batch = _batch_tensors(train, idx, device)
-            x = _gather(train_feats, act_slots, batch["words"], device)
-            w = tr.w[act].clone().requires_grad_(True)
-            loss = probe_losses(w, act_kinds, x, batch).sum()
-            (grad,) = torch.autograd.grad(loss, w)
-            tr.adam(act, grad)
-        dev_loss = np.full(len(keys), np.nan)
-        dev_loss[act.cpu().numpy()] = _dataset_loss(tr.w[act], act_kinds, act_slots, dev_feats, dev,
-                                                    settings.batch_size, device)
+            x = _gather(train_feats, layout.slots, batch["words"], device)
+            loss = (probe_losses(layout.project(tr.w, x), layout.kinds, batch) * active).sum()
+            tr.w.grad = None
+            loss.backward()
+            tr.adam(tr.w.grad)
+        dev_loss = _dataset_loss(tr.w.detach(), layout, dev_feats, dev, settings.batch_size, device)
         tr.end_epoch(dev_loss)
         epoch_seconds.append(time.perf_counter() - te)
         if checkpoint is not None:
@@ -682,8 +725,8 @@ def evaluate_probes(
     """Scores of every probe on one split: one dict per probe (see :data:`COLUMNS`)."""
     dev = torch.device(device)
     keys = stack.keys
-    slots = [(m, layer_index[(m, layer)]) for m, layer, _ in keys]
-    kinds = [k for _, _, k in keys]
+    layout = _Layout(keys, layer_index)
+    kinds = layout.kinds
     w = stack.weights.to(dev)
     preds: list[list[np.ndarray]] = [[None] * len(trees) for _ in keys]  # type: ignore[list-item]
     order = np.argsort(trees.lengths, kind="stable")
@@ -691,13 +734,13 @@ def evaluate_probes(
         for s in range(0, len(order), batch_size):
             idx = order[s : s + batch_size].tolist()
             batch = _batch_tensors(trees, idx, dev)
-            x = _gather(feats, slots, batch["words"], dev)
-            pred = predict(w, kinds, x, batch).cpu().numpy()
+            x = _gather(feats, layout.slots, batch["words"], dev)
+            pred = predict(layout.project(w, x), kinds, batch).cpu().numpy()
             for b, i in enumerate(idx):
                 n = len(trees.words[i])
                 for p, kind in enumerate(kinds):
                     preds[p][i] = pred[p, b, :n, :n] if kind == "distance" else pred[p, b, 0, :n]
-    loss = _dataset_loss(w, kinds, slots, feats, trees, batch_size, dev)
+    loss = _dataset_loss(w, layout, feats, trees, batch_size, dev)
     rows = []
     for p, (model, layer, kind) in enumerate(keys):
         row = {"model": model, "layer": layer, "probe": kind, "split": trees.name,
