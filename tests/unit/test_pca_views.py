@@ -165,5 +165,7 @@ def test_pca_grid_is_layers_by_models_with_a_legend(planted, corpus, encoded):
     fig = pca_grid(table, fit="per_layer", color_by="label", layers=[0, 2])
     assert len(fig.axes) == 2 * 2
     assert {t.get_text() for t in fig.legends[0].get_texts()} == set(table.label)
+    assert not fig.axes[0].collections[0].get_rasterized()
+    assert pca_grid(table, rasterize_above=1).axes[0].collections[0].get_rasterized()
     with pytest.raises(ValueError):
         pca_grid(table, fit="nope")

@@ -121,6 +121,7 @@ def pca_grid(
     title: str | None = None,
     panel_size: float = 2.4,
     marker_size: float = 14.0,
+    rasterize_above: int | None = 10000,
 ) -> Figure:
     """Grid of PCA views: one row per layer, one column per model (base, tuned), coloured by ``color_by``.
 
@@ -128,7 +129,8 @@ def pca_grid(
     so movement between models is visible) or ``"per_layer"`` (each panel its own PCA and axes).
     ``color_by`` is ``"category"`` (special / punctuation / part of speech) or ``"label"`` (the
     example's label); one legend for the whole grid. Panel titles give the explained variance of the
-    two components.
+    two components. Above ``rasterize_above`` points in all, the points are drawn as one embedded
+    image per panel (axes and text stay vector), which keeps the SVG small for the report.
     """
     _require(table, ["model", "layer", "fit", "x", "y", color_by, "explained_variance"], "pca_grid")
     sub = table[table["fit"] == fit]
@@ -143,6 +145,7 @@ def pca_grid(
     present = list(pd.unique(values))
     order = [c for c in _CATEGORY_ORDER if c in present] + sorted(c for c in present if c not in _CATEGORY_ORDER)
     colors = _palette(order)
+    raster = rasterize_above is not None and int(sub["layer"].isin(rows).sum()) > rasterize_above
     with mpl.rc_context(_STYLE):
         fig = _new_figure((panel_size * len(models) + 1.4, panel_size * len(rows) + 0.5))
         axes = fig.subplots(len(rows), len(models), squeeze=False)
@@ -155,7 +158,7 @@ def pca_grid(
                     sel = (vals == c).to_numpy()
                     if sel.any():
                         ax.scatter(part["x"].to_numpy()[sel], part["y"].to_numpy()[sel], s=marker_size,
-                                   color=colors[c], alpha=0.8, linewidths=0, label=_plain(c))
+                                   color=colors[c], alpha=0.8, linewidths=0, label=_plain(c), rasterized=raster)
                 ev = part["explained_variance"].iloc[0] if len(part) else float("nan")
                 ax.set_title(f"{_plain(model)} · layer {layer}  ({ev:.0%} var.)", loc="left", fontsize=8.5)
                 ax.tick_params(labelsize=6.5, length=2)
