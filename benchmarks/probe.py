@@ -1,0 +1,213 @@
+"""Structural probes on UD English-EWT: per-layer UUAS / DSpr / root accuracy / NSpr of base, tuned and a
+random-init control, and what the one-pass design costs.
+
+Measured:
+
+* **feature extraction**: wall time of :func:`bertology.analyses.probe.extract_word_features` per model
+  and split (one forward per length-sorted batch; every layer 0..N pooled to words at once);
+* **training, all probes in one pass**: wall time per epoch of :func:`fit_probes` with every
+  (model, layer, kind) probe stacked, and per probe (= per-epoch time / number of probes);
+* **training one probe alone** (the naive way: a loop over probes): one epoch of
+  :func:`fit_probes` with a single probe, for a distance and a depth probe; the naive total per epoch
+  is extrapolated as (mean of the two) x number of probes;
+* **scoring** wall time (MST + Spearman on dev and test for every probe).
+
+Default data: train = ``en_ewt-ud-dev.conllu`` (dev = a seeded 10% of it), test =
+``en_ewt-ud-test.conllu``. Output: ``benchmarks/results/probe.json`` and ``probe.md``.
+
+    BERTOLOGY_CACHE=/work/main/.cache nice -n 10 .venv/bin/python benchmarks/probe.py
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+HERE = Path(__file__).resolve().parent
+UD = Path("/work/shared/data/ud")
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--train", default=str(UD / "en_ewt-ud-dev.conllu"))
+    ap.add_argument("--test", default=str(UD / "en_ewt-ud-test.conllu"))
+    ap.add_argument("--base", default="minilm")
+    ap.add_argument("--tuned", default="/work/assets/minilm-polarity")
+    ap.add_argument("--no-random", action="store_true", help="Leave out the random-init control.")
+    ap.add_argument("--rank", type=int, default=128)
+    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--max-sentences", type=int, default=0, help="First N sentences of each file (0 = all).")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=str(HERE / "results" / "probe"))
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+    from bertology.analyses.probe import (
+        KINDS, ProbeSettings, encodable, evaluate_probes, extract_word_features, fit_probes, random_init_model,
+        split_dev, tree_set,
+    )
+    from bertology.data.loaders import load_corpus
+    from bertology.models.loading import load_model
+
+    t_all = time.perf_counter()
+    settings = ProbeSettings(rank=args.rank, epochs=args.epochs, seed=args.seed)
+    limit = args.max_sentences or None
+    models = {"base": load_model(args.base)}
+    if args.tuned:
+        models["tuned"] = load_model(args.tuned)
+    if not args.no_random:
+        models["random"] = random_init_model(models["base"], args.seed)
+    toks = [models["base"].tokenizer] + [m.tokenizer for k, m in models.items() if k == "tuned"]
+    train_all = tree_set(load_corpus(args.train, limit=limit), name="train")
+    train, dev = split_dev(train_all, settings.dev_fraction, settings.seed)
+    test = tree_set(load_corpus(args.test, limit=limit), name="test")
+    splits = {}
+    for name, ts in (("train", train), ("dev", dev), ("test", test)):
+        splits[name], _ = encodable(ts, toks, settings.max_length)
+        splits[name].name = name
+    layers = {m: tuple(range(lm.encoder.config.num_hidden_layers + 1)) for m, lm in models.items()}
+    layer_index = {(m, layer): i for m, ls in layers.items() for i, layer in enumerate(ls)}
+    _log(f"data: " + ", ".join(f"{k} {len(v)} sentences / {v.n_words} words" for k, v in splits.items()))
+
+    feats: dict[str, dict[str, torch.Tensor]] = {s: {} for s in splits}
+    extract_s: dict[str, dict[str, float]] = {s: {} for s in splits}
+    for split, ts in splits.items():
+        for name, m in models.items():
+            t0 = time.perf_counter()
+            feats[split][name] = extract_word_features(m, ts, layers[name], batch_size=settings.extract_batch_size)
+            extract_s[split][name] = time.perf_counter() - t0
+            _log(f"features {split} {name}: {extract_s[split][name]:.1f}s")
+
+    keys = [(m, layer, kind) for kind in KINDS for m in models for layer in layers[m]]
+    # the naive way, measured on two probes: one epoch each, trained alone
+    alone = {}
+    one = ProbeSettings(rank=args.rank, epochs=1, seed=args.seed)
+    for kind in KINDS:
+        key = [("base", 3, kind)]
+        st = fit_probes(key, layer_index, feats["train"], splits["train"], feats["dev"], splits["dev"], one)
+        alone[kind] = st.seconds["per_epoch"][0]
+        _log(f"one {kind} probe alone, one epoch: {alone[kind]:.2f}s")
+
+    def on_epoch(e, n_active):
+        _log(f"epoch {e}: {n_active} probes still training")
+
+    stack = fit_probes(keys, layer_index, feats["train"], splits["train"], feats["dev"], splits["dev"], settings,
+                       on_epoch=on_epoch)
+    per_epoch = stack.seconds["per_epoch"]
+    _log(f"stacked training: {stack.seconds['training']:.1f}s, {len(per_epoch)} epochs")
+    t0 = time.perf_counter()
+    rows = []
+    for split in ("dev", "test"):
+        rows += evaluate_probes(stack, layer_index, feats[split], splits[split], batch_size=settings.extract_batch_size)
+    score_s = time.perf_counter() - t0
+    table = pd.DataFrame(rows)
+    _log(f"scoring: {score_s:.1f}s")
+
+    n_probes = len(keys)
+    naive_epoch = float(np.mean(list(alone.values()))) * n_probes
+    result = {
+        "command": "BERTOLOGY_CACHE=/work/main/.cache nice -n 10 .venv/bin/python benchmarks/probe.py " + " ".join(sys.argv[1:]),
+        "git_head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE.parent).stdout.strip(),
+        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
+                    "threads": args.threads, "load_average_at_end": os.getloadavg()},
+        "settings": settings.to_dict(),
+        "models": {k: {"name": m.name, "path": m.path, "class": type(m.model).__name__} for k, m in models.items()},
+        "data": {k: {"n_sentences": len(v), "n_words": v.n_words, **v.stats} for k, v in splits.items()},
+        "timings_s": {
+            "feature_extraction": extract_s,
+            "feature_extraction_total": sum(sum(d.values()) for d in extract_s.values()),
+            "training_total": stack.seconds["training"],
+            "training_per_epoch": per_epoch,
+            "epochs_run": len(per_epoch),
+            "first_epoch_all_probes": per_epoch[0],
+            "first_epoch_per_probe": per_epoch[0] / n_probes,
+            "one_probe_alone_one_epoch": alone,
+            "naive_epoch_extrapolated": naive_epoch,
+            "speedup_first_epoch": naive_epoch / per_epoch[0],
+            "scoring": score_s,
+            "total": time.perf_counter() - t_all,
+        },
+        "n_probes": n_probes,
+        "probes_stopped_early": int((stack.epochs < settings.epochs).sum()),
+        "epochs_per_probe": {f"{m}/L{layer}/{k}": int(e) for (m, layer, k), e in zip(keys, stack.epochs)},
+        "table": table.to_dict(orient="records"),
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(result, indent=1, default=float))
+    out.with_suffix(".md").write_text(_markdown(result, table))
+    print(_markdown(result, table))
+
+
+def _markdown(r: dict, table: pd.DataFrame) -> str:
+    t = r["timings_s"]
+    test = table[table["split"] == "test"]
+    lines = [
+        "# Structural probes on UD English-EWT (benchmarks/probe.py)",
+        "",
+        f"Command: `{r['command']}` (git {r['git_head']}; {r['machine']['cpu_count']} vCPU shared, "
+        f"torch {r['machine']['torch']}, {r['machine']['threads']} thread(s)).",
+        "",
+        f"Train: {r['data']['train']['n_sentences']} sentences / {r['data']['train']['n_words']} words "
+        f"(en_ewt-ud-dev minus a seeded 10% dev split of {r['data']['dev']['n_sentences']}); "
+        f"test: {r['data']['test']['n_sentences']} sentences / {r['data']['test']['n_words']} words (en_ewt-ud-test). "
+        f"Rank {r['settings']['rank']}, Adam {r['settings']['lr']}, LR x{r['settings']['lr_factor']} on a dev plateau, "
+        f"early stopping after {r['settings']['patience']} epochs without improvement, at most {r['settings']['epochs']} epochs; "
+        f"{r['probes_stopped_early']} of {r['n_probes']} probes stopped early.",
+        "",
+        "## Test scores per layer (UUAS and root accuracy without punctuation; DSpr/NSpr averaged over lengths 5-50)",
+        "",
+        "| model | layer | UUAS | DSpr | root acc | NSpr |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for (model, layer), g in test.groupby(["model", "layer"], sort=False):
+        d = g[g["probe"] == "distance"].iloc[0]
+        p = g[g["probe"] == "depth"].iloc[0]
+        lines.append(f"| {model} | {layer} | {d['uuas']:.3f} | {d['dspr']:.3f} | {p['root_acc']:.3f} | {p['nspr']:.3f} |")
+    lines += ["", "Best layer per model (test):", ""]
+    for model, g in test.groupby("model", sort=False):
+        d, p = g[g["probe"] == "distance"], g[g["probe"] == "depth"]
+        bu, bd = d.loc[d["uuas"].idxmax()], d.loc[d["dspr"].idxmax()]
+        br, bn = p.loc[p["root_acc"].idxmax()], p.loc[p["nspr"].idxmax()]
+        lines.append(f"- {model}: UUAS {bu['uuas']:.3f} (L{bu['layer']}), DSpr {bd['dspr']:.3f} (L{bd['layer']}), "
+                     f"root acc {br['root_acc']:.3f} (L{br['layer']}), NSpr {bn['nspr']:.3f} (L{bn['layer']})")
+    fe = t["feature_extraction"]
+    lines += [
+        "",
+        "## Time",
+        "",
+        f"- feature extraction (all layers at once, per model): " + "; ".join(
+            f"{s}: " + ", ".join(f"{m} {v:.1f}s" for m, v in d.items()) for s, d in fe.items())
+        + f" (total {t['feature_extraction_total']:.1f}s)",
+        f"- training all {r['n_probes']} probes in one pass: {t['training_total']:.1f}s for {t['epochs_run']} epochs; "
+        f"first epoch {t['first_epoch_all_probes']:.2f}s = {t['first_epoch_per_probe']:.3f}s per probe",
+        f"- one probe trained alone, one epoch: " + ", ".join(f"{k} {v:.2f}s" for k, v in t["one_probe_alone_one_epoch"].items())
+        + f"; x {r['n_probes']} probes = {t['naive_epoch_extrapolated']:.1f}s per epoch "
+        f"(extrapolated) -> one pass is {t['speedup_first_epoch']:.1f}x faster per epoch",
+        f"- scoring (MST + Spearman, dev and test, every probe): {t['scoring']:.1f}s; whole benchmark {t['total']:.0f}s",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
