@@ -387,6 +387,20 @@ def test_identical_models_give_identical_rows(identical_pair):
     assert len(words) == len(g.selected_words()) * 2 * 3
 
 
+def test_sentence_pairs_and_tiny_corpora(planted):
+    pairs = Corpus.from_list(["the cat sat .", "a dog ran .", "the movie was good"],
+                             pairs=["the dog sat .", "the cat ran", "the film was bad ."])
+    g = _run(planted, encode_corpus(pairs, planted.tokenizer), n_pairs=3, min_contexts=2)
+    # words of both texts count, once per example: "the" is in 3 examples (5 times), "sat" in 1
+    assert g.words["the"].count == 3 and g.words["sat"].count == 1 and g.words["dog"].count == 2
+    table = g.compute().table
+    assert (table[table.metric == "intra_similarity"].n == 3).all()
+    one = _run(planted, encode_corpus(Corpus.from_list(["the cat sat ."]), planted.tokenizer))
+    t1 = one.compute().table
+    assert t1[t1.metric == "anisotropy"].value.isna().all() and (t1[t1.metric == "anisotropy"].n == 0).all()
+    assert t1[t1.metric == "self_similarity"].value.isna().all()
+
+
 def test_errors_and_params():
     with pytest.raises(ValueError):
         Geometry(2, n_pairs=1)

@@ -7,6 +7,8 @@ For every layer 0..N (0 = embedding output, HF ``hidden_states[i]``) and both mo
   ``baseline_pairs="chain"`` (default, the paper's design: 1,000 sentences, 1,000 pairs) token ``i``
   is paired with token ``i + 1`` in sample order (``n_pairs`` pairs, every pair across sentences); with
   ``"all"`` every pair of the sampled tokens counts (a lower-variance estimate of the same number).
+  (The paper's released code drew its 1,000 pairs with replacement from the 1,000 sampled tokens, so a
+  token could be paired with itself; the chain never does.)
 - ``mev_baseline``: the MEV (below) of the same sampled tokens: the paper's baseline for MEV, "the
   variance explained by the first principal component of uniformly randomly sampled representations".
 - ``self_similarity``: for words seen in at least ``min_contexts`` sentences, the mean cosine between
