@@ -31,6 +31,17 @@ from bertology.models.loading import load_model
 from bertology.testing import SENTENCES, save_tiny_bert
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: one intra-op thread is faster (and steadier on a shared machine); restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _random_heads(rng, n):
     perm = rng.permutation(n)
     parent = {int(perm[0]): -1}
@@ -312,3 +323,26 @@ def test_run_probes_layers_option_and_errors(tiny_models):
         run_probes({"base": base}, train, None, train, ProbeSettings(epochs=1, layers=(7,)))
     with pytest.raises(BertologyError, match="probe kind"):
         ProbeSettings(probes=("nope",))
+
+
+def test_probe_figures_draw_one_line_per_model():
+    import pandas as pd
+
+    from bertology.viz.probe import probe_figures, probe_layer_figure
+
+    rows = []
+    for model in ("base", "tuned", "random"):
+        for layer in range(3):
+            for split in ("dev", "test"):
+                rows.append({"model": model, "layer": layer, "probe": "distance", "split": split, "uuas": 0.1 * layer,
+                             "dspr": 0.2, "root_acc": np.nan, "nspr": np.nan})
+                rows.append({"model": model, "layer": layer, "probe": "depth", "split": split, "uuas": np.nan,
+                             "dspr": np.nan, "root_acc": 0.3, "nspr": -0.2})
+    t = pd.DataFrame(rows)
+    figs = probe_figures(t)
+    assert set(figs) == {"probe_distance", "probe_depth"}
+    ax_uuas, ax_dspr = figs["probe_distance"].axes[:2]
+    assert len(ax_uuas.get_lines()) == 3 and [line.get_label() for line in ax_uuas.get_lines()] == ["base", "tuned", "random"]
+    assert figs["probe_depth"].axes[1].get_ylim()[0] <= -0.2  # negative NSpr stays visible
+    with pytest.raises(ValueError, match="no uuas"):
+        probe_layer_figure(t, split="train")

@@ -7,6 +7,7 @@ canvas (no pyplot, nothing shown, no global state). Layers are representation la
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import pandas as pd
@@ -56,7 +57,7 @@ def probe_layer_figure(
         long, x="layer", y="value", hue="model", facet="metric",
         facet_order=[PROBE_METRICS[m] for m in metrics], hue_order=order,
         title=title if title is not None else f"Structural probes by layer ({split})",
-        xlabel="layer (0 = embeddings)", ylim=(0, 1),
+        xlabel="layer (0 = embeddings)", ylim=(min(0.0, math.floor(10 * float(long["value"].min())) / 10), 1.0),
     )
 
 

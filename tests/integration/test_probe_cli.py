@@ -1,0 +1,205 @@
+"""``bertology probe`` on tiny models and a tiny CoNLL-U: outputs, resume after an interruption, refusal,
+clear errors."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from bertology.cli import app
+from bertology.testing import SENTENCES, tiny_bert_pair
+
+runner = CliRunner()
+
+PROBE_COLUMNS = {"model", "layer", "probe", "split", "uuas", "dspr", "root_acc", "nspr", "n_sentences", "rank",
+                 "epochs", "best_dev_loss"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: one intra-op thread is faster (and steadier on a shared machine); restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _conllu(sentences, heads=True) -> str:
+    """Each sentence as a right-branching chain (word k heads word k+1), '.'/','/'!' tagged PUNCT."""
+    blocks = []
+    for n, s in enumerate(sentences, 1):
+        words = s.split()
+        lines = [f"# sent_id = s{n}", f"# text = {s}"]
+        for i, w in enumerate(words, 1):
+            upos = "PUNCT" if w in ".,!?" else "X"
+            head = str(i - 1) if heads else "_"
+            lines.append("\t".join([str(i), w, w, upos, "_", "_", head, "root" if i == 1 else "dep", "_", "_"]))
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n\n"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return tiny_bert_pair(tmp_path_factory.mktemp("probe-pair"), planted=(1, 0))
+
+
+@pytest.fixture()
+def data(tmp_path):
+    train = tmp_path / "train.conllu"
+    train.write_text(_conllu(SENTENCES * 3), encoding="utf-8")
+    test = tmp_path / "test.conllu"
+    test.write_text(_conllu(SENTENCES[:6]), encoding="utf-8")
+    return train, test
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def assert_user_error(result, *fragments):
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    text = " ".join(result.output.split())
+    assert "error:" in text
+    for frag in fragments:
+        assert frag in text, text
+
+
+def _args(models, data, out, *extra):
+    base, tuned = models
+    train, test = data
+    return ["probe", "--base", base, "--tuned", tuned, "--random-control", "--train", train, "--test", test,
+            "--rank", 8, "--epochs", 3, "--batch-size", 6, "--out", out, *extra]
+
+
+def test_probe_writes_table_figures_manifest(models, data, tmp_path):
+    out = tmp_path / "run"
+    result = invoke(*_args(models, data, out))
+    assert result.exit_code == 0, result.output
+    t = pd.read_parquet(out / "tables/probe.parquet")
+    assert PROBE_COLUMNS <= set(t.columns)
+    assert len(t) == 3 * 3 * 2 * 2  # base/tuned/random x layers 0..2 x distance/depth x dev/test
+    assert set(t["model"]) == {"base", "tuned", "random"} and set(t["split"]) == {"dev", "test"}
+    assert t[t.probe == "distance"]["root_acc"].isna().all() and t[t.probe == "depth"]["uuas"].isna().all()
+    assert t[t.probe == "distance"]["uuas"].between(0, 1).all()
+    assert set(t["rank"]) == {8}
+    assert pd.read_csv(out / "tables/probe.csv").shape == t.shape
+    assert {p.name for p in (out / "figures").glob("*.svg")} == {"probe_distance.svg", "probe_depth.svg"}
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["kind"] == "probe" and m["status"] == "complete" and m["pooling"] == "mean of sub-word pieces"
+    assert set(m["models"]) == {"base", "tuned", "random"} and m["models"]["random"]["seed"] == 0
+    assert m["probe"]["data"]["dev"]["n_sentences"] == 3 and m["probe"]["data"]["test"]["n_sentences"] == 6
+    assert not (out / "partial").exists()  # features are dropped unless --keep-features
+    text = " ".join(result.output.split())
+    assert "base: best test uuas" in text and "random: best test" in text
+    # the same command again finds the finished run
+    again = invoke(*_args(models, data, out))
+    assert again.exit_code == 0 and "nothing to do" in " ".join(again.output.split())
+
+
+def test_interrupted_run_continues_with_the_same_command(models, data, tmp_path, monkeypatch):
+    from bertology.analyses import probe
+
+    ref = tmp_path / "ref"
+    assert invoke(*_args(models, data, ref)).exit_code == 0
+
+    out = tmp_path / "run"
+    original = probe._StackTrainer.end_epoch
+    calls = {"n": 0}
+
+    def flaky(self, dev_loss):
+        original(self, dev_loss)
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(probe._StackTrainer, "end_epoch", flaky)
+    stopped = invoke(*_args(models, data, out))
+    assert stopped.exit_code == 130
+    assert "run the same command again" in " ".join(stopped.output.split())
+    assert not (out / "tables/probe.parquet").exists()
+    assert (out / "partial/features/train-base.safetensors").exists()
+    monkeypatch.setattr(probe._StackTrainer, "end_epoch", original)
+
+    extracted = []
+    real_extract = probe.extract_word_features
+    monkeypatch.setattr(probe, "extract_word_features", lambda *a, **k: extracted.append(1) or real_extract(*a, **k))
+    again = invoke(*_args(models, data, out))
+    assert again.exit_code == 0, again.output
+    assert "resuming" in again.output and not extracted  # features came from partial/
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "tables/probe.parquet"), pd.read_parquet(ref / "tables/probe.parquet"))
+
+    other = invoke(*_args(models, data, out, "--seed", 1))
+    assert_user_error(other, "holds another run", "--overwrite")
+    ok = invoke(*_args(models, data, out, "--seed", 1, "--overwrite", "--probes", "depth", "--layers", "0,2"))
+    assert ok.exit_code == 0, ok.output
+    t = pd.read_parquet(out / "tables/probe.parquet")
+    assert set(t["probe"]) == {"depth"} and set(t["layer"]) == {0, 2}
+
+
+def test_dev_file_is_used_when_given(models, data, tmp_path):
+    train, test = data
+    dev = tmp_path / "dev.conllu"
+    dev.write_text(_conllu(SENTENCES[3:8]), encoding="utf-8")
+    out = tmp_path / "run"
+    base, _ = models
+    result = invoke("probe", "--base", base, "--train", train, "--dev", dev, "--test", test, "--rank", 4,
+                    "--epochs", 1, "--out", out)
+    assert result.exit_code == 0, result.output
+    t = pd.read_parquet(out / "tables/probe.parquet")
+    assert set(t["model"]) == {"base"}
+    assert set(t[t.split == "dev"]["n_sentences"]) == {5}
+    assert set(t[t.split == "test"]["n_sentences"]) == {6}
+
+
+def test_conllu_without_heads_is_refused(models, data, tmp_path):
+    no_heads = tmp_path / "noheads.conllu"
+    no_heads.write_text(_conllu(SENTENCES, heads=False), encoding="utf-8")
+    base, _ = models
+    result = invoke("probe", "--base", base, "--train", no_heads, "--test", data[1], "--out", tmp_path / "o")
+    assert_user_error(result, "no dependency heads", "need gold trees")
+    assert not (tmp_path / "o").exists()
+
+
+def test_text_without_spacy_model_is_refused(models, data, tmp_path):
+    txt = tmp_path / "s.txt"
+    txt.write_text("\n".join(SENTENCES), encoding="utf-8")
+    base, _ = models
+    result = invoke("probe", "--base", base, "--train", txt, "--test", data[1], "--spacy-model", "no_such_pipeline_xyz",
+                    "--out", tmp_path / "o")
+    assert_user_error(result)
+    text = " ".join(result.output.split())
+    assert "spaCy" in text and ("no_such_pipeline_xyz" in text or "not installed" in text)
+    assert not (tmp_path / "o").exists()
+
+
+def test_empty_corpus_and_bad_layers_are_refused(models, data, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n", encoding="utf-8")
+    base, _ = models
+    assert_user_error(invoke("probe", "--base", base, "--train", empty, "--test", data[1], "--out", tmp_path / "o"),
+                      "has no examples")
+    assert_user_error(invoke("probe", "--base", base, "--train", data[0], "--test", data[1], "--layers", "0,9",
+                             "--epochs", 1, "--out", tmp_path / "o2"), "out of range")
+
+
+@pytest.mark.real
+def test_plain_text_is_parsed_with_spacy(models, tmp_path):
+    pytest.importorskip("spacy")
+    from bertology.assets import spacy_model_name
+
+    if spacy_model_name(None) is None:
+        pytest.skip("no English spaCy pipeline installed")
+    txt = tmp_path / "s.txt"
+    txt.write_text("\n".join(SENTENCES * 2), encoding="utf-8")
+    base, _ = models
+    out = tmp_path / "run"
+    result = invoke("probe", "--base", base, "--train", txt, "--test", txt, "--rank", 4, "--epochs", 1, "--out", out)
+    assert result.exit_code == 0, result.output
+    t = pd.read_parquet(out / "tables/probe.parquet")
+    assert np.isfinite(t[t.probe == "distance"]["uuas"]).all()
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["data"]["train"]["annotated"]["n_parsed"] == len(SENTENCES) * 2
