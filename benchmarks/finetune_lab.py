@@ -1,23 +1,28 @@
 """The fine-tuning lab on MiniLM: layer removal, partial freezing, biased data and SimCSE, with wall times.
 
 Every run is a ``bertology finetune`` command (recorded verbatim in the results) run in a subprocess
-under ``nice -n 10`` with 2 torch threads, into ``--work`` (default ``/tmp/finetune_lab``). Runs:
+under ``nice -n 10`` with 1 torch thread (``OMP_NUM_THREADS=1``: on the busy shared 2-core machine one
+MiniLM train step, batch 32 x 50 tokens, took 4.0-6.5 s with 1 thread and 10.7-13.8 s with 2), into
+``--work`` (default ``/tmp/finetune_lab``). Runs:
 
-* **SST-2**: a seeded, label-stratified sample of 4,000 sentences of GLUE ``train.tsv`` (``--max-examples``),
+* **SST-2**: a seeded, label-stratified sample of 2,000 sentences of GLUE ``train.tsv`` (``--max-examples``),
   evaluated on all 872 of ``dev.tsv``: full model, ``--drop-layers 6`` (MiniLM's last layer) and
   ``--freeze-layers 4``.
-* **SNLI**: a seeded stratified 5,000-pair sample of ``snli/dev.tsv`` as training, a seeded 3,000-pair
+* **SNLI**: a seeded stratified 2,000-pair sample of ``snli/dev.tsv`` as training, a seeded 1,000-pair
   sample of ``snli/test.tsv`` as evaluation (written to ``--work``): full, ``--drop-layers 6``,
   ``--freeze-layers 4``, and the biased-data run ``--exclude-words women,woman,girl,girls,mother,wife,female``
-  with its eval slices (the full run reports the same slices through ``--eval-slices-words``: it
-  is trained with no exclusion, so the two runs' slice accuracies are directly comparable).
-* **SimCSE**: unsupervised contrastive training on 2,000 SNLI premises (distinct, seeded sample of
+  with its eval slices (the full run reports the same slices through ``--eval-slices``: it is
+  trained with no exclusion, so the two runs' slice accuracies are directly comparable).
+* **SimCSE**: unsupervised contrastive training on 1,000 SNLI premises (distinct, seeded sample of
   ``snli/dev.tsv``), anisotropy per layer before and after (500 sentences, 2,000 random token pairs from
   different sentences, ``bertology.metrics.geometry.mean_pair_cosine``), and Spearman on an STS-format
   *proxy* built from SNLI test pairs (score 2 entailment / 1 neutral / 0 contradiction): the real STS-B is
   not available offline here, so the number is graded-NLI relatedness, not STS-B.
 
-All runs: 1 epoch, max length 64, batch 32, lr 5e-5 (classification) / 3e-5 (SimCSE), seed 0.
+All runs: 1 epoch, max length 64, batch 32, lr 5e-5 (classification) / 3e-5 (SimCSE, batch 64), seed 0.
+The sizes are what fits a ~40-minute budget on 2 CPU cores shared with other jobs (a 4,000-sentence
+SST-2 epoch took over 11 minutes there); timings are noisy for the same reason, so the load average
+before and after each run is recorded next to it.
 
     BERTOLOGY_CACHE=/work/main/.cache .venv/bin/python benchmarks/finetune_lab.py [--only sst2,snli,simcse]
 
@@ -60,7 +65,7 @@ def loadavg() -> float:
 def run(name: str, args: list[str], work: Path) -> dict:
     out = work / name
     cmd = ["nice", "-n", "10", bertology(), "finetune", *args, "--out", str(out)]
-    env = dict(os.environ, OMP_NUM_THREADS="2", MKL_NUM_THREADS="2", TOKENIZERS_PARALLELISM="false")
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     shown = " ".join(shlex.quote(c) for c in cmd)
     print(f"[{time.strftime('%H:%M:%S')}] {name}: {shown}", flush=True)
     load0 = loadavg()
@@ -101,11 +106,11 @@ def run(name: str, args: list[str], work: Path) -> dict:
 
 
 def snli_files(work: Path) -> tuple[Path, Path]:
-    """Seeded samples: 3,000 pairs of SNLI test as the eval file."""
+    """Seeded sample: 1,000 pairs of SNLI test as the eval file."""
     test = pd.read_csv(DATA / "snli" / "test.tsv", sep="\t", quoting=3, keep_default_na=False)
     test = test[test["label"].isin(["entailment", "neutral", "contradiction"])]
-    ev = test.sample(n=3000, random_state=0).sort_index()
-    path = work / "data" / "snli_test_3000.tsv"
+    ev = test.sample(n=1000, random_state=0).sort_index()
+    path = work / "data" / "snli_test_1000.tsv"
     path.parent.mkdir(parents=True, exist_ok=True)
     ev.to_csv(path, sep="\t", index=False, quoting=3)
     return DATA / "snli" / "dev.tsv", path
@@ -114,17 +119,17 @@ def snli_files(work: Path) -> tuple[Path, Path]:
 def simcse_files(work: Path) -> tuple[Path, Path]:
     dev = pd.read_csv(DATA / "snli" / "dev.tsv", sep="\t", quoting=3, keep_default_na=False)
     premises = pd.Series(dev["premise"].unique())
-    sample = premises.sample(n=2000, random_state=0)
-    txt = work / "data" / "snli_premises_2000.txt"
+    sample = premises.sample(n=1000, random_state=0)
+    txt = work / "data" / "snli_premises_1000.txt"
     txt.parent.mkdir(parents=True, exist_ok=True)
     txt.write_text("\n".join(s.strip() for s in sample) + "\n", encoding="utf-8")
     test = pd.read_csv(DATA / "snli" / "test.tsv", sep="\t", quoting=3, keep_default_na=False)
-    test = test[test["label"].isin(["entailment", "neutral", "contradiction"])].sample(n=1500, random_state=1)
+    test = test[test["label"].isin(["entailment", "neutral", "contradiction"])].sample(n=1000, random_state=1)
     sts = pd.DataFrame({
         "sentence1": test["premise"], "sentence2": test["hypothesis"],
         "score": test["label"].map({"entailment": 2.0, "neutral": 1.0, "contradiction": 0.0}),
     })
-    sts_path = work / "data" / "sts_proxy_snli_test_1500.tsv"
+    sts_path = work / "data" / "sts_proxy_snli_test_1000.tsv"
     sts.to_csv(sts_path, sep="\t", index=False, quoting=3)
     return txt, sts_path
 
@@ -143,12 +148,12 @@ def main() -> None:
 
     if "sst2" in parts:
         sst = ["--data", str(DATA / "glue/SST-2/train.tsv"), "--eval-data", str(DATA / "glue/SST-2/dev.tsv"),
-               "--max-examples", "4000", *COMMON]
+               "--max-examples", "2000", *COMMON]
         for name, extra in (("sst2_full", []), ("sst2_drop6", ["--drop-layers", "6"]), ("sst2_freeze4", ["--freeze-layers", "4"])):
             runs[name] = run(name, [*sst, *extra], work)
     if "snli" in parts:
         train, ev = snli_files(work)
-        snli = ["--data", str(train), "--eval-data", str(ev), "--max-examples", "5000", *COMMON]
+        snli = ["--data", str(train), "--eval-data", str(ev), "--max-examples", "2000", *COMMON]
         for name, extra in (
             ("snli_full", ["--eval-slices", BIAS_WORDS]),
             ("snli_drop6", []),
@@ -166,7 +171,7 @@ def main() -> None:
 
     meta = {
         "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
-                    "note": "2 CPU cores shared with other jobs; the load average is recorded per run"},
+                    "note": "2 CPU cores shared with other jobs, 1 torch thread per run; the load average is recorded per run"},
         "model": "minilm (all-MiniLM-L6-v2: 6 layers, 12 heads, hidden 384)",
         "runs": runs,
     }
