@@ -74,6 +74,17 @@ def test_lab_flags_write_a_smaller_model_slices_checkpoints_and_a_summary(tmp_pa
     steps = sorted(int(p.name.split("-")[1]) for p in (out / "checkpoints").glob("step-*"))
     assert steps == [2, 4]  # 30 examples / (4 x 2) = 4 steps
 
+    # the same data with the full model, reported against the smaller one
+    full = invoke(["--model", str(model), "--data", str(train), "--eval-data", str(held), "--epochs", "1",
+                   "--batch-size", "8", "--max-length", "16", "--out", str(tmp_path / "full"), "--against", str(out)])
+    assert full.exit_code == 0, full.output
+    assert "accuracy: " in full.output and f"vs {manifest['summary']['metrics']['accuracy']:.4f} in {out}" in full.output
+    assert "training time " in full.output and f"x that of {out}" in full.output
+    nothing = invoke(["--model", str(model), "--data", str(train), "--epochs", "1", "--out", str(tmp_path / "x"),
+                      "--against", str(tmp_path / "missing")])
+    assert nothing.exit_code == 2 and "no finished fine-tuning run" in nothing.output
+    assert not (tmp_path / "x").exists()  # refused before training
+
     # the identical command reuses the run; an unknown column is one clear line
     again = invoke(args)
     assert again.exit_code == 0 and "reus" in again.output

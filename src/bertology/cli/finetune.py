@@ -121,6 +121,9 @@ def finetune_command(
     eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Also evaluate every N optimiser steps (always at each epoch end).", min=1),
     early_stopping: Optional[int] = typer.Option(None, "--early-stopping", help="Stop after PATIENCE evaluations without improvement; keep the best weights.", min=1),
     early_stopping_metric: Optional[str] = typer.Option(None, "--early-stopping-metric", help="Metric watched by --early-stopping (default accuracy; contrastive: spearman or loss)."),
+    against: Optional[Path] = typer.Option(
+        None, "--against", help="A finished finetune run (e.g. the full model) to report accuracy and time against."
+    ),
     save_every: Optional[int] = typer.Option(None, "--save-every", help="Keep checkpoints/step-N/ every N steps (resume after an interruption; bertology track).", min=1),
 ) -> None:
     """Fine-tune a sequence classifier (single sentences or sentence pairs) or a contrastive encoder, with layer
@@ -135,6 +138,10 @@ def finetune_command(
         raise BertologyError(f"--contrastive must be auto, unsupervised or supervised, not {contrastive!r}.")
     if pooling not in ("cls", "mean"):
         raise BertologyError(f"--pooling must be cls or mean, not {pooling!r}.")
+    if against is not None:
+        from bertology.training.run import finished_summary
+
+        finished_summary(against)  # refuse before training, not after
     words = parse_word_list(exclude_words)
     if exclude_words is not None and not words:
         raise BertologyError("--exclude-words is empty.")
@@ -198,3 +205,11 @@ def finetune_command(
 
     for line in _details(RunDirectory(run.out).read_manifest() or {}):
         typer.echo(line)
+    if against is not None:
+        from bertology.training.run import compare_runs
+
+        c = compare_runs(run.out, against)
+        for name, m in c["metrics"].items():
+            typer.echo(f"{name}: {m['run']:.4f} vs {m['against']:.4f} in {against} ({m['delta']:+.4f})")
+        if "train_time_ratio" in c:
+            typer.echo(f"training time {c['train_time_ratio']:.2f}x that of {against}")

@@ -192,3 +192,39 @@ def summary_of(result) -> dict:
     if d.get("checkpoints") and d["checkpoints"].get("resumed_from_step") is not None:
         out["resumed_from_step"] = d["checkpoints"]["resumed_from_step"]
     return out
+
+
+def finished_summary(run: str | Path) -> dict:
+    """The ``summary`` of a finished fine-tuning run; a clear error otherwise."""
+    from bertology.errors import BertologyError
+    from bertology.results import RunDirectory
+
+    m = RunDirectory(run).read_manifest()
+    if not m or m.get("kind") != KIND or m.get("status", "done") != "done" or not m.get("summary"):
+        raise BertologyError(f"{run} holds no finished fine-tuning run to compare with (--against).")
+    return m["summary"]
+
+
+def compare_runs(run: str | Path, against: str | Path) -> dict:
+    """Accuracy (or the contrastive metrics) and time of a finished run against another (e.g. the full model).
+
+    Returns ``{"against": path, "metrics": {name: {"run", "against", "delta"}}, "train_time_ratio",
+    "wall_time_ratio"}``; slices are compared too when both runs report them.
+    """
+    from bertology.results import RunDirectory
+
+    a, b = (RunDirectory(run).read_manifest() or {}).get("summary", {}), finished_summary(against)
+    out: dict = {"against": str(against), "metrics": {}}
+    for name, value in (a.get("metrics") or {}).items():
+        other = (b.get("metrics") or {}).get(name)
+        if isinstance(value, (int, float)) and isinstance(other, (int, float)) and name != "n_eval":
+            out["metrics"][name] = {"run": value, "against": other, "delta": value - other}
+    for name, m in (a.get("slices") or {}).items():
+        other = (b.get("slices") or {}).get(name)
+        if other:
+            out["metrics"][f"{name}_accuracy"] = {"run": m["accuracy"], "against": other["accuracy"],
+                                                  "delta": m["accuracy"] - other["accuracy"]}
+    for key in ("train_time_s", "wall_time_s"):
+        if a.get(key) and b.get(key):
+            out[key.replace("_s", "_ratio")] = a[key] / b[key]
+    return out
