@@ -14,7 +14,7 @@ from typing import Literal
 
 ANALYSES = (
     "attention_change", "attention_patterns", "representation_similarity", "attention_targets", "relation_heads", "head_map",
-    "ablation",
+    "geometry", "pca_views", "ablation",
 )
 #: Analyses that run their own passes over the tuned classifier instead of the shared extraction.
 #: ``ablation`` runs only when the tuned model has a classification head and the data has labels
@@ -66,6 +66,12 @@ class CompareConfig:
     view_examples: int = 3
     # user-given token relations: a JSONL file of texts with from/to spans (scored into relation_heads)
     relations: str | None = None
+    # geometry (Ethayarajh 2019): random token pairs for the anisotropy baseline; contexts a word needs
+    geometry_pairs: int = 1000
+    geometry_min_contexts: int = 5
+    # pca_views (van Aken et al. 2019): these example indices, else a hashed sample of this many
+    pca_examples: tuple[int, ...] | None = None
+    pca_n_examples: int = 20
     # ablation (Kovaleva et al. 2019 §4.6; Michel et al. 2019): the tuned classifier on labelled data
     ablation_mode: Literal["uniform", "zero", "mean"] = "uniform"
     ablation_examples: int = 500

@@ -17,7 +17,9 @@ from bertology.analyses.base import Analysis
 from bertology.analyses.representation_similarity import RepresentationSimilarity
 from bertology.analyses.attention_targets import AttentionTargets
 from bertology.analyses.attention_patterns import AttentionPatterns
+from bertology.analyses.geometry import Geometry
 from bertology.analyses.head_map import HeadMap
+from bertology.analyses.pca_views import PCAViews
 from bertology.analyses.relation_heads import RelationHeads
 from bertology.config import ANALYSES, NEEDS_ANNOTATIONS, STANDALONE, CompareConfig, DataConfig
 from bertology.data.corpus import Corpus
@@ -85,6 +87,20 @@ def build_analyses(
             indices = [it.index for it in encoded.items] if encoded is not None else None
             out.append(HeadMap(pair.num_layers, pair.num_heads, max_examples=config.head_map_examples, seed=config.seed,
                                distance=config.head_map_distance, example_indices=indices))
+        elif name == "geometry":
+            out.append(Geometry(pair.num_layers, tokenizer=pair.tokenizer, n_pairs=config.geometry_pairs,
+                                min_contexts=config.geometry_min_contexts,
+                                max_contexts=max(10, config.geometry_min_contexts), seed=config.seed))
+        elif name == "pca_views":
+            if corpus is None:
+                raise ValueError("pca_views needs the corpus")
+            if config.pca_examples:
+                bad = [i for i in config.pca_examples if not 0 <= i < len(corpus)]
+                if bad:
+                    raise BertologyError(f"PCA view example(s) {bad} are not in the corpus (0..{len(corpus) - 1}).")
+            out.append(PCAViews(pair.num_layers, tokenizer=pair.tokenizer, corpus=corpus,
+                                examples=list(config.pca_examples) if config.pca_examples else None,
+                                n_examples=config.pca_n_examples, seed=config.seed))
     return out
 
 
@@ -338,13 +354,15 @@ def _jsonable_summary(summary: dict) -> dict:
 
 
 #: Tables an analysis writes beside its own, read back when a run resumes.
-SECOND_TABLES = {"head_map": ("head_distance",)}
+SECOND_TABLES = {"head_map": ("head_distance",), "geometry": ("geometry_words",)}
 
 
 def extra_results_of(analysis: Analysis) -> list[Result]:
     """Second tables some analyses write beside their own (e.g. ``head_distance`` from ``head_map``)."""
     if isinstance(analysis, HeadMap):
         return [analysis.distances()]
+    if isinstance(analysis, Geometry):
+        return [analysis.word_table()]
     return []
 
 

@@ -18,6 +18,20 @@ PAIR_COL = typer.Option(None, "--pair-column", help="Column with the second sent
 LABEL_COL = typer.Option(None, "--label-column", help="Column with the label.")
 
 
+def _parse_pca_examples(text: str) -> tuple[tuple[int, ...] | None, int]:
+    """``--pca-examples``: a count ("20": a seeded sample) or a comma list of example indices ("0,4,9")."""
+    try:
+        if "," not in text:
+            n = int(text)
+            if n < 1:
+                raise ValueError
+            return None, n
+        idx = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise BertologyError(f"--pca-examples takes a count (e.g. 20) or a comma list of example indices (e.g. 0,4,9), not {text!r}.") from None
+    return idx, len(idx)
+
+
 def _parse_analyses(text: str) -> tuple[str, ...]:
     names = tuple(a.strip() for a in text.split(",") if a.strip())
     if names == ("all",):
@@ -58,6 +72,8 @@ def compare_command(
     relations: Optional[Path] = typer.Option(
         None, "--relations", help="JSONL of user token relations (text, from span, to spans, relation) scored like relation heads."
     ),
+    geometry_pairs: int = typer.Option(1000, "--geometry-pairs", help="Geometry: random token pairs (from different sentences) for the anisotropy baseline.", min=2),
+    pca_examples: str = typer.Option("20", "--pca-examples", help="PCA views: a count (seeded sample) or a comma list of example indices, e.g. 0,4,9."),
     ablation_mode: str = typer.Option(
         "uniform", "--ablation-mode", help="Ablation (tuned classifier + labelled data): how a head is disabled: uniform (1/L), zero, or mean."
     ),
@@ -81,6 +97,7 @@ def compare_command(
         raise BertologyError("--overlong must be 'skip' or 'truncate'.")
     if ablation_mode not in ("uniform", "zero", "mean"):
         raise BertologyError("--ablation-mode must be 'uniform', 'zero' or 'mean'.")
+    pca_idx, pca_n = _parse_pca_examples(pca_examples)
     config = CompareConfig(
         base=base,
         tuned=tuned,
@@ -99,6 +116,9 @@ def compare_command(
         head_map_examples=head_map_examples,
         patterns_cnn=str(patterns_cnn) if patterns_cnn else None,
         view_examples=view_examples,
+        geometry_pairs=geometry_pairs,
+        pca_examples=pca_idx,
+        pca_n_examples=pca_n,
         ablation_mode=ablation_mode,  # type: ignore[arg-type]
         ablation_examples=ablation_examples,
         ablation_exclude_special=ablation_exclude_special,
@@ -145,6 +165,15 @@ def _print_compare_summary(run) -> None:
         top = most_moved(run.table("head_map"), top=3)
         console.print("head map: heads that moved most (JS distance) "
                       + ", ".join(f"{r.label} ({r.moved:.3f})" for r in top.itertuples()))
+    if "geometry" in run.results:
+        from bertology.analyses.geometry import by_layer
+
+        g = run.table("geometry")
+        for metric in ("anisotropy", "self_similarity_adjusted"):
+            if (g["metric"] == metric).any():
+                w = by_layer(g, metric)
+                console.print(f"geometry, {metric.replace('_', ' ')} by layer 0..N: "
+                              + "; ".join(f"{m} " + " ".join(f"{v:.3f}" for v in w[m]) for m in ("base", "tuned") if m in w))
     if "representation_similarity" in run.results:
         d = same_layer(run.table("representation_similarity"))
         cka = d[d.metric == "cka_linear"].sort_values("layer")["value"]

@@ -45,6 +45,9 @@ KNOWN_TABLES: dict[str, tuple[str, ...]] = {
     "ablation": ("target", "layer", "head", "label", "mode", "layer_mode", "metric", "value", "delta", "ci_low",
                  "ci_high", "n_examples", "helps", "hurts"),
     "head_importance": ("layer", "head", "importance"),
+    "geometry": ("model", "layer", "metric", "value", "n"),
+    "geometry_words": ("model", "layer", "word", "self_similarity"),
+    "pca_views": ("model", "layer", "fit", "x", "y", "category", "label", "explained_variance"),
     "pruning_curve": ("order", "fraction_removed", "metric", "value"),
 }
 
@@ -61,6 +64,8 @@ _SECTION_TITLES = {
     "attention-patterns": "Attention patterns",
     "attention-viewer": "Attention viewer",
     "ablation": "Ablation and head importance",
+    "geometry": "Embedding geometry",
+    "pca-views": "PCA views of tokens",
 }
 
 #: Targets drawn per layer, and their labels.
@@ -894,6 +899,83 @@ def _ablation_section(tables: dict[str, pd.DataFrame], figs: _Figures, derived: 
             "table": table, "facts": facts}
 
 
+GEOMETRY_LABELS = {
+    "anisotropy": "anisotropy (random token pairs)", "self_similarity": "self-similarity",
+    "intra_similarity": "intra-sentence similarity", "mev": "max. explainable variance",
+    "mev_baseline": "MEV of random tokens", "self_similarity_adjusted": "self-similarity, adjusted",
+    "intra_similarity_adjusted": "intra-sentence similarity, adjusted", "mev_adjusted": "MEV, adjusted",
+}
+
+
+def _geometry_section(df: pd.DataFrame, words: pd.DataFrame | None, figs: _Figures, derived: list[dict]) -> dict:
+    """Ethayarajh (2019) per layer, base vs tuned, and the words whose self-similarity moved most."""
+    from bertology.viz.geometry import geometry_figure
+
+    df = df.copy()
+    figures = [figs.make(
+        "geometry", lambda: geometry_figure(df),
+        "Per layer, base (blue) and tuned: top row the raw measures, bottom row adjusted for anisotropy (the "
+        "measure minus its random-token baseline at the same layer). Lower adjusted self-similarity means "
+        "more context-specific word representations (Ethayarajh 2019).",
+        "Embedding geometry per layer, base and tuned",
+    )]
+    last = int(df["layer"].max())
+    rows = []
+    for metric in [m for m in GEOMETRY_LABELS if (df["metric"] == m).any()]:
+        sub = df[(df["metric"] == metric) & (df["layer"] == last)].set_index("model")["value"]
+        b, t = sub.get("base"), sub.get("tuned")
+        n = df[(df["metric"] == metric) & (df["layer"] == last)]["n"].max()
+        rows.append([GEOMETRY_LABELS[metric], b, t, (t - b) if b is not None and t is not None else None, n])
+    table = _table([("metric", f"Measure (layer {last})", "text"), ("base", "base", "num"), ("tuned", "tuned", "num"),
+                    ("change", "change", "num"), ("n", "n", "num")], rows)
+    aniso = df[(df["metric"] == "anisotropy") & (df["layer"] == last)].set_index("model")["value"]
+    if {"base", "tuned"} <= set(aniso.index):
+        derived.append({"label": f"Anisotropy, layer {last}", "text": f"{aniso['base']:.3f} → {aniso['tuned']:.3f}",
+                        "note": "mean cosine of random token pairs from different sentences"})
+    word_table = None
+    if words is not None and len(words):
+        w = words[words["layer"] == last].pivot_table(index="word", columns="model", values="self_similarity_adjusted"
+                                                      if "self_similarity_adjusted" in words else "self_similarity")
+        if {"base", "tuned"} <= set(w.columns):
+            w = w.assign(change=w["tuned"] - w["base"]).sort_values("change")
+            counts = words[(words["layer"] == last) & (words["model"] == "base")].set_index("word")["n_contexts"]
+            pick = pd.concat([w.head(8), w.tail(4)])
+            word_table = _table([("word", "Word", "text"), ("base", "base", "num"), ("tuned", "tuned", "num"),
+                                 ("change", "change", "num"), ("n", "contexts", "num")],
+                                [[i, r.base, r.tuned, r.change, counts.get(i)] for i, r in pick.iterrows()])
+    aniso_n = df[df["metric"] == "anisotropy"]["n"].max()
+    ss_n = df[df["metric"] == "self_similarity"]["n"].max() if (df["metric"] == "self_similarity").any() else None
+    facts = [("Random token pairs", fmt_value(aniso_n)), ("Words in several contexts", fmt_value(ss_n)),
+             ("Seed", fmt_value(df["seed"].iloc[0]) if "seed" in df else "—")]
+    return {"id": "geometry", "title": _SECTION_TITLES["geometry"], "figures": [f for f in figures if f],
+            "table": table, "words": word_table, "facts": facts}
+
+
+def _pca_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) -> dict:
+    """Token representations projected to 2-D per layer (van Aken et al. 2019), base and tuned side by side."""
+    from bertology.viz.geometry import pca_grid
+
+    df = df.copy()
+    figures = [figs.make(
+        "pca_views_category", lambda: pca_grid(df, fit="shared", color_by="category"),
+        "Each row is a layer; one PCA per layer is fitted on the base and the tuned tokens together, so the two "
+        "panels share axes. Colour: token category. Percentages: variance explained by the two components.",
+        "PCA of token representations per layer, coloured by token category",
+    )]
+    labels = df["label"].dropna().astype(str)
+    labels = labels[labels != ""]
+    if labels.nunique() > 1:
+        figures.append(figs.make(
+            "pca_views_label", lambda: pca_grid(df, fit="shared", color_by="label"),
+            "The same projections coloured by the example's label: a task-specific layer separates the labels.",
+            "PCA of token representations per layer, coloured by label",
+        ))
+    n_ex = df["example"].nunique()
+    n_tok = len(df[(df["model"] == "base") & (df["fit"] == "shared") & (df["layer"] == df["layer"].min())])
+    facts = [("Examples", str(n_ex)), ("Tokens", str(n_tok)), ("Fits", ", ".join(sorted(df["fit"].unique())))]
+    return {"id": "pca-views", "title": _SECTION_TITLES["pca-views"], "figures": [f for f in figures if f], "facts": facts}
+
+
 def _viewer_section(run_dir: Path, manifest: dict, warnings: list[str]) -> dict | None:
     """Interactive attention views saved by ``compare`` under ``views/`` (base, tuned and their difference)."""
     from bertology.viz.viewer import render_fragment
@@ -954,6 +1036,10 @@ def build_context(run_dir: str | Path) -> dict:
         sections.append(_relations_section(tables["relation_heads"], figs, derived))
     if "head_map" in tables:
         sections.append(_head_map_section(tables["head_map"], figs, derived))
+    if "geometry" in tables:
+        sections.append(_geometry_section(tables["geometry"], tables.get("geometry_words"), figs, derived))
+    if "pca_views" in tables:
+        sections.append(_pca_section(tables["pca_views"], figs, derived))
     if "ablation" in tables:
         sections.append(_ablation_section(tables, figs, derived))
     viewer = _viewer_section(run_dir, manifest, warnings)
