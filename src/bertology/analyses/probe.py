@@ -18,7 +18,7 @@ How it runs:
    applied per probe with its own learning rate, which is divided by 10 when its dev loss does not
    improve (``ReduceLROnPlateau(factor=0.1, patience=0)``, as Hewitt & Manning); each probe keeps
    its best dev-loss weights and stops on its own after ``patience`` epochs without improvement (a
-   stopped probe's weights no longer change; training ends when every probe has stopped). Results
+   stopped probe is no longer computed; training ends when every probe has stopped). Results
    therefore equal training each probe alone (tested). A distance and a depth probe on the same
    layer read the layer's features once (their weights are multiplied in one product).
    Initial weights are drawn per probe from a generator seeded by ``seed`` and the probe's name;
@@ -686,16 +686,21 @@ def fit_probes(
     while tr.epoch < settings.epochs and tr.active.any():
         te = time.perf_counter()
         order = epoch_order(len(train), settings.seed, tr.epoch)
-        active = torch.as_tensor(tr.active, dtype=torch.float32, device=device)
+        # only the probes still training are computed (their rows of the stack); the others get no gradient
+        act = np.nonzero(tr.active)[0]
+        act_t = torch.as_tensor(act, device=device)
+        sub = layout if len(act) == len(keys) else _Layout([keys[i] for i in act], layer_index)
         for s in range(0, len(order), settings.batch_size):
             idx = order[s : s + settings.batch_size]
             batch = _batch_tensors(train, idx, device)
-            x = _gather(train_feats, layout.slots, batch["words"], device)
-            loss = (probe_losses(layout.project(tr.w, x), layout.kinds, batch) * active).sum()
+            x = _gather(train_feats, sub.slots, batch["words"], device)
+            w = tr.w if sub is layout else tr.w.index_select(0, act_t)
+            loss = probe_losses(sub.project(w, x), sub.kinds, batch).sum()
             tr.w.grad = None
             loss.backward()
             tr.adam(tr.w.grad)
-        dev_loss = _dataset_loss(tr.w.detach(), layout, dev_feats, dev, settings.batch_size, device)
+        dev_loss = np.full(len(keys), np.nan)
+        dev_loss[act] = _dataset_loss(tr.w.detach()[act_t], sub, dev_feats, dev, settings.batch_size, device)
         tr.end_epoch(dev_loss)
         epoch_seconds.append(time.perf_counter() - te)
         if checkpoint is not None:
