@@ -52,8 +52,10 @@ class CompareConfig:
     # attention_change
     attention_mode: Literal["cropped", "padded"] = "cropped"
     pad_length: int = 200
-    # representation_similarity
+    # representation_similarity; with ood_data also on a second, out-of-domain corpus (Merchant et al. 2020)
     rsa_tokens: int = 2000
+    ood_data: str | None = None
+    ood_text_column: str | None = None
     # attention_targets / relation_heads: spaCy pipeline for plain text (None: en_core_web_sm, else the re-upload)
     spacy_model: str | None = None
     relation_min_count: int = 20

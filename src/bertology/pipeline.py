@@ -143,11 +143,15 @@ def load_data(data: DataConfig) -> Corpus:
     )
 
 
-def run_fingerprint(config: CompareConfig, pair: ModelPair, corpus: Corpus, relations: Corpus | None = None) -> str:
+def run_fingerprint(
+    config: CompareConfig, pair: ModelPair, corpus: Corpus, relations: Corpus | None = None, ood: Corpus | None = None
+) -> str:
     """Identity of a run: settings, model weights and data. Equal fingerprints may resume each other."""
     parts = [config.fingerprint(), corpus.fingerprint()]
     if relations is not None:
         parts.append(relations.stats.get("file_sha256"))
+    if ood is not None:
+        parts.append(["ood", ood.fingerprint()])
     for m in (pair.base, pair.tuned):
         parts.append(m.weights_sha256 or m.path)
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
@@ -187,8 +191,9 @@ def compare(
     spans = load_relations(config.relations) if config.relations else None
     if spans is not None and "relation_heads" in selected:
         _check_relation_names(corpus, spans[1])
+    ood = load_ood(config) if config.ood_data and "representation_similarity" in selected else None
     run_dir = RunDirectory(config.out)
-    fingerprint = run_fingerprint(config, pair, corpus, spans[0] if spans else None)
+    fingerprint = run_fingerprint(config, pair, corpus, spans[0] if spans else None, ood)
     resuming = run_dir.prepare("compare", fingerprint, overwrite=overwrite)
 
     analyses = [a for a in build_analyses(config, pair, corpus, encoded) if a.name in selected]
@@ -232,6 +237,14 @@ def compare(
     for res in extra_results or []:
         write_table(run_dir.path, res.name, res.table)
         results[res.name] = res
+    if ood is not None:
+        if resuming and run_dir.has_table(OOD_TABLE):
+            results[OOD_TABLE] = Result(OOD_TABLE, read_table(run_dir.path, OOD_TABLE))
+            done.append(OOD_TABLE)
+        else:
+            res = _ood_similarity(config, pair, ood, max_length, warnings, progress)
+            write_table(run_dir.path, res.name, res.table)
+            results[res.name] = res
     ablation_info = None
     if "ablation" in selected:
         ablation_info = _ablation(config, pair, raw_corpus, run_dir, resuming, warnings, progress, results, done)
@@ -246,6 +259,7 @@ def compare(
         "config": config.to_dict(),
         "models": pair.describe(),
         "data": {**corpus.describe(), "encoding": enc},
+        **({"ood_data": ood.describe()} if ood is not None else {}),
         "analyses": {a.name: a.params() for a in analyses} | ({"user_relations": span_params} if span_params else {})
         | ({"ablation": ablation_info} if ablation_info else {}),
         "seed": config.seed,
@@ -267,6 +281,39 @@ def compare(
 
         report_path = render_report(run_dir.path)
     return CompareRun(run_dir.path, results, manifest, report_path, done)
+
+
+#: Representation similarity on the second (out-of-domain) corpus.
+OOD_TABLE = "representation_similarity_ood"
+
+
+def load_ood(config: CompareConfig) -> Corpus:
+    """The out-of-domain corpus (``--ood-data``), read like ``--data`` with the same example limit."""
+    ood = load_data(DataConfig(path=config.ood_data or "", text_column=config.ood_text_column,
+                               max_examples=config.data.max_examples, max_length=config.data.max_length,
+                               overlong=config.data.overlong))
+    if len(ood) == 0:
+        raise BertologyError(f"The out-of-domain corpus {config.ood_data} has no examples.")
+    return ood
+
+
+def _ood_similarity(config: CompareConfig, pair: ModelPair, ood: Corpus, max_length: int, warnings: list[str],
+                    progress: bool) -> Result:
+    """RSA/CKA between base and tuned on the out-of-domain corpus, with the in-domain run's settings.
+
+    Merchant et al. (2020) found fine-tuning changes representations less on out-of-domain sentences;
+    the table has the in-domain table's columns plus ``domain = "out"`` and the corpus it came from.
+    """
+    encoded = encode_corpus(ood, pair.tokenizer, max_length, config.data.overlong)
+    info = encoded.describe()
+    if info["n_skipped_overlong"] or info["n_truncated"]:
+        warnings.append(f"Out-of-domain corpus: {info['n_skipped_overlong']} examples skipped and {info['n_truncated']} "
+                        f"truncated at {max_length} tokens.")
+    analysis = RepresentationSimilarity(pair.num_layers, config.rsa_tokens, config.seed)
+    _extract(pair, encoded, [analysis], config, progress, label="out-of-domain")
+    res = analysis.compute()
+    table = res.table.assign(domain="out", corpus=str(config.ood_data))
+    return Result(OOD_TABLE, table, {**analysis.params(), "corpus": config.ood_data, "n_examples": len(encoded.items)})
 
 
 def ablation_settings(config: CompareConfig) -> "AblationSettings":

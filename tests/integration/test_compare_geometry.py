@@ -68,3 +68,27 @@ def test_cli_pca_examples_flag(pair_dirs, data, tmp_path):
     assert "anisotropy by layer" in " ".join(ok.output.split())
     bad = runner.invoke(app, args + ["--out", str(tmp_path / "b"), "--pca-examples", "a,b"])
     assert bad.exit_code == 2 and "--pca-examples takes a count" in " ".join(bad.output.split())
+
+
+def test_out_of_domain_similarity_beside_the_task_data(pair_dirs, data, tmp_path):
+    base, tuned = pair_dirs
+    ood = tmp_path / "ood.txt"
+    ood.write_text("colourless green ideas sleep furiously .\nthe stock market fell sharply on monday .\n" * 4, encoding="utf-8")
+    config = CompareConfig(base=str(base), tuned=str(tuned), data=DataConfig(path=str(data)), out=str(tmp_path / "run"),
+                           analyses=("representation_similarity",), view_examples=0, rsa_tokens=40, ood_data=str(ood))
+    run = compare(config)
+    t = run.table("representation_similarity_ood")
+    assert set(t["domain"]) == {"out"} and set(t["metric"]) >= {"cka_linear", "rsa_pearson"}
+    same = t[(t["layer_base"] == t["layer_tuned"]) & (t["metric"] == "cka_linear")].set_index("layer_base")["value"]
+    # the planted head is in layer 2: layers 0 and 1 are identical on any corpus
+    assert same[0] == pytest.approx(1.0) and same[1] == pytest.approx(1.0) and same[2] < 1.0
+    ind = run.table("representation_similarity")
+    ind = ind[(ind["layer_base"] == ind["layer_tuned"]) & (ind["metric"] == "cka_linear")].set_index("layer_base")["value"]
+    assert same[2] != ind[2]  # computed on the other corpus's tokens
+    assert run.manifest["ood_data"]["n_examples"] == 8
+    html = run.report.read_text(encoding="utf-8")
+    assert "fig-similarity_domains" in html and "out of domain" in html
+    # another out-of-domain corpus is another run: refused without --overwrite
+    ood.write_text("a different corpus entirely .\n" * 5, encoding="utf-8")
+    with pytest.raises(BertologyError, match="another run|overwrite"):
+        compare(config)

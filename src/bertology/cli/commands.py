@@ -72,6 +72,10 @@ def compare_command(
     relations: Optional[Path] = typer.Option(
         None, "--relations", help="JSONL of user token relations (text, from span, to spans, relation) scored like relation heads."
     ),
+    ood_data: Optional[str] = typer.Option(
+        None, "--ood-data", help="A second, out-of-domain corpus: RSA/CKA of base vs tuned on it too (Merchant et al. 2020)."
+    ),
+    ood_text_column: Optional[str] = typer.Option(None, "--ood-text-column", help="Text column of --ood-data (CSV/TSV/JSONL)."),
     geometry_pairs: int = typer.Option(1000, "--geometry-pairs", help="Geometry: random token pairs (from different sentences) for the anisotropy baseline.", min=2),
     pca_examples: str = typer.Option("20", "--pca-examples", help="PCA views: a count (seeded sample) or a comma list of example indices, e.g. 0,4,9."),
     ablation_mode: str = typer.Option(
@@ -116,6 +120,8 @@ def compare_command(
         head_map_examples=head_map_examples,
         patterns_cnn=str(patterns_cnn) if patterns_cnn else None,
         view_examples=view_examples,
+        ood_data=ood_data,
+        ood_text_column=ood_text_column,
         geometry_pairs=geometry_pairs,
         pca_examples=pca_idx,
         pca_n_examples=pca_n,
@@ -178,6 +184,10 @@ def _print_compare_summary(run) -> None:
         d = same_layer(run.table("representation_similarity"))
         cka = d[d.metric == "cka_linear"].sort_values("layer")["value"]
         console.print("linear CKA, same layer 0..N: " + " ".join(f"{v:.3f}" for v in cka))
+    if "representation_similarity_ood" in run.results:
+        d = same_layer(run.table("representation_similarity_ood"))
+        cka = d[d.metric == "cka_linear"].sort_values("layer")["value"]
+        console.print("linear CKA, same layer 0..N, out-of-domain corpus: " + " ".join(f"{v:.3f}" for v in cka))
     if "attention_targets" in run.results:
         t = run.table("attention_targets")
         last = t[(t["layer"] == t["layer"].max()) & t["target"].isin(["cls", "sep", "punct"])]

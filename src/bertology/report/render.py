@@ -35,6 +35,7 @@ __all__ = ["KNOWN_TABLES", "Report", "render_report"]
 KNOWN_TABLES: dict[str, tuple[str, ...]] = {
     "attention_change": ("layer", "head", "cosine", "js_divergence", "n_examples"),
     "representation_similarity": ("layer_base", "layer_tuned", "metric", "value", "n_tokens"),
+    "representation_similarity_ood": ("layer_base", "layer_tuned", "metric", "value", "n_tokens", "domain"),
     "finetune": ("step", "split", "metric", "value"),
     "attention_targets": ("model", "layer", "head", "target", "value"),
     "relation_heads": ("model", "relation", "direction", "layer", "head", "accuracy", "baseline_offset",
@@ -492,7 +493,28 @@ def _attention_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) ->
     }
 
 
-def _similarity_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) -> dict:
+def _domains_figure(df: pd.DataFrame, ood: pd.DataFrame, figs: _Figures) -> dict | None:
+    """Same-layer similarity on the task's data and on the out-of-domain corpus, side by side (Merchant et al.)."""
+    from bertology.viz.figures import METRIC_LABELS, layer_curve
+
+    both = []
+    for frame, domain in ((df, "in domain"), (ood, "out of domain")):
+        d = frame[(frame["layer_base"] == frame["layer_tuned"]) & frame["metric"].isin(["cka_linear", "rsa_pearson"])]
+        both.append(d.rename(columns={"layer_base": "layer"}).assign(domain=domain)[["layer", "metric", "value", "domain"]])
+    data = pd.concat(both, ignore_index=True)
+    data["metric"] = data["metric"].map(lambda m: METRIC_LABELS.get(m, m))
+    return figs.make(
+        "similarity_domains",
+        lambda: layer_curve(data, x="layer", y="value", hue="domain", facet="metric", reference=1.0,
+                            xlabel="layer (0 = embeddings)", ylabel="same-layer similarity", min_span=0.1,
+                            title="Base vs tuned on the task's data and out of domain"),
+        "Same-layer similarity of base and tuned on the task's data and on the second corpus, as in Merchant "
+        "et al. (2020): fine-tuning changes out-of-domain representations less when the curve stays higher.",
+        "Same-layer similarity in and out of domain",
+    )
+
+
+def _similarity_section(df: pd.DataFrame, figs: _Figures, derived: list[dict], ood: pd.DataFrame | None = None) -> dict:
     from bertology.viz.figures import METRIC_LABELS, layer_curve, layer_matrix
 
     df = df.copy()
@@ -531,14 +553,23 @@ def _similarity_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) -
             "(columns); the diagonal is the same-layer curve.",
             f"Layer by layer matrix of {metric}",
         ))
-    # same-layer table: layer x metric
+    domains = _domains_figure(df, ood, figs) if ood is not None else None
+    # same-layer table: layer x metric (and, with an out-of-domain corpus, its linear CKA and RSA)
     table = None
     if not diag.empty:
         pivot = diag.pivot_table(index="layer", columns="metric", values="value", aggfunc="mean")
         cols = [m for m in metrics_present if m in pivot.columns]
+        labels = {m: METRIC_LABELS.get(m, m) for m in cols}
+        if ood is not None:
+            od = ood[ood["layer_base"] == ood["layer_tuned"]].pivot_table(index="layer_base", columns="metric", values="value")
+            for m in ("cka_linear", "rsa_pearson"):
+                if m in od.columns:
+                    pivot[f"{m}_ood"] = od[m].reindex(pivot.index)
+                    cols.append(f"{m}_ood")
+                    labels[f"{m}_ood"] = f"{METRIC_LABELS.get(m, m)}, out of domain"
         table = {
             "columns": [{"key": "layer", "label": "Layer", "type": "num"}]
-            + [{"key": m, "label": METRIC_LABELS.get(m, m), "type": "num"} for m in cols],
+            + [{"key": m, "label": labels[m], "type": "num"} for m in cols],
             "rows": [
                 [{"text": str(int(layer)), "value": _sort_key(int(layer))}]
                 + [{"text": fmt_value(pivot.at[layer, m]), "value": _sort_key(pivot.at[layer, m])}
@@ -551,12 +582,15 @@ def _similarity_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) -
             derived.append({"label": f"Linear CKA, layer {last}", "text": fmt_value(pivot.at[last, "cka_linear"]),
                             "note": "same layer, base vs tuned"})
     facts = [("Tokens compared", _unique_text(df["n_tokens"]))]
+    if ood is not None:
+        facts.append(("Out-of-domain corpus", _unique_text(ood["corpus"]) if "corpus" in ood else "yes"))
     facts.append(("Seed", _unique_text(df["seed"]) if "seed" in df else "not recorded"))
     facts.append(("Metrics", ", ".join(METRIC_LABELS.get(m, m) for m in metrics_present)))
     return {
         "id": "representation-similarity",
         "title": _SECTION_TITLES["representation-similarity"],
         "curve": curve,
+        "domains": domains,
         "matrices": [m for m in matrices if m],
         "table": table,
         "facts": facts,
@@ -1029,7 +1063,8 @@ def build_context(run_dir: str | Path) -> dict:
     if "attention_patterns" in tables:
         sections.append(_patterns_section(tables["attention_patterns"], figs, derived))
     if "representation_similarity" in tables:
-        sections.append(_similarity_section(tables["representation_similarity"], figs, derived))
+        sections.append(_similarity_section(tables["representation_similarity"], figs, derived,
+                                            tables.get("representation_similarity_ood")))
     if "attention_targets" in tables:
         sections.append(_targets_section(tables["attention_targets"], figs, derived))
     if "relation_heads" in tables:
