@@ -14,7 +14,9 @@ MiniLM train step, batch 32 x 50 tokens, took 4.0-6.5 s with 1 thread and 10.7-1
   with its eval slices (the full run reports the same slices through ``--eval-slices``: it is
   trained with no exclusion, so the two runs' slice accuracies are directly comparable).
 * **SimCSE**: unsupervised contrastive training on 1,000 SNLI premises (distinct, seeded sample of
-  ``snli/dev.tsv``), anisotropy per layer before and after (500 sentences, 2,000 random token pairs from
+  ``snli/dev.tsv``) with [CLS] pooling and with mean pooling (MiniLM's own), and supervised training on
+  the triplets of 500 seeded SNLI-dev premises (entailment positive, contradiction hard negative, mean
+  pooling); anisotropy per layer before and after (500 sentences, 2,000 random token pairs from
   different sentences, ``bertology.metrics.geometry.mean_pair_cosine``), and Spearman on an STS-format
   *proxy* built from SNLI test pairs (score 2 entailment / 1 neutral / 0 contradiction): the real STS-B is
   not available offline here, so the number is graded-NLI relatedness, not STS-B.
@@ -132,7 +134,12 @@ def simcse_files(work: Path) -> tuple[Path, Path]:
     })
     sts_path = work / "data" / "sts_proxy_snli_test_1000.tsv"
     sts.to_csv(sts_path, sep="\t", index=False, quoting=3)
-    return txt, sts_path
+    # supervised: every pair of 500 seeded premises of SNLI dev (each has an entailment and a contradiction)
+    chosen = set(premises.sample(n=500, random_state=2))
+    nli = dev[dev["premise"].isin(chosen)]
+    nli_path = work / "data" / "snli_dev_500_premises.tsv"
+    nli.to_csv(nli_path, sep="\t", index=False, quoting=3)
+    return txt, sts_path, nli_path
 
 
 def main() -> None:
@@ -163,12 +170,14 @@ def main() -> None:
         ):
             runs[name] = run(name, [*snli, *extra], work)
     if "simcse" in parts:
-        txt, sts = simcse_files(work)
-        runs["simcse_unsup"] = run("simcse_unsup", [
-            "--objective", "contrastive", "--contrastive", "unsupervised", "--data", str(txt), "--sts-data", str(sts),
-            "--lr", "3e-5", "--batch-size", "64", "--epochs", "1", "--max-length", "64", "--seed", "0",
-            "--anisotropy-sentences", "500",
-        ], work)
+        txt, sts, nli = simcse_files(work)
+        simcse = ["--objective", "contrastive", "--sts-data", str(sts), "--lr", "3e-5", "--batch-size", "64",
+                  "--epochs", "1", "--max-length", "64", "--seed", "0", "--anisotropy-sentences", "500"]
+        runs["simcse_unsup"] = run("simcse_unsup", ["--contrastive", "unsupervised", "--data", str(txt), *simcse], work)
+        runs["simcse_unsup_mean"] = run(
+            "simcse_unsup_mean", ["--contrastive", "unsupervised", "--pooling", "mean", "--data", str(txt), *simcse], work)
+        runs["simcse_sup_mean"] = run(
+            "simcse_sup_mean", ["--contrastive", "supervised", "--pooling", "mean", "--data", str(nli), *simcse], work)
 
     meta = {
         "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
