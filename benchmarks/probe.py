@@ -86,7 +86,7 @@ def main() -> None:
         splits[name].name = name
     layers = {m: tuple(range(lm.encoder.config.num_hidden_layers + 1)) for m, lm in models.items()}
     layer_index = {(m, layer): i for m, ls in layers.items() for i, layer in enumerate(ls)}
-    _log(f"data: " + ", ".join(f"{k} {len(v)} sentences / {v.n_words} words" for k, v in splits.items()))
+    _log("data: " + ", ".join(f"{k} {len(v)} sentences / {v.n_words} words" for k, v in splits.items()))
 
     feats: dict[str, dict[str, torch.Tensor]] = {s: {} for s in splits}
     extract_s: dict[str, dict[str, float]] = {s: {} for s in splits}
@@ -195,12 +195,12 @@ def _markdown(r: dict, table: pd.DataFrame) -> str:
         "",
         "## Time",
         "",
-        f"- feature extraction (all layers at once, per model): " + "; ".join(
+        "- feature extraction (all layers at once, per model): " + "; ".join(
             f"{s}: " + ", ".join(f"{m} {v:.1f}s" for m, v in d.items()) for s, d in fe.items())
         + f" (total {t['feature_extraction_total']:.1f}s)",
         f"- training all {r['n_probes']} probes in one pass: {t['training_total']:.1f}s for {t['epochs_run']} epochs; "
         f"first epoch {t['first_epoch_all_probes']:.2f}s = {t['first_epoch_per_probe']:.3f}s per probe",
-        f"- one probe trained alone, one epoch: " + ", ".join(f"{k} {v:.2f}s" for k, v in t["one_probe_alone_one_epoch"].items())
+        "- one probe trained alone, one epoch: " + ", ".join(f"{k} {v:.2f}s" for k, v in t["one_probe_alone_one_epoch"].items())
         + f"; x {r['n_probes']} probes = {t['naive_epoch_extrapolated']:.1f}s per epoch "
         f"(extrapolated) -> one pass is {t['speedup_first_epoch']:.1f}x faster per epoch",
         f"- scoring (MST + Spearman, dev and test, every probe): {t['scoring']:.1f}s; whole benchmark {t['total']:.0f}s",

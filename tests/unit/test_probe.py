@@ -1,6 +1,5 @@
 """Structural probes: stacked training equals training each probe alone; exact trees score perfectly;
 features equal a per-sentence forward; run_probes end to end on tiny models."""
-import dataclasses
 
 import numpy as np
 import pytest
