@@ -14,12 +14,13 @@ from typing import Literal
 
 ANALYSES = (
     "attention_change", "attention_patterns", "representation_similarity", "attention_targets", "relation_heads", "head_map",
-    "geometry", "pca_views", "ablation",
+    "geometry", "pca_views", "ablation", "probe",
 )
 #: Analyses that run their own passes over the tuned classifier instead of the shared extraction.
 #: ``ablation`` runs only when the tuned model has a classification head and the data has labels
 #: (skipped with a note otherwise, unless the user named it explicitly).
-STANDALONE = ("ablation",)
+#: ``probe`` runs when probe data is given (``probe_train`` and ``probe_test``: CoNLL-U or plain text).
+STANDALONE = ("ablation", "probe")
 #: Analyses that read POS tags or dependency trees (from CoNLL-U, else from spaCy parses).
 NEEDS_ANNOTATIONS = ("attention_targets", "relation_heads")
 
@@ -74,6 +75,14 @@ class CompareConfig:
     # pca_views (van Aken et al. 2019): these example indices, else a hashed sample of this many
     pca_examples: tuple[int, ...] | None = None
     pca_n_examples: int = 20
+    # structural probes (Hewitt & Manning 2019) on their own treebank splits (CoNLL-U, or text parsed by spaCy)
+    probe_train: str | None = None
+    probe_dev: str | None = None
+    probe_test: str | None = None
+    probe_rank: int = 128
+    probe_epochs: int = 30
+    probe_random_control: bool = True
+    probe_max_sentences: int | None = None
     # ablation (Kovaleva et al. 2019 §4.6; Michel et al. 2019): the tuned classifier on labelled data
     ablation_mode: Literal["uniform", "zero", "mean"] = "uniform"
     ablation_examples: int = 500

@@ -152,6 +152,9 @@ def run_fingerprint(
         parts.append(relations.stats.get("file_sha256"))
     if ood is not None:
         parts.append(["ood", ood.fingerprint()])
+    for path in (config.probe_train, config.probe_dev, config.probe_test):
+        if path and Path(path).is_file():  # the probe files' contents, not only their names
+            parts.append(hashlib.sha256(Path(path).read_bytes()).hexdigest())
     for m in (pair.base, pair.tuned):
         parts.append(m.weights_sha256 or m.path)
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
@@ -245,6 +248,9 @@ def compare(
             res = _ood_similarity(config, pair, ood, max_length, warnings, progress)
             write_table(run_dir.path, res.name, res.table)
             results[res.name] = res
+    probe_info = None
+    if "probe" in selected:
+        probe_info = _probes(config, pair, run_dir, resuming, progress, results, done)
     ablation_info = None
     if "ablation" in selected:
         ablation_info = _ablation(config, pair, raw_corpus, run_dir, resuming, warnings, progress, results, done)
@@ -261,7 +267,7 @@ def compare(
         "data": {**corpus.describe(), "encoding": enc},
         **({"ood_data": ood.describe()} if ood is not None else {}),
         "analyses": {a.name: a.params() for a in analyses} | ({"user_relations": span_params} if span_params else {})
-        | ({"ablation": ablation_info} if ablation_info else {}),
+        | ({"ablation": ablation_info} if ablation_info else {}) | ({"probe": probe_info} if probe_info else {}),
         "seed": config.seed,
         "device": config.device,
         "dtype": str(next(pair.base.model.parameters()).dtype).replace("torch.", ""),
@@ -281,6 +287,73 @@ def compare(
 
         report_path = render_report(run_dir.path)
     return CompareRun(run_dir.path, results, manifest, report_path, done)
+
+
+def probe_settings(config: CompareConfig) -> "ProbeSettings":
+    """The structural probes' settings inside ``compare``."""
+    from bertology.analyses.probe import ProbeSettings
+
+    return ProbeSettings(rank=config.probe_rank or None, epochs=config.probe_epochs, seed=config.seed, device=config.device,
+                         extract_batch_size=config.batch_size)
+
+
+def _probe_corpus(path: str | None, limit: int | None) -> Corpus | None:
+    from bertology.data.loaders import load_corpus
+
+    return None if not path else load_corpus(path, limit=limit)
+
+
+def _probes(
+    config: CompareConfig, pair: ModelPair, run_dir: RunDirectory, resuming: bool, progress: bool,
+    results: dict[str, Result], done: list[str],
+) -> dict | None:
+    """Structural probes (distance and depth) on every layer of base, tuned and a random-init control.
+
+    They need trees of their own (``probe_train``/``probe_test``, CoNLL-U or text for spaCy), so with
+    ``all`` (the default) and no probe data they are skipped silently; named without data, an error.
+    Features and finished epochs are kept in ``partial/probe`` so an interrupted run resumes.
+    """
+    from bertology.analyses.probe import TABLE, random_init_model, run_probes
+
+    if not (config.probe_train and config.probe_test):
+        if tuple(config.analyses) == ANALYSES:
+            return None
+        raise BertologyError("Structural probes need treebank data: pass --probe-train and --probe-test "
+                             "(CoNLL-U, or plain text parsed with spaCy).")
+    settings = probe_settings(config)
+    if resuming and run_dir.has_table(TABLE):
+        results[TABLE] = Result(TABLE, read_table(run_dir.path, TABLE))
+        done.append(TABLE)
+        return {"settings": settings.to_dict(), "resumed": True}
+    limit = config.probe_max_sentences
+    train, test = _probe_corpus(config.probe_train, limit), _probe_corpus(config.probe_test, limit)
+    dev = _probe_corpus(config.probe_dev, limit)
+    models: dict = {"base": pair.base, "tuned": pair.tuned}
+    if config.probe_random_control:
+        models["random"] = random_init_model(pair.base, seed=config.seed)
+    work = run_dir.path / "partial" / "probe"
+    if not progress:
+        res = run_probes(models, train, dev, test, settings, work_dir=work, spacy_model=config.spacy_model)
+    else:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        with Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(), MofNCompleteColumn(),
+                      TimeRemainingColumn(), transient=False) as bar:
+            tasks: dict[str, int] = {}
+
+            def on_progress(stage: str, n_done: int, total: int) -> None:
+                if stage not in tasks:
+                    tasks[stage] = bar.add_task(f"probe {stage}", total=total)
+                bar.update(tasks[stage], completed=n_done, total=total)
+
+            res = run_probes(models, train, dev, test, settings, on_progress, work_dir=work,
+                             spacy_model=config.spacy_model)
+    write_table(run_dir.path, res.name, res.table)
+    results[res.name] = res
+    import shutil
+
+    shutil.rmtree(work, ignore_errors=True)  # cached word features: the table is written
+    return _jsonable_summary({"settings": settings.to_dict(), **{k: v for k, v in res.params.items() if k != "settings"}})
 
 
 #: Representation similarity on the second (out-of-domain) corpus.

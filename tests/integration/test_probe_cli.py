@@ -93,6 +93,8 @@ def test_probe_writes_table_figures_manifest(models, data, tmp_path):
     assert set(m["models"]) == {"base", "tuned", "random"} and m["models"]["random"]["seed"] == 0
     assert m["probe"]["data"]["dev"]["n_sentences"] == 3 and m["probe"]["data"]["test"]["n_sentences"] == 6
     assert not (out / "partial").exists()  # features are dropped unless --keep-features
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert 'id="probe"' in html and "fig-probe_distance" in html and "Best UUAS, base" in html
     text = " ".join(result.output.split())
     assert "base: best test uuas" in text and "random: best test" in text
     # the same command again finds the finished run
@@ -203,3 +205,33 @@ def test_plain_text_is_parsed_with_spacy(models, tmp_path):
     assert np.isfinite(t[t.probe == "distance"]["uuas"]).all()
     m = json.loads((out / "manifest.json").read_text())
     assert m["data"]["train"]["annotated"]["n_parsed"] == len(SENTENCES) * 2
+
+
+def test_compare_runs_the_probes_when_given_trees(models, data, tmp_path):
+    from bertology.config import CompareConfig, DataConfig
+    from bertology.errors import BertologyError
+    from bertology.pipeline import compare
+
+    base, tuned = models
+    train, test = data
+    sentences = tmp_path / "s.txt"
+    sentences.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    config = CompareConfig(base=str(base), tuned=str(tuned), data=DataConfig(path=str(sentences)), out=str(tmp_path / "run"),
+                           analyses=("attention_change", "probe"), view_examples=0, probe_train=str(train),
+                           probe_test=str(test), probe_rank=8, probe_epochs=3)
+    run = compare(config)
+    t = run.table("probe")
+    assert set(t["model"]) == {"base", "tuned", "random"} and set(t["split"]) == {"dev", "test"}
+    assert len(t) == 3 * 3 * 2 * 2 and t[t["probe"] == "distance"]["uuas"].between(0, 1).all()
+    assert run.manifest["analyses"]["probe"]["settings"]["rank"] == 8
+    assert not (tmp_path / "run/partial/probe").exists()
+    assert 'id="probe"' in run.report.read_text(encoding="utf-8")
+    # the probe files' contents are part of the run's identity
+    test.write_text(_conllu(SENTENCES[2:7]), encoding="utf-8")
+    with pytest.raises(BertologyError, match="overwrite"):
+        compare(config)
+    # named without probe data: a clear error; with the default 'all', silently left out
+    bare = CompareConfig(base=str(base), tuned=str(tuned), data=DataConfig(path=str(sentences)), out=str(tmp_path / "b"),
+                         analyses=("probe",), view_examples=0)
+    with pytest.raises(BertologyError, match="--probe-train and --probe-test"):
+        compare(bare)

@@ -76,6 +76,11 @@ def compare_command(
         None, "--ood-data", help="A second, out-of-domain corpus: RSA/CKA of base vs tuned on it too (Merchant et al. 2020)."
     ),
     ood_text_column: Optional[str] = typer.Option(None, "--ood-text-column", help="Text column of --ood-data (CSV/TSV/JSONL)."),
+    probe_train: Optional[str] = typer.Option(None, "--probe-train", help="Structural probes: training trees (CoNLL-U, or text parsed with spaCy)."),
+    probe_dev: Optional[str] = typer.Option(None, "--probe-dev", help="Structural probes: dev trees for early stopping (default: 10% of --probe-train)."),
+    probe_test: Optional[str] = typer.Option(None, "--probe-test", help="Structural probes: test trees the scores come from."),
+    probe_rank: int = typer.Option(128, "--probe-rank", help="Structural probes: rank of the probe matrix (0 = full).", min=0),
+    probe_random_control: bool = typer.Option(True, "--probe-random-control/--no-probe-random-control", help="Structural probes: also a random-init model of the same shape."),
     geometry_pairs: int = typer.Option(1000, "--geometry-pairs", help="Geometry: random token pairs (from different sentences) for the anisotropy baseline.", min=2),
     pca_examples: str = typer.Option("20", "--pca-examples", help="PCA views: a count (seeded sample) or a comma list of example indices, e.g. 0,4,9."),
     ablation_mode: str = typer.Option(
@@ -122,6 +127,11 @@ def compare_command(
         view_examples=view_examples,
         ood_data=ood_data,
         ood_text_column=ood_text_column,
+        probe_train=probe_train,
+        probe_dev=probe_dev,
+        probe_test=probe_test,
+        probe_rank=probe_rank,
+        probe_random_control=probe_random_control,
         geometry_pairs=geometry_pairs,
         pca_examples=pca_idx,
         pca_n_examples=pca_n,
@@ -207,6 +217,15 @@ def _print_compare_summary(run) -> None:
                 "relation heads, all relations: "
                 + ", ".join(f"{m} {r.accuracy:.3f} ({r.head_label}; best offset {r.baseline_accuracy:.3f})" for m, r in overall.iterrows())
             )
+    if "probe" in run.results:
+        t = run.table("probe")
+        t = t[t["split"] == "test"]
+        for model, part in t.groupby("model", sort=False):
+            dist = part[part["probe"] == "distance"].dropna(subset=["uuas"])
+            if len(dist):
+                best = dist.loc[dist["uuas"].idxmax()]
+                console.print(f"structural probe, {model}: best UUAS {best.uuas:.3f} (layer {int(best.layer)}), "
+                              f"best DSpr {dist['dspr'].max():.3f} (layer {int(dist.loc[dist['dspr'].idxmax(), 'layer'])})")
     if "ablation" in run.results:
         from bertology.cli.ablate import print_ablation_summary
 

@@ -88,6 +88,7 @@ def probe_command(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different run already in --out."),
     keep_features: bool = typer.Option(False, "--keep-features", help="Keep the word features (partial/features/*.safetensors) after the run."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow model code from the hub (off by default)."),
+    no_report: bool = typer.Option(False, "--no-report", help="Write tables and figures only, no report.html."),
 ) -> None:
     """Structural probes (distance and depth) on every layer: how much syntax each model keeps."""
     from bertology.analyses.probe import ProbeSettings, random_init_model, run_probes
@@ -182,6 +183,10 @@ def probe_command(
     if not keep_features:
         shutil.rmtree(partial, ignore_errors=True)
     _print_summary(result.table, run_dir.path)
+    if not no_report:
+        from bertology.report.render import render_report
+
+        console.print(f"report: [bold]{render_report(run_dir.path)}[/]")
 
 
 def _print_summary(table, out: Path) -> None:

@@ -47,6 +47,7 @@ KNOWN_TABLES: dict[str, tuple[str, ...]] = {
                  "ci_high", "n_examples", "helps", "hurts"),
     "head_importance": ("layer", "head", "importance"),
     "geometry": ("model", "layer", "metric", "value", "n"),
+    "probe": ("model", "layer", "probe", "split", "uuas", "dspr", "root_acc", "nspr"),
     "geometry_words": ("model", "layer", "word", "self_similarity"),
     "pca_views": ("model", "layer", "fit", "x", "y", "category", "label", "explained_variance"),
     "pruning_curve": ("order", "fraction_removed", "metric", "value"),
@@ -67,6 +68,7 @@ _SECTION_TITLES = {
     "ablation": "Ablation and head importance",
     "geometry": "Embedding geometry",
     "pca-views": "PCA views of tokens",
+    "probe": "Structural probes",
 }
 
 #: Targets drawn per layer, and their labels.
@@ -1010,6 +1012,51 @@ def _pca_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) -> dict:
     return {"id": "pca-views", "title": _SECTION_TITLES["pca-views"], "figures": [f for f in figures if f], "facts": facts}
 
 
+def _probe_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) -> dict:
+    """Hewitt & Manning's distance and depth probes per layer: base, tuned and the random-init control."""
+    from bertology.viz.probe import probe_layer_figure
+
+    df = df.copy()
+    split = "test" if (df["split"] == "test").any() else str(df["split"].iloc[0])
+    figures = [
+        figs.make("probe_distance", lambda: probe_layer_figure(df, ("uuas", "dspr"), split=split),
+                  f"Distance probe on the {split} trees: UUAS (the minimum spanning tree of the predicted distances "
+                  "against the gold edges, punctuation excluded) and DSpr (Spearman of predicted and gold distances, "
+                  "averaged per sentence length over lengths 5-50), per layer and model.",
+                  "Distance probe scores per layer"),
+        figs.make("probe_depth", lambda: probe_layer_figure(df, ("root_acc", "nspr"), split=split),
+                  f"Depth probe on the {split} trees: root accuracy (the least deep word is the root) and NSpr "
+                  "(Spearman of predicted and gold depths).",
+                  "Depth probe scores per layer"),
+    ]
+    sub = df[df["split"] == split]
+    rows = []
+    for model, part in sub.groupby("model", sort=False):
+        dist, depth = part[part["probe"] == "distance"], part[part["probe"] == "depth"]
+        cells = [model]
+        for frame, metric in ((dist, "uuas"), (dist, "dspr"), (depth, "root_acc"), (depth, "nspr")):
+            frame = frame.dropna(subset=[metric])
+            if len(frame):
+                best = frame.loc[frame[metric].idxmax()]
+                cells += [best[metric], int(best["layer"])]
+            else:
+                cells += [None, None]
+        rows.append(cells)
+    table = _table([("model", "Model", "text"), ("uuas", "best UUAS", "num"), ("uuas_l", "layer", "num"),
+                    ("dspr", "best DSpr", "num"), ("dspr_l", "layer", "num"), ("root", "best root acc.", "num"),
+                    ("root_l", "layer", "num"), ("nspr", "best NSpr", "num"), ("nspr_l", "layer", "num")], rows)
+    best = {r[0]: r[1] for r in rows if r[1] is not None}
+    if {"base", "tuned"} <= set(best):
+        derived.append({"label": "Best UUAS, base → tuned", "text": f"{best['base']:.3f} → {best['tuned']:.3f}",
+                        "note": "structural distance probe" + (f"; random init {best['random']:.3f}" if "random" in best else "")})
+    first = df.iloc[0]
+    facts = [("Split scored", split), ("Sentences", fmt_value(first.get("n_sentences")) if "n_sentences" in df else "—"),
+             ("Probe rank", fmt_value(first.get("rank")) if "rank" in df else "—"),
+             ("Models", ", ".join(pd.unique(df["model"])))]
+    return {"id": "probe", "title": _SECTION_TITLES["probe"], "figures": [f for f in figures if f], "table": table,
+            "facts": facts}
+
+
 def _viewer_section(run_dir: Path, manifest: dict, warnings: list[str]) -> dict | None:
     """Interactive attention views saved by ``compare`` under ``views/`` (base, tuned and their difference)."""
     from bertology.viz.viewer import render_fragment
@@ -1075,6 +1122,8 @@ def build_context(run_dir: str | Path) -> dict:
         sections.append(_geometry_section(tables["geometry"], tables.get("geometry_words"), figs, derived))
     if "pca_views" in tables:
         sections.append(_pca_section(tables["pca_views"], figs, derived))
+    if "probe" in tables:
+        sections.append(_probe_section(tables["probe"], figs, derived))
     if "ablation" in tables:
         sections.append(_ablation_section(tables, figs, derived))
     viewer = _viewer_section(run_dir, manifest, warnings)
