@@ -1049,8 +1049,8 @@ def _probe_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) -> dic
     if {"base", "tuned"} <= set(best):
         derived.append({"label": "Best UUAS, base → tuned", "text": f"{best['base']:.3f} → {best['tuned']:.3f}",
                         "note": "structural distance probe" + (f"; random init {best['random']:.3f}" if "random" in best else "")})
-    first = df.iloc[0]
-    facts = [("Split scored", split), ("Sentences", fmt_value(first.get("n_sentences")) if "n_sentences" in df else "—"),
+    first = sub.iloc[0]
+    facts = [("Split scored", split), ("Sentences scored", fmt_value(first.get("n_sentences")) if "n_sentences" in df else "—"),
              ("Probe rank", fmt_value(first.get("rank")) if "rank" in df else "—"),
              ("Models", ", ".join(pd.unique(df["model"])))]
     return {"id": "probe", "title": _SECTION_TITLES["probe"], "figures": [f for f in figures if f], "table": table,
