@@ -49,8 +49,22 @@ class PairBatch:
         """
         key = ("entropy", model, layer)
         if key not in self._cache:
-            self._cache[key] = row_entropy(self.captured(model).attentions[layer])
+            a = self.captured(model).attentions[layer]
+            self._cache[key] = row_entropy(a, self.scratch(a, 0))
         return self._cache[key]
+
+    def scratch(self, like: torch.Tensor, slot: int = 0) -> torch.Tensor:
+        """A reusable buffer of ``like``'s shape, dtype and device (``slot`` tells buffers apart).
+
+        For map-sized temporaries: a fresh ``[B, H, T, T]`` tensor is a new memory mapping whose pages
+        fault in on first touch, which costs as much as the arithmetic. The contents are undefined;
+        a caller must not keep the buffer across calls that may use the same slot.
+        """
+        key = ("scratch", slot, tuple(like.shape), like.dtype, like.device)
+        buf = self._cache.get(key)
+        if buf is None:
+            buf = self._cache[key] = torch.empty_like(like, memory_format=torch.contiguous_format)
+        return buf
 
     def received(self, model: int, layer: int) -> torch.Tensor:
         """Attention each key receives, summed over the real query rows: ``[B, H, T]`` (maps' dtype).

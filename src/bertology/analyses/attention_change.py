@@ -56,10 +56,13 @@ class AttentionChange(Analysis):
             a, b = batch.base.attentions[layer], batch.tuned.attentions[layer]  # [B, H, T, T]
             # Padding keys get exactly zero attention (masked softmax), so dropping the padding query
             # rows crops the maps to the real tokens without copying them.
-            cos = map_cosine(a, b, rows if self.mode == "cropped" else None)
-            # JS = H(m) - (H(a) + H(b)) / 2, with the row entropies shared with the other analyses.
-            h_m = row_entropy(0.5 * (a + b))
-            js_rows = (h_m - 0.5 * (batch.row_entropy(0, layer) + batch.row_entropy(1, layer))).clamp_min(0.0)
+            cos = map_cosine(a, b, rows if self.mode == "cropped" else None, scratch=batch.scratch(a, 0))
+            # JS = H(m) - (H(a) + H(b)) / 2, with the row entropies shared with the other analyses;
+            # the mixture (a + b) * 0.5 (== 0.5 * (a + b)) and its entropy's temporaries in scratch buffers.
+            h_a, h_b = batch.row_entropy(0, layer), batch.row_entropy(1, layer)
+            mix = torch.add(a, b, out=batch.scratch(a, 1)).mul_(0.5)
+            h_m = row_entropy(mix, batch.scratch(a, 0))
+            js_rows = (h_m - 0.5 * (h_a + h_b)).clamp_min(0.0)
             js = (js_rows.double() * rows).sum(-1) / n_rows / math.log(2.0)  # padding rows dropped
             self.cos_sum[layer - 1] += cos.sum(0).cpu().numpy()
             self.cos_sq[layer - 1] += (cos**2).sum(0).cpu().numpy()
