@@ -142,7 +142,7 @@ def simcse_files(work: Path) -> tuple[Path, Path]:
     return txt, sts_path, nli_path
 
 
-def step_timing(rounds: int = 3, steps: int = 4, batch: int = 32) -> dict:
+def step_timing(rounds: int = 7, steps: int = 4, batch: int = 32) -> dict:
     """Seconds per training step of the full model, --drop-layers 6 and --freeze-layers 4, interleaved in one
     process (1 thread) on the same batch of SNLI pairs, so machine load hits the three alike. Median of the
     per-round means; the first step of each variant is a warm-up."""
