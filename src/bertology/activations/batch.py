@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from bertology.data.encode import EncodedExample
-from bertology.metrics.attention import row_entropy
+from bertology.metrics.attention import column_sums, row_entropy
 from bertology.models.hooks import Captured
 
 
@@ -74,5 +74,5 @@ class PairBatch:
         key = ("received", model, layer)
         if key not in self._cache:
             a = self.captured(model).attentions[layer]
-            self._cache[key] = torch.einsum("bhqk,bq->bhk", a, self.mask.to(a.dtype))
+            self._cache[key] = column_sums(a, self.mask)
         return self._cache[key]

@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from bertology.metrics.attention import column_sums
+
 #: The five classes, in the order of their integer codes.
 PATTERNS: tuple[str, ...] = ("vertical", "diagonal", "vertical+diagonal", "block", "heterogeneous")
 #: The four features of a map (fractions of its attention mass; entropy normalised to [0, 1]).
@@ -129,7 +131,7 @@ def pattern_features(
         band_sum += (diag * rows[:, None]).sum(-1)
         band_v += (diag * (rows * keys)[:, None]).sum(-1)
     if received is None:
-        received = torch.einsum("bhqk,bq->bhk", attn, real)  # [B, H, T]: attention each key receives
+        received = column_sums(attn, real)  # [B, H, T]: attention each key receives
     on_vertical = torch.einsum("bhk,bk->bh", received, vk)
     out = torch.empty(B, H, len(FEATURE_COLUMNS), dtype=f64, device=dev)
     nn_ = n[:, None]
