@@ -194,17 +194,39 @@ def step_timing(rounds: int = 7, steps: int = 4, batch: int = 32) -> dict:
     return out
 
 
+def track_demo(work: Path) -> dict:
+    """Checkpoints every 5 steps of a small SST-2 run, then ``bertology track`` on 100 dev sentences:
+    linear CKA between the base and each checkpoint at the same layer."""
+    rec = run("track_demo", ["--data", str(DATA / "glue/SST-2/train.tsv"), "--eval-data", str(DATA / "glue/SST-2/dev.tsv"),
+                             "--max-examples", "480", *COMMON, "--save-every", "5"], work)
+    cmd = ["nice", "-n", "10", bertology(), "track", str(work / "track_demo"), "--data", str(DATA / "glue/SST-2/dev.tsv"),
+           "--max-examples", "100"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(proc.stdout[-3000:], proc.stderr[-3000:], sep="\n")
+        raise SystemExit("track failed")
+    rs = pd.read_parquet(work / "track_demo" / "tables" / "track_representation_similarity.parquet")
+    diag = rs.query("layer_base == layer_tuned and metric == 'cka_linear'")
+    cka = diag.pivot_table(index="step", columns="layer_base", values="value")
+    return {"finetune_command": rec["command"], "command": " ".join(shlex.quote(c) for c in cmd),
+            "track_wall_s": round(time.perf_counter() - t0, 1),
+            "track_reused_compare_runs": "reused" in proc.stderr + proc.stdout,
+            "cka_linear_same_layer": {int(step): {int(k): round(float(v), 4) for k, v in row.items()} for step, row in cka.iterrows()}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--work", type=Path, default=Path("/tmp/finetune_lab"))
-    ap.add_argument("--only", default="sst2,snli,control,simcse,timing")
+    ap.add_argument("--only", default="sst2,snli,control,simcse,timing,track")
     args = ap.parse_args()
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     parts = set(args.only.split(","))
     results_path = RESULTS / "finetune_lab.json"
     previous = json.loads(results_path.read_text()) if results_path.exists() else {}
-    runs: dict[str, dict] = dict(previous.get("runs", {}))
+    runs: dict[str, dict] = {k: v for k, v in previous.get("runs", {}).items() if k != "track_demo"}
 
     if "sst2" in parts:
         sst = ["--data", str(DATA / "glue/SST-2/train.tsv"), "--eval-data", str(DATA / "glue/SST-2/dev.tsv"),
@@ -229,6 +251,7 @@ def main() -> None:
             "--data", str(train), "--eval-data", str(ev), "--max-examples", str(kept), *COMMON, "--eval-slices", BIAS_WORDS,
         ], work)
     timing = step_timing() if "timing" in parts else previous.get("step_timing")
+    trajectory = track_demo(work) if "track" in parts else previous.get("track")
     if "simcse" in parts:
         txt, sts, nli = simcse_files(work)
         simcse = ["--objective", "contrastive", "--sts-data", str(sts), "--lr", "3e-5", "--batch-size", "64",
@@ -245,6 +268,7 @@ def main() -> None:
         "model": "minilm (all-MiniLM-L6-v2: 6 layers, 12 heads, hidden 384)",
         "runs": runs,
         "step_timing": timing,
+        "track": trajectory,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     results_path.write_text(json.dumps(meta, indent=2, default=str))
@@ -320,6 +344,19 @@ def markdown(meta: dict) -> str:
             if before or (r["metrics"] or {}).get("spearman") is not None:
                 lines += [f"STS-proxy Spearman (graded SNLI labels, not STS-B): before {before[0]['value']:.4f}, "
                           f"after {r['metrics'].get('spearman'):.4f}; train time {r['train_time_s']:.1f} s.", ""]
+    tr = meta.get("track")
+    if tr:
+        cka = tr["cka_linear_same_layer"]
+        layers = sorted({int(k) for row in cka.values() for k in row})
+        lines += ["## Trajectory (`bertology track`): linear CKA, base vs checkpoint, same layer", "",
+                  "A 480-sentence SST-2 run with `--save-every 5` (15 steps), tracked on 100 dev sentences "
+                  f"(this track call: {tr['track_wall_s']} s for 3 checkpoints x 2 analyses"
+                  + (", its compare runs reused from an identical earlier call" if tr.get("track_reused_compare_runs") else "")
+                  + "):", "",
+                  "| step | " + " | ".join(f"layer {l}" for l in layers) + " |", "|---" * (len(layers) + 1) + "|"]
+        for step, row in sorted(cka.items(), key=lambda kv: int(kv[0])):
+            lines.append(f"| {step} | " + " | ".join(f"{row[str(l)] if str(l) in row else row.get(l):.4f}" for l in layers) + " |")
+        lines += ["", "```", tr["finetune_command"], tr["command"], "```", ""]
     lines += ["## Commands", "", "Data files under /tmp/finetune_lab/data are written by the script (seeded samples, see its "
               "docstring); the step timing is `step_timing()` in the script.", "", "```"]
     lines += [r["command"] for r in runs.values()] + ["```", ""]
