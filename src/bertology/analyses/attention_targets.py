@@ -245,35 +245,41 @@ class AttentionTargets(Analysis):
             pres[:, idx[f"from_cls_{c}"]] = present[:, _KEY_INDEX[c]] & has_cls
         real32 = batch.mask.to(batch.base.attentions[1].dtype)
         nq_ = nq[:, None]  # [B, 1]
+        # Pass over the maps layer by layer (they stay in cache): the shared column sums and row
+        # entropies and three diagonals. Padding keys hold exactly zero attention (masked softmax);
+        # padding query rows are dropped by weighting rows with ``real``. Everything after that works
+        # on small per-head vectors and runs once for all models and layers (stacked on a leading
+        # axis S = 2 L): a dozen small ops per batch instead of per layer.
+        rec, ent, diag = [], [], []
         for m, cap in enumerate((batch.base, batch.tuned)):
             for layer in range(1, L + 1):
-                # Layer by layer so the maps stay in cache across the passes (they are memory-bound).
-                # Padding keys hold exactly zero attention (masked softmax); padding query rows are
-                # dropped by weighting rows with ``real``. The passes over the maps run in their dtype,
-                # the per-head sums in float64.
                 a = cap.attentions[layer]  # [B, H, T, T]
-                col = batch.received(m, layer).to(dt) / nq_[..., None]  # mean attention received
-                share = torch.einsum("bht,bct->bhc", col, keys)  # [B, H, C]
-                out = torch.zeros(B, H, len(self.targets), dtype=dt, device=dev)
-                out[..., :n_tok] = share[..., :n_tok]
-                out[..., idx["self"]] = a.diagonal(0, -2, -1).sum(-1).to(dt) / nq_
+                rec.append(batch.received(m, layer))
+                ent.append(batch.row_entropy(m, layer))
                 prev = a.diagonal(-1, -2, -1) * real32[:, None, 1:]  # row q, key q-1: real rows only
-                out[..., idx["prev"]] = prev.sum(-1).to(dt) / nq_
-                out[..., idx["next"]] = a.diagonal(1, -2, -1).sum(-1).to(dt) / nq_  # a padding row's key q+1 is padding
-                out[..., idx["entropy"]] = (batch.row_entropy(m, layer).to(dt) * real[:, None, :]).sum(-1) / nq_
-                out[..., idx["max_sep"]] = torch.where(is_sep[:, None, :], col, neg_inf).amax(-1)
-                if word_level:
-                    out[..., w0 : w0 + n_word] = share[..., n_tok : n_tok + n_word]
-                    col_w = torch.einsum("bht,btw->bhw", col, onehot)  # attention each word receives
-                    mx = torch.where(word_cat[:, None], col_w[:, :, None, :], neg_inf).amax(-1)  # [B, H, n_word]
-                    out[..., m0 : m0 + n_word] = mx
-                if layer == L:
-                    row = a[torch.arange(B, device=dev), :, cls_pos, :].to(dt)  # [B, H, T]: the [CLS] row
-                    from_cls = torch.einsum("bht,bct->bhc", row, keys)
-                    for c in cats:
-                        out[..., idx[f"from_cls_{c}"]] = from_cls[..., _KEY_INDEX[c]]
-                out = torch.where(pres[:, None, :], out, torch.zeros((), dtype=dt, device=dev))
-                self.sums[m, layer - 1] += out.sum(0).cpu().numpy()
+                # self, prev, next (a padding row's key q+1 is padding)
+                diag.append(torch.stack([a.diagonal(0, -2, -1).sum(-1), prev.sum(-1), a.diagonal(1, -2, -1).sum(-1)], -1))
+        S = 2 * L
+        col = torch.stack(rec).to(dt) / nq_[..., None]  # [S, B, H, T]: mean attention received
+        share = torch.einsum("sbht,bct->sbhc", col, keys)  # [S, B, H, C]
+        out = torch.zeros(S, B, H, len(self.targets), dtype=dt, device=dev)
+        out[..., :n_tok] = share[..., :n_tok]
+        d = torch.stack(diag).to(dt) / nq_[..., None]  # [S, B, H, 3]
+        out[..., idx["self"]], out[..., idx["prev"]], out[..., idx["next"]] = d.unbind(-1)
+        out[..., idx["entropy"]] = (torch.stack(ent).to(dt) * real[:, None, :]).sum(-1) / nq_
+        out[..., idx["max_sep"]] = torch.where(is_sep[:, None, :], col, neg_inf).amax(-1)
+        if word_level:
+            out[..., w0 : w0 + n_word] = share[..., n_tok : n_tok + n_word]
+            col_w = torch.einsum("sbht,btw->sbhw", col, onehot)  # attention each word receives
+            mx = torch.where(word_cat[:, None], col_w[..., None, :], neg_inf).amax(-1)  # [S, B, H, n_word]
+            out[..., m0 : m0 + n_word] = mx
+        for m, cap in enumerate((batch.base, batch.tuned)):  # the [CLS] row of the last layer
+            row = cap.attentions[L][torch.arange(B, device=dev), :, cls_pos, :].to(dt)  # [B, H, T]
+            from_cls = torch.einsum("bht,bct->bhc", row, keys)
+            for c in cats:
+                out[m * L + L - 1, ..., idx[f"from_cls_{c}"]] = from_cls[..., _KEY_INDEX[c]]
+        out = torch.where(pres[:, None, :], out, torch.zeros((), dtype=dt, device=dev))
+        self.sums += out.sum(1).reshape(2, L, H, len(self.targets)).cpu().numpy()
         self.counts += pres.sum(0).cpu().numpy()
         self.n_examples += batch.size
         self.n_annotated += int(annotated.sum())
