@@ -48,6 +48,7 @@ KNOWN_TABLES: dict[str, tuple[str, ...]] = {
     "head_importance": ("layer", "head", "importance"),
     "geometry": ("model", "layer", "metric", "value", "n"),
     "probe": ("model", "layer", "probe", "split", "uuas", "dspr", "root_acc", "nspr"),
+    "anisotropy": ("model", "layer", "metric", "value"),
     "geometry_words": ("model", "layer", "word", "self_similarity"),
     "pca_views": ("model", "layer", "fit", "x", "y", "category", "label", "explained_variance"),
     "pruning_curve": ("order", "fraction_removed", "metric", "value"),
@@ -599,12 +600,41 @@ def _similarity_section(df: pd.DataFrame, figs: _Figures, derived: list[dict], o
     }
 
 
-def _finetune_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) -> dict:
+def _slices_table(sl: pd.DataFrame) -> dict | None:
+    """Final evaluation per slice (e.g. with / without the words a bias experiment removed)."""
+    from bertology.viz.figures import METRIC_LABELS
+
+    last = sl[sl["split"] == "eval"].sort_values("step").groupby(["slice", "metric"], as_index=False).tail(1)
+    if last.empty:
+        return None
+    wide = last.pivot_table(index="slice", columns="metric", values="value", aggfunc="first")
+    metrics = [m for m in ("accuracy", "macro_f1", "loss", "n_eval") if m in wide.columns]
+    return _table([("slice", "Slice", "text")] + [(m, METRIC_LABELS.get(m, m.replace("_", " ")), "num") for m in metrics],
+                  [[str(i)] + [r[m] for m in metrics] for i, r in wide.iterrows()])
+
+
+def _finetune_section(df: pd.DataFrame, figs: _Figures, derived: list[dict],
+                      anisotropy: pd.DataFrame | None = None) -> dict:
     from bertology.viz.figures import METRIC_LABELS, training_curve
 
     df = df.copy()
     df["step"] = pd.to_numeric(df["step"], errors="coerce")
     df = df.dropna(subset=["step"])
+    slices = None
+    if "slice" in df.columns:  # per-slice eval rows (bias experiments) are shown apart from the curves
+        is_all = df["slice"].fillna("all").astype(str) == "all"
+        slices = _slices_table(df[~is_all]) if (~is_all).any() else None
+        df = df[is_all]
+    aniso_fig = None
+    if anisotropy is not None and len(anisotropy):
+        from bertology.viz.geometry import geometry_figure
+
+        aniso_fig = figs.make(
+            "finetune_anisotropy", lambda: geometry_figure(anisotropy, metrics=["anisotropy"], ncols=1),
+            "Anisotropy per layer (mean cosine of random token pairs from different sentences, Ethayarajh 2019) "
+            "before and after contrastive training.",
+            "Anisotropy per layer before and after fine-tuning",
+        )
     curve = figs.make(
         "finetune_curves",
         lambda: training_curve(df),
@@ -640,7 +670,7 @@ def _finetune_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) -> 
     if "epoch" in df:
         facts.append(("Epochs", fmt_value(pd.to_numeric(df["epoch"], errors="coerce").max())))
     return {"id": "finetune", "title": _SECTION_TITLES["finetune"], "curve": curve, "table": table,
-            "facts": facts}
+            "facts": facts, "slices": slices, "anisotropy": aniso_fig}
 
 
 def _table(columns: list[tuple[str, str, str]], rows: list[list[Any]]) -> dict:
@@ -1130,7 +1160,7 @@ def build_context(run_dir: str | Path) -> dict:
     if viewer:
         sections.append(viewer)
     if "finetune" in tables:
-        sections.append(_finetune_section(tables["finetune"], figs, derived))
+        sections.append(_finetune_section(tables["finetune"], figs, derived, tables.get("anisotropy")))
     overview = _overview(manifest, listing, warnings, derived)
 
     models = _mapping(manifest.get("models"))
