@@ -31,7 +31,16 @@ import torch
 from bertology.activations.batch import PairBatch
 from bertology.analyses.attention_targets import is_punct_token
 from bertology.analyses.base import Analysis
-from bertology.metrics.patterns import FEATURE_COLUMNS, FEATURES, PATTERNS, PatternThresholds, classify, pattern_features
+from bertology.metrics.patterns import (
+    FEATURE_COLUMNS,
+    FEATURES,
+    PATTERNS,
+    SUMS,
+    PatternThresholds,
+    classify,
+    features_from_sums,
+    pattern_sums,
+)
 from bertology.results import Result
 
 _BLOCK = FEATURES.index("block")
@@ -111,20 +120,24 @@ class AttentionPatterns(Analysis):
         seg = segment_ids(batch.items, batch.mask)
         is_pair = ((seg == 1) & batch.mask).any(-1).cpu().numpy()
         P = len(PATTERNS)
-        for m, cap in enumerate((batch.base, batch.tuned)):
-            for layer in range(1, self.num_layers + 1):
-                a = cap.attentions[layer]
-                feats = pattern_features(a, batch.mask, vk, seg, batch.row_entropy(m, layer), band=self.thresholds.band,
-                                         received=batch.received(m, layer))
-                if self.classifier is None:
-                    codes = classify(feats, self.thresholds)
-                else:
-                    codes = self.classifier.predict_batch(a, batch.lengths)
-                onehot = torch.nn.functional.one_hot(codes.cpu(), P)  # [B, H, P]
-                self.counts[m, layer - 1] += onehot.sum(0).numpy()
-                f = feats[..., : len(FEATURES)].cpu().numpy()  # [B, H, F]
-                f = np.where(np.isnan(f), 0.0, f)  # block of single texts: not summed
-                self.feature_sums[m, layer - 1] += f.sum(0)
+        L = self.num_layers
+        band = self.thresholds.band
+        # One pass per layer over the maps (band diagonals; column sums and row entropies shared with
+        # the other analyses), then features and classes once for all models and layers.
+        sums = [pattern_sums(cap.attentions[layer], batch.mask, vk, seg, batch.row_entropy(m, layer), band=band,
+                             received=batch.received(m, layer))
+                for m, cap in enumerate((batch.base, batch.tuned)) for layer in range(1, L + 1)]
+        feats = features_from_sums({k: torch.stack([x[k] for x in sums]) for k in SUMS}, batch.mask, vk, seg, band)
+        if self.classifier is None:
+            codes = classify(feats, self.thresholds)  # [2 L, B, H]
+        else:
+            codes = torch.stack([self.classifier.predict_batch(cap.attentions[layer], batch.lengths)
+                                 for cap in (batch.base, batch.tuned) for layer in range(1, L + 1)])
+        onehot = torch.nn.functional.one_hot(codes.cpu(), P)  # [2 L, B, H, P]
+        self.counts += onehot.sum(1).reshape(2, L, self.num_heads, P).numpy()
+        f = feats[..., : len(FEATURES)].cpu().numpy()  # [2 L, B, H, F]
+        f = np.where(np.isnan(f), 0.0, f)  # block of single texts: not summed
+        self.feature_sums += f.sum(1).reshape(2, L, self.num_heads, len(FEATURES))
         self.n_examples += batch.size
         self.n_pairs += int(is_pair.sum())
 

@@ -110,6 +110,29 @@ def pattern_features(
     half-width of the diagonal band (1: keys q-1, q, q+1). ``block`` and ``block_uniform`` are NaN for
     examples without a second text.
     """
+    sums = pattern_sums(attn, mask, vertical_keys, segment, row_entropy, band, received)
+    return features_from_sums({k: v[None] for k, v in sums.items()}, mask, vertical_keys, segment, band)[0]
+
+
+#: What :func:`pattern_sums` returns, per map (``[B, H]``), in float64.
+SUMS: tuple[str, ...] = ("on_vertical", "band_v", "band", "entropy", "block")
+
+
+def pattern_sums(
+    attn: torch.Tensor,
+    mask: torch.Tensor,
+    vertical_keys: torch.Tensor,
+    segment: torch.Tensor,
+    row_entropy: torch.Tensor | None = None,
+    band: int = 1,
+    received: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """The sums over one layer's maps that :func:`pattern_features` divides (``[B, H]`` float64 each).
+
+    The only part that reads the ``[B, H, T, T]`` maps; :func:`features_from_sums` turns the sums of
+    many layers and models (stacked on a leading axis) into features at once. ``block`` is NaN for
+    examples without a second text.
+    """
     if band < 0:
         raise ValueError(f"band must be >= 0, not {band}")
     B, H, T, _ = attn.shape
@@ -117,7 +140,6 @@ def pattern_features(
     f64 = torch.float64
     mask = mask.bool()
     real = mask.to(dt)  # [B, T]
-    n = mask.sum(-1).to(f64)  # [B]
     vkb = vertical_keys.bool() & mask
     vk = vkb.to(dt)
     # Band: diagonals -band..band of real query rows (a padding row holds whatever the model put
@@ -133,10 +155,37 @@ def pattern_features(
     if received is None:
         received = column_sums(attn, real)  # [B, H, T]: attention each key receives
     on_vertical = torch.einsum("bhk,bk->bh", received, vk)
-    out = torch.empty(B, H, len(FEATURE_COLUMNS), dtype=f64, device=dev)
+    # Block: mass of content queries on their own segment (specials are in no segment).
+    block = torch.full((B, H), float("nan"), dtype=f64, device=dev)
+    is_pair = ((segment == 1) & mask).any(-1)
+    if bool(is_pair.any()):
+        idx = is_pair.nonzero(as_tuple=True)[0]
+        seg = segment[idx]
+        content = (seg >= 0) & mask[idx]  # [b, T]
+        same = (seg[:, :, None] == seg[:, None, :]) & content[:, :, None]  # [b, q, k]
+        block[idx] = torch.einsum("bhqk,bqk->bhq", attn[idx], same.to(dt)).to(f64).sum(-1)  # [b, H]
+    if row_entropy is None:
+        row_entropy = -torch.linalg.vecdot(attn, torch.log(attn.clamp_min(torch.finfo(dt).tiny)))
+    ent = (row_entropy.to(f64) * mask.to(f64)[:, None]).sum(-1)
+    return {"on_vertical": on_vertical.to(f64), "band_v": band_v.to(f64), "band": band_sum.to(f64),
+            "entropy": ent, "block": block}
+
+
+def features_from_sums(
+    sums: dict[str, torch.Tensor], mask: torch.Tensor, vertical_keys: torch.Tensor, segment: torch.Tensor, band: int = 1,
+) -> torch.Tensor:
+    """Features ``[S, B, H, 7]`` (:data:`FEATURE_COLUMNS`) from :func:`pattern_sums` stacked to ``[S, B, H]``."""
+    mask = mask.bool()
+    B, T = mask.shape
+    first = sums["band"]
+    S, dev, f64 = first.shape[0], first.device, torch.float64
+    H = first.shape[-1]
+    n = mask.sum(-1).to(f64)  # [B]
     nn_ = n[:, None]
-    out[..., _V] = (on_vertical.to(f64) - band_v.to(f64)) / nn_
-    out[..., _D] = band_sum.to(f64) / nn_
+    vkb = vertical_keys.bool() & mask
+    out = torch.empty(S, B, H, len(FEATURE_COLUMNS), dtype=f64, device=dev)
+    out[..., _V] = (sums["on_vertical"] - sums["band_v"]) / nn_
+    out[..., _D] = sums["band"] / nn_
     # Uniform baselines: the same features of the map that spreads every row evenly over the n keys.
     # Real rows within the band of key k: min(k + band, n - 1) - max(k - band, 0) + 1.
     pos = torch.arange(T, device=dev, dtype=f64)
@@ -153,15 +202,11 @@ def pattern_features(
         seg = segment[idx]
         content = (seg >= 0) & mask[idx]  # [b, T]
         same = (seg[:, :, None] == seg[:, None, :]) & content[:, :, None]  # [b, q, k]
-        m_q = torch.einsum("bhqk,bqk->bhq", attn[idx], same.to(dt)).to(f64)  # [b, H, T]
         nc = content.sum(-1).to(f64)  # [b]
-        out[idx, :, _B] = m_q.sum(-1) / nc[:, None]
-        out[idx, :, _BU] = (same.sum((-2, -1)).to(f64) / n[idx] / nc)[:, None]
+        out[:, idx, :, _B] = sums["block"][:, idx] / nc[:, None]
+        out[:, idx, :, _BU] = (same.sum((-2, -1)).to(f64) / n[idx] / nc)[:, None]
     # Entropy, normalised by ln n (a one-token map has entropy 0).
-    if row_entropy is None:
-        row_entropy = -torch.linalg.vecdot(attn, torch.log(attn.clamp_min(torch.finfo(dt).tiny)))
-    ent = (row_entropy.to(f64) * mask.to(f64)[:, None]).sum(-1) / nn_
-    out[..., _E] = ent / torch.log(n.clamp_min(2.0))[:, None]
+    out[..., _E] = sums["entropy"] / nn_ / torch.log(n.clamp_min(2.0))[:, None]
     return out
 
 
