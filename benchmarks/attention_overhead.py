@@ -3,14 +3,17 @@
 Runs bertology's extraction over a treebank (gold trees, so no parser time is counted) three ways,
 interleaved over rounds: capture only (no analysis), + attention_change, and + all attention
 analyses (attention_change, attention_patterns, attention_targets, relation_heads, head_map with its
-default 200-example sample). Reports the median seconds and the overhead relative to capture only.
+default 100-example sample). Reports the median seconds and the overhead relative to capture only,
+and, for the last setup, the seconds spent inside each analysis's ``update`` (wall clock, median over
+rounds); ``forward`` is the rest of that run. The load average before and after goes in the JSON.
 
-    .venv/bin/python benchmarks/attention_overhead.py [--data CONLLU] [--n 2000] [--repeats 3]
+    .venv/bin/python benchmarks/attention_overhead.py [--data CONLLU] [--n 2000] [--repeats 3] [--threads N]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -45,8 +48,12 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results/attention_overhead.json"))
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()
 
     pair = ModelPair.load(args.base, args.tuned)
     corpus = load_corpus(args.data, limit=args.n)
@@ -62,15 +69,25 @@ def main() -> None:
     }
     run_analyses(pair, encode_corpus(corpus.head(64), pair.tokenizer), [_CaptureOnly(L, H)], batch_size=args.batch_size)
     times: dict[str, list[float]] = {k: [] for k in setups}
+    updates: dict[str, list[float]] = {}
     for _ in range(args.repeats):
         for name, make in setups.items():
             analyses = make()
+            spent = _time_updates(analyses) if name == "+ all attention analyses" else None
             t0 = time.perf_counter()
             run_analyses(pair, enc, analyses, batch_size=args.batch_size)
+            t_compute = time.perf_counter()
             for a in analyses:
                 if not isinstance(a, _CaptureOnly):
                     a.compute()
+            t_compute = time.perf_counter() - t_compute
             times[name].append(time.perf_counter() - t0)
+            if spent is not None:
+                spent["compute (all five)"] = t_compute
+            if spent is not None:
+                for k, v in spent.items():
+                    updates.setdefault(k, []).append(v)
+                updates.setdefault("forward (rest of the run)", []).append(times[name][-1] - sum(spent.values()))
     base = statistics.median(times["capture only"])
     rows = [{"setup": k, "seconds": statistics.median(v), "runs": v, "overhead": statistics.median(v) / base - 1}
             for k, v in times.items()]
@@ -78,9 +95,32 @@ def main() -> None:
     print("| setup | seconds (median) | overhead vs capture only |\n|---|---:|---:|")
     for r in rows:
         print(f"| {r['setup']} | {r['seconds']:.2f} | {100 * r['overhead']:+.1f} % |")
+    update_rows = {k: statistics.median(v) for k, v in updates.items()}
+    print("\nseconds inside update (+ all attention analyses, median):")
+    for k, v in update_rows.items():
+        print(f"  {k}: {v:.2f}")
+    load_after = os.getloadavg()
+    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "n_sentences": len(enc.items), "n_tokens": enc.n_tokens,
-                                          "rows": rows}, indent=2))
+                                          "torch_threads": torch.get_num_threads(), "load_before": load_before,
+                                          "load_after": load_after, "rows": rows, "update_seconds": update_rows,
+                                          "update_runs": updates}, indent=2))
+
+
+def _time_updates(analyses) -> dict[str, float]:
+    """Wrap each analysis's ``update`` with a wall-clock timer; returns the live totals by name."""
+    spent: dict[str, float] = {}
+    for a in analyses:
+        spent[a.name] = 0.0
+
+        def timed(batch, _update=a.update, _name=a.name):
+            t = time.perf_counter()
+            _update(batch)
+            spent[_name] += time.perf_counter() - t
+
+        a.update = timed
+    return spent
 
 
 if __name__ == "__main__":
