@@ -26,6 +26,7 @@ from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.errors import BertologyError
 from bertology.models.pair import ModelPair
+from bertology.progress import stage_bars
 from bertology.results import Result, RunDirectory, now_iso, package_versions, read_table, write_table
 
 logger = logging.getLogger(__name__)
@@ -332,22 +333,8 @@ def _probes(
     if config.probe_random_control:
         models["random"] = random_init_model(pair.base, seed=config.seed)
     work = run_dir.path / "partial" / "probe"
-    if not progress:
-        res = run_probes(models, train, dev, test, settings, work_dir=work, spacy_model=config.spacy_model)
-    else:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        with Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(), MofNCompleteColumn(),
-                      TimeRemainingColumn(), transient=False) as bar:
-            tasks: dict[str, int] = {}
-
-            def on_progress(stage: str, n_done: int, total: int) -> None:
-                if stage not in tasks:
-                    tasks[stage] = bar.add_task(f"probe {stage}", total=total)
-                bar.update(tasks[stage], completed=n_done, total=total)
-
-            res = run_probes(models, train, dev, test, settings, on_progress, work_dir=work,
-                             spacy_model=config.spacy_model)
+    with stage_bars(progress, lambda s: f"probe {s}") as on_progress:
+        res = run_probes(models, train, dev, test, settings, on_progress, work_dir=work, spacy_model=config.spacy_model)
     write_table(run_dir.path, res.name, res.table)
     results[res.name] = res
     import shutil
@@ -446,23 +433,9 @@ def _ablation(
         import shutil
 
         shutil.rmtree(run_dir.path / "partial", ignore_errors=True)
-    model = pair.tuned.model
-    if not progress:
-        study = run_ablation_study(model, pair.tuned.tokenizer, corpus, settings, run_dir.path, figures=False)
-    else:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        with Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(), MofNCompleteColumn(),
-                      TimeRemainingColumn(), transient=False) as bar:
-            tasks: dict[str, int] = {}
-
-            def on_progress(stage: str, n_done: int, total: int) -> None:
-                if stage not in tasks:
-                    tasks[stage] = bar.add_task("ablations" if stage == "ablation" else "head importance", total=total)
-                bar.update(tasks[stage], completed=n_done, total=total)
-
-            study = run_ablation_study(model, pair.tuned.tokenizer, corpus, settings, run_dir.path, figures=False,
-                                       on_progress=on_progress)
+    with stage_bars(progress, lambda s: "ablations" if s == "ablation" else "head importance") as on_progress:
+        study = run_ablation_study(pair.tuned.model, pair.tuned.tokenizer, corpus, settings, run_dir.path,
+                                   figures=False, on_progress=on_progress)
     for n, table in study.tables.items():
         results[n] = Result(n, table, study.summary.get("settings", {}))
     return _jsonable_summary(study.summary)

@@ -104,16 +104,8 @@ def test_new_sections_render_in_headless_chromium(pair_dirs, tmp_path):
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from test_report import CHROMIUM_ARGS, _chromium_path, _unavailable  # noqa: E402
+    from test_report import chromium_page  # noqa: E402
 
-    try:
-        from playwright.sync_api import Error as PlaywrightError
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("Python playwright is not installed (pip install playwright)")
-    chromium = _chromium_path()
-    if chromium is None:
-        _unavailable("no Chromium executable found (apt-get install chromium, or set BERTOLOGY_CHROMIUM)")
     base, tuned, _ = pair_dirs
     data = _csv(tmp_path / "d.csv")
     ood = tmp_path / "ood.txt"
@@ -123,32 +115,20 @@ def test_new_sections_render_in_headless_chromium(pair_dirs, tmp_path):
                            ablation_bootstrap=50, rsa_tokens=40, geometry_pairs=10, geometry_min_contexts=2,
                            ood_data=str(ood))
     run = compare(config)
-    errors: list[str] = []
-    with sync_playwright() as pw:
-        try:
-            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
-        except PlaywrightError as err:
-            _unavailable(f"Chromium at {chromium} could not be launched: {err}")
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("console", lambda m: errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
-            page.goto(run.report.resolve().as_uri(), wait_until="load")
-            for sid, n_min in (("geometry", 1), ("pca-views", 2), ("ablation", 5)):
-                figs = page.locator(f"section#{sid} figure svg")
-                assert figs.count() >= n_min, sid
-                box = figs.first.bounding_box()
-                assert box and box["width"] > 150 and box["height"] > 100, (sid, box)
-            assert page.locator("#fig-similarity_domains svg").count() == 1
-            # the ablation table sorts when its header is clicked (the report's own script)
-            header = page.locator("section#ablation table th").nth(2)
-            before = page.locator("section#ablation table tbody tr td").nth(2).inner_text()
-            header.click()
-            header.click()
-            cells = page.locator("section#ablation table tbody tr td:nth-child(3)").all_inner_texts()
-            values = [float(c) for c in cells]
-            assert values == sorted(values) or values == sorted(values, reverse=True)
-            assert before  # the table had rows before sorting
-        finally:
-            browser.close()
+    with chromium_page(run.report) as (page, errors):
+        for sid, n_min in (("geometry", 1), ("pca-views", 2), ("ablation", 5)):
+            figs = page.locator(f"section#{sid} figure svg")
+            assert figs.count() >= n_min, sid
+            box = figs.first.bounding_box()
+            assert box and box["width"] > 150 and box["height"] > 100, (sid, box)
+        assert page.locator("#fig-similarity_domains svg").count() == 1
+        # the ablation table sorts when its header is clicked (the report's own script)
+        header = page.locator("section#ablation table th").nth(2)
+        before = page.locator("section#ablation table tbody tr td").nth(2).inner_text()
+        header.click()
+        header.click()
+        cells = page.locator("section#ablation table tbody tr td:nth-child(3)").all_inner_texts()
+        values = [float(c) for c in cells]
+        assert values == sorted(values) or values == sorted(values, reverse=True)
+        assert before  # the table had rows before sorting
     assert errors == [], errors

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shutil
+from contextlib import contextmanager
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -348,6 +349,36 @@ def _chromium_path() -> str | None:
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate
     return None
+
+
+@contextmanager
+def chromium_page(path: Path):
+    """Open ``path`` in headless Chromium; yield ``(page, errors)`` (console errors and page errors).
+
+    Skips when no browser can run locally, fails in CI (see :func:`_unavailable`).
+    """
+    try:
+        from playwright.sync_api import Error as PlaywrightError
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("Python playwright is not installed (pip install playwright)")
+    chromium = _chromium_path()
+    if chromium is None:
+        _unavailable("no Chromium executable found (apt-get install chromium, or set BERTOLOGY_CHROMIUM)")
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        try:
+            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+        except PlaywrightError as err:
+            _unavailable(f"Chromium at {chromium} could not be launched: {err}")
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.on("console", lambda m: errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
+            page.goto(Path(path).resolve().as_uri(), wait_until="load")
+            yield page, errors
+        finally:
+            browser.close()
 
 
 @pytest.mark.browser

@@ -11,7 +11,7 @@ from bertology.cli import app
 from bertology.testing import SENTENCES
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_report import CHROMIUM_ARGS, _chromium_path, _unavailable, parse  # noqa: E402
+from test_report import chromium_page, parse  # noqa: E402
 
 runner = CliRunner()
 
@@ -50,38 +50,18 @@ def test_compare_writes_patterns_head_map_and_views(planted_pair, tmp_path):
 
 
 def test_viewer_in_the_report_reacts_to_a_click(planted_pair, tmp_path):
-    try:
-        from playwright.sync_api import Error as PlaywrightError
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("Python playwright is not installed (pip install playwright)")
-    chromium = _chromium_path()
-    if chromium is None:
-        _unavailable("no Chromium executable found (apt-get install chromium, or set BERTOLOGY_CHROMIUM)")
     out = _run(planted_pair, tmp_path)
-    errors: list[str] = []
-    with sync_playwright() as pw:
-        try:
-            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
-        except PlaywrightError as err:
-            _unavailable(f"Chromium at {chromium} could not be launched: {err}")
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("console", lambda m: errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
-            page.goto((out / "report.html").resolve().as_uri(), wait_until="load")
-            viewers = page.locator("#attention-viewer .bv")
-            assert viewers.count() == 2
-            root = "#bertology-view-0"
-            assert page.locator(f"{root} [data-role=thumb]").count() == 2 * 4
-            # a compare view opens in diff mode on the head that changed most: the planted one
-            assert page.get_attribute(root, "data-selected") == "L2H1"
-            page.click(f"{root} [data-role=thumb][data-layer='1'][data-head='3']")
-            assert page.get_attribute(root, "data-selected") == "L1H3"
-            assert page.get_attribute("#bertology-view-1", "data-selected") == "L2H1"  # the other view is untouched
-            page.locator("#attention-viewer").screenshot(path=str(tmp_path / "viewer.png"))
-        finally:
-            browser.close()
+    with chromium_page(out / "report.html") as (page, errors):
+        viewers = page.locator("#attention-viewer .bv")
+        assert viewers.count() == 2
+        root = "#bertology-view-0"
+        assert page.locator(f"{root} [data-role=thumb]").count() == 2 * 4
+        # a compare view opens in diff mode on the head that changed most: the planted one
+        assert page.get_attribute(root, "data-selected") == "L2H1"
+        page.click(f"{root} [data-role=thumb][data-layer='1'][data-head='3']")
+        assert page.get_attribute(root, "data-selected") == "L1H3"
+        assert page.get_attribute("#bertology-view-1", "data-selected") == "L2H1"  # the other view is untouched
+        page.locator("#attention-viewer").screenshot(path=str(tmp_path / "viewer.png"))
     assert errors == [], errors
 
 

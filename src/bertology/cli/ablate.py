@@ -20,19 +20,11 @@ from typing import Optional
 import typer
 
 from bertology.cli.app import app, console, user_errors
+from bertology.progress import parse_layer_list, stage_bars
 from bertology.cli.commands import DATA_OPT, LABEL_COL, PAIR_COL, TEXT_COL
 from bertology.errors import BertologyError
 
 KIND = "ablate"
-
-
-def _parse_layers(text: str | None) -> tuple[int, ...] | None:
-    if text is None or text.strip().lower() in ("", "all"):
-        return None
-    try:
-        return tuple(sorted({int(x) for x in text.replace(" ", "").split(",") if x}))
-    except ValueError:
-        raise BertologyError(f"--layers takes a comma list of layer numbers (1-based) or 'all', not {text!r}.") from None
 
 
 def _parse_layer_modes(text: str) -> tuple[str, ...]:
@@ -45,15 +37,6 @@ def _parse_layer_modes(text: str) -> tuple[str, ...]:
 def _fmt_row(r) -> str:
     f = ".4f" if r.metric == "loss" else ".3f"
     return f"{r.label} {r.delta:+{f}} [{r.ci_low:+{f}}, {r.ci_high:+{f}}]"
-
-
-def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    return Progress(
-        TextColumn("[bold]{task.description}[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TimeRemainingColumn(), console=console, transient=False,
-    )
 
 
 @app.command("ablate")
@@ -91,7 +74,7 @@ def ablate_command(
     settings = AblationSettings(
         mode=mode,  # type: ignore[arg-type]
         exclude_special=exclude_special,
-        layers=_parse_layers(layers),
+        layers=parse_layer_list(layers, "layer numbers (1-based)"),
         layer_modes=_parse_layer_modes(layer_modes),
         batch_size=batch_size,
         n_bootstrap=bootstrap,
@@ -145,15 +128,7 @@ def ablate_command(
     run_dir.write_manifest(manifest)
 
     t0 = time.perf_counter()
-    with _progress() as bar:
-        tasks: dict[str, int] = {}
-
-        def on_progress(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                label = "ablations" if stage == "ablation" else "importance + pruning"
-                tasks[stage] = bar.add_task(label, total=total)
-            bar.update(tasks[stage], completed=done, total=total)
-
+    with stage_bars(describe=lambda s: "ablations" if s == "ablation" else "importance + pruning", console=console) as on_progress:
         try:
             # the report draws every figure (and saves them under figures/); without it the study saves its own
             study = run_ablation_study(loaded.model, loaded.tokenizer, corpus, settings, run_dir.path,

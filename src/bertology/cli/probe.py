@@ -21,31 +21,14 @@ from typing import Optional
 import typer
 
 from bertology.cli.app import app, console, user_errors
+from bertology.progress import parse_layer_list, stage_bars
 from bertology.errors import BertologyError
 
 KIND = "probe"
 
 
-def _parse_layers(text: str | None) -> tuple[int, ...] | None:
-    if text is None or text.strip().lower() in ("", "all"):
-        return None
-    try:
-        return tuple(sorted({int(x) for x in text.replace(" ", "").split(",") if x}))
-    except ValueError:
-        raise BertologyError(f"--layers takes a comma list of layer numbers (0 = embeddings) or 'all', not {text!r}.") from None
-
-
 def _parse_probes(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
-
-
-def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    return Progress(
-        TextColumn("[bold]{task.description}[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TimeRemainingColumn(), console=console, transient=False,
-    )
 
 
 def _load_split(path: str, what: str, limit: int | None, spacy_model: str | None, nlp_cache: dict):
@@ -96,7 +79,7 @@ def probe_command(
     from bertology.results import RunDirectory, now_iso, package_versions, read_table, write_table
 
     settings = ProbeSettings(
-        rank=rank or None, layers=_parse_layers(layers), probes=_parse_probes(probes), epochs=epochs,
+        rank=rank or None, layers=parse_layer_list(layers, "layer numbers (0 = embeddings)"), probes=_parse_probes(probes), epochs=epochs,
         batch_size=batch_size, extract_batch_size=extract_batch_size, lr=lr, patience=patience,
         seed=seed, device=device, max_length=max_length,
     )
@@ -152,14 +135,7 @@ def probe_command(
     run_dir.write_manifest(manifest)
 
     t0 = time.perf_counter()
-    with _progress() as bar:
-        tasks: dict[str, int] = {}
-
-        def on_progress(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = bar.add_task(stage if stage != "training" else "training (epochs)", total=total)
-            bar.update(tasks[stage], completed=done, total=total)
-
+    with stage_bars(describe=lambda s: "training (epochs)" if s == "training" else s, console=console) as on_progress:
         try:
             result = run_probes(models, corpora["train"], corpora.get("dev"), corpora["test"], settings,
                                 on_progress=on_progress, work_dir=partial)
