@@ -353,9 +353,10 @@ def _chromium_path() -> str | None:
 
 @contextmanager
 def chromium_page(path: Path):
-    """Open ``path`` in headless Chromium; yield ``(page, errors)`` (console errors and page errors).
+    """Open ``path`` in headless Chromium; yield ``(page, errors)``.
 
-    Skips when no browser can run locally, fails in CI (see :func:`_unavailable`).
+    ``errors`` collects console errors, page errors and every request that leaves the local file (the
+    report must work offline). Skips when no browser can run locally, fails in CI (:func:`_unavailable`).
     """
     try:
         from playwright.sync_api import Error as PlaywrightError
@@ -375,6 +376,8 @@ def chromium_page(path: Path):
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.on("console", lambda m: errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
+            page.on("request", lambda r: errors.append(f"network request: {r.url}")
+                    if not r.url.startswith(("file:", "data:")) else None)
             page.goto(Path(path).resolve().as_uri(), wait_until="load")
             yield page, errors
         finally:
@@ -383,56 +386,30 @@ def chromium_page(path: Path):
 
 @pytest.mark.browser
 def test_report_in_headless_chromium(full_run, tmp_path):
-    try:
-        from playwright.sync_api import Error as PlaywrightError
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("Python playwright is not installed (pip install playwright)")
-    chromium = _chromium_path()
-    if chromium is None:
-        _unavailable("no Chromium executable found (apt-get install chromium, or set BERTOLOGY_CHROMIUM)")
-
     run, _ = full_run
-    url = (run / "report.html").resolve().as_uri()
-    errors: list[str] = []
-    remote: list[str] = []
-    with sync_playwright() as pw:
-        try:
-            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
-        except PlaywrightError as err:
-            _unavailable(f"Chromium at {chromium} could not be launched: {err}")
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("console", lambda m: errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
-            page.on("request", lambda r: remote.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
-            page.goto(url, wait_until="load")
+    with chromium_page(run / "report.html") as (page, errors):
+        assert page.eval_on_selector_all("main > section", "els => els.map(e => e.id)") == list(SECTIONS)
+        assert page.locator("section svg").count() == len(FIGURES)
+        assert page.locator("b").count() == 0  # the malicious model name stayed text
+        assert EVIL in page.inner_text("h1")
 
-            assert page.eval_on_selector_all("main > section", "els => els.map(e => e.id)") == list(SECTIONS)
-            assert page.locator("section svg").count() == len(FIGURES)
-            assert page.locator("b").count() == 0  # the malicious model name stayed text
-            assert EVIL in page.inner_text("h1")
+        # Sorting: click the JS divergence header of the top-heads table twice.
+        table = page.locator("#attention-change table.sortable")
+        header = table.locator("thead th", has_text="JS divergence")
+        first = table.locator("tbody tr").first.locator("td").nth(1)
+        assert first.inner_text() == "L3H2"  # ranked by JS, descending
+        header.click()
+        assert header.get_attribute("aria-sort") == "ascending"
+        assert first.inner_text() != "L3H2"  # the DOM was re-ordered
+        header.click()
+        assert header.get_attribute("aria-sort") == "descending"
+        assert first.inner_text() == "L3H2"
 
-            # Sorting: click the JS divergence header of the top-heads table twice.
-            table = page.locator("#attention-change table.sortable")
-            header = table.locator("thead th", has_text="JS divergence")
-            first = table.locator("tbody tr").first.locator("td").nth(1)
-            assert first.inner_text() == "L3H2"  # ranked by JS, descending
-            header.click()
-            assert header.get_attribute("aria-sort") == "ascending"
-            assert first.inner_text() != "L3H2"  # the DOM was re-ordered
-            header.click()
-            assert header.get_attribute("aria-sort") == "descending"
-            assert first.inner_text() == "L3H2"
+        # The table of contents navigates within the page.
+        page.click("nav.toc a[href='#finetune']")
+        page.wait_for_function("location.hash === '#finetune'")
 
-            # The table of contents navigates within the page.
-            page.click("nav.toc a[href='#finetune']")
-            page.wait_for_function("location.hash === '#finetune'")
-
-            shot = tmp_path / "report.png"
-            page.screenshot(path=str(shot), full_page=True)
-            assert shot.stat().st_size > 10_000
-        finally:
-            browser.close()
+        shot = tmp_path / "report.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 10_000
     assert errors == [], errors
-    assert remote == [], f"the report tried to reach the network: {remote}"
