@@ -340,7 +340,11 @@ def _probes(
     import shutil
 
     shutil.rmtree(work, ignore_errors=True)  # cached word features: the table is written
-    return _jsonable_summary({"settings": settings.to_dict(), **{k: v for k, v in res.params.items() if k != "settings"}})
+    keep = ("pooling", "punctuation", "spearman_lengths", "max_epoch_trained")
+    data = {split: {k: v for k, v in d.items() if k in ("n_sentences", "n_words")}
+            for split, d in (res.params.get("data") or {}).items()}
+    return _jsonable_summary({"settings": settings.to_dict(), "data": data,
+                              **{k: v for k, v in res.params.items() if k in keep}})
 
 
 #: Representation similarity on the second (out-of-domain) corpus.
@@ -438,7 +442,9 @@ def _ablation(
                                    figures=False, on_progress=on_progress)
     for n, table in study.tables.items():
         results[n] = Result(n, table, study.summary.get("settings", {}))
-    return _jsonable_summary(study.summary)
+    # the manifest keeps what a reader needs to trust the numbers; the tables hold the rest
+    keep = ("settings", "intact", "n_examples", "timing_s", "importance_vs_ablation_spearman")
+    return _jsonable_summary({k: v for k, v in study.summary.items() if k in keep})
 
 
 def _jsonable_summary(summary: dict) -> dict:
