@@ -39,21 +39,6 @@ def split_heldout(corpus: Corpus, fraction: float, seed: int) -> tuple[Corpus, C
     return corpus.subset(sorted(train_idx), corpus.name + "-train"), corpus.subset(sorted(held_idx), corpus.name + "-heldout")
 
 
-def balanced_head(corpus: Corpus, n: int, seed: int) -> Corpus:
-    """A seeded, label-stratified sample of ``n`` examples, kept in corpus order.
-
-    The held-out split keeps the source file's order (all positive sentences, then all negative), so
-    its first ``n`` would be mostly one class; the comparison and the ablation need both.
-    """
-    from sklearn.model_selection import train_test_split
-
-    if n >= len(corpus):
-        return corpus
-    idx = list(range(len(corpus)))
-    keep, _ = train_test_split(idx, train_size=n, random_state=seed, stratify=[ex.label for ex in corpus])
-    return corpus.subset(sorted(keep), corpus.name)
-
-
 def run_demo(
     out: str | Path = "runs/demo",
     *,
@@ -103,7 +88,8 @@ def run_demo(
     own_run = previous.get("kind") == "compare" and "data_citation" in previous.get("summary", {})
     run = compare(
         cmp_config,
-        corpus=balanced_head(heldout, compare_examples, seed),
+        # the held-out split keeps the file's order (every positive sentence, then every negative one)
+        corpus=heldout.stratified_sample(compare_examples, seed),
         overwrite=overwrite or own_run,
         progress=progress,
         extra_results=[Result("finetune", ft_table, dataclasses.asdict(ft_config))],

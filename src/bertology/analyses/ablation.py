@@ -834,19 +834,7 @@ def helpful(table: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
 
 def sample_examples(corpus: Corpus, n: int | None, seed: int) -> Corpus:
     """A seeded, label-stratified sample of ``n`` examples kept in corpus order (all when ``n`` is None or large)."""
-    if n is None or n >= len(corpus):
-        return corpus
-    from sklearn.model_selection import train_test_split
-
-    idx = np.arange(len(corpus))
-    labels = [str(ex.label) for ex in corpus]
-    try:
-        keep, _ = train_test_split(idx, train_size=n, random_state=seed, stratify=labels)
-    except ValueError:
-        keep, _ = train_test_split(idx, train_size=n, random_state=seed)
-    out = corpus.subset(sorted(int(i) for i in keep))
-    out.stats["sampled_to"] = n
-    return out
+    return corpus.stratified_sample(n, seed)
 
 
 @dataclass

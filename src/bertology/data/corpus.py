@@ -90,6 +90,26 @@ class Corpus:
         out.stats["limited_to"] = n
         return out
 
+    def stratified_sample(self, n: int | None, seed: int) -> "Corpus":
+        """A seeded, label-stratified sample of ``n`` examples kept in corpus order (all when ``n`` is None or large).
+
+        Files are often sorted by label, so the first ``n`` rows can be a single class. Falls back to a
+        plain seeded sample when a class is too small to stratify.
+        """
+        if n is None or n >= len(self):
+            return self
+        from sklearn.model_selection import train_test_split
+
+        idx = list(range(len(self)))
+        labels = [str(ex.label) for ex in self.examples]
+        try:
+            keep, _ = train_test_split(idx, train_size=n, random_state=seed, stratify=labels)
+        except ValueError:
+            keep, _ = train_test_split(idx, train_size=n, random_state=seed)
+        out = self.subset(sorted(int(i) for i in keep))
+        out.stats["sampled_to"] = n
+        return out
+
     def describe(self) -> dict:
         """Provenance for manifest.json."""
         return {

@@ -158,24 +158,6 @@ def _stratified_split(labels: Sequence[str], fraction: float, seed: int) -> tupl
     return np.sort(tr), np.sort(ev), stratified
 
 
-def _subsample(corpus: Corpus, labels: list[str], n: int, seed: int) -> tuple[Corpus, list[str]]:
-    """A seeded (stratified when possible) sample of ``n`` examples, kept in corpus order.
-
-    Taking the first ``n`` rows would give a single class on files sorted by label.
-    """
-    from sklearn.model_selection import train_test_split
-
-    idx = np.arange(len(corpus))
-    try:
-        keep, _ = train_test_split(idx, train_size=n, random_state=seed, stratify=labels)
-    except ValueError:
-        keep, _ = train_test_split(idx, train_size=n, random_state=seed)
-    keep = np.sort(keep)
-    out = corpus.subset([int(i) for i in keep])
-    out.stats["sampled_to"] = n
-    return out, [labels[i] for i in keep]
-
-
 # --------------------------------------------------------------------------------------------------
 # Batching
 # --------------------------------------------------------------------------------------------------
@@ -493,7 +475,8 @@ def finetune(
     train_labels = _check_labels(train, "training")
     max_n = config.data.max_examples
     if max_n is not None and len(train) > max_n:
-        train, train_labels = _subsample(train, train_labels, max_n, config.seed)
+        train = train.stratified_sample(max_n, config.seed)
+        train_labels = [str(ex.label) for ex in train]
         logger.info("Using a seeded sample of %d of the training examples (max_examples)", max_n)
 
     split: dict = {}
