@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -199,6 +200,8 @@ def compare(
     run_dir = RunDirectory(config.out)
     fingerprint = run_fingerprint(config, pair, corpus, spans[0] if spans else None, ood)
     resuming = run_dir.prepare("compare", fingerprint, overwrite=overwrite)
+    if not resuming:  # unfinished work of another run (ablation units, probe features) must not be reused
+        shutil.rmtree(run_dir.path / "partial", ignore_errors=True)
 
     analyses = [a for a in build_analyses(config, pair, corpus, encoded) if a.name in selected]
     results: dict[str, Result] = {}
@@ -337,8 +340,6 @@ def _probes(
         res = run_probes(models, train, dev, test, settings, on_progress, work_dir=work, spacy_model=config.spacy_model)
     write_table(run_dir.path, res.name, res.table)
     results[res.name] = res
-    import shutil
-
     shutil.rmtree(work, ignore_errors=True)  # cached word features: the table is written
     keep = ("pooling", "punctuation", "spearman_lengths", "max_epoch_trained")
     data = {split: {k: v for k, v in d.items() if k in ("n_sentences", "n_words")}
@@ -433,10 +434,6 @@ def _ablation(
             results[n] = Result(n, read_table(run_dir.path, n))
         done.append("ablation")
         return {"settings": settings.to_dict(), "resumed": True}
-    if not resuming:
-        import shutil
-
-        shutil.rmtree(run_dir.path / "partial", ignore_errors=True)
     with stage_bars(progress, lambda s: "ablations" if s == "ablation" else "head importance") as on_progress:
         study = run_ablation_study(pair.tuned.model, pair.tuned.tokenizer, corpus, settings, run_dir.path,
                                    figures=False, on_progress=on_progress)

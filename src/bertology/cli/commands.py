@@ -190,14 +190,11 @@ def _print_compare_summary(run) -> None:
                 w = by_layer(g, metric)
                 console.print(f"geometry, {metric.replace('_', ' ')} by layer 0..N: "
                               + "; ".join(f"{m} " + " ".join(f"{v:.3f}" for v in w[m]) for m in ("base", "tuned") if m in w))
-    if "representation_similarity" in run.results:
-        d = same_layer(run.table("representation_similarity"))
-        cka = d[d.metric == "cka_linear"].sort_values("layer")["value"]
-        console.print("linear CKA, same layer 0..N: " + " ".join(f"{v:.3f}" for v in cka))
-    if "representation_similarity_ood" in run.results:
-        d = same_layer(run.table("representation_similarity_ood"))
-        cka = d[d.metric == "cka_linear"].sort_values("layer")["value"]
-        console.print("linear CKA, same layer 0..N, out-of-domain corpus: " + " ".join(f"{v:.3f}" for v in cka))
+    for name, where in (("representation_similarity", ""), ("representation_similarity_ood", ", out-of-domain corpus")):
+        if name in run.results:
+            d = same_layer(run.table(name))
+            cka = d[d.metric == "cka_linear"].sort_values("layer")["value"]
+            console.print(f"linear CKA, same layer 0..N{where}: " + " ".join(f"{v:.3f}" for v in cka))
     if "attention_targets" in run.results:
         t = run.table("attention_targets")
         last = t[(t["layer"] == t["layer"].max()) & t["target"].isin(["cls", "sep", "punct"])]
