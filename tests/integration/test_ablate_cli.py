@@ -4,12 +4,10 @@ import json
 
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
-from bertology.cli import app
 from bertology.testing import SENTENCES, save_tiny_bert
+from cli_checks import assert_user_error, invoke  # noqa: E402
 
-runner = CliRunner()
 
 ABLATION_COLUMNS = {"target", "layer", "head", "mode", "metric", "value", "delta", "ci_low", "ci_high", "n_examples", "helps", "layer_mode"}
 
@@ -28,19 +26,6 @@ def labelled_csv(tmp_path):
         for i, s in enumerate(SENTENCES * 2):
             w.writerow([s, i % 2])
     return path
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def assert_user_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    text = " ".join(result.output.split())
-    assert "error:" in text
-    for frag in fragments:
-        assert frag in text, text
 
 
 def _args(model_dir, data, out, *extra):

@@ -4,12 +4,10 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
-from bertology.cli import app
 from bertology.testing import SENTENCES, save_tiny_bert, tiny_vocab
+from cli_checks import assert_user_error, invoke  # noqa: E402
 
-runner = CliRunner()
 
 ATTENTION_COLUMNS = {"layer", "head", "cosine", "js_divergence", "n_examples"}
 SIMILARITY_COLUMNS = {"layer_base", "layer_tuned", "metric", "value", "n_tokens"}
@@ -20,21 +18,6 @@ def corpus_txt(tmp_path):
     path = tmp_path / "sentences.txt"
     path.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
     return path
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def assert_user_error(result, *fragments):
-    """Non-zero exit, no traceback, and the message says what is wrong."""
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit)
-    text = " ".join(result.output.split())
-    assert "error:" in text
-    for frag in fragments:
-        assert frag in text, text
 
 
 def test_compare_writes_tables_manifest_and_report(planted_pair, corpus_txt, tmp_path):

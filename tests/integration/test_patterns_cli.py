@@ -5,27 +5,11 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
 from bertology.analyses.pattern_cnn import LABEL_COLUMNS, PatternClassifier
-from bertology.cli import app
 from bertology.metrics.patterns import PATTERNS
 from bertology.testing import SENTENCES
-
-runner = CliRunner()
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def assert_user_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    text = " ".join(result.output.split())
-    assert "error:" in text
-    for frag in fragments:
-        assert frag in text, text
+from cli_checks import assert_user_error, invoke  # noqa: E402
 
 
 @pytest.fixture(scope="module")

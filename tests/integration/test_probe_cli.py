@@ -5,12 +5,10 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
-from bertology.cli import app
 from bertology.testing import SENTENCES, tiny_bert_pair
+from cli_checks import assert_user_error, invoke  # noqa: E402
 
-runner = CliRunner()
 
 PROBE_COLUMNS = {"model", "layer", "probe", "split", "uuas", "dspr", "root_acc", "nspr", "n_sentences", "rank",
                  "epochs", "best_dev_loss"}
@@ -53,19 +51,6 @@ def data(tmp_path):
     test = tmp_path / "test.conllu"
     test.write_text(_conllu(SENTENCES[:6]), encoding="utf-8")
     return train, test
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def assert_user_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    text = " ".join(result.output.split())
-    assert "error:" in text
-    for frag in fragments:
-        assert frag in text, text
 
 
 def _args(models, data, out, *extra):
