@@ -9,7 +9,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pandas as pd
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from bertology.models.loading import load_model
@@ -18,12 +17,7 @@ from bertology.testing import TINY_WORDS, save_tiny_bert
 FILLER = [w for w in TINY_WORDS if w not in {"good", "bad", "woman", "girl"}]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def invoke(args: list[str]):

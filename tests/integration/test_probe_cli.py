@@ -14,15 +14,7 @@ PROBE_COLUMNS = {"model", "layer", "probe", "split", "uuas", "dspr", "root_acc",
                  "epochs", "best_dev_loss"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread is faster (and steadier on a shared machine); restored after."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _conllu(sentences, heads=True) -> str:

@@ -207,16 +207,7 @@ def _corpus(n=24, seed=0):
     return Corpus.from_list([" ".join(rng.choice(WORDS, size=int(rng.integers(4, 9)), replace=False)) for _ in range(n)])
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny matrices: one BLAS/torch thread is fastest, and immune to oversubscribed shared CPUs."""
-    from threadpoolctl import threadpool_limits
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -18,16 +18,7 @@ from bertology.viz.geometry import pca_grid
 LABELS = ["pos", "neg", "neg", "pos", "neg", "neg", "pos", "pos", "neg", "pos"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny matrices: one BLAS/torch thread is fastest, and immune to oversubscribed shared CPUs."""
-    from threadpoolctl import threadpool_limits
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

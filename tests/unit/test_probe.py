@@ -30,15 +30,7 @@ from bertology.models.loading import load_model
 from bertology.testing import SENTENCES, save_tiny_bert
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread is faster (and steadier on a shared machine); restored after."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _random_heads(rng, n):

@@ -9,7 +9,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pandas as pd
 import pytest
-import torch
 from matplotlib.figure import Figure
 
 from bertology.config import CompareConfig, DataConfig, FinetuneConfig
@@ -20,12 +19,7 @@ from bertology.training.run import finetune_to_dir
 from bertology.training.track import find_checkpoints, track, track_figures
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
