@@ -49,6 +49,7 @@ from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
 from bertology.data.align import Pooling, annotated_word_ids, word_attention
 from bertology.data.corpus import Corpus
+from bertology.metrics.word_argmax import word_argmax_hits
 from bertology.results import Result
 
 MODELS = ("base", "tuned")
@@ -168,28 +169,6 @@ class RelationHeads(Analysis):
             head_dep = from_d[:, :, gov] == dep
         return np.stack([dep_head, head_dep])
 
-    def _word_attention(self, a: torch.Tensor, wids: list[np.ndarray | None], pool: tuple[torch.Tensor, torch.Tensor] | None, W: int) -> torch.Tensor:
-        """Word-level attention of one layer for every example of the batch, ``[B, W_from, H, W_to]``.
-
-        Pooling is linear for sum/mean/first: two batched matrix products with per-example pooling
-        matrices ``pool`` (words x tokens, to and from). "max" pools example by example. This layout
-        keeps both argmax reductions cheap (the last dim contiguous, dim 1 an outer one).
-        """
-        B, H, T, _ = a.shape
-        if pool is None:
-            out = torch.zeros(B, W, H, W, dtype=a.dtype)
-            for b, wid in enumerate(wids):
-                if wid is not None and (wid >= 0).any():
-                    n = int(wid.size)
-                    A = word_attention(a[b, :, :n, :n].cpu(), wid, self.to_method, self.from_method, n_words=W)
-                    out[b] = A.transpose(0, 1)
-            return out
-        to, frm = pool
-        # One large batched product per side (many tiny [T, T] @ [T, W] products are slow):
-        x = torch.bmm(a.reshape(B, H * T, T), to.transpose(1, 2))  # attention to each word, [B, H*T, W]
-        x = x.view(B, H, T, W).transpose(1, 2).reshape(B, T, H * W)
-        return torch.bmm(frm, x).view(B, W, H, W).cpu()  # rows pooled into words
-
     def update(self, batch: PairBatch) -> None:
         found_all = []
         for b, item in enumerate(batch.items):
@@ -202,10 +181,7 @@ class RelationHeads(Analysis):
         scored = [b for b, f in enumerate(found_all) if f is not None and len(f[3])]
         if not scored:
             return
-        W = max(found_all[b][1] for b in scored)
-        wids = [found_all[b][0] if b in set(scored) else None for b in range(batch.size)]
-        # Every scored pair of the batch at once: example row, dependent, governor, relation.
-        row = np.concatenate([np.full(len(found_all[b][3]), b) for b in scored])
+        # Every scored pair of the batch at once (grouped by example): dependent, governor, relation.
         dep = np.concatenate([found_all[b][3] for b in scored])
         gov = np.concatenate([found_all[b][4] for b in scored])
         rel_ids = np.array([self._relation(r) for b in scored for r in found_all[b][5]], dtype=np.int64)
@@ -225,41 +201,29 @@ class RelationHeads(Analysis):
         base_dh = gov[None, :] == dep[None, :] + ks  # [K, P]
         base_hd = base_dh if self.reverse == "transpose" else dep[None, :] == gov[None, :] + ks
         self.baseline_correct += np.einsum("dkp,pr->rdk", np.stack([base_dh, base_hd]).astype(np.int64), onehot)
-        # Candidates per example: present words, not the word itself (masked before one batched argmax).
-        allowed = torch.zeros(batch.size, W, dtype=torch.bool)
+        # The kernel's view of the batch: each token's word (-1 for special tokens, padding and the
+        # examples without pairs), each example's candidate words and the range of its pairs.
+        B, T = batch.mask.shape
+        W = max(found_all[b][1] for b in scored)
+        word_ids = np.full((B, T), -1, dtype=np.int64)
+        n_words = np.zeros(B, dtype=np.int64)
+        allowed = np.zeros((B, W), dtype=bool)
+        n_pairs = np.zeros(B, dtype=np.int64)
         for b in scored:
-            present = found_all[b][2]
-            allowed[b, : len(present)] = torch.as_tensor(present)
-        excluded = ~(allowed[:, :, None] & allowed[:, None, :]) | torch.eye(W, dtype=torch.bool)
+            wid, n_w, present = found_all[b][0], found_all[b][1], found_all[b][2]
+            word_ids[b, : len(wid)] = wid
+            n_words[b] = n_w
+            allowed[b, : len(present)] = present
+            n_pairs[b] = len(found_all[b][3])
+        pair_start = np.r_[0, np.cumsum(n_pairs)]
         L, H = self.num_layers, self.num_heads
-        a1 = batch.base.attentions[1]
-        T = a1.shape[-1]
-        pool = None
-        if "max" not in (self.to_method, self.from_method):
-            pool = tuple(
-                torch.from_numpy(np.stack([_pooling(w, W, T, method) for w in wids])).to(a1.device, a1.dtype)
-                for method in (self.to_method, self.from_method)
-            )
-        # Excluded candidates get -inf by one broadcast add (x + 0 is exact; faster than masked_fill).
-        excluded_np = excluded.numpy()[:, :, None, :]
-        bias = np.where(excluded_np, np.float32(-np.inf), np.float32(0))
-        if self.reverse == "transpose":
-            # the word most attended from each dependent (a row), and the word attending most to it (a column)
-            targets = ((dep, gov, "row", gov), (gov, dep, "col", gov))
-        else:
-            targets = ((dep, gov, "row", gov), (gov, dep, "row", dep))
-        scorers = [_ArgmaxHits(W, H, row, f, t, axis, want) for f, t, axis, want in targets]
         for m, cap in enumerate((batch.base, batch.tuned)):
             hits = np.zeros((2, L, H, P), dtype=np.int64)
             for layer in range(1, L + 1):
-                A = self._word_attention(cap.attentions[layer], wids, pool, W).numpy()  # [B, W_from, H, W_to]
-                if pool is not None and A.dtype == bias.dtype:  # finite values: adding -inf/0 masks them
-                    A = np.add(A, bias, out=A)
-                else:  # "max" pooling leaves NaN for words without tokens: replace, do not add
-                    A = np.where(excluded_np, np.float32(-np.inf), A)
-                maxima: dict = {}
-                for d, score in enumerate(scorers):
-                    hits[d, layer - 1] = score(A, maxima).T  # [H, P]
+                hits[:, layer - 1] = word_argmax_hits(
+                    cap.attentions[layer].detach().cpu().numpy(), word_ids, n_words, allowed, pair_start, dep, gov,
+                    to_method=self.to_method, from_method=self.from_method, transpose=self.reverse == "transpose",
+                )
             flat = hits.reshape(-1, P)
             per_rel = np.zeros((flat.shape[0], R), dtype=np.int64)  # [2*L*H, R]
             per_rel[:, rel_present] = np.add.reduceat(flat[:, by_rel], starts, axis=1)
@@ -357,64 +321,6 @@ def relation_table(
     else:
         df["rank"] = pd.Series(dtype=int)
     return df
-
-
-class _ArgmaxHits:
-    """Is the first argmax of word attention at the wanted word, for every scored pair and head?
-
-    ``A`` is a C-contiguous NumPy ``[B, W_from, H, W_to]`` with excluded candidates at -inf. For pair
-    ``p`` of example ``row[p]``, ``axis="row"`` takes the argmax over ``W_to`` of from word
-    ``frm[p]``, ``"col"`` the argmax over ``W_from`` of to word ``to[p]``; the hit is
-    ``argmax == want[p]``. Returns ``[P, H]`` bool.
-
-    Same answer as gathering the pairs' rows and taking ``argmax`` (the first maximum), about 3x
-    faster: the maxima are reductions over an outer axis (vectorised, unlike argmaxes over short
-    last-axis rows), the pair's own value ``A[row, frm, :, to]`` is compared with its maximum, and
-    only where they are equal are earlier positions checked for a tie. Gathers use flat indices
-    built once per batch.
-    """
-
-    def __init__(self, W: int, H: int, row: np.ndarray, frm: np.ndarray, to: np.ndarray, axis: str, want: np.ndarray):
-        heads = np.arange(H) * W
-        self.axis, self.W, self.H = axis, W, H
-        self.row, self.frm, self.to, self.want = row, frm, to, want
-        line_of = frm if axis == "row" else to
-        self.best_flat = (row * H * W + line_of)[:, None] + heads  # [P, H] into the [B, H, W] maxima
-        self.pair_flat = ((row * W + frm) * H * W + to)[:, None] + heads  # [P, H] into A
-
-    def __call__(self, A: np.ndarray, maxima: dict) -> np.ndarray:
-        W, H, axis = self.W, self.H, self.axis
-        if axis not in maxima:  # [B, H, W]: max over W_to of each from word, or over W_from of each to word
-            maxima[axis] = A.transpose(0, 3, 2, 1).copy().max(1) if axis == "row" else A.max(1)
-        best = maxima[axis].take(self.best_flat)
-        hit = A.take(self.pair_flat) == best  # [P, H]
-        p, h = np.nonzero(hit)
-        if len(p):
-            pos = np.arange(W)
-            row, frm, to = self.row[p], self.frm[p], self.to[p]
-            if axis == "row":  # A[row, frm, h, :]
-                line = A.take(((row * W + frm) * H + h)[:, None] * W + pos)
-            else:  # A[row, :, h, to]
-                line = A.take(((row[:, None] * W + pos) * H + h[:, None]) * W + to[:, None])
-            tie = ((line == best[p, h, None]) & (pos < self.want[p, None])).any(-1)
-            hit[p[tie], h[tie]] = False
-        return hit
-
-
-def _pooling(wid: np.ndarray | None, W: int, T: int, method: str) -> np.ndarray:
-    """``[W, T]`` matrix that pools token rows/columns into words (sum, mean or first piece)."""
-    P = np.zeros((W, T), dtype=np.float32)
-    if wid is None:
-        return P
-    t = np.flatnonzero(wid >= 0)
-    w = wid[t]
-    if method == "first":
-        first = np.unique(w, return_index=True)[1]
-        t, w = t[first], w[first]
-    P[w, t] = 1.0
-    if method == "mean":
-        P /= np.maximum(P.sum(1, keepdims=True), 1.0)
-    return P
 
 
 def head_label(layer: int, head: int) -> str:

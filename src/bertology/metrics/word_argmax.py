@@ -1,0 +1,164 @@
+"""Which word each attention head points to, at word level: the scoring kernel of the relation heads.
+
+For one layer's token attention maps ``[B, H, T, T]`` and the gold word pairs of every example, a
+head "hits" a pair (``dep``, ``gov``) when the first argmax of its word-level attention, taken over
+the example's candidate words other than the word itself, is the wanted word (Clark et al. 2019,
+§4.2):
+
+- ``dep->head``: ``argmax_{w != dep} A[dep, w] == gov`` (the row of the dependent);
+- ``head->dep`` with ``transpose=True``: ``argmax_{w != dep} A[w, dep] == gov`` (its column, Clark's
+  ``head<-dep``), else ``argmax_{w != gov} A[gov, w] == dep`` (the row of the head).
+
+Word-level attention pools the columns of a word's pieces (``to_method``) and then its rows
+(``from_method``): ``sum``, ``mean``, ``first`` piece or ``max``, exactly as
+:func:`bertology.data.align.word_attention` (same float64 values: pieces are added in token order).
+
+Written by hand, in Numba, because no library does this in one pass: pooling with NumPy or torch
+makes several map-sized temporaries per layer (two matrix products, a transposed copy, masks) and the
+argmax over short rows is slow in both, which made this the most expensive attention analysis. Here
+each example's word map lives in a small buffer, and the examples of a batch run in parallel.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+#: Pooling method -> code used inside the kernel.
+POOLING_CODES = {"sum": 0, "mean": 1, "first": 2, "max": 3}
+
+
+def word_argmax_hits(
+    att: np.ndarray,
+    word_ids: np.ndarray,
+    n_words: np.ndarray,
+    allowed: np.ndarray,
+    pair_start: np.ndarray,
+    dep: np.ndarray,
+    gov: np.ndarray,
+    *,
+    to_method: str = "sum",
+    from_method: str = "mean",
+    transpose: bool = True,
+) -> np.ndarray:
+    """Hits ``[2, H, P]`` bool (``dep->head``, ``head->dep``) of every head for every scored pair.
+
+    ``att``: float32 or float64 ``[B, H, T, T]``; ``word_ids``: ``[B, T]`` word of each token (-1: none,
+    e.g. special tokens and padding); ``n_words``: ``[B]`` words of each example; ``allowed``:
+    ``[B, W]`` bool, the candidate words; pairs of example ``b`` are ``pair_start[b]:pair_start[b+1]``
+    of ``dep``/``gov`` (word indices, both candidates).
+    """
+    for method in (to_method, from_method):
+        if method not in POOLING_CODES:
+            raise ValueError(f"pooling must be one of {tuple(POOLING_CODES)}, not {method!r}")
+    att = np.ascontiguousarray(att)
+    B, H = att.shape[:2]
+    hits = np.zeros((2, H, len(dep)), dtype=np.bool_)
+    if len(dep) == 0:
+        return hits
+    _kernel(
+        att, np.ascontiguousarray(word_ids, dtype=np.int64), np.ascontiguousarray(n_words, dtype=np.int64),
+        np.ascontiguousarray(allowed, dtype=np.bool_), np.ascontiguousarray(pair_start, dtype=np.int64),
+        np.ascontiguousarray(dep, dtype=np.int64), np.ascontiguousarray(gov, dtype=np.int64),
+        POOLING_CODES[to_method], POOLING_CODES[from_method], bool(transpose), hits,
+    )
+    return hits
+
+
+@numba.njit(cache=True, inline="always")
+def _pool_columns(out, row, tokens, tw, first, count, method) -> None:
+    """``out[j]``: the attention of one token ``row`` to word ``j``, its pieces' columns pooled.
+
+    Pieces are visited in token order (sum and max as ``index_add``/``scatter_reduce`` would); mean
+    divides the sum by the piece count.
+    """
+    W = out.shape[0]
+    if method == 2:  # first piece
+        for j in range(W):
+            out[j] = row[tokens[first[j]]] if first[j] >= 0 else 0.0
+    elif method == 3:  # max
+        out[:] = -np.inf
+        for t in range(tokens.shape[0]):
+            v = np.float64(row[tokens[t]])
+            if v > out[tw[t]]:
+                out[tw[t]] = v
+    else:
+        out[:] = 0.0
+        for t in range(tokens.shape[0]):
+            out[tw[t]] += row[tokens[t]]
+        if method == 1:
+            for j in range(W):
+                if count[j] > 0:
+                    out[j] /= count[j]
+
+
+@numba.njit(cache=True, inline="always")
+def _add_row(words, i, line, t, first, method) -> None:
+    """Pool token ``t``'s word-column row ``line`` into word row ``i`` (rows are added in token order)."""
+    W = line.shape[0]
+    if method == 3:
+        for j in range(W):
+            if line[j] > words[i, j]:
+                words[i, j] = line[j]
+    elif method == 2:
+        if first[i] == t:
+            for j in range(W):
+                words[i, j] = line[j]
+    else:
+        for j in range(W):
+            words[i, j] += line[j]
+
+
+@numba.njit(cache=True, parallel=True, nogil=True)
+def _kernel(att, word_ids, n_words, allowed, pair_start, dep, gov, to_code, from_code, transpose, hits):
+    B, H = att.shape[0], att.shape[1]
+    for b in numba.prange(B):
+        p0, p1 = pair_start[b], pair_start[b + 1]
+        if p0 == p1:
+            continue
+        W = n_words[b]
+        # The example's word tokens (special tokens and padding left out), their words, each word's
+        # piece count and first piece (as a position in ``tokens``).
+        tokens = np.flatnonzero(word_ids[b] >= 0)
+        n = tokens.shape[0]
+        tw = word_ids[b][tokens]
+        count = np.zeros(W, dtype=np.int64)
+        first = np.full(W, -1, dtype=np.int64)
+        for t in range(n):
+            if count[tw[t]] == 0:
+                first[tw[t]] = t
+            count[tw[t]] += 1
+        cand = allowed[b, :W]
+        line = np.empty(W)
+        words = np.empty((W, W))  # word-level attention of one head: word row -> word column
+        row_best = np.empty(W, dtype=np.int64)
+        col_best = np.empty(W, dtype=np.int64)
+        col_max = np.empty(W)
+        for h in range(H):
+            a = att[b, h]
+            words[:, :] = -np.inf if from_code == 3 else 0.0
+            for t in range(n):
+                _pool_columns(line, a[tokens[t]], tokens, tw, first, count, to_code)
+                _add_row(words, tw[t], line, t, first, from_code)
+            if from_code == 1:
+                for i in range(W):
+                    if count[i] > 0:
+                        words[i, :] /= count[i]
+            # Candidates only, never the word itself: everything else at -inf, then the first
+            # maximum of every row and of every column (strict ">" keeps the first one).
+            for i in range(W):
+                for j in range(W):
+                    if not (cand[i] and cand[j]) or i == j:
+                        words[i, j] = -np.inf
+            for i in range(W):
+                row_best[i] = np.argmax(words[i])
+            col_max[:] = words[0]
+            col_best[:] = 0
+            for i in range(1, W):
+                for j in range(W):
+                    if words[i, j] > col_max[j]:
+                        col_max[j] = words[i, j]
+                        col_best[j] = i
+            for p in range(p0, p1):
+                d, g = dep[p], gov[p]
+                hits[0, h, p] = row_best[d] == g
+                hits[1, h, p] = col_best[d] == g if transpose else row_best[g] == d
