@@ -302,3 +302,16 @@ def test_sentence_pair_words_count_in_both_texts_when_both_are_annotated(identic
     expect = out.attentions[0][0, :, :, dog].sum(-1).mean(-1).double().numpy()  # layer 1, per head
     got = t_both[(t_both.target == "noun") & (t_both.model == "base") & (t_both.layer == 1)].sort_values("head").value
     np.testing.assert_allclose(got.to_numpy(), expect, atol=1e-6)
+
+
+def test_punctuation_lookup_equals_is_punct_token_and_grows():
+    from bertology.analyses.attention_targets import PunctuationLookup
+    from bertology.testing import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    lookup = PunctuationLookup(tok)
+    ids = np.array([[tok.cls_token_id, *tok.convert_tokens_to_ids([".", "the", ","]), tok.sep_token_id]])
+    expected = [is_punct_token(t) for t in tok.convert_ids_to_tokens(ids[0].tolist())]
+    assert lookup(ids[:, :2]).tolist() == [expected[:2]]  # a first batch with small ids only
+    assert lookup(ids).tolist() == [expected]
+    assert expected.count(True) == 2

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from bertology.data.encode import EncodedExample
-from bertology.metrics.attention import column_sums, row_entropy
+from bertology.metrics.attention import LayerStatistics, layer_statistics, row_entropy
 from bertology.models.hooks import Captured
 
 
@@ -66,13 +66,20 @@ class PairBatch:
             buf = self._cache[key] = torch.empty_like(like, memory_format=torch.contiguous_format)
         return buf
 
+    def layer_stats(self, layer: int) -> LayerStatistics:
+        """Cosine parts, column sums and near diagonals of one layer's maps, both models in one pass.
+
+        :func:`bertology.metrics.attention.layer_statistics`, computed once per batch and layer for
+        the analyses that share it (change, patterns, targets).
+        """
+        key = ("stats", layer)
+        if key not in self._cache:
+            self._cache[key] = layer_statistics(self.base.attentions[layer], self.tuned.attentions[layer], self.mask)
+        return self._cache[key]
+
     def received(self, model: int, layer: int) -> torch.Tensor:
         """Attention each key receives, summed over the real query rows: ``[B, H, T]`` (maps' dtype).
 
         Shared by the analyses that need column sums (targets, patterns), computed once per batch.
         """
-        key = ("received", model, layer)
-        if key not in self._cache:
-            a = self.captured(model).attentions[layer]
-            self._cache[key] = column_sums(a, self.mask)
-        return self._cache[key]
+        return self.layer_stats(layer).received[model]

@@ -56,7 +56,11 @@ class AttentionChange(Analysis):
             a, b = batch.base.attentions[layer], batch.tuned.attentions[layer]  # [B, H, T, T]
             # Padding keys get exactly zero attention (masked softmax), so dropping the padding query
             # rows crops the maps to the real tokens without copying them.
-            cos = map_cosine(a, b, rows if self.mode == "cropped" else None, scratch=batch.scratch(a, 0))
+            if self.mode == "cropped":  # from the statistics the analyses share (one pass over both maps)
+                ab, aa, bb = batch.layer_stats(layer).dots.unbind(-1)
+                cos = ab / (aa.sqrt() * bb.sqrt()).clamp_min(1e-12)
+            else:
+                cos = map_cosine(a, b, None, scratch=batch.scratch(a, 0))
             # JS = H(m) - (H(a) + H(b)) / 2, with the row entropies shared with the other analyses;
             # the mixture (a + b) * 0.5 (== 0.5 * (a + b)) and its entropy's temporaries in scratch buffers.
             h_a, h_b = batch.row_entropy(0, layer), batch.row_entropy(1, layer)

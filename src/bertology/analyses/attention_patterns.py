@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 
 from bertology.activations.batch import PairBatch
-from bertology.analyses.attention_targets import is_punct_token
+from bertology.analyses.attention_targets import PunctuationLookup
 from bertology.analyses.base import Analysis
 from bertology.metrics.patterns import (
     FEATURE_COLUMNS,
@@ -38,8 +38,10 @@ from bertology.metrics.patterns import (
     SUMS,
     PatternThresholds,
     classify,
+    block_sums,
     features_from_sums,
     pattern_sums,
+    stacked_pattern_sums,
 )
 from bertology.results import Result
 
@@ -48,19 +50,15 @@ MODELS = ("base", "tuned")
 
 
 def vertical_key_mask(
-    tokenizer, input_ids: torch.Tensor, mask: torch.Tensor, content: torch.Tensor, cache: dict[int, bool] | None = None
+    tokenizer, input_ids: torch.Tensor, mask: torch.Tensor, content: torch.Tensor,
+    lookup: PunctuationLookup | None = None,
 ) -> torch.Tensor:
     """``[B, T]`` bool: real tokens that are special ([CLS], [SEP]...) or made only of punctuation.
 
-    ``cache`` (token id -> is punctuation) saves converting the same ids again on every batch.
+    ``lookup`` (a :class:`PunctuationLookup` kept across batches) saves converting the same ids again.
     """
-    cache = {} if cache is None else cache
-    ids = input_ids.cpu().numpy()
-    missing = [int(i) for i in np.unique(ids) if int(i) not in cache]
-    if missing:
-        for i, tok in zip(missing, tokenizer.convert_ids_to_tokens(missing)):
-            cache[i] = is_punct_token(tok or "")
-    punct = np.vectorize(cache.__getitem__, otypes=[bool])(ids) if ids.size else ids.astype(bool)
+    lookup = PunctuationLookup(tokenizer) if lookup is None else lookup
+    punct = lookup(input_ids.cpu().numpy())
     m = mask.cpu().numpy().astype(bool)
     special = m & ~content.cpu().numpy().astype(bool)
     return torch.as_tensor(m & (special | punct), device=mask.device)
@@ -97,7 +95,7 @@ class AttentionPatterns(Analysis):
         self.feature_sums = np.zeros(shape + (len(FEATURES),))
         self.n_examples = 0
         self.n_pairs = 0
-        self._punct_cache: dict[int, bool] = {}
+        self._punct = PunctuationLookup(tokenizer)
 
     def params(self) -> dict:
         clf = {"kind": "rules"} if self.classifier is None else self.classifier.identity()
@@ -113,7 +111,7 @@ class AttentionPatterns(Analysis):
         }
 
     def _vertical_keys(self, batch: PairBatch) -> torch.Tensor:
-        return vertical_key_mask(self.tokenizer, batch.input_ids, batch.mask, batch.content, self._punct_cache)
+        return vertical_key_mask(self.tokenizer, batch.input_ids, batch.mask, batch.content, self._punct)
 
     def update(self, batch: PairBatch) -> None:
         vk = self._vertical_keys(batch)
@@ -122,12 +120,26 @@ class AttentionPatterns(Analysis):
         P = len(PATTERNS)
         L = self.num_layers
         band = self.thresholds.band
-        # One pass per layer over the maps (band diagonals; column sums and row entropies shared with
-        # the other analyses), then features and classes once for all models and layers.
-        sums = [pattern_sums(cap.attentions[layer], batch.mask, vk, seg, batch.row_entropy(m, layer), band=band,
-                             received=batch.received(m, layer))
-                for m, cap in enumerate((batch.base, batch.tuned)) for layer in range(1, L + 1)]
-        feats = features_from_sums({k: torch.stack([x[k] for x in sums]) for k in SUMS}, batch.mask, vk, seg, band)
+        # Column sums, near diagonals and row entropies come from the statistics shared with the other
+        # analyses (one pass over the maps per layer); features and classes once for all models and layers.
+        layers = [(m, layer) for m in range(2) for layer in range(1, L + 1)]
+        if band <= 1:
+            sums = stacked_pattern_sums(
+                torch.stack([batch.received(m, layer) for m, layer in layers]),
+                torch.stack([batch.layer_stats(layer).diagonals[m] for m, layer in layers]),
+                torch.stack([batch.row_entropy(m, layer) for m, layer in layers]),
+                batch.mask, vk, band,
+            )
+            if is_pair.any():
+                sums["block"] = torch.stack([block_sums(batch.captured(m).attentions[layer], batch.mask, seg)
+                                             for m, layer in layers])
+            else:
+                sums["block"] = torch.full_like(sums["band"], float("nan"))
+        else:
+            per_layer = [pattern_sums(batch.captured(m).attentions[layer], batch.mask, vk, seg, batch.row_entropy(m, layer),
+                                      band=band, received=batch.received(m, layer)) for m, layer in layers]
+            sums = {k: torch.stack([x[k] for x in per_layer]) for k in SUMS}
+        feats = features_from_sums(sums, batch.mask, vk, seg, band)
         if self.classifier is None:
             codes = classify(feats, self.thresholds)  # [2 L, B, H]
         else:

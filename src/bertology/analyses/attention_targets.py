@@ -75,6 +75,34 @@ def is_punct_token(token: str) -> bool:
     return bool(token) and all(unicodedata.category(ch).startswith("P") for ch in token)
 
 
+class PunctuationLookup:
+    """Token id -> "is a punctuation token" (:func:`is_punct_token`), converting each id once.
+
+    A lookup array rather than a dict: a batch's ids are looked up in one vectorised indexing step.
+    """
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.known = np.zeros(0, dtype=bool)
+        self.punct = np.zeros(0, dtype=bool)
+
+    def __call__(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size == 0:
+            return np.zeros(ids.shape, dtype=bool)
+        top = int(ids.max()) + 1
+        if top > len(self.known):
+            grow = top - len(self.known)
+            self.known = np.concatenate([self.known, np.zeros(grow, dtype=bool)])
+            self.punct = np.concatenate([self.punct, np.zeros(grow, dtype=bool)])
+        missing = np.unique(ids[~self.known[ids]])
+        if missing.size:
+            tokens = self.tokenizer.convert_ids_to_tokens([int(i) for i in missing])
+            self.punct[missing] = [is_punct_token(tok or "") for tok in tokens]
+            self.known[missing] = True
+        return self.punct[ids]
+
+
 def _norm_word(word: str) -> str:
     return word.lower().replace("\u2019", "'")
 
@@ -111,8 +139,9 @@ class AttentionTargets(Analysis):
         self.counts = np.zeros(len(self.targets), dtype=np.int64)
         self.n_examples = 0
         self.n_annotated = 0
-        self._punct_cache: dict[int, bool] = {}
+        self._is_punct = PunctuationLookup(tokenizer)
         self._word_cache: dict[int, np.ndarray | None] = {}
+        self._category_memo: dict[tuple[str, str, str], tuple[bool, ...]] = {}
 
     def params(self) -> dict:
         return {
@@ -128,6 +157,18 @@ class AttentionTargets(Analysis):
 
     # -- per-example annotations -------------------------------------------------------------------
 
+    def _categories_of(self, word: str, pos: str, rel: str) -> tuple[bool, ...]:
+        """One word's membership in :data:`WORD_TARGETS`."""
+        w, rel = _norm_word(word), rel.lower()
+        return (
+            pos in NOUN_UPOS,
+            pos in VERB_UPOS,
+            pos in PRON_UPOS,
+            rel in SUBJECT_DEPRELS,
+            rel in OBJECT_DEPRELS,
+            w in self.negation_words or rel == "neg" or (pos == "PART" and w in ("not", "n't")),
+        )
+
     def _word_categories(self, index: int) -> np.ndarray | None:
         """``[n_words, len(WORD_TARGETS)]`` bool for an annotated example, else None."""
         if index in self._word_cache:
@@ -140,26 +181,16 @@ class AttentionTargets(Analysis):
                 raise BertologyError(
                     f"example {index}: {n} words but {len(ex.upos)} UPOS tags and {len(ex.deprels)} relations"
                 )
-            cats = np.zeros((n, len(WORD_TARGETS)), dtype=bool)
-            for i, (w, pos, rel) in enumerate(zip(ex.words, ex.upos, ex.deprels)):
-                w, rel = _norm_word(w), rel.lower()
-                cats[i] = (
-                    pos in NOUN_UPOS,
-                    pos in VERB_UPOS,
-                    pos in PRON_UPOS,
-                    rel in SUBJECT_DEPRELS,
-                    rel in OBJECT_DEPRELS,
-                    w in self.negation_words or rel == "neg" or (pos == "PART" and w in ("not", "n't")),
-                )
+            memo = self._category_memo
+            rows = []
+            for key in zip(ex.words, ex.upos, ex.deprels):
+                row = memo.get(key)
+                if row is None:
+                    row = memo[key] = self._categories_of(*key)
+                rows.append(row)
+            cats = np.array(rows, dtype=bool).reshape(n, len(WORD_TARGETS))
         self._word_cache[index] = cats
         return cats
-
-    def _is_punct(self, ids: np.ndarray) -> np.ndarray:
-        missing = [int(i) for i in np.unique(ids) if int(i) not in self._punct_cache]
-        if missing:
-            for i, tok in zip(missing, self.tokenizer.convert_ids_to_tokens(missing)):
-                self._punct_cache[i] = is_punct_token(tok or "")
-        return np.vectorize(self._punct_cache.__getitem__, otypes=[bool])(ids) if ids.size else ids.astype(bool)
 
     def _batch_masks(self, batch: PairBatch):
         """Key masks ``[B, C, T]`` (C = TOKEN_TARGETS, WORD_TARGETS, other), presence ``[B, C]``, word map."""
@@ -243,29 +274,25 @@ class AttentionTargets(Analysis):
         cats = ("cls", "sep", "punct") + (WORD_TARGETS if word_level else ()) + ("other",)
         for c in cats:
             pres[:, idx[f"from_cls_{c}"]] = present[:, _KEY_INDEX[c]] & has_cls
-        real32 = batch.mask.to(batch.base.attentions[1].dtype)
         nq_ = nq[:, None]  # [B, 1]
-        # Pass over the maps layer by layer (they stay in cache): the shared column sums and row
-        # entropies and three diagonals. Padding keys hold exactly zero attention (masked softmax);
-        # padding query rows are dropped by weighting rows with ``real``. Everything after that works
-        # on small per-head vectors and runs once for all models and layers (stacked on a leading
-        # axis S = 2 L): a dozen small ops per batch instead of per layer.
+        # The maps are read once per layer for all analyses (``batch.layer_stats``: column sums over
+        # real rows and the prev/self/next diagonals, zero on padding rows; ``batch.row_entropy``).
+        # Padding keys hold exactly zero attention (masked softmax). Everything after that works on
+        # small per-head vectors and runs once for all models and layers (stacked on a leading axis
+        # S = 2 L): a dozen small ops per batch instead of per layer.
         rec, ent, diag = [], [], []
         for m, cap in enumerate((batch.base, batch.tuned)):
             for layer in range(1, L + 1):
-                a = cap.attentions[layer]  # [B, H, T, T]
                 rec.append(batch.received(m, layer))
                 ent.append(batch.row_entropy(m, layer))
-                prev = a.diagonal(-1, -2, -1) * real32[:, None, 1:]  # row q, key q-1: real rows only
-                # self, prev, next (a padding row's key q+1 is padding)
-                diag.append(torch.stack([a.diagonal(0, -2, -1).sum(-1), prev.sum(-1), a.diagonal(1, -2, -1).sum(-1)], -1))
+                diag.append(batch.layer_stats(layer).diagonals[m])  # [B, H, T, 3]: prev, self, next of real rows
         S = 2 * L
         col = torch.stack(rec).to(dt) / nq_[..., None]  # [S, B, H, T]: mean attention received
         share = torch.einsum("sbht,bct->sbhc", col, keys)  # [S, B, H, C]
         out = torch.zeros(S, B, H, len(self.targets), dtype=dt, device=dev)
         out[..., :n_tok] = share[..., :n_tok]
-        d = torch.stack(diag).to(dt) / nq_[..., None]  # [S, B, H, 3]
-        out[..., idx["self"]], out[..., idx["prev"]], out[..., idx["next"]] = d.unbind(-1)
+        d = torch.stack(diag).to(dt).sum(-2) / nq_[..., None]  # [S, B, H, 3]
+        out[..., idx["prev"]], out[..., idx["self"]], out[..., idx["next"]] = d.unbind(-1)
         out[..., idx["entropy"]] = (torch.stack(ent).to(dt) * real[:, None, :]).sum(-1) / nq_
         out[..., idx["max_sep"]] = torch.where(is_sep[:, None, :], col, neg_inf).amax(-1)
         if word_level:

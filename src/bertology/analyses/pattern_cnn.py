@@ -461,6 +461,7 @@ def sample_maps(
     """
     from bertology.activations.extract import collate, length_batches
     from bertology.analyses.attention_patterns import segment_ids, vertical_key_mask
+    from bertology.analyses.attention_targets import PunctuationLookup
     from bertology.metrics.patterns import PatternThresholds, classify, pattern_features
     from bertology.models.hooks import capture
 
@@ -486,7 +487,7 @@ def sample_maps(
     tok = loaded.tokenizer
     dev = torch.device(device)
     encoder.to(dev).eval()
-    cache: dict[int, bool] = {}
+    punct = PunctuationLookup(tok)
     with torch.inference_mode():
         for group in length_batches(items, batch_size):
             t = collate(group, tok.pad_token_id or 0)
@@ -496,7 +497,7 @@ def sample_maps(
             with capture(encoder, hidden_states=False) as cap:
                 encoder(**inputs)
             mask = t["mask"].to(dev)
-            vk = vertical_key_mask(tok, t["input_ids"], mask, t["content"].to(dev), cache)
+            vk = vertical_key_mask(tok, t["input_ids"], mask, t["content"].to(dev), punct)
             seg = segment_ids(group, mask)
             layers = sorted({layer for it in group for layer, _ in wanted[pos_of[id(it)]]})
             for layer in layers:

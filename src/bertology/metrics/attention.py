@@ -6,7 +6,9 @@ copy) with a NumPy reference for tests. Rows are attention distributions over ke
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+import numba
 import numpy as np
 import torch
 
@@ -72,3 +74,89 @@ def js_divergence_np(p: np.ndarray, q: np.ndarray, base: float = 2.0) -> float:
     from scipy.spatial.distance import jensenshannon
 
     return float(jensenshannon(p, q, base=base) ** 2)
+
+
+#: Diagonal offsets kept per query row by :func:`layer_statistics`: previous token, self, next token.
+DIAGONAL_OFFSETS = (-1, 0, 1)
+
+
+@dataclass
+class LayerStatistics:
+    """What the attention analyses read from one layer's maps of both models, from one pass over them.
+
+    ``dots`` ``[B, H, 3]`` float64: over the real query rows, ``sum a*b``, ``sum a*a``, ``sum b*b``
+    (``a`` base, ``b`` tuned; the cosine of the cropped maps). ``received`` ``[2, B, H, T]``: attention
+    each key receives from the real query rows (:func:`column_sums`), base then tuned, in the maps'
+    dtype. ``diagonals`` ``[2, B, H, T, 3]``: ``A[q, q + o]`` for ``o`` in :data:`DIAGONAL_OFFSETS`
+    (0 where ``q + o`` is outside the map and on padding query rows), in the maps' dtype.
+    """
+
+    dots: torch.Tensor
+    received: torch.Tensor
+    diagonals: torch.Tensor
+
+
+def layer_statistics(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor) -> LayerStatistics:
+    """:class:`LayerStatistics` of two ``[B, H, T, T]`` maps of the same inputs; ``rows`` ``[B, T]`` marks real queries.
+
+    On CPU one Numba pass reads each map once; the torch version (any device) makes a dozen passes,
+    and with a few dozen small operations per layer the Python overhead cost as much as the
+    arithmetic. Both give the same values up to float rounding (the kernel sums in float64).
+    """
+    if a.shape != b.shape or a.dim() != 4 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"expected two [B, H, T, T] maps of one shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.device.type != "cpu" or a.dtype not in (torch.float32, torch.float64) or b.dtype != a.dtype:
+        return layer_statistics_torch(a, b, rows)
+    B, H, T, _ = a.shape
+    dots = np.zeros((B, H, 3))
+    received = np.zeros((2, B, H, T), dtype=np.float64)
+    diagonals = np.zeros((2, B, H, T, len(DIAGONAL_OFFSETS)), dtype=np.float64)
+    _layer_statistics_kernel(a.detach().contiguous().numpy(), b.detach().contiguous().numpy(),
+                             rows.bool().cpu().numpy(), dots, received, diagonals)
+    return LayerStatistics(torch.from_numpy(dots), torch.from_numpy(received).to(a.dtype),
+                           torch.from_numpy(diagonals).to(a.dtype))
+
+
+def layer_statistics_torch(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor) -> LayerStatistics:
+    """Reference (and non-CPU) version of :func:`layer_statistics` in plain torch operations."""
+    real = rows.to(torch.float64)[:, None, :, None]  # [B, 1, T, 1]
+    a64, b64 = a.double() * real, b.double() * real
+    dots = torch.stack([(a64 * b64).sum((-1, -2)), (a64 * a64).sum((-1, -2)), (b64 * b64).sum((-1, -2))], -1)
+    received = torch.stack([a64.sum(-2), b64.sum(-2)]).to(a.dtype)
+    T = a.shape[-1]
+    q = torch.arange(T, device=a.device)
+    diags = []
+    for m in (a64, b64):
+        cols = []
+        for o in DIAGONAL_OFFSETS:
+            k = q + o
+            inside = (k >= 0) & (k < T)
+            cols.append(torch.where(inside, m[..., q, k.clamp(0, T - 1)], torch.zeros((), dtype=m.dtype, device=m.device)))
+        diags.append(torch.stack(cols, -1))
+    return LayerStatistics(dots, received, torch.stack(diags).to(a.dtype))
+
+
+@numba.njit(cache=True, parallel=True, nogil=True, fastmath=True)
+def _layer_statistics_kernel(a, b, rows, dots, received, diagonals):
+    B, H, T = a.shape[0], a.shape[1], a.shape[2]
+    for task in numba.prange(B * H):
+        i, h = task // H, task % H
+        ab = aa = bb = 0.0
+        ra, rb = received[0, i, h], received[1, i, h]
+        for q in range(T):
+            if not rows[i, q]:
+                continue
+            x, y = a[i, h, q], b[i, h, q]
+            for k in range(T):
+                xk, yk = np.float64(x[k]), np.float64(y[k])
+                ab += xk * yk
+                aa += xk * xk
+                bb += yk * yk
+                ra[k] += xk
+                rb[k] += yk
+            for j in range(3):
+                k = q + j - 1
+                if 0 <= k < T:
+                    diagonals[0, i, h, q, j] = x[k]
+                    diagonals[1, i, h, q, j] = y[k]
+        dots[i, h, 0], dots[i, h, 1], dots[i, h, 2] = ab, aa, bb

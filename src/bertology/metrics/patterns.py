@@ -155,20 +155,61 @@ def pattern_sums(
     if received is None:
         received = column_sums(attn, real)  # [B, H, T]: attention each key receives
     on_vertical = torch.einsum("bhk,bk->bh", received, vk)
-    # Block: mass of content queries on their own segment (specials are in no segment).
-    block = torch.full((B, H), float("nan"), dtype=f64, device=dev)
-    is_pair = ((segment == 1) & mask).any(-1)
-    if bool(is_pair.any()):
-        idx = is_pair.nonzero(as_tuple=True)[0]
-        seg = segment[idx]
-        content = (seg >= 0) & mask[idx]  # [b, T]
-        same = (seg[:, :, None] == seg[:, None, :]) & content[:, :, None]  # [b, q, k]
-        block[idx] = torch.einsum("bhqk,bqk->bhq", attn[idx], same.to(dt)).to(f64).sum(-1)  # [b, H]
+    block = block_sums(attn, mask, segment)
     if row_entropy is None:
         row_entropy = -torch.linalg.vecdot(attn, torch.log(attn.clamp_min(torch.finfo(dt).tiny)))
     ent = (row_entropy.to(f64) * mask.to(f64)[:, None]).sum(-1)
     return {"on_vertical": on_vertical.to(f64), "band_v": band_v.to(f64), "band": band_sum.to(f64),
             "entropy": ent, "block": block}
+
+
+def block_sums(attn: torch.Tensor, mask: torch.Tensor, segment: torch.Tensor) -> torch.Tensor:
+    """``[B, H]`` float64: the mass of content queries on their own segment (NaN for single texts)."""
+    B, H = attn.shape[:2]
+    mask = mask.bool()
+    block = torch.full((B, H), float("nan"), dtype=torch.float64, device=attn.device)
+    is_pair = ((segment == 1) & mask).any(-1)
+    if bool(is_pair.any()):
+        idx = is_pair.nonzero(as_tuple=True)[0]
+        seg = segment[idx]
+        content = (seg >= 0) & mask[idx]  # [b, T]; specials are in no segment
+        same = (seg[:, :, None] == seg[:, None, :]) & content[:, :, None]  # [b, q, k]
+        block[idx] = torch.einsum("bhqk,bqk->bhq", attn[idx], same.to(attn.dtype)).to(torch.float64).sum(-1)
+    return block
+
+
+def stacked_pattern_sums(
+    received: torch.Tensor,
+    diagonals: torch.Tensor,
+    row_entropy: torch.Tensor,
+    mask: torch.Tensor,
+    vertical_keys: torch.Tensor,
+    band: int = 1,
+) -> dict[str, torch.Tensor]:
+    """:func:`pattern_sums` (without ``block``) for many maps at once, from the shared layer statistics.
+
+    ``received`` and ``row_entropy`` ``[S, B, H, T]``, ``diagonals`` ``[S, B, H, T, 3]`` (``A[q, q + o]``
+    for ``o = -1, 0, 1``, zero on padding rows and outside the map, as
+    :func:`bertology.metrics.attention.layer_statistics` gives them), stacked over models and layers.
+    A handful of operations per batch instead of a dozen per layer; ``band`` must be 0 or 1.
+    """
+    if band not in (0, 1):
+        raise ValueError(f"stacked_pattern_sums needs band 0 or 1, not {band}")
+    f64 = torch.float64
+    mask = mask.bool()
+    T = mask.shape[1]
+    vk = (vertical_keys.bool() & mask).to(f64)  # [B, T]
+    q = torch.arange(T, device=mask.device)
+    offsets = (-1, 0, 1)[1 - band : 2 + band]
+    # vk of key q + o for each offset (0 outside the map)
+    shifted = torch.stack([torch.where((q + o >= 0) & (q + o < T), vk[:, (q + o).clamp(0, T - 1)], 0.0) for o in offsets], -1)
+    diag = diagonals[..., 1 - band : 2 + band].to(f64)
+    return {
+        "on_vertical": (received.to(f64) * vk[:, None]).sum(-1),
+        "band_v": (diag * shifted[:, None]).sum((-1, -2)),
+        "band": diag.sum((-1, -2)),
+        "entropy": (row_entropy.to(f64) * mask.to(f64)[:, None]).sum(-1),
+    }
 
 
 def features_from_sums(

@@ -1,0 +1,63 @@
+"""The shared one-pass layer statistics (Numba) against plain torch, and the stacked pattern sums against pattern_sums."""
+import numpy as np
+import pytest
+import torch
+
+from bertology.metrics.attention import layer_statistics, layer_statistics_torch, map_cosine
+from bertology.metrics.patterns import pattern_sums, stacked_pattern_sums
+
+
+def _maps(seed, B=5, H=3, T=9, dtype=torch.float32):
+    """Masked-softmax maps: padding keys get exactly 0, padding query rows still hold attention."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([T, T - 2, 4, 1, T - 1])[:B]
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    def one():
+        scores = torch.randn(B, H, T, T, generator=g, dtype=torch.float64)
+        return torch.softmax(scores.masked_fill(~mask[:, None, None, :], float("-inf")), -1).to(dtype)
+    return one(), one(), mask
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_kernel_equals_torch_reference(dtype):
+    a, b, mask = _maps(0, dtype=dtype)
+    got, ref = layer_statistics(a, b, mask), layer_statistics_torch(a, b, mask)
+    torch.testing.assert_close(got.dots, ref.dots, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got.received, ref.received)
+    torch.testing.assert_close(got.diagonals, ref.diagonals, rtol=0, atol=0)
+    assert got.received.dtype == dtype and got.diagonals.dtype == dtype
+    # padding rows are left out: row 3 has one real token, so only its first query row counts
+    assert torch.equal(got.diagonals[:, 3, :, 1:], torch.zeros_like(got.diagonals[:, 3, :, 1:]))
+    assert torch.allclose(got.received[:, 3, :, 0], torch.ones(2, 3, dtype=dtype))
+
+
+def test_dots_give_the_cropped_cosine_and_diagonals_the_map_values():
+    a, b, mask = _maps(1, dtype=torch.float64)
+    st = layer_statistics(a, b, mask)
+    ab, aa, bb = st.dots.unbind(-1)
+    expected = map_cosine(a, b, mask[:, None, :].double())
+    torch.testing.assert_close(ab / (aa.sqrt() * bb.sqrt()), expected, rtol=1e-12, atol=1e-12)
+    n = int(mask[1].sum())
+    for q in range(n):
+        for j, o in enumerate((-1, 0, 1)):
+            k = q + o
+            want = float(a[1, 2, q, k]) if 0 <= k < a.shape[-1] else 0.0
+            assert float(st.diagonals[0, 1, 2, q, j]) == want
+
+
+@pytest.mark.parametrize("band", [0, 1])
+def test_stacked_pattern_sums_equal_per_layer_pattern_sums(band):
+    a, b, mask = _maps(2)
+    vk = torch.zeros_like(mask)
+    vk[:, 0] = True
+    vk[:, 3] = True
+    seg = torch.where(mask, 0, -1)
+    st = layer_statistics(a, b, mask)
+    ent = torch.stack([-(m.clamp_min(1e-38).log() * m).sum(-1) for m in (a, b)])
+    got = stacked_pattern_sums(st.received, st.diagonals, ent, mask, vk, band)
+    for m, attn in enumerate((a, b)):
+        ref = pattern_sums(attn, mask, vk, seg, ent[m], band=band)
+        for key in got:
+            torch.testing.assert_close(got[key][m], ref[key], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="band"):
+        stacked_pattern_sums(st.received, st.diagonals, ent, mask, vk, 2)
