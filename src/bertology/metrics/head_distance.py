@@ -52,37 +52,44 @@ def pairwise_js_sums(
     ``i0:`` per block, so at most ``block_elements`` mixture values exist at a time.
     """
     *lead, k, r, n = p.shape
-    half = (0.5 * p.reshape(-1, k, r, n)).permute(0, 3, 2, 1).contiguous()  # [B, N, R, K]
-    b = half.shape[0]
     tiny = torch.finfo(p.dtype).tiny
-    h = _key_major_entropy(2.0 * half, tiny)  # [B, R, K] nats
+    # Halves clamped once to the smallest normal float: every mixture is then >= 2 tiny, so its log
+    # needs no clamp (log(0) takes a slow path and 0 log 0 must be 0; a zero now adds ~1e-36).
+    half = (0.5 * p.reshape(-1, k, r, n)).clamp_min_(tiny).permute(0, 3, 2, 1).contiguous()  # [B, N, R, K]
+    b = half.shape[0]
+    h = _plain_entropy(2.0 * half)  # [B, R, K] nats
     w = None if rows is None else rows.reshape(b, r).to(torch.float64)
     full = torch.zeros(b, k, k, dtype=torch.float64, device=p.device)
     per_pair = b * r * n
+    blocks = []  # heads i0:i1 against heads i0: per block
     i0 = 0
     while i0 < k - 1:
         width = k - i0
         bi = max(1, min(width - 1, block_elements // max(1, width * per_pair)))
-        i1 = i0 + bi
-        m = half[..., i0:i1, None] + half[..., None, i0:]  # [B, N, R, bi, width]
-        hm = _key_major_entropy(m, tiny)  # [B, R, bi, width]
+        blocks.append((i0, i0 + bi))
+        i0 += bi
+    most = max((i1 - i0) * (k - i0) for i0, i1 in blocks) * per_pair if blocks else 0
+    mix_buf = torch.empty(most, dtype=p.dtype, device=p.device)  # reused by every block
+    log_buf = torch.empty(most, dtype=p.dtype, device=p.device)
+    for i0, i1 in blocks:
+        bi, width = i1 - i0, k - i0
+        shape = (b, n, r, bi, width)
+        size = b * n * r * bi * width
+        m = torch.add(half[..., i0:i1, None], half[..., None, i0:], out=mix_buf[:size].view(shape))
+        logm = torch.log(m, out=log_buf[:size].view(shape))
+        hm = -logm.mul_(m).sum(1)  # [B, R, bi, width]
         js = hm - 0.5 * (h[..., i0:i1, None] + h[..., None, i0:])
         js = js.clamp_min_(0.0).to(torch.float64)
         if w is not None:
             js = js * w[:, :, None, None]
         full[:, i0:i1, i0:] = js.sum(1)
-        i0 = i1
     ia, ib = pair_indices(k)
     out = full[:, torch.from_numpy(ia).to(p.device), torch.from_numpy(ib).to(p.device)] / math.log(2.0)
     return out.reshape(*lead, len(ia))
 
 
-def _key_major_entropy(m: torch.Tensor, tiny: float) -> torch.Tensor:
-    """Entropy (nats) over dim 1 of ``[B, N, ...]``; ``m`` is clobbered (clamped in place).
-
-    Clamping a zero to ``tiny`` changes its term from 0 to ``tiny * log(tiny)`` (about -1e-36).
-    """
-    m = m.clamp_min_(tiny)
+def _plain_entropy(m: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) over dim 1 of ``[B, N, ...]`` for strictly positive values (no clamp needed)."""
     return -(torch.log(m).mul_(m)).sum(1)
 
 
