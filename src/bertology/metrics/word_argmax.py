@@ -139,24 +139,26 @@ def _kernel(att, word_ids, n_words, allowed, pair_start, dep, gov, to_code, from
             for t in range(n):
                 _pool_columns(line, a[tokens[t]], tokens, tw, first, count, to_code)
                 _add_row(words, tw[t], line, t, first, from_code)
-            if from_code == 1:
-                for i in range(W):
-                    if count[i] > 0:
-                        words[i, :] /= count[i]
-            # Candidates only, never the word itself: everything else at -inf, then the first
-            # maximum of every row and of every column (strict ">" keeps the first one).
+            # One pass over the candidates (never the word itself): the first maximum of every
+            # row and of every column (strict ">" in index order keeps the first one). Mean rows
+            # are divided here, as word_attention does, so ties compare the same values.
+            col_max[:] = -np.inf
+            col_best[:] = -1
             for i in range(W):
+                row_best[i] = -1
+                if not cand[i]:
+                    continue
+                scale = count[i] if from_code == 1 and count[i] > 1 else 1
+                best = -np.inf
                 for j in range(W):
-                    if not (cand[i] and cand[j]) or i == j:
-                        words[i, j] = -np.inf
-            for i in range(W):
-                row_best[i] = np.argmax(words[i])
-            col_max[:] = words[0]
-            col_best[:] = 0
-            for i in range(1, W):
-                for j in range(W):
-                    if words[i, j] > col_max[j]:
-                        col_max[j] = words[i, j]
+                    if j == i or not cand[j]:
+                        continue
+                    v = words[i, j] / scale if scale != 1 else words[i, j]
+                    if v > best or row_best[i] < 0:
+                        best = v
+                        row_best[i] = j
+                    if v > col_max[j] or col_best[j] < 0:
+                        col_max[j] = v
                         col_best[j] = i
             for p in range(p0, p1):
                 d, g = dep[p], gov[p]
