@@ -5,7 +5,10 @@ interleaved over rounds: capture only (no analysis), + attention_change, and + a
 analyses (attention_change, attention_patterns, attention_targets, relation_heads, head_map with its
 default 100-example sample). Reports the median seconds and the overhead relative to capture only,
 and, for the last setup, the seconds spent inside each analysis's ``update`` (wall clock, median over
-rounds); ``forward`` is the rest of that run. The load average before and after goes in the JSON.
+rounds); ``forward`` is the rest of that run. Process CPU time (all threads) is reported next to wall
+time, and the CPU time stolen by other guests of the virtual machine during each run (``/proc/stat``,
+Linux) is recorded: on a shared machine a run with much steal is slower for reasons of its own. The
+load average before and after goes in the JSON.
 
     .venv/bin/python benchmarks/attention_overhead.py [--data CONLLU] [--n 2000] [--repeats 3] [--threads N]
 """
@@ -67,14 +70,25 @@ def main() -> None:
             RelationHeads(corpus, L, H), HeadMap(L, H, example_indices=[it.index for it in enc.items]),
         ],
     }
-    run_analyses(pair, encode_corpus(corpus.head(64), pair.tokenizer), [_CaptureOnly(L, H)], batch_size=args.batch_size)
+    # Warm-up on 64 sentences with every analysis: one-time costs (loading the compiled Numba kernels,
+    # importing scikit-learn for the MDS) are paid here, not in the first measured round.
+    t_warm = time.perf_counter()
+    small = corpus.head(64)
+    warm = [AttentionChange(L, H), AttentionPatterns(pair.tokenizer, L, H), AttentionTargets(small, pair.tokenizer, L, H),
+            RelationHeads(small, L, H), HeadMap(L, H, max_examples=8)]
+    run_analyses(pair, encode_corpus(small, pair.tokenizer), warm, batch_size=args.batch_size)
+    for a in warm:
+        a.compute()
+    t_warm = time.perf_counter() - t_warm
     times: dict[str, list[float]] = {k: [] for k in setups}
+    cpu: dict[str, list[float]] = {k: [] for k in setups}
+    steal: dict[str, list[float]] = {k: [] for k in setups}
     updates: dict[str, list[float]] = {}
     for _ in range(args.repeats):
         for name, make in setups.items():
             analyses = make()
             spent = _time_updates(analyses) if name == "+ all attention analyses" else None
-            t0 = time.perf_counter()
+            s0, c0, t0 = _steal_seconds(), time.process_time(), time.perf_counter()
             run_analyses(pair, enc, analyses, batch_size=args.batch_size)
             t_compute = time.perf_counter()
             for a in analyses:
@@ -82,6 +96,8 @@ def main() -> None:
                     a.compute()
             t_compute = time.perf_counter() - t_compute
             times[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+            steal[name].append(_steal_seconds() - s0)
             if spent is not None:
                 spent["compute (all five)"] = t_compute
             if spent is not None:
@@ -89,23 +105,37 @@ def main() -> None:
                     updates.setdefault(k, []).append(v)
                 updates.setdefault("forward (rest of the run)", []).append(times[name][-1] - sum(spent.values()))
     base = statistics.median(times["capture only"])
-    rows = [{"setup": k, "seconds": statistics.median(v), "runs": v, "overhead": statistics.median(v) / base - 1}
+    base_cpu = statistics.median(cpu["capture only"])
+    rows = [{"setup": k, "seconds": statistics.median(v), "runs": v, "overhead": statistics.median(v) / base - 1,
+             "cpu_seconds": statistics.median(cpu[k]), "cpu_runs": cpu[k], "cpu_overhead": statistics.median(cpu[k]) / base_cpu - 1,
+             "steal_seconds": steal[k]}
             for k, v in times.items()]
-    print(f"{len(enc.items)} sentences, {enc.n_tokens} tokens, torch threads {torch.get_num_threads()}")
-    print("| setup | seconds (median) | overhead vs capture only |\n|---|---:|---:|")
+    print(f"{len(enc.items)} sentences, {enc.n_tokens} tokens, torch threads {torch.get_num_threads()}, {args.repeats} rounds")
+    print("| setup | wall s (median) | wall overhead | CPU s (median) | CPU overhead | steal s per run |\n|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['setup']} | {r['seconds']:.2f} | {100 * r['overhead']:+.1f} % |")
+        print(f"| {r['setup']} | {r['seconds']:.2f} | {100 * r['overhead']:+.1f} % | {r['cpu_seconds']:.2f} | "
+              f"{100 * r['cpu_overhead']:+.1f} % | {' '.join(f'{x:.1f}' for x in r['steal_seconds'])} |")
     update_rows = {k: statistics.median(v) for k, v in updates.items()}
     print("\nseconds inside update (+ all attention analyses, median):")
     for k, v in update_rows.items():
         print(f"  {k}: {v:.2f}")
+    print(f"warm-up on 64 sentences (includes one-time costs): {t_warm:.2f} s")
     load_after = os.getloadavg()
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "n_sentences": len(enc.items), "n_tokens": enc.n_tokens,
                                           "torch_threads": torch.get_num_threads(), "load_before": load_before,
-                                          "load_after": load_after, "rows": rows, "update_seconds": update_rows,
+                                          "load_after": load_after, "warmup_seconds": t_warm, "rows": rows, "update_seconds": update_rows,
                                           "update_runs": updates}, indent=2))
+
+
+def _steal_seconds() -> float:
+    """CPU seconds stolen by the hypervisor so far, all CPUs (0 where /proc/stat is missing)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def _time_updates(analyses) -> dict[str, float]:
