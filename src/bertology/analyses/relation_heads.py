@@ -217,16 +217,16 @@ class RelationHeads(Analysis):
             n_pairs[b] = len(found_all[b][3])
         pair_start = np.r_[0, np.cumsum(n_pairs)]
         L, H = self.num_layers, self.num_heads
-        for m, cap in enumerate((batch.base, batch.tuned)):
-            hits = np.zeros((2, L, H, P), dtype=np.int64)
-            for layer in range(1, L + 1):
-                hits[:, layer - 1] = word_argmax_hits(
-                    cap.attentions[layer].detach().cpu().numpy(), word_ids, n_words, allowed, pair_start, dep, gov,
-                    to_method=self.to_method, from_method=self.from_method, transpose=self.reverse == "transpose",
-                )
-            flat = hits.reshape(-1, P)
+        # Every layer of both models in one kernel call: [2 L, 2 directions, H, P]
+        maps = [cap.attentions[layer].detach().cpu().numpy() for cap in (batch.base, batch.tuned)
+                for layer in range(1, L + 1)]
+        hits = word_argmax_hits(maps, word_ids, n_words, allowed, pair_start, dep, gov, to_method=self.to_method,
+                                from_method=self.from_method, transpose=self.reverse == "transpose")
+        hits = hits.reshape(2, L, 2, H, P).transpose(0, 2, 1, 3, 4)  # [model, direction, L, H, P]
+        for m in range(2):
+            flat = hits[m].reshape(-1, P)
             per_rel = np.zeros((flat.shape[0], R), dtype=np.int64)  # [2*L*H, R]
-            per_rel[:, rel_present] = np.add.reduceat(flat[:, by_rel], starts, axis=1)
+            per_rel[:, rel_present] = np.add.reduceat(flat[:, by_rel], starts, axis=1, dtype=np.int64)
             per_rel[:, all_idx] = flat.sum(1)
             self.correct[:, m] += np.moveaxis(per_rel.reshape(2, L, H, R), -1, 0)
 

@@ -20,6 +20,8 @@ each example's word map lives in a small buffer, and the examples of a batch run
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numba
 import numpy as np
 
@@ -28,7 +30,7 @@ POOLING_CODES = {"sum": 0, "mean": 1, "first": 2, "max": 3}
 
 
 def word_argmax_hits(
-    att: np.ndarray,
+    att: np.ndarray | Sequence[np.ndarray],
     word_ids: np.ndarray,
     n_words: np.ndarray,
     allowed: np.ndarray,
@@ -42,26 +44,30 @@ def word_argmax_hits(
 ) -> np.ndarray:
     """Hits ``[2, H, P]`` bool (``dep->head``, ``head->dep``) of every head for every scored pair.
 
-    ``att``: float32 or float64 ``[B, H, T, T]``; ``word_ids``: ``[B, T]`` word of each token (-1: none,
-    e.g. special tokens and padding); ``n_words``: ``[B]`` words of each example; ``allowed``:
-    ``[B, W]`` bool, the candidate words; pairs of example ``b`` are ``pair_start[b]:pair_start[b+1]``
-    of ``dep``/``gov`` (word indices, both candidates).
+    ``att``: float32 or float64 ``[B, H, T, T]``, or a sequence of such maps of the same inputs (e.g.
+    every layer of both models: one call per batch; the result is then ``[M, 2, H, P]``);
+    ``word_ids``: ``[B, T]`` word of each token (-1: none, e.g. special tokens and padding);
+    ``n_words``: ``[B]`` words of each example; ``allowed``: ``[B, W]`` bool, the candidate words;
+    pairs of example ``b`` are ``pair_start[b]:pair_start[b+1]`` of ``dep``/``gov`` (word indices,
+    both candidates).
     """
     for method in (to_method, from_method):
         if method not in POOLING_CODES:
             raise ValueError(f"pooling must be one of {tuple(POOLING_CODES)}, not {method!r}")
-    att = np.ascontiguousarray(att)
-    B, H = att.shape[:2]
-    hits = np.zeros((2, H, len(dep)), dtype=np.bool_)
-    if len(dep) == 0:
-        return hits
-    _kernel(
-        att, np.ascontiguousarray(word_ids, dtype=np.int64), np.ascontiguousarray(n_words, dtype=np.int64),
-        np.ascontiguousarray(allowed, dtype=np.bool_), np.ascontiguousarray(pair_start, dtype=np.int64),
-        np.ascontiguousarray(dep, dtype=np.int64), np.ascontiguousarray(gov, dtype=np.int64),
-        POOLING_CODES[to_method], POOLING_CODES[from_method], bool(transpose), hits,
-    )
-    return hits
+    single = isinstance(att, np.ndarray)
+    maps = tuple(np.ascontiguousarray(a) for a in ([att] if single else att))
+    if not maps or any(a.shape != maps[0].shape or a.dtype != maps[0].dtype for a in maps):
+        raise ValueError("att must be one [B, H, T, T] map or a non-empty sequence of maps of one shape and dtype")
+    H = maps[0].shape[1]
+    hits = np.zeros((len(maps), 2, H, len(dep)), dtype=np.bool_)
+    if len(dep):
+        _kernel(
+            maps, np.ascontiguousarray(word_ids, dtype=np.int64), np.ascontiguousarray(n_words, dtype=np.int64),
+            np.ascontiguousarray(allowed, dtype=np.bool_), np.ascontiguousarray(pair_start, dtype=np.int64),
+            np.ascontiguousarray(dep, dtype=np.int64), np.ascontiguousarray(gov, dtype=np.int64),
+            POOLING_CODES[to_method], POOLING_CODES[from_method], bool(transpose), hits,
+        )
+    return hits[0] if single else hits
 
 
 @numba.njit(cache=True, inline="always")
@@ -109,8 +115,8 @@ def _add_row(words, i, line, t, first, method) -> None:
 
 
 @numba.njit(cache=True, parallel=True, nogil=True)
-def _kernel(att, word_ids, n_words, allowed, pair_start, dep, gov, to_code, from_code, transpose, hits):
-    B, H = att.shape[0], att.shape[1]
+def _kernel(maps, word_ids, n_words, allowed, pair_start, dep, gov, to_code, from_code, transpose, hits):
+    B, H = maps[0].shape[0], maps[0].shape[1]
     for b in numba.prange(B):
         p0, p1 = pair_start[b], pair_start[b + 1]
         if p0 == p1:
@@ -133,8 +139,9 @@ def _kernel(att, word_ids, n_words, allowed, pair_start, dep, gov, to_code, from
         row_best = np.empty(W, dtype=np.int64)
         col_best = np.empty(W, dtype=np.int64)
         col_max = np.empty(W)
-        for h in range(H):
-            a = att[b, h]
+        for mh in range(len(maps) * H):
+            mi, h = mh // H, mh % H
+            a = maps[mi][b, h]
             words[:, :] = -np.inf if from_code == 3 else 0.0
             for t in range(n):
                 _pool_columns(line, a[tokens[t]], tokens, tw, first, count, to_code)
@@ -162,5 +169,5 @@ def _kernel(att, word_ids, n_words, allowed, pair_start, dep, gov, to_code, from
                         col_best[j] = i
             for p in range(p0, p1):
                 d, g = dep[p], gov[p]
-                hits[0, h, p] = row_best[d] == g
-                hits[1, h, p] = col_best[d] == g if transpose else row_best[g] == d
+                hits[mi, 0, h, p] = row_best[d] == g
+                hits[mi, 1, h, p] = col_best[d] == g if transpose else row_best[g] == d
