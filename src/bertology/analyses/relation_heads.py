@@ -289,37 +289,37 @@ def relation_table(
     and direction, and ``rank`` (1 = best head within (model, relation, direction); ties share it).
     """
     L, H = num_layers, num_heads
-    layers, heads = np.meshgrid(np.arange(1, L + 1), np.arange(H), indexing="ij")
-    frames = []
-    for i in keep:
-        count = int(n[i])
-        base_acc = baseline_correct[i] / count  # [2, K]
-        best_k = base_acc.argmax(-1)  # first best offset in ``offsets`` order
-        for m, model in enumerate(MODELS):
-            for d, direction in enumerate(directions):
-                frames.append(
-                    pd.DataFrame(
-                        {
-                            "model": model,
-                            "relation": relations[i],
-                            "direction": direction,
-                            "layer": layers.ravel(),
-                            "head": heads.ravel(),
-                            "accuracy": (correct[i, m, d] / count).ravel(),
-                            "baseline_offset": offsets[best_k[d]],
-                            "baseline_accuracy": base_acc[d, best_k[d]],
-                            "n": count,
-                            "kind": kind,
-                        }
-                    )
-                )
     columns = ["model", "relation", "direction", "layer", "head", "accuracy", "baseline_offset", "baseline_accuracy",
                "n", "kind"]
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
-    if len(df):
-        df["rank"] = df.groupby(["model", "relation", "direction"])["accuracy"].rank(method="min", ascending=False).astype(int)
-    else:
+    if not keep:
+        df = pd.DataFrame(columns=columns)
         df["rank"] = pd.Series(dtype=int)
+        return df
+    # One block of L*H rows per (relation, model, direction), in that order, built as whole columns.
+    keep_idx = np.asarray(keep)
+    count = np.asarray(n)[keep_idx].astype(np.int64)  # [R]
+    base_acc = np.asarray(baseline_correct)[keep_idx] / count[:, None, None]  # [R, 2, K]
+    best_k = base_acc.argmax(-1)  # [R, 2]: first best offset in ``offsets`` order
+    best_acc = np.take_along_axis(base_acc, best_k[..., None], -1)[..., 0]  # [R, 2]
+    acc = np.asarray(correct)[keep_idx] / count[:, None, None, None, None]  # [R, model, direction, L, H]
+    R, M, D, LH = len(keep_idx), len(MODELS), len(directions), L * H
+    r_i, m_i, d_i = (a.ravel() for a in np.meshgrid(np.arange(R), np.arange(M), np.arange(D), indexing="ij"))
+    block = LH
+    df = pd.DataFrame({
+        "model": np.repeat(np.asarray(MODELS, dtype=object)[m_i], block),
+        "relation": np.repeat(np.asarray(relations, dtype=object)[keep_idx][r_i], block),
+        "direction": np.repeat(np.asarray(directions, dtype=object)[d_i], block),
+        "layer": np.tile(np.repeat(np.arange(1, L + 1), H), R * M * D),
+        "head": np.tile(np.tile(np.arange(H), L), R * M * D),
+        "accuracy": acc.reshape(-1),
+        "baseline_offset": np.repeat(np.asarray(offsets)[best_k[r_i, d_i]], block),
+        "baseline_accuracy": np.repeat(best_acc[r_i, d_i], block),
+        "n": np.repeat(count[r_i], block),
+        "kind": kind,
+    })
+    # rank within each block of L*H heads (1 = best; ties share the lower rank), as groupby().rank("min")
+    blocks = df["accuracy"].to_numpy().reshape(-1, block)
+    df["rank"] = ((blocks[:, None, :] > blocks[:, :, None]).sum(-1) + 1).reshape(-1)
     return df
 
 
