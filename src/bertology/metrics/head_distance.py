@@ -42,14 +42,15 @@ def pairwise_js_sums(
     ``p`` is ``[..., K, R, N]``: ``K`` heads, ``R`` query rows, distributions over ``N`` keys (padding
     keys must hold exactly 0). ``rows`` (``[..., R]``, bool or 0/1) keeps only some query rows, e.g. the
     real tokens of a padded batch. Returns float64 ``[..., K (K - 1) / 2]`` in :func:`pair_indices`
-    order. JS = H((p + q) / 2) - (H(p) + H(q)) / 2, each row clamped at 0 (rounding), computed in
-    ``p``'s dtype and summed in float64.
+    order. JS = H((p + q) / 2) - (H(p) + H(q)) / 2: entropies are computed per row in ``p``'s dtype and
+    summed over rows in float64, and each pair's total is clamped at 0 (rounding).
 
     Work is ``K² R N / 2`` logs, so the layout is chosen for speed: keys outermost (``[B, N, R, K]``),
     so each entropy is a sum of contiguous slabs rather than many short row reductions (3-5x faster
     for sentence-length rows); halves are taken once (``0.5 p`` is exact), so a mixture is one add
-    and identical rows give ``H(m) == H(p)`` bit for bit. Heads ``i0:i1`` are mixed with heads
-    ``i0:`` per block, so at most ``block_elements`` mixture values exist at a time.
+    and identical rows give the same terms bit for bit. Heads ``i0:i1`` are mixed with heads ``i0:``
+    per block, so at most ``block_elements`` mixture values exist at a time, in two buffers that every
+    block reuses; per block, four passes (add, log, multiply, sum) and nothing per row.
     """
     *lead, k, r, n = p.shape
     tiny = torch.finfo(p.dtype).tiny
@@ -57,9 +58,16 @@ def pairwise_js_sums(
     # needs no clamp (log(0) takes a slow path and 0 log 0 must be 0; a zero now adds ~1e-36).
     half = (0.5 * p.reshape(-1, k, r, n)).clamp_min_(tiny).permute(0, 3, 2, 1).contiguous()  # [B, N, R, K]
     b = half.shape[0]
-    h = _plain_entropy(2.0 * half)  # [B, R, K] nats
-    w = None if rows is None else rows.reshape(b, r).to(torch.float64)
-    full = torch.zeros(b, k, k, dtype=torch.float64, device=p.device)
+    # Row weights (padding rows 0) fold into the sums: sum_r w_r H_r of every head and of every mixture,
+    # each summed over keys (in p's dtype) and then over rows (in float64) in the same way: a mixture
+    # of a head with an identical one has exactly the head's terms and sums, so their JS is 0.
+    w_rows = None if rows is None else rows.reshape(b, 1, r).to(p.dtype)
+    plogp = torch.log(2.0 * half).mul_(2.0 * half)  # [B, N, R, K]
+    if w_rows is not None:
+        plogp.mul_(w_rows[..., None])
+    h_sum = -plogp.sum(1).sum(1, dtype=torch.float64)  # [B, K]
+    w_rows = None if w_rows is None else w_rows[..., None, None]  # [B, 1, R, 1, 1]
+    mix_sum = torch.zeros(b, k, k, dtype=torch.float64, device=p.device)  # sum_r w_r sum_n m ln m, upper triangle
     per_pair = b * r * n
     blocks = []  # heads i0:i1 against heads i0: per block
     i0 = 0
@@ -76,21 +84,16 @@ def pairwise_js_sums(
         shape = (b, n, r, bi, width)
         size = b * n * r * bi * width
         m = torch.add(half[..., i0:i1, None], half[..., None, i0:], out=mix_buf[:size].view(shape))
-        logm = torch.log(m, out=log_buf[:size].view(shape))
-        hm = -logm.mul_(m).sum(1)  # [B, R, bi, width]
-        js = hm - 0.5 * (h[..., i0:i1, None] + h[..., None, i0:])
-        js = js.clamp_min_(0.0).to(torch.float64)
-        if w is not None:
-            js = js * w[:, :, None, None]
-        full[:, i0:i1, i0:] = js.sum(1)
-    ia, ib = pair_indices(k)
-    out = full[:, torch.from_numpy(ia).to(p.device), torch.from_numpy(ib).to(p.device)] / math.log(2.0)
+        mlogm = torch.log(m, out=log_buf[:size].view(shape)).mul_(m)
+        if w_rows is not None:
+            mlogm.mul_(w_rows)
+        mix_sum[:, i0:i1, i0:] = mlogm.sum(1).sum(1, dtype=torch.float64)  # over keys, then rows in float64
+    # JS summed over rows = sum H(m) - (sum H(p) + sum H(q)) / 2, clamped at 0 (rounding).
+    ia, ib = (torch.from_numpy(x).to(p.device) for x in pair_indices(k))
+    js = (-mix_sum[:, ia, ib] - 0.5 * (h_sum[:, ia] + h_sum[:, ib])).clamp_min_(0.0)
+    out = js / math.log(2.0)
     return out.reshape(*lead, len(ia))
 
-
-def _plain_entropy(m: torch.Tensor) -> torch.Tensor:
-    """Entropy (nats) over dim 1 of ``[B, N, ...]`` for strictly positive values (no clamp needed)."""
-    return -(torch.log(m).mul_(m)).sum(1)
 
 
 def paired_js_sums(p: torch.Tensor, q: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
