@@ -1,9 +1,11 @@
 """The shared one-pass layer statistics (Numba) against plain torch, and the stacked pattern sums against pattern_sums."""
+import math
+
 import numpy as np
 import pytest
 import torch
 
-from bertology.metrics.attention import layer_statistics, layer_statistics_torch, map_cosine
+from bertology.metrics.attention import js_divergence, layer_statistics, layer_statistics_torch, map_cosine
 from bertology.metrics.patterns import pattern_sums, stacked_pattern_sums
 
 
@@ -25,10 +27,30 @@ def test_kernel_equals_torch_reference(dtype):
     torch.testing.assert_close(got.dots, ref.dots, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(got.received, ref.received)
     torch.testing.assert_close(got.diagonals, ref.diagonals, rtol=0, atol=0)
+    torch.testing.assert_close(got.entropy, ref.entropy, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got.js, ref.js, rtol=1e-5, atol=1e-6)
+    assert (got.js[[0, 1, 2, 4]] > 0).all() and (got.js[3] == 0).all() and got.entropy.dtype == dtype  # example 3: one token
     assert got.received.dtype == dtype and got.diagonals.dtype == dtype
     # padding rows are left out: row 3 has one real token, so only its first query row counts
     assert torch.equal(got.diagonals[:, 3, :, 1:], torch.zeros_like(got.diagonals[:, 3, :, 1:]))
     assert torch.allclose(got.received[:, 3, :, 0], torch.ones(2, 3, dtype=dtype))
+
+
+def test_entropy_and_js_equal_the_per_row_definitions():
+    a, b, mask = _maps(3, dtype=torch.float64)
+    st = layer_statistics(a, b, mask)
+    for i in range(a.shape[0]):
+        n = int(mask[i].sum())
+        for h in range(a.shape[1]):
+            total = 0.0
+            for q in range(n):
+                u, v = a[i, h, q, :n], b[i, h, q, :n]
+                assert float(st.entropy[0, i, h, q]) == pytest.approx(float(-(u * u.log()).sum()), abs=1e-12)
+                total += float(js_divergence(u, v, base=math.e))
+            assert float(st.js[i, h]) == pytest.approx(total, abs=1e-12)
+            assert not st.entropy[:, i, h, n:].any()  # padding rows are 0
+    same = layer_statistics(a, a, mask)
+    assert float(same.js.abs().max()) < 1e-12
 
 
 def test_dots_give_the_cropped_cosine_and_diagonals_the_map_values():

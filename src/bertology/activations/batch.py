@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from bertology.data.encode import EncodedExample
-from bertology.metrics.attention import LayerStatistics, layer_statistics, row_entropy
+from bertology.metrics.attention import LayerStatistics, layer_statistics
 from bertology.models.hooks import Captured
 
 
@@ -41,17 +41,11 @@ class PairBatch:
         return (self.base, self.tuned)[model]
 
     def row_entropy(self, model: int, layer: int) -> torch.Tensor:
-        """Shannon entropy (nats) of every attention row of one layer, ``[B, H, T]``, computed once per batch.
+        """Shannon entropy (nats) of every real attention row of one layer, ``[B, H, T]`` (padding rows 0).
 
-        Several analyses need it; the log is the expensive part of their work. Padding query rows hold
-        the entropy of whatever the model put there (mask them with ``mask``); padding keys carry
-        exactly zero attention and add nothing (0 ln 0 = 0).
+        Several analyses need it; it comes with the other shared statistics of the layer (one pass).
         """
-        key = ("entropy", model, layer)
-        if key not in self._cache:
-            a = self.captured(model).attentions[layer]
-            self._cache[key] = row_entropy(a, self.scratch(a, 0))
-        return self._cache[key]
+        return self.layer_stats(layer).entropy[model]
 
     def scratch(self, like: torch.Tensor, slot: int = 0) -> torch.Tensor:
         """A reusable buffer of ``like``'s shape, dtype and device (``slot`` tells buffers apart).
@@ -67,14 +61,16 @@ class PairBatch:
         return buf
 
     def layer_stats(self, layer: int) -> LayerStatistics:
-        """Cosine parts, column sums and near diagonals of one layer's maps, both models in one pass.
+        """Cosine parts, column sums, near diagonals, row entropies and JS of one layer's maps, both models in one pass.
 
         :func:`bertology.metrics.attention.layer_statistics`, computed once per batch and layer for
         the analyses that share it (change, patterns, targets).
         """
         key = ("stats", layer)
         if key not in self._cache:
-            self._cache[key] = layer_statistics(self.base.attentions[layer], self.tuned.attentions[layer], self.mask)
+            a = self.base.attentions[layer]
+            self._cache[key] = layer_statistics(a, self.tuned.attentions[layer], self.mask,
+                                                scratch=tuple(self.scratch(a, slot) for slot in (0, 1, 2)))
         return self._cache[key]
 
     def received(self, model: int, layer: int) -> torch.Tensor:

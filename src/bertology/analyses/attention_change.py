@@ -18,7 +18,7 @@ import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
-from bertology.metrics.attention import map_cosine, row_entropy
+from bertology.metrics.attention import map_cosine
 from bertology.results import Result
 
 
@@ -47,27 +47,18 @@ class AttentionChange(Analysis):
         return {"pad_to": self.pad_length} if self.mode == "padded" else {}
 
     def update(self, batch: PairBatch) -> None:
-        # Layer by layer: one layer's maps stay in cache across the passes below; a stack of all layers
-        # would not, and the passes are memory-bound.
-        real = batch.mask.to(torch.float64)  # [B, T] real query rows
-        rows = real[:, None, :]
-        n_rows = real.sum(-1)[:, None]  # [B, 1]
+        n_rows = batch.mask.to(torch.float64).sum(-1)[:, None]  # [B, 1] real query rows
         for layer in range(1, self.num_layers + 1):
             a, b = batch.base.attentions[layer], batch.tuned.attentions[layer]  # [B, H, T, T]
-            # Padding keys get exactly zero attention (masked softmax), so dropping the padding query
-            # rows crops the maps to the real tokens without copying them.
-            if self.mode == "cropped":  # from the statistics the analyses share (one pass over both maps)
-                ab, aa, bb = batch.layer_stats(layer).dots.unbind(-1)
+            # Cosine parts and the JS divergence summed over real rows come with the statistics the
+            # attention analyses share (one pass over both maps); JS = H(m) - (H(a) + H(b)) / 2.
+            stats = batch.layer_stats(layer)
+            if self.mode == "cropped":
+                ab, aa, bb = stats.dots.unbind(-1)
                 cos = ab / (aa.sqrt() * bb.sqrt()).clamp_min(1e-12)
-            else:
+            else:  # padded: the padding query rows count in the cosine
                 cos = map_cosine(a, b, None, scratch=batch.scratch(a, 0))
-            # JS = H(m) - (H(a) + H(b)) / 2, with the row entropies shared with the other analyses;
-            # the mixture (a + b) * 0.5 (== 0.5 * (a + b)) and its entropy's temporaries in scratch buffers.
-            h_a, h_b = batch.row_entropy(0, layer), batch.row_entropy(1, layer)
-            mix = torch.add(a, b, out=batch.scratch(a, 1)).mul_(0.5)
-            h_m = row_entropy(mix, batch.scratch(a, 0))
-            js_rows = (h_m - 0.5 * (h_a + h_b)).clamp_min(0.0)
-            js = (js_rows.double() * rows).sum(-1) / n_rows / math.log(2.0)  # padding rows dropped
+            js = stats.js / n_rows / math.log(2.0)  # mean over real rows, bits
             self.cos_sum[layer - 1] += cos.sum(0).cpu().numpy()
             self.cos_sq[layer - 1] += (cos**2).sum(0).cpu().numpy()
             self.js_sum[layer - 1] += js.sum(0).cpu().numpy()

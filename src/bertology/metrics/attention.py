@@ -84,37 +84,59 @@ DIAGONAL_OFFSETS = (-1, 0, 1)
 class LayerStatistics:
     """What the attention analyses read from one layer's maps of both models, from one pass over them.
 
-    ``dots`` ``[B, H, 3]`` float64: over the real query rows, ``sum a*b``, ``sum a*a``, ``sum b*b``
-    (``a`` base, ``b`` tuned; the cosine of the cropped maps). ``received`` ``[2, B, H, T]``: attention
-    each key receives from the real query rows (:func:`column_sums`), base then tuned, in the maps'
-    dtype. ``diagonals`` ``[2, B, H, T, 3]``: ``A[q, q + o]`` for ``o`` in :data:`DIAGONAL_OFFSETS`
-    (0 where ``q + o`` is outside the map and on padding query rows), in the maps' dtype.
+    ``a`` is the base map, ``b`` the tuned one; only real query rows count (padding rows are 0 below).
+
+    - ``dots`` ``[B, H, 3]`` float64: ``sum a*b``, ``sum a*a``, ``sum b*b`` (the cosine of the cropped maps);
+    - ``received`` ``[2, B, H, T]``: attention each key receives (:func:`column_sums`), base then tuned;
+    - ``diagonals`` ``[2, B, H, T, 3]``: ``A[q, q + o]`` for ``o`` in :data:`DIAGONAL_OFFSETS` (0 outside the map);
+    - ``entropy`` ``[2, B, H, T]``: row entropies in nats (:func:`row_entropy`);
+    - ``js`` ``[B, H]`` float64: the Jensen-Shannon divergence (nats) of base and tuned rows, summed
+      over the real rows, each row's clamped at 0 (rounding).
+
+    ``received``, ``diagonals`` and ``entropy`` are in the maps' dtype.
     """
 
     dots: torch.Tensor
     received: torch.Tensor
     diagonals: torch.Tensor
+    entropy: torch.Tensor
+    js: torch.Tensor
 
 
-def layer_statistics(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor) -> LayerStatistics:
+def layer_statistics(
+    a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, scratch: tuple[torch.Tensor, ...] | None = None,
+) -> LayerStatistics:
     """:class:`LayerStatistics` of two ``[B, H, T, T]`` maps of the same inputs; ``rows`` ``[B, T]`` marks real queries.
 
-    On CPU one Numba pass reads each map once; the torch version (any device) makes a dozen passes,
-    and with a few dozen small operations per layer the Python overhead cost as much as the
-    arithmetic. Both give the same values up to float rounding (the kernel sums in float64).
+    On CPU, torch takes the three logs (of ``a``, ``b`` and their mixture; clamped to the smallest
+    normal float as in :func:`row_entropy`) and one Numba pass reads everything once. The plain torch
+    version (:func:`layer_statistics_torch`, any device) makes two dozen passes and as many small
+    operations per layer, whose Python overhead cost as much as the arithmetic. Both give the same
+    values up to float rounding (the kernel sums in float64). ``scratch``: three tensors of ``a``'s
+    shape and dtype for the logs (contents overwritten), so nothing map-sized is allocated.
     """
     if a.shape != b.shape or a.dim() != 4 or a.shape[-1] != a.shape[-2]:
         raise ValueError(f"expected two [B, H, T, T] maps of one shape, got {tuple(a.shape)} and {tuple(b.shape)}")
     if a.device.type != "cpu" or a.dtype not in (torch.float32, torch.float64) or b.dtype != a.dtype:
         return layer_statistics_torch(a, b, rows)
+    a, b = a.detach().contiguous(), b.detach().contiguous()
+    if scratch is None:
+        scratch = tuple(torch.empty_like(a) for _ in range(3))
+    tiny = torch.finfo(a.dtype).tiny
+    log_a = torch.clamp_min(a, tiny, out=scratch[0]).log_()
+    log_b = torch.clamp_min(b, tiny, out=scratch[1]).log_()
+    log_m = torch.add(a, b, out=scratch[2]).mul_(0.5).clamp_min_(tiny).log_()
     B, H, T, _ = a.shape
     dots = np.zeros((B, H, 3))
-    received = np.zeros((2, B, H, T), dtype=np.float64)
-    diagonals = np.zeros((2, B, H, T, len(DIAGONAL_OFFSETS)), dtype=np.float64)
-    _layer_statistics_kernel(a.detach().contiguous().numpy(), b.detach().contiguous().numpy(),
-                             rows.bool().cpu().numpy(), dots, received, diagonals)
+    received = np.zeros((2, B, H, T))
+    diagonals = np.zeros((2, B, H, T, len(DIAGONAL_OFFSETS)))
+    entropy = np.zeros((2, B, H, T))
+    js = np.zeros((B, H))
+    _layer_statistics_kernel(a.numpy(), b.numpy(), log_a.numpy(), log_b.numpy(), log_m.numpy(), rows.bool().cpu().numpy(),
+                             dots, received, diagonals, entropy, js)
     return LayerStatistics(torch.from_numpy(dots), torch.from_numpy(received).to(a.dtype),
-                           torch.from_numpy(diagonals).to(a.dtype))
+                           torch.from_numpy(diagonals).to(a.dtype), torch.from_numpy(entropy).to(a.dtype),
+                           torch.from_numpy(js))
 
 
 def layer_statistics_torch(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor) -> LayerStatistics:
@@ -133,20 +155,26 @@ def layer_statistics_torch(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor)
             inside = (k >= 0) & (k < T)
             cols.append(torch.where(inside, m[..., q, k.clamp(0, T - 1)], torch.zeros((), dtype=m.dtype, device=m.device)))
         diags.append(torch.stack(cols, -1))
-    return LayerStatistics(dots, received, torch.stack(diags).to(a.dtype))
+    real_rows = real[..., 0]  # [B, 1, T]
+    h_a, h_b = row_entropy(a64) * real_rows, row_entropy(b64) * real_rows
+    h_m = row_entropy(0.5 * (a64 + b64)) * real_rows
+    js = (h_m - 0.5 * (h_a + h_b)).clamp_min(0.0).sum(-1)
+    return LayerStatistics(dots, received, torch.stack(diags).to(a.dtype), torch.stack([h_a, h_b]).to(a.dtype), js)
 
 
 @numba.njit(cache=True, parallel=True, nogil=True, fastmath=True)
-def _layer_statistics_kernel(a, b, rows, dots, received, diagonals):
+def _layer_statistics_kernel(a, b, log_a, log_b, log_m, rows, dots, received, diagonals, entropy, js):
     B, H, T = a.shape[0], a.shape[1], a.shape[2]
     for task in numba.prange(B * H):
         i, h = task // H, task % H
-        ab = aa = bb = 0.0
+        ab = aa = bb = js_sum = 0.0
         ra, rb = received[0, i, h], received[1, i, h]
         for q in range(T):
             if not rows[i, q]:
                 continue
             x, y = a[i, h, q], b[i, h, q]
+            lx, ly, lm = log_a[i, h, q], log_b[i, h, q], log_m[i, h, q]
+            ha = hb = hm = 0.0
             for k in range(T):
                 xk, yk = np.float64(x[k]), np.float64(y[k])
                 ab += xk * yk
@@ -154,9 +182,16 @@ def _layer_statistics_kernel(a, b, rows, dots, received, diagonals):
                 bb += yk * yk
                 ra[k] += xk
                 rb[k] += yk
+                ha -= xk * lx[k]
+                hb -= yk * ly[k]
+                hm -= np.float64((x[k] + y[k]) * np.float32(0.5)) * lm[k]
+            entropy[0, i, h, q] = ha
+            entropy[1, i, h, q] = hb
+            js_sum += max(hm - 0.5 * (ha + hb), 0.0)
             for j in range(3):
                 k = q + j - 1
                 if 0 <= k < T:
                     diagonals[0, i, h, q, j] = x[k]
                     diagonals[1, i, h, q, j] = y[k]
         dots[i, h, 0], dots[i, h, 1], dots[i, h, 2] = ab, aa, bb
+        js[i, h] = js_sum
