@@ -29,6 +29,9 @@ def test_kernel_equals_torch_reference(dtype):
     torch.testing.assert_close(got.diagonals, ref.diagonals, rtol=0, atol=0)
     torch.testing.assert_close(got.entropy, ref.entropy, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(got.js, ref.js, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got.entropy_sum, ref.entropy_sum, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got.diagonal_sums, ref.diagonal_sums, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(got.entropy_sum, got.entropy.double().sum(-1), rtol=1e-6, atol=1e-7)
     assert (got.js[[0, 1, 2, 4]] > 0).all() and (got.js[3] == 0).all() and got.entropy.dtype == dtype  # example 3: one token
     assert got.received.dtype == dtype and got.diagonals.dtype == dtype
     # padding rows are left out: row 3 has one real token, so only its first query row counts
@@ -76,10 +79,10 @@ def test_stacked_pattern_sums_equal_per_layer_pattern_sums(band):
     seg = torch.where(mask, 0, -1)
     st = layer_statistics(a, b, mask)
     ent = torch.stack([-(m.clamp_min(1e-38).log() * m).sum(-1) for m in (a, b)])
-    got = stacked_pattern_sums(st.received, st.diagonals, ent, mask, vk, band)
+    got = stacked_pattern_sums(st.received, st.diagonals, (ent * mask[:, None]).sum(-1), mask, vk, band)
     for m, attn in enumerate((a, b)):
         ref = pattern_sums(attn, mask, vk, seg, ent[m], band=band)
         for key in got:
             torch.testing.assert_close(got[key][m], ref[key], rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="band"):
-        stacked_pattern_sums(st.received, st.diagonals, ent, mask, vk, 2)
+        stacked_pattern_sums(st.received, st.diagonals, ent.sum(-1), mask, vk, 2)

@@ -127,7 +127,7 @@ class AttentionPatterns(Analysis):
             sums = stacked_pattern_sums(
                 torch.stack([batch.received(m, layer) for m, layer in layers]),
                 torch.stack([batch.layer_stats(layer).diagonals[m] for m, layer in layers]),
-                torch.stack([batch.row_entropy(m, layer) for m, layer in layers]),
+                torch.stack([batch.layer_stats(layer).entropy_sum[m] for m, layer in layers]),
                 batch.mask, vk, band,
             )
             if is_pair.any():

@@ -284,16 +284,17 @@ class AttentionTargets(Analysis):
         for m, cap in enumerate((batch.base, batch.tuned)):
             for layer in range(1, L + 1):
                 rec.append(batch.received(m, layer))
-                ent.append(batch.row_entropy(m, layer))
-                diag.append(batch.layer_stats(layer).diagonals[m])  # [B, H, T, 3]: prev, self, next of real rows
+                stats = batch.layer_stats(layer)
+                ent.append(stats.entropy_sum[m])  # [B, H]: over real rows
+                diag.append(stats.diagonal_sums[m])  # [B, H, 3]: prev, self, next over real rows
         S = 2 * L
         col = torch.stack(rec).to(dt) / nq_[..., None]  # [S, B, H, T]: mean attention received
         share = torch.einsum("sbht,bct->sbhc", col, keys)  # [S, B, H, C]
         out = torch.zeros(S, B, H, len(self.targets), dtype=dt, device=dev)
         out[..., :n_tok] = share[..., :n_tok]
-        d = torch.stack(diag).to(dt).sum(-2) / nq_[..., None]  # [S, B, H, 3]
+        d = torch.stack(diag).to(dt) / nq_[..., None]  # [S, B, H, 3]
         out[..., idx["prev"]], out[..., idx["self"]], out[..., idx["next"]] = d.unbind(-1)
-        out[..., idx["entropy"]] = (torch.stack(ent).to(dt) * real[:, None, :]).sum(-1) / nq_
+        out[..., idx["entropy"]] = torch.stack(ent).to(dt) / nq_
         out[..., idx["max_sep"]] = torch.where(is_sep[:, None, :], col, neg_inf).amax(-1)
         if word_level:
             out[..., w0 : w0 + n_word] = share[..., n_tok : n_tok + n_word]

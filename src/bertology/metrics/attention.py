@@ -91,7 +91,9 @@ class LayerStatistics:
     - ``diagonals`` ``[2, B, H, T, 3]``: ``A[q, q + o]`` for ``o`` in :data:`DIAGONAL_OFFSETS` (0 outside the map);
     - ``entropy`` ``[2, B, H, T]``: row entropies in nats (:func:`row_entropy`);
     - ``js`` ``[B, H]`` float64: the Jensen-Shannon divergence (nats) of base and tuned rows, summed
-      over the real rows, each row's clamped at 0 (rounding).
+      over the real rows, each row's clamped at 0 (rounding);
+    - ``entropy_sum`` ``[2, B, H]`` and ``diagonal_sums`` ``[2, B, H, 3]`` float64: ``entropy`` and
+      ``diagonals`` summed over the rows.
 
     ``received``, ``diagonals`` and ``entropy`` are in the maps' dtype.
     """
@@ -101,6 +103,8 @@ class LayerStatistics:
     diagonals: torch.Tensor
     entropy: torch.Tensor
     js: torch.Tensor
+    entropy_sum: torch.Tensor
+    diagonal_sums: torch.Tensor
 
 
 def layer_statistics(
@@ -132,11 +136,13 @@ def layer_statistics(
     diagonals = np.zeros((2, B, H, T, len(DIAGONAL_OFFSETS)))
     entropy = np.zeros((2, B, H, T))
     js = np.zeros((B, H))
+    entropy_sum = np.zeros((2, B, H))
+    diagonal_sums = np.zeros((2, B, H, len(DIAGONAL_OFFSETS)))
     _layer_statistics_kernel(a.numpy(), b.numpy(), log_a.numpy(), log_b.numpy(), log_m.numpy(), rows.bool().cpu().numpy(),
-                             dots, received, diagonals, entropy, js)
+                             dots, received, diagonals, entropy, js, entropy_sum, diagonal_sums)
     return LayerStatistics(torch.from_numpy(dots), torch.from_numpy(received).to(a.dtype),
                            torch.from_numpy(diagonals).to(a.dtype), torch.from_numpy(entropy).to(a.dtype),
-                           torch.from_numpy(js))
+                           torch.from_numpy(js), torch.from_numpy(entropy_sum), torch.from_numpy(diagonal_sums))
 
 
 def layer_statistics_torch(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor) -> LayerStatistics:
@@ -159,11 +165,15 @@ def layer_statistics_torch(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor)
     h_a, h_b = row_entropy(a64) * real_rows, row_entropy(b64) * real_rows
     h_m = row_entropy(0.5 * (a64 + b64)) * real_rows
     js = (h_m - 0.5 * (h_a + h_b)).clamp_min(0.0).sum(-1)
-    return LayerStatistics(dots, received, torch.stack(diags).to(a.dtype), torch.stack([h_a, h_b]).to(a.dtype), js)
+    entropy = torch.stack([h_a, h_b])
+    diagonals = torch.stack(diags)
+    return LayerStatistics(dots, received, diagonals.to(a.dtype), entropy.to(a.dtype), js, entropy.sum(-1),
+                           diagonals.sum(-2))
 
 
 @numba.njit(cache=True, parallel=True, nogil=True, fastmath=True)
-def _layer_statistics_kernel(a, b, log_a, log_b, log_m, rows, dots, received, diagonals, entropy, js):
+def _layer_statistics_kernel(a, b, log_a, log_b, log_m, rows, dots, received, diagonals, entropy, js, entropy_sum,
+                             diagonal_sums):
     B, H, T = a.shape[0], a.shape[1], a.shape[2]
     for task in numba.prange(B * H):
         i, h = task // H, task % H
@@ -187,11 +197,15 @@ def _layer_statistics_kernel(a, b, log_a, log_b, log_m, rows, dots, received, di
                 hm -= np.float64((x[k] + y[k]) * np.float32(0.5)) * lm[k]
             entropy[0, i, h, q] = ha
             entropy[1, i, h, q] = hb
+            entropy_sum[0, i, h] += ha
+            entropy_sum[1, i, h] += hb
             js_sum += max(hm - 0.5 * (ha + hb), 0.0)
             for j in range(3):
                 k = q + j - 1
                 if 0 <= k < T:
                     diagonals[0, i, h, q, j] = x[k]
                     diagonals[1, i, h, q, j] = y[k]
+                    diagonal_sums[0, i, h, j] += x[k]
+                    diagonal_sums[1, i, h, j] += y[k]
         dots[i, h, 0], dots[i, h, 1], dots[i, h, 2] = ab, aa, bb
         js[i, h] = js_sum

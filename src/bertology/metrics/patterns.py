@@ -181,16 +181,17 @@ def block_sums(attn: torch.Tensor, mask: torch.Tensor, segment: torch.Tensor) ->
 def stacked_pattern_sums(
     received: torch.Tensor,
     diagonals: torch.Tensor,
-    row_entropy: torch.Tensor,
+    entropy_sum: torch.Tensor,
     mask: torch.Tensor,
     vertical_keys: torch.Tensor,
     band: int = 1,
 ) -> dict[str, torch.Tensor]:
     """:func:`pattern_sums` (without ``block``) for many maps at once, from the shared layer statistics.
 
-    ``received`` and ``row_entropy`` ``[S, B, H, T]``, ``diagonals`` ``[S, B, H, T, 3]`` (``A[q, q + o]``
-    for ``o = -1, 0, 1``, zero on padding rows and outside the map, as
-    :func:`bertology.metrics.attention.layer_statistics` gives them), stacked over models and layers.
+    ``received`` ``[S, B, H, T]``, ``diagonals`` ``[S, B, H, T, 3]`` (``A[q, q + o]`` for ``o = -1, 0, 1``,
+    zero on padding rows and outside the map) and ``entropy_sum`` ``[S, B, H]`` (row entropies summed
+    over the real rows), as :func:`bertology.metrics.attention.layer_statistics` gives them, stacked
+    over models and layers.
     A handful of operations per batch instead of a dozen per layer; ``band`` must be 0 or 1.
     """
     if band not in (0, 1):
@@ -208,7 +209,7 @@ def stacked_pattern_sums(
         "on_vertical": (received.to(f64) * vk[:, None]).sum(-1),
         "band_v": (diag * shifted[:, None]).sum((-1, -2)),
         "band": diag.sum((-1, -2)),
-        "entropy": (row_entropy.to(f64) * mask.to(f64)[:, None]).sum(-1),
+        "entropy": entropy_sum.to(f64),
     }
 
 
