@@ -171,8 +171,9 @@ class RelationHeads(Analysis):
 
     def update(self, batch: PairBatch) -> None:
         found_all = []
+        lengths = batch.lengths.tolist()
         for b, item in enumerate(batch.items):
-            found = self._pairs(item, int(batch.mask[b].sum()))
+            found = self._pairs(item, int(lengths[b]))
             if found is None:
                 self.n_skipped_no_tree += 1
             else:
