@@ -116,6 +116,15 @@ def main() -> None:
         print(f"| {r['setup']} | {r['seconds']:.2f} | {100 * r['overhead']:+.1f} % | {r['cpu_seconds']:.2f} | "
               f"{100 * r['cpu_overhead']:+.1f} % | {' '.join(f'{x:.1f}' for x in r['steal_seconds'])} |")
     update_rows = {k: statistics.median(v) for k, v in updates.items()}
+    # Two cross-checks against the machine's drift (a shared VM's speed moves by ~10 % within a minute):
+    # the overhead of each round against the capture-only run of the same round, and within the runs
+    # with analyses, the analysis seconds (updates and compute) over the rest of the run.
+    paired = [a / c - 1 for a, c in zip(times["+ all attention analyses"], times["capture only"])]
+    inside = [sum(updates[k][i] for k in updates if not k.startswith("forward")) / updates["forward (rest of the run)"][i]
+              for i in range(args.repeats)]
+    print(f"per-round overhead (all vs capture of the same round): median {100 * statistics.median(paired):+.1f} %, "
+          f"rounds {' '.join(f'{100 * x:+.0f}' for x in paired)}")
+    print(f"analysis seconds / forward seconds within the runs with all analyses: median {100 * statistics.median(inside):.1f} %")
     print("\nseconds inside update (+ all attention analyses, median):")
     for k, v in update_rows.items():
         print(f"  {k}: {v:.2f}")
@@ -125,7 +134,8 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "n_sentences": len(enc.items), "n_tokens": enc.n_tokens,
                                           "torch_threads": torch.get_num_threads(), "load_before": load_before,
-                                          "load_after": load_after, "warmup_seconds": t_warm, "rows": rows, "update_seconds": update_rows,
+                                          "load_after": load_after, "warmup_seconds": t_warm, "rows": rows,
+                                          "per_round_overhead": paired, "analysis_over_forward_within_run": inside, "update_seconds": update_rows,
                                           "update_runs": updates}, indent=2))
 
 
