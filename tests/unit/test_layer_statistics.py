@@ -86,3 +86,36 @@ def test_stacked_pattern_sums_equal_per_layer_pattern_sums(band):
             torch.testing.assert_close(got[key][m], ref[key], rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="band"):
         stacked_pattern_sums(st.received, st.diagonals, ent.sum(-1), mask, vk, 2)
+
+
+def test_analyses_give_the_same_tables_through_the_torch_fallback(planted_pair, monkeypatch):
+    """The path taken off CPU (plain torch statistics) gives the tables of the Numba path."""
+    import bertology.activations.batch as batch_module
+    from bertology.activations.extract import run_analyses
+    from bertology.analyses.attention_change import AttentionChange
+    from bertology.analyses.attention_patterns import AttentionPatterns
+    from bertology.analyses.attention_targets import AttentionTargets
+    from bertology.data.corpus import Corpus
+    from bertology.data.encode import encode_corpus
+    from bertology.models.pair import ModelPair
+    from bertology.testing import SENTENCES
+
+    pair = ModelPair.load(*map(str, planted_pair))
+    corpus = Corpus.from_list(SENTENCES)
+    enc = encode_corpus(corpus, pair.tokenizer)
+    L, H = pair.num_layers, pair.num_heads
+
+    def tables():
+        analyses = [AttentionChange(L, H), AttentionPatterns(pair.tokenizer, L, H),
+                    AttentionTargets(corpus, pair.tokenizer, L, H, word_level=False)]
+        run_analyses(pair, enc, analyses, batch_size=3)
+        return [a.compute().table for a in analyses]
+
+    fast = tables()
+    monkeypatch.setattr(batch_module, "layer_statistics", lambda a, b, rows, scratch=None: layer_statistics_torch(a, b, rows))
+    slow = tables()
+    for x, y in zip(fast, slow):
+        numeric = x.select_dtypes("number").columns
+        np.testing.assert_allclose(x[numeric].to_numpy(float), y[numeric].to_numpy(float), rtol=1e-5, atol=1e-6)
+        assert x.drop(columns=numeric).equals(y.drop(columns=numeric))
+    assert fast[0]["js_divergence"].max() > 0.01  # the planted head moved

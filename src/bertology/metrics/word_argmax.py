@@ -17,6 +17,7 @@ Written by hand, in Numba, because no library does this in one pass: pooling wit
 makes several map-sized temporaries per layer (two matrix products, a transposed copy, masks) and the
 argmax over short rows is slow in both, which made this the most expensive attention analysis. Here
 each example's word map lives in a small buffer, and the examples of a batch run in parallel.
+It runs on CPU: maps computed on an accelerator are copied to host memory first.
 """
 from __future__ import annotations
 
