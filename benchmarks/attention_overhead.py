@@ -62,20 +62,21 @@ def main() -> None:
     corpus = load_corpus(args.data, limit=args.n)
     enc = encode_corpus(corpus, pair.tokenizer, 128, "skip")
     L, H = pair.num_layers, pair.num_heads
+
+    def all_five(data, **head_map) -> list:
+        return [AttentionChange(L, H), AttentionPatterns(pair.tokenizer, L, H), AttentionTargets(data, pair.tokenizer, L, H),
+                RelationHeads(data, L, H), HeadMap(L, H, **head_map)]
+
     setups = {
         "capture only": lambda: [_CaptureOnly(L, H)],
         "+ attention_change": lambda: [AttentionChange(L, H)],
-        "+ all attention analyses": lambda: [
-            AttentionChange(L, H), AttentionPatterns(pair.tokenizer, L, H), AttentionTargets(corpus, pair.tokenizer, L, H),
-            RelationHeads(corpus, L, H), HeadMap(L, H, example_indices=[it.index for it in enc.items]),
-        ],
+        "+ all attention analyses": lambda: all_five(corpus, example_indices=[it.index for it in enc.items]),
     }
     # Warm-up on 64 sentences with every analysis: one-time costs (loading the compiled Numba kernels,
     # importing scikit-learn for the MDS) are paid here, not in the first measured round.
     t_warm = time.perf_counter()
     small = corpus.head(64)
-    warm = [AttentionChange(L, H), AttentionPatterns(pair.tokenizer, L, H), AttentionTargets(small, pair.tokenizer, L, H),
-            RelationHeads(small, L, H), HeadMap(L, H, max_examples=8)]
+    warm = all_five(small, max_examples=8)
     run_analyses(pair, encode_corpus(small, pair.tokenizer), warm, batch_size=args.batch_size)
     for a in warm:
         a.compute()

@@ -275,8 +275,8 @@ class AttentionTargets(Analysis):
         for c in cats:
             pres[:, idx[f"from_cls_{c}"]] = present[:, _KEY_INDEX[c]] & has_cls
         nq_ = nq[:, None]  # [B, 1]
-        # The maps are read once per layer for all analyses (``batch.layer_stats``: column sums over
-        # real rows and the prev/self/next diagonals, zero on padding rows; ``batch.row_entropy``).
+        # The maps are read once per layer for all analyses (``batch.layer_stats``: column sums, and
+        # the prev/self/next diagonals and row entropies summed over the real rows).
         # Padding keys hold exactly zero attention (masked softmax). Everything after that works on
         # small per-head vectors and runs once for all models and layers (stacked on a leading axis
         # S = 2 L): a dozen small ops per batch instead of per layer.

@@ -218,7 +218,7 @@ class RelationHeads(Analysis):
             n_pairs[b] = len(found_all[b][3])
         pair_start = np.r_[0, np.cumsum(n_pairs)]
         L, H = self.num_layers, self.num_heads
-        # Every layer of both models in one kernel call: [2 L, 2 directions, H, P]
+        # Every layer of both models (base first): hits [2 L, 2 directions, H, P]
         maps = [cap.attentions[layer].detach().cpu().numpy() for cap in (batch.base, batch.tuned)
                 for layer in range(1, L + 1)]
         hits = word_argmax_hits(maps, word_ids, n_words, allowed, pair_start, dep, gov, to_method=self.to_method,
@@ -303,9 +303,8 @@ def relation_table(
     best_k = base_acc.argmax(-1)  # [R, 2]: first best offset in ``offsets`` order
     best_acc = np.take_along_axis(base_acc, best_k[..., None], -1)[..., 0]  # [R, 2]
     acc = np.asarray(correct)[keep_idx] / count[:, None, None, None, None]  # [R, model, direction, L, H]
-    R, M, D, LH = len(keep_idx), len(MODELS), len(directions), L * H
+    R, M, D, block = len(keep_idx), len(MODELS), len(directions), L * H  # a block: one (relation, model, direction)
     r_i, m_i, d_i = (a.ravel() for a in np.meshgrid(np.arange(R), np.arange(M), np.arange(D), indexing="ij"))
-    block = LH
     df = pd.DataFrame({
         "model": np.repeat(np.asarray(MODELS, dtype=object)[m_i], block),
         "relation": np.repeat(np.asarray(relations, dtype=object)[keep_idx][r_i], block),

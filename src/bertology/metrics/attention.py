@@ -200,7 +200,7 @@ def _layer_statistics_kernel(a, b, log_a, log_b, log_m, rows, dots, received, di
             entropy_sum[0, i, h] += ha
             entropy_sum[1, i, h] += hb
             js_sum += max(hm - 0.5 * (ha + hb), 0.0)
-            for j in range(3):
+            for j in range(3):  # DIAGONAL_OFFSETS, -1..1
                 k = q + j - 1
                 if 0 <= k < T:
                     diagonals[0, i, h, q, j] = x[k]

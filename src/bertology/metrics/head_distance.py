@@ -95,7 +95,6 @@ def pairwise_js_sums(
     return out.reshape(*lead, len(ia))
 
 
-
 def paired_js_sums(p: torch.Tensor, q: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
     """Sum over query rows of JS(p[k], q[k]) (bits) for matching heads: ``[..., K, R, N]`` twice -> ``[..., K]``.
 

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from bertology.metrics.attention import column_sums
+from bertology.metrics.attention import DIAGONAL_OFFSETS, column_sums
 
 #: The five classes, in the order of their integer codes.
 PATTERNS: tuple[str, ...] = ("vertical", "diagonal", "vertical+diagonal", "block", "heterogeneous")
@@ -201,10 +201,11 @@ def stacked_pattern_sums(
     T = mask.shape[1]
     vk = (vertical_keys.bool() & mask).to(f64)  # [B, T]
     q = torch.arange(T, device=mask.device)
-    offsets = (-1, 0, 1)[1 - band : 2 + band]
+    keep = slice(1 - band, 2 + band)  # band 1: all of DIAGONAL_OFFSETS; band 0: the diagonal itself
+    offsets = DIAGONAL_OFFSETS[keep]
     # vk of key q + o for each offset (0 outside the map)
     shifted = torch.stack([torch.where((q + o >= 0) & (q + o < T), vk[:, (q + o).clamp(0, T - 1)], 0.0) for o in offsets], -1)
-    diag = diagonals[..., 1 - band : 2 + band].to(f64)
+    diag = diagonals[..., keep].to(f64)
     return {
         "on_vertical": (received.to(f64) * vk[:, None]).sum(-1),
         "band_v": (diag * shifted[:, None]).sum((-1, -2)),
