@@ -8,7 +8,24 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import BertConfig, BertForSequenceClassification, BertModel, BertTokenizer
+from transformers import (
+    AlbertConfig,
+    AutoModel,
+    AutoModelForSequenceClassification,
+    BertConfig,
+    BertForSequenceClassification,
+    BertModel,
+    BertTokenizer,
+    DebertaV2Config,
+    DistilBertConfig,
+    ElectraConfig,
+    ModernBertConfig,
+    MPNetConfig,
+    PretrainedConfig,
+    PreTrainedTokenizerBase,
+    RobertaConfig,
+    XLMRobertaConfig,
+)
 
 #: Words of the tiny vocabulary; enough for the sentences the tests write.
 TINY_WORDS = (
@@ -75,6 +92,83 @@ def save_tiny_bert(
     model.eval()
     model.save_pretrained(folder)
     tiny_tokenizer().save_pretrained(folder)
+    return folder
+
+
+#: The families of :func:`tiny_family_config`: model_type -> (config class, family-specific settings).
+#: Sizes are those of DESIGN §4 (hidden 32, 4 heads); ALBERT and ModernBERT get 3 layers so that a middle
+#: layer exists (ALBERT's shared module is called 3 times; ModernBERT alternates global and local layers).
+FAMILY_CONFIGS: dict[str, tuple[type[PretrainedConfig], dict]] = {
+    "bert": (BertConfig, {}),
+    "roberta": (RobertaConfig, {}),
+    "xlm-roberta": (XLMRobertaConfig, {}),
+    "electra": (ElectraConfig, {"embedding_size": 16}),
+    "distilbert": (DistilBertConfig, {"dim": 32, "n_layers": 2, "n_heads": 4, "hidden_dim": 64,
+                                      "dropout": 0.0, "attention_dropout": 0.0}),
+    "albert": (AlbertConfig, {"embedding_size": 16, "num_hidden_layers": 3}),
+    "deberta-v2": (DebertaV2Config, {"relative_attention": True, "pos_att_type": ["p2c", "c2p"],
+                                     "position_buckets": 8, "max_relative_positions": 16, "type_vocab_size": 0,
+                                     "position_biased_input": False}),
+    "mpnet": (MPNetConfig, {}),
+    "modernbert": (ModernBertConfig, {"num_hidden_layers": 3, "global_attn_every_n_layers": 2, "local_attention": 4,
+                                      "attention_dropout": 0.0, "mlp_dropout": 0.0, "embedding_dropout": 0.0}),
+}
+
+
+def tiny_family_config(model_type: str, tokenizer: PreTrainedTokenizerBase, **overrides) -> PretrainedConfig:
+    """A tiny random-init config of any supported family (2 layers, hidden 32, 4 heads, dropout off, eager).
+
+    The vocabulary size and the special token ids come from ``tokenizer`` so that its ids are valid
+    inputs and RoBERTa-style position ids (counted from the pad id) are right.
+    """
+    if model_type not in FAMILY_CONFIGS:
+        raise ValueError(f"no tiny config for {model_type!r}; known: {', '.join(FAMILY_CONFIGS)}")
+    cls, family = FAMILY_CONFIGS[model_type]
+    params = dict(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, type_vocab_size=2,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    for name, token in (("bos_token_id", "cls_token"), ("eos_token_id", "sep_token"), ("cls_token_id", "cls_token"),
+                        ("sep_token_id", "sep_token")):
+        tid = getattr(tokenizer, f"{token}_id", None)
+        if tid is not None:
+            params[name] = tid
+    if model_type == "roberta" or model_type == "xlm-roberta":
+        params["max_position_embeddings"] = 130  # position ids start after the pad id
+    params.update(family)
+    params.update(overrides)
+    cfg = cls(**params)
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
+def save_tiny_family(
+    folder: str | Path,
+    model_type: str,
+    *,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    seed: int = 0,
+    classifier: bool = False,
+    num_labels: int = 2,
+    **config_overrides,
+) -> Path:
+    """Save a tiny random model of any family (encoder, or classifier with a fresh head) plus its tokenizer."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = tokenizer if tokenizer is not None else tiny_tokenizer()
+    cfg = tiny_family_config(model_type, tok, **config_overrides)
+    torch.manual_seed(seed)
+    if classifier:
+        cfg.num_labels = num_labels
+        cfg.id2label = {i: str(i) for i in range(num_labels)}
+        cfg.label2id = {str(i): i for i in range(num_labels)}
+        model = AutoModelForSequenceClassification.from_config(cfg, attn_implementation="eager")
+    else:
+        model = AutoModel.from_config(cfg, attn_implementation="eager")
+    model.eval()
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
     return folder
 
 

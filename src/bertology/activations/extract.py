@@ -14,6 +14,7 @@ import torch
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
 from bertology.data.encode import EncodedCorpus, EncodedExample
+from bertology.models import sites
 from bertology.models.hooks import Captured, capture
 from bertology.models.pair import ModelPair
 
@@ -57,10 +58,8 @@ def collate(items: Sequence[EncodedExample], pad_id: int, pad_to: int | None = N
 
 
 def _forward(model: torch.nn.Module, tensors: dict, want: frozenset[str], device: torch.device) -> Captured:
-    encoder = getattr(model, "base_model", model)
-    inputs = {k: tensors[k].to(device) for k in ("input_ids", "token_type_ids", "attention_mask")}
-    if getattr(encoder.config, "type_vocab_size", 2) < 2:
-        inputs.pop("token_type_ids")
+    encoder = sites.encoder(model)
+    inputs = sites.model_inputs(encoder, tensors, device)
     with capture(encoder, hidden_states="hidden_states" in want, attentions="attentions" in want) as cap:
         encoder(**inputs)
     return cap

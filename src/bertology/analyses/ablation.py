@@ -56,6 +56,7 @@ from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus
 from bertology.errors import BertologyError
 from bertology.models import sites
+from bertology.models.hooks import block_input, on_layers
 from bertology.models.ablate import (
     MODES,
     Mode,
@@ -264,7 +265,7 @@ def make_batches(
 
 
 def _uses_token_types(model: torch.nn.Module) -> bool:
-    return getattr(model.config, "type_vocab_size", 2) >= 2
+    return sites.uses_token_types(model)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -403,7 +404,7 @@ def _logits(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Te
 
 
 class _MeanAccumulator:
-    """Sums each head's context vector over real tokens (pre-hook on ``attention.output.dense``)."""
+    """Sums each head's context vector over real tokens (pre-hook on the output projection)."""
 
     def __init__(self, n_layers: int, n_heads: int, head_size: int) -> None:
         self.sums = torch.zeros(n_layers, n_heads, head_size, dtype=torch.float64)
@@ -435,12 +436,8 @@ def head_means(
     Used by ``mode="mean"`` (the head's output replaced by this mean). Layers not in ``layers`` stay 0.
     """
     n = sites.num_layers(model)
-    attn = sites.self_attention(model, 1)
-    acc = _MeanAccumulator(n, attn.num_attention_heads, attn.attention_head_size)
-    handles = [
-        sites.attention_output_dense(model, layer).register_forward_pre_hook(acc.hook(layer))
-        for layer in (layers or range(1, n + 1))
-    ]
+    acc = _MeanAccumulator(n, sites.num_heads(model), sites.head_size(model))
+    handles = on_layers(model, sites.out_proj, {layer: acc.hook(layer) for layer in (layers or range(1, n + 1))}, pre=True)
     try:
         with torch.inference_mode():
             for inp, mask in zip(batches.inputs, batches.mask):
@@ -475,7 +472,7 @@ class _Sweep:
         self.on_unit = on_unit
         self.total, self.done = total, done
         self.n_layers = sites.num_layers(model)
-        self.n_heads = sites.self_attention(model, 1).num_attention_heads
+        self.n_heads = sites.num_heads(model)
 
     # ------------------------------------------------------------------ shared
     def _heads_of(self, unit: Unit) -> list[tuple[int, int]]:
@@ -557,12 +554,14 @@ class _Sweep:
         if not tops:
             return
         top = max(tops)
-        attn = sites.self_attention(model, 1)
+        n_heads, head_size = sites.num_heads(model), sites.head_size(model)
         with torch.inference_mode():
             shortcut = self._first_token_shortcut_ok()
-            # hidden states entering block 1: the embeddings' output (every block bypassed)
+            # hidden states entering block 1 (hidden state 0; every block bypassed)
             cache: list[torch.Tensor] = []
-            grab = sites.embeddings(model).register_forward_hook(lambda _m, _i, out: cache.append(out))
+            grab = sites.block(model, 1).register_forward_pre_hook(
+                lambda _m, args, kwargs: cache.append(block_input(args, kwargs)), with_kwargs=True
+            )
             try:
                 with bypass_blocks(model, range(1, n + 1)):
                     for inp in self.batches.inputs:
@@ -572,21 +571,21 @@ class _Sweep:
             for layer in range(1, top + 1):
                 todo = by_layer.get(layer, [])
                 need_means = self._need_means(todo)
-                acc = _MeanAccumulator(n, attn.num_attention_heads, attn.attention_head_size) if need_means else None
+                acc = _MeanAccumulator(n, n_heads, head_size) if need_means else None
                 nxt: list[torch.Tensor] = []
                 contexts: list[tuple] = []  # the intact attention.self outputs of this layer, replayed for head ablations
                 replay = any(self._heads_of(u) for u in todo)
                 advance = layer < top or need_means or replay or (layer == n and intact)
                 if advance:
-                    handles = [sites.blocks(model)[layer - 1].register_forward_hook(
+                    handles = [sites.block(model, layer).register_forward_hook(
                         lambda _m, _i, out: nxt.append(out[0] if isinstance(out, tuple) else out)
                     )]
                     if replay:
-                        handles.append(sites.self_attention(model, layer).register_forward_hook(
+                        handles.append(sites.attention(model, layer).register_forward_hook(
                             lambda _m, _i, out: contexts.append((out[0], None, *out[2:]))
                         ))
                     if acc is not None:
-                        handles.append(sites.attention_output_dense(model, layer).register_forward_pre_hook(acc.hook(layer)))
+                        handles.append(sites.out_proj(model, layer).register_forward_pre_hook(acc.hook(layer)))
 
                     def set_mask(b: int) -> None:
                         if acc is not None:
@@ -604,7 +603,7 @@ class _Sweep:
                     if unit.layer_mode == "skip":
                         logits = self._run_from(layer + 1, cache, shortcut=shortcut)
                     else:
-                        with replay_output(sites.self_attention(model, layer)) as rp, self._ablation(unit, means):
+                        with replay_output(sites.attention(model, layer)) as rp, self._ablation(unit, means):
                             logits = self._run_from(layer, cache, shortcut=shortcut, extra=lambda b: rp.set(contexts[b]))
                     self._finish(unit, logits)
                 cache = nxt
@@ -659,7 +658,10 @@ def run_ablation(
     batches = make_batches(
         encoded, label_ids, batch_size=batch_size, pad_id=pad_id, use_token_types=_uses_token_types(model), device=dev
     )
-    n_layers, n_heads = sites.num_layers(model), sites.self_attention(model, 1).num_attention_heads
+    n_layers, n_heads = sites.num_layers(model), sites.num_heads(model)
+    if method == "cached" and not sites.adapter(model).cached_sweep:
+        logger.info("ablation: %s blocks cannot be bypassed or replayed; using the plain sweep", sites.adapter(model).family)
+        method = "naive"
     units = plan_units(n_layers, n_heads, layers=layers, heads=heads, layer_modes=layer_modes)
     fp_settings = {
         "mode": mode, "exclude_special": exclude_special, "special_ids": sorted(special_ids or []),

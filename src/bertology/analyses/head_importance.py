@@ -194,7 +194,7 @@ def run_head_importance(
         encoded, np.asarray(label_ids, dtype=np.int64), batch_size=batch_size, pad_id=pad_id,
         use_token_types=_uses_token_types(model), device=dev,
     )
-    n_layers, n_heads = sites.num_layers(model), sites.self_attention(model, 1).num_attention_heads
+    n_layers, n_heads = sites.num_layers(model), sites.num_heads(model)
     total = n_layers * n_heads
     counts = _steps(total, step_fraction)
     settings = {

@@ -463,6 +463,7 @@ def sample_maps(
     from bertology.analyses.attention_patterns import segment_ids, vertical_key_mask
     from bertology.analyses.attention_targets import PunctuationLookup
     from bertology.metrics.patterns import PatternThresholds, classify, pattern_features
+    from bertology.models import sites
     from bertology.models.hooks import capture
 
     if examples < 1 or limit < 1:
@@ -491,9 +492,7 @@ def sample_maps(
     with torch.inference_mode():
         for group in length_batches(items, batch_size):
             t = collate(group, tok.pad_token_id or 0)
-            inputs = {k: t[k].to(dev) for k in ("input_ids", "token_type_ids", "attention_mask")}
-            if getattr(cfg, "type_vocab_size", 2) < 2:
-                inputs.pop("token_type_ids")
+            inputs = sites.model_inputs(encoder, t, dev)
             with capture(encoder, hidden_states=False) as cap:
                 encoder(**inputs)
             mask = t["mask"].to(dev)

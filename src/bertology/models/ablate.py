@@ -6,17 +6,24 @@ transformers v5 has no ``head_mask``: every intervention here is a hook on the r
 
 Head ablation modes (recorded as ``mode`` in every output):
 
+Every head intervention rewrites the head's slice of the per-head context at the input of the family's
+output projection (the adapter's ``out_proj``: ``attention.output.dense`` in BERT, ``out_lin`` in
+DistilBERT, ``attention.dense`` in ALBERT, ``attn.Wo`` in ModernBERT), so it works for every family;
+ALBERT's shared layer is hooked by call order, so ablating a head of layer 3 leaves the other depths alone.
+
 * ``uniform`` (Kovaleva et al. 2019 §4.6): the head's attention is set to 1/L over the L non-padding
   tokens, [CLS]/[SEP] included, so its context vector is the mean of its value vectors over those
   tokens. With ``exclude_special`` the mean runs over the non-special real tokens instead (falling back
-  to all real tokens for an input that has nothing else). A forward hook on ``attention.self`` rewrites
-  that head's slice of the context (and its attention probabilities, so captured maps show 1/L).
-* ``zero``: the head's context slice is zeroed before ``attention.output.dense`` (the old ``head_mask``).
+  to all real tokens for an input that has nothing else). The value vectors are recomputed from the
+  attention module's input with the adapter's value projection; the captured attention maps show 1/L.
+* ``zero``: the head's context slice is zeroed before the output projection (the old ``head_mask``).
 * ``mean``: the head's context slice is replaced by its mean over a reference corpus
   (:func:`bertology.analyses.ablation.head_means`).
 
-Whole layers: :func:`skip_layers` returns each block's input unchanged; "all heads of a layer" is
-:func:`ablate_heads` with every head of that layer.
+Whole layers: :func:`skip_layers` makes hidden state ``l`` equal to block ``l``'s input; "all heads of a
+layer" is :func:`ablate_heads` with every head of that layer. :func:`bypass_blocks`,
+:func:`replay_output` and :func:`keep_first_token` serve the cached ablation sweep, which only families
+with ``adapter.cached_sweep`` (the BERT layout) use.
 """
 from __future__ import annotations
 
@@ -29,6 +36,8 @@ import torch
 from torch import nn
 
 from bertology.models import sites
+from bertology.models.adapters import get_path
+from bertology.models.hooks import block_input, on_layers
 
 Mode = Literal["uniform", "zero", "mean"]
 MODES: tuple[str, ...] = ("uniform", "zero", "mean")
@@ -97,39 +106,22 @@ def ablate_heads(
     """
     if mode not in MODES:
         raise ValueError(f"unknown ablation mode {mode!r}; choose from {', '.join(MODES)}")
-    n_layers = sites.num_layers(model)
-    first = sites.self_attention(model, 1)
-    n_heads, size = first.num_attention_heads, first.attention_head_size
+    n_layers, n_heads, size = sites.num_layers(model), sites.num_heads(model), sites.head_size(model)
     by_layer = _group(heads, n_layers, n_heads)
     if exclude_special and mode == "uniform" and not special_ids:
         raise ValueError("exclude_special needs the special token ids ([CLS], [SEP]) in special_ids")
     if mode == "mean" and means is None:
         raise ValueError("mode='mean' needs the heads' mean context vectors (means=...)")
     handles: list[torch.utils.hooks.RemovableHandle] = []
-    state: dict = {}
     try:
         if mode == "uniform":
-            if exclude_special:
-                ids = torch.tensor(sorted(int(i) for i in special_ids or ()), dtype=torch.long)
-
-                def remember_ids(_m, args, kwargs):
-                    input_ids = kwargs.get("input_ids", args[0] if args else None)
-                    state["special"] = None if input_ids is None else torch.isin(input_ids, ids.to(input_ids.device))
-
-                handles.append(sites.embeddings(model).register_forward_pre_hook(remember_ids, with_kwargs=True))
-            for layer, hs in by_layer.items():
-                handles.extend(_uniform_hooks(model, layer, hs, size, state, exclude_special))
+            handles.extend(_uniform_hooks(model, by_layer, size, special_ids if exclude_special else None))
         else:
-            for layer, hs in by_layer.items():
-                if mode == "zero":
-                    values = None
-                else:
-                    values = torch.stack([_mean_of(means, layer, h) for h in hs])  # [k, d]
-                handles.append(
-                    sites.attention_output_dense(model, layer).register_forward_pre_hook(
-                        _replace_slices_hook(hs, size, values)
-                    )
-                )
+            replace = {
+                layer: _replace_slices_hook(hs, size, None if mode == "zero" else torch.stack([_mean_of(means, layer, h) for h in hs]))
+                for layer, hs in by_layer.items()
+            }
+            handles.extend(on_layers(model, sites.out_proj, replace, pre=True))
         yield
     finally:
         for h in handles:
@@ -146,7 +138,7 @@ def _mean_of(means, layer: int, head: int) -> torch.Tensor:
 
 
 def _replace_slices_hook(heads: list[int], size: int, values: torch.Tensor | None):
-    """Pre-hook on ``attention.output.dense``: zero (values None) or overwrite the heads' context slices."""
+    """Pre-hook on the output projection: zero (values None) or overwrite the heads' context slices."""
 
     def hook(_m, args):
         x = args[0].clone()
@@ -160,60 +152,117 @@ def _replace_slices_hook(heads: list[int], size: int, values: torch.Tensor | Non
     return hook
 
 
-def _uniform_hooks(model, layer: int, heads: list[int], size: int, state: dict, exclude_special: bool):
-    """A forward hook on ``attention.self`` that rewrites the heads' context as the mean of their values.
+def _uniform_hooks(
+    model: nn.Module, by_layer: Mapping[int, list[int]], size: int, special_ids: Collection[int] | None
+) -> list[torch.utils.hooks.RemovableHandle]:
+    """Hooks that replace the heads' context by the mean of their value vectors over the real keys.
 
-    The heads' value vectors are recomputed from the module's input (``d`` of the ``H*d`` rows of the
-    value projection per head), so the hook also works when the module's output is replayed from a
-    cache (:func:`replay_output`).
+    A pre-hook on the encoder reads which keys are real (``attention_mask``) and, with ``special_ids``,
+    which are special; a pre-hook on each attention module keeps its input (the value projection's
+    input); a pre-hook on the output projection writes ``value(mean of inputs)`` (the projection is
+    affine, so this is the mean of the value vectors) into the heads' slices; a forward hook on the
+    attention module sets the heads' returned probabilities to those weights. The attention module's
+    own computation may be replayed from a cache (:func:`replay_output`): its pre-hooks still run.
     """
-    attn = sites.self_attention(model, layer)
-    slices = _head_slices(size, heads)
+    state: dict = {}
+    ids = None if special_ids is None else torch.tensor(sorted(int(i) for i in special_ids), dtype=torch.long)
 
-    def rewrite(_m, args, kwargs, output):
-        hidden = kwargs.get("hidden_states", args[0] if args else None)
-        keys = _real_keys(kwargs.get("attention_mask"), hidden)
-        if exclude_special:
+    def read_inputs(_m, args, kwargs):
+        input_ids = kwargs.get("input_ids", args[0] if args else None)
+        state["mask"] = kwargs.get("attention_mask")
+        state["special"] = None if ids is None or input_ids is None else torch.isin(input_ids, ids.to(input_ids.device))
+
+    def weights_for(hidden: torch.Tensor) -> torch.Tensor:
+        keys = _real_keys(state.get("mask"), hidden)
+        if ids is not None:
             special = state.get("special")
             if special is None or special.shape != keys.shape:
                 raise RuntimeError("exclude_special: the input ids of this forward pass were not seen")
             content = keys & ~special
             keys = torch.where(content.any(dim=1, keepdim=True), content, keys)
-        weights = keys.to(hidden.dtype)
-        weights = weights / weights.sum(dim=1, keepdim=True).clamp_min(1)  # [B, T]: 1/L on real keys
-        context, probs = output[0].clone(), output[1]
-        probs = probs.clone() if probs is not None else None
-        w, b = attn.value.weight, attn.value.bias
-        pooled = torch.einsum("bt,bth->bh", weights, hidden)  # mean of the inputs, then the (affine) projection
-        for h, sl in zip(heads, slices):
-            mean = nn.functional.linear(pooled, w[sl], None if b is None else b[sl])
-            context[..., sl] = mean[:, None, :].to(context.dtype)
-            if probs is not None:
-                probs[:, h] = weights[:, None, :].to(probs.dtype)
-        return (context, probs, *output[2:])
+        w = keys.to(hidden.dtype)
+        return w / w.sum(dim=1, keepdim=True).clamp_min(1)  # [B, T]: 1/L on the kept keys
 
-    return [attn.register_forward_hook(rewrite, with_kwargs=True)]
+    def keep_input(layer: int):
+        def hook(_m, args, kwargs):
+            hidden = block_input(args, kwargs)
+            state[layer] = (hidden, weights_for(hidden))
 
+        return hook
 
-def _block_input(args, kwargs) -> torch.Tensor:
-    return kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+    def write_means(layer: int, heads: list[int]):
+        weight, bias = sites.value_projection(model, layer)
+        slices = _head_slices(size, heads)
+
+        def hook(_m, args):
+            hidden, w = state.pop(layer)
+            pooled = torch.einsum("bt,bth->bh", w, hidden)  # mean of the inputs, then the (affine) projection
+            x = args[0].clone()
+            for sl in slices:
+                mean = nn.functional.linear(pooled, weight[sl], None if bias is None else bias[sl])
+                x[..., sl] = mean[:, None, :].to(x.dtype)
+            return (x, *args[1:])
+
+        return hook
+
+    probs_index = sites.adapter(model).probs_index
+
+    def show_uniform(layer: int, heads: list[int]):
+        def hook(_m, _args, output):
+            if not isinstance(output, tuple) or len(output) <= probs_index or output[probs_index] is None:
+                return None
+            w = state[layer][1] if layer in state else None
+            if w is None:
+                return None
+            probs = output[probs_index].clone()
+            for h in heads:
+                probs[:, h] = w[:, None, :].to(probs.dtype)
+            return (*output[:probs_index], probs, *output[probs_index + 1:])
+
+        return hook
+
+    handles = [sites.encoder(model).register_forward_pre_hook(read_inputs, with_kwargs=True)]
+    try:
+        handles += on_layers(model, sites.attention, {l: keep_input(l) for l in by_layer}, pre=True, with_kwargs=True)
+        handles += on_layers(model, sites.attention, {l: show_uniform(l, hs) for l, hs in by_layer.items()})
+        handles += on_layers(model, sites.out_proj, {l: write_means(l, hs) for l, hs in by_layer.items()}, pre=True)
+    except BaseException:
+        for h in handles:
+            h.remove()
+        raise
+    return handles
 
 
 @contextmanager
 def skip_layers(model: nn.Module, layers: Iterable[int]) -> Iterator[None]:
-    """Disable whole blocks: each returns its input hidden states unchanged (the block still runs)."""
-    blocks = sites.blocks(model)
-    handles = []
+    """Disable whole layers: hidden state ``l`` becomes block ``l``'s input (the block still runs).
 
-    def hook(_m, args, kwargs, output):
-        hidden = _block_input(args, kwargs)
-        return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+    The replacement is made at :func:`sites.hidden_output` (the block, or the module the family runs
+    after it, e.g. DeBERTa-v2's convolution after block 1), keyed by call order for shared blocks.
+    """
+    n = sites.num_layers(model)
+    chosen = sorted(set(int(x) for x in layers))
+    for layer in chosen:
+        if not 1 <= layer <= n:
+            raise ValueError(f"no layer {layer} in a model with {n} layers")
+    inputs: dict[int, torch.Tensor] = {}
 
+    def keep(layer: int):
+        def hook(_m, args, kwargs):
+            inputs[layer] = block_input(args, kwargs)
+
+        return hook
+
+    def restore(layer: int):
+        def hook(_m, _args, output):
+            hidden = inputs.pop(layer)
+            return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+        return hook
+
+    handles = on_layers(model, sites.block, {l: keep(l) for l in chosen}, pre=True, with_kwargs=True)
     try:
-        for layer in sorted(set(int(x) for x in layers)):
-            if not 1 <= layer <= len(blocks):
-                raise ValueError(f"no layer {layer} in a model with {len(blocks)} layers")
-            handles.append(blocks[layer - 1].register_forward_hook(hook, with_kwargs=True))
+        handles += on_layers(model, sites.hidden_output, {l: restore(l) for l in chosen})
         yield
     finally:
         for h in handles:
@@ -228,6 +277,7 @@ def bypass_blocks(model: nn.Module, layers: Iterable[int]) -> Iterator[None]:
     states (exact: the blocks above see the same input and the same attention mask). Hooks registered
     on a bypassed block still fire. The instance attribute is restored (or removed) in ``finally``.
     """
+    _needs_cached_layout(model, "bypass_blocks")
     blocks = sites.blocks(model)
     saved: list[tuple[nn.Module, object]] = []
     marker = object()
@@ -249,6 +299,12 @@ def bypass_blocks(model: nn.Module, layers: Iterable[int]) -> Iterator[None]:
                 block.forward = old
 
 
+def _needs_cached_layout(model: nn.Module, what: str) -> None:
+    ad = sites.adapter(model)
+    if not ad.cached_sweep:
+        raise ValueError(f"{what} needs the BERT block layout; {ad.family} runs the plain ablation sweep")
+
+
 class _Replacement:
     """The hidden states the embeddings module returns while :func:`replace_embeddings` is active."""
 
@@ -261,17 +317,24 @@ class _Replacement:
 
 @contextmanager
 def replace_embeddings(model: nn.Module) -> Iterator[_Replacement]:
-    """Make the embeddings module return ``r.hidden`` (set it before each forward) instead of its output."""
+    """Make block 1 receive ``r.hidden`` (set it before each forward) instead of hidden state 0.
+
+    Hidden state 0 is the first block's input, so this also covers families that project their
+    embeddings to the hidden size (ELECTRA, ALBERT).
+    """
     repl = _Replacement()
 
-    def hook(_m, _inp, out):
+    def hook(_m, args, kwargs):
+        hidden = block_input(args, kwargs)
         if repl.hidden is None:
             raise RuntimeError("replace_embeddings: set() the hidden states before the forward pass")
-        if repl.hidden.shape != out.shape:
-            raise RuntimeError(f"replacement hidden states {tuple(repl.hidden.shape)} != embeddings {tuple(out.shape)}")
-        return repl.hidden
+        if repl.hidden.shape != hidden.shape:
+            raise RuntimeError(f"replacement hidden states {tuple(repl.hidden.shape)} != block input {tuple(hidden.shape)}")
+        if "hidden_states" in kwargs:
+            return args, {**kwargs, "hidden_states": repl.hidden}
+        return (repl.hidden, *args[1:]), kwargs
 
-    handle = sites.embeddings(model).register_forward_hook(hook)
+    handle = sites.block(model, 1).register_forward_pre_hook(hook, with_kwargs=True)
     try:
         yield repl
     finally:
@@ -319,12 +382,13 @@ def replay_output(module: nn.Module) -> Iterator[_Replay]:
 def keep_first_token(model: nn.Module) -> Iterator[None]:
     """Let the last block's feed-forward run on the first token only (exact when the head reads [CLS] only).
 
-    A forward hook on the last block's ``attention.output`` keeps position 0, so the block's
+    A forward hook on the last block's ``adapter.first_token_site`` keeps position 0, so the block's
     intermediate and output layers (most of its cost) skip the other positions. Only valid for
     classifiers that read the first token of the last hidden state (BERT's pooler, RoBERTa/ELECTRA
     classification heads); callers check the logits against a full forward first.
     """
-    last = sites.blocks(model)[-1].attention.output
+    _needs_cached_layout(model, "keep_first_token")
+    last = get_path(sites.block(model, sites.num_layers(model)), sites.adapter(model).first_token_site)
     handle = last.register_forward_hook(lambda _m, _i, out: out[:, :1])
     try:
         yield
@@ -367,14 +431,11 @@ class HeadGates:
 
 @contextmanager
 def head_gates(model: nn.Module) -> Iterator[HeadGates]:
-    """Install a gate on every head of every layer (pre-hooks on ``attention.output.dense``)."""
+    """Install a gate on every head of every layer (pre-hooks on the output projections)."""
     n = sites.num_layers(model)
-    attn = sites.self_attention(model, 1)
-    gates = HeadGates(n, attn.num_attention_heads, attn.attention_head_size)
-    handles = []
+    gates = HeadGates(n, sites.num_heads(model), sites.head_size(model))
+    handles = on_layers(model, sites.out_proj, {layer: gates._hook(layer) for layer in range(1, n + 1)}, pre=True)
     try:
-        for layer in range(1, n + 1):
-            handles.append(sites.attention_output_dense(model, layer).register_forward_pre_hook(gates._hook(layer)))
         yield gates
     finally:
         for h in handles:

@@ -314,7 +314,8 @@ def contrastive_finetune(
         prepare_checkpoints,
     )
     from bertology.training.loop import LoopConfig, plan_steps, seed_everything, train_loop
-    from bertology.training.surgery import drop_layers, freeze, num_blocks, parameter_counts
+    from bertology.models.sites import uses_token_types
+    from bertology.training.surgery import drop_layers, freeze, layers_record, num_blocks, parameter_counts
 
     t0 = time.perf_counter()
     _check_config(config)
@@ -347,7 +348,7 @@ def contrastive_finetune(
     frozen = freeze(model, config.freeze_layers, config.freeze_embeddings)
     model.to(device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    use_token_types = "token_type_ids" in getattr(tokenizer, "model_input_names", ["token_type_ids"])
+    use_token_types = uses_token_types(model)
     encoder = _Encoder(pad_id, use_token_types, device, config.pooling)
     max_len = config.data.max_length
 
@@ -435,7 +436,7 @@ def contrastive_finetune(
         "grad_accum": config.grad_accum,
         "in_batch_negatives": config.batch_size - 1 if config.contrastive == "unsupervised" else 2 * config.batch_size - 1,
         "device": str(device),
-        "layers": {"before": n_before, "dropped": list(config.drop_layers), "kept": list(kept), "after": num_blocks(model)},
+        "layers": layers_record(model, n_before, config.drop_layers, kept),
         "frozen": {"layers": config.freeze_layers, "embeddings": config.freeze_embeddings, "n_tensors": len(frozen),
                    "parameters": parameter_counts(model)},
         "anisotropy": {"sentences": config.anisotropy_sentences, "pairs": config.anisotropy_pairs,

@@ -466,7 +466,8 @@ def finetune(
     if config.objective != "classification":
         raise BertologyError(f"Unknown objective {config.objective!r}; use classification or contrastive.")
     from bertology.training.loop import LoopConfig, plan_steps, train_loop
-    from bertology.training.surgery import drop_layers, freeze, num_blocks, parameter_counts
+    from bertology.models.sites import uses_token_types
+    from bertology.training.surgery import drop_layers, freeze, layers_record, num_blocks, parameter_counts
 
     t0 = time.perf_counter()
     _check_config(config)
@@ -547,7 +548,7 @@ def finetune(
     if pad_id is None:
         logger.warning("The tokenizer has no padding token; padding with id 0 (masked out by the attention mask).")
         pad_id = 0
-    use_token_types = "token_type_ids" in getattr(tokenizer, "model_input_names", ["token_type_ids"])
+    use_token_types = uses_token_types(model)
 
     y_train = np.array([label2id[lab] for lab in train_labels], dtype=np.int64)
     y_eval = np.array([label2id[lab] for lab in eval_labels], dtype=np.int64)
@@ -618,8 +619,7 @@ def finetune(
         "max_grad_norm": config.max_grad_norm,
         "device": str(device),
         "token_type_ids": use_token_types,
-        "layers": {"before": n_layers_before, "dropped": list(config.drop_layers), "kept": list(kept_layers),
-                   "after": num_blocks(model)},
+        "layers": layers_record(model, n_layers_before, config.drop_layers, kept_layers),
         "frozen": {"layers": config.freeze_layers, "embeddings": config.freeze_embeddings, "n_tensors": len(frozen),
                    "parameters": parameter_counts(model)},
         "excluded_words": exclusion,

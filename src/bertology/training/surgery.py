@@ -12,41 +12,32 @@ from collections.abc import Sequence
 import torch
 
 from bertology.errors import BertologyError
+from bertology.models import sites
+from bertology.models.adapters import get_path
 
 logger = logging.getLogger(__name__)
 
 
-def _blocks(model: torch.nn.Module) -> torch.nn.ModuleList:
-    """The ModuleList of transformer blocks of a BERT-family model (task model or bare encoder)."""
-    enc = getattr(model, "base_model", model)
-    for path in ("encoder.layer", "transformer.layer", "layers", "encoder.layers"):
-        obj = enc
-        for part in path.split("."):
-            obj = getattr(obj, part, None)
-            if obj is None:
-                break
-        if isinstance(obj, torch.nn.ModuleList):
-            return obj
-    raise BertologyError(f"Cannot find the transformer blocks of {type(model).__name__} (looked for encoder.layer).")
+def _block_list(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The ModuleList that holds the blocks (found through the family adapter)."""
+    enc = sites.encoder(model)
+    blocks = get_path(enc, sites.adapter(model).blocks)
+    if not isinstance(blocks, torch.nn.ModuleList):  # pragma: no cover - the adapter conformance tests cover this
+        raise BertologyError(f"Cannot find the transformer blocks of {type(model).__name__}.")
+    return blocks
 
 
 def _set_blocks(model: torch.nn.Module, blocks: torch.nn.ModuleList) -> None:
-    enc = getattr(model, "base_model", model)
-    for path in ("encoder.layer", "transformer.layer", "layers", "encoder.layers"):
-        parts = path.split(".")
-        parent = enc
-        for part in parts[:-1]:
-            parent = getattr(parent, part, None)
-            if parent is None:
-                break
-        if parent is not None and isinstance(getattr(parent, parts[-1], None), torch.nn.ModuleList):
-            setattr(parent, parts[-1], blocks)
-            return
-    raise BertologyError(f"Cannot find the transformer blocks of {type(model).__name__}.")  # pragma: no cover
+    path = sites.adapter(model).blocks
+    parent_path, _, name = path.rpartition(".")
+    enc = sites.encoder(model)
+    parent = get_path(enc, parent_path) if parent_path else enc
+    setattr(parent, name, blocks)
 
 
 def num_blocks(model: torch.nn.Module) -> int:
-    return len(_blocks(model))
+    """Depth of the model (ALBERT: how many times its shared layer runs)."""
+    return sites.num_layers(model)
 
 
 def check_drop_layers(layers: Sequence[int], n_layers: int) -> tuple[int, ...]:
@@ -66,14 +57,20 @@ def drop_layers(model: torch.nn.Module, layers: Sequence[int]) -> tuple[int, ...
     """Remove the 1-based transformer blocks ``layers`` in place; return the original numbers of the kept ones.
 
     ``config.num_hidden_layers`` is updated (and per-layer config lists such as ``layer_types`` are cut
-    to match), and the kept blocks' ``layer_idx`` attributes are renumbered.
+    to match), and the kept blocks' ``layer_idx`` attributes are renumbered. With shared blocks (ALBERT)
+    there is nothing to remove: every depth runs the same module, so dropping layers lowers the repeat
+    count (the result is the same whichever layers are named; :func:`describe_drop` says so).
     """
-    blocks = _blocks(model)
-    n = len(blocks)
+    n = sites.num_layers(model)
     chosen = check_drop_layers(layers, n)
     if not chosen:
         return tuple(range(1, n + 1))
     kept = tuple(i for i in range(1, n + 1) if i not in chosen)
+    if sites.adapter(model).shared_blocks:
+        _drop_shared(model, len(kept))
+        logger.info("Shared blocks: the layer now runs %d times instead of %d", len(kept), n)
+        return kept
+    blocks = _block_list(model)
     new = torch.nn.ModuleList([blocks[i - 1] for i in kept])
     _set_blocks(model, new)
     for new_idx, block in enumerate(new):
@@ -90,12 +87,24 @@ def drop_layers(model: torch.nn.Module, layers: Sequence[int]) -> tuple[int, ...
     return kept
 
 
-def _embeddings(model: torch.nn.Module) -> torch.nn.Module:
-    enc = getattr(model, "base_model", model)
-    emb = getattr(enc, "embeddings", None)
-    if emb is None:
-        raise BertologyError(f"Cannot find the embeddings of {type(model).__name__}.")
-    return emb
+def _drop_shared(model: torch.nn.Module, depth: int) -> None:
+    """ALBERT: run the shared layer ``depth`` times (groups keep their share of the depth)."""
+    cfg = model.config
+    groups = int(getattr(cfg, "num_hidden_groups", 1))
+    if depth % groups:
+        raise BertologyError(
+            f"--drop-layers: this ALBERT has {groups} layer groups; the remaining depth ({depth}) must be a multiple of it."
+        )
+    cfg.num_hidden_layers = depth
+
+
+def layers_record(model: torch.nn.Module, before: int, dropped: Sequence[int], kept: Sequence[int]) -> dict:
+    """The manifest's ``layers`` entry; with shared blocks (ALBERT) a note says what dropping meant."""
+    record = {"before": before, "dropped": list(dropped), "kept": list(kept), "after": num_blocks(model)}
+    if dropped and sites.adapter(model).shared_blocks:
+        record["note"] = (f"{sites.adapter(model).family} shares one layer across depth: dropping {len(dropped)} "
+                          "layer(s) lowers how many times it runs; which layers were named makes no difference")
+    return record
 
 
 def freeze(model: torch.nn.Module, bottom_layers: int = 0, embeddings: bool = False) -> list[str]:
@@ -104,13 +113,18 @@ def freeze(model: torch.nn.Module, bottom_layers: int = 0, embeddings: bool = Fa
     Returns the names of the frozen parameters. Frozen parameters get no gradient, are left out of the
     optimiser, and so stay bit-identical (no weight decay either).
     """
-    blocks = _blocks(model)
-    if not 0 <= bottom_layers <= len(blocks):
-        raise BertologyError(f"--freeze-layers {bottom_layers}: the model has {len(blocks)} layers.")
+    n = sites.num_layers(model)
+    if not 0 <= bottom_layers <= n:
+        raise BertologyError(f"--freeze-layers {bottom_layers}: the model has {n} layers.")
+    if sites.adapter(model).shared_blocks and 0 < bottom_layers < n:
+        raise BertologyError(
+            f"--freeze-layers {bottom_layers}: {sites.adapter(model).family} shares one layer across all {n} depths, "
+            f"so its bottom layers cannot be frozen alone; freeze 0 or all {n}."
+        )
     frozen: set[int] = set()
-    modules: list[torch.nn.Module] = list(blocks[:bottom_layers])
+    modules: list[torch.nn.Module] = list(sites.blocks(model)[:bottom_layers])
     if embeddings:
-        modules.append(_embeddings(model))
+        modules.extend(sites.embedding_modules(model))
     for m in modules:
         for p in m.parameters():
             p.requires_grad_(False)

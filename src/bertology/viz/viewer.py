@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from bertology.errors import BertologyError
+from bertology.models import sites
 from bertology.models.hooks import capture
 from bertology.models.loading import LoadedModel, load_model
 from bertology.results import atomic_write_text
@@ -98,11 +99,10 @@ def _attention(loaded: LoadedModel, enc: dict[str, list[int]]) -> np.ndarray:
     """Attention probabilities of one forward pass, ``[layers, heads, seq, seq]`` in float64."""
     encoder = loaded.encoder
     device = next(encoder.parameters()).device
-    inputs = {
-        k: torch.tensor([enc[k]], device=device)
-        for k in ("input_ids", "token_type_ids", "attention_mask")
-        if k in enc
-    }
+    tensors = {k: torch.tensor([v]) for k, v in enc.items() if k in ("input_ids", "token_type_ids", "attention_mask")}
+    tensors.setdefault("token_type_ids", torch.zeros_like(tensors["input_ids"]))
+    tensors.setdefault("attention_mask", torch.ones_like(tensors["input_ids"]))
+    inputs = sites.model_inputs(encoder, tensors, device)
     with torch.inference_mode(), capture(encoder, hidden_states=False) as captured:
         encoder(**inputs)
     maps = [a[0].float().cpu() for a in captured.attentions[1:]]
