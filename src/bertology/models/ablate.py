@@ -195,7 +195,7 @@ def _uniform_hooks(
         slices = _head_slices(size, heads)
 
         def hook(_m, args):
-            hidden, w = state.pop(layer)
+            hidden, w = state[layer]  # kept: the probabilities hook may run after this one (out_proj inside attention)
             pooled = torch.einsum("bt,bth->bh", w, hidden)  # mean of the inputs, then the (affine) projection
             x = args[0].clone()
             for sl in slices:

@@ -23,6 +23,7 @@ from transformers import (
 )
 
 from bertology.errors import BertologyError
+from bertology.models.adapters import adapter_for
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +154,7 @@ def load_model(
         raise BertologyError(f"Could not read the model config in {where}: {err}") from err
     except ValueError as err:
         raise BertologyError(f"Model {where!r} cannot be loaded: {err}") from err
+    adapter_for(config)  # one clear message for a decoder, a seq2seq or a vision model
     archs = getattr(config, "architectures", None) or []
     has_classifier = any(a.endswith("ForSequenceClassification") for a in archs)
     want_classifier = kind == "classifier" or (kind == "auto" and has_classifier)
