@@ -26,6 +26,7 @@ from bertology.config import ANALYSES, NEEDS_ANNOTATIONS, STANDALONE, CompareCon
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.errors import BertologyError
+from bertology.models.device import resolve_device
 from bertology.models.pair import ModelPair
 from bertology.progress import stage_bars
 from bertology.results import Result, RunDirectory, now_iso, package_versions, read_table, write_table
@@ -182,6 +183,7 @@ def compare(
     """
     torch.manual_seed(config.seed)
     t0 = time.perf_counter()
+    resolve_device(config.device)  # before any model is loaded
     pair = pair or ModelPair.load(config.base, config.tuned, trust_remote_code=config.trust_remote_code)
     corpus = corpus if corpus is not None else load_data(config.data)
     if len(corpus) == 0:

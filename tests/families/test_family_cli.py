@@ -134,3 +134,14 @@ def test_albert_partial_freeze_is_refused(tmp_path, data):
     result = invoke("finetune", "--model", base, "--data", data[0], "--epochs", 1, "--freeze-layers", 1,
                     "--out", tmp_path / "o")
     assert_user_error(result, "shares one layer", "freeze 0 or all 3")
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+@pytest.mark.parametrize("command", ["compare", "ablate", "probe", "finetune"])
+def test_a_missing_gpu_is_one_clear_error(command, data, tmp_path):
+    model_flag = {"compare": "--base", "probe": "--base"}.get(command, "--model")
+    data_flag = {"probe": "--train"}.get(command, "--data")
+    extra = {"probe": ["--test", data[1]], "compare": ["--tuned", tmp_path / "never-loaded"]}.get(command, [])
+    result = invoke(command, model_flag, tmp_path / "never-loaded", data_flag, data[0], *extra, "--device", "cuda",
+                    "--out", tmp_path / "o")
+    assert_user_error(result, "CUDA is not available")

@@ -66,6 +66,9 @@ def ablate_command(
     no_report: bool = typer.Option(False, "--no-report", help="Write tables and figures only, no report.html."),
 ) -> None:
     """Disable every head and layer of a fine-tuned classifier; report what the task loses (or gains)."""
+    from bertology.models.device import resolve_device
+
+    resolve_device(device)  # a missing GPU is an error now, not after loading
     from bertology.analyses.ablation import AblationSettings, check_classifier, label_ids_for, run_ablation_study, sample_examples
     from bertology.data.loaders import load_corpus
     from bertology.models.loading import load_model

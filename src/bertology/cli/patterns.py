@@ -43,6 +43,9 @@ def export_command(
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow custom model code from the hub."),
 ) -> None:
     """Sample attention maps and write thumbnails plus a labels.csv for a person to label."""
+    from bertology.models.device import resolve_device
+
+    resolve_device(device)  # a missing GPU is an error now, not after loading
     from bertology.analyses.pattern_cnn import sample_maps, write_export
     from bertology.data.encode import encode_corpus
     from bertology.data.loaders import load_corpus

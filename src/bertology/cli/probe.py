@@ -74,6 +74,9 @@ def probe_command(
     no_report: bool = typer.Option(False, "--no-report", help="Write tables and figures only, no report.html."),
 ) -> None:
     """Structural probes (distance and depth) on every layer: how much syntax each model keeps."""
+    from bertology.models.device import resolve_device
+
+    resolve_device(device)  # a missing GPU is an error now, not after loading
     from bertology.analyses.probe import ProbeSettings, random_init_model, run_probes
     from bertology.models.loading import load_model
     from bertology.results import RunDirectory, now_iso, package_versions, read_table, write_table

@@ -36,6 +36,7 @@ from bertology.config import FinetuneConfig
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, EncodedExample, encode_corpus
 from bertology.errors import BertologyError
+from bertology.models.device import resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -310,7 +311,7 @@ def contrastive_finetune(
     """
     from bertology.models.loading import load_model
     from bertology.training.finetune import (
-        FinetuneResult, _check_config, _resolve_device, _save_atomically, checkpoint_fingerprint, make_table,
+        FinetuneResult, _check_config, _save_atomically, checkpoint_fingerprint, make_table,
         prepare_checkpoints,
     )
     from bertology.training.loop import LoopConfig, plan_steps, seed_everything, train_loop
@@ -339,7 +340,7 @@ def contrastive_finetune(
     if config.early_stopping and not config.sts_data:
         raise BertologyError("Early stopping of contrastive training watches STS Spearman; pass --sts-data.")
 
-    device = _resolve_device(config.device)
+    device = resolve_device(config.device)
     seed_everything(config.seed)
     loaded = load_model(config.model, kind="encoder", trust_remote_code=config.trust_remote_code)
     model, tokenizer = loaded.model, loaded.tokenizer

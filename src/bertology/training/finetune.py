@@ -40,6 +40,7 @@ from bertology.config import FinetuneConfig
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, EncodedExample, encode_corpus
 from bertology.errors import BertologyError
+from bertology.models.device import resolve_device
 from bertology.training.data import SLICE_ALL, SLICE_WITH, SLICE_WITHOUT, exclude_examples, mention_mask, parse_word_list
 from bertology.training.loop import LOG_EVERY, seed_everything as _seed_everything
 
@@ -314,18 +315,6 @@ def _checkpoint_has_head(path: str, trust_remote_code: bool, auto_config) -> boo
     return any(a.endswith("ForSequenceClassification") for a in (getattr(cfg, "architectures", None) or []))
 
 
-def _resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except (RuntimeError, ValueError) as err:
-        raise BertologyError(f"Unknown device {name!r}: {err}") from err
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise BertologyError(f"Device {name!r} was requested but CUDA is not available; use --device cpu.")
-    return device
-
-
 def _save_atomically(model, tokenizer, out: Path) -> Path:
     """Write ``out/model`` via a temporary folder in ``out`` and a rename, so no half-written model remains."""
     out.mkdir(parents=True, exist_ok=True)
@@ -535,7 +524,7 @@ def finetune(
         )
     split.update(n_train=len(train), n_eval=len(eval_corpus))
 
-    device = _resolve_device(config.device)
+    device = resolve_device(config.device)
     _seed_everything(config.seed)
     loaded, label2id, reused_head = _load_classifier(config, labels)
     model, tokenizer = loaded.model, loaded.tokenizer
