@@ -95,12 +95,13 @@ def test_ablate_with_head_importance(family, data, tmp_path):
 def test_probe(family, data, tmp_path):
     _, base, _ = family
     out = tmp_path / "probe"
-    result = invoke("probe", "--base", base, "--train", data[1], "--test", data[1], "--rank", 4, "--epochs", 1,
-                    "--out", out, "--no-report")
+    result = invoke("probe", "--base", base, "--random-control", "--train", data[1], "--test", data[1], "--rank", 4,
+                    "--epochs", 1, "--out", out, "--no-report")
     assert result.exit_code == 0, result.output
     table = pd.read_parquet(out / "tables/probe.parquet")
     distance = table[table.probe == "distance"]
     assert distance["uuas"].between(0, 1).all() and set(distance["layer"]) >= {0, 1, 2}
+    assert set(table["model"]) == {"base", "random"}
 
 
 def test_finetune_drop_and_freeze_then_track(family, data, tmp_path):

@@ -58,6 +58,7 @@ class LoadedModel:
             "source": self.source,
             "path": self.path,
             "model_type": cfg.model_type,
+            "family": adapter_for(cfg).family,
             "class": type(self.model).__name__,
             "is_classifier": self.is_classifier,
             "num_hidden_layers": cfg.num_hidden_layers,
