@@ -78,21 +78,8 @@ def save_tiny_bert(
     **config_overrides,
 ) -> Path:
     """Create a tiny random BERT (encoder or classifier) plus tokenizer and ``save_pretrained`` it."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(seed)
-    cfg = tiny_config(**config_overrides)
-    if classifier:
-        cfg.num_labels = num_labels
-        cfg.id2label = {i: str(i) for i in range(num_labels)}
-        cfg.label2id = {str(i): i for i in range(num_labels)}
-        model = BertForSequenceClassification(cfg)
-    else:
-        model = BertModel(cfg)
-    model.eval()
-    model.save_pretrained(folder)
-    tiny_tokenizer().save_pretrained(folder)
-    return folder
+    return save_tiny_family(folder, "bert", seed=seed, classifier=classifier, num_labels=num_labels,
+                            config=tiny_config(**config_overrides))
 
 
 #: The families of :func:`tiny_family_config`: model_type -> (config class, family-specific settings).
@@ -151,13 +138,17 @@ def save_tiny_family(
     seed: int = 0,
     classifier: bool = False,
     num_labels: int = 2,
+    config: PretrainedConfig | None = None,
     **config_overrides,
 ) -> Path:
-    """Save a tiny random model of any family (encoder, or classifier with a fresh head) plus its tokenizer."""
+    """Save a tiny random model of any family (encoder, or classifier with a fresh head) plus its tokenizer.
+
+    ``config`` replaces :func:`tiny_family_config` (``config_overrides`` then apply to neither).
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tok = tokenizer if tokenizer is not None else tiny_tokenizer()
-    cfg = tiny_family_config(model_type, tok, **config_overrides)
+    cfg = config if config is not None else tiny_family_config(model_type, tok, **config_overrides)
     torch.manual_seed(seed)
     if classifier:
         cfg.num_labels = num_labels
