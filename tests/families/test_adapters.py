@@ -277,3 +277,28 @@ def test_a_decoder_is_refused_with_the_supported_types(tmp_path):
 def test_classifier_wrappers_resolve_to_the_same_sites(models):
     clf = AutoModelForSequenceClassification.from_pretrained(models["distilbert"][1], attn_implementation="eager")
     assert sites.out_proj(clf, 1) is clf.distilbert.transformer.layer[0].attention.out_lin
+
+
+@pytest.mark.parametrize("model_type,extra", FAMILIES)
+def test_padding_changes_nothing_on_the_real_tokens(models, model_type, extra):
+    """A padded batch gives each sentence the maps and states it gets alone (no padding, ModernBERT's
+    local windows included): what the length-bucketed batches rely on."""
+    name = model_type + ("-conv" if extra else "")
+    model = load_model(models[name][0]).model
+    tok = tiny_tokenizer()
+    texts = [SENTENCES[6], SENTENCES[5]]  # long, short
+    padded = tok(texts, padding=True, return_tensors="pt")
+    with torch.inference_mode(), capture(model) as cap:
+        model(**_inputs(model, padded))
+        batch_maps = [a.clone() for a in cap.attentions[1:]]
+        batch_states = [h.clone() for h in cap.hidden_states]
+        for row, text in enumerate(texts):
+            alone = tok([text], return_tensors="pt")
+            t = alone["input_ids"].shape[1]
+            model(**_inputs(model, alone))
+            for got, ref in zip(batch_maps, cap.attentions[1:]):
+                torch.testing.assert_close(got[row, :, :t, :t], ref[0], rtol=0, atol=ATOL)
+                to_padding = got[row, :, :t, t:]
+                assert to_padding.numel() == 0 or float(to_padding.abs().max()) == 0.0
+            for got, ref in zip(batch_states, cap.hidden_states):
+                torch.testing.assert_close(got[row, :t], ref[0], rtol=0, atol=1e-4)

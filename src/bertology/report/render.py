@@ -83,6 +83,7 @@ _MODEL_FIELDS = (
     ("name", "Name"),
     ("source", "Source"),
     ("path", "Path"),
+    ("family", "Encoder family"),
     ("model_type", "Model type"),
     ("class", "Class"),
     ("num_hidden_layers", "Layers"),
