@@ -218,9 +218,9 @@ def compare(
 
     enc = encoded.describe()
     if enc["n_skipped_overlong"]:
-        warnings.append(f"{enc['n_skipped_overlong']} of {enc['n_input']} examples were longer than {max_length} tokens and were skipped.")
+        warnings.append(f"{enc['n_skipped_overlong']} of {enc['n_input']} examples were longer than {enc['max_length']} tokens and were skipped.")
     if enc["n_truncated"]:
-        warnings.append(f"{enc['n_truncated']} of {enc['n_input']} examples were truncated to {max_length} tokens.")
+        warnings.append(f"{enc['n_truncated']} of {enc['n_input']} examples were truncated to {enc['max_length']} tokens.")
     for key, what in DROPPED_WHILE_READING.items():
         if corpus.stats.get(key):
             warnings.append(f"While reading the data, {corpus.stats[key]} {what}.")

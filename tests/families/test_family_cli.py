@@ -146,3 +146,20 @@ def test_a_missing_gpu_is_one_clear_error(command, data, tmp_path):
     result = invoke(command, model_flag, tmp_path / "never-loaded", data_flag, data[0], *extra, "--device", "cuda",
                     "--out", tmp_path / "o")
     assert_user_error(result, "CUDA is not available")
+
+
+def test_the_position_limit_comes_from_the_model_config(tmp_path):
+    """RoBERTa with 20 positions (18 usable after the pad offset): longer inputs are skipped and counted,
+    with --max-length 512 too, instead of an index error in the embeddings."""
+    tok = tiny_tokenizer("bpe", tmp_path / "tok")
+    base = save_tiny_family(tmp_path / "short", "roberta", tokenizer=tok, max_position_embeddings=20)
+    data = tmp_path / "data.csv"
+    data.write_text("text\nthe movie is just great and the actors were wonderful and we loved every minute of it\n"
+                    "a dull film\n", encoding="utf-8")
+    out = tmp_path / "o"
+    result = invoke("compare", "--base", base, "--tuned", base, "--data", data, "--out", out, "--no-report",
+                    "--max-length", 512, "--analyses", "attention_change")
+    assert result.exit_code == 0, result.output
+    assert "1 of 2 examples were longer than 18 tokens and were skipped" in " ".join(result.output.split())
+    encoding = json.loads((out / "manifest.json").read_text())["data"]["encoding"]
+    assert encoding["max_length"] == 18 and encoding["n_skipped_overlong"] == 1

@@ -128,6 +128,20 @@ def encoder_of(model: PreTrainedModel) -> PreTrainedModel:
     return base if base is not None else model
 
 
+def limit_to_positions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> int | None:
+    """Lower the tokenizer's ``model_max_length`` to what the model's position encoding allows.
+
+    Tokenizer files often lack the limit (it then reads as a huge number) or disagree with the config;
+    every encoder in bertology caps ``--max-length`` at ``model_max_length`` and counts the over-long
+    examples by the ``--overlong`` policy, so the config's limit must be there.
+    """
+    limit = adapter_for(model.config).max_tokens(model.config)
+    current = getattr(tokenizer, "model_max_length", None)
+    if limit is not None and (current is None or current > limit):
+        tokenizer.model_max_length = int(limit)
+    return limit
+
+
 def load_model(
     name_or_path: str | os.PathLike,
     kind: ModelKind = "auto",
@@ -169,6 +183,7 @@ def load_model(
     except (OSError, ValueError) as err:
         raise BertologyError(f"Could not load model {where!r}: {err}") from err
     model.eval()
+    limit_to_positions(model, tokenizer)
     name = str(name_or_path)
     return LoadedModel(
         model=model,

@@ -45,6 +45,19 @@ def linear_value(path: str) -> Callable[[nn.Module], ValueProjection]:
     return value
 
 
+def absolute_positions(config: Any) -> int | None:
+    """Longest input of a model with a learned position table: ``max_position_embeddings``."""
+    n = getattr(config, "max_position_embeddings", None)
+    return int(n) if n else None
+
+
+def positions_after_padding(config: Any) -> int | None:
+    """RoBERTa-style position ids start after the pad id, so ``pad_token_id + 1`` rows are never usable."""
+    n = absolute_positions(config)
+    pad = getattr(config, "pad_token_id", None)
+    return None if n is None else n - (int(pad) + 1 if pad is not None else 0)
+
+
 def fused_value(path: str, index: int, parts: int = 3) -> Callable[[nn.Module], ValueProjection]:
     """Value projection stored as rows ``index`` of ``parts`` equal chunks of a fused Linear (ModernBERT's Wqkv)."""
 
@@ -72,6 +85,7 @@ class Adapter:
     cached ablation sweep applies (blocks return ``(hidden, ...)`` and can be bypassed, the attention
     module's output is the per-head context and can be replayed); other families use the plain sweep.
     ``first_token_site`` (in a block) is where the last block may be cut to the first token.
+    ``max_tokens(config)`` is the longest input the position encoding allows (None: no limit).
     """
 
     family: str
@@ -89,6 +103,7 @@ class Adapter:
     layer_output: Callable[[nn.Module, int], nn.Module | None] | None = None
     cached_sweep: bool = False
     first_token_site: str | None = None
+    max_tokens: Callable[[Any], int | None] = absolute_positions
     tokenizer: str = "WordPiece"
     notes: str = ""
 

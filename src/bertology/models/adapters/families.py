@@ -10,7 +10,14 @@ from types import MappingProxyType
 from torch import nn
 
 from bertology.errors import BertologyError
-from bertology.models.adapters.base import Adapter, fused_value, get_path, linear_value, register_adapter
+from bertology.models.adapters.base import (
+    Adapter,
+    fused_value,
+    get_path,
+    linear_value,
+    positions_after_padding,
+    register_adapter,
+)
 
 _ASK_FOR_MAPS = MappingProxyType({"output_attentions": True})
 
@@ -29,6 +36,11 @@ def _bert_layout(family: str, model_types: tuple[str, ...], tokenizer: str, **ex
         tokenizer=tokenizer,
         **extra,
     )
+
+
+def _deberta_v2_max_tokens(config) -> int | None:
+    """DeBERTa-v2/v3 use relative positions only (``position_biased_input`` False): no absolute limit."""
+    return int(config.max_position_embeddings) if getattr(config, "position_biased_input", True) else None
 
 
 def _albert_blocks(encoder: nn.Module) -> list[nn.Module]:
@@ -56,8 +68,10 @@ def _modernbert_output(encoder: nn.Module, layer: int) -> nn.Module | None:
 
 
 BERT = register_adapter(_bert_layout("BERT", ("bert",), "WordPiece"))
-ROBERTA = register_adapter(_bert_layout("RoBERTa", ("roberta", "camembert"), "byte-level BPE"))
-XLM_R = register_adapter(_bert_layout("XLM-RoBERTa", ("xlm-roberta",), "SentencePiece unigram"))
+ROBERTA = register_adapter(_bert_layout("RoBERTa", ("roberta", "camembert"), "byte-level BPE",
+                                      max_tokens=positions_after_padding))
+XLM_R = register_adapter(_bert_layout("XLM-RoBERTa", ("xlm-roberta",), "SentencePiece unigram",
+                                      max_tokens=positions_after_padding))
 ELECTRA = register_adapter(_bert_layout(
     "ELECTRA", ("electra",), "WordPiece", embeddings=("embeddings", "embeddings_project"),
     notes="embeddings projected to the hidden size when embedding_size differs; layer 0 is the projection",
@@ -75,12 +89,13 @@ ALBERT = register_adapter(Adapter(
 DEBERTA_V2 = register_adapter(Adapter(
     family="DeBERTa-v2/v3", model_types=("deberta-v2",), blocks="encoder.layer", attention="attention.self",
     out_proj="attention.output.dense", value=linear_value("value_proj"), forward_kwargs=_ASK_FOR_MAPS,
-    layer_output=_deberta_v2_output, tokenizer="SentencePiece unigram",
+    layer_output=_deberta_v2_output, max_tokens=_deberta_v2_max_tokens, tokenizer="SentencePiece unigram",
     notes="returns attention maps only when the forward asks for them",
 ))
 MPNET = register_adapter(Adapter(
     family="MPNet", model_types=("mpnet",), blocks="encoder.layer", attention="attention.attn",
     out_proj="attention.attn.o", value=linear_value("v"), forward_kwargs=_ASK_FOR_MAPS, token_types=False,
+    max_tokens=lambda config: int(config.max_position_embeddings) - 2,  # position ids start after its fixed pad id 1
     tokenizer="WordPiece",
 ))
 MODERNBERT = register_adapter(Adapter(
