@@ -95,7 +95,7 @@ def _slow(pair, corpus):
 
     for ex in corpus:
         if ex.words is not None:
-            enc = tok(list(ex.words), is_split_into_words=True)
+            enc = tok(ex.text)  # the plain text; its words are the corpus words here
         elif ex.text_pair is not None:
             enc = tok(ex.text, ex.text_pair)
         else:

@@ -212,7 +212,7 @@ def test_features_equal_a_per_sentence_forward(tiny_models):
     feats = extract_word_features(base, ts, layers, batch_size=3)
     off = ts.offsets
     for i, words in enumerate(ts.words):
-        enc = base.tokenizer(list(words), is_split_into_words=True, return_tensors="pt")
+        enc = base.tokenizer(" ".join(words), return_tensors="pt")  # the plain text; its words are these words
         with torch.no_grad():
             hs = base.model(**enc, output_hidden_states=True).hidden_states
         wid = np.array([-1 if w is None else w for w in enc.word_ids()])

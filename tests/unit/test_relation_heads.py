@@ -122,7 +122,7 @@ def _slow(pair, corpus, offsets=(-3, -2, -1, 1, 2), reverse="transpose"):
     for ex in corpus:
         if ex.heads is None:
             continue
-        enc = pair.tokenizer(list(ex.words), is_split_into_words=True, return_tensors="pt")
+        enc = pair.tokenizer(ex.text, return_tensors="pt")  # the plain text; its words are the corpus words here
         wids = [-1 if w is None else w for w in enc.word_ids()]
         W = len(ex.words)
         maps = {}

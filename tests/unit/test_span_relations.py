@@ -99,7 +99,7 @@ def _slow(pair, corpus, rels, offsets=(-3, -2, -1, 1, 2)):
     correct, n, base = {}, {}, {}
     for rel in rels:
         ex = corpus[rel.example]
-        enc = pair.tokenizer(list(ex.words), is_split_into_words=True, return_tensors="pt")
+        enc = pair.tokenizer(ex.text, return_tensors="pt")  # the plain text; its words are the corpus words here
         wids = [-1 if w is None else w for w in enc.word_ids()]
         # units: the source words are one unit, every other word its own
         units, order = {}, []

@@ -124,6 +124,7 @@ class TreeSet:
     depths: list[np.ndarray]
     name: str = "split"
     stats: dict = field(default_factory=dict)
+    texts: list[str] | None = None  # each sentence as written (CoNLL-U "# text"), where known
 
     def __len__(self) -> int:
         return len(self.words)
@@ -143,11 +144,13 @@ class TreeSet:
     def subset(self, idx: Sequence[int]) -> "TreeSet":
         pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
         return TreeSet(pick(self.words), pick(self.heads), pick(self.keep), pick(self.distances),
-                       pick(self.depths), self.name, dict(self.stats))
+                       pick(self.depths), self.name, dict(self.stats), None if self.texts is None else pick(self.texts))
 
     def corpus(self) -> Corpus:
-        """The sentences as a pre-split corpus (what the encoders read)."""
-        return Corpus([Example(text=" ".join(w), words=w) for w in self.words], name=self.name)
+        """The sentences with their words (what the encoders read): the text as written where known, so the
+        model sees the sentence's own tokens ("don't", not "do n't"); the words are located in it."""
+        texts = self.texts or [" ".join(w) for w in self.words]
+        return Corpus([Example(text=t, words=w) for t, w in zip(texts, self.words)], name=self.name)
 
     def fingerprint(self) -> str:
         d = hashlib.sha256()
@@ -181,7 +184,7 @@ def ensure_trees(corpus: Corpus, *, spacy_model: str | None = None, nlp=None) ->
 
 def tree_set(corpus: Corpus, *, punct_upos: Sequence[str] = ("PUNCT",), name: str | None = None) -> TreeSet:
     """Gold trees of a corpus (see :func:`ensure_trees`); sentences that are not one tree are dropped and counted."""
-    words, heads, keep, dist, depth = [], [], [], [], []
+    words, heads, keep, dist, depth, texts = [], [], [], [], [], []
     n_not_tree = n_no_upos = 0
     punct = set(punct_upos)
     for ex in corpus:
@@ -193,6 +196,7 @@ def tree_set(corpus: Corpus, *, punct_upos: Sequence[str] = ("PUNCT",), name: st
             n_not_tree += 1
             continue
         words.append(tuple(ex.words))
+        texts.append(ex.text)
         heads.append(h)
         if ex.upos is None:
             n_no_upos += 1
@@ -205,7 +209,7 @@ def tree_set(corpus: Corpus, *, punct_upos: Sequence[str] = ("PUNCT",), name: st
     if n_not_tree:
         logger.warning("%s: %d sentence(s) are not a single tree (e.g. several roots) and were dropped",
                        corpus.name, n_not_tree)
-    return TreeSet(words, heads, keep, dist, depth, name or corpus.name, stats)
+    return TreeSet(words, heads, keep, dist, depth, name or corpus.name, stats, texts)
 
 
 def split_dev(train: TreeSet, fraction: float, seed: int) -> tuple[TreeSet, TreeSet]:

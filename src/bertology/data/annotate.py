@@ -14,15 +14,15 @@ Conventions of the parsed annotations:
   as in UD. They are *not* UD v2 relations (UD has ``obj`` and no ``neg``).
 - **Words.** spaCy's tokens become the example's ``words``. Whitespace is collapsed before parsing and
   any remaining whitespace tokens are dropped (their dependents are attached to their head).
-  Because ``words`` is then set, tokenisation uses ``is_split_into_words``: the model sees the word
-  pieces of spaCy's tokens, which can differ slightly from tokenising the raw text (e.g. "don't" is
-  split by spaCy into "do" + "n't", giving pieces ``do n ' t`` instead of ``don ' t``).
+  The model still reads the raw text's tokens (:mod:`bertology.data.encode` locates the words in the
+  text and gives each token to the word holding its first character), so "don't", split by spaCy into
+  "do" + "n't", is read as ``don ' t`` with ``don`` on "do" and ``' t`` on "n't".
 - **Examples that already have annotations** (all four fields set) are kept unchanged. Examples with
   ``words`` but no tree are parsed over those words (spaCy does not re-tokenise them).
 - **Sentence pairs**: each text is parsed as its own unit and the annotations are concatenated
   (first text's words, then the second's; the second text's heads shifted past the first's words), with
-  ``Example.n_first_words`` marking the split; :mod:`bertology.data.encode` then passes both texts as
-  words. A pair that already has ``words`` but no ``n_first_words`` is left unchanged and counted.
+  ``Example.n_first_words`` marking the split; :mod:`bertology.data.encode` then maps both texts' tokens
+  to words. A pair that already has ``words`` but no ``n_first_words`` is left unchanged and counted.
 """
 from __future__ import annotations
 

@@ -16,8 +16,9 @@ class Example:
     """One input: a sentence, or a pair; with an optional label and optional word-level annotations.
 
     ``words``/``upos``/``heads``/``deprels`` come from CoNLL-U (or a parser). ``heads`` are 1-based word
-    indices with 0 for the root, as in CoNLL-U. When ``words`` is set, tokenisation uses those words
-    (``is_split_into_words``) so sub-words align to gold words exactly.
+    indices with 0 for the root, as in CoNLL-U. When ``words`` is set, the text is still tokenised as it
+    is (the model reads its own tokens) and each token is given to the word holding its first character
+    (:func:`bertology.data.encode.encode_example`).
 
     For a sentence pair, ``n_first_words`` set means the annotations cover both texts: the first
     ``n_first_words`` words are ``text``'s, the rest ``text_pair``'s, and ``heads`` index the
