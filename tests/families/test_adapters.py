@@ -37,9 +37,13 @@ HAND: dict[str, tuple[str, str, callable]] = {
 HAND_ATTENTION = {
     "distilbert": "attention", "albert": "attention", "mpnet": "attention.attn", "modernbert": "attn",
 }
-FAMILIES = [pytest.param(mt, {}, id=mt) for mt in FAMILY_CONFIGS] + [
-    pytest.param("deberta-v2", {"conv_kernel_size": 3}, id="deberta-v2-conv"),
+#: (name, model_type, config overrides): every family, plus DeBERTa-v2's convolution (as in deberta-v2-xlarge)
+#: and DeBERTa-v3's settings (shared position keys, layer-normed relative embeddings).
+VARIANTS = [(mt, mt, {}) for mt in FAMILY_CONFIGS] + [
+    ("deberta-v2-conv", "deberta-v2", {"conv_kernel_size": 3}),
+    ("deberta-v3", "deberta-v2", {"share_att_key": True, "norm_rel_ebd": "layer_norm", "position_buckets": 16}),
 ]
+FAMILIES = [pytest.param(name, mt, id=name) for name, mt, _ in VARIANTS]
 
 
 def _get(root: nn.Module, path: str) -> nn.Module:
@@ -64,9 +68,7 @@ def models(tmp_path_factory):
     """model_type (+ variant) -> folder of a tiny encoder and of a tiny classifier."""
     root = tmp_path_factory.mktemp("families")
     out = {}
-    for param in FAMILIES:
-        mt, extra = param.values
-        name = param.id
+    for name, mt, extra in VARIANTS:
         out[name] = (save_tiny_family(root / name, mt, **extra),
                      save_tiny_family(root / f"{name}-clf", mt, classifier=True, num_labels=3, **extra))
     return out
@@ -76,9 +78,8 @@ def _inputs(model, batch):
     return sites.model_inputs(model, batch)
 
 
-@pytest.mark.parametrize("model_type,extra", FAMILIES)
-def test_captured_equals_the_models_own_outputs(models, batch, model_type, extra):
-    name = model_type + ("-conv" if extra else "")
+@pytest.mark.parametrize("name,model_type", FAMILIES)
+def test_captured_equals_the_models_own_outputs(models, batch, name, model_type):
     model = load_model(models[name][0]).model
     inputs = _inputs(model, batch)
     real = inputs["attention_mask"].bool()
@@ -144,9 +145,8 @@ def _hand_zero(model, model_type, layer, head, size):
     return lambda: delattr(lin, "forward")
 
 
-@pytest.mark.parametrize("model_type,extra", FAMILIES)
-def test_zero_ablation_equals_zeroing_the_heads_context_by_hand(models, batch, model_type, extra):
-    name = model_type + ("-conv" if extra else "")
+@pytest.mark.parametrize("name,model_type", FAMILIES)
+def test_zero_ablation_equals_zeroing_the_heads_context_by_hand(models, batch, name, model_type):
     model = load_model(models[name][0]).model
     inputs = _inputs(model, batch)
     real = inputs["attention_mask"].bool()
@@ -170,9 +170,8 @@ def test_zero_ablation_equals_zeroing_the_heads_context_by_hand(models, batch, m
     assert float((ours - intact).abs().max()) > 1e-3  # the head mattered, so the comparison means something
 
 
-@pytest.mark.parametrize("model_type,extra", FAMILIES)
-def test_uniform_ablation_gives_the_mean_of_the_value_vectors(models, batch, model_type, extra):
-    name = model_type + ("-conv" if extra else "")
+@pytest.mark.parametrize("name,model_type", FAMILIES)
+def test_uniform_ablation_gives_the_mean_of_the_value_vectors(models, batch, name, model_type):
     model = load_model(models[name][0]).model
     inputs = _inputs(model, batch)
     real = inputs["attention_mask"].bool()
@@ -214,9 +213,8 @@ def test_uniform_ablation_gives_the_mean_of_the_value_vectors(models, batch, mod
     torch.testing.assert_close(probs, expected, rtol=0, atol=1e-7)
 
 
-@pytest.mark.parametrize("model_type,extra", FAMILIES)
-def test_layer_skip_gives_the_blocks_input(models, batch, model_type, extra):
-    name = model_type + ("-conv" if extra else "")
+@pytest.mark.parametrize("name,model_type", FAMILIES)
+def test_layer_skip_gives_the_blocks_input(models, batch, name, model_type):
     model = load_model(models[name][0]).model
     inputs = _inputs(model, batch)
     real = inputs["attention_mask"].bool()
@@ -248,9 +246,8 @@ def test_albert_ablation_changes_only_the_chosen_call(models, batch):
     assert not torch.allclose(cap2.hidden_states[2][real], intact[2][real])
 
 
-@pytest.mark.parametrize("model_type,extra", FAMILIES)
-def test_head_gates_have_a_gradient_for_every_head(models, batch, model_type, extra):
-    name = model_type + ("-conv" if extra else "")
+@pytest.mark.parametrize("name,model_type", FAMILIES)
+def test_head_gates_have_a_gradient_for_every_head(models, batch, name, model_type):
     model = load_model(models[name][1]).model
     inputs = _inputs(model, batch)
     with head_gates(model) as gates:
@@ -279,11 +276,10 @@ def test_classifier_wrappers_resolve_to_the_same_sites(models):
     assert sites.out_proj(clf, 1) is clf.distilbert.transformer.layer[0].attention.out_lin
 
 
-@pytest.mark.parametrize("model_type,extra", FAMILIES)
-def test_padding_changes_nothing_on_the_real_tokens(models, model_type, extra):
+@pytest.mark.parametrize("name,model_type", FAMILIES)
+def test_padding_changes_nothing_on_the_real_tokens(models, name, model_type):
     """A padded batch gives each sentence the maps and states it gets alone (no padding, ModernBERT's
     local windows included): what the length-bucketed batches rely on."""
-    name = model_type + ("-conv" if extra else "")
     model = load_model(models[name][0]).model
     tok = tiny_tokenizer()
     texts = [SENTENCES[6], SENTENCES[5]]  # long, short
