@@ -50,23 +50,8 @@ def tiny_tokenizer() -> BertTokenizer:
 
 
 def tiny_config(**overrides) -> BertConfig:
-    """A 2-layer, 4-head, hidden-32 BERT config with dropout off and eager attention."""
-    n_vocab = len(tiny_vocab())
-    params = dict(
-        vocab_size=n_vocab,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=128,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        type_vocab_size=2,
-    )
-    params.update(overrides)
-    cfg = BertConfig(**params)
-    cfg._attn_implementation = "eager"
-    return cfg
+    """A 2-layer, 4-head, hidden-32 BERT config with dropout off and eager attention (:func:`tiny_family_config`)."""
+    return tiny_family_config("bert", tiny_tokenizer(), **overrides)
 
 
 def save_tiny_bert(
