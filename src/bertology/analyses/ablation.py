@@ -20,7 +20,7 @@ Conventions (table ``ablation``, DESIGN §3):
 
 Speed (DESIGN §6): the ``cached`` method runs the layers below an ablated layer once. Layer by layer,
 it keeps the hidden states entering block ``l`` for every batch, runs each ablation at layer ``l``
-from there (the blocks below are bypassed and the embeddings module returns the cached states), and
+from there (the blocks below are bypassed and block 1 receives the cached states), and
 advances the cache through the intact block ``l``. Skipping block ``l`` is starting at ``l + 1`` from
 the same cache. The ablated layer's own attention is replayed from the intact pass (only the
 ablated heads' outputs are recomputed), and when the classifier reads only the first token of the last layer (checked against a
@@ -262,10 +262,6 @@ def make_batches(
         masks.append(t["mask"].to(dev))
         labels.append(torch.from_numpy(y[pos]).to(dev))
     return Batches(inputs, positions, masks, labels, y, len(encoded.items))
-
-
-def _uses_token_types(model: torch.nn.Module) -> bool:
-    return sites.uses_token_types(model)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -656,7 +652,7 @@ def run_ablation(
     model.to(dev).eval()
     label_ids = np.asarray(label_ids, dtype=np.int64)
     batches = make_batches(
-        encoded, label_ids, batch_size=batch_size, pad_id=pad_id, use_token_types=_uses_token_types(model), device=dev
+        encoded, label_ids, batch_size=batch_size, pad_id=pad_id, use_token_types=sites.uses_token_types(model), device=dev
     )
     n_layers, n_heads = sites.num_layers(model), sites.num_heads(model)
     if method == "cached" and not sites.adapter(model).cached_sweep:

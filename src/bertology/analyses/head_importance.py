@@ -37,7 +37,6 @@ from bertology.analyses.ablation import (
     Batches,
     ProgressStore,
     _record,
-    _uses_token_types,
     check_classifier,
     fingerprint_of,
     head_means,
@@ -192,7 +191,7 @@ def run_head_importance(
     model.to(dev).eval()
     batches = make_batches(
         encoded, np.asarray(label_ids, dtype=np.int64), batch_size=batch_size, pad_id=pad_id,
-        use_token_types=_uses_token_types(model), device=dev,
+        use_token_types=sites.uses_token_types(model), device=dev,
     )
     n_layers, n_heads = sites.num_layers(model), sites.num_heads(model)
     total = n_layers * n_heads

@@ -5,7 +5,7 @@ Every hook is removed in ``finally``, even when the body raises.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -181,7 +181,7 @@ def capture(model: nn.Module, *, hidden_states: bool = True, attentions: bool = 
 
         return hook
 
-    with eager_attention(model) if attentions else _nothing(), forward_kwargs(model, ad.forward_kwargs if attentions else {}):
+    with eager_attention(model) if attentions else nullcontext(), forward_kwargs(model, ad.forward_kwargs if attentions else {}):
         try:
             if hidden_states:
                 handles += on_layers(model, sites.block, {1: keep_input}, pre=True, with_kwargs=True)
@@ -191,11 +191,6 @@ def capture(model: nn.Module, *, hidden_states: bool = True, attentions: bool = 
             yield store
         finally:
             _remove(handles)
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 def count_hooks(model: nn.Module) -> int:
