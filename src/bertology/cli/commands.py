@@ -98,10 +98,7 @@ def compare_command(
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow model code from the hub (off by default)."),
 ) -> None:
     """Compare a base and a fine-tuned model on a corpus: tables, figures and an HTML report."""
-    from bertology.models.device import resolve_device
     from bertology.pipeline import compare
-
-    resolve_device(device)  # a missing GPU is an error now, not after loading
 
     if attention_mode not in ("cropped", "padded"):
         raise BertologyError("--attention-mode must be 'cropped' or 'padded'.")

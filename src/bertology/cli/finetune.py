@@ -129,11 +129,8 @@ def finetune_command(
     """Fine-tune a sequence classifier (single sentences or sentence pairs) or a contrastive encoder, with layer
     removal, freezing, biased-data filters, checkpoints and resumption."""
     from bertology.data.loaders import load_corpus
-    from bertology.models.device import resolve_device
     from bertology.training.data import parse_word_list
     from bertology.training.run import finetune_to_dir
-
-    resolve_device(device)  # a missing GPU is an error now, not after loading
 
     if objective not in ("classification", "contrastive"):
         raise BertologyError(f"--objective must be classification or contrastive, not {objective!r}.")

@@ -37,7 +37,7 @@ from torch import nn
 
 from bertology.models import sites
 from bertology.models.adapters import get_path
-from bertology.models.hooks import block_input, on_layers
+from bertology.models.hooks import block_input, on_layers, remove_hooks
 
 Mode = Literal["uniform", "zero", "mean"]
 MODES: tuple[str, ...] = ("uniform", "zero", "mean")
@@ -227,8 +227,7 @@ def _uniform_hooks(
         handles += on_layers(model, sites.attention, {l: show_uniform(l, hs) for l, hs in by_layer.items()})
         handles += on_layers(model, sites.out_proj, {l: write_means(l, hs) for l, hs in by_layer.items()}, pre=True)
     except BaseException:
-        for h in handles:
-            h.remove()
+        remove_hooks(handles)
         raise
     return handles
 

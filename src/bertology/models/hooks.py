@@ -58,11 +58,11 @@ def on_layers(
     depths: dict[int, list[int]] = {}
     for layer, module in modules.items():
         depths.setdefault(id(module), []).append(layer)
+    bad = [layer for layer in hooks if not 1 <= layer <= n]
+    if bad:
+        raise ValueError(f"no layer {bad[0]} in a model with {n} layers")
     handles: list[RemovableHandle] = []
     try:
-        for layer, hook in hooks.items():
-            if not 1 <= layer <= n:
-                raise ValueError(f"no layer {layer} in a model with {n} layers")
         shared = {key: ls for key, ls in depths.items() if len(ls) > 1 and any(l in hooks for l in ls)}
         for layer, hook in hooks.items():
             if id(modules[layer]) not in shared:
@@ -70,8 +70,7 @@ def on_layers(
         for key, ls in shared.items():
             handles.extend(_register_shared(model, modules[ls[0]], ls, hooks, pre, with_kwargs))
     except BaseException:
-        for h in handles:
-            h.remove()
+        remove_hooks(handles)
         raise
     return handles
 
@@ -144,7 +143,8 @@ def forward_kwargs(model: nn.Module, extra: Mapping[str, object]) -> Iterator[No
         handle.remove()
 
 
-def _remove(handles: Iterable[RemovableHandle]) -> None:
+def remove_hooks(handles: Iterable[RemovableHandle]) -> None:
+    """Remove every handle (used in ``finally`` blocks and on a failed registration)."""
     for h in handles:
         h.remove()
 
@@ -190,7 +190,7 @@ def capture(model: nn.Module, *, hidden_states: bool = True, attentions: bool = 
                 handles += on_layers(model, sites.attention, {l: keep_probs(l) for l in range(1, n + 1)})
             yield store
         finally:
-            _remove(handles)
+            remove_hooks(handles)
 
 
 def count_hooks(model: nn.Module) -> int:

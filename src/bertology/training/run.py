@@ -19,6 +19,7 @@ import pandas as pd
 
 from bertology.config import FinetuneConfig
 from bertology.data.corpus import Corpus
+from bertology.models.device import resolve_device
 from bertology.models.loading import resolve_model, weights_fingerprint
 from bertology.results import RunDirectory, now_iso, package_versions, read_table, write_table
 
@@ -91,6 +92,7 @@ def finetune_to_dir(
     from bertology.training.finetune import finetune
 
     run_dir = RunDirectory(config.out)
+    resolve_device(config.device)  # a missing GPU is an error before the run folder or model is touched
     fingerprint = run_fingerprint(config, train, evaluation)
     identical = run_dir.prepare(KIND, fingerprint, overwrite=overwrite)
     model_dir = run_dir.path / "model"
