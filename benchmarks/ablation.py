@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertology.analyses.ablation import label_ids_for, run_ablation, sample_examples
+from bertology.experiments.ablation import label_ids_for, run_ablation, sample_examples
 from bertology.assets import polarity_path
 from bertology.data.encode import encode_corpus
 from bertology.data.loaders import load_corpus

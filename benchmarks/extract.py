@@ -106,7 +106,7 @@ def plain_batches(pair, texts: list[str], batch_size: int) -> list[dict]:
 
 def sorted_batches(pair, encoded, batch_size: int) -> list[dict]:
     """bertology's own length buckets, as plain HF inputs (no hooks, no outputs)."""
-    from bertology.activations.extract import collate, length_batches
+    from bertology.data.batching import collate, length_batches
 
     pad_id = pair.tokenizer.pad_token_id or 0
     out = []

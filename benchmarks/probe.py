@@ -3,7 +3,7 @@ random-init control, and what the one-pass design costs.
 
 Measured:
 
-* **feature extraction**: wall time of :func:`bertology.analyses.probe.extract_word_features` per model
+* **feature extraction**: wall time of :func:`bertology.experiments.probe.extract_word_features` per model
   and split (one forward per length-sorted batch; every layer 0..N pooled to words at once);
 * **training, all probes in one pass**: wall time per epoch of :func:`fit_probes` with every
   (model, layer, kind) probe stacked, and per probe (= per-epoch time / number of probes);
@@ -61,7 +61,7 @@ def main() -> None:
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
 
-    from bertology.analyses.probe import (
+    from bertology.experiments.probe import (
         KINDS, ProbeSettings, encodable, evaluate_probes, extract_word_features, fit_probes, random_init_model,
         split_dev, tree_set,
     )

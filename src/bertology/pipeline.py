@@ -82,7 +82,7 @@ def build_analyses(
         elif name == "attention_patterns":
             classifier = None
             if config.patterns_cnn:
-                from bertology.analyses.pattern_cnn import PatternClassifier
+                from bertology.experiments.pattern_cnn import PatternClassifier
 
                 classifier = PatternClassifier.load(config.patterns_cnn)
             out.append(AttentionPatterns(pair.tokenizer, pair.num_layers, pair.num_heads, classifier=classifier))
@@ -297,7 +297,7 @@ def compare(
 
 def probe_settings(config: CompareConfig) -> "ProbeSettings":
     """The structural probes' settings inside ``compare``."""
-    from bertology.analyses.probe import ProbeSettings
+    from bertology.experiments.probe import ProbeSettings
 
     return ProbeSettings(rank=config.probe_rank or None, epochs=config.probe_epochs, seed=config.seed, device=config.device,
                          extract_batch_size=config.batch_size)
@@ -319,7 +319,7 @@ def _probes(
     ``all`` (the default) and no probe data they are skipped silently; named without data, an error.
     Features and finished epochs are kept in ``partial/probe`` so an interrupted run resumes.
     """
-    from bertology.analyses.probe import TABLE, random_init_model, run_probes
+    from bertology.experiments.probe import TABLE, random_init_model, run_probes
 
     if not (config.probe_train and config.probe_test):
         if tuple(config.analyses) == ANALYSES:
@@ -385,7 +385,7 @@ def _ood_similarity(config: CompareConfig, pair: ModelPair, ood: Corpus, max_len
 
 def ablation_settings(config: CompareConfig) -> "AblationSettings":
     """The ablation sweep's settings inside ``compare`` (every head, every layer, both layer modes)."""
-    from bertology.analyses.ablation import AblationSettings
+    from bertology.experiments.ablation import AblationSettings
 
     return AblationSettings(
         mode=config.ablation_mode, exclude_special=config.ablation_exclude_special, batch_size=config.batch_size,
@@ -397,7 +397,7 @@ def ablation_settings(config: CompareConfig) -> "AblationSettings":
 
 def ablation_skip_reason(pair: ModelPair, corpus: Corpus) -> str | None:
     """Why ``compare`` cannot ablate the tuned model on this corpus (None when it can)."""
-    from bertology.analyses.ablation import check_classifier, label_ids_for
+    from bertology.experiments.ablation import check_classifier, label_ids_for
 
     if not pair.tuned.is_classifier:
         return "the tuned model has no classification head"
@@ -421,7 +421,7 @@ def _ablation(
     with ``all`` (the default) it is skipped with a note, and when the user named it, that is an error.
     Finished ablations are kept in ``partial/`` so an interrupted run continues where it stopped.
     """
-    from bertology.analyses.ablation import run_ablation_study
+    from bertology.experiments.ablation import run_ablation_study
 
     reason = ablation_skip_reason(pair, corpus)
     if reason is not None:

@@ -59,7 +59,7 @@ def test_ablate_writes_tables_figures_manifest(model_dir, labelled_csv, tmp_path
 
 
 def test_interrupted_run_continues_with_the_same_command(model_dir, labelled_csv, tmp_path, monkeypatch):
-    from bertology.analyses import ablation
+    from bertology.experiments import ablation
 
     ref = tmp_path / "ref"
     assert invoke(*_args(model_dir, labelled_csv, ref, "--no-importance")).exit_code == 0

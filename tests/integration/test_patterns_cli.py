@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertology.analyses.pattern_cnn import LABEL_COLUMNS, PatternClassifier
+from bertology.experiments.pattern_cnn import LABEL_COLUMNS, PatternClassifier
 from bertology.metrics.patterns import PATTERNS
 from bertology.testing import SENTENCES
 from cli_checks import assert_user_error, invoke  # noqa: E402

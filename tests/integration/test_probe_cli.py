@@ -80,7 +80,7 @@ def test_probe_writes_table_figures_manifest(models, data, tmp_path):
 
 
 def test_interrupted_run_continues_with_the_same_command(models, data, tmp_path, monkeypatch):
-    from bertology.analyses import probe
+    from bertology.experiments import probe
 
     ref = tmp_path / "ref"
     assert invoke(*_args(models, data, ref)).exit_code == 0

@@ -9,7 +9,7 @@ import torch
 from sklearn.metrics import accuracy_score, f1_score
 from transformers.models.bert import modeling_bert
 
-from bertology.analyses.ablation import (
+from bertology.experiments.ablation import (
     TABLE_COLUMNS,
     Unit,
     bootstrap_counts,
@@ -388,7 +388,7 @@ def test_label_errors_are_clear(clf, identical_pair):
     with pytest.raises(BertologyError, match=r"'neg', 'pos'.*its labels are '0', '1', '2'"):
         label_ids_for(foreign, clf.model)
     encoder = load_model(identical_pair[0])
-    from bertology.analyses.ablation import check_classifier
+    from bertology.experiments.ablation import check_classifier
 
     with pytest.raises(BertologyError, match="has no classification head; pass a fine-tuned classifier"):
         check_classifier(encoder.model)
@@ -411,7 +411,7 @@ def test_generic_label_names_accept_integer_labels(tmp_path):
 def test_figures_render(clf, data):
     from matplotlib.figure import Figure
 
-    from bertology.analyses.head_importance import importance_table
+    from bertology.experiments.head_importance import importance_table
     from bertology.viz.ablation import ablation_figures
     from bertology.viz.figures import figure_to_svg
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertology.analyses.ablation import label_ids_for, make_batches, run_ablation
-from bertology.analyses.head_importance import (
+from bertology.experiments.ablation import label_ids_for, make_batches, run_ablation
+from bertology.experiments.head_importance import (
     CURVE_COLUMNS,
     IMPORTANCE_COLUMNS,
     _steps,

@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 from bertology.activations.extract import collate, run_analyses
 from bertology.analyses.attention_patterns import AttentionPatterns, dominant_patterns, layer_mix, pattern_shift
 from bertology.analyses.attention_targets import is_punct_token
-from bertology.analyses.pattern_cnn import PatternClassifier, TrainSettings, map_images, resize_map, train_pattern_cnn
+from bertology.experiments.pattern_cnn import PatternClassifier, TrainSettings, map_images, resize_map, train_pattern_cnn
 from bertology.data.corpus import Corpus, Example
 from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.errors import BertologyError

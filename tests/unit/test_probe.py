@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertology.analyses.probe import (
+from bertology.experiments.probe import (
     COLUMNS,
     ProbeSettings,
     TreeSet,
@@ -151,7 +151,7 @@ def test_exact_tree_features_with_identity_probe_score_perfectly():
     ts = _trees(rng, 25, max_len=14, name="test")
     dim = 14
     feats = {"m": _path_features(ts, dim)[None]}
-    from bertology.analyses.probe import ProbeStack
+    from bertology.experiments.probe import ProbeStack
 
     keys = [("m", 3, "distance"), ("m", 3, "depth")]
     stack = ProbeStack(keys, torch.eye(dim).repeat(2, 1, 1), np.zeros(2), np.ones(2, int), np.ones(2, int), [[], []])

@@ -8,12 +8,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 
-import numpy as np
 import torch
 
 from bertology.activations.batch import PairBatch
-from bertology.analyses.base import Analysis
-from bertology.data.encode import EncodedCorpus, EncodedExample
+from bertology.activations.stream import Consumer
+from bertology.data.batching import collate, length_batches
+from bertology.data.encode import EncodedCorpus
 from bertology.models import sites
 from bertology.models.hooks import Captured, capture
 from bertology.models.pair import ModelPair
@@ -21,43 +21,8 @@ from bertology.models.pair import ModelPair
 logger = logging.getLogger(__name__)
 
 
-def length_batches(items: Sequence[EncodedExample], batch_size: int) -> list[list[EncodedExample]]:
-    """Group examples of similar length, longest batches first.
-
-    Longest-first means the widest batch's buffers are allocated once and reused by the shorter ones
-    (memory stays flat in corpus size) and an out-of-memory error shows up at the first batch.
-    """
-    order = sorted(range(len(items)), key=lambda i: -len(items[i]))
-    return [[items[i] for i in order[s : s + batch_size]] for s in range(0, len(order), batch_size)]
-
-
-def collate(items: Sequence[EncodedExample], pad_id: int, pad_to: int | None = None) -> dict[str, torch.Tensor]:
-    """Pad a batch to its longest example (or to ``pad_to``) and build the masks."""
-    width = max(len(it) for it in items)
-    if pad_to is not None:
-        width = max(width, pad_to)
-    n = len(items)
-    ids = np.full((n, width), pad_id, dtype=np.int64)
-    tti = np.zeros((n, width), dtype=np.int64)
-    mask = np.zeros((n, width), dtype=bool)
-    content = np.zeros((n, width), dtype=bool)
-    for row, it in enumerate(items):
-        k = len(it)
-        ids[row, :k] = it.input_ids
-        tti[row, :k] = it.token_type_ids
-        mask[row, :k] = True
-        content[row, :k] = ~it.special
-    return {
-        "input_ids": torch.from_numpy(ids),
-        "token_type_ids": torch.from_numpy(tti),
-        "attention_mask": torch.from_numpy(mask.astype(np.int64)),
-        "mask": torch.from_numpy(mask),
-        "content": torch.from_numpy(content),
-        "lengths": torch.tensor([len(it) for it in items]),
-    }
-
-
-def _forward(model: torch.nn.Module, tensors: dict, want: frozenset[str], device: torch.device) -> Captured:
+def capture_forward(model: torch.nn.Module, tensors: dict, want: frozenset[str], device: torch.device) -> Captured:
+    """Run one model on a collated batch with hooks capturing ``want`` (hidden states and/or attention maps)."""
     encoder = sites.encoder(model)
     inputs = sites.model_inputs(encoder, tensors, device)
     with capture(encoder, hidden_states="hidden_states" in want, attentions="attentions" in want) as cap:
@@ -82,15 +47,15 @@ def iter_pair_batches(
     with torch.inference_mode():
         for items in length_batches(encoded.items, batch_size):
             t = collate(items, pad_id, pad_to)
-            base = _forward(pair.base.model, t, requires, dev)
-            tuned = _forward(pair.tuned.model, t, requires, dev)
+            base = capture_forward(pair.base.model, t, requires, dev)
+            tuned = capture_forward(pair.tuned.model, t, requires, dev)
             yield PairBatch(items, t["input_ids"], t["mask"].to(dev), t["content"].to(dev), t["lengths"], base, tuned)
 
 
 def run_analyses(
     pair: ModelPair,
     encoded: EncodedCorpus,
-    analyses: Sequence[Analysis],
+    analyses: Sequence[Consumer],
     *,
     batch_size: int = 32,
     device: str = "cpu",

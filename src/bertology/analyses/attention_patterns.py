@@ -4,7 +4,7 @@ Kovaleva et al. (2019, §4.1): every map (one head, one example, cropped to the 
 *vertical*, *diagonal*, *vertical+diagonal*, *block* or *heterogeneous*. Each map is classified by the
 rules of :mod:`bertology.metrics.patterns` (transparent features, documented thresholds) or, when a
 ``classifier`` is given, by a CNN trained on maps a person labelled
-(:mod:`bertology.analyses.pattern_cnn`, ``bertology patterns export`` / ``train``).
+(:mod:`bertology.experiments.pattern_cnn`, ``bertology patterns export`` / ``train``).
 
 Table ``attention_patterns`` (long form, one row per model, layer, head and pattern; all five
 patterns are always present):

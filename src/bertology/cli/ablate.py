@@ -69,7 +69,7 @@ def ablate_command(
     from bertology.models.device import resolve_device
 
     resolve_device(device)  # a missing GPU is an error now, not after loading
-    from bertology.analyses.ablation import AblationSettings, check_classifier, label_ids_for, run_ablation_study, sample_examples
+    from bertology.experiments.ablation import AblationSettings, check_classifier, label_ids_for, run_ablation_study, sample_examples
     from bertology.data.loaders import load_corpus
     from bertology.models.loading import load_model
     from bertology.results import RunDirectory, now_iso, package_versions
@@ -155,8 +155,8 @@ def ablate_command(
 
 def print_ablation_summary(tables: dict, note: str = "") -> None:
     """The ablation headlines (intact score, harmful heads, layers, helpful removals, importance) from tables."""
-    from bertology.analyses.ablation import helpful, ranked
-    from bertology.analyses.head_importance import importance_vs_deltas
+    from bertology.experiments.ablation import helpful, ranked
+    from bertology.experiments.head_importance import importance_vs_deltas
 
     t = tables["ablation"]
     intact_rows = t[t["target"] == "intact"]

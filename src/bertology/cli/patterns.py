@@ -46,7 +46,7 @@ def export_command(
     from bertology.models.device import resolve_device
 
     resolve_device(device)  # a missing GPU is an error now, not after loading
-    from bertology.analyses.pattern_cnn import sample_maps, write_export
+    from bertology.experiments.pattern_cnn import sample_maps, write_export
     from bertology.data.encode import encode_corpus
     from bertology.data.loaders import load_corpus
     from bertology.errors import BertologyError
@@ -92,7 +92,7 @@ def train_command(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a model already saved in --out."),
 ) -> None:
     """Cross-validate a small CNN on the labelled maps, compare it with the rules, and save it."""
-    from bertology.analyses.pattern_cnn import META_FILE, TrainSettings, read_labels, train_pattern_cnn
+    from bertology.experiments.pattern_cnn import META_FILE, TrainSettings, read_labels, train_pattern_cnn
     from bertology.errors import BertologyError
 
     data = read_labels(labels)

@@ -32,7 +32,7 @@ def _parse_probes(text: str) -> tuple[str, ...]:
 
 
 def _load_split(path: str, what: str, limit: int | None, spacy_model: str | None, nlp_cache: dict):
-    from bertology.analyses.probe import ensure_trees
+    from bertology.experiments.probe import ensure_trees
     from bertology.data.annotate import load_spacy
     from bertology.data.loaders import load_corpus
 
@@ -77,7 +77,7 @@ def probe_command(
     from bertology.models.device import resolve_device
 
     resolve_device(device)  # a missing GPU is an error now, not after loading
-    from bertology.analyses.probe import ProbeSettings, random_init_model, run_probes
+    from bertology.experiments.probe import ProbeSettings, random_init_model, run_probes
     from bertology.models.loading import load_model
     from bertology.results import RunDirectory, now_iso, package_versions, read_table, write_table
 

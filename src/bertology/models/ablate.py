@@ -18,7 +18,7 @@ ALBERT's shared layer is hooked by call order, so ablating a head of layer 3 lea
   attention module's input with the adapter's value projection; the captured attention maps show 1/L.
 * ``zero``: the head's context slice is zeroed before the output projection (the old ``head_mask``).
 * ``mean``: the head's context slice is replaced by its mean over a reference corpus
-  (:func:`bertology.analyses.ablation.head_means`).
+  (:func:`bertology.experiments.ablation.head_means`).
 
 Whole layers: :func:`skip_layers` makes hidden state ``l`` equal to block ``l``'s input; "all heads of a
 layer" is :func:`ablate_heads` with every head of that layer. :func:`bypass_blocks`,

@@ -881,8 +881,8 @@ def _head_map_section(df: pd.DataFrame, figs: _Figures, derived: list[dict]) -> 
 
 def _ablation_section(tables: dict[str, pd.DataFrame], figs: _Figures, derived: list[dict]) -> dict:
     """Single head and layer ablations of the tuned classifier, head importance and pruning curves."""
-    from bertology.analyses.ablation import helpful, ranked
-    from bertology.analyses.head_importance import importance_vs_deltas
+    from bertology.experiments.ablation import helpful, ranked
+    from bertology.experiments.head_importance import importance_vs_deltas
     from bertology.viz.ablation import ablation_heatmap, importance_scatter, layer_ablation_bars, pruning_curve_figure
     from bertology.viz.figures import head_heatmap
 

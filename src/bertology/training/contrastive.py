@@ -31,7 +31,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from bertology.activations.extract import collate, length_batches
+from bertology.data.batching import collate, length_batches
 from bertology.config import FinetuneConfig
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, EncodedExample, encode_corpus

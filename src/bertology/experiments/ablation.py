@@ -51,7 +51,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from bertology.activations.extract import collate, length_batches
+from bertology.data.batching import collate, length_batches
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus
 from bertology.errors import BertologyError
@@ -869,7 +869,7 @@ def run_ablation_study(
     (``summary`` is the section to put in it). ``on_progress(stage, done, total)`` with stage
     ``"ablation"`` or ``"importance"``.
     """
-    from bertology.analyses.head_importance import importance_vs_deltas, run_head_importance
+    from bertology.experiments.head_importance import importance_vs_deltas, run_head_importance
     from bertology.data.encode import encode_corpus
     from bertology.results import atomic_write_text, write_table
 

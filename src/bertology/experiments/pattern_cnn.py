@@ -459,7 +459,7 @@ def sample_maps(
     :class:`~bertology.data.encode.EncodedCorpus`. One ``seed`` drives both choices (which examples,
     then which maps when there are more than ``limit``). ``corpus`` adds each example's text.
     """
-    from bertology.activations.extract import collate, length_batches
+    from bertology.data.batching import collate, length_batches
     from bertology.analyses.attention_patterns import segment_ids, vertical_key_mask
     from bertology.analyses.attention_targets import PunctuationLookup
     from bertology.metrics.patterns import PatternThresholds, classify, pattern_features

@@ -342,7 +342,8 @@ def extract_word_features(
     sub-word pieces (the same numbers as :func:`bertology.data.align.pool_words` with ``"mean"``, tested).
     Sentences must already fit (see :func:`encodable`).
     """
-    from bertology.activations.extract import _forward, collate, length_batches
+    from bertology.activations.extract import capture_forward
+    from bertology.data.batching import collate, length_batches
     from bertology.data.encode import encode_example
 
     encoder, tok, _ = _unpack(model)
@@ -357,7 +358,7 @@ def extract_word_features(
     with torch.inference_mode():
         for batch in length_batches(items, batch_size):
             t = collate(batch, pad_id)
-            cap = _forward(encoder, t, frozenset({"hidden_states"}), dev)
+            cap = capture_forward(encoder, t, frozenset({"hidden_states"}), dev)
             hs = torch.stack([cap.hidden_states[layer] for layer in layers])  # [L, B, T, H]
             pool = torch.from_numpy(_pooling_matrix(batch, [len(corpus[it.index].words) for it in batch], hs.shape[2]))
             words = torch.einsum("bwt,lbth->lbwh", pool.to(hs.device, hs.dtype), hs).float().cpu()  # [L, B, W, H]

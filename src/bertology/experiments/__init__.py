@@ -1,0 +1,1 @@
+"""Experiments: what re-runs the model (ablation, head importance, structural probes, the pattern CNN)."""
