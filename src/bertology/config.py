@@ -12,19 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-ANALYSES = (
-    "attention_change", "attention_patterns", "representation_similarity", "attention_targets", "relation_heads", "head_map",
-    "geometry", "pca_views", "ablation", "probe",
-)
-#: Analyses that run their own passes over the tuned classifier instead of the shared extraction.
-#: ``ablation`` runs only when the tuned model has a classification head and the data has labels
-#: (skipped with a note otherwise, unless the user named it explicitly).
-#: ``probe`` runs when probe data is given (``probe_train`` and ``probe_test``: CoNLL-U or plain text).
-STANDALONE = ("ablation", "probe")
-#: Analyses that read POS tags or dependency trees (from CoNLL-U, else from spaCy parses).
-NEEDS_ANNOTATIONS = ("attention_targets", "relation_heads")
-
-
 @dataclass
 class DataConfig:
     """Where the data comes from and how it is read and tokenised."""
@@ -46,7 +33,8 @@ class CompareConfig:
     tuned: str = ""
     data: DataConfig = field(default_factory=DataConfig)
     out: str = "runs/compare"
-    analyses: tuple[str, ...] = ANALYSES
+    # analyses and experiments by name (bertology.pipeline.selectable()); "all" runs whatever the model and data allow
+    analyses: tuple[str, ...] = ("all",)
     batch_size: int = 32
     seed: int = 0
     device: str = "cpu"

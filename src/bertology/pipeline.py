@@ -7,28 +7,25 @@ import logging
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from bertology.activations.extract import run_analyses
-from bertology.analyses.attention_change import AttentionChange
 from bertology.analyses.base import Analysis
-from bertology.analyses.representation_similarity import RepresentationSimilarity
-from bertology.analyses.attention_targets import AttentionTargets
-from bertology.analyses.attention_patterns import AttentionPatterns
-from bertology.analyses.geometry import Geometry
-from bertology.analyses.head_map import HeadMap
-from bertology.analyses.pca_views import PCAViews
-from bertology.analyses.relation_heads import RelationHeads
-from bertology.config import ANALYSES, NEEDS_ANNOTATIONS, STANDALONE, CompareConfig, DataConfig
+from bertology.analyses.catalog import ANALYSES
+from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.analyses.representation_similarity import OOD_TABLE, RepresentationSimilarity
+from bertology.config import CompareConfig, DataConfig
+from bertology.experiments.catalog import EXPERIMENTS
+from bertology.experiments.registry import ExperimentContext, ExperimentSpec
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.errors import BertologyError
 from bertology.models.device import resolve_device
 from bertology.models.pair import ModelPair
-from bertology.progress import stage_bars
 from bertology.results import Result, RunDirectory, now_iso, package_versions, read_table, write_table
 
 logger = logging.getLogger(__name__)
@@ -58,77 +55,74 @@ class CompareRun:
         return "".join(r._repr_html_() for r in self.results.values())
 
 
-def build_analyses(
-    config: CompareConfig, pair: ModelPair, corpus: Corpus | None = None, encoded: EncodedCorpus | None = None
-) -> list[Analysis]:
-    """Instantiate the analyses named in ``config.analyses`` (``corpus``: the one that will be encoded)."""
-    unknown = [a for a in config.analyses if a not in ANALYSES]
-    if unknown:
-        raise BertologyError(f"Unknown analysis {', '.join(unknown)}; available: {', '.join(ANALYSES)}.")
-    out: list[Analysis] = []
-    for name in config.analyses:
-        if name == "attention_change":
-            out.append(AttentionChange(pair.num_layers, pair.num_heads, config.attention_mode, config.pad_length))
-        elif name == "representation_similarity":
-            out.append(RepresentationSimilarity(pair.num_layers, config.rsa_tokens, config.seed))
-        elif name == "attention_targets":
-            if corpus is None:
-                raise ValueError("attention_targets needs the corpus")
-            out.append(AttentionTargets(corpus, pair.tokenizer, pair.num_layers, pair.num_heads))
-        elif name == "relation_heads":
-            if corpus is None:
-                raise ValueError("relation_heads needs the corpus")
-            out.append(RelationHeads(corpus, pair.num_layers, pair.num_heads, min_count=config.relation_min_count))
-        elif name == "attention_patterns":
-            classifier = None
-            if config.patterns_cnn:
-                from bertology.experiments.pattern_cnn import PatternClassifier
+@dataclass(frozen=True)
+class Selection:
+    """What a run computes: the analyses and experiments chosen, and which the user named explicitly.
 
-                classifier = PatternClassifier.load(config.patterns_cnn)
-            out.append(AttentionPatterns(pair.tokenizer, pair.num_layers, pair.num_heads, classifier=classifier))
-        elif name == "head_map":
-            indices = [it.index for it in encoded.items] if encoded is not None else None
-            out.append(HeadMap(pair.num_layers, pair.num_heads, max_examples=config.head_map_examples, seed=config.seed,
-                               distance=config.head_map_distance, example_indices=indices))
-        elif name == "geometry":
-            out.append(Geometry(pair.num_layers, tokenizer=pair.tokenizer, n_pairs=config.geometry_pairs,
-                                min_contexts=config.geometry_min_contexts,
-                                max_contexts=max(10, config.geometry_min_contexts), seed=config.seed))
-        elif name == "pca_views":
-            if corpus is None:
-                raise ValueError("pca_views needs the corpus")
-            if config.pca_examples:
-                bad = [i for i in config.pca_examples if not 0 <= i < len(corpus)]
-                if bad:
-                    raise BertologyError(f"PCA view example(s) {bad} are not in the corpus (0..{len(corpus) - 1}).")
-            out.append(PCAViews(pair.num_layers, tokenizer=pair.tokenizer, corpus=corpus,
-                                examples=list(config.pca_examples) if config.pca_examples else None,
-                                n_examples=config.pca_n_examples, seed=config.seed))
-    return out
+    ``all`` selects everything; an experiment that cannot run on the given model or data is then
+    skipped (with a note), while one the user named is an error.
+    """
+
+    analyses: tuple[AnalysisSpec, ...]
+    experiments: tuple[ExperimentSpec, ...]
+    named: frozenset[str]
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in (*self.analyses, *self.experiments))
 
 
-def annotate_if_needed(config: CompareConfig, corpus: Corpus, warnings: list[str]) -> tuple[Corpus, tuple[str, ...]]:
+def selectable() -> tuple[str, ...]:
+    """Every name ``--analyses`` accepts besides ``all``: the analyses, then the experiments (nothing imported)."""
+    return ANALYSES.names() + EXPERIMENTS.names()
+
+
+def select(names: Sequence[str]) -> Selection:
+    """The specs behind ``--analyses`` names (``all`` or a list), in catalog order; one error for unknown names."""
+    names = tuple(n.strip() for n in names if n.strip())
+    known = selectable()
+    unknown = [n for n in names if n != "all" and n not in known]
+    if unknown or not names:
+        raise BertologyError(f"Unknown analysis {', '.join(unknown) or '(none)'}; choose from: all, {', '.join(known)}.")
+    named = frozenset(n for n in names if n != "all")
+    chosen = set(known) if "all" in names else named
+    return Selection(tuple(ANALYSES.spec(n) for n in ANALYSES.names() if n in chosen),
+                     tuple(EXPERIMENTS.spec(n) for n in EXPERIMENTS.names() if n in chosen), named)
+
+
+def build_analyses(config: CompareConfig, pair: ModelPair, corpus: Corpus, encoded: EncodedCorpus,
+                   specs: Sequence[AnalysisSpec] | None = None) -> list[Analysis]:
+    """Build the selected analyses (``specs``; default: those ``config.analyses`` selects) for this data."""
+    specs = select(config.analyses).analyses if specs is None else specs
+    ctx = BuildContext(pair.num_layers, pair.num_heads, pair.tokenizer, corpus, encoded)
+    return [spec.build(config, ctx) for spec in specs]
+
+
+def annotate_if_needed(
+    config: CompareConfig, corpus: Corpus, specs: Sequence[AnalysisSpec], warnings: list[str]
+) -> tuple[Corpus, tuple[AnalysisSpec, ...]]:
     """Give plain-text corpora POS tags and trees (spaCy) when a selected analysis reads them.
 
-    Returns the corpus and the analyses that can run. Without spaCy, ``relation_heads`` is dropped and
-    ``attention_targets`` runs on token-level targets only, each with a warning.
+    Returns the corpus and the analyses that can run. Without spaCy, analyses that need trees are
+    dropped and those that only use POS tags run without them, with a warning.
     """
     from bertology.data.annotate import annotate
 
-    analyses = tuple(config.analyses)
-    if not any(a in NEEDS_ANNOTATIONS for a in analyses) or corpus.has_trees:
-        return corpus, analyses
+    specs = tuple(specs)
+    if not any(spec.needs for spec in specs) or corpus.has_trees:
+        return corpus, specs
     try:
         annotated = annotate(corpus, config.spacy_model)
     except BertologyError as err:
-        warnings.append(f"No POS tags or trees ({err}); word-level attention targets and relation heads are skipped.")
-        return corpus, tuple(a for a in analyses if a != "relation_heads")
+        dropped = [s.name for s in specs if "trees" in s.needs]
+        warnings.append(f"No POS tags or trees ({err}); word-level targets are skipped"
+                        + (f", and so is {', '.join(dropped)}." if dropped else "."))
+        return corpus, tuple(s for s in specs if "trees" not in s.needs)
     info = annotated.stats.get("annotated", {})
     warnings.append(
         f"POS tags and dependency trees come from spaCy ({info.get('pipeline', config.spacy_model or 'default')}) "
         "parses, not gold annotations; words are the parser's tokens."
     )
-    return annotated, analyses
+    return annotated, specs
 
 
 def load_data(data: DataConfig) -> Corpus:
@@ -183,14 +177,16 @@ def compare(
     """
     torch.manual_seed(config.seed)
     t0 = time.perf_counter()
+    selection = select(config.analyses)  # unknown names fail before anything is loaded
     resolve_device(config.device)  # before any model is loaded
     pair = pair or ModelPair.load(config.base, config.tuned, trust_remote_code=config.trust_remote_code)
     corpus = corpus if corpus is not None else load_data(config.data)
     if len(corpus) == 0:
         raise BertologyError("The corpus has no examples.")
     warnings: list[str] = []
-    raw_corpus = corpus  # ablation tokenises the original texts, not the parser's words
-    corpus, selected = annotate_if_needed(config, corpus, warnings)
+    raw_corpus = corpus  # the experiments tokenise the original texts, not the parser's words
+    corpus, specs = annotate_if_needed(config, corpus, selection.analyses, warnings)
+    selected = {s.name for s in specs}
     max_length = config.data.max_length
     if config.attention_mode == "padded" and max_length > config.pad_length:
         max_length = config.pad_length
@@ -205,15 +201,13 @@ def compare(
     if not resuming:  # unfinished work of another run (ablation units, probe features) must not be reused
         shutil.rmtree(run_dir.path / "partial", ignore_errors=True)
 
-    analyses = [a for a in build_analyses(config, pair, corpus, encoded) if a.name in selected]
+    analyses = build_analyses(config, pair, corpus, encoded, specs)
     results: dict[str, Result] = {}
-    done = [a.name for a in analyses if resuming and run_dir.has_table(a.name)]
-    for name in done:
-        logger.info("resuming: %s already computed in %s", name, run_dir.path)
-        results[name] = Result(name, read_table(run_dir.path, name))
-        for second in SECOND_TABLES.get(name, ()):
-            if run_dir.has_table(second):
-                results[second] = Result(second, read_table(run_dir.path, second))
+    done = [spec.name for spec in specs if resuming and run_dir.has_table(spec.name)]
+    for spec in specs:
+        if spec.name in done:
+            logger.info("resuming: %s already computed in %s", spec.name, run_dir.path)
+            results.update(_read_back(run_dir, spec.tables))
     todo = [a for a in analyses if a.name not in done]
 
     enc = encoded.describe()
@@ -234,8 +228,7 @@ def compare(
     if todo:
         _extract(pair, encoded, todo, config, progress)
         for a in todo:
-            for res in [a.compute(), *extra_results_of(a)]:
-                computed[res.name] = res
+            computed.update((res.name, res) for res in a.results())
     if run_spans:
         _extract(pair, span_encoded, [span_analysis], config, progress, label="user relations")
         computed["relation_heads"] = _with_user_relations(computed.get("relation_heads"), span_analysis.compute())
@@ -254,12 +247,12 @@ def compare(
             res = _ood_similarity(config, pair, ood, max_length, warnings, progress)
             write_table(run_dir.path, res.name, res.table)
             results[res.name] = res
-    probe_info = None
-    if "probe" in selected:
-        probe_info = _probes(config, pair, run_dir, resuming, progress, results, done)
-    ablation_info = None
-    if "ablation" in selected:
-        ablation_info = _ablation(config, pair, raw_corpus, run_dir, resuming, warnings, progress, results, done)
+    context = ExperimentContext(config, pair, raw_corpus, run_dir.path / "partial", progress)
+    sections = {a.name: a.params() for a in analyses} | ({"user_relations": span_params} if span_params else {})
+    for spec in selection.experiments:
+        section = _experiment(spec, context, selection, run_dir, resuming, warnings, results, done)
+        if section is not None:
+            sections[spec.name] = section
     views = write_views(run_dir.path, pair, corpus, encoded, config.view_examples, warnings)
 
     manifest = {
@@ -272,8 +265,7 @@ def compare(
         "models": pair.describe(),
         "data": {**corpus.describe(), "encoding": enc},
         **({"ood_data": ood.describe()} if ood is not None else {}),
-        "analyses": {a.name: a.params() for a in analyses} | ({"user_relations": span_params} if span_params else {})
-        | ({"ablation": ablation_info} if ablation_info else {}) | ({"probe": probe_info} if probe_info else {}),
+        "analyses": sections,
         "seed": config.seed,
         "device": config.device,
         "dtype": str(next(pair.base.model.parameters()).dtype).replace("torch.", ""),
@@ -295,63 +287,37 @@ def compare(
     return CompareRun(run_dir.path, results, manifest, report_path, done)
 
 
-def probe_settings(config: CompareConfig) -> "ProbeSettings":
-    """The structural probes' settings inside ``compare``."""
-    from bertology.experiments.probe import ProbeSettings
-
-    return ProbeSettings(rank=config.probe_rank or None, epochs=config.probe_epochs, seed=config.seed, device=config.device,
-                         extract_batch_size=config.batch_size)
+def _read_back(run_dir: RunDirectory, tables: Sequence[str]) -> dict[str, Result]:
+    """The finished tables of a resumed run (those that exist)."""
+    return {n: Result(n, read_table(run_dir.path, n)) for n in tables if run_dir.has_table(n)}
 
 
-def _probe_corpus(path: str | None, limit: int | None) -> Corpus | None:
-    from bertology.data.loaders import load_corpus
-
-    return None if not path else load_corpus(path, limit=limit)
-
-
-def _probes(
-    config: CompareConfig, pair: ModelPair, run_dir: RunDirectory, resuming: bool, progress: bool,
-    results: dict[str, Result], done: list[str],
+def _experiment(
+    spec: ExperimentSpec, ctx: ExperimentContext, selection: Selection, run_dir: RunDirectory, resuming: bool,
+    warnings: list[str], results: dict[str, Result], done: list[str],
 ) -> dict | None:
-    """Structural probes (distance and depth) on every layer of base, tuned and a random-init control.
+    """Run one experiment into the run (or read its finished tables back); its manifest section, or None if skipped.
 
-    They need trees of their own (``probe_train``/``probe_test``, CoNLL-U or text for spaCy), so with
-    ``all`` (the default) and no probe data they are skipped silently; named without data, an error.
-    Features and finished epochs are kept in ``partial/probe`` so an interrupted run resumes.
+    An experiment that cannot run on this model or data is an error when the user named it, and
+    otherwise skipped with its note (or silently, when it has none).
     """
-    from bertology.experiments.probe import TABLE, random_init_model, run_probes
-
-    if not (config.probe_train and config.probe_test):
-        if tuple(config.analyses) == ANALYSES:
-            return None
-        raise BertologyError("Structural probes need treebank data: pass --probe-train and --probe-test "
-                             "(CoNLL-U, or plain text parsed with spaCy).")
-    settings = probe_settings(config)
-    if resuming and run_dir.has_table(TABLE):
-        results[TABLE] = Result(TABLE, read_table(run_dir.path, TABLE))
-        done.append(TABLE)
-        return {"settings": settings.to_dict(), "resumed": True}
-    limit = config.probe_max_sentences
-    train, test = _probe_corpus(config.probe_train, limit), _probe_corpus(config.probe_test, limit)
-    dev = _probe_corpus(config.probe_dev, limit)
-    models: dict = {"base": pair.base, "tuned": pair.tuned}
-    if config.probe_random_control:
-        models["random"] = random_init_model(pair.base, seed=config.seed)
-    work = run_dir.path / "partial" / "probe"
-    with stage_bars(progress, lambda s: f"probe {s}") as on_progress:
-        res = run_probes(models, train, dev, test, settings, on_progress, work_dir=work, spacy_model=config.spacy_model)
-    write_table(run_dir.path, res.name, res.table)
-    results[res.name] = res
-    shutil.rmtree(work, ignore_errors=True)  # cached word features: the table is written
-    keep = ("pooling", "punctuation", "spearman_lengths", "max_epoch_trained")
-    data = {split: {k: v for k, v in d.items() if k in ("n_sentences", "n_words")}
-            for split, d in (res.params.get("data") or {}).items()}
-    return _jsonable_summary({"settings": settings.to_dict(), "data": data,
-                              **{k: v for k, v in res.params.items() if k in keep}})
-
-
-#: Representation similarity on the second (out-of-domain) corpus.
-OOD_TABLE = "representation_similarity_ood"
+    reason = spec.skip_reason(ctx)
+    if reason is not None:
+        if spec.name in selection.named:
+            raise BertologyError(spec.refusal(reason))
+        if spec.skipped_note:
+            warnings.append(spec.skipped_note.format(reason=reason))
+        return None
+    tables = spec.tables(ctx.config)
+    if resuming and all(run_dir.has_table(n) for n in tables):
+        results.update(_read_back(run_dir, tables))
+        done.append(spec.name)
+        return {"settings": spec.settings(ctx.config).to_dict(), "resumed": True}
+    outcome = spec.run(ctx)
+    for res in outcome.results.values():
+        write_table(run_dir.path, res.name, res.table)
+        results[res.name] = res
+    return outcome.manifest
 
 
 def load_ood(config: CompareConfig) -> Corpus:
@@ -381,87 +347,6 @@ def _ood_similarity(config: CompareConfig, pair: ModelPair, ood: Corpus, max_len
     res = analysis.compute()
     table = res.table.assign(domain="out", corpus=str(config.ood_data))
     return Result(OOD_TABLE, table, {**analysis.params(), "corpus": config.ood_data, "n_examples": len(encoded.items)})
-
-
-def ablation_settings(config: CompareConfig) -> "AblationSettings":
-    """The ablation sweep's settings inside ``compare`` (every head, every layer, both layer modes)."""
-    from bertology.experiments.ablation import AblationSettings
-
-    return AblationSettings(
-        mode=config.ablation_mode, exclude_special=config.ablation_exclude_special, batch_size=config.batch_size,
-        n_bootstrap=config.ablation_bootstrap, seed=config.seed, device=config.device,
-        max_examples=config.ablation_examples or None, max_length=config.data.max_length,
-        importance=config.ablation_importance,
-    )
-
-
-def ablation_skip_reason(pair: ModelPair, corpus: Corpus) -> str | None:
-    """Why ``compare`` cannot ablate the tuned model on this corpus (None when it can)."""
-    from bertology.experiments.ablation import check_classifier, label_ids_for
-
-    if not pair.tuned.is_classifier:
-        return "the tuned model has no classification head"
-    if not any(ex.label is not None for ex in corpus):
-        return "the data has no labels (name the label column with --label-column)"
-    try:
-        check_classifier(pair.tuned.model, name="The tuned model")
-        label_ids_for(corpus, pair.tuned.model)
-    except BertologyError as err:
-        return str(err).rstrip(".")
-    return None
-
-
-def _ablation(
-    config: CompareConfig, pair: ModelPair, corpus: Corpus, run_dir: RunDirectory, resuming: bool,
-    warnings: list[str], progress: bool, results: dict[str, Result], done: list[str],
-) -> dict | None:
-    """Ablate every head and layer of the tuned classifier (and estimate head importance) into the run.
-
-    Runs when the tuned model is a classifier and the data is labelled; otherwise, when ablation came
-    with ``all`` (the default) it is skipped with a note, and when the user named it, that is an error.
-    Finished ablations are kept in ``partial/`` so an interrupted run continues where it stopped.
-    """
-    from bertology.experiments.ablation import run_ablation_study
-
-    reason = ablation_skip_reason(pair, corpus)
-    if reason is not None:
-        if tuple(config.analyses) == ANALYSES:
-            warnings.append(f"Ablation and head importance were skipped: {reason}.")
-            return None
-        raise BertologyError(f"Cannot run the ablation: {reason}.")
-    settings = ablation_settings(config)
-    names = ("ablation", "head_importance", "pruning_curve") if settings.importance else ("ablation",)
-    if resuming and all(run_dir.has_table(n) for n in names):
-        for n in names:
-            results[n] = Result(n, read_table(run_dir.path, n))
-        done.append("ablation")
-        return {"settings": settings.to_dict(), "resumed": True}
-    with stage_bars(progress, lambda s: "ablations" if s == "ablation" else "head importance") as on_progress:
-        study = run_ablation_study(pair.tuned.model, pair.tuned.tokenizer, corpus, settings, run_dir.path,
-                                   figures=False, on_progress=on_progress)
-    for n, table in study.tables.items():
-        results[n] = Result(n, table, study.summary.get("settings", {}))
-    # the manifest keeps what a reader needs to trust the numbers; the tables hold the rest
-    keep = ("settings", "intact", "n_examples", "timing_s", "importance_vs_ablation_spearman")
-    return _jsonable_summary({k: v for k, v in study.summary.items() if k in keep})
-
-
-def _jsonable_summary(summary: dict) -> dict:
-    """The study's manifest section, with NumPy scalars made plain (json.dumps would refuse them)."""
-    return json.loads(json.dumps(summary, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
-
-
-#: Tables an analysis writes beside its own, read back when a run resumes.
-SECOND_TABLES = {"head_map": ("head_distance",), "geometry": ("geometry_words",)}
-
-
-def extra_results_of(analysis: Analysis) -> list[Result]:
-    """Second tables some analyses write beside their own (e.g. ``head_distance`` from ``head_map``)."""
-    if isinstance(analysis, HeadMap):
-        return [analysis.distances()]
-    if isinstance(analysis, Geometry):
-        return [analysis.word_table()]
-    return []
 
 
 def view_candidates(encoded: EncodedCorpus, n: int, min_tokens: int = 6, max_tokens: int = 24) -> list[int]:

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bertology.cli import app
-from bertology.config import ANALYSES, CompareConfig, DataConfig
+from bertology.config import CompareConfig, DataConfig
 from bertology.errors import BertologyError
 from bertology.pipeline import compare
 from bertology.testing import SENTENCES, tiny_bert_pair
@@ -65,7 +65,7 @@ def test_compare_includes_ablation_and_report_section(pair_dirs, tmp_path):
 def test_default_analyses_skip_ablation_with_a_note_when_tuned_has_no_head(pair_dirs, tmp_path):
     base, _, encoder = pair_dirs
     data = _csv(tmp_path / "d.csv")
-    run = compare(_config(base, encoder, data, tmp_path / "run", analyses=ANALYSES))
+    run = compare(_config(base, encoder, data, tmp_path / "run", analyses=("all",)))
     assert "ablation" not in run.results
     assert any("Ablation and head importance were skipped: the tuned model has no classification head" in w
                for w in run.manifest["warnings"])

@@ -9,6 +9,7 @@ so the rows of padding queries count in the cosine (the JS divergence always use
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 import math
 from typing import Literal
 
@@ -18,6 +19,8 @@ import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
+from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.config import CompareConfig
 from bertology.metrics.attention import map_cosine
 from bertology.results import Result
 
@@ -99,3 +102,23 @@ def layer_summary(table: pd.DataFrame) -> pd.DataFrame:
         .agg(cosine=("cosine", "mean"), cosine_min=("cosine", "min"), js_divergence=("js_divergence", "mean"))
         .sort_values("layer")
     )
+
+
+def summary(tables: Mapping[str, pd.DataFrame]) -> str:
+    """The heads whose maps changed most (lowest cosine, highest JS divergence) and the mean cosine per layer."""
+    t = tables["attention_change"]
+    by_cos = t.sort_values(["cosine", "layer", "head"]).head(3)
+    by_js = t.sort_values(["js_divergence", "cosine"], ascending=[False, True]).head(3)
+    per_layer = layer_summary(t)
+    return ("attention change: lowest cosine "
+            + ", ".join(f"L{r.layer}H{r.head} ({r.cosine:.3f})" for r in by_cos.itertuples())
+            + "; highest JS divergence "
+            + ", ".join(f"L{r.layer}H{r.head} ({r.js_divergence:.3f})" for r in by_js.itertuples())
+            + "; mean cosine by layer " + " ".join(f"{c:.3f}" for c in per_layer["cosine"]))
+
+
+def _build(config: CompareConfig, ctx: BuildContext) -> AttentionChange:
+    return AttentionChange(ctx.num_layers, ctx.num_heads, config.attention_mode, config.pad_length)
+
+
+SPEC = AnalysisSpec("attention_change", _build, ("attention_change",), summary=summary)

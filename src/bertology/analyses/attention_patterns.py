@@ -24,6 +24,7 @@ shards must share thresholds and classifier (a CNN is identified by its weights'
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 import torch
@@ -31,6 +32,8 @@ import torch
 from bertology.activations.batch import PairBatch
 from bertology.analyses.attention_targets import PunctuationLookup
 from bertology.analyses.base import Analysis
+from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.config import CompareConfig
 from bertology.metrics.patterns import (
     FEATURE_COLUMNS,
     FEATURES,
@@ -226,3 +229,23 @@ def pattern_shift(table: pd.DataFrame) -> pd.DataFrame:
     wide["change"] = wide["tuned"] - wide["base"]
     wide.columns.name = None
     return wide[["layer", "head", "pattern", "base", "tuned", "change"]]
+
+
+def summary(tables: Mapping[str, pd.DataFrame]) -> str:
+    """The share of maps of each pattern, base -> tuned."""
+    share = tables["attention_patterns"].groupby(["model", "pattern"])["fraction"].mean()
+    return "attention patterns, share of maps base->tuned: " + " ".join(
+        f"{p} {share.get(('base', p), float('nan')):.2f}->{share.get(('tuned', p), float('nan')):.2f}"
+        for p in ("vertical", "diagonal", "vertical+diagonal", "block", "heterogeneous"))
+
+
+def _build(config: CompareConfig, ctx: BuildContext) -> AttentionPatterns:
+    classifier = None
+    if config.patterns_cnn:  # a CNN from `bertology patterns train` replaces the feature rules
+        from bertology.analyses.pattern_classifier import PatternClassifier
+
+        classifier = PatternClassifier.load(config.patterns_cnn)
+    return AttentionPatterns(ctx.tokenizer, ctx.num_layers, ctx.num_heads, classifier=classifier)
+
+
+SPEC = AnalysisSpec("attention_patterns", _build, ("attention_patterns",), summary=summary)

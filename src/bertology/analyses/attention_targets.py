@@ -35,7 +35,7 @@ counting an absent category as 0 (so the token shares sum to 1 in ``value_all``)
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -43,6 +43,8 @@ import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
+from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.config import CompareConfig
 from bertology.data.align import annotated_word_ids
 from bertology.data.corpus import Corpus
 from bertology.errors import BertologyError
@@ -361,3 +363,20 @@ class AttentionTargets(Analysis):
         if self.word_level and self.n_annotated == 0:
             params["word_level_note"] = "no example had words/upos/deprels: word categories skipped (run data.annotate)"
         return Result(self.name, table, params)
+
+
+def summary(tables: Mapping[str, pd.DataFrame]) -> str:
+    """Last-layer attention to [CLS], [SEP] and punctuation, base -> tuned."""
+    t = tables["attention_targets"]
+    last = t[(t["layer"] == t["layer"].max()) & t["target"].isin(["cls", "sep", "punct"])]
+    means = last.groupby(["model", "target"])["value"].mean()
+    return "last-layer attention to [CLS] / [SEP] / punctuation, base vs tuned: " + " ".join(
+        f"{tgt} {means.get(('base', tgt), float('nan')):.2f}->{means.get(('tuned', tgt), float('nan')):.2f}"
+        for tgt in ("cls", "sep", "punct"))
+
+
+def _build(config: CompareConfig, ctx: BuildContext) -> AttentionTargets:
+    return AttentionTargets(ctx.corpus, ctx.tokenizer, ctx.num_layers, ctx.num_heads)
+
+
+SPEC = AnalysisSpec("attention_targets", _build, ("attention_targets",), needs=frozenset({"pos_tags"}), summary=summary)

@@ -38,6 +38,14 @@ class Analysis(abc.ABC):
     def compute(self) -> Result:
         """Turn the accumulators into a tidy table."""
 
+    def extra_results(self) -> list[Result]:
+        """Tables written beside the analysis's own (declared in its spec's ``tables``), after ``compute``."""
+        return []
+
+    def results(self) -> list[Result]:
+        """Every table of the analysis: its own first, then the extra ones."""
+        return [self.compute(), *self.extra_results()]
+
     @abc.abstractmethod
     def merge(self, other: "Analysis") -> "Analysis":
         """Add another shard's accumulators into this one (in place) and return self."""

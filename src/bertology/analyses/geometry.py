@@ -55,6 +55,7 @@ occurrences are held: 13,000 with the defaults, i.e. <= 140 MB for MiniLM, <= 52
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 import hashlib
 from dataclasses import dataclass
 from typing import Literal
@@ -64,6 +65,8 @@ import pandas as pd
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
+from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.config import CompareConfig
 from bertology.analyses.head_map import example_keys
 from bertology.analyses.representation_similarity import token_keys
 from bertology.data.align import global_word_ids, pool_words
@@ -413,6 +416,9 @@ class Geometry(Analysis):
         df["n_examples_seen"] = self.n_seen
         return Result(self.name, df, self.params())
 
+    def extra_results(self) -> list[Result]:
+        return [self.word_table()]
+
     def word_table(self) -> Result:
         """``geometry_words``: per analysed word, model and layer: ``self_similarity``, ``mev`` (and adjusted)."""
         forms, ss, mev = self._word_stats()
@@ -435,3 +441,24 @@ def by_layer(table: pd.DataFrame, metric: str) -> pd.DataFrame:
     """One metric as a ``layer x model`` frame (columns ``base``, ``tuned``)."""
     sub = table[table["metric"] == metric]
     return sub.pivot_table(index="layer", columns="model", values="value").reindex(columns=list(MODELS))
+
+
+def summary(tables: Mapping[str, pd.DataFrame]) -> str:
+    """Anisotropy and adjusted self-similarity per layer, base and tuned."""
+    g = tables["geometry"]
+    lines = []
+    for metric in ("anisotropy", "self_similarity_adjusted"):
+        if (g["metric"] == metric).any():
+            w = by_layer(g, metric)
+            lines.append(f"geometry, {metric.replace('_', ' ')} by layer 0..N: "
+                         + "; ".join(f"{m} " + " ".join(f"{v:.3f}" for v in w[m]) for m in ("base", "tuned") if m in w))
+    return "\n".join(lines)
+
+
+def _build(config: CompareConfig, ctx: BuildContext) -> Geometry:
+    return Geometry(ctx.num_layers, tokenizer=ctx.tokenizer, n_pairs=config.geometry_pairs,
+                    min_contexts=config.geometry_min_contexts, max_contexts=max(10, config.geometry_min_contexts),
+                    seed=config.seed)
+
+
+SPEC = AnalysisSpec("geometry", _build, ("geometry", "geometry_words"), summary=summary)

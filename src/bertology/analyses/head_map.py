@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
 import numpy as np
@@ -37,6 +37,8 @@ import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
+from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.config import CompareConfig
 from bertology.analyses.representation_similarity import token_keys
 from bertology.metrics.head_distance import (
     BLOCK_ELEMENTS,
@@ -304,6 +306,9 @@ class HeadMap(Analysis):
         )
         return Result(self.name, df, self.params())
 
+    def extra_results(self) -> list[Result]:
+        return [self.distances()]
+
     def distances(self) -> Result:
         """``head_distance`` table: every unordered pair of heads once (base heads first, then tuned)."""
         div = self.divergence_matrix()
@@ -324,3 +329,17 @@ def most_moved(table: pd.DataFrame, top: int = 10) -> pd.DataFrame:
     out = out[["layer", "head", "moved"] + (["moved_js_divergence"] if "moved_js_divergence" in out else [])].copy()
     out.insert(2, "label", [f"L{l}H{h}" for l, h in zip(out["layer"], out["head"])])
     return out.reset_index(drop=True)
+
+
+def summary(tables: Mapping[str, pd.DataFrame]) -> str:
+    """The heads that moved most on the map."""
+    top = most_moved(tables["head_map"], top=3)
+    return "head map: heads that moved most (JS distance) " + ", ".join(f"{r.label} ({r.moved:.3f})" for r in top.itertuples())
+
+
+def _build(config: CompareConfig, ctx: BuildContext) -> HeadMap:
+    return HeadMap(ctx.num_layers, ctx.num_heads, max_examples=config.head_map_examples, seed=config.seed,
+                   distance=config.head_map_distance, example_indices=[it.index for it in ctx.encoded.items])
+
+
+SPEC = AnalysisSpec("head_map", _build, ("head_map", "head_distance"), summary=summary)

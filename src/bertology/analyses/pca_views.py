@@ -31,6 +31,9 @@ import pandas as pd
 from bertology.activations.batch import PairBatch
 from bertology.analyses.attention_targets import is_punct_token
 from bertology.analyses.base import Analysis
+from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.config import CompareConfig
+from bertology.errors import BertologyError
 from bertology.analyses.head_map import example_keys
 from bertology.data.align import annotated_word_ids
 from bertology.data.corpus import Corpus
@@ -225,3 +228,16 @@ class PCAViews(Analysis):
         df = pd.concat(parts, ignore_index=True)[COLUMNS]
         df["n_examples_seen"] = self.n_seen
         return Result(self.name, df, self.params())
+
+
+def _build(config: CompareConfig, ctx: BuildContext) -> PCAViews:
+    if config.pca_examples:
+        bad = [i for i in config.pca_examples if not 0 <= i < len(ctx.corpus)]
+        if bad:
+            raise BertologyError(f"PCA view example(s) {bad} are not in the corpus (0..{len(ctx.corpus) - 1}).")
+    return PCAViews(ctx.num_layers, tokenizer=ctx.tokenizer, corpus=ctx.corpus,
+                    examples=list(config.pca_examples) if config.pca_examples else None,
+                    n_examples=config.pca_n_examples, seed=config.seed)
+
+
+SPEC = AnalysisSpec("pca_views", _build, ("pca_views",))

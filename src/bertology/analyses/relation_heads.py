@@ -38,7 +38,7 @@ within (model, relation, direction); ties share the lower rank). Relations with 
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
 import numpy as np
@@ -47,6 +47,8 @@ import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
+from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.config import CompareConfig
 from bertology.data.align import Pooling, annotated_word_ids, word_attention
 from bertology.data.corpus import Corpus
 from bertology.metrics.word_argmax import word_argmax_hits
@@ -344,3 +346,20 @@ def best_heads(table: pd.DataFrame, by_direction: bool = True) -> pd.DataFrame:
     if not by_direction:
         cols.insert(2, "direction")
     return best[cols].sort_values(keys).reset_index(drop=True)
+
+
+def summary(tables: Mapping[str, pd.DataFrame]) -> str | None:
+    """The best head over all relations per model, beside the best fixed-offset baseline."""
+    best = best_heads(tables["relation_heads"], by_direction=False)
+    overall = best[best["relation"] == "all"].set_index("model")
+    if not len(overall):
+        return None
+    return "relation heads, all relations: " + ", ".join(
+        f"{m} {r.accuracy:.3f} ({r.head_label}; best offset {r.baseline_accuracy:.3f})" for m, r in overall.iterrows())
+
+
+def _build(config: CompareConfig, ctx: BuildContext) -> RelationHeads:
+    return RelationHeads(ctx.corpus, ctx.num_layers, ctx.num_heads, min_count=config.relation_min_count)
+
+
+SPEC = AnalysisSpec("relation_heads", _build, ("relation_heads",), needs=frozenset({"trees"}), summary=summary)

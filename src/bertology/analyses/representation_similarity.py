@@ -10,11 +10,14 @@ per layer, and ``merge`` of two shards gives exactly the sample of the whole cor
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
+from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.config import CompareConfig
 from bertology.metrics.similarity import cka_grid, rsa_signatures
 from bertology.results import Result
 
@@ -146,3 +149,25 @@ def same_layer(table: pd.DataFrame) -> pd.DataFrame:
     """The diagonal of the layer x layer grid: one row per layer and metric."""
     diag = table[table["layer_base"] == table["layer_tuned"]]
     return diag.rename(columns={"layer_base": "layer"}).drop(columns=["layer_tuned"])
+
+
+#: Representation similarity on the second (out-of-domain) corpus, written by the pipeline with ``--ood-data``.
+OOD_TABLE = "representation_similarity_ood"
+
+
+def summary(tables: Mapping[str, pd.DataFrame]) -> str:
+    """Linear CKA of base and tuned at the same layer, in domain and (when run) out of domain."""
+    lines = []
+    for name, where in (("representation_similarity", ""), (OOD_TABLE, ", out-of-domain corpus")):
+        if name in tables:
+            d = same_layer(tables[name])
+            cka = d[d.metric == "cka_linear"].sort_values("layer")["value"]
+            lines.append(f"linear CKA, same layer 0..N{where}: " + " ".join(f"{v:.3f}" for v in cka))
+    return "\n".join(lines)
+
+
+def _build(config: CompareConfig, ctx: BuildContext) -> RepresentationSimilarity:
+    return RepresentationSimilarity(ctx.num_layers, config.rsa_tokens, config.seed)
+
+
+SPEC = AnalysisSpec("representation_similarity", _build, ("representation_similarity",), summary=summary)

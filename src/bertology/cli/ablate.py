@@ -34,11 +34,6 @@ def _parse_layer_modes(text: str) -> tuple[str, ...]:
     return names
 
 
-def _fmt_row(r) -> str:
-    f = ".4f" if r.metric == "loss" else ".3f"
-    return f"{r.label} {r.delta:+{f}} [{r.ci_low:+{f}}, {r.ci_high:+{f}}]"
-
-
 @app.command("ablate")
 @user_errors
 def ablate_command(
@@ -72,7 +67,7 @@ def ablate_command(
     from bertology.experiments.ablation import AblationSettings, check_classifier, label_ids_for, run_ablation_study, sample_examples
     from bertology.data.loaders import load_corpus
     from bertology.models.loading import load_model
-    from bertology.results import RunDirectory, now_iso, package_versions
+    from bertology.results import RunDirectory, now_iso, package_versions, write_table
 
     settings = AblationSettings(
         mode=mode,  # type: ignore[arg-type]
@@ -134,17 +129,20 @@ def ablate_command(
     with stage_bars(describe=lambda s: "ablations" if s == "ablation" else "importance + pruning", console=console) as on_progress:
         try:
             # the report draws every figure (and saves them under figures/); without it the study saves its own
-            study = run_ablation_study(loaded.model, loaded.tokenizer, corpus, settings, run_dir.path,
-                                       figures=no_report, on_progress=on_progress)
+            study = run_ablation_study(loaded.model, loaded.tokenizer, corpus, settings, run_dir.path / "partial",
+                                       on_progress=on_progress)
         except KeyboardInterrupt:
             console.print(f"[yellow]interrupted:[/] finished ablations are saved in {run_dir.path / 'partial'}; "
                           "run the same command again to continue.")
             raise
+    for name, table in study.tables.items():
+        write_table(run_dir.path, name, table)
+    figures = [] if not no_report else _write_figures(study.tables, run_dir.path)
     manifest.update(status="complete", finished=now_iso(), wall_time_s=round(time.perf_counter() - t0, 3),
                     result=study.summary, tables=list(study.tables),
-                    figures=[str(p.relative_to(run_dir.path)) for p in study.figures])
+                    figures=[str(p.relative_to(run_dir.path)) for p in figures])
     run_dir.write_manifest(manifest)
-    _print_summary(study, run_dir.path)
+    _print_summary(study, run_dir.path, figures)
     if not no_report:
         from bertology.report.render import render_report
 
@@ -153,58 +151,26 @@ def ablate_command(
         console.print(f"report: [bold]{report}[/]")
 
 
-def print_ablation_summary(tables: dict, note: str = "") -> None:
-    """The ablation headlines (intact score, harmful heads, layers, helpful removals, importance) from tables."""
-    from bertology.experiments.ablation import helpful, ranked
-    from bertology.experiments.head_importance import importance_vs_deltas
+def _write_figures(tables: dict, out: Path) -> list[Path]:
+    """The ablation figures as ``figures/*.svg`` (without a report, which would otherwise draw them)."""
+    from bertology.results import atomic_write_text
+    from bertology.viz.ablation import ablation_figures
+    from bertology.viz.figures import figure_to_svg
 
-    t = tables["ablation"]
-    intact_rows = t[t["target"] == "intact"]
-    intact = dict(zip(intact_rows["metric"], intact_rows["value"].astype(float)))
-    first = t.iloc[0]
-    console.print(
-        f"intact: accuracy {intact['accuracy']:.4f}, macro-F1 {intact['macro_f1']:.4f}, loss {intact['loss']:.4f} "
-        f"(n={int(first['n_examples'])}, mode {first['mode']}{', [CLS]/[SEP] excluded' if bool(first['exclude_special']) else ''}"
-        + note + ")"
-    )
-    if (t["target"] == "head").any():
-        worst = ranked(t, "accuracy", target="head", harmful=True, top=5)
-        console.print("most harmful heads to remove (Δaccuracy [95% CI]): " + ", ".join(_fmt_row(r) for r in worst.itertuples()))
-    if (t["target"] == "layer").any():
-        for lm, part in t[(t["target"] == "layer") & (t["metric"] == "accuracy")].groupby("layer_mode", sort=False):
-            console.print(f"layers, {lm}: Δaccuracy " + " ".join(f"L{r.layer} {r.delta:+.3f}" for r in part.itertuples()))
-    for metric in ("accuracy", "loss"):
-        good = helpful(t, metric)
-        console.print(
-            f"removal helps beyond the 95% CI ({metric}): "
-            + (", ".join(_fmt_row(r) for r in good.head(8).itertuples()) if len(good) else "none")
-            + (f" (+{len(good) - 8} more)" if len(good) > 8 else "")
-        )
-    imp = tables.get("head_importance")
-    if imp is not None and len(imp) and (t["target"] == "head").any():
-        rho = importance_vs_deltas(imp, t)
-        console.print(
-            "head importance vs single-head deltas, Spearman: "
-            f"{rho['loss']['spearman']:+.3f} (loss), {rho['accuracy']['spearman']:+.3f} (accuracy); "
-            f"raw importance {rho['loss']['spearman_raw']:+.3f} (loss)"
-        )
-    curve = tables.get("pruning_curve")
-    if curve is not None and len(curve):
-        c = curve[(curve["metric"] == "accuracy")]
-        half = c[c["fraction_removed"] <= 0.5].groupby("order")["fraction_removed"].max()
-        parts = []
-        for order in ("importance", "random"):
-            if order in half.index:
-                row = c[(c["order"] == order) & (c["fraction_removed"] == half[order])].iloc[0]
-                parts.append(f"{order} {row.value:.3f}")
-        if parts:
-            console.print(f"pruning {100 * half.max():.0f}% of heads, accuracy: " + ", ".join(parts))
+    written = []
+    figs = ablation_figures(tables["ablation"], tables.get("head_importance"), tables.get("pruning_curve"), metric="accuracy")
+    for stem, fig in figs.items():
+        path = out / "figures" / f"{stem}.svg"
+        atomic_write_text(path, figure_to_svg(fig))
+        written.append(path)
+    return written
 
 
-def _print_summary(study, out: Path) -> None:
-    p = study.ablation.params
-    resumed = p.get("resumed_units", 0)
-    print_ablation_summary(study.tables, note=f"; {resumed} ablations reused" if resumed else "")
-    console.print(f"tables: {out / 'tables'}")
-    if study.figures:
-        console.print(f"figures: {out / 'figures'}")
+def _print_summary(study, out: Path, figures: list[Path]) -> None:
+    from bertology.experiments.ablation import summary
+
+    resumed = study.ablation.params.get("resumed_units", 0)
+    console.print(summary(study.tables, note=f"; {resumed} ablations reused" if resumed else ""), markup=False, highlight=False)
+    console.print(f"tables: {out / 'tables'}", markup=False, highlight=False)
+    if figures:
+        console.print(f"figures: {out / 'figures'}", markup=False, highlight=False)

@@ -6,9 +6,12 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
-from bertology.config import ANALYSES, CompareConfig, DataConfig
+from bertology.analyses.catalog import ANALYSES
+from bertology.config import CompareConfig, DataConfig
+from bertology.experiments.catalog import EXPERIMENTS
 from bertology.errors import BertologyError
 
 # Shared option declarations, so every command spells them the same way.
@@ -33,13 +36,8 @@ def _parse_pca_examples(text: str) -> tuple[tuple[int, ...] | None, int]:
 
 
 def _parse_analyses(text: str) -> tuple[str, ...]:
-    names = tuple(a.strip() for a in text.split(",") if a.strip())
-    if names == ("all",):
-        return ANALYSES
-    unknown = [a for a in names if a not in ANALYSES]
-    if unknown or not names:
-        raise BertologyError(f"Unknown analysis {', '.join(unknown) or '(none)'}; choose from: all, {', '.join(ANALYSES)}.")
-    return names
+    """``--analyses`` as names; ``compare`` checks them (one place) before anything is loaded."""
+    return tuple(a.strip() for a in text.split(",") if a.strip())
 
 
 @app.command("compare")
@@ -49,7 +47,7 @@ def compare_command(
     data: str = DATA_OPT,
     base: str = typer.Option("minilm", "--base", help="Pretrained model: hub id, local folder, or 'minilm'."),
     out: Path = typer.Option(Path("runs/compare"), "--out", help="Run directory to write."),
-    analyses: str = typer.Option("all", "--analyses", help=f"Comma list of: {', '.join(ANALYSES)} (or 'all')."),
+    analyses: str = typer.Option("all", "--analyses", help=f"Comma list of: {', '.join(ANALYSES.names() + EXPERIMENTS.names())} (or 'all')."),
     text_column: Optional[str] = TEXT_COL,
     pair_column: Optional[str] = PAIR_COL,
     label_column: Optional[str] = LABEL_COL,
@@ -148,89 +146,32 @@ def compare_command(
 
 
 def _print_compare_summary(run) -> None:
-    from bertology.analyses.attention_change import layer_summary
-    from bertology.analyses.representation_similarity import same_layer
+    """Warnings, then each analysis's and experiment's own summary lines, then where things were written."""
+    from bertology.pipeline import select
 
     if run.resumed:
-        console.print(f"resumed: reused {', '.join(run.resumed)} from {run.out}")
+        console.print(f"resumed: reused {', '.join(run.resumed)} from {run.out}", markup=False, highlight=False)
     for w in run.manifest.get("warnings", []):
-        console.print(f"[yellow]warning:[/] {w}")
-    if "attention_change" in run.results:
-        t = run.table("attention_change")
-        by_cos = t.sort_values(["cosine", "layer", "head"]).head(3)
-        by_js = t.sort_values(["js_divergence", "cosine"], ascending=[False, True]).head(3)
-        per_layer = layer_summary(t)
-        console.print(
-            "attention change: lowest cosine "
-            + ", ".join(f"L{r.layer}H{r.head} ({r.cosine:.3f})" for r in by_cos.itertuples())
-            + "; highest JS divergence "
-            + ", ".join(f"L{r.layer}H{r.head} ({r.js_divergence:.3f})" for r in by_js.itertuples())
-            + "; mean cosine by layer " + " ".join(f"{c:.3f}" for c in per_layer["cosine"])
-        )
-    if "attention_patterns" in run.results:
-        t = run.table("attention_patterns")
-        share = t.groupby(["model", "pattern"])["fraction"].mean()
-        console.print(
-            "attention patterns, share of maps base->tuned: "
-            + " ".join(f"{p} {share.get(('base', p), float('nan')):.2f}->{share.get(('tuned', p), float('nan')):.2f}"
-                       for p in ("vertical", "diagonal", "vertical+diagonal", "block", "heterogeneous"))
-        )
-    if "head_map" in run.results:
-        from bertology.analyses.head_map import most_moved
-
-        top = most_moved(run.table("head_map"), top=3)
-        console.print("head map: heads that moved most (JS distance) "
-                      + ", ".join(f"{r.label} ({r.moved:.3f})" for r in top.itertuples()))
-    if "geometry" in run.results:
-        from bertology.analyses.geometry import by_layer
-
-        g = run.table("geometry")
-        for metric in ("anisotropy", "self_similarity_adjusted"):
-            if (g["metric"] == metric).any():
-                w = by_layer(g, metric)
-                console.print(f"geometry, {metric.replace('_', ' ')} by layer 0..N: "
-                              + "; ".join(f"{m} " + " ".join(f"{v:.3f}" for v in w[m]) for m in ("base", "tuned") if m in w))
-    for name, where in (("representation_similarity", ""), ("representation_similarity_ood", ", out-of-domain corpus")):
-        if name in run.results:
-            d = same_layer(run.table(name))
-            cka = d[d.metric == "cka_linear"].sort_values("layer")["value"]
-            console.print(f"linear CKA, same layer 0..N{where}: " + " ".join(f"{v:.3f}" for v in cka))
-    if "attention_targets" in run.results:
-        t = run.table("attention_targets")
-        last = t[(t["layer"] == t["layer"].max()) & t["target"].isin(["cls", "sep", "punct"])]
-        means = last.groupby(["model", "target"])["value"].mean()
-        console.print(
-            "last-layer attention to [CLS] / [SEP] / punctuation, base vs tuned: "
-            + " ".join(f"{tgt} {means.get(('base', tgt), float('nan')):.2f}->{means.get(('tuned', tgt), float('nan')):.2f}"
-                       for tgt in ("cls", "sep", "punct"))
-        )
-    if "relation_heads" in run.results:
-        from bertology.analyses.relation_heads import best_heads
-
-        best = best_heads(run.table("relation_heads"), by_direction=False)
-        overall = best[best["relation"] == "all"].set_index("model")
-        if len(overall):
-            console.print(
-                "relation heads, all relations: "
-                + ", ".join(f"{m} {r.accuracy:.3f} ({r.head_label}; best offset {r.baseline_accuracy:.3f})" for m, r in overall.iterrows())
-            )
-    if "probe" in run.results:
-        t = run.table("probe")
-        t = t[t["split"] == "test"]
-        for model, part in t.groupby("model", sort=False):
-            dist = part[part["probe"] == "distance"].dropna(subset=["uuas"])
-            if len(dist):
-                best = dist.loc[dist["uuas"].idxmax()]
-                console.print(f"structural probe, {model}: best UUAS {best.uuas:.3f} (layer {int(best.layer)}), "
-                              f"best DSpr {dist['dspr'].max():.3f} (layer {int(dist.loc[dist['dspr'].idxmax(), 'layer'])})")
-    if "ablation" in run.results:
-        from bertology.cli.ablate import print_ablation_summary
-
-        console.print("[bold]ablation of the tuned classifier[/]")
-        print_ablation_summary({k: run.table(k) for k in ("ablation", "head_importance", "pruning_curve") if k in run.results})
-    console.print(f"tables: {run.out / 'tables'}")
+        console.print("[yellow]warning:[/] ", end="")
+        console.print(w, markup=False, highlight=False)
+    tables = {name: res.table for name, res in run.results.items()}
+    selection = select(run.manifest["config"]["analyses"])
+    for spec in selection.analyses:
+        _print_summary_of(spec, tables)
+    for spec in selection.experiments:
+        _print_summary_of(spec, tables, heading=spec.title.removeprefix("the "))
+    console.print(f"tables: {escape(str(run.out / 'tables'))}")
     if run.report:
-        console.print(f"report: [bold]{run.report}[/]")
+        console.print(f"report: [bold]{escape(str(run.report))}[/]")
+
+
+def _print_summary_of(spec, tables: dict, heading: str | None = None) -> None:
+    """One spec's summary lines (printed as plain text: tables hold labels like [CLS] that are not markup)."""
+    text = spec.summary(tables) if spec.summary is not None and spec.name in tables else None
+    if text:
+        if heading:
+            console.print(f"[bold]{heading}[/]")
+        console.print(text, markup=False, highlight=False)
 
 
 @app.command("report")

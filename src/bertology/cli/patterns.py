@@ -47,6 +47,7 @@ def export_command(
 
     resolve_device(device)  # a missing GPU is an error now, not after loading
     from bertology.experiments.pattern_cnn import sample_maps, write_export
+    from bertology.viz.patterns import thumbnail_png
     from bertology.data.encode import encode_corpus
     from bertology.data.loaders import load_corpus
     from bertology.errors import BertologyError
@@ -71,7 +72,7 @@ def export_command(
         "data": {"source": corpus.source, "n_examples": len(corpus), "encoding": encoded.describe()},
         "examples": examples, "heads": heads, "limit": limit, "seed": seed, "thresholds": thresholds.to_dict(),
     }
-    write_export(sample, out, info=info, overwrite=overwrite)
+    write_export(sample, out, thumbnail_png, info=info, overwrite=overwrite)
     counts = {p: int((sample.predicted == i).sum()) for i, p in enumerate(PATTERNS)}
     console.print(f"exported {len(sample)} maps of {len(set(sample.example.tolist()))} examples to {out}")
     console.print("rule classifier: " + ", ".join(f"{p} {n}" for p, n in counts.items()), highlight=False)

@@ -13,7 +13,7 @@ from typing import Optional
 import typer
 
 from bertology.cli.app import app, console, user_errors
-from bertology.training.track import DEFAULT_ANALYSES
+from bertology.study.track import DEFAULT_ANALYSES
 
 
 @app.command("track")
@@ -32,7 +32,7 @@ def track_command(
     overwrite: bool = typer.Option(False, "--overwrite", help="Recompute every checkpoint (default: reuse those already tracked with the same settings)."),
 ) -> None:
     """Run analyses for every checkpoint of a fine-tuning run and plot each metric over training steps."""
-    from bertology.training.track import track
+    from bertology.study.track import track
 
     names = tuple(a.strip() for a in analyses.split(",") if a.strip())
     result = track(

@@ -35,13 +35,9 @@ fingerprint skips the finished ablations; with another fingerprint the old files
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import os
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -49,14 +45,12 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
-from bertology.data.batching import collate, length_batches
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus
 from bertology.errors import BertologyError
 from bertology.models import sites
-from bertology.models.hooks import block_input, on_layers
+from bertology.models.hooks import block_input
 from bertology.models.ablate import (
     MODES,
     Mode,
@@ -67,14 +61,30 @@ from bertology.models.ablate import (
     replay_output,
     skip_layers,
 )
+from bertology.config import CompareConfig
+from bertology.experiments.head_importance import ImportanceResult, importance_vs_deltas, run_head_importance
+from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec, jsonable
+from bertology.progress import stage_bars
 from bertology.results import Result
+from bertology.experiments.scoring import (  # noqa: F401  (re-exported: the ablation API)
+    HIGHER_IS_BETTER,
+    Batches,
+    ProgressStore,
+    _logits,
+    _MeanAccumulator,
+    _record,
+    check_classifier,
+    fingerprint_of,
+    head_means,
+    label_ids_for,
+    make_batches,
+)
 
 logger = logging.getLogger(__name__)
 
 TABLE = "ablation"
 METRICS = ("accuracy", "macro_f1", "loss")
 #: Metrics where a larger value is better (the "helps" direction is ``ci_low > 0``).
-HIGHER_IS_BETTER = {"accuracy": True, "macro_f1": True, "loss": False}
 LAYER_MODES = ("skip", "heads")
 TABLE_COLUMNS = [
     "target", "layer", "head", "label", "mode", "layer_mode", "exclude_special", "metric", "value", "delta",
@@ -176,177 +186,6 @@ def plan_units(
     return units
 
 
-def label_ids_for(corpus: Corpus, model: torch.nn.Module, *, what: str = "data") -> np.ndarray:
-    """Each example's label id under the model's ``label2id`` (corpus order), or one clear error.
-
-    A model whose labels are the generic ``LABEL_0 .. LABEL_{k-1}`` also accepts the labels ``0 .. k-1``.
-    """
-    missing = [i for i, ex in enumerate(corpus) if ex.label is None]
-    if missing:
-        shown = ", ".join(str(i) for i in missing[:5]) + (" ..." if len(missing) > 5 else "")
-        raise BertologyError(
-            f"Ablation needs labelled data, but {len(missing)} of {len(corpus)} examples in the {what} "
-            f"({corpus.source}) have no label (rows {shown}). Name the label column with --label-column."
-        )
-    cfg = model.config
-    label2id = {str(k): int(v) for k, v in (getattr(cfg, "label2id", None) or {}).items()}
-    num_labels = int(getattr(cfg, "num_labels", len(label2id)) or len(label2id))
-    if set(label2id) == {f"LABEL_{i}" for i in range(num_labels)}:
-        label2id.update({str(i): i for i in range(num_labels)})
-    unknown = sorted({str(ex.label) for ex in corpus} - set(label2id))
-    if unknown:
-        model_labels = [str(v) for _, v in sorted((getattr(cfg, "id2label", None) or {}).items(), key=lambda kv: int(kv[0]))]
-        raise BertologyError(
-            f"The {what} has label(s) {', '.join(map(repr, unknown[:10]))}{' ...' if len(unknown) > 10 else ''} "
-            f"that the model does not know; its labels are {', '.join(map(repr, model_labels or sorted(label2id)))}. "
-            "Use data labelled like the model's training data, or pick the right --label-column."
-        )
-    return np.array([label2id[str(ex.label)] for ex in corpus], dtype=np.int64)
-
-
-def check_classifier(model: torch.nn.Module, name: str = "the model") -> None:
-    """One clear error unless ``model`` is a single-label sequence classifier."""
-    if not type(model).__name__.endswith("ForSequenceClassification"):
-        raise BertologyError(
-            f"{name} has no classification head; pass a fine-tuned classifier (e.g. from `bertology finetune`)."
-        )
-    cfg = model.config
-    if int(getattr(cfg, "num_labels", 2)) < 2 or getattr(cfg, "problem_type", None) in ("regression", "multi_label_classification"):
-        raise BertologyError(
-            f"{name} is not a single-label classifier (regression or multi-label); ablation scores accuracy and cross-entropy."
-        )
-
-
-# --------------------------------------------------------------------------------------------------
-# Batches
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Batches:
-    """The corpus in length-bucketed batches, tensors already on the device, in a fixed order."""
-
-    inputs: list[dict[str, torch.Tensor]]
-    positions: list[np.ndarray]  # item positions (into ``encoded.items``) of each batch's rows
-    mask: list[torch.Tensor]  # [B, T] bool real tokens
-    labels: list[torch.Tensor]  # [B] label ids
-    y: np.ndarray  # label ids by item position
-    n: int
-
-    def __len__(self) -> int:
-        return len(self.inputs)
-
-
-def make_batches(
-    encoded: EncodedCorpus,
-    label_ids: np.ndarray,
-    *,
-    batch_size: int,
-    pad_id: int,
-    use_token_types: bool,
-    device: torch.device | str = "cpu",
-) -> Batches:
-    """Collate once; ``label_ids`` are in corpus order (indexed by ``EncodedExample.index``)."""
-    dev = torch.device(device)
-    position = {id(it): i for i, it in enumerate(encoded.items)}
-    y = np.array([label_ids[it.index] for it in encoded.items], dtype=np.int64)
-    inputs, positions, masks, labels = [], [], [], []
-    for items in length_batches(encoded.items, batch_size):
-        t = collate(items, pad_id)
-        d = {k: t[k].to(dev) for k in ("input_ids", "token_type_ids", "attention_mask")}
-        if not use_token_types:
-            d.pop("token_type_ids")
-        pos = np.array([position[id(it)] for it in items], dtype=np.int64)
-        inputs.append(d)
-        positions.append(pos)
-        masks.append(t["mask"].to(dev))
-        labels.append(torch.from_numpy(y[pos]).to(dev))
-    return Batches(inputs, positions, masks, labels, y, len(encoded.items))
-
-
-# --------------------------------------------------------------------------------------------------
-# Progress store (resumable sweeps)
-# --------------------------------------------------------------------------------------------------
-
-
-def _atomic_save(path: Path, write: Callable[[Path], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-class ProgressStore:
-    """Finished units of a sweep (per-example arrays), one atomically written ``.npz`` each.
-
-    ``folder=None`` keeps them in memory only. A folder whose ``progress.json`` holds another
-    fingerprint is emptied first (the caller's run directory decides whether that is allowed).
-    """
-
-    def __init__(self, folder: str | Path | None, fingerprint: str) -> None:
-        self.folder = None if folder is None else Path(folder)
-        self.fingerprint = fingerprint
-        self.memory: dict[str, dict[str, np.ndarray]] = {}
-        if self.folder is None:
-            return
-        meta = self.folder / "progress.json"
-        old = None
-        if meta.exists():
-            try:
-                old = json.loads(meta.read_text(encoding="utf-8")).get("fingerprint")
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                old = None
-        if old != fingerprint:
-            if (self.folder / "units").exists():
-                logger.info("discarding finished units of another sweep in %s", self.folder)
-                shutil.rmtree(self.folder / "units")
-            _atomic_save(meta, lambda p: p.write_text(json.dumps({"fingerprint": fingerprint, "version": 1}), encoding="utf-8"))
-        for f in (self.folder / "units").glob(".*.tmp"):  # left by a kill in the middle of a write
-            f.unlink(missing_ok=True)
-        for f in sorted((self.folder / "units").glob("*.npz")):
-            try:
-                with np.load(f) as z:
-                    self.memory[f.stem] = {k: z[k] for k in z.files}
-            except (OSError, ValueError, EOFError):  # pragma: no cover - a torn file cannot exist (atomic writes)
-                logger.warning("ignoring unreadable progress file %s", f)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.memory
-
-    def get(self, key: str) -> dict[str, np.ndarray] | None:
-        return self.memory.get(key)
-
-    def save(self, key: str, **arrays: np.ndarray) -> None:
-        self.memory[key] = {k: np.asarray(v) for k, v in arrays.items()}
-        if self.folder is not None:
-            _atomic_save(self.folder / "units" / f"{key}.npz", lambda p: _savez(p, arrays))
-
-
-def _savez(path: Path, arrays: dict) -> None:
-    with path.open("wb") as fh:
-        np.savez(fh, **arrays)
-
-
-def fingerprint_of(model: torch.nn.Module, batches: Batches, settings: dict) -> str:
-    """Hash of the weights, the tokenised batches, the labels and the given settings."""
-    digest = hashlib.sha256()
-    for name, t in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(t.detach().cpu().contiguous().numpy().tobytes())
-    for inp, pos in zip(batches.inputs, batches.positions):
-        for k in sorted(inp):
-            digest.update(inp[k].cpu().numpy().tobytes())
-        digest.update(pos.tobytes())
-    digest.update(batches.y.tobytes())
-    digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
-    return digest.hexdigest()[:16]
-
-
 # --------------------------------------------------------------------------------------------------
 # Result
 # --------------------------------------------------------------------------------------------------
@@ -382,67 +221,6 @@ class AblationResult:
 # --------------------------------------------------------------------------------------------------
 # The sweep
 # --------------------------------------------------------------------------------------------------
-
-
-def _record(batches: Batches, logits: list[torch.Tensor]) -> dict[str, np.ndarray]:
-    """Per-example prediction and cross-entropy (float64), by item position."""
-    pred = np.empty(batches.n, dtype=np.int64)
-    loss = np.empty(batches.n, dtype=np.float64)
-    for pos, lg, y in zip(batches.positions, logits, batches.labels):
-        lg = lg.detach().double()
-        pred[pos] = lg.argmax(-1).cpu().numpy()
-        loss[pos] = F.cross_entropy(lg, y, reduction="none").cpu().numpy()
-    return {"pred": pred, "loss": loss}
-
-
-def _logits(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    return model(**inputs).logits
-
-
-class _MeanAccumulator:
-    """Sums each head's context vector over real tokens (pre-hook on the output projection)."""
-
-    def __init__(self, n_layers: int, n_heads: int, head_size: int) -> None:
-        self.sums = torch.zeros(n_layers, n_heads, head_size, dtype=torch.float64)
-        self.counts = torch.zeros(n_layers, dtype=torch.float64)
-        self.mask: torch.Tensor | None = None
-        self.n_heads, self.head_size = n_heads, head_size
-
-    def hook(self, layer: int):
-        def pre(_m, args):
-            x = args[0]
-            m = self.mask.to(x.dtype)[..., None]
-            s = (x * m).sum(dim=(0, 1)).double().cpu().view(self.n_heads, self.head_size)
-            self.sums[layer - 1] += s
-            self.counts[layer - 1] += float(self.mask.sum())
-
-        return pre
-
-    def means(self) -> torch.Tensor:
-        return (self.sums / self.counts.clamp_min(1)[:, None, None]).float()
-
-
-def head_means(
-    model: torch.nn.Module,
-    batches: Batches,
-    layers: Collection[int] | None = None,
-) -> torch.Tensor:
-    """Mean context vector of every head over the real tokens of a reference corpus: ``[layers, heads, d]``.
-
-    Used by ``mode="mean"`` (the head's output replaced by this mean). Layers not in ``layers`` stay 0.
-    """
-    n = sites.num_layers(model)
-    acc = _MeanAccumulator(n, sites.num_heads(model), sites.head_size(model))
-    handles = on_layers(model, sites.out_proj, {layer: acc.hook(layer) for layer in (layers or range(1, n + 1))}, pre=True)
-    try:
-        with torch.inference_mode():
-            for inp, mask in zip(batches.inputs, batches.mask):
-                acc.mask = mask
-                _logits(model, inp)
-    finally:
-        for h in handles:
-            h.remove()
-    return acc.means()
 
 
 class _Sweep:
@@ -837,12 +615,11 @@ def sample_examples(corpus: Corpus, n: int | None, seed: int) -> Corpus:
 
 @dataclass
 class AblationStudy:
-    """What :func:`run_ablation_study` wrote: tables, figure paths and a manifest section."""
+    """What :func:`run_ablation_study` computed: its tables and a manifest section."""
 
     ablation: AblationResult
-    importance: "object | None"  # head_importance.ImportanceResult
+    importance: "ImportanceResult | None"
     tables: dict[str, pd.DataFrame]
-    figures: list[Path]
     summary: dict
 
     def table(self, name: str) -> pd.DataFrame:
@@ -854,24 +631,20 @@ def run_ablation_study(
     tokenizer,
     corpus: Corpus,
     settings: AblationSettings,
-    run_dir: str | Path,
+    work_dir: str | Path | None,
     *,
     encoded: EncodedCorpus | None = None,
-    figures: bool = True,
     on_progress: Callable[[str, int, int], None] | None = None,
 ) -> AblationStudy:
-    """Ablation sweep (+ head importance and pruning curves) of a classifier on labelled data, into ``run_dir``.
+    """Ablation sweep (+ head importance and pruning curves) of a classifier on labelled data.
 
     Validates the model and labels (one :class:`BertologyError` each), samples ``settings.max_examples``
-    (seeded, stratified) unless ``encoded`` is given, resumes finished units from
-    ``run_dir/partial/`` and writes ``tables/ablation``, ``tables/head_importance``,
-    ``tables/pruning_curve`` and ``figures/*.svg``. The caller owns the run directory's manifest
-    (``summary`` is the section to put in it). ``on_progress(stage, done, total)`` with stage
-    ``"ablation"`` or ``"importance"``.
+    (seeded, stratified) unless ``encoded`` is given, and resumes finished units from ``work_dir``
+    (None: nothing kept). Returns the tables ``ablation`` (+ ``head_importance``, ``pruning_curve``);
+    the caller writes them and owns the run directory's manifest (``summary`` is the section to put
+    in it). ``on_progress(stage, done, total)`` with stage ``"ablation"`` or ``"importance"``.
     """
-    from bertology.experiments.head_importance import importance_vs_deltas, run_head_importance
     from bertology.data.encode import encode_corpus
-    from bertology.results import atomic_write_text, write_table
 
     check_classifier(model)
     if encoded is None:
@@ -879,8 +652,7 @@ def run_ablation_study(
         corpus = sample_examples(corpus, settings.max_examples, settings.seed)
         encoded = encode_corpus(corpus, tokenizer, settings.max_length, overlong="truncate")
     label_ids = label_ids_for(corpus, model)
-    run_dir = Path(run_dir)
-    partial = run_dir / "partial"
+    partial = None if work_dir is None else Path(work_dir)
     special = [i for i in (tokenizer.cls_token_id, tokenizer.sep_token_id) if i is not None]
     common = dict(
         mode=settings.mode, exclude_special=settings.exclude_special, special_ids=special,
@@ -888,11 +660,10 @@ def run_ablation_study(
     )
     result = run_ablation(
         model, encoded, label_ids, layers=settings.layers, heads=settings.heads, layer_modes=settings.layer_modes,
-        n_bootstrap=settings.n_bootstrap, seed=settings.seed, progress_dir=partial / "ablation",
+        n_bootstrap=settings.n_bootstrap, seed=settings.seed, progress_dir=None if partial is None else partial / "ablation",
         on_unit=(lambda u, d, t: on_progress("ablation", d, t)) if on_progress else None, **common,
     )
     tables = {TABLE: result.table}
-    write_table(run_dir, TABLE, result.table)
     imp = None
     summary: dict = {
         "settings": settings.to_dict(),
@@ -905,26 +676,114 @@ def run_ablation_study(
     if settings.importance:
         imp = run_head_importance(
             model, encoded, label_ids, step_fraction=settings.pruning_step, recompute=settings.pruning_recompute,
-            seed=settings.seed, progress_dir=partial / "head_importance",
+            seed=settings.seed, progress_dir=None if partial is None else partial / "head_importance",
             on_step=(lambda _n, d, t: on_progress("importance", d, t)) if on_progress else None, **common,
         )
         tables["head_importance"] = imp.importance
         tables["pruning_curve"] = imp.curve
-        write_table(run_dir, "head_importance", imp.importance)
-        write_table(run_dir, "pruning_curve", imp.curve)
         summary["head_importance"] = imp.params
         summary["importance_vs_ablation_spearman"] = importance_vs_deltas(imp.importance, result.table) if settings.heads else None
-    written: list[Path] = []
-    if figures:
-        from bertology.viz.ablation import ablation_figures
-        from bertology.viz.figures import figure_to_svg
-
-        figs = ablation_figures(
-            result.table, tables.get("head_importance"), tables.get("pruning_curve"), metric="accuracy"
-        )
-        for stem, fig in figs.items():
-            path = run_dir / "figures" / f"{stem}.svg"
-            atomic_write_text(path, figure_to_svg(fig))
-            written.append(path)
     summary["tables"] = list(tables)
-    return AblationStudy(result, imp, tables, written, summary)
+    return AblationStudy(result, imp, tables, summary)
+
+
+# --------------------------------------------------------------------------------------------------
+# Headlines and the experiment inside ``compare``
+# --------------------------------------------------------------------------------------------------
+
+
+def _fmt_row(r) -> str:
+    f = ".4f" if r.metric == "loss" else ".3f"
+    return f"{r.label} {r.delta:+{f}} [{r.ci_low:+{f}}, {r.ci_high:+{f}}]"
+
+
+def summary(tables: Mapping[str, pd.DataFrame], note: str = "") -> str:
+    """The ablation headlines: intact score, harmful heads, layers, helpful removals, importance, pruning."""
+    t = tables["ablation"]
+    intact_rows = t[t["target"] == "intact"]
+    intact = dict(zip(intact_rows["metric"], intact_rows["value"].astype(float)))
+    first = t.iloc[0]
+    lines = [
+        f"intact: accuracy {intact['accuracy']:.4f}, macro-F1 {intact['macro_f1']:.4f}, loss {intact['loss']:.4f} "
+        f"(n={int(first['n_examples'])}, mode {first['mode']}{', [CLS]/[SEP] excluded' if bool(first['exclude_special']) else ''}"
+        + note + ")"
+    ]
+    if (t["target"] == "head").any():
+        worst = ranked(t, "accuracy", target="head", harmful=True, top=5)
+        lines.append("most harmful heads to remove (Δaccuracy [95% CI]): " + ", ".join(_fmt_row(r) for r in worst.itertuples()))
+    if (t["target"] == "layer").any():
+        for lm, part in t[(t["target"] == "layer") & (t["metric"] == "accuracy")].groupby("layer_mode", sort=False):
+            lines.append(f"layers, {lm}: Δaccuracy " + " ".join(f"L{r.layer} {r.delta:+.3f}" for r in part.itertuples()))
+    for metric in ("accuracy", "loss"):
+        good = helpful(t, metric)
+        lines.append(
+            f"removal helps beyond the 95% CI ({metric}): "
+            + (", ".join(_fmt_row(r) for r in good.head(8).itertuples()) if len(good) else "none")
+            + (f" (+{len(good) - 8} more)" if len(good) > 8 else "")
+        )
+    imp = tables.get("head_importance")
+    if imp is not None and len(imp) and (t["target"] == "head").any():
+        rho = importance_vs_deltas(imp, t)
+        lines.append(
+            "head importance vs single-head deltas, Spearman: "
+            f"{rho['loss']['spearman']:+.3f} (loss), {rho['accuracy']['spearman']:+.3f} (accuracy); "
+            f"raw importance {rho['loss']['spearman_raw']:+.3f} (loss)"
+        )
+    curve = tables.get("pruning_curve")
+    if curve is not None and len(curve):
+        c = curve[(curve["metric"] == "accuracy")]
+        half = c[c["fraction_removed"] <= 0.5].groupby("order")["fraction_removed"].max()
+        parts = []
+        for order in ("importance", "random"):
+            if order in half.index:
+                row = c[(c["order"] == order) & (c["fraction_removed"] == half[order])].iloc[0]
+                parts.append(f"{order} {row.value:.3f}")
+        if parts:
+            lines.append(f"pruning {100 * half.max():.0f}% of heads, accuracy: " + ", ".join(parts))
+    return "\n".join(lines)
+
+
+def settings_from(config: CompareConfig) -> AblationSettings:
+    """The sweep's settings inside ``compare``: every head, every layer, both layer modes."""
+    return AblationSettings(
+        mode=config.ablation_mode, exclude_special=config.ablation_exclude_special, batch_size=config.batch_size,
+        n_bootstrap=config.ablation_bootstrap, seed=config.seed, device=config.device,
+        max_examples=config.ablation_examples or None, max_length=config.data.max_length,
+        importance=config.ablation_importance,
+    )
+
+
+def _tables(config: CompareConfig) -> tuple[str, ...]:
+    return (TABLE, "head_importance", "pruning_curve") if config.ablation_importance else (TABLE,)
+
+
+def skip_reason(ctx: ExperimentContext) -> str | None:
+    """Why the tuned model cannot be ablated on this corpus (None when it can)."""
+    if not ctx.pair.tuned.is_classifier:
+        return "the tuned model has no classification head"
+    if not any(ex.label is not None for ex in ctx.corpus):
+        return "the data has no labels (name the label column with --label-column)"
+    try:
+        check_classifier(ctx.pair.tuned.model, name="The tuned model")
+        label_ids_for(ctx.corpus, ctx.pair.tuned.model)
+    except BertologyError as err:
+        return str(err).rstrip(".")
+    return None
+
+
+def _run(ctx: ExperimentContext) -> ExperimentOutcome:
+    """Ablate every head and layer of the tuned classifier (and estimate head importance)."""
+    settings = settings_from(ctx.config)
+    with stage_bars(ctx.progress, lambda s: "ablations" if s == "ablation" else "head importance") as on_progress:
+        study = run_ablation_study(ctx.pair.tuned.model, ctx.pair.tuned.tokenizer, ctx.corpus, settings, ctx.work_dir,
+                                   on_progress=on_progress)
+    results = {n: Result(n, table, study.summary.get("settings", {})) for n, table in study.tables.items()}
+    # the manifest keeps what a reader needs to trust the numbers; the tables hold the rest
+    keep = ("settings", "intact", "n_examples", "timing_s", "importance_vs_ablation_spearman")
+    return ExperimentOutcome(results, jsonable({k: v for k, v in study.summary.items() if k in keep}))
+
+
+SPEC = ExperimentSpec(
+    "ablation", "the ablation of the tuned classifier", _tables, settings_from, skip_reason, _run,
+    skipped_note="Ablation and head importance were skipped: {reason}.", summary=summary,
+)

@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from bertology.experiments.ablation import (
+from bertology.experiments.scoring import (
     HIGHER_IS_BETTER,
     Batches,
     ProgressStore,

@@ -49,9 +49,12 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bertology.config import CompareConfig
 from bertology.data.corpus import Corpus, Example
 from bertology.errors import BertologyError
+from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec, jsonable
 from bertology.metrics.trees import check_heads, score_depths, score_distances, tree_depths, tree_distances
+from bertology.progress import stage_bars
 
 if TYPE_CHECKING:
     from bertology.results import Result
@@ -908,3 +911,72 @@ def run_probes(
     }
     return Result(TABLE, table, params)
 
+
+
+# --------------------------------------------------------------------------------------------------
+# The experiment inside ``compare``
+# --------------------------------------------------------------------------------------------------
+
+
+def settings_from(config: CompareConfig) -> ProbeSettings:
+    """The structural probes' settings inside ``compare``."""
+    return ProbeSettings(rank=config.probe_rank or None, epochs=config.probe_epochs, seed=config.seed, device=config.device,
+                         extract_batch_size=config.batch_size)
+
+
+def _probe_corpus(path: str | None, limit: int | None) -> Corpus | None:
+    from bertology.data.loaders import load_corpus
+
+    return None if not path else load_corpus(path, limit=limit)
+
+
+def skip_reason(ctx: ExperimentContext) -> str | None:
+    """The probes need trees of their own: ``probe_train`` and ``probe_test`` (CoNLL-U, or text for spaCy)."""
+    if ctx.config.probe_train and ctx.config.probe_test:
+        return None
+    return "they need treebank data: pass --probe-train and --probe-test (CoNLL-U, or plain text parsed with spaCy)"
+
+
+def _run(ctx: ExperimentContext) -> ExperimentOutcome:
+    """Distance and depth probes on every layer of base, tuned and (by default) a random-init control.
+
+    Features and finished epochs are kept in ``work_dir/probe`` so that an interrupted run resumes;
+    they are removed once the table exists.
+    """
+    import shutil
+
+    config, pair = ctx.config, ctx.pair
+    settings = settings_from(config)
+    limit = config.probe_max_sentences
+    train, test = _probe_corpus(config.probe_train, limit), _probe_corpus(config.probe_test, limit)
+    dev = _probe_corpus(config.probe_dev, limit)
+    models: dict = {"base": pair.base, "tuned": pair.tuned}
+    if config.probe_random_control:
+        models["random"] = random_init_model(pair.base, seed=config.seed)
+    work = ctx.work_dir / "probe"
+    with stage_bars(ctx.progress, lambda s: f"probe {s}") as on_progress:
+        res = run_probes(models, train, dev, test, settings, on_progress, work_dir=work, spacy_model=config.spacy_model)
+    shutil.rmtree(work, ignore_errors=True)  # cached word features: the table is done
+    keep = ("pooling", "punctuation", "spearman_lengths", "max_epoch_trained")
+    data = {split: {k: v for k, v in d.items() if k in ("n_sentences", "n_words")}
+            for split, d in (res.params.get("data") or {}).items()}
+    return ExperimentOutcome({res.name: res}, jsonable({"settings": settings.to_dict(), "data": data,
+                                                        **{k: v for k, v in res.params.items() if k in keep}}))
+
+
+def summary(tables: Mapping[str, pd.DataFrame]) -> str | None:
+    """The best UUAS and DSpr layer of each model on the test trees."""
+    t = tables[TABLE]
+    t = t[t["split"] == "test"]
+    lines = []
+    for model, part in t.groupby("model", sort=False):
+        dist = part[part["probe"] == "distance"].dropna(subset=["uuas"])
+        if len(dist):
+            best = dist.loc[dist["uuas"].idxmax()]
+            lines.append(f"structural probe, {model}: best UUAS {best.uuas:.3f} (layer {int(best.layer)}), "
+                         f"best DSpr {dist['dspr'].max():.3f} (layer {int(dist.loc[dist['dspr'].idxmax(), 'layer'])})")
+    return "\n".join(lines) or None
+
+
+SPEC = ExperimentSpec("probe", "the structural probes", lambda config: (TABLE,), settings_from, skip_reason, _run,
+                      summary=summary)

@@ -112,7 +112,7 @@ def track(
     from bertology.data.loaders import load_corpus
     from bertology.models.loading import load_model
     from bertology.models.pair import ModelPair
-    from bertology.pipeline import compare
+    from bertology.pipeline import compare, select
     from bertology.results import RunDirectory, atomic_write_text, now_iso, write_table
 
     run = Path(run).expanduser()
@@ -143,9 +143,7 @@ def track(
         except BertologyError:
             corpus = load_corpus(data)
     corpus = corpus.head(max_examples)
-    unknown = [a for a in analyses if a not in _known_analyses()]
-    if unknown:
-        raise BertologyError(f"Unknown analysis {', '.join(unknown)}; available: {', '.join(_known_analyses())}.")
+    analyses = select(analyses).names()  # unknown names fail before any checkpoint is compared
 
     if overwrite:
         import shutil
@@ -199,12 +197,6 @@ def track(
     }
     run_dir.write_manifest(manifest)
     return TrackResult(run, ckpts, tables, written, reused)
-
-
-def _known_analyses() -> tuple[str, ...]:
-    from bertology.config import ANALYSES
-
-    return tuple(ANALYSES)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,36 @@
+"""A catalog: names mapped to the modules that declare them (``SPEC`` at the module's end).
+
+The analyses and the experiments each keep one. Names are read without importing anything (the
+command line's help lists them, and importing an analysis pulls in torch); a module is imported
+when its spec is asked for.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Catalog(Generic[T]):
+    """Ordered ``name -> module`` entries of one kind (``"analysis"``, ``"experiment"``)."""
+
+    def __init__(self, kind: str, modules: dict[str, str]) -> None:
+        self.kind = kind
+        self.modules = modules
+
+    def names(self) -> tuple[str, ...]:
+        """Every name, in catalog order (nothing imported)."""
+        return tuple(self.modules)
+
+    def spec(self, name: str) -> T:
+        """The spec declared by ``name``'s module (KeyError for a name not in the catalog)."""
+        module = self.modules[name]
+        found: Any = importlib.import_module(module).SPEC
+        if found.name != name:
+            raise ValueError(f"{module} declares the {self.kind} {found.name!r}, not {name!r}")
+        return found
+
+    def specs(self) -> tuple[T, ...]:
+        """Every spec, in catalog order."""
+        return tuple(self.spec(n) for n in self.modules)

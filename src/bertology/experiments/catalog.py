@@ -1,0 +1,11 @@
+"""Every experiment, one line each: its name and the module that ends with its ``SPEC``."""
+from __future__ import annotations
+
+from bertology.catalog import Catalog
+from bertology.experiments.registry import ExperimentSpec
+
+#: In the order they run after the shared extraction.
+EXPERIMENTS: Catalog[ExperimentSpec] = Catalog("experiment", {
+    "probe": "bertology.experiments.probe",
+    "ablation": "bertology.experiments.ablation",
+})

@@ -1,0 +1,82 @@
+"""How an experiment declares itself: one :class:`ExperimentSpec` at the end of its module.
+
+An experiment re-runs the model (ablation sweeps, probes trained on features) instead of listening
+to the shared extraction. Every experiment has the same entry shape: settings come from the run's
+config, data from an :class:`ExperimentContext`, and ``run`` returns an :class:`ExperimentOutcome`
+(result tables + the manifest section); the caller writes the tables, so resuming, the run folder
+and the manifest are handled once, by the pipeline. :mod:`bertology.experiments.catalog` lists them.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # types only: the registry must not import what it registers
+    import pandas as pd
+
+    from bertology.config import CompareConfig
+    from bertology.data.corpus import Corpus
+    from bertology.models.pair import ModelPair
+    from bertology.results import Result
+
+
+class Settings(Protocol):
+    """An experiment's settings object: what changes its numbers, recorded in the manifest."""
+
+    def to_dict(self) -> dict: ...
+
+
+@dataclass(frozen=True)
+class ExperimentContext:
+    """What an experiment inside ``compare`` works on.
+
+    ``corpus`` holds the original texts (not a parser's words); ``work_dir`` keeps unfinished work
+    (finished ablations, cached features) so that an interrupted run resumes where it stopped.
+    """
+
+    config: "CompareConfig"
+    pair: "ModelPair"
+    corpus: "Corpus"
+    work_dir: Path
+    progress: bool = False
+
+
+@dataclass
+class ExperimentOutcome:
+    """What an experiment produced: its tables (by name) and its section of the manifest."""
+
+    results: dict[str, "Result"]
+    manifest: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """One experiment, declared once.
+
+    ``tables(config)``: the tables it writes with these settings (a run that has them all resumes
+    without re-running); ``skip_reason(ctx)``: why it cannot run on this model and data (None when
+    it can) — an error when the user named it, else a warning (``skipped_note``, formatted with the
+    reason) or nothing when ``skipped_note`` is None; ``settings(config)``: its settings object.
+    """
+
+    name: str
+    title: str
+    tables: Callable[["CompareConfig"], tuple[str, ...]]
+    settings: Callable[["CompareConfig"], Settings]
+    skip_reason: Callable[[ExperimentContext], str | None]
+    run: Callable[[ExperimentContext], ExperimentOutcome]
+    skipped_note: str | None = None
+    summary: Callable[[Mapping[str, "pd.DataFrame"]], str | None] | None = None
+
+    def refusal(self, reason: str) -> str:
+        """The error when the user named the experiment and it cannot run."""
+        return f"Cannot run {self.title}: {reason}."
+
+
+def jsonable(summary: Mapping[str, Any]) -> dict:
+    """A manifest section with NumPy scalars made plain (``json.dumps`` would refuse them)."""
+    import json
+
+    return json.loads(json.dumps(summary, default=lambda o: o.item() if hasattr(o, "item") else str(o)))

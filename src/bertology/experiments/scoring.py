@@ -1,0 +1,265 @@
+"""Scoring a sequence classifier on labelled data: what ablation and head importance share.
+
+Labels checked against the model, the corpus collated once into device batches, per-example
+predictions and losses, each head's mean context (for ``mode="mean"``), and the progress store that
+makes long sweeps resumable (one atomically written ``.npz`` per finished unit).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bertology.data.batching import collate, length_batches
+from bertology.data.corpus import Corpus
+from bertology.data.encode import EncodedCorpus
+from bertology.errors import BertologyError
+from bertology.models import sites
+from bertology.models.hooks import on_layers
+
+logger = logging.getLogger(__name__)
+
+#: Whether a larger value of each metric is better (loss: lower is better).
+HIGHER_IS_BETTER = {"accuracy": True, "macro_f1": True, "loss": False}
+
+
+def label_ids_for(corpus: Corpus, model: torch.nn.Module, *, what: str = "data") -> np.ndarray:
+    """Each example's label id under the model's ``label2id`` (corpus order), or one clear error.
+
+    A model whose labels are the generic ``LABEL_0 .. LABEL_{k-1}`` also accepts the labels ``0 .. k-1``.
+    """
+    missing = [i for i, ex in enumerate(corpus) if ex.label is None]
+    if missing:
+        shown = ", ".join(str(i) for i in missing[:5]) + (" ..." if len(missing) > 5 else "")
+        raise BertologyError(
+            f"Ablation needs labelled data, but {len(missing)} of {len(corpus)} examples in the {what} "
+            f"({corpus.source}) have no label (rows {shown}). Name the label column with --label-column."
+        )
+    cfg = model.config
+    label2id = {str(k): int(v) for k, v in (getattr(cfg, "label2id", None) or {}).items()}
+    num_labels = int(getattr(cfg, "num_labels", len(label2id)) or len(label2id))
+    if set(label2id) == {f"LABEL_{i}" for i in range(num_labels)}:
+        label2id.update({str(i): i for i in range(num_labels)})
+    unknown = sorted({str(ex.label) for ex in corpus} - set(label2id))
+    if unknown:
+        model_labels = [str(v) for _, v in sorted((getattr(cfg, "id2label", None) or {}).items(), key=lambda kv: int(kv[0]))]
+        raise BertologyError(
+            f"The {what} has label(s) {', '.join(map(repr, unknown[:10]))}{' ...' if len(unknown) > 10 else ''} "
+            f"that the model does not know; its labels are {', '.join(map(repr, model_labels or sorted(label2id)))}. "
+            "Use data labelled like the model's training data, or pick the right --label-column."
+        )
+    return np.array([label2id[str(ex.label)] for ex in corpus], dtype=np.int64)
+
+
+def check_classifier(model: torch.nn.Module, name: str = "the model") -> None:
+    """One clear error unless ``model`` is a single-label sequence classifier."""
+    if not type(model).__name__.endswith("ForSequenceClassification"):
+        raise BertologyError(
+            f"{name} has no classification head; pass a fine-tuned classifier (e.g. from `bertology finetune`)."
+        )
+    cfg = model.config
+    if int(getattr(cfg, "num_labels", 2)) < 2 or getattr(cfg, "problem_type", None) in ("regression", "multi_label_classification"):
+        raise BertologyError(
+            f"{name} is not a single-label classifier (regression or multi-label); ablation scores accuracy and cross-entropy."
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Batches
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Batches:
+    """The corpus in length-bucketed batches, tensors already on the device, in a fixed order."""
+
+    inputs: list[dict[str, torch.Tensor]]
+    positions: list[np.ndarray]  # item positions (into ``encoded.items``) of each batch's rows
+    mask: list[torch.Tensor]  # [B, T] bool real tokens
+    labels: list[torch.Tensor]  # [B] label ids
+    y: np.ndarray  # label ids by item position
+    n: int
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+
+def make_batches(
+    encoded: EncodedCorpus,
+    label_ids: np.ndarray,
+    *,
+    batch_size: int,
+    pad_id: int,
+    use_token_types: bool,
+    device: torch.device | str = "cpu",
+) -> Batches:
+    """Collate once; ``label_ids`` are in corpus order (indexed by ``EncodedExample.index``)."""
+    dev = torch.device(device)
+    position = {id(it): i for i, it in enumerate(encoded.items)}
+    y = np.array([label_ids[it.index] for it in encoded.items], dtype=np.int64)
+    inputs, positions, masks, labels = [], [], [], []
+    for items in length_batches(encoded.items, batch_size):
+        t = collate(items, pad_id)
+        d = {k: t[k].to(dev) for k in ("input_ids", "token_type_ids", "attention_mask")}
+        if not use_token_types:
+            d.pop("token_type_ids")
+        pos = np.array([position[id(it)] for it in items], dtype=np.int64)
+        inputs.append(d)
+        positions.append(pos)
+        masks.append(t["mask"].to(dev))
+        labels.append(torch.from_numpy(y[pos]).to(dev))
+    return Batches(inputs, positions, masks, labels, y, len(encoded.items))
+
+
+# --------------------------------------------------------------------------------------------------
+# Progress store (resumable sweeps)
+# --------------------------------------------------------------------------------------------------
+
+
+def _atomic_save(path: Path, write: Callable[[Path], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class ProgressStore:
+    """Finished units of a sweep (per-example arrays), one atomically written ``.npz`` each.
+
+    ``folder=None`` keeps them in memory only. A folder whose ``progress.json`` holds another
+    fingerprint is emptied first (the caller's run directory decides whether that is allowed).
+    """
+
+    def __init__(self, folder: str | Path | None, fingerprint: str) -> None:
+        self.folder = None if folder is None else Path(folder)
+        self.fingerprint = fingerprint
+        self.memory: dict[str, dict[str, np.ndarray]] = {}
+        if self.folder is None:
+            return
+        meta = self.folder / "progress.json"
+        old = None
+        if meta.exists():
+            try:
+                old = json.loads(meta.read_text(encoding="utf-8")).get("fingerprint")
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                old = None
+        if old != fingerprint:
+            if (self.folder / "units").exists():
+                logger.info("discarding finished units of another sweep in %s", self.folder)
+                shutil.rmtree(self.folder / "units")
+            _atomic_save(meta, lambda p: p.write_text(json.dumps({"fingerprint": fingerprint, "version": 1}), encoding="utf-8"))
+        for f in (self.folder / "units").glob(".*.tmp"):  # left by a kill in the middle of a write
+            f.unlink(missing_ok=True)
+        for f in sorted((self.folder / "units").glob("*.npz")):
+            try:
+                with np.load(f) as z:
+                    self.memory[f.stem] = {k: z[k] for k in z.files}
+            except (OSError, ValueError, EOFError):  # pragma: no cover - a torn file cannot exist (atomic writes)
+                logger.warning("ignoring unreadable progress file %s", f)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.memory
+
+    def get(self, key: str) -> dict[str, np.ndarray] | None:
+        return self.memory.get(key)
+
+    def save(self, key: str, **arrays: np.ndarray) -> None:
+        self.memory[key] = {k: np.asarray(v) for k, v in arrays.items()}
+        if self.folder is not None:
+            _atomic_save(self.folder / "units" / f"{key}.npz", lambda p: _savez(p, arrays))
+
+
+def _savez(path: Path, arrays: dict) -> None:
+    with path.open("wb") as fh:
+        np.savez(fh, **arrays)
+
+
+def fingerprint_of(model: torch.nn.Module, batches: Batches, settings: dict) -> str:
+    """Hash of the weights, the tokenised batches, the labels and the given settings."""
+    digest = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(t.detach().cpu().contiguous().numpy().tobytes())
+    for inp, pos in zip(batches.inputs, batches.positions):
+        for k in sorted(inp):
+            digest.update(inp[k].cpu().numpy().tobytes())
+        digest.update(pos.tobytes())
+    digest.update(batches.y.tobytes())
+    digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:16]
+
+
+def _record(batches: Batches, logits: list[torch.Tensor]) -> dict[str, np.ndarray]:
+    """Per-example prediction and cross-entropy (float64), by item position."""
+    pred = np.empty(batches.n, dtype=np.int64)
+    loss = np.empty(batches.n, dtype=np.float64)
+    for pos, lg, y in zip(batches.positions, logits, batches.labels):
+        lg = lg.detach().double()
+        pred[pos] = lg.argmax(-1).cpu().numpy()
+        loss[pos] = F.cross_entropy(lg, y, reduction="none").cpu().numpy()
+    return {"pred": pred, "loss": loss}
+
+
+def _logits(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    return model(**inputs).logits
+
+
+class _MeanAccumulator:
+    """Sums each head's context vector over real tokens (pre-hook on the output projection)."""
+
+    def __init__(self, n_layers: int, n_heads: int, head_size: int) -> None:
+        self.sums = torch.zeros(n_layers, n_heads, head_size, dtype=torch.float64)
+        self.counts = torch.zeros(n_layers, dtype=torch.float64)
+        self.mask: torch.Tensor | None = None
+        self.n_heads, self.head_size = n_heads, head_size
+
+    def hook(self, layer: int):
+        def pre(_m, args):
+            x = args[0]
+            m = self.mask.to(x.dtype)[..., None]
+            s = (x * m).sum(dim=(0, 1)).double().cpu().view(self.n_heads, self.head_size)
+            self.sums[layer - 1] += s
+            self.counts[layer - 1] += float(self.mask.sum())
+
+        return pre
+
+    def means(self) -> torch.Tensor:
+        return (self.sums / self.counts.clamp_min(1)[:, None, None]).float()
+
+
+def head_means(
+    model: torch.nn.Module,
+    batches: Batches,
+    layers: Collection[int] | None = None,
+) -> torch.Tensor:
+    """Mean context vector of every head over the real tokens of a reference corpus: ``[layers, heads, d]``.
+
+    Used by ``mode="mean"`` (the head's output replaced by this mean). Layers not in ``layers`` stay 0.
+    """
+    n = sites.num_layers(model)
+    acc = _MeanAccumulator(n, sites.num_heads(model), sites.head_size(model))
+    handles = on_layers(model, sites.out_proj, {layer: acc.hook(layer) for layer in (layers or range(1, n + 1))}, pre=True)
+    try:
+        with torch.inference_mode():
+            for inp, mask in zip(batches.inputs, batches.mask):
+                acc.mask = mask
+                _logits(model, inp)
+    finally:
+        for h in handles:
+            h.remove()
+    return acc.means()

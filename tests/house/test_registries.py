@@ -1,0 +1,166 @@
+"""The registries: every analysis and experiment declares itself once, and a new one is one module + one line.
+
+A toy analysis written to a temporary module and added to the catalog with one line runs through
+``compare`` end to end: its table is written, named in the manifest, read back on resume and
+summarised on the command line — nothing else in the package had to change.
+"""
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pandas as pd
+import pytest
+
+from bertology.analyses.catalog import ANALYSES
+from bertology.config import CompareConfig, DataConfig
+from bertology.data.corpus import Corpus
+from bertology.data.encode import encode_corpus
+from bertology.errors import BertologyError
+from bertology.experiments.catalog import EXPERIMENTS
+from bertology.models.pair import ModelPair
+from bertology.pipeline import build_analyses, compare, select, selectable
+from bertology.testing import SENTENCES
+
+TOY = '''
+"""A toy streaming analysis: how many real tokens each layer's attention saw, per model."""
+from collections.abc import Mapping
+
+import pandas as pd
+
+from bertology.analyses.base import Analysis
+from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.results import Result
+
+
+class TokenCount(Analysis):
+    name = "toy_token_count"
+    requires = frozenset({"attentions"})
+
+    def __init__(self, num_layers: int) -> None:
+        self.num_layers = num_layers
+        self.tokens = 0
+
+    def update(self, batch) -> None:
+        self.tokens += int(batch.mask.sum())
+
+    def compute(self) -> Result:
+        return Result(self.name, pd.DataFrame({"layer": range(1, self.num_layers + 1), "tokens": self.tokens}))
+
+    def merge(self, other):
+        self.tokens += other.tokens
+        return self
+
+
+def summary(tables: Mapping[str, pd.DataFrame]) -> str:
+    return f"toy: {int(tables['toy_token_count']['tokens'].iloc[0])} tokens"
+
+
+SPEC = AnalysisSpec("toy_token_count", lambda config, ctx: TokenCount(ctx.num_layers), ("toy_token_count",),
+                    summary=summary)
+'''
+
+
+@pytest.fixture()
+def toy_registered(tmp_path, monkeypatch):
+    """The toy module on the path and its one catalog line."""
+    (tmp_path / "toy_analysis.py").write_text(textwrap.dedent(TOY), encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(ANALYSES.modules, "toy_token_count", "toy_analysis")  # the one registry line
+    yield
+    sys.modules.pop("toy_analysis", None)
+
+
+def _config(pair, out, analyses, **kw) -> CompareConfig:
+    base, tuned = pair
+    return CompareConfig(base=str(base), tuned=str(tuned), data=DataConfig(path=""), out=str(out),
+                         analyses=tuple(analyses), view_examples=0, **kw)
+
+
+def test_a_toy_analysis_is_one_module_and_one_registry_line(toy_registered, identical_pair, tmp_path):
+    corpus = Corpus.from_list(SENTENCES)
+    run = compare(_config(identical_pair, tmp_path / "run", ["toy_token_count", "attention_change"]), corpus=corpus,
+                  report=False)
+    table = run.table("toy_token_count")
+    encoded_tokens = sum(len(it) for it in encode_corpus(corpus, ModelPair.load(*map(str, identical_pair)).tokenizer,
+                                                          128, "skip").items)
+    assert list(table["layer"]) == [1, 2] and set(table["tokens"]) == {encoded_tokens}
+    assert (tmp_path / "run/tables/toy_token_count.parquet").exists()
+    assert "toy_token_count" in run.manifest["tables"] and "toy_token_count" in run.manifest["analyses"]
+    assert select(["toy_token_count"]).analyses[0].summary({"toy_token_count": table}) == f"toy: {encoded_tokens} tokens"
+    # "all" includes it; the same settings again read the toy table back instead of recomputing it
+    again = compare(_config(identical_pair, tmp_path / "run", ["toy_token_count", "attention_change"]), corpus=corpus,
+                    report=False)
+    assert set(again.resumed) == {"toy_token_count", "attention_change"}
+    pd.testing.assert_frame_equal(again.table("toy_token_count"), table)
+    assert "toy_token_count" in select(["all"]).names()
+
+
+def test_the_cli_summary_loops_over_the_specs(toy_registered, identical_pair, tmp_path):
+    from typer.testing import CliRunner
+
+    from bertology.cli import app
+
+    data = tmp_path / "d.txt"
+    data.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    base, tuned = identical_pair
+    result = CliRunner().invoke(app, ["compare", "--base", str(base), "--tuned", str(tuned), "--data", str(data),
+                                      "--analyses", "toy_token_count", "--out", str(tmp_path / "cli"), "--no-report"])
+    assert result.exit_code == 0, result.output
+    assert "toy: " in result.output and " tokens" in result.output
+
+
+@pytest.fixture(scope="module")
+def treebank(tmp_path_factory) -> Corpus:
+    """Two CoNLL-U sentences: every analysis (relation heads too) has what it needs."""
+    from bertology.data.loaders import load_corpus
+
+    rows = ["the cats sat on the mat .".split(), "she liked the dogs and the books .".split()]
+    heads = [[2, 3, 0, 6, 6, 3, 3], [2, 0, 4, 2, 7, 7, 4, 2]]
+    upos = [["DET", "NOUN", "VERB", "ADP", "DET", "NOUN", "PUNCT"], ["PRON", "VERB", "DET", "NOUN", "CCONJ", "DET", "NOUN", "PUNCT"]]
+    rels = [["det", "nsubj", "root", "case", "det", "obl", "punct"], ["nsubj", "root", "det", "obj", "cc", "det", "conj", "punct"]]
+    lines = []
+    for words, hs, us, rs in zip(rows, heads, upos, rels):
+        lines.append("# text = " + " ".join(words))
+        lines += [f"{i}\t{w}\t{w}\t{u}\t_\t_\t{h}\t{r}\t_\t_" for i, (w, h, u, r) in enumerate(zip(words, hs, us, rs), 1)]
+        lines.append("")
+    path = tmp_path_factory.mktemp("ud") / "tiny.conllu"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return load_corpus(str(path))
+
+
+@pytest.mark.parametrize("name", ANALYSES.names())
+def test_every_analysis_builds_and_writes_exactly_its_declared_tables(name, identical_pair, treebank):
+    """Conformance: the spec's tables are the tables the analysis computes, its own first."""
+    from bertology.activations.extract import run_analyses
+
+    spec = ANALYSES.spec(name)
+    assert spec.name == name and spec.tables[0] == name
+    pair = ModelPair.load(*map(str, identical_pair))
+    corpus = treebank
+    encoded = encode_corpus(corpus, pair.tokenizer, 128, "skip")
+    config = CompareConfig(base=str(identical_pair[0]), tuned=str(identical_pair[1]), geometry_min_contexts=2,
+                           relation_min_count=1, head_map_examples=4, pca_n_examples=2)
+    (analysis,) = build_analyses(config, pair, corpus, encoded, [spec])
+    assert analysis.name == name
+    run_analyses(pair, encoded, [analysis], batch_size=4)
+    assert tuple(r.name for r in analysis.results()) == spec.tables
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS.names())
+def test_every_experiment_declares_its_tables_and_settings(name):
+    spec = EXPERIMENTS.spec(name)
+    config = CompareConfig()
+    assert spec.name == name and spec.tables(config) and spec.tables(config)[0] == name
+    assert isinstance(spec.settings(config).to_dict(), dict)
+    assert spec.refusal("because").startswith("Cannot run ")
+
+
+def test_selection_has_one_source_of_names():
+    assert selectable() == ANALYSES.names() + EXPERIMENTS.names()
+    assert select(["all"]).names() == selectable() and select(["all"]).named == frozenset()
+    assert select(["probe", "attention_change"]).names() == ("attention_change", "probe")  # catalog order
+    with pytest.raises(BertologyError, match="Unknown analysis nope; choose from: all, attention_change"):
+        select(["nope"])
+    with pytest.raises(BertologyError, match=r"Unknown analysis \(none\)"):
+        select([" "])
