@@ -23,7 +23,8 @@ def view_command(
     max_length: int = max_length_option(128, help="Refuse texts longer than this many tokens, [CLS]/[SEP] included.", min=2),
 ) -> None:
     """Interactive attention viewer (head view, model view, base/tuned/diff) as one offline HTML file."""
-    from bertology.viz.viewer import view
+    from bertology.activations.views import view_data
+    from bertology.viz.viewer import AttentionView
 
-    path = view(model, text, text_pair, compare=compare, max_length=max_length).save(out)
+    path = AttentionView(view_data(model, text, text_pair, compare=compare, max_length=max_length)).save(out)
     typer.echo(str(path))
