@@ -10,7 +10,10 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # the one definition of the ablation modes; imported for the annotation only (no torch here)
+    from bertology.models.ablate import Mode
 
 @dataclass
 class DataConfig:
@@ -72,7 +75,7 @@ class CompareConfig:
     probe_random_control: bool = True
     probe_max_sentences: int | None = None
     # ablation (Kovaleva et al. 2019 §4.6; Michel et al. 2019): the tuned classifier on labelled data
-    ablation_mode: Literal["uniform", "zero", "mean"] = "uniform"
+    ablation_mode: Mode = "uniform"  # checked by bertology.models.ablate.check_mode
     ablation_examples: int = 500
     ablation_exclude_special: bool = False
     ablation_bootstrap: int = 1000

@@ -361,7 +361,8 @@ def write_views(run_dir: Path, pair: ModelPair, corpus: Corpus, encoded: Encoded
     0.5 MB for a 24-token sentence in a 6 x 12 model), so only short examples are chosen.
     """
     from bertology.results import atomic_write_text
-    from bertology.viz.viewer import compute_view, json_for_script
+    from bertology.activations.views import compute_view
+    from bertology.viz.viewer import json_for_script
 
     folder = Path(run_dir) / "views"
     if folder.exists():

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from bertology.models.loading import load_model
-from bertology.viz.viewer import CSP, AttentionView, compute_view, render_fragment
+from bertology.activations.views import compute_view
+from bertology.viz.viewer import CSP, AttentionView, render_fragment
 
 pytestmark = pytest.mark.browser
 

@@ -15,8 +15,10 @@ from bertology.cli import app
 from bertology.errors import BertologyError
 from bertology.models.loading import load_model
 from bertology.testing import save_tiny_bert, tiny_vocab
+from bertology.activations import views
+from bertology.activations.views import compute_view
 from bertology.viz import viewer
-from bertology.viz.viewer import AttentionView, compute_view, json_for_script, render_fragment, render_page
+from bertology.viz.viewer import AttentionView, json_for_script, render_fragment, render_page
 
 EVIL = "</script><script>alert(1)</script>"
 TEXT, PAIR = "the cat sat on the mat .", "a dog ran fast ."
@@ -96,7 +98,7 @@ def test_single_model_and_attention_matches_a_direct_forward(planted):
     import torch
 
     base = planted[0]
-    v = AttentionView.from_models(base, TEXT)
+    v = AttentionView(compute_view(base, TEXT))
     assert v.names == ["base"] and v.data["text_pair"] is None and set(v.data["segments"]) == {0}
     enc = base.tokenizer(TEXT, return_tensors="pt")
     with torch.inference_mode():
@@ -108,7 +110,7 @@ def test_single_model_and_attention_matches_a_direct_forward(planted):
 
 
 def test_diff_is_zero_for_identical_and_only_at_the_planted_head(identical, planted):
-    assert not np.any(AttentionView.from_models(identical, TEXT, PAIR).diff())
+    assert not np.any(AttentionView(compute_view(identical, TEXT, PAIR)).diff())
     diff = np.abs(AttentionView(compute_view(planted, TEXT, PAIR)).diff()).max(axis=(2, 3))
     assert diff[1, 1] > 0.01  # layer 2 (index 1), head 1
     diff[1, 1] = 0
@@ -220,5 +222,5 @@ def test_cli_view_user_errors_are_one_line(planted_pair, tmp_path, args, message
 def test_segments_without_token_type_ids():
     """RoBERTa-style pairs (<s> A </s></s> B </s>) carry no token_type_ids: B starts after A's specials."""
     enc = {"input_ids": list(range(8)), "special_tokens_mask": [1, 0, 0, 1, 1, 0, 0, 1]}
-    assert viewer._segments(enc, paired=True) == [0, 0, 0, 0, 0, 1, 1, 1]
-    assert viewer._segments(enc, paired=False) == [0] * 8
+    assert views._segments(enc, paired=True) == [0, 0, 0, 0, 0, 1, 1, 1]
+    assert views._segments(enc, paired=False) == [0] * 8

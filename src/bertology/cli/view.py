@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from bertology.cli.app import app, user_errors
+from bertology.cli.options import max_length_option, model_option, out_option
 
 
 @app.command("view")
@@ -14,15 +15,16 @@ from bertology.cli.app import app, user_errors
 def view_command(
     text: str = typer.Argument(..., help="The sentence to show (sentence A)."),
     text_pair: Optional[str] = typer.Argument(None, help="Optional second sentence (B) of a pair."),
-    model: str = typer.Option("minilm", "--model", help="Model to show: hub id, local folder, or 'minilm'."),
+    model: str = model_option(help="Model to show: hub id, local folder, or 'minilm'."),
     compare: Optional[str] = typer.Option(
         None, "--compare", help="Second model (shown as 'tuned'; diff mode = it minus --model, shown as 'base')."
     ),
-    out: Path = typer.Option(Path("view.html"), "--out", help="Output file: .html page, or .json for the data."),
-    max_length: int = typer.Option(128, "--max-length", help="Refuse texts longer than this many tokens, [CLS]/[SEP] included.", min=2),
+    out: Path = out_option(Path("view.html"), help="Output file: .html page, or .json for the data."),
+    max_length: int = max_length_option(128, help="Refuse texts longer than this many tokens, [CLS]/[SEP] included.", min=2),
 ) -> None:
     """Interactive attention viewer (head view, model view, base/tuned/diff) as one offline HTML file."""
-    from bertology.viz.viewer import view
+    from bertology.activations.views import view_data
+    from bertology.viz.viewer import AttentionView
 
-    path = view(model, text, text_pair, compare=compare, max_length=max_length).save(out)
+    path = AttentionView(view_data(model, text, text_pair, compare=compare, max_length=max_length)).save(out)
     typer.echo(str(path))

@@ -52,10 +52,10 @@ from bertology.errors import BertologyError
 from bertology.models import sites
 from bertology.models.hooks import block_input
 from bertology.models.ablate import (
-    MODES,
     Mode,
     ablate_heads,
     bypass_blocks,
+    check_mode,
     keep_first_token,
     replace_embeddings,
     replay_output,
@@ -119,8 +119,7 @@ class AblationSettings:
     pruning_recompute: bool = True
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise BertologyError(f"Unknown ablation mode {self.mode!r}; choose from {', '.join(MODES)}.")
+        check_mode(self.mode)
         bad = [m for m in self.layer_modes if m not in LAYER_MODES]
         if bad:
             raise BertologyError(f"Unknown layer mode(s) {bad}; choose from {', '.join(LAYER_MODES)}.")
@@ -420,8 +419,7 @@ def run_ablation(
     ``on_unit(unit, done, total)`` is called after every finished ablation (progress bars; raising in
     it interrupts the sweep, which ``progress_dir`` lets a later call resume).
     """
-    if mode not in MODES:
-        raise BertologyError(f"Unknown ablation mode {mode!r}; choose from {', '.join(MODES)}.")
+    check_mode(mode)
     if method not in ("cached", "naive"):
         raise ValueError(f"method must be 'cached' or 'naive', not {method!r}")
     check_classifier(model)

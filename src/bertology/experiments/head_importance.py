@@ -45,7 +45,7 @@ from bertology.experiments.scoring import (
 from bertology.data.encode import EncodedCorpus
 from bertology.errors import BertologyError
 from bertology.models import sites
-from bertology.models.ablate import MODES, Mode, ablate_heads, head_gates
+from bertology.models.ablate import Mode, ablate_heads, check_mode, head_gates
 
 logger = logging.getLogger(__name__)
 
@@ -179,8 +179,7 @@ def run_head_importance(
     ``label_ids`` are in corpus order. ``on_step(name, done, total)`` is called after every pass.
     Removed heads are ablated with ``mode`` (the mean-mode reference is this corpus unless ``means``).
     """
-    if mode not in MODES:
-        raise BertologyError(f"Unknown ablation mode {mode!r}; choose from {', '.join(MODES)}.")
+    check_mode(mode)
     if not 0 < step_fraction <= 1:
         raise BertologyError(f"pruning step must be in (0, 1], not {step_fraction}.")
     bad = [o for o in orders if o not in ORDERS]

@@ -35,6 +35,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from bertology.errors import BertologyError
 from bertology.models import sites
 from bertology.models.adapters import get_path
 from bertology.models.hooks import block_input, on_layers, remove_hooks
@@ -48,12 +49,24 @@ __all__ = [
     "Mode",
     "ablate_heads",
     "bypass_blocks",
+    "check_mode",
     "head_gates",
     "keep_first_token",
     "replace_embeddings",
     "replay_output",
     "skip_layers",
 ]
+
+
+def check_mode(mode: str, name: str = "The ablation mode") -> Mode:
+    """``mode`` when it is one of :data:`MODES`, else a user error naming the choices.
+
+    The one check of an ablation mode, used by the CLI flags (``name`` = the flag), the settings of
+    the ablation experiments and :func:`ablate_heads` alike, so they accept and refuse the same values.
+    """
+    if mode not in MODES:
+        raise BertologyError(f"{name} must be one of {', '.join(MODES)}, not {mode!r}.")
+    return mode  # type: ignore[return-value]
 
 
 def _group(heads: Iterable[tuple[int, int]], n_layers: int, n_heads: int) -> dict[int, list[int]]:
@@ -104,8 +117,7 @@ def ablate_heads(
     ``means`` (mean mode) maps ``(layer, head)`` to that head's mean context vector, or is a
     ``[layers, heads, head_size]`` tensor indexed ``[layer - 1, head]``.
     """
-    if mode not in MODES:
-        raise ValueError(f"unknown ablation mode {mode!r}; choose from {', '.join(MODES)}")
+    check_mode(mode)
     n_layers, n_heads, size = sites.num_layers(model), sites.num_heads(model), sites.head_size(model)
     by_layer = _group(heads, n_layers, n_heads)
     if exclude_special and mode == "uniform" and not special_ids:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from pathlib import Path
 
@@ -37,6 +36,12 @@ from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, EncodedExample, encode_corpus
 from bertology.errors import BertologyError
 from bertology.models.device import resolve_device
+from bertology.models.sites import uses_token_types
+from bertology.training.common import (
+    FinetuneResult, check_config, checkpoint_folder, loop_config, make_table, outcome_record, padding_id,
+    plan_schedule, prepare_model, save_atomically, schedule_record, surgery_record,
+)
+from bertology.training.loop import seed_everything, train_loop
 
 logger = logging.getLogger(__name__)
 
@@ -304,22 +309,15 @@ def contrastive_finetune(
 ):
     """Train ``config.model`` as a SimCSE sentence encoder; save it (no head) to ``out/model``.
 
-    Returns a :class:`~bertology.training.finetune.FinetuneResult` whose ``extra_tables["anisotropy"]``
+    Returns a :class:`~bertology.training.common.FinetuneResult` whose ``extra_tables["anisotropy"]``
     holds anisotropy per layer before (``model="base"``) and after (``model="tuned"``) training, and
     whose ``finetune`` table holds the training loss and, with ``sts_data``, ``split="sts"`` Spearman rows.
     ``eval`` (optional) supplies the sentences for anisotropy; otherwise a sample of the training ones.
     """
     from bertology.models.loading import load_model
-    from bertology.training.finetune import (
-        FinetuneResult, _check_config, _save_atomically, checkpoint_fingerprint, make_table,
-        prepare_checkpoints,
-    )
-    from bertology.training.loop import LoopConfig, plan_steps, seed_everything, train_loop
-    from bertology.models.sites import uses_token_types
-    from bertology.training.surgery import drop_layers, freeze, layers_record, num_blocks, parameter_counts
 
     t0 = time.perf_counter()
-    _check_config(config)
+    check_config(config)
     if config.contrastive not in ("unsupervised", "supervised"):
         raise BertologyError(f"contrastive must be unsupervised or supervised, not {config.contrastive!r}.")
     if not config.temperature > 0:
@@ -344,13 +342,8 @@ def contrastive_finetune(
     seed_everything(config.seed)
     loaded = load_model(config.model, kind="encoder", trust_remote_code=config.trust_remote_code)
     model, tokenizer = loaded.model, loaded.tokenizer
-    n_before = num_blocks(model)
-    kept = drop_layers(model, config.drop_layers) if config.drop_layers else tuple(range(1, n_before + 1))
-    frozen = freeze(model, config.freeze_layers, config.freeze_embeddings)
-    model.to(device)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    use_token_types = uses_token_types(model)
-    encoder = _Encoder(pad_id, use_token_types, device, config.pooling)
+    surgery = prepare_model(model, config, device)
+    encoder = _Encoder(padding_id(tokenizer), uses_token_types(model), device, config.pooling)
     max_len = config.data.max_length
 
     data_info: dict = {"mode": config.contrastive}
@@ -389,24 +382,14 @@ def contrastive_finetune(
         anis = (anis_enc, pairs)
         anis_rows += [{"model": "base", **r} for r in anisotropy_per_layer(model, encoder, anis_enc, pairs, config.batch_size)]
 
-    steps_per_epoch, total_steps = plan_steps(len(items), config.batch_size, config.grad_accum, config.epochs)
-    warmup_steps = math.ceil(config.warmup_ratio * total_steps)
-    checkpoint_dir = None
-    if config.save_every:
-        checkpoint_dir = Path(config.out) / "checkpoints"
-        prepare_checkpoints(checkpoint_dir, checkpoint_fingerprint(config, train, eval), resume)
+    schedule = plan_schedule(config, len(items))
+    checkpoint_dir = checkpoint_folder(config, train, eval, resume)
     task = ContrastiveTask(tokenizer, encoder, mode=config.contrastive, temperature=config.temperature, items=items,
                            sts=sts, batch_size=config.batch_size, pooling=config.pooling)
     logger.info("Contrastive (%s SimCSE) training of %s on %d %s: %d steps, batch %d x %d, temperature %g, pooling %s",
                 config.contrastive, loaded.name, len(items), "sentences" if config.contrastive == "unsupervised" else "triplets",
-                total_steps, config.batch_size, config.grad_accum, config.temperature, config.pooling)
-    loop_cfg = LoopConfig(
-        total_steps=total_steps, steps_per_epoch=steps_per_epoch, warmup_steps=warmup_steps,
-        batch_size=config.batch_size, grad_accum=config.grad_accum, learning_rate=config.learning_rate,
-        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, seed=config.seed,
-        eval_every=config.eval_every, early_stopping=config.early_stopping, metric=metric,
-        greater_is_better=metric != "loss", save_every=config.save_every, checkpoint_dir=checkpoint_dir, resume=resume,
-    )
+                schedule.total_steps, config.batch_size, config.grad_accum, config.temperature, config.pooling)
+    loop_cfg = loop_config(config, schedule, metric, checkpoint_dir, resume)
     outcome = train_loop(model, task, loop_cfg, progress=progress, on_step=on_step)
 
     metrics = dict(outcome.metrics or {})
@@ -421,31 +404,20 @@ def contrastive_finetune(
     if train_losses:
         metrics["train_loss"] = float(train_losses[-1])
 
-    model_dir = _save_atomically(model, tokenizer, Path(config.out))
+    model_dir = save_atomically(model, tokenizer, Path(config.out))
     (model_dir / "sentence_pooling.json").write_text(json.dumps({"pooling": config.pooling}), encoding="utf-8")
     details = {
         "objective": "contrastive",
         "contrastive": data_info,
         "temperature": config.temperature,
         "pooling": config.pooling,
-        "steps": total_steps,
-        "steps_done": outcome.last_step,
-        "steps_per_epoch": steps_per_epoch,
-        "warmup_steps": warmup_steps,
-        "epochs": config.epochs,
-        "batch_size": config.batch_size,
-        "grad_accum": config.grad_accum,
+        **schedule_record(config, schedule, outcome),
         "in_batch_negatives": config.batch_size - 1 if config.contrastive == "unsupervised" else 2 * config.batch_size - 1,
         "device": str(device),
-        "layers": layers_record(model, n_before, config.drop_layers, kept),
-        "frozen": {"layers": config.freeze_layers, "embeddings": config.freeze_embeddings, "n_tensors": len(frozen),
-                   "parameters": parameter_counts(model)},
+        **surgery_record(model, config, surgery),
         "anisotropy": {"sentences": config.anisotropy_sentences, "pairs": config.anisotropy_pairs,
                        "tokens": "non-special tokens, drawn uniformly; partner from a different sentence"},
-        "early_stopping": {"patience": config.early_stopping, "metric": metric, "stopped_early": outcome.stopped_early,
-                           "best_step": outcome.best_step} if config.early_stopping else None,
-        "checkpoints": {"every": config.save_every, "resumed_from_step": outcome.resumed_from} if config.save_every else None,
-        "train_time_s": round(outcome.train_time_s, 3),
+        **outcome_record(config, metric, outcome),
         "tokenisation": {"train": data_info["tokenisation"]},
         "base_model": loaded.describe(),
     }

@@ -21,13 +21,9 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,87 +37,23 @@ from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, EncodedExample, encode_corpus
 from bertology.errors import BertologyError
 from bertology.models.device import resolve_device
+from bertology.models.sites import uses_token_types
+from bertology.training.common import (  # TABLE_COLUMNS, FinetuneResult: also importable from here
+    TABLE_COLUMNS, FinetuneResult, check_config, checkpoint_folder, loop_config, make_table, outcome_record,
+    padding_id, plan_schedule, prepare_model, save_atomically, schedule_record, surgery_record,
+)
+from bertology.training.contrastive import contrastive_finetune
 from bertology.training.data import SLICE_ALL, SLICE_WITH, SLICE_WITHOUT, exclude_examples, mention_mask, parse_word_list
-from bertology.training.loop import LOG_EVERY, seed_everything as _seed_everything
+from bertology.training.loop import LOG_EVERY, seed_everything, train_loop
 
 logger = logging.getLogger(__name__)
-
-TABLE_COLUMNS = ["step", "epoch", "split", "metric", "value"]
 #: Gradient-norm clipping threshold (the usual BERT fine-tuning value).
 MAX_GRAD_NORM = 1.0
-
-
-@dataclass
-class FinetuneResult:
-    """What a fine-tuning run produced: the saved model folder, the metric table and provenance."""
-
-    model_dir: Path
-    table: pd.DataFrame
-    metrics: dict
-    n_train: int
-    n_eval: int
-    wall_time_s: float
-    label2id: dict[str, int]
-    predictions: pd.DataFrame | None = None
-    details: dict = field(default_factory=dict)
-    #: further tables by name (e.g. ``anisotropy`` of a contrastive run), written beside ``finetune``
-    extra_tables: dict[str, pd.DataFrame] = field(default_factory=dict)
-
-    @property
-    def id2label(self) -> dict[int, str]:
-        return {i: lab for lab, i in self.label2id.items()}
-
-    def describe(self) -> dict:
-        """Provenance and final numbers for manifest.json (JSON-serialisable)."""
-        return {
-            "model_dir": str(self.model_dir),
-            "n_train": self.n_train,
-            "n_eval": self.n_eval,
-            "label2id": dict(self.label2id),
-            "metrics": dict(self.metrics),
-            "wall_time_s": round(self.wall_time_s, 3),
-            **self.details,
-        }
-
-    def _repr_html_(self) -> str:
-        from html import escape
-
-        m = self.metrics
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in m.items() if isinstance(v, float))
-        return (
-            f"<b>FinetuneResult</b>: {self.n_train} train / {self.n_eval} held-out examples, {escape(shown)}, "
-            f"model saved to <code>{escape(str(self.model_dir))}</code>"
-        )
 
 
 # --------------------------------------------------------------------------------------------------
 # Validation, labels and splits
 # --------------------------------------------------------------------------------------------------
-
-
-def _check_config(config: FinetuneConfig) -> None:
-    if not (config.epochs > 0 and math.isfinite(config.epochs)):
-        raise BertologyError(f"epochs must be a positive number, not {config.epochs!r}.")
-    if config.batch_size < 1:
-        raise BertologyError(f"batch_size must be at least 1, not {config.batch_size!r}.")
-    if not (config.learning_rate > 0):
-        raise BertologyError(f"learning_rate must be positive, not {config.learning_rate!r}.")
-    if config.weight_decay < 0:
-        raise BertologyError(f"weight_decay must be >= 0, not {config.weight_decay!r}.")
-    if not (0 <= config.warmup_ratio < 1):
-        raise BertologyError(f"warmup_ratio must be in [0, 1), not {config.warmup_ratio!r}.")
-    if config.data.max_length < 2:
-        raise BertologyError(f"max_length must be at least 2, not {config.data.max_length!r}.")
-    if config.data.max_examples is not None and config.data.max_examples < 2:
-        raise BertologyError(f"max_examples must be at least 2, not {config.data.max_examples!r}.")
-    if config.grad_accum < 1:
-        raise BertologyError(f"grad_accum must be at least 1, not {config.grad_accum!r}.")
-    if config.freeze_layers < 0:
-        raise BertologyError(f"freeze_layers must be >= 0, not {config.freeze_layers!r}.")
-    for name in ("eval_every", "save_every", "early_stopping"):
-        value = getattr(config, name)
-        if value is not None and value < 1:
-            raise BertologyError(f"{name} must be at least 1, not {value!r}.")
 
 
 def _check_labels(corpus: Corpus, role: str) -> list[str]:
@@ -315,33 +247,6 @@ def _checkpoint_has_head(path: str, trust_remote_code: bool, auto_config) -> boo
     return any(a.endswith("ForSequenceClassification") for a in (getattr(cfg, "architectures", None) or []))
 
 
-def _save_atomically(model, tokenizer, out: Path) -> Path:
-    """Write ``out/model`` via a temporary folder in ``out`` and a rename, so no half-written model remains."""
-    out.mkdir(parents=True, exist_ok=True)
-    final = out / "model"
-    tmp = Path(tempfile.mkdtemp(prefix=".model-", suffix=".tmp", dir=out))
-    old: Path | None = None
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private (0700); the final folder is an ordinary one
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        if final.exists():
-            old = Path(tempfile.mkdtemp(prefix=".model-old-", suffix=".tmp", dir=out))
-            os.rmdir(old)
-            os.replace(final, old)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and old.exists() and not final.exists():
-            os.replace(old, final)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
-
-
 # --------------------------------------------------------------------------------------------------
 # The loop
 # --------------------------------------------------------------------------------------------------
@@ -386,40 +291,6 @@ class ClassificationTask:
         self.tokenizer.save_pretrained(folder)
 
 
-def checkpoint_fingerprint(config: FinetuneConfig, train: Corpus, eval: Corpus | None) -> str:  # noqa: A002
-    """Identity of the settings that checkpoints must share to be resumed (not ``out``, ``save_every``, ``device``)."""
-    import hashlib
-    import json
-
-    d = config.to_dict()
-    for key in ("out", "save_every", "device"):
-        d.pop(key, None)
-    parts = [d, train.fingerprint(), eval.fingerprint() if eval is not None else None]
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def prepare_checkpoints(folder: Path, fingerprint: str, resume: bool) -> None:
-    """Keep the checkpoints in ``folder`` when they belong to this run and ``resume``; otherwise start afresh."""
-    import json
-
-    from bertology.results import atomic_write_text
-
-    meta = folder / "run.json"
-    if folder.exists():
-        old = None
-        if meta.exists():
-            try:
-                old = json.loads(meta.read_text(encoding="utf-8")).get("fingerprint")
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                old = None
-        if not resume or old != fingerprint:
-            if old is not None and old != fingerprint and resume:
-                logger.warning("Discarding the checkpoints in %s: they belong to a run with other settings", folder)
-            shutil.rmtree(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(meta, json.dumps({"fingerprint": fingerprint}))
-
-
 def finetune(
     config: FinetuneConfig,
     train: Corpus,
@@ -449,17 +320,11 @@ def finetune(
     is called after every optimiser step.
     """
     if config.objective == "contrastive":
-        from bertology.training.contrastive import contrastive_finetune
-
         return contrastive_finetune(config, train, eval, progress=progress, resume=resume, on_step=on_step)
     if config.objective != "classification":
         raise BertologyError(f"Unknown objective {config.objective!r}; use classification or contrastive.")
-    from bertology.training.loop import LoopConfig, plan_steps, train_loop
-    from bertology.models.sites import uses_token_types
-    from bertology.training.surgery import drop_layers, freeze, layers_record, num_blocks, parameter_counts
-
     t0 = time.perf_counter()
-    _check_config(config)
+    check_config(config)
     if len(train) == 0:
         raise BertologyError(f"The training data {train.name!r} ({train.source}) has no examples.")
     train_labels = _check_labels(train, "training")
@@ -525,18 +390,12 @@ def finetune(
     split.update(n_train=len(train), n_eval=len(eval_corpus))
 
     device = resolve_device(config.device)
-    _seed_everything(config.seed)
+    seed_everything(config.seed)
     loaded, label2id, reused_head = _load_classifier(config, labels)
     model, tokenizer = loaded.model, loaded.tokenizer
-    n_layers_before = num_blocks(model)
-    kept_layers = drop_layers(model, config.drop_layers) if config.drop_layers else tuple(range(1, n_layers_before + 1))
-    frozen = freeze(model, config.freeze_layers, config.freeze_embeddings)
-    model.to(device)
+    surgery = prepare_model(model, config, device)
 
-    pad_id = tokenizer.pad_token_id
-    if pad_id is None:
-        logger.warning("The tokenizer has no padding token; padding with id 0 (masked out by the attention mask).")
-        pad_id = 0
+    pad_id = padding_id(tokenizer)
     use_token_types = uses_token_types(model)
 
     y_train = np.array([label2id[lab] for lab in train_labels], dtype=np.int64)
@@ -546,37 +405,25 @@ def finetune(
     enc_eval = encode_corpus(eval_corpus, tokenizer, max_length=config.data.max_length, overlong=overlong)
 
     n_items = len(enc_train.items)
-    steps_per_epoch, total_steps = plan_steps(n_items, config.batch_size, config.grad_accum, config.epochs)
-    warmup_steps = math.ceil(config.warmup_ratio * total_steps)
+    schedule = plan_schedule(config, n_items)
     logger.info(
         "Fine-tuning %s on %d examples (%d held out), labels %s: %d steps (%d per epoch, %g epochs), batch %d x %d, lr %g",
-        loaded.name, n_items, len(enc_eval.items), label2id, total_steps, steps_per_epoch, config.epochs,
-        config.batch_size, config.grad_accum, config.learning_rate,
+        loaded.name, n_items, len(enc_eval.items), label2id, schedule.total_steps, schedule.steps_per_epoch,
+        config.epochs, config.batch_size, config.grad_accum, config.learning_rate,
     )
 
-    checkpoint_dir = None
-    if config.save_every:
-        checkpoint_dir = Path(config.out) / "checkpoints"
-        prepare_checkpoints(checkpoint_dir, checkpoint_fingerprint(config, train, eval_corpus), resume)
-
+    checkpoint_dir = checkpoint_folder(config, train, eval_corpus, resume)
     task = ClassificationTask(tokenizer, enc_train, y_train, enc_eval, y_eval, batch_size=config.batch_size,
                               pad_id=pad_id, use_token_types=use_token_types, device=device, slices=slices)
-    loop_cfg = LoopConfig(
-        total_steps=total_steps, steps_per_epoch=steps_per_epoch, warmup_steps=warmup_steps,
-        batch_size=config.batch_size, grad_accum=config.grad_accum, learning_rate=config.learning_rate,
-        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, seed=config.seed,
-        eval_every=config.eval_every, early_stopping=config.early_stopping,
-        metric=config.early_stopping_metric or "accuracy",
-        greater_is_better=(config.early_stopping_metric or "accuracy") != "loss",
-        save_every=config.save_every, checkpoint_dir=checkpoint_dir, resume=resume,
-    )
+    metric = config.early_stopping_metric or "accuracy"
+    loop_cfg = loop_config(config, schedule, metric, checkpoint_dir, resume)
     outcome = train_loop(model, task, loop_cfg, progress=progress, on_step=on_step)
     final_metrics = outcome.metrics
     if task.last_preds is None or (outcome.best_step is not None and outcome.best_step != outcome.last_step):
         final_metrics, _ = task.evaluate(model)  # predictions of the weights that are saved
     preds = task.last_preds
 
-    model_dir = _save_atomically(model, tokenizer, Path(config.out))
+    model_dir = save_atomically(model, tokenizer, Path(config.out))
     id2label = {i: lab for lab, i in label2id.items()}
     predictions = pd.DataFrame(
         {
@@ -596,27 +443,16 @@ def finetune(
         "split": split,
         "labels": labels,
         "reused_checkpoint_head": reused_head,
-        "steps": total_steps,
-        "steps_done": outcome.last_step,
-        "steps_per_epoch": steps_per_epoch,
-        "warmup_steps": warmup_steps,
-        "epochs": config.epochs,
-        "batch_size": config.batch_size,
-        "grad_accum": config.grad_accum,
+        **schedule_record(config, schedule, outcome),
         "effective_batch_size": config.batch_size * config.grad_accum,
         "log_every": LOG_EVERY,
         "max_grad_norm": config.max_grad_norm,
         "device": str(device),
         "token_type_ids": use_token_types,
-        "layers": layers_record(model, n_layers_before, config.drop_layers, kept_layers),
-        "frozen": {"layers": config.freeze_layers, "embeddings": config.freeze_embeddings, "n_tensors": len(frozen),
-                   "parameters": parameter_counts(model)},
+        **surgery_record(model, config, surgery),
         "excluded_words": exclusion,
         "eval_slices": slicing,
-        "early_stopping": {"patience": config.early_stopping, "metric": loop_cfg.metric, "stopped_early": outcome.stopped_early,
-                           "best_step": outcome.best_step} if config.early_stopping else None,
-        "checkpoints": {"every": config.save_every, "resumed_from_step": outcome.resumed_from} if config.save_every else None,
-        "train_time_s": round(outcome.train_time_s, 3),
+        **outcome_record(config, metric, outcome),
         "tokenisation": {"train": enc_train.describe(), "eval": enc_eval.describe()},
         "label_counts": {
             "train": {str(lab): int(c) for lab, c in zip(*np.unique(train_labels, return_counts=True))},
@@ -638,17 +474,3 @@ def finetune(
         details=details,
     )
 
-
-def make_table(rows: list[dict]) -> pd.DataFrame:
-    """The long-form ``finetune`` table: ``step, epoch, split, metric, value, slice`` (+ any extra columns)."""
-    table = pd.DataFrame(rows)
-    if table.empty:
-        table = pd.DataFrame(columns=[*TABLE_COLUMNS, "slice"])
-    if "slice" not in table.columns:
-        table["slice"] = SLICE_ALL
-    table["slice"] = table["slice"].fillna(SLICE_ALL)
-    extra = [c for c in table.columns if c not in TABLE_COLUMNS]
-    table = table[[*TABLE_COLUMNS, *extra]]
-    table["step"] = table["step"].astype("int64")
-    table["value"] = table["value"].astype("float64")
-    return table.reset_index(drop=True)

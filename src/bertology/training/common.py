@@ -1,0 +1,287 @@
+"""What the classification and the contrastive fine-tuning share (so neither imports the other).
+
+The result record and its ``finetune`` table, the settings check, the atomic model save, the
+resumable checkpoint folder, the model surgery before training, the step schedule and the loop
+settings, and the manifest records built from them. :mod:`bertology.training.finetune` and
+:mod:`bertology.training.contrastive` both import from here; ``finetune`` dispatches to
+``contrastive`` (one-way).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from bertology.config import FinetuneConfig
+from bertology.data.corpus import Corpus
+from bertology.errors import BertologyError
+from bertology.training.data import SLICE_ALL
+from bertology.training.loop import LoopConfig, LoopOutcome, plan_steps
+from bertology.training.surgery import drop_layers, freeze, layers_record, num_blocks, parameter_counts
+
+logger = logging.getLogger(__name__)
+
+TABLE_COLUMNS = ["step", "epoch", "split", "metric", "value"]
+
+
+@dataclass
+class FinetuneResult:
+    """What a fine-tuning run produced: the saved model folder, the metric table and provenance."""
+
+    model_dir: Path
+    table: pd.DataFrame
+    metrics: dict
+    n_train: int
+    n_eval: int
+    wall_time_s: float
+    label2id: dict[str, int]
+    predictions: pd.DataFrame | None = None
+    details: dict = field(default_factory=dict)
+    #: further tables by name (e.g. ``anisotropy`` of a contrastive run), written beside ``finetune``
+    extra_tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    @property
+    def id2label(self) -> dict[int, str]:
+        return {i: lab for lab, i in self.label2id.items()}
+
+    def describe(self) -> dict:
+        """Provenance and final numbers for manifest.json (JSON-serialisable)."""
+        return {
+            "model_dir": str(self.model_dir),
+            "n_train": self.n_train,
+            "n_eval": self.n_eval,
+            "label2id": dict(self.label2id),
+            "metrics": dict(self.metrics),
+            "wall_time_s": round(self.wall_time_s, 3),
+            **self.details,
+        }
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        m = self.metrics
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in m.items() if isinstance(v, float))
+        return (
+            f"<b>FinetuneResult</b>: {self.n_train} train / {self.n_eval} held-out examples, {escape(shown)}, "
+            f"model saved to <code>{escape(str(self.model_dir))}</code>"
+        )
+
+
+def make_table(rows: list[dict]) -> pd.DataFrame:
+    """The long-form ``finetune`` table: ``step, epoch, split, metric, value, slice`` (+ any extra columns)."""
+    table = pd.DataFrame(rows)
+    if table.empty:
+        table = pd.DataFrame(columns=[*TABLE_COLUMNS, "slice"])
+    if "slice" not in table.columns:
+        table["slice"] = SLICE_ALL
+    table["slice"] = table["slice"].fillna(SLICE_ALL)
+    extra = [c for c in table.columns if c not in TABLE_COLUMNS]
+    table = table[[*TABLE_COLUMNS, *extra]]
+    table["step"] = table["step"].astype("int64")
+    table["value"] = table["value"].astype("float64")
+    return table.reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Settings
+# --------------------------------------------------------------------------------------------------
+
+
+def check_config(config: FinetuneConfig) -> None:
+    """Refuse settings no objective can train with, with a message naming the setting."""
+    if not (config.epochs > 0 and math.isfinite(config.epochs)):
+        raise BertologyError(f"epochs must be a positive number, not {config.epochs!r}.")
+    if config.batch_size < 1:
+        raise BertologyError(f"batch_size must be at least 1, not {config.batch_size!r}.")
+    if not (config.learning_rate > 0):
+        raise BertologyError(f"learning_rate must be positive, not {config.learning_rate!r}.")
+    if config.weight_decay < 0:
+        raise BertologyError(f"weight_decay must be >= 0, not {config.weight_decay!r}.")
+    if not (0 <= config.warmup_ratio < 1):
+        raise BertologyError(f"warmup_ratio must be in [0, 1), not {config.warmup_ratio!r}.")
+    if config.data.max_length < 2:
+        raise BertologyError(f"max_length must be at least 2, not {config.data.max_length!r}.")
+    if config.data.max_examples is not None and config.data.max_examples < 2:
+        raise BertologyError(f"max_examples must be at least 2, not {config.data.max_examples!r}.")
+    if config.grad_accum < 1:
+        raise BertologyError(f"grad_accum must be at least 1, not {config.grad_accum!r}.")
+    if config.freeze_layers < 0:
+        raise BertologyError(f"freeze_layers must be >= 0, not {config.freeze_layers!r}.")
+    for name in ("eval_every", "save_every", "early_stopping"):
+        value = getattr(config, name)
+        if value is not None and value < 1:
+            raise BertologyError(f"{name} must be at least 1, not {value!r}.")
+
+
+# --------------------------------------------------------------------------------------------------
+# The model before training
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Surgery:
+    """What :func:`prepare_model` did: the depth before, the blocks kept (1-based) and the frozen tensors."""
+
+    n_before: int
+    kept: tuple[int, ...]
+    frozen: list[str]
+
+
+def prepare_model(model: torch.nn.Module, config: FinetuneConfig, device: torch.device) -> Surgery:
+    """Drop and freeze the configured blocks (:mod:`bertology.training.surgery`), then move the model to ``device``."""
+    n_before = num_blocks(model)
+    kept = drop_layers(model, config.drop_layers) if config.drop_layers else tuple(range(1, n_before + 1))
+    frozen = freeze(model, config.freeze_layers, config.freeze_embeddings)
+    model.to(device)
+    return Surgery(n_before=n_before, kept=kept, frozen=frozen)
+
+
+def surgery_record(model: torch.nn.Module, config: FinetuneConfig, surgery: Surgery) -> dict:
+    """The manifest's ``layers`` and ``frozen`` entries (parameter counts as the model stands now)."""
+    return {
+        "layers": layers_record(model, surgery.n_before, config.drop_layers, surgery.kept),
+        "frozen": {"layers": config.freeze_layers, "embeddings": config.freeze_embeddings, "n_tensors": len(surgery.frozen),
+                   "parameters": parameter_counts(model)},
+    }
+
+
+def padding_id(tokenizer) -> int:
+    """The tokenizer's padding id, or 0 with a warning (padding is masked out by the attention mask anyway)."""
+    if tokenizer.pad_token_id is None:
+        logger.warning("The tokenizer has no padding token; padding with id 0 (masked out by the attention mask).")
+        return 0
+    return tokenizer.pad_token_id
+
+
+# --------------------------------------------------------------------------------------------------
+# Schedule, loop settings and checkpoints
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Optimiser steps of a run: per epoch, in all, and of linear warm-up."""
+
+    steps_per_epoch: int
+    total_steps: int
+    warmup_steps: int
+
+
+def plan_schedule(config: FinetuneConfig, n_items: int) -> Schedule:
+    """The step schedule for ``n_items`` training items under ``config`` (epochs, batch, accumulation, warm-up)."""
+    steps_per_epoch, total_steps = plan_steps(n_items, config.batch_size, config.grad_accum, config.epochs)
+    return Schedule(steps_per_epoch, total_steps, math.ceil(config.warmup_ratio * total_steps))
+
+
+def loop_config(config: FinetuneConfig, schedule: Schedule, metric: str, checkpoint_dir: Path | None,
+                resume: bool) -> LoopConfig:
+    """The training loop's settings; ``metric`` is watched for early stopping (lower is better only for ``loss``)."""
+    return LoopConfig(
+        total_steps=schedule.total_steps, steps_per_epoch=schedule.steps_per_epoch, warmup_steps=schedule.warmup_steps,
+        batch_size=config.batch_size, grad_accum=config.grad_accum, learning_rate=config.learning_rate,
+        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, seed=config.seed,
+        eval_every=config.eval_every, early_stopping=config.early_stopping, metric=metric,
+        greater_is_better=metric != "loss", save_every=config.save_every, checkpoint_dir=checkpoint_dir, resume=resume,
+    )
+
+
+def schedule_record(config: FinetuneConfig, schedule: Schedule, outcome: LoopOutcome) -> dict:
+    """The manifest's step counts and batch settings."""
+    return {
+        "steps": schedule.total_steps,
+        "steps_done": outcome.last_step,
+        "steps_per_epoch": schedule.steps_per_epoch,
+        "warmup_steps": schedule.warmup_steps,
+        "epochs": config.epochs,
+        "batch_size": config.batch_size,
+        "grad_accum": config.grad_accum,
+    }
+
+
+def outcome_record(config: FinetuneConfig, metric: str, outcome: LoopOutcome) -> dict:
+    """The manifest's early-stopping, checkpoint and timing entries."""
+    return {
+        "early_stopping": {"patience": config.early_stopping, "metric": metric, "stopped_early": outcome.stopped_early,
+                           "best_step": outcome.best_step} if config.early_stopping else None,
+        "checkpoints": {"every": config.save_every, "resumed_from_step": outcome.resumed_from} if config.save_every else None,
+        "train_time_s": round(outcome.train_time_s, 3),
+    }
+
+
+def checkpoint_fingerprint(config: FinetuneConfig, train: Corpus, eval: Corpus | None) -> str:  # noqa: A002
+    """Identity of the settings that checkpoints must share to be resumed (not ``out``, ``save_every``, ``device``)."""
+    d = config.to_dict()
+    for key in ("out", "save_every", "device"):
+        d.pop(key, None)
+    parts = [d, train.fingerprint(), eval.fingerprint() if eval is not None else None]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def prepare_checkpoints(folder: Path, fingerprint: str, resume: bool) -> None:
+    """Keep the checkpoints in ``folder`` when they belong to this run and ``resume``; otherwise start afresh."""
+    from bertology.results import atomic_write_text
+
+    meta = folder / "run.json"
+    if folder.exists():
+        old = None
+        if meta.exists():
+            try:
+                old = json.loads(meta.read_text(encoding="utf-8")).get("fingerprint")
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                old = None
+        if not resume or old != fingerprint:
+            if old is not None and old != fingerprint and resume:
+                logger.warning("Discarding the checkpoints in %s: they belong to a run with other settings", folder)
+            shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(meta, json.dumps({"fingerprint": fingerprint}))
+
+
+def checkpoint_folder(config: FinetuneConfig, train: Corpus, eval: Corpus | None, resume: bool) -> Path | None:  # noqa: A002
+    """``out/checkpoints`` made ready for this run when ``save_every`` asks for checkpoints, else ``None``."""
+    if not config.save_every:
+        return None
+    folder = Path(config.out) / "checkpoints"
+    prepare_checkpoints(folder, checkpoint_fingerprint(config, train, eval), resume)
+    return folder
+
+
+# --------------------------------------------------------------------------------------------------
+# Saving
+# --------------------------------------------------------------------------------------------------
+
+
+def save_atomically(model, tokenizer, out: Path) -> Path:
+    """Write ``out/model`` via a temporary folder in ``out`` and a rename, so no half-written model remains."""
+    out.mkdir(parents=True, exist_ok=True)
+    final = out / "model"
+    tmp = Path(tempfile.mkdtemp(prefix=".model-", suffix=".tmp", dir=out))
+    old: Path | None = None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private (0700); the final folder is an ordinary one
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        if final.exists():
+            old = Path(tempfile.mkdtemp(prefix=".model-old-", suffix=".tmp", dir=out))
+            os.rmdir(old)
+            os.replace(final, old)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and old.exists() and not final.exists():
+            os.replace(old, final)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
