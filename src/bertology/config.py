@@ -10,10 +10,13 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, get_args
 
-if TYPE_CHECKING:  # the one definition of the ablation modes; imported for the annotation only (no torch here)
-    from bertology.models.ablate import Mode
+#: How a head is disabled (bertology.models.ablate): the one definition, here on the ground floor so
+#: that settings, the command line and the interventions share it without importing torch.
+Mode = Literal["uniform", "zero", "mean"]
+MODES: tuple[str, ...] = get_args(Mode)
+
 
 @dataclass
 class DataConfig:

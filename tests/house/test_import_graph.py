@@ -21,7 +21,7 @@ LAYERS: list[str | set[str]] = [
     "analyses",
     "activations",
     {"models", "data", "metrics"},
-    {"results", "config", "progress", "assets", "catalog"},
+    {"results", "config", "progress", "assets", "catalog", "view_format"},
     "errors",
 ]
 #: Rooms that compute: none of them may import the drawing or reporting rooms.

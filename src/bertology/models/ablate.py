@@ -30,18 +30,16 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Literal
 
 import torch
 from torch import nn
 
+from bertology.config import MODES, Mode
 from bertology.errors import BertologyError
 from bertology.models import sites
 from bertology.models.adapters import get_path
 from bertology.models.hooks import block_input, on_layers, remove_hooks
 
-Mode = Literal["uniform", "zero", "mean"]
-MODES: tuple[str, ...] = ("uniform", "zero", "mean")
 
 __all__ = [
     "MODES",
