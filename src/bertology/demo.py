@@ -15,7 +15,8 @@ from bertology.assets import POLARITY_CITATION, fetch_polarity
 from bertology.config import CompareConfig, DataConfig, FinetuneConfig
 from bertology.data.corpus import Corpus
 from bertology.pipeline import CompareRun, compare
-from bertology.results import Result, RunDirectory
+from bertology.results import Result
+from bertology.runs import RunDirectory
 from bertology.training.run import finetune_to_dir
 
 logger = logging.getLogger(__name__)

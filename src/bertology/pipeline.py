@@ -4,8 +4,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,7 +24,8 @@ from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.errors import BertologyError
 from bertology.models.device import resolve_device
 from bertology.models.pair import ModelPair
-from bertology.results import Result, RunDirectory, now_iso, package_versions, read_table, write_table
+from bertology.results import Result, read_table, write_table
+from bertology.runs import RunDirectory, manifest_header, open_run
 
 logger = logging.getLogger(__name__)
 
@@ -195,11 +194,9 @@ def compare(
     if spans is not None and "relation_heads" in selected:
         _check_relation_names(corpus, spans[1])
     ood = load_ood(config) if config.ood_data and "representation_similarity" in selected else None
-    run_dir = RunDirectory(config.out)
     fingerprint = run_fingerprint(config, pair, corpus, spans[0] if spans else None, ood)
-    resuming = run_dir.prepare("compare", fingerprint, overwrite=overwrite)
-    if not resuming:  # unfinished work of another run (ablation units, probe features) must not be reused
-        shutil.rmtree(run_dir.path / "partial", ignore_errors=True)
+    opened = open_run(config.out, "compare", fingerprint, overwrite=overwrite)
+    run_dir, resuming = opened.dir, opened.resumed
 
     analyses = build_analyses(config, pair, corpus, encoded, specs)
     results: dict[str, Result] = {}
@@ -256,11 +253,7 @@ def compare(
     views = write_views(run_dir.path, pair, corpus, encoded, config.view_examples, warnings)
 
     manifest = {
-        "kind": "compare",
-        "fingerprint": fingerprint,
-        "bertology_version": package_versions().get("bertology"),
-        "created": now_iso(),
-        "command": " ".join(sys.argv) if sys.argv else None,
+        **manifest_header("compare", fingerprint),
         "config": config.to_dict(),
         "models": pair.describe(),
         "data": {**corpus.describe(), "encoding": enc},
@@ -270,7 +263,6 @@ def compare(
         "device": config.device,
         "dtype": str(next(pair.base.model.parameters()).dtype).replace("torch.", ""),
         "attn_implementation": "eager",
-        "packages": package_versions(),
         "tables": sorted(results),
         "warnings": warnings,
         "wall_time_s": round(time.perf_counter() - t0, 2),

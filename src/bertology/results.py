@@ -6,7 +6,6 @@ leaves a half-written table, and a run directory refuses to mix two different ru
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import platform
 import tempfile
@@ -87,57 +86,3 @@ def package_versions() -> dict[str, str]:
 
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-class RunDirectory:
-    """A ``--out`` folder: manifest.json, tables/, figures/, report.html.
-
-    ``prepare`` resumes a run of the same kind and fingerprint, refuses a different one (unless
-    ``overwrite``), and refuses a non-empty folder that is not a bertology run.
-    """
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path).expanduser()
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.path / MANIFEST
-
-    def read_manifest(self) -> dict | None:
-        if not self.manifest_path.exists():
-            return None
-        try:
-            return json.loads(self.manifest_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise BertologyError(f"{self.manifest_path} is not a valid manifest ({err}).") from err
-
-    def prepare(self, kind: str, fingerprint: str, *, overwrite: bool = False) -> bool:
-        """Make the folder ready; return True when resuming an identical earlier run."""
-        if self.path.exists() and not self.path.is_dir():
-            raise BertologyError(f"--out {self.path} is a file, not a folder.")
-        old = self.read_manifest()
-        if old is None:
-            if self.path.exists() and any(self.path.iterdir()) and not overwrite:
-                raise BertologyError(
-                    f"--out {self.path} is not empty and holds no bertology run; choose an empty folder "
-                    "or pass --overwrite."
-                )
-        elif (old.get("kind"), old.get("fingerprint")) != (kind, fingerprint):
-            if not overwrite:
-                raise BertologyError(
-                    f"--out {self.path} holds another run ({old.get('kind')}, created {old.get('created')}, "
-                    "different settings); choose another folder or pass --overwrite to replace it."
-                )
-            old = None
-            for sub in ("tables", "figures"):
-                for f in (self.path / sub).glob("*"):
-                    f.unlink()
-        self.path.mkdir(parents=True, exist_ok=True)
-        return old is not None
-
-    def write_manifest(self, manifest: dict) -> Path:
-        atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, default=str))
-        return self.manifest_path
-
-    def has_table(self, name: str) -> bool:
-        return (self.path / "tables" / f"{name}.parquet").exists()

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -73,7 +71,8 @@ def ablate_command(
     from bertology.experiments.ablation import AblationSettings, check_classifier, label_ids_for, run_ablation_study, sample_examples
     from bertology.data.loaders import load_corpus
     from bertology.models.loading import load_model
-    from bertology.results import RunDirectory, now_iso, package_versions, write_table
+    from bertology.results import now_iso, write_table
+    from bertology.runs import manifest_header, open_run
 
     settings = AblationSettings(
         mode=mode,  # type: ignore[arg-type]
@@ -105,19 +104,13 @@ def ablate_command(
     d.pop("device")  # results agree across devices to float rounding; a run may resume on another
     weights = loaded.weights_sha256 or loaded.path
     fingerprint = hashlib.sha256(json.dumps([d, corpus.fingerprint(), weights], sort_keys=True, default=str).encode()).hexdigest()[:16]
-    run_dir = RunDirectory(out)
-    resumed = run_dir.prepare(KIND, fingerprint, overwrite=overwrite)
-    if not resumed:
-        shutil.rmtree(run_dir.path / "partial", ignore_errors=True)
-    elif (run_dir.path / "partial").exists():
+    opened = open_run(out, KIND, fingerprint, overwrite=overwrite)
+    run_dir = opened.dir
+    if opened.resumed and (run_dir.path / "partial").exists():
         console.print(f"resuming the run in {run_dir.path} (finished ablations are kept)")
     manifest = {
-        "kind": KIND,
-        "fingerprint": fingerprint,
-        "bertology_version": package_versions().get("bertology"),
-        "created": (run_dir.read_manifest() or {}).get("created") or now_iso(),
+        **manifest_header(KIND, fingerprint, created=opened.previous.get("created")),
         "status": "running",
-        "command": " ".join(sys.argv) if sys.argv else None,
         "config": {"model": model, "data": data, "text_column": text_column, "pair_column": pair_column,
                    "label_column": label_column, **settings.to_dict()},
         "seed": seed,
@@ -125,7 +118,6 @@ def ablate_command(
         "dtype": "float32",
         "attn_implementation": "eager",
         "ablation_mode": mode,
-        "packages": package_versions(),
         "models": {"tuned": loaded.describe()},
         "data": corpus.describe(),
     }

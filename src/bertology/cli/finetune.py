@@ -206,7 +206,7 @@ def finetune_command(
     for w in run.warnings:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
     typer.echo(_summary(run.metrics, run.n_train, run.model_dir, run.wall_time_s, reused=run.reused))
-    from bertology.results import RunDirectory
+    from bertology.runs import RunDirectory
 
     for line in _details(RunDirectory(run.out).read_manifest() or {}):
         typer.echo(line)

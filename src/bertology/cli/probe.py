@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -82,7 +81,8 @@ def probe_command(
     resolve_device(device)  # a missing GPU is an error now, not after loading
     from bertology.experiments.probe import ProbeSettings, random_init_model, run_probes
     from bertology.models.loading import load_model
-    from bertology.results import RunDirectory, now_iso, package_versions, read_table, write_table
+    from bertology.results import now_iso, read_table, write_table
+    from bertology.runs import manifest_header, open_run
 
     settings = ProbeSettings(
         rank=rank or None, layers=parse_layer_list(layers, "layer numbers (0 = embeddings)"), probes=_parse_probes(probes), epochs=epochs,
@@ -108,12 +108,9 @@ def probe_command(
     fingerprint = hashlib.sha256(json.dumps(
         [d, {k: c.fingerprint() for k, c in corpora.items()}, ids, random_control], sort_keys=True, default=str
     ).encode()).hexdigest()[:16]
-    run_dir = RunDirectory(out)
-    resumed = run_dir.prepare(KIND, fingerprint, overwrite=overwrite)
+    opened = open_run(out, KIND, fingerprint, overwrite=overwrite)
+    run_dir, resumed, old = opened.dir, opened.resumed, opened.previous
     partial = run_dir.path / "partial"
-    if not resumed:
-        shutil.rmtree(partial, ignore_errors=True)
-    old = run_dir.read_manifest() or {}
     if resumed and old.get("status") == "complete" and run_dir.has_table("probe"):
         console.print(f"{run_dir.path} already holds this finished run; nothing to do")
         _print_summary(read_table(run_dir.path, "probe"), run_dir.path)
@@ -121,12 +118,8 @@ def probe_command(
     if resumed and partial.exists():
         console.print(f"resuming the run in {run_dir.path} (cached features and finished epochs are kept)")
     manifest = {
-        "kind": KIND,
-        "fingerprint": fingerprint,
-        "bertology_version": package_versions().get("bertology"),
-        "created": old.get("created") or now_iso(),
+        **manifest_header(KIND, fingerprint, created=old.get("created")),
         "status": "running",
-        "command": " ".join(sys.argv) if sys.argv else None,
         "config": {"base": base, "tuned": tuned, "random_control": random_control, "train": train, "dev": dev,
                    "test": test, "max_sentences": max_sentences, "spacy_model": spacy_model, **settings.to_dict()},
         "seed": seed,
@@ -134,7 +127,6 @@ def probe_command(
         "dtype": "float32",
         "attn_implementation": "eager",
         "pooling": "mean of sub-word pieces",
-        "packages": package_versions(),
         "models": {name: {**m.describe(), **({"seed": seed} if name == "random" else {})} for name, m in models.items()},
         "data": {k: c.describe() for k, c in corpora.items()},
     }

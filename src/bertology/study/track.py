@@ -57,7 +57,7 @@ class TrackResult:
 def find_checkpoints(run: str | Path, *, include_final: bool = True) -> list[Checkpoint]:
     """The run's checkpoints by step, plus the final model when it is not byte-identical to one of them."""
     from bertology.models.loading import weights_fingerprint
-    from bertology.results import RunDirectory
+    from bertology.runs import RunDirectory
     from bertology.training.loop import checkpoints
 
     run = Path(run)
@@ -113,7 +113,8 @@ def track(
     from bertology.models.loading import load_model
     from bertology.models.pair import ModelPair
     from bertology.pipeline import compare, select
-    from bertology.results import RunDirectory, atomic_write_text, now_iso, write_table
+    from bertology.results import atomic_write_text, now_iso, write_table
+    from bertology.runs import RunDirectory
 
     run = Path(run).expanduser()
     run_dir = RunDirectory(run)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +19,8 @@ from bertology.config import FinetuneConfig
 from bertology.data.corpus import Corpus
 from bertology.models.device import resolve_device
 from bertology.models.loading import resolve_model, weights_fingerprint
-from bertology.results import RunDirectory, now_iso, package_versions, read_table, write_table
+from bertology.results import now_iso, read_table, write_table
+from bertology.runs import manifest_header, open_run
 
 KIND = "finetune"
 
@@ -91,30 +90,19 @@ def finetune_to_dir(
     """
     from bertology.training.finetune import finetune
 
-    run_dir = RunDirectory(config.out)
     resolve_device(config.device)  # a missing GPU is an error before the run folder or model is touched
     fingerprint = run_fingerprint(config, train, evaluation)
-    identical = run_dir.prepare(KIND, fingerprint, overwrite=overwrite)
+    # another run (allowed by --overwrite) or a retrain: nothing of the old one may remain
+    opened = open_run(config.out, KIND, fingerprint, overwrite=overwrite, fresh=retrain, scratch=("checkpoints", "model"))
+    run_dir, old, resume = opened.dir, opened.previous, opened.resumed
     model_dir = run_dir.path / "model"
-    old = run_dir.read_manifest() or {}
-    if identical and not retrain and (model_dir / "config.json").exists() and run_dir.has_table(KIND) and old.get("metrics"):
+    if resume and (model_dir / "config.json").exists() and run_dir.has_table(KIND) and old.get("metrics"):
         return FinetuneRun(
             run_dir.path, model_dir, read_table(run_dir.path, KIND), old["metrics"],
             old.get("result", {}).get("n_train"), 0.0, reused=True, warnings=old.get("warnings", []),
         )
-    resume = identical and not retrain
-    if not resume:  # another run (allowed by --overwrite) or a retrain: nothing of the old one may remain
-        for sub in ("checkpoints", "model"):
-            shutil.rmtree(run_dir.path / sub, ignore_errors=True)
-    started = {
-        "kind": KIND,
-        "fingerprint": fingerprint,
-        "status": "running",
-        "created": (old.get("created") if resume else None) or now_iso(),
-        "command": " ".join(sys.argv) if sys.argv else None,
-        "config": config.to_dict(),
-        "seed": config.seed,
-    }
+    header = manifest_header(KIND, fingerprint, created=old.get("created") if resume else None)
+    started = {**header, "status": "running", "config": config.to_dict(), "seed": config.seed}
     run_dir.write_manifest(started)
 
     result = finetune(config, train, evaluation, progress=progress, resume=resume, on_step=on_step)
@@ -134,19 +122,14 @@ def finetune_to_dir(
     ]
     run_dir.write_manifest(
         {
-            "kind": KIND,
-            "fingerprint": fingerprint,
+            **header,
             "status": "done",
-            "bertology_version": package_versions().get("bertology"),
-            "created": started["created"],
             "finished": now_iso(),
-            "command": " ".join(sys.argv) if sys.argv else None,
             "config": config.to_dict(),
             "seed": config.seed,
             "device": _device_info(config.device),
             "dtype": "float32",
             "attn_implementation": "eager",
-            "packages": package_versions(),
             "models": {
                 "base": details.pop("base_model", None),
                 "tuned": {"path": str(result.model_dir), "weights_sha256": weights_fingerprint(result.model_dir)},
@@ -199,7 +182,7 @@ def summary_of(result) -> dict:
 def finished_summary(run: str | Path) -> dict:
     """The ``summary`` of a finished fine-tuning run; a clear error otherwise."""
     from bertology.errors import BertologyError
-    from bertology.results import RunDirectory
+    from bertology.runs import RunDirectory
 
     m = RunDirectory(run).read_manifest()
     if not m or m.get("kind") != KIND or m.get("status", "done") != "done" or not m.get("summary"):
@@ -213,7 +196,7 @@ def compare_runs(run: str | Path, against: str | Path) -> dict:
     Returns ``{"against": path, "metrics": {name: {"run", "against", "delta"}}, "train_time_ratio",
     "wall_time_ratio"}``; slices are compared too when both runs report them.
     """
-    from bertology.results import RunDirectory
+    from bertology.runs import RunDirectory
 
     a, b = (RunDirectory(run).read_manifest() or {}).get("summary", {}), finished_summary(against)
     out: dict = {"against": str(against), "metrics": {}}
