@@ -37,6 +37,7 @@ KNOWN_TABLES: dict[str, tuple[str, ...]] = known_tables(SECTIONS)
 
 # -------------------------------------------------------------------------------------------- input
 def _read_manifest(run_dir: Path, warnings: list[str]) -> dict:
+    """``manifest.json`` as a dict ({} and a warning when it is missing); invalid JSON is an error."""
     path = run_dir / "manifest.json"
     if not path.exists():
         warnings.append("manifest.json is missing: models, data and settings are unknown for this run.")

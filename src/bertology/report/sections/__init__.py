@@ -40,5 +40,7 @@ def known_tables(sections: Iterable[Section]) -> dict[str, tuple[str, ...]]:
     for section in sections:
         for name, columns in section.tables.items():
             if known.setdefault(name, tuple(columns)) != tuple(columns):
-                raise ValueError(f"Sections disagree on the columns of table {name!r}: {known[name]} vs {tuple(columns)}.")
+                raise ValueError(
+                    f"Sections disagree on the columns of table {name!r}: {known[name]} vs {tuple(columns)}."
+                )
     return known
