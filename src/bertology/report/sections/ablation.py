@@ -1,0 +1,114 @@
+"""Single head and layer ablations of the tuned classifier, head importance and pruning curves."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from bertology.report.format import fmt_value, sortable
+from bertology.report.sections.base import Figures, Section, SectionInput
+
+
+def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived: list[dict]) -> dict:
+    """Single head and layer ablations of the tuned classifier, head importance and pruning curves."""
+    from bertology.experiments.ablation import helpful, ranked
+    from bertology.experiments.head_importance import importance_vs_deltas
+    from bertology.viz.ablation import ablation_heatmap, importance_scatter, layer_ablation_bars, pruning_curve_figure
+    from bertology.viz.figures import head_heatmap
+
+    t = tables["ablation"].copy()
+    imp = tables.get("head_importance")
+    curve = tables.get("pruning_curve")
+    first = t.iloc[0]
+    mode = str(first.get("mode", "uniform"))
+    how = {"uniform": "its attention set to 1/L over the tokens" + (" other than [CLS]/[SEP]" if bool(first.get("exclude_special")) else ""),
+           "zero": "its output zeroed", "mean": "its output replaced by its mean over the examples"}.get(mode, mode)
+    has_heads = bool((t["target"] == "head").any())
+    has_layers = bool((t["target"] == "layer").any())
+    figures = []
+    if has_heads:
+        for metric, what in (("accuracy", "accuracy"), ("loss", "cross-entropy loss")):
+            figures.append(figs.make(
+                f"ablation_heads_{metric}", lambda m=metric: ablation_heatmap(t, m),
+                f"Change in {what} when one head is disabled ({how}); blue: the task gains, red: it loses. "
+                "Outlined cells: the 95% bootstrap interval excludes zero (solid: removal helps, dotted: it hurts).",
+                f"Per-head ablation change in {what}",
+            ))
+    if has_layers:
+        figures.append(figs.make(
+            "ablation_layers_accuracy", lambda: layer_ablation_bars(t, "accuracy"),
+            "Change in accuracy when a whole layer is disabled: skipped (the block returns its input) or with all "
+            "its heads disabled; bars show the 95% bootstrap interval.",
+            "Per-layer ablation change in accuracy",
+        ))
+    if imp is not None and len(imp):
+        figures.append(figs.make(
+            "head_importance", lambda: head_heatmap(imp, value="importance", title="Head importance (normalised per layer)",
+                                                    cmap="viridis", vmin=0.0, colorbar_label="importance"),
+            "Head importance (Michel et al. 2019): the mean absolute gradient of the loss with respect to a gate on "
+            "each head's output, per example, normalised per layer (L2).",
+            "Head importance per layer and head",
+        ))
+        if has_heads:
+            figures.append(figs.make(
+                "importance_vs_ablation", lambda: importance_scatter(imp, t, "loss"),
+                "Each head's importance against the loss change its removal causes: agreement means important heads "
+                "are the ones whose loss the task feels.",
+                "Head importance against the single-head ablation change in loss",
+            ))
+    if curve is not None and len(curve):
+        figures.append(figs.make(
+            "pruning_curve_accuracy", lambda: pruning_curve_figure(curve, "accuracy"),
+            "Accuracy as heads are removed step by step, least important first (re-estimated after every step), "
+            "against a random order as the control.",
+            "Pruning curve: accuracy against the share of heads removed",
+        ))
+    intact = t[t["target"] == "intact"].set_index("metric")["value"]
+    rows = []
+    if has_heads:
+        for kind, part in (("hurts most", ranked(t, "accuracy", target="head", harmful=True, top=8)),
+                           ("helps most", ranked(t, "accuracy", target="head", harmful=False, top=5))):
+            for r in part.itertuples():
+                rows.append([r.label, kind, r.delta, r.ci_low, r.ci_high, "yes" if r.helps else ("hurts" if r.hurts else "no")])
+    for r in t[(t["target"] == "layer") & (t["metric"] == "accuracy")].itertuples():
+        rows.append([r.label, "layer", r.delta, r.ci_low, r.ci_high,
+                     "yes" if r.helps else ("hurts" if r.hurts else "no")])
+    table = sortable([("unit", "Removed", "text"), ("kind", "Kind", "text"), ("delta", "Δ accuracy", "num"),
+                      ("lo", "95% CI low", "num"), ("hi", "95% CI high", "num"), ("sig", "Beyond the CI", "text")], rows)
+    good_acc, good_loss = helpful(t, "accuracy"), helpful(t, "loss")
+    facts = [("Mode", mode + (" ([CLS]/[SEP] excluded)" if bool(first.get("exclude_special")) else "")),
+             ("Examples", fmt_value(first.get("n_examples"))),
+             ("Intact accuracy", fmt_value(intact.get("accuracy"))), ("Intact loss", fmt_value(intact.get("loss"))),
+             ("Removals that help accuracy (beyond CI)", str(len(good_acc))),
+             ("Removals that lower the loss (beyond CI)", str(len(good_loss)))]
+    if imp is not None and len(imp) and has_heads:
+        rho = importance_vs_deltas(imp, t)["loss"]["spearman"]
+        facts.append(("Spearman, importance vs Δloss", fmt_value(rho, 3)))
+    if has_heads:
+        worst = ranked(t, "accuracy", target="head", harmful=True, top=1)
+        if len(worst):
+            w = worst.iloc[0]
+            derived.append({"label": "Head the task needs most", "text": str(w["label"]),
+                            "note": f"Δaccuracy {w['delta']:+.3f} when disabled ({mode})"})
+    derived.append({"label": "Removals that help", "text": f"{len(good_acc)} (accuracy), {len(good_loss)} (loss)",
+                    "note": "heads or layers whose removal improves the task beyond the 95% interval"})
+    return {"figures": [f for f in figures if f], "table": table, "facts": facts}
+
+
+def build(inp: SectionInput) -> dict | None:
+    """The section's dict, or None when the run lacks its table (importance and pruning curve are optional)."""
+    return ablation_section(inp.tables, inp.figures, inp.derived) if "ablation" in inp.tables else None
+
+
+SECTION = Section(
+    id="ablation",
+    title="Ablation and head importance",
+    tables={
+        "ablation": ("target", "layer", "head", "label", "mode", "layer_mode", "metric", "value", "delta", "ci_low",
+                     "ci_high", "n_examples", "helps", "hurts"),
+        "head_importance": ("layer", "head", "importance"),
+        "pruning_curve": ("order", "fraction_removed", "metric", "value"),
+    },
+    build=build,
+    template="sections/ablation.html.j2",
+)

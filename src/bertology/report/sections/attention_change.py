@@ -1,0 +1,124 @@
+"""Attention change per head: cosine and Jensen-Shannon divergence of base vs tuned attention maps."""
+from __future__ import annotations
+
+import pandas as pd
+
+from bertology.report.format import fmt_value, sort_key, unique_text
+from bertology.report.sections.base import Figures, Section, SectionInput
+
+
+def attention_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> dict:
+    """Per-head heatmaps, per-layer curves and the ten most changed heads."""
+    from bertology.viz.figures import head_heatmap, layer_curve
+
+    df = df.copy()
+    for col in ("layer", "head"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    df = df.dropna(subset=["layer", "head"])
+    df["layer"] = df["layer"].astype(int)
+    df["head"] = df["head"].astype(int)
+    heads = df.groupby(["layer", "head"], as_index=False).mean(numeric_only=True)
+    n_layers, n_heads = heads["layer"].nunique(), heads["head"].nunique()
+
+    figures = [
+        figs.make(
+            "attention_cosine",
+            lambda: head_heatmap(heads, "cosine", title="Cosine similarity",
+                                 vmax=1.0 if heads["cosine"].max() <= 1.0 + 1e-6 else None, min_span=0.1),
+            "Cosine similarity between base and tuned attention maps, per head (mean over examples; "
+            "1 = unchanged). Darker = changed more.",
+            "Heatmap of attention cosine similarity per layer and head",
+        ),
+        figs.make(
+            "attention_js",
+            lambda: head_heatmap(heads, "js_divergence", title="JS divergence",
+                                 vmin=0.0, min_span=0.05),
+            "Jensen–Shannon divergence (base 2, in bits; 0 = unchanged) between base and tuned attention "
+            "distributions of each query, averaged over queries and examples. Darker = changed more.",
+            "Heatmap of attention Jensen-Shannon divergence per layer and head",
+        ),
+    ]
+    per_layer = (
+        heads.groupby("layer")
+        .agg(cosine=("cosine", "mean"), cosine_sd=("cosine", "std"),
+             js_divergence=("js_divergence", "mean"), js_sd=("js_divergence", "std"))
+        .reset_index()
+    )
+    long = pd.concat(
+        [
+            pd.DataFrame({"layer": per_layer["layer"], "metric": "cosine", "value": per_layer["cosine"],
+                          "spread": per_layer["cosine_sd"].fillna(0.0)}),
+            pd.DataFrame({"layer": per_layer["layer"], "metric": "js_divergence",
+                          "value": per_layer["js_divergence"], "spread": per_layer["js_sd"].fillna(0.0)}),
+        ],
+        ignore_index=True,
+    )
+    curve = figs.make(
+        "attention_by_layer",
+        lambda: layer_curve(long, x="layer", y="value", hue=None, facet="metric", err="spread",
+                            facet_order=["cosine", "js_divergence"], xlabel="layer",
+                            reference={"cosine": 1.0, "js_divergence": 0.0}, err_clip=(0.0, 1.0),
+                            min_span=0.1),
+        "Mean over the heads of each layer; the band is ±1 standard deviation across heads.",
+        "Per-layer mean cosine similarity and Jensen-Shannon divergence",
+    )
+
+    ranked = heads.sort_values(["js_divergence", "cosine"], ascending=[False, True]).head(10)
+    top = []
+    for rank, (_, row) in enumerate(ranked.iterrows(), start=1):
+        top.append({
+            "rank": rank,
+            "label": f"L{int(row['layer'])}H{int(row['head'])}",
+            "layer": int(row["layer"]),
+            "head": int(row["head"]),
+            "cosine": row["cosine"],
+            "cosine_std": row.get("cosine_std"),
+            "js": row["js_divergence"],
+            "n": row.get("n_examples"),
+        })
+    columns = [
+        ("rank", "Rank", "num"), ("label", "Head", "text"), ("layer", "Layer", "num"),
+        ("head", "Head index", "num"), ("cosine", "Cosine", "num"), ("cosine_std", "Cosine SD", "num"),
+        ("js", "JS divergence", "num"), ("n", "Examples", "num"),
+    ]
+    if "cosine_std" not in heads:
+        columns = [c for c in columns if c[0] != "cosine_std"]
+    table = {
+        "columns": [{"key": k, "label": lab, "type": t} for k, lab, t in columns],
+        "rows": [[{"text": fmt_value(r[k]) if k != "label" else r[k], "value": sort_key(r[k])}
+                  for k, _, _ in columns] for r in top],
+    }
+    if top:
+        first = top[0]
+        derived.append({"label": "Most changed head", "text": first["label"],
+                        "note": f"JS {fmt_value(first['js'], 3)}, cosine {fmt_value(first['cosine'], 3)}"})
+    derived.append({"label": "Mean attention cosine", "text": fmt_value(heads["cosine"].mean()),
+                    "note": f"over {n_layers * n_heads:,} heads"})
+    modes = unique_text(df["mode"]) if "mode" in df else None
+    return {
+        "heatmaps": [f for f in figures if f],
+        "curve": curve,
+        "top": table,
+        "facts": [
+            ("Layers × heads", f"{n_layers} × {n_heads}"),
+            ("Examples", unique_text(df["n_examples"])),
+            *([("Mode", modes)] if modes else []),
+        ],
+    }
+
+
+def build(inp: SectionInput) -> dict | None:
+    """The section's dict, or None when the run lacks its table."""
+    df = inp.table("attention_change")
+    return None if df is None else attention_section(df, inp.figures, inp.derived)
+
+
+SECTION = Section(
+    id="attention-change",
+    title="Attention change",
+    tables={
+        "attention_change": ("layer", "head", "cosine", "js_divergence", "n_examples"),
+    },
+    build=build,
+    template="sections/attention_change.html.j2",
+)

@@ -1,0 +1,81 @@
+"""Where attention goes per layer ([CLS], [SEP], punctuation, neighbours, word categories), base and tuned."""
+from __future__ import annotations
+
+import pandas as pd
+
+from bertology.report.format import sortable
+from bertology.report.sections.base import Figures, Section, SectionInput
+
+
+TARGET_LABELS = {
+    "cls": "[CLS]", "sep": "[SEP]", "punct": "punctuation", "self": "self", "prev": "previous token",
+    "next": "next token", "noun": "nouns", "verb": "verbs", "pron": "pronouns", "subject": "subjects",
+    "object": "objects", "negation": "negation", "entropy": "entropy (nats)",
+}
+
+
+def targets_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> dict:
+    """Per-layer attention to tokens and word categories, their means, and what [CLS] attends to last."""
+    from bertology.viz.figures import layer_curve
+
+    df = df.copy()
+    df["layer"] = pd.to_numeric(df["layer"], errors="coerce").astype(int)
+    per_layer = df.groupby(["model", "layer", "target"], as_index=False)["value"].mean()
+    token = [t for t in ("cls", "sep", "punct", "self", "prev", "next") if t in set(per_layer["target"])]
+    words = [t for t in ("noun", "verb", "pron", "subject", "object", "negation") if t in set(per_layer["target"])]
+    curves = []
+    for name, targets, what in (("targets_tokens", token, "special tokens, punctuation and neighbours"),
+                                ("targets_words", words, "word categories")):
+        if not targets:
+            continue
+        sub = per_layer[per_layer["target"].isin(targets)].assign(target=lambda d: d["target"].map(TARGET_LABELS))
+        curves.append(figs.make(
+            name,
+            lambda sub=sub, targets=targets: layer_curve(
+                sub, x="layer", y="value", hue="target", facet="model", facet_order=["base", "tuned"],
+                hue_order=[TARGET_LABELS[t] for t in targets], sharey=True, ylabel="share of attention",
+                title=f"Attention to {what}, mean over heads"),
+            f"Share of each query's attention that goes to {what}, averaged over heads, per layer; "
+            "left the base model, right the tuned one.",
+            f"Per-layer attention to {what}, base and tuned",
+        ))
+    wide = per_layer.pivot_table(index=["target"], columns="model", values="value", aggfunc="mean")
+    last = int(df["layer"].max())
+    rows = []
+    for target in [t for t in TARGET_LABELS if t in wide.index]:
+        base = wide.at[target, "base"] if "base" in wide.columns else None
+        tuned = wide.at[target, "tuned"] if "tuned" in wide.columns else None
+        delta = tuned - base if base is not None and tuned is not None else None
+        rows.append([TARGET_LABELS[target], base, tuned, delta])
+    table = sortable([("target", "Target", "text"), ("base", "base (mean over heads and layers)", "num"),
+                      ("tuned", "tuned", "num"), ("delta", "tuned − base", "num")], rows)
+    cls = df[(df["layer"] == last) & df["target"].str.startswith("from_cls_")]
+    cls_table = None
+    if len(cls):
+        c = cls.groupby(["target", "model"])["value"].mean().unstack("model")
+        cls_rows = [[t.removeprefix("from_cls_"), c.at[t, "base"] if "base" in c else None,
+                     c.at[t, "tuned"] if "tuned" in c else None] for t in c.index]
+        cls_table = sortable([("target", "Category", "text"), ("base", "base", "num"), ("tuned", "tuned", "num")], cls_rows)
+    sep = per_layer[(per_layer["target"] == "sep") & (per_layer["layer"] == last)].set_index("model")["value"]
+    if "tuned" in sep and "base" in sep:
+        derived.append({"label": f"Attention to [SEP], layer {last}", "text": f"{sep['base']:.2f} → {sep['tuned']:.2f}",
+                        "note": "base → tuned, mean over heads"})
+    return {"curves": [c for c in curves if c], "table": table, "cls_table": cls_table, "last_layer": last,
+            "facts": [("Layers", str(last)), ("Targets", str(df["target"].nunique()))]}
+
+
+def build(inp: SectionInput) -> dict | None:
+    """The section's dict, or None when the run lacks its table."""
+    df = inp.table("attention_targets")
+    return None if df is None else targets_section(df, inp.figures, inp.derived)
+
+
+SECTION = Section(
+    id="attention-targets",
+    title="Attention targets",
+    tables={
+        "attention_targets": ("model", "layer", "head", "target", "value"),
+    },
+    build=build,
+    template="sections/attention_targets.html.j2",
+)

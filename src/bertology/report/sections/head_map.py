@@ -1,0 +1,62 @@
+"""Every head of both models on one MDS map of attention distances, and the heads that moved most."""
+from __future__ import annotations
+
+import pandas as pd
+
+from bertology.report.format import fmt_value, sortable
+from bertology.report.sections.base import Figures, Section, SectionInput
+
+
+def head_map_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> dict:
+    """The MDS map of all heads, how far each moved, and the ten that moved most."""
+    from bertology.analyses.head_map import most_moved
+    from bertology.viz.figures import head_heatmap
+    from bertology.viz.head_map import head_map_figure
+
+    df = df.copy()
+    figures = [figs.make(
+        "head_map",
+        lambda: head_map_figure(df),
+        "Every head of both models placed by multidimensional scaling of the Jensen-Shannon distances between "
+        "their attention distributions (Clark et al. 2019, §6): circles are base heads, triangles tuned heads, "
+        "colour is the layer; lines join a head's two versions and arrows mark the heads that moved most.",
+        "Head map: MDS of head distances, base and tuned",
+    )]
+    base = df[df["model"] == "base"]
+    if len(base):
+        figures.append(figs.make(
+            "head_moved",
+            lambda: head_heatmap(base, value="moved", title="How far each head moved (JS distance)", cmap="magma_r",
+                                 vmin=0.0, colorbar_label="JS distance, base → tuned"),
+            "Jensen-Shannon distance between each head's base and tuned attention, averaged over the sampled tokens.",
+            "Per-head distance between base and tuned attention",
+        ))
+    top = most_moved(df, top=10)
+    table = sortable([("label", "Head", "text"), ("layer", "Layer", "num"), ("moved", "JS distance moved", "num")],
+                     [[r.label, int(r.layer), r.moved] for r in top.itertuples()])
+    if len(top):
+        derived.append({"label": "Head that moved most", "text": str(top.label.iloc[0]),
+                        "note": f"JS distance {top.moved.iloc[0]:.3f} between its base and tuned attention"})
+    first = df.iloc[0]
+    facts = [("Examples sampled", fmt_value(first.get("n_examples"))), ("Query tokens", fmt_value(first.get("n_tokens"))),
+             ("Distance", str(first.get("distance", "js_distance")).replace("_", " ")),
+             ("MDS stress-1", fmt_value(first.get("stress")))]
+    return {"figures": [f for f in figures if f], "table": table, "facts": facts}
+
+
+def build(inp: SectionInput) -> dict | None:
+    """The section's dict, or None when the run lacks its table."""
+    df = inp.table("head_map")
+    return None if df is None else head_map_section(df, inp.figures, inp.derived)
+
+
+SECTION = Section(
+    id="head-map",
+    title="Head map",
+    tables={
+        "head_map": ("model", "layer", "head", "x", "y", "moved", "n_examples"),
+        "head_distance": ("model_a", "layer_a", "head_a", "model_b", "layer_b", "head_b", "js_divergence"),
+    },
+    build=build,
+    template="sections/head_map.html.j2",
+)

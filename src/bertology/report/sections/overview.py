@@ -1,0 +1,172 @@
+"""The overview: which models, data and settings produced the run, its headlines, warnings and tables.
+
+It is not one of ``SECTIONS``: it is built after them (their headline cards land in
+``SectionInput.derived``) but drawn first, and it is always on the page.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bertology.report.format import flatten, fmt_value, humanize, mapping
+from bertology.report.sections.base import Section, SectionInput
+
+_MODEL_FIELDS = (
+    ("name", "Name"),
+    ("source", "Source"),
+    ("path", "Path"),
+    ("family", "Encoder family"),
+    ("model_type", "Model type"),
+    ("class", "Class"),
+    ("num_hidden_layers", "Layers"),
+    ("num_attention_heads", "Heads per layer"),
+    ("hidden_size", "Hidden size"),
+    ("is_classifier", "Classification head"),
+    ("attn_implementation", "Attention implementation"),
+    ("weights_sha256", "Weights SHA-256"),
+)
+
+_DATA_FIELDS = (
+    ("name", "Name"),
+    ("source", "Source"),
+    ("n_examples", "Examples read"),
+    ("pairs", "Sentence pairs"),
+    ("labels", "Labels"),
+    ("sha256", "Data SHA-256"),
+)
+
+_ENCODING_FIELDS = (
+    ("max_length", "Max length (tokens)"),
+    ("overlong", "Over-long inputs"),
+    ("n_input", "Examples encoded"),
+    ("n_kept", "Examples kept"),
+    ("n_skipped_overlong", "Skipped (over-long)"),
+    ("n_truncated", "Truncated"),
+    ("n_tokens", "Tokens"),
+)
+
+_RUN_FIELDS = (
+    ("kind", "Run kind"),
+    ("seed", "Seed"),
+    ("device", "Device"),
+    ("dtype", "Dtype"),
+    ("attn_implementation", "Attention implementation"),
+    ("fingerprint", "Fingerprint"),
+    ("wall_time_s", "Wall time (s)"),
+)
+
+
+def _model_rows(manifest: Mapping[str, Any]) -> tuple[list[str], list[dict]]:
+    """Model names (base, tuned, then any other) and one row per recorded field, known fields first."""
+    models = mapping(manifest.get("models"))
+    model_names = [k for k in ("base", "tuned") if k in models] + [
+        k for k in models if k not in ("base", "tuned")
+    ]
+    model_dicts = {k: mapping(models[k]) for k in model_names}
+    rows = []
+    seen = set()
+    for key, label in _MODEL_FIELDS:
+        if any(key in m for m in model_dicts.values()):
+            rows.append((key, label))
+            seen.add(key)
+    for m in model_dicts.values():
+        for key in m:
+            if key not in seen:
+                rows.append((key, humanize(key)))
+                seen.add(key)
+    model_rows = []
+    for key, label in rows:
+        cells = []
+        for name in model_names:
+            value = model_dicts[name].get(key)
+            text = fmt_value(value)
+            hashlike = isinstance(value, str) and key.endswith("sha256") and len(value) > 16
+            cells.append({"text": value[:12] + "…" if hashlike else text, "title": text if hashlike else None,
+                          "code": key in ("path", "weights_sha256", "class") or hashlike})
+        differs = len({fmt_value(model_dicts[n].get(key)) for n in model_names}) > 1
+        model_rows.append({"label": label, "cells": cells, "differs": differs})
+    return model_names, model_rows
+
+
+def _data_rows(manifest: Mapping[str, Any]) -> list[dict]:
+    """The data's provenance, then how it was encoded; skipped or truncated inputs are flagged."""
+    data = mapping(manifest.get("data"))
+    encoding = mapping(data.get("encoding"))
+    data_rows = []
+    for key, label in _DATA_FIELDS:
+        if key in data:
+            value = data[key]
+            hashlike = isinstance(value, str) and key == "sha256" and len(value) > 16
+            data_rows.append({"label": label, "text": value[:12] + "…" if hashlike else fmt_value(value),
+                              "title": fmt_value(value) if hashlike else None, "code": hashlike,
+                              "alert": False})
+    for key, value in data.items():
+        if key not in dict(_DATA_FIELDS) and key != "encoding":
+            data_rows.append({"label": humanize(key), "text": fmt_value(value), "title": None,
+                              "code": False, "alert": False})
+    for key, label in _ENCODING_FIELDS:
+        if key in encoding:
+            value = encoding[key]
+            alert = key in ("n_skipped_overlong", "n_truncated") and bool(value)
+            data_rows.append({"label": label, "text": fmt_value(value), "title": None, "code": False,
+                              "alert": alert})
+    for key, value in encoding.items():
+        if key not in dict(_ENCODING_FIELDS):
+            data_rows.append({"label": humanize(key), "text": fmt_value(value), "title": None,
+                              "code": False, "alert": False})
+    return data_rows
+
+
+def _settings(manifest: Mapping[str, Any]) -> list[dict]:
+    """Every setting that changes the numbers, in groups: the run, the configuration, the analyses."""
+    settings = []
+    run_rows = []
+    for key, label in _RUN_FIELDS:
+        if key in manifest and not isinstance(manifest[key], Mapping):
+            run_rows.append({"label": label, "text": fmt_value(manifest[key]), "code": False})
+    if run_rows:
+        settings.append({"group": "Run", "rows": run_rows})
+    for group, key in (("Configuration", "config"), ("Analysis parameters", "analyses")):
+        rows = [{"label": k, "text": fmt_value(v), "code": True}
+                for k, v in flatten(mapping(manifest.get(key)))]
+        if rows:
+            settings.append({"group": group, "rows": rows})
+    return settings
+
+
+def overview(manifest: Mapping[str, Any], listing: list[dict], warnings: list[str], derived: list[dict]) -> dict:
+    """The overview's dict: the manifest's summary first, then the sections' headline cards (``derived``)."""
+    model_names, model_rows = _model_rows(manifest)
+    summary = []
+    for key, value in flatten(mapping(manifest.get("summary"))):
+        summary.append({"label": humanize(key), "text": fmt_value(value), "note": None})
+
+    packages = [{"name": k, "version": fmt_value(v)} for k, v in mapping(manifest.get("packages")).items()]
+    raw_warnings = manifest.get("warnings") or []
+    if isinstance(raw_warnings, (str, Mapping)):
+        raw_warnings = [raw_warnings]
+    return {
+        "models": model_names,
+        "model_rows": model_rows,
+        "data_rows": _data_rows(manifest),
+        "settings": _settings(manifest),
+        "summary": summary + derived,
+        "packages": packages,
+        "warnings": [fmt_value(w) if not isinstance(w, str) else w for w in raw_warnings] + warnings,
+        "tables": listing,
+        "command": manifest.get("command"),
+    }
+
+
+def build(inp: SectionInput) -> dict:
+    """The overview of the run; call it after every other section so their headlines are in."""
+    return overview(inp.manifest, inp.listing, inp.warnings, inp.derived)
+
+
+OVERVIEW = Section(
+    id="overview",
+    title="Overview",
+    tables={},
+    build=build,
+    template="sections/overview.html.j2",
+)
