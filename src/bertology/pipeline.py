@@ -199,39 +199,9 @@ def compare(
     run_dir, resuming = opened.dir, opened.resumed
 
     analyses = build_analyses(config, pair, corpus, encoded, specs)
-    results: dict[str, Result] = {}
-    done = [spec.name for spec in specs if resuming and run_dir.has_table(spec.name)]
-    for spec in specs:
-        if spec.name in done:
-            logger.info("resuming: %s already computed in %s", spec.name, run_dir.path)
-            results.update(_read_back(run_dir, spec.tables))
-    todo = [a for a in analyses if a.name not in done]
-
-    enc = encoded.describe()
-    if enc["n_skipped_overlong"]:
-        warnings.append(f"{enc['n_skipped_overlong']} of {enc['n_input']} examples were longer than {enc['max_length']} tokens and were skipped.")
-    if enc["n_truncated"]:
-        warnings.append(f"{enc['n_truncated']} of {enc['n_input']} examples were truncated to {enc['max_length']} tokens.")
-    for key, what in DROPPED_WHILE_READING.items():
-        if corpus.stats.get(key):
-            warnings.append(f"While reading the data, {corpus.stats[key]} {what}.")
-
-    span_params = None
-    run_spans = spans is not None and "relation_heads" not in done
-    if spans is not None:
-        span_analysis, span_encoded = _span_analysis(config, pair, spans, max_length)
-        span_params = {**span_analysis.params(), "file": config.relations, **spans[0].stats}
-    computed: dict[str, Result] = {}
-    if todo:
-        _extract(pair, encoded, todo, config, progress)
-        for a in todo:
-            computed.update((res.name, res) for res in a.results())
-    if run_spans:
-        _extract(pair, span_encoded, [span_analysis], config, progress, label="user relations")
-        computed["relation_heads"] = _with_user_relations(computed.get("relation_heads"), span_analysis.compute())
-    for res in computed.values():
-        write_table(run_dir.path, res.name, res.table)
-        results[res.name] = res
+    warnings += encoding_warnings(encoded, corpus)
+    results, done, span_params = _stream(config, pair, encoded, analyses, specs, spans, max_length, run_dir, resuming,
+                                         progress)
 
     for res in extra_results or []:
         write_table(run_dir.path, res.name, res.table)
@@ -256,7 +226,7 @@ def compare(
         **manifest_header("compare", fingerprint),
         "config": config.to_dict(),
         "models": pair.describe(),
-        "data": {**corpus.describe(), "encoding": enc},
+        "data": {**corpus.describe(), "encoding": encoded.describe()},
         **({"ood_data": ood.describe()} if ood is not None else {}),
         "analyses": sections,
         "seed": config.seed,
@@ -277,6 +247,53 @@ def compare(
 
         report_path = render_report(run_dir.path)
     return CompareRun(run_dir.path, results, manifest, report_path, done)
+
+
+def encoding_warnings(encoded: EncodedCorpus, corpus: Corpus) -> list[str]:
+    """What the reader and the tokeniser dropped or cut, said once in the manifest and the report."""
+    enc = encoded.describe()
+    out = []
+    if enc["n_skipped_overlong"]:
+        out.append(f"{enc['n_skipped_overlong']} of {enc['n_input']} examples were longer than {enc['max_length']} tokens and were skipped.")
+    if enc["n_truncated"]:
+        out.append(f"{enc['n_truncated']} of {enc['n_input']} examples were truncated to {enc['max_length']} tokens.")
+    out += [f"While reading the data, {corpus.stats[key]} {what}." for key, what in DROPPED_WHILE_READING.items()
+            if corpus.stats.get(key)]
+    return out
+
+
+def _stream(
+    config: CompareConfig, pair: ModelPair, encoded: EncodedCorpus, analyses: list[Analysis], specs: Sequence[AnalysisSpec],
+    spans, max_length: int, run_dir: RunDirectory, resuming: bool, progress: bool,
+) -> tuple[dict[str, Result], list[str], dict | None]:
+    """The streaming analyses: finished tables read back, the rest computed in one pass and written.
+
+    Returns the results by table name, the analyses resumed, and the user relations' manifest
+    section (their texts are a corpus of their own, streamed after the main one).
+    """
+    results: dict[str, Result] = {}
+    done = [spec.name for spec in specs if resuming and run_dir.has_table(spec.name)]
+    for spec in specs:
+        if spec.name in done:
+            logger.info("resuming: %s already computed in %s", spec.name, run_dir.path)
+            results.update(_read_back(run_dir, spec.tables))
+    todo = [a for a in analyses if a.name not in done]
+    span_params = None
+    if spans is not None:
+        span_analysis, span_encoded = _span_analysis(config, pair, spans, max_length)
+        span_params = {**span_analysis.params(), "file": config.relations, **spans[0].stats}
+    computed: dict[str, Result] = {}
+    if todo:
+        _extract(pair, encoded, todo, config, progress)
+        for a in todo:
+            computed.update((res.name, res) for res in a.results())
+    if spans is not None and "relation_heads" not in done:
+        _extract(pair, span_encoded, [span_analysis], config, progress, label="user relations")
+        computed["relation_heads"] = _with_user_relations(computed.get("relation_heads"), span_analysis.compute())
+    for res in computed.values():
+        write_table(run_dir.path, res.name, res.table)
+        results[res.name] = res
+    return results, done, span_params
 
 
 def _read_back(run_dir: RunDirectory, tables: Sequence[str]) -> dict[str, Result]:
