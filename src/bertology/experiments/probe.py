@@ -55,6 +55,7 @@ from bertology.errors import BertologyError
 from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec, jsonable
 from bertology.metrics.trees import check_heads, score_depths, score_distances, tree_depths, tree_distances
 from bertology.progress import stage_bars
+from bertology.results import atomic_write
 
 if TYPE_CHECKING:
     from bertology.results import Result
@@ -389,13 +390,7 @@ def _cached_features(path: Path | None, key: str, compute: Callable[[], torch.Te
             logger.warning("ignoring unreadable feature cache %s (%s)", path, err)
     x = compute()
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            save_file({"features": x.contiguous()}, str(tmp), metadata={"fingerprint": key})
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        atomic_write(path, lambda p: save_file({"features": x.contiguous()}, str(p), metadata={"fingerprint": key}))
     return x, False
 
 
@@ -712,10 +707,7 @@ def fit_probes(
         tr.end_epoch(dev_loss)
         epoch_seconds.append(time.perf_counter() - te)
         if checkpoint is not None:
-            checkpoint.parent.mkdir(parents=True, exist_ok=True)
-            tmp = checkpoint.with_name(f".{checkpoint.name}.tmp")
-            torch.save({"tag": tag, "state": tr.state()}, tmp)
-            os.replace(tmp, checkpoint)
+            atomic_write(checkpoint, lambda p: torch.save({"tag": tag, "state": tr.state()}, p))
         if on_epoch is not None:
             on_epoch(tr.epoch, int(tr.active.sum()))
     return ProbeStack(

@@ -9,10 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
-import tempfile
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from bertology.data.encode import EncodedCorpus
 from bertology.errors import BertologyError
 from bertology.models import sites
 from bertology.models.hooks import on_layers
+from bertology.results import atomic_write, atomic_write_text, read_json_key
 
 logger = logging.getLogger(__name__)
 
@@ -126,18 +125,6 @@ def make_batches(
 # --------------------------------------------------------------------------------------------------
 
 
-def _atomic_save(path: Path, write: Callable[[Path], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 class ProgressStore:
     """Finished units of a sweep (per-example arrays), one atomically written ``.npz`` each.
 
@@ -152,17 +139,11 @@ class ProgressStore:
         if self.folder is None:
             return
         meta = self.folder / "progress.json"
-        old = None
-        if meta.exists():
-            try:
-                old = json.loads(meta.read_text(encoding="utf-8")).get("fingerprint")
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                old = None
-        if old != fingerprint:
+        if read_json_key(meta, "fingerprint") != fingerprint:
             if (self.folder / "units").exists():
                 logger.info("discarding finished units of another sweep in %s", self.folder)
                 shutil.rmtree(self.folder / "units")
-            _atomic_save(meta, lambda p: p.write_text(json.dumps({"fingerprint": fingerprint, "version": 1}), encoding="utf-8"))
+            atomic_write_text(meta, json.dumps({"fingerprint": fingerprint, "version": 1}))
         for f in (self.folder / "units").glob(".*.tmp"):  # left by a kill in the middle of a write
             f.unlink(missing_ok=True)
         for f in sorted((self.folder / "units").glob("*.npz")):
@@ -181,7 +162,7 @@ class ProgressStore:
     def save(self, key: str, **arrays: np.ndarray) -> None:
         self.memory[key] = {k: np.asarray(v) for k, v in arrays.items()}
         if self.folder is not None:
-            _atomic_save(self.folder / "units" / f"{key}.npz", lambda p: _savez(p, arrays))
+            atomic_write(self.folder / "units" / f"{key}.npz", lambda p: _savez(p, arrays))
 
 
 def _savez(path: Path, arrays: dict) -> None:
