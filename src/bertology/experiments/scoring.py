@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from bertology.data.batching import collate, length_batches
-from bertology.data.corpus import Corpus
+from bertology.data.corpus import Corpus, require_labels
 from bertology.data.encode import EncodedCorpus
 from bertology.errors import BertologyError
 from bertology.models import sites
@@ -37,13 +37,7 @@ def label_ids_for(corpus: Corpus, model: torch.nn.Module, *, what: str = "data")
 
     A model whose labels are the generic ``LABEL_0 .. LABEL_{k-1}`` also accepts the labels ``0 .. k-1``.
     """
-    missing = [i for i, ex in enumerate(corpus) if ex.label is None]
-    if missing:
-        shown = ", ".join(str(i) for i in missing[:5]) + (" ..." if len(missing) > 5 else "")
-        raise BertologyError(
-            f"Ablation needs labelled data, but {len(missing)} of {len(corpus)} examples in the {what} "
-            f"({corpus.source}) have no label (rows {shown}). Name the label column with --label-column."
-        )
+    require_labels(corpus, "Ablation needs labelled data", what)
     cfg = model.config
     label2id = {str(k): int(v) for k, v in (getattr(cfg, "label2id", None) or {}).items()}
     num_labels = int(getattr(cfg, "num_labels", len(label2id)) or len(label2id))
