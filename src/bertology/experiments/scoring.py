@@ -10,7 +10,7 @@ import hashlib
 import json
 import logging
 import shutil
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,6 +112,28 @@ def make_batches(
         masks.append(t["mask"].to(dev))
         labels.append(torch.from_numpy(y[pos]).to(dev))
     return Batches(inputs, positions, masks, labels, y, len(encoded.items))
+
+
+def classifier_batches(
+    model: torch.nn.Module,
+    encoded: EncodedCorpus,
+    label_ids: np.ndarray | Sequence[int],
+    *,
+    batch_size: int,
+    pad_id: int,
+    device: torch.device | str,
+) -> Batches:
+    """Check the classifier, put it on ``device`` in eval mode and collate the corpus for it, once.
+
+    The setup ablation and head importance share before their first forward pass.
+    """
+    check_classifier(model)
+    dev = torch.device(device)
+    model.to(dev).eval()
+    return make_batches(
+        encoded, np.asarray(label_ids, dtype=np.int64), batch_size=batch_size, pad_id=pad_id,
+        use_token_types=sites.uses_token_types(model), device=dev,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
