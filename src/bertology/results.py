@@ -6,6 +6,7 @@ leaves a half-written table, and a run directory refuses to mix two different ru
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import platform
 import tempfile
@@ -38,7 +39,12 @@ class Result:
         return f"<h4>{self.name}</h4>" + self.table.head(50).to_html(index=False, escape=True)
 
 
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Let ``write`` fill a temp file beside ``path``, then move it into place with ``os.replace``.
+
+    The one "temp file, then replace" helper: a reader never sees a half-written file, and a failed
+    or interrupted ``write`` leaves the old file (if any) and no temp file behind.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -53,15 +59,28 @@ def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write text to ``path`` atomically."""
-    _atomic_write(Path(path), lambda p: p.write_text(text, encoding="utf-8"))
+    atomic_write(Path(path), lambda p: p.write_text(text, encoding="utf-8"))
+
+
+def read_json_key(path: Path, key: str) -> object | None:
+    """``key`` of the JSON object in ``path``; ``None`` when the file is missing, unreadable or lacks it.
+
+    Used to read back a folder's fingerprint, where a torn or foreign file simply means "not ours".
+    """
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get(key)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
 
 
 def write_table(run_dir: str | Path, name: str, df: pd.DataFrame) -> tuple[Path, Path]:
     """Write ``tables/<name>.parquet`` and ``.csv`` atomically."""
     tables = Path(run_dir) / "tables"
     pq, csv = tables / f"{name}.parquet", tables / f"{name}.csv"
-    _atomic_write(pq, lambda p: df.to_parquet(p, index=False))
-    _atomic_write(csv, lambda p: df.to_csv(p, index=False))
+    atomic_write(pq, lambda p: df.to_parquet(p, index=False))
+    atomic_write(csv, lambda p: df.to_csv(p, index=False))
     return pq, csv
 
 

@@ -8,7 +8,6 @@ fingerprint, so a store is never read back against other models or data.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from bertology.activations.batch import PairBatch
 from bertology.data.encode import EncodedCorpus
 from bertology.errors import BertologyError
 from bertology.models.pair import ModelPair
-from bertology.results import atomic_write_text, now_iso
+from bertology.results import atomic_write, atomic_write_text, now_iso
 
 STORE_VERSION = 1
 
@@ -100,9 +99,7 @@ class ActivationStore:
             for layer, h in enumerate(cap.hidden_states):
                 tensors[f"{side}.{layer}"] = h[rows, cols].to(torch.float16 if self.dtype == "float16" else torch.float32).cpu().numpy()
         name = f"shard-{len(self.manifest['shards']):05d}.safetensors"
-        tmp = self.path / f".{name}.tmp"
-        save_file(tensors, str(tmp))
-        os.replace(tmp, self.path / name)
+        atomic_write(self.path / name, lambda p: save_file(tensors, str(p)))
         self.manifest["shards"].append({"file": name, "n_tokens": int(len(rows))})
         self._write_manifest()
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,21 +129,14 @@ class PatternClassifier:
         """Write ``pattern_cnn.safetensors`` and ``pattern_cnn.json`` into ``folder`` (atomically each)."""
         from safetensors.torch import save as st_save
 
-        from bertology.results import atomic_write_text
+        from bertology.results import atomic_write, atomic_write_text
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         weights = folder / WEIGHTS_FILE
         data = st_save({k: v.detach().contiguous() for k, v in self.model.state_dict().items()},
                        metadata={"format": FORMAT})
-        fd, tmp = tempfile.mkstemp(prefix=f".{WEIGHTS_FILE}.", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, weights)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(weights, lambda p: p.write_bytes(data))
         self.path, self.sha256 = str(weights.resolve()), hashlib.sha256(data).hexdigest()
         meta = dict(self.metadata)
         meta.update(format=FORMAT, version=1, classes=list(self.classes), input_size=self.size,

@@ -39,7 +39,7 @@ within (model, relation, direction); ties share the lower rank). Relations with 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import pandas as pd
@@ -59,7 +59,52 @@ DIRECTIONS = ("dep->head", "head->dep")
 ALL = "all"
 
 
-class RelationHeads(Analysis):
+class ArgmaxHeads(Analysis):
+    """What the dependency and the span relation heads share: settings, hit counters, params and table.
+
+    Both count, per relation, model, direction, layer and head, how often an attention argmax lands on
+    a target, next to a fixed-offset baseline; only how pairs are found and scored differs.
+    """
+
+    #: The two directions a relation is scored in, first axis after the model of ``correct``.
+    directions: ClassVar[tuple[str, str]] = DIRECTIONS
+
+    def _setup(
+        self, num_layers: int, num_heads: int, to_method: Pooling, from_method: Pooling, offsets: Iterable[int],
+        min_count: int, n_relations: int,
+    ) -> None:
+        """Store the settings (offset 0 dropped, at least one left) and zero the counters of ``n_relations``."""
+        self.num_layers, self.num_heads = int(num_layers), int(num_heads)
+        self.to_method, self.from_method = to_method, from_method
+        self.offsets = tuple(int(k) for k in offsets if int(k) != 0)
+        if not self.offsets:
+            raise ValueError("offsets must contain at least one non-zero offset")
+        self.min_count = int(min_count)
+        R, L, H, K = n_relations, self.num_layers, self.num_heads, len(self.offsets)
+        self.correct = np.zeros((R, len(MODELS), len(self.directions), L, H), dtype=np.int64)
+        self.baseline_correct = np.zeros((R, len(self.directions), K), dtype=np.int64)
+        self.n = np.zeros(R, dtype=np.int64)
+
+    def _shared_params(self) -> dict:
+        """The settings :meth:`_setup` stored, as ``params`` reports them (the first keys, in this order)."""
+        return {
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "to_method": self.to_method,
+            "from_method": self.from_method,
+            "offsets": list(self.offsets),
+            "min_count": self.min_count,
+        }
+
+    def _table(self, keep: list[int], kind: str) -> pd.DataFrame:
+        """:func:`relation_table` of the counters, for the relations ``keep``."""
+        return relation_table(
+            self.relations, keep, self.n, self.correct, self.baseline_correct, self.offsets, self.directions,
+            self.num_layers, self.num_heads, kind=kind,
+        )
+
+
+class RelationHeads(ArgmaxHeads):
     """Per head and relation: how often the argmax of word-level attention hits the gold head/dependent."""
 
     name = "relation_heads"
@@ -81,19 +126,10 @@ class RelationHeads(Analysis):
         if min_count < 1:
             raise ValueError(f"min_count must be at least 1, not {min_count}")
         self.corpus = corpus
-        self.num_layers, self.num_heads = int(num_layers), int(num_heads)
-        self.to_method, self.from_method = to_method, from_method
-        self.offsets = tuple(int(k) for k in offsets if int(k) != 0)
-        if not self.offsets:
-            raise ValueError("offsets must contain at least one non-zero offset")
-        self.min_count = int(min_count)
+        self._setup(num_layers, num_heads, to_method, from_method, offsets, min_count, n_relations=0)
         self.reverse = reverse
         self.relations: list[str] = []  # relation names, index = first axis of the accumulators
         self._rel_index: dict[str, int] = {}
-        L, H, K = self.num_layers, self.num_heads, len(self.offsets)
-        self.correct = np.zeros((0, len(MODELS), len(DIRECTIONS), L, H), dtype=np.int64)
-        self.baseline_correct = np.zeros((0, len(DIRECTIONS), K), dtype=np.int64)
-        self.n = np.zeros(0, dtype=np.int64)
         self.n_examples = 0
         self.n_skipped_no_tree = 0
         self.n_root = 0
@@ -102,12 +138,7 @@ class RelationHeads(Analysis):
 
     def params(self) -> dict:
         return {
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "to_method": self.to_method,
-            "from_method": self.from_method,
-            "offsets": list(self.offsets),
-            "min_count": self.min_count,
+            **self._shared_params(),
             "reverse": self.reverse,
             "relation_label": "full deprel",
             "exclude": "special tokens, self",
@@ -258,10 +289,7 @@ class RelationHeads(Analysis):
             )
         keep = [i for i, r in enumerate(self.relations) if self.n[i] >= self.min_count]
         dropped = {self.relations[i]: int(self.n[i]) for i in range(len(self.relations)) if i not in keep}
-        df = relation_table(
-            self.relations, keep, self.n, self.correct, self.baseline_correct, self.offsets, DIRECTIONS,
-            self.num_layers, self.num_heads, kind="dependency",
-        )
+        df = self._table(keep, kind="dependency")
         provenance = {
             **self.params(),
             "n_examples": self.n_examples,

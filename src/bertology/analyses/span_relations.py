@@ -25,8 +25,7 @@ import numpy as np
 import torch
 
 from bertology.activations.batch import PairBatch
-from bertology.analyses.base import Analysis
-from bertology.analyses.relation_heads import MODELS, relation_table
+from bertology.analyses.relation_heads import ArgmaxHeads
 from bertology.data.align import Pooling, word_attention
 from bertology.data.spans import SpanRelation
 from bertology.results import Result
@@ -51,11 +50,12 @@ def span_units(word_ids: np.ndarray, source: Sequence[int], n_words: int) -> tup
     return units, u, word_unit
 
 
-class SpanRelationHeads(Analysis):
+class SpanRelationHeads(ArgmaxHeads):
     """Per head and user relation: how often the argmax of span attention lands in a target span."""
 
     name = "relation_heads"
     requires = frozenset({"attentions"})
+    directions = DIRECTIONS
 
     def __init__(
         self,
@@ -70,29 +70,15 @@ class SpanRelationHeads(Analysis):
         self.by_example: dict[int, list[SpanRelation]] = {}
         for r in relations:
             self.by_example.setdefault(r.example, []).append(r)
-        self.num_layers, self.num_heads = int(num_layers), int(num_heads)
-        self.to_method, self.from_method = to_method, from_method
-        self.offsets = tuple(int(k) for k in offsets if int(k) != 0)
-        if not self.offsets:
-            raise ValueError("offsets must contain at least one non-zero offset")
-        self.min_count = int(min_count)
         self.relations: list[str] = sorted({r.relation for r in relations})
         self._rel_index = {r: i for i, r in enumerate(self.relations)}
-        R, L, H, K = len(self.relations), self.num_layers, self.num_heads, len(self.offsets)
-        self.correct = np.zeros((R, len(MODELS), len(DIRECTIONS), L, H), dtype=np.int64)
-        self.baseline_correct = np.zeros((R, len(DIRECTIONS), K), dtype=np.int64)
-        self.n = np.zeros(R, dtype=np.int64)
+        self._setup(num_layers, num_heads, to_method, from_method, offsets, min_count, n_relations=len(self.relations))
         self.n_unscored = 0
         self.n_examples = 0
 
     def params(self) -> dict:
         return {
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "to_method": self.to_method,
-            "from_method": self.from_method,
-            "offsets": list(self.offsets),
-            "min_count": self.min_count,
+            **self._shared_params(),
             "relations": self.relations,
             "exclude": "special tokens, the from span",
         }
@@ -160,10 +146,7 @@ class SpanRelationHeads(Analysis):
         if self.n.sum() == 0:
             raise ValueError(f"no relation instance could be scored ({self.n_unscored} lost to truncation)")
         keep = [i for i in range(len(self.relations)) if self.n[i] >= self.min_count]
-        table = relation_table(
-            self.relations, keep, self.n, self.correct, self.baseline_correct, self.offsets, DIRECTIONS,
-            self.num_layers, self.num_heads, kind="span",
-        )
+        table = self._table(keep, kind="span")
         provenance = {
             **self.params(),
             "n_examples": self.n_examples,

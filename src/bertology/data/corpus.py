@@ -10,6 +10,8 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from bertology.errors import BertologyError
+
 
 @dataclass(frozen=True)
 class Example:
@@ -145,3 +147,18 @@ class Corpus:
             for i, t in enumerate(texts)
         ]
         return cls(examples, name=name)
+
+
+def require_labels(corpus: Corpus, needs: str, where: str, lack: str = "no label") -> None:
+    """Raise one clear error, naming the first unlabelled rows, when any example of ``corpus`` has no label.
+
+    Ablation and fine-tuning both need every label; ``needs`` opens the message, ``where`` names the
+    data and ``lack`` says what the rows lack, so each keeps its own wording.
+    """
+    missing = [i for i, ex in enumerate(corpus) if ex.label is None]
+    if missing:
+        shown = ", ".join(str(i) for i in missing[:5]) + (" ..." if len(missing) > 5 else "")
+        raise BertologyError(
+            f"{needs}, but {len(missing)} of {len(corpus)} examples in the {where} ({corpus.source}) "
+            f"have {lack} (rows {shown}). Name the label column with --label-column."
+        )

@@ -74,6 +74,7 @@ from bertology.experiments.scoring import (  # noqa: F401  (re-exported: the abl
     _MeanAccumulator,
     _record,
     check_classifier,
+    classifier_batches,
     fingerprint_of,
     head_means,
     label_ids_for,
@@ -422,14 +423,8 @@ def run_ablation(
     check_mode(mode)
     if method not in ("cached", "naive"):
         raise ValueError(f"method must be 'cached' or 'naive', not {method!r}")
-    check_classifier(model)
     t0 = time.perf_counter()
-    dev = torch.device(device)
-    model.to(dev).eval()
-    label_ids = np.asarray(label_ids, dtype=np.int64)
-    batches = make_batches(
-        encoded, label_ids, batch_size=batch_size, pad_id=pad_id, use_token_types=sites.uses_token_types(model), device=dev
-    )
+    batches = classifier_batches(model, encoded, label_ids, batch_size=batch_size, pad_id=pad_id, device=device)
     n_layers, n_heads = sites.num_layers(model), sites.num_heads(model)
     if method == "cached" and not sites.adapter(model).cached_sweep:
         logger.info("ablation: %s blocks cannot be bypassed or replayed; using the plain sweep", sites.adapter(model).family)

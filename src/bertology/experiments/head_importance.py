@@ -37,10 +37,9 @@ from bertology.experiments.scoring import (
     Batches,
     ProgressStore,
     _record,
-    check_classifier,
+    classifier_batches,
     fingerprint_of,
     head_means,
-    make_batches,
 )
 from bertology.data.encode import EncodedCorpus
 from bertology.errors import BertologyError
@@ -185,13 +184,7 @@ def run_head_importance(
     bad = [o for o in orders if o not in ORDERS]
     if bad:
         raise BertologyError(f"Unknown pruning order(s) {bad}; choose from {', '.join(ORDERS)}.")
-    check_classifier(model)
-    dev = torch.device(device)
-    model.to(dev).eval()
-    batches = make_batches(
-        encoded, np.asarray(label_ids, dtype=np.int64), batch_size=batch_size, pad_id=pad_id,
-        use_token_types=sites.uses_token_types(model), device=dev,
-    )
+    batches = classifier_batches(model, encoded, label_ids, batch_size=batch_size, pad_id=pad_id, device=device)
     n_layers, n_heads = sites.num_layers(model), sites.num_heads(model)
     total = n_layers * n_heads
     counts = _steps(total, step_fraction)

@@ -40,7 +40,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -55,6 +55,7 @@ from bertology.errors import BertologyError
 from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec, jsonable
 from bertology.metrics.trees import check_heads, score_depths, score_distances, tree_depths, tree_distances
 from bertology.progress import stage_bars
+from bertology.results import atomic_write
 
 if TYPE_CHECKING:
     from bertology.results import Result
@@ -389,13 +390,7 @@ def _cached_features(path: Path | None, key: str, compute: Callable[[], torch.Te
             logger.warning("ignoring unreadable feature cache %s (%s)", path, err)
     x = compute()
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            save_file({"features": x.contiguous()}, str(tmp), metadata={"fingerprint": key})
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        atomic_write(path, lambda p: save_file({"features": x.contiguous()}, str(p), metadata={"fingerprint": key}))
     return x, False
 
 
@@ -644,16 +639,26 @@ class _StackTrainer:
                 setattr(self, k, v)
 
 
+def _projected_batches(
+    weights: torch.Tensor, layout: _Layout, feats: Mapping[str, torch.Tensor], trees: TreeSet, batch_size: int, device
+) -> Iterator[tuple[list[int], dict, torch.Tensor]]:
+    """A split in batches of similar length: each batch's sentence ids, its tensors and every probe's output.
+
+    The one pass that the dev loss and the test scores share (the caller decides about gradients).
+    """
+    order = np.argsort(trees.lengths, kind="stable")
+    for s in range(0, len(order), batch_size):
+        idx = order[s : s + batch_size].tolist()
+        batch = _batch_tensors(trees, idx, device)
+        x = _gather(feats, layout.slots, batch["words"], device)
+        yield idx, batch, layout.project(weights, x)
+
+
 def _dataset_loss(weights, layout: _Layout, feats, trees, batch_size, device) -> np.ndarray:
     """Mean per-sentence loss of every probe over a split (batch-independent), ``[P]``."""
     total = torch.zeros(len(layout.kinds), dtype=torch.float64)
-    order = np.argsort(trees.lengths, kind="stable")
     with torch.inference_mode():
-        for s in range(0, len(order), batch_size):
-            idx = order[s : s + batch_size].tolist()
-            batch = _batch_tensors(trees, idx, device)
-            x = _gather(feats, layout.slots, batch["words"], device)
-            y = layout.project(weights, x)
+        for idx, batch, y in _projected_batches(weights, layout, feats, trees, batch_size, device):
             total += probe_losses(y, layout.kinds, batch).double().cpu() * len(idx)
     return (total / len(trees)).numpy()
 
@@ -712,10 +717,7 @@ def fit_probes(
         tr.end_epoch(dev_loss)
         epoch_seconds.append(time.perf_counter() - te)
         if checkpoint is not None:
-            checkpoint.parent.mkdir(parents=True, exist_ok=True)
-            tmp = checkpoint.with_name(f".{checkpoint.name}.tmp")
-            torch.save({"tag": tag, "state": tr.state()}, tmp)
-            os.replace(tmp, checkpoint)
+            atomic_write(checkpoint, lambda p: torch.save({"tag": tag, "state": tr.state()}, p))
         if on_epoch is not None:
             on_epoch(tr.epoch, int(tr.active.sum()))
     return ProbeStack(
@@ -742,13 +744,9 @@ def evaluate_probes(
     kinds = layout.kinds
     w = stack.weights.to(dev)
     preds: list[list[np.ndarray]] = [[None] * len(trees) for _ in keys]  # type: ignore[list-item]
-    order = np.argsort(trees.lengths, kind="stable")
     with torch.inference_mode():
-        for s in range(0, len(order), batch_size):
-            idx = order[s : s + batch_size].tolist()
-            batch = _batch_tensors(trees, idx, dev)
-            x = _gather(feats, layout.slots, batch["words"], dev)
-            pred = predict(layout.project(w, x), kinds, batch).cpu().numpy()
+        for idx, batch, y in _projected_batches(w, layout, feats, trees, batch_size, dev):
+            pred = predict(y, kinds, batch).cpu().numpy()
             for b, i in enumerate(idx):
                 n = len(trees.words[i])
                 for p, kind in enumerate(kinds):

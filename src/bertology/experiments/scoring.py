@@ -9,10 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
-import tempfile
-from collections.abc import Callable, Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,11 +19,12 @@ import torch
 import torch.nn.functional as F
 
 from bertology.data.batching import collate, length_batches
-from bertology.data.corpus import Corpus
+from bertology.data.corpus import Corpus, require_labels
 from bertology.data.encode import EncodedCorpus
 from bertology.errors import BertologyError
 from bertology.models import sites
 from bertology.models.hooks import on_layers
+from bertology.results import atomic_write, atomic_write_text, read_json_key
 
 logger = logging.getLogger(__name__)
 
@@ -38,13 +37,7 @@ def label_ids_for(corpus: Corpus, model: torch.nn.Module, *, what: str = "data")
 
     A model whose labels are the generic ``LABEL_0 .. LABEL_{k-1}`` also accepts the labels ``0 .. k-1``.
     """
-    missing = [i for i, ex in enumerate(corpus) if ex.label is None]
-    if missing:
-        shown = ", ".join(str(i) for i in missing[:5]) + (" ..." if len(missing) > 5 else "")
-        raise BertologyError(
-            f"Ablation needs labelled data, but {len(missing)} of {len(corpus)} examples in the {what} "
-            f"({corpus.source}) have no label (rows {shown}). Name the label column with --label-column."
-        )
+    require_labels(corpus, "Ablation needs labelled data", what)
     cfg = model.config
     label2id = {str(k): int(v) for k, v in (getattr(cfg, "label2id", None) or {}).items()}
     num_labels = int(getattr(cfg, "num_labels", len(label2id)) or len(label2id))
@@ -121,21 +114,31 @@ def make_batches(
     return Batches(inputs, positions, masks, labels, y, len(encoded.items))
 
 
+def classifier_batches(
+    model: torch.nn.Module,
+    encoded: EncodedCorpus,
+    label_ids: np.ndarray | Sequence[int],
+    *,
+    batch_size: int,
+    pad_id: int,
+    device: torch.device | str,
+) -> Batches:
+    """Check the classifier, put it on ``device`` in eval mode and collate the corpus for it, once.
+
+    The setup ablation and head importance share before their first forward pass.
+    """
+    check_classifier(model)
+    dev = torch.device(device)
+    model.to(dev).eval()
+    return make_batches(
+        encoded, np.asarray(label_ids, dtype=np.int64), batch_size=batch_size, pad_id=pad_id,
+        use_token_types=sites.uses_token_types(model), device=dev,
+    )
+
+
 # --------------------------------------------------------------------------------------------------
 # Progress store (resumable sweeps)
 # --------------------------------------------------------------------------------------------------
-
-
-def _atomic_save(path: Path, write: Callable[[Path], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class ProgressStore:
@@ -152,17 +155,11 @@ class ProgressStore:
         if self.folder is None:
             return
         meta = self.folder / "progress.json"
-        old = None
-        if meta.exists():
-            try:
-                old = json.loads(meta.read_text(encoding="utf-8")).get("fingerprint")
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                old = None
-        if old != fingerprint:
+        if read_json_key(meta, "fingerprint") != fingerprint:
             if (self.folder / "units").exists():
                 logger.info("discarding finished units of another sweep in %s", self.folder)
                 shutil.rmtree(self.folder / "units")
-            _atomic_save(meta, lambda p: p.write_text(json.dumps({"fingerprint": fingerprint, "version": 1}), encoding="utf-8"))
+            atomic_write_text(meta, json.dumps({"fingerprint": fingerprint, "version": 1}))
         for f in (self.folder / "units").glob(".*.tmp"):  # left by a kill in the middle of a write
             f.unlink(missing_ok=True)
         for f in sorted((self.folder / "units").glob("*.npz")):
@@ -181,7 +178,7 @@ class ProgressStore:
     def save(self, key: str, **arrays: np.ndarray) -> None:
         self.memory[key] = {k: np.asarray(v) for k, v in arrays.items()}
         if self.folder is not None:
-            _atomic_save(self.folder / "units" / f"{key}.npz", lambda p: _savez(p, arrays))
+            atomic_write(self.folder / "units" / f"{key}.npz", lambda p: _savez(p, arrays))
 
 
 def _savez(path: Path, arrays: dict) -> None:

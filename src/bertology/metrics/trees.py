@@ -19,7 +19,7 @@ Conventions
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -224,16 +224,10 @@ def score_distances(
 
     ``golds`` (the gold distance matrices) may be passed to skip recomputing them from ``heads``.
     """
-    found = total = n = 0
-    spr = SpearmanByLength(lengths)
-    for k, (pred, h, keep) in enumerate(zip(predictions, heads, keeps)):
-        pred = np.asarray(pred, dtype=np.float64)
-        gold = tree_distances(h) if golds is None else golds[k]
-        f, t = uuas_counts(pred, h, keep)
-        found, total, n = found + f, total + t, n + 1
-        spr.add(len(gold), distance_spearman_per_word(pred, gold))
-    return {"uuas": found / total if total else float("nan"), "dspr": spr.score(), "n_sentences": n,
-            "n_edges": total}
+    found, total, n, dspr = _corpus_scores(
+        predictions, heads, keeps, golds, tree_distances, uuas_counts, distance_spearman_per_word, lengths
+    )
+    return {"uuas": found / total if total else float("nan"), "dspr": dspr, "n_sentences": n, "n_edges": total}
 
 
 def score_depths(
@@ -247,14 +241,38 @@ def score_depths(
 
     ``golds`` (the gold depths) may be passed to skip recomputing them from ``heads``.
     """
-    correct = counted = n = 0
+    correct, counted, n, nspr = _corpus_scores(
+        predictions, heads, keeps, golds, tree_depths, _root_counts, depth_spearman_per_word, lengths
+    )
+    return {"root_acc": correct / counted if counted else float("nan"), "nspr": nspr, "n_sentences": n}
+
+
+def _root_counts(depths: np.ndarray, heads: Sequence[int], keep: Sequence[bool] | np.ndarray | None) -> tuple[int, int]:
+    """``(1 if the root is right, 1)`` for one sentence, ``(0, 0)`` when it has no kept word (not counted)."""
+    ok = root_correct(depths, heads, keep)
+    return (0, 0) if ok is None else (int(ok), 1)
+
+
+def _corpus_scores(
+    predictions: Sequence[np.ndarray],
+    heads: Sequence[Sequence[int]],
+    keeps: Sequence[np.ndarray | None],
+    golds: Sequence[np.ndarray] | None,
+    gold_of: Callable[[Sequence[int]], np.ndarray],
+    counts: Callable[[np.ndarray, Sequence[int], np.ndarray | None], tuple[int, int]],
+    spearman: Callable[[np.ndarray, np.ndarray], float | np.ndarray],
+    lengths: tuple[int, int],
+) -> tuple[int, int, int, float]:
+    """The corpus loop both probes share: summed ``counts`` (hits, out of), sentences, Spearman by length.
+
+    Each prediction is read as float64; its gold is ``golds[k]`` when given, else ``gold_of(heads)``.
+    """
+    hits = total = n = 0
     spr = SpearmanByLength(lengths)
     for k, (pred, h, keep) in enumerate(zip(predictions, heads, keeps)):
         pred = np.asarray(pred, dtype=np.float64)
-        gold = tree_depths(h) if golds is None else golds[k]
-        ok = root_correct(pred, h, keep)
-        if ok is not None:
-            correct, counted = correct + int(ok), counted + 1
-        n += 1
-        spr.add(len(gold), depth_spearman_per_word(pred, gold))
-    return {"root_acc": correct / counted if counted else float("nan"), "nspr": spr.score(), "n_sentences": n}
+        gold = gold_of(h) if golds is None else golds[k]
+        f, t = counts(pred, h, keep)
+        hits, total, n = hits + f, total + t, n + 1
+        spr.add(len(gold), spearman(pred, gold))
+    return hits, total, n, spr.score()

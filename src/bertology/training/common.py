@@ -228,16 +228,11 @@ def checkpoint_fingerprint(config: FinetuneConfig, train: Corpus, eval: Corpus |
 
 def prepare_checkpoints(folder: Path, fingerprint: str, resume: bool) -> None:
     """Keep the checkpoints in ``folder`` when they belong to this run and ``resume``; otherwise start afresh."""
-    from bertology.results import atomic_write_text
+    from bertology.results import atomic_write_text, read_json_key
 
     meta = folder / "run.json"
     if folder.exists():
-        old = None
-        if meta.exists():
-            try:
-                old = json.loads(meta.read_text(encoding="utf-8")).get("fingerprint")
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                old = None
+        old = read_json_key(meta, "fingerprint")
         if not resume or old != fingerprint:
             if old is not None and old != fingerprint and resume:
                 logger.warning("Discarding the checkpoints in %s: they belong to a run with other settings", folder)

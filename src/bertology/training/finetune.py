@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from bertology.data.batching import collate, length_batches
 from bertology.config import FinetuneConfig
-from bertology.data.corpus import Corpus
+from bertology.data.corpus import Corpus, require_labels
 from bertology.data.encode import EncodedCorpus, EncodedExample, encode_corpus
 from bertology.errors import BertologyError
 from bertology.models.device import resolve_device
@@ -58,13 +58,7 @@ MAX_GRAD_NORM = 1.0
 
 def _check_labels(corpus: Corpus, role: str) -> list[str]:
     """Every example's label as a string; a clear error when any is missing."""
-    missing = [i for i, ex in enumerate(corpus) if ex.label is None]
-    if missing:
-        shown = ", ".join(str(i) for i in missing[:5]) + (" ..." if len(missing) > 5 else "")
-        raise BertologyError(
-            f"Fine-tuning needs a label for every example, but {len(missing)} of {len(corpus)} examples in the "
-            f"{role} data ({corpus.source}) have none (rows {shown}). Name the label column with --label-column."
-        )
+    require_labels(corpus, "Fine-tuning needs a label for every example", f"{role} data", lack="none")
     return [str(ex.label) for ex in corpus]
 
 

@@ -16,7 +16,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from bertology.viz.figures import _STYLE, _grid_heatmap, _label, _new_figure, _plain, _require, _tidy_colorbar
+from bertology.viz.figures import (
+    _STYLE, _label, _layer_head_figure, _layer_head_matrix, _new_figure, _plain, _require,
+)
 
 __all__ = ["ablation_figures", "ablation_heatmap", "importance_scatter", "layer_ablation_bars", "pruning_curve_figure"]
 
@@ -39,22 +41,21 @@ def ablation_heatmap(table: pd.DataFrame, metric: str = "accuracy", *, title: st
     are outlined: solid when the removal helps, dotted when it hurts.
     """
     sub = _one_metric(table, metric, "head")
-    matrix = sub.pivot_table(index="layer", columns="head", values="delta", aggfunc="mean").sort_index().sort_index(axis=1)
-    layers = list(range(int(matrix.index.min()), int(matrix.index.max()) + 1))
-    heads = list(range(int(matrix.columns.min()), int(matrix.columns.max()) + 1))
-    matrix = matrix.reindex(index=layers, columns=heads)
+    matrix = _layer_head_matrix(sub, "delta", "ablation_heatmap")
+    layers, heads = list(matrix.index), list(matrix.columns)
     better = _HIGHER_IS_BETTER.get(metric, True)
     span = float(np.nanmax(np.abs(matrix.to_numpy(dtype=float)))) if matrix.notna().any().any() else 0.0
     span = span if span > 0 else 1e-3
     n_rows, n_cols = matrix.shape
     width = min(9.0, max(3.8, 0.34 * n_cols + 1.6))
     height = min(9.0, max(2.2, 0.32 * n_rows + 1.1))
+    mode = sub["mode"].iloc[0] if "mode" in sub else ""
     with mpl.rc_context(_STYLE):
-        fig = _new_figure((width, height))
-        ax = fig.add_subplot()
-        mesh = _grid_heatmap(
-            ax, matrix, cmap="RdBu" if better else "RdBu_r", vmin=-span, vmax=span,
-            annotate=None, fmt=None, max_annotated=120,
+        fig, ax = _layer_head_figure(
+            matrix, (width, height),
+            title=_plain(title) if title else f"Δ {_label(metric)} when one head is disabled ({mode})",
+            colorbar_label=f"Δ {_label(metric)} (ablated − intact)",
+            cmap="RdBu" if better else "RdBu_r", vmin=-span, vmax=span, annotate=None, fmt=None, max_annotated=120,
         )
         flags = sub.set_index(["layer", "head"])
         for (layer, head), row in flags.iterrows():
@@ -65,13 +66,6 @@ def ablation_heatmap(table: pd.DataFrame, metric: str = "accuracy", *, title: st
                 (j + 0.06, i + 0.06), 0.88, 0.88, fill=False, edgecolor="#111111",
                 linewidth=1.5 if row["helps"] else 1.0, linestyle="-" if row["helps"] else ":",
             ))
-        ax.set_xlabel("head")
-        ax.set_ylabel("layer")
-        mode = sub["mode"].iloc[0] if "mode" in sub else ""
-        ax.set_title(_plain(title) if title else f"Δ {_label(metric)} when one head is disabled ({mode})", loc="left")
-        cbar = fig.colorbar(mesh, ax=ax, fraction=0.06, pad=0.02, aspect=25)
-        cbar.set_label(f"Δ {_label(metric)} (ablated − intact)")
-        _tidy_colorbar(cbar)
         handles = [
             Patch(facecolor="none", edgecolor="#111111", linewidth=1.5, label="helps (95% CI)"),
             Patch(facecolor="none", edgecolor="#111111", linewidth=1.0, linestyle=":", label="hurts (95% CI)"),

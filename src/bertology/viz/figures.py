@@ -255,17 +255,7 @@ def head_heatmap(
         almost identical models are not drawn as if they were large.
     """
     _require(df, ["layer", "head", value], "head_heatmap")
-    matrix = (
-        df.pivot_table(index="layer", columns="head", values=value, aggfunc="mean")
-        .sort_index(axis=0)
-        .sort_index(axis=1)
-    )
-    if matrix.empty:
-        raise ValueError("head_heatmap: the table has no rows")
-    # Show every layer/head in the range, even if a whole row/column is missing.
-    layers = range(int(matrix.index.min()), int(matrix.index.max()) + 1)
-    heads = range(int(matrix.columns.min()), int(matrix.columns.max()) + 1)
-    matrix = matrix.reindex(index=list(layers), columns=list(heads))
+    matrix = _layer_head_matrix(df, value, "head_heatmap")
     cmap = cmap or ("magma" if value == "cosine" else "magma_r")
 
     n_rows, n_cols = matrix.shape
@@ -273,19 +263,51 @@ def head_heatmap(
     width = min(9.0, max(3.8, 0.27 * n_cols + 1.35))
     height = min(9.0, max(2.2, 0.27 * n_rows + 0.95))
     with mpl.rc_context(_STYLE):
-        fig = _new_figure((width, height))
-        ax = fig.add_subplot()
-        mesh = _grid_heatmap(
-            ax, matrix, cmap=cmap, vmin=vmin, vmax=vmax, annotate=annotate, fmt=fmt,
-            min_span=min_span,
+        fig, _ = _layer_head_figure(
+            matrix, (width, height),
+            title=_plain(title) if title is not None else _label(value),
+            colorbar_label=_plain(colorbar_label) if colorbar_label else _label(value),
+            cmap=cmap, vmin=vmin, vmax=vmax, annotate=annotate, fmt=fmt, min_span=min_span,
         )
-        ax.set_xlabel("head")
-        ax.set_ylabel("layer")
-        ax.set_title(_plain(title) if title is not None else _label(value), loc="left")
-        cbar = fig.colorbar(mesh, ax=ax, fraction=0.06, pad=0.02, aspect=25)
-        cbar.set_label(_plain(colorbar_label) if colorbar_label else _label(value))
-        _tidy_colorbar(cbar)
     return fig
+
+
+def _layer_head_matrix(df: pd.DataFrame, value: str, what: str) -> pd.DataFrame:
+    """``value`` as a layer x head grid (duplicate cells averaged) with every layer and head of the range.
+
+    A layer or head missing from the table stays in as a row or column of NaN (drawn grey), so the
+    grid never silently skips one. ``what`` names the figure in the error for an empty table.
+    """
+    matrix = (
+        df.pivot_table(index="layer", columns="head", values=value, aggfunc="mean")
+        .sort_index(axis=0)
+        .sort_index(axis=1)
+    )
+    if matrix.empty:
+        raise ValueError(f"{what}: the table has no rows")
+    layers = range(int(matrix.index.min()), int(matrix.index.max()) + 1)
+    heads = range(int(matrix.columns.min()), int(matrix.columns.max()) + 1)
+    return matrix.reindex(index=list(layers), columns=list(heads))
+
+
+def _layer_head_figure(
+    matrix: pd.DataFrame, size: tuple[float, float], *, title: str, colorbar_label: str, **grid: Any
+) -> tuple[Figure, Any]:
+    """A layer x head heatmap with its axis labels, title and colour bar; ``grid`` goes to :func:`_grid_heatmap`.
+
+    Call it inside ``rc_context(_STYLE)``. Returns the figure and the heatmap's axes, on which a
+    caller may draw more (the ablation heatmap outlines its significant cells).
+    """
+    fig = _new_figure(size)
+    ax = fig.add_subplot()
+    mesh = _grid_heatmap(ax, matrix, **grid)
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title(title, loc="left")
+    cbar = fig.colorbar(mesh, ax=ax, fraction=0.06, pad=0.02, aspect=25)
+    cbar.set_label(colorbar_label)
+    _tidy_colorbar(cbar)
+    return fig, ax
 
 
 def layer_curve(
