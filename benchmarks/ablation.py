@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertology.experiments.ablation import label_ids_for, run_ablation, sample_examples
+from bertology.experiments.ablation import HeadScoring, label_ids_for, run_ablation, sample_examples
 from bertology.assets import polarity_path
 from bertology.data.encode import encode_corpus
 from bertology.data.loaders import load_corpus
@@ -71,7 +71,8 @@ def main() -> None:
     sample = sample_examples(heldout, args.n, 0)
     enc = encode_corpus(sample, loaded.tokenizer, overlong="truncate")
     y = label_ids_for(sample, loaded.model)
-    kw = dict(mode=args.mode, batch_size=args.batch_size, n_bootstrap=0, pad_id=loaded.tokenizer.pad_token_id or 0)
+    kw = dict(scoring=HeadScoring(mode=args.mode, batch_size=args.batch_size, pad_id=loaded.tokenizer.pad_token_id or 0),
+              n_bootstrap=0)
     load_before = os.getloadavg()[0]
     print(f"model {tuned}; {len(enc.items)} sentences, {enc.n_tokens} tokens; torch threads {torch.get_num_threads()}; "
           f"load average {load_before:.2f}", flush=True)

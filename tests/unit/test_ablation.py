@@ -10,6 +10,7 @@ from sklearn.metrics import accuracy_score, f1_score
 from transformers.models.bert import modeling_bert
 
 from bertology.experiments.ablation import (
+    HeadScoring,
     TABLE_COLUMNS,
     Unit,
     bootstrap_counts,
@@ -227,9 +228,9 @@ def test_ablate_heads_rejects_bad_arguments(clf):
 )
 def test_cached_sweep_equals_the_naive_full_rerun(clf, data, mode, exclude_special):
     _, enc, y = data
-    kw = dict(mode=mode, exclude_special=exclude_special, special_ids=_special(clf.tokenizer), batch_size=4, n_bootstrap=50)
-    naive = run_ablation(clf.model, enc, y, method="naive", **kw)
-    cached = run_ablation(clf.model, enc, y, method="cached", **kw)
+    scoring = HeadScoring(mode=mode, exclude_special=exclude_special, special_ids=_special(clf.tokenizer), batch_size=4)
+    naive = run_ablation(clf.model, enc, y, scoring, method="naive", n_bootstrap=50)
+    cached = run_ablation(clf.model, enc, y, scoring, method="cached", n_bootstrap=50)
     assert [u.key for u in naive.units] == [u.key for u in cached.units]
     assert len(naive.units) == 1 + 3 * 4 + 3 * 2
     for key, ref in naive.per_example.items():
@@ -247,8 +248,8 @@ def test_cached_sweep_without_the_first_token_shortcut(clf, data, monkeypatch):
     model = clf.model
     h = model.bert.pooler.register_forward_pre_hook(lambda _m, a: (a[0].mean(1, keepdim=True).expand_as(a[0]),))
     try:
-        naive = run_ablation(model, enc, y, method="naive", batch_size=4, n_bootstrap=0, layers=[3])
-        cached = run_ablation(model, enc, y, method="cached", batch_size=4, n_bootstrap=0, layers=[3])
+        naive = run_ablation(model, enc, y, HeadScoring(batch_size=4), method="naive", n_bootstrap=0, layers=[3])
+        cached = run_ablation(model, enc, y, HeadScoring(batch_size=4), method="cached", n_bootstrap=0, layers=[3])
     finally:
         h.remove()
     for key, ref in naive.per_example.items():
@@ -257,7 +258,7 @@ def test_cached_sweep_without_the_first_token_shortcut(clf, data, monkeypatch):
 
 def test_table_has_the_contract_columns_and_conventions(clf, data):
     _, enc, y = data
-    res = run_ablation(clf.model, enc, y, batch_size=8, n_bootstrap=100, layers=[2])
+    res = run_ablation(clf.model, enc, y, HeadScoring(batch_size=8), n_bootstrap=100, layers=[2])
     t = res.table
     assert list(t.columns) == TABLE_COLUMNS
     assert set(t["target"]) == {"intact", "head", "layer"}
@@ -275,8 +276,9 @@ def test_table_has_the_contract_columns_and_conventions(clf, data):
 
 def test_interrupted_sweep_resumes_with_no_row_lost_or_duplicated(clf, data, tmp_path):
     _, enc, y = data
-    kw = dict(batch_size=4, n_bootstrap=100, seed=3)
-    full = run_ablation(clf.model, enc, y, **kw)
+    kw = dict(n_bootstrap=100, seed=3)
+    four = HeadScoring(batch_size=4)
+    full = run_ablation(clf.model, enc, y, four, **kw)
     progress = tmp_path / "partial"
     seen: list[str] = []
 
@@ -286,21 +288,22 @@ def test_interrupted_sweep_resumes_with_no_row_lost_or_duplicated(clf, data, tmp
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_ablation(clf.model, enc, y, progress_dir=progress, on_unit=stop_after_7, **kw)
+        run_ablation(clf.model, enc, y, four, progress_dir=progress, on_unit=stop_after_7, **kw)
     assert len(list((progress / "units").glob("*.npz"))) == 7
     assert not list((progress / "units").glob(".*tmp"))  # no half-written file
     (progress / "units" / ".head-L3-H0.npz.abc.tmp").write_bytes(b"torn")  # as a kill mid-write would leave
     rest: list[str] = []
-    resumed = run_ablation(clf.model, enc, y, progress_dir=progress, on_unit=lambda u, d, t: rest.append(u.key), **kw)
+    resumed = run_ablation(clf.model, enc, y, four, progress_dir=progress, on_unit=lambda u, d, t: rest.append(u.key), **kw)
     assert not set(rest) & set(seen) and len(rest) + 7 == len(full.units)
     assert resumed.params["resumed_units"] == 7
     assert not list((progress / "units").glob(".*tmp"))
     pd.testing.assert_frame_equal(resumed.table, full.table)
     assert not resumed.table.duplicated(["target", "layer", "head", "layer_mode", "metric"]).any()
     # another mode in the same folder: stale units are discarded, never mixed
-    other = run_ablation(clf.model, enc, y, progress_dir=progress, mode="zero", **kw)
+    zero = HeadScoring(mode="zero", batch_size=4)
+    other = run_ablation(clf.model, enc, y, zero, progress_dir=progress, **kw)
     assert other.params["resumed_units"] == 0
-    pd.testing.assert_frame_equal(other.table, run_ablation(clf.model, enc, y, mode="zero", **kw).table)
+    pd.testing.assert_frame_equal(other.table, run_ablation(clf.model, enc, y, zero, **kw).table)
 
 
 # ------------------------------------------------------------------------------------------ scoring
@@ -416,7 +419,7 @@ def test_figures_render(clf, data):
     from bertology.viz.figures import figure_to_svg
 
     _, enc, y = data
-    res = run_ablation(clf.model, enc, y, batch_size=8, n_bootstrap=50)
+    res = run_ablation(clf.model, enc, y, HeadScoring(batch_size=8), n_bootstrap=50)
     imp = importance_table(np.random.default_rng(0).random((3, 4)), len(y))
     curve = pd.DataFrame({
         "order": ["importance", "importance", "random", "random"], "step": [0, 1, 0, 1],

@@ -37,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -69,6 +69,7 @@ from bertology.results import Result
 from bertology.experiments.scoring import (  # noqa: F401  (re-exported: the ablation API)
     HIGHER_IS_BETTER,
     Batches,
+    HeadScoring,
     ProgressStore,
     _logits,
     _MeanAccumulator,
@@ -231,18 +232,15 @@ class _Sweep:
         model: torch.nn.Module,
         batches: Batches,
         store: ProgressStore,
+        scoring: HeadScoring,
         *,
-        mode: Mode,
-        exclude_special: bool,
-        special_ids: Collection[int] | None,
-        means: torch.Tensor | None,
         on_unit: Callable[[Unit, int, int], None] | None,
         total: int,
         done: int,
     ) -> None:
         self.model, self.batches, self.store = model, batches, store
-        self.mode, self.exclude_special, self.special_ids = mode, exclude_special, special_ids
-        self.means = means
+        self.mode, self.exclude_special, self.special_ids = scoring.mode, scoring.exclude_special, scoring.special_ids
+        self.means = scoring.means
         self.on_unit = on_unit
         self.total, self.done = total, done
         self.n_layers = sites.num_layers(model)
@@ -395,52 +393,44 @@ def run_ablation(
     model: torch.nn.Module,
     encoded: EncodedCorpus,
     label_ids: np.ndarray | Sequence[int],
+    scoring: HeadScoring = HeadScoring(),
     *,
-    mode: Mode = "uniform",
-    exclude_special: bool = False,
-    special_ids: Collection[int] | None = None,
-    pad_id: int = 0,
     layers: Sequence[int] | None = None,
     heads: bool = True,
     layer_modes: Sequence[str] = LAYER_MODES,
-    batch_size: int = 32,
     n_bootstrap: int = 1000,
     seed: int = 0,
-    device: str = "cpu",
-    means: torch.Tensor | None = None,
     method: Method = "cached",
     progress_dir: str | Path | None = None,
     on_unit: Callable[[Unit, int, int], None] | None = None,
 ) -> AblationResult:
     """Score the intact model and every planned head/layer ablation; return the ``ablation`` table.
 
-    ``label_ids`` are in corpus order (indexed by ``EncodedExample.index``; see :func:`label_ids_for`).
-    ``special_ids`` are the [CLS]/[SEP] ids (needed by ``exclude_special``); ``means`` overrides the
-    mean-mode reference (default: the heads' means over this corpus, :func:`head_means`).
+    ``label_ids`` are in corpus order (indexed by ``EncodedExample.index``; see :func:`label_ids_for`);
+    ``scoring`` says how heads are disabled and the model is run (:class:`HeadScoring`).
     ``on_unit(unit, done, total)`` is called after every finished ablation (progress bars; raising in
     it interrupts the sweep, which ``progress_dir`` lets a later call resume).
     """
-    check_mode(mode)
     if method not in ("cached", "naive"):
         raise ValueError(f"method must be 'cached' or 'naive', not {method!r}")
     t0 = time.perf_counter()
-    batches = classifier_batches(model, encoded, label_ids, batch_size=batch_size, pad_id=pad_id, device=device)
+    mode, exclude_special, means = scoring.mode, scoring.exclude_special, scoring.means
+    batches = classifier_batches(model, encoded, label_ids, scoring)
     n_layers, n_heads = sites.num_layers(model), sites.num_heads(model)
     if method == "cached" and not sites.adapter(model).cached_sweep:
         logger.info("ablation: %s blocks cannot be bypassed or replayed; using the plain sweep", sites.adapter(model).family)
         method = "naive"
     units = plan_units(n_layers, n_heads, layers=layers, heads=heads, layer_modes=layer_modes)
     fp_settings = {
-        "mode": mode, "exclude_special": exclude_special, "special_ids": sorted(special_ids or []),
-        "batch_size": batch_size,
+        "mode": mode, "exclude_special": exclude_special, "special_ids": sorted(scoring.special_ids),
+        "batch_size": scoring.batch_size,
         "means": None if means is None else hashlib.sha256(means.detach().cpu().numpy().tobytes()).hexdigest(),
     }
     store = ProgressStore(progress_dir, fingerprint_of(model, batches, fp_settings))
     pending = [u for u in units if u.key not in store]
     logger.info("ablation: %d of %d units to run (%s method)", len(pending), len(units), method)
     sweep = _Sweep(
-        model, batches, store, mode=mode, exclude_special=exclude_special, special_ids=special_ids,
-        means=means, on_unit=on_unit, total=len(units), done=len(units) - len(pending),
+        model, batches, store, scoring, on_unit=on_unit, total=len(units), done=len(units) - len(pending),
     )
     t1 = time.perf_counter()
     if pending:
@@ -454,7 +444,7 @@ def run_ablation(
         "heads": heads,
         "layer_modes": list(layer_modes),
         "layer_mode_names": {"skip": "skip", "heads": f"{mode}_heads"},
-        "batch_size": batch_size,
+        "batch_size": scoring.batch_size,
         "n_bootstrap": n_bootstrap,
         "seed": seed,
         "method": method,
@@ -646,15 +636,12 @@ def run_ablation_study(
         encoded = encode_corpus(corpus, tokenizer, settings.max_length, overlong="truncate")
     label_ids = label_ids_for(corpus, model)
     partial = None if work_dir is None else Path(work_dir)
-    special = [i for i in (tokenizer.cls_token_id, tokenizer.sep_token_id) if i is not None]
-    common = dict(
-        mode=settings.mode, exclude_special=settings.exclude_special, special_ids=special,
-        pad_id=tokenizer.pad_token_id or 0, batch_size=settings.batch_size, device=settings.device,
-    )
+    scoring = HeadScoring.for_tokenizer(tokenizer, mode=settings.mode, exclude_special=settings.exclude_special,
+                                        batch_size=settings.batch_size, device=settings.device)
     result = run_ablation(
-        model, encoded, label_ids, layers=settings.layers, heads=settings.heads, layer_modes=settings.layer_modes,
+        model, encoded, label_ids, scoring, layers=settings.layers, heads=settings.heads, layer_modes=settings.layer_modes,
         n_bootstrap=settings.n_bootstrap, seed=settings.seed, progress_dir=None if partial is None else partial / "ablation",
-        on_unit=(lambda u, d, t: on_progress("ablation", d, t)) if on_progress else None, **common,
+        on_unit=(lambda u, d, t: on_progress("ablation", d, t)) if on_progress else None,
     )
     tables = {TABLE: result.table}
     imp = None
@@ -668,9 +655,9 @@ def run_ablation_study(
     }
     if settings.importance:
         imp = run_head_importance(
-            model, encoded, label_ids, step_fraction=settings.pruning_step, recompute=settings.pruning_recompute,
+            model, encoded, label_ids, scoring, step_fraction=settings.pruning_step, recompute=settings.pruning_recompute,
             seed=settings.seed, progress_dir=None if partial is None else partial / "head_importance",
-            on_step=(lambda _n, d, t: on_progress("importance", d, t)) if on_progress else None, **common,
+            on_step=(lambda _n, d, t: on_progress("importance", d, t)) if on_progress else None,
         )
         tables["head_importance"] = imp.importance
         tables["pruning_curve"] = imp.curve

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from bertology.experiments.scoring import (
     HIGHER_IS_BETTER,
     Batches,
+    HeadScoring,
     ProgressStore,
     _record,
     classifier_batches,
@@ -44,7 +45,7 @@ from bertology.experiments.scoring import (
 from bertology.data.encode import EncodedCorpus
 from bertology.errors import BertologyError
 from bertology.models import sites
-from bertology.models.ablate import Mode, ablate_heads, check_mode, head_gates
+from bertology.models.ablate import Mode, ablate_heads, head_gates
 
 logger = logging.getLogger(__name__)
 
@@ -158,39 +159,33 @@ def run_head_importance(
     model: torch.nn.Module,
     encoded: EncodedCorpus,
     label_ids: np.ndarray | Sequence[int],
+    scoring: HeadScoring = HeadScoring(),
     *,
-    mode: Mode = "uniform",
-    exclude_special: bool = False,
-    special_ids: Collection[int] | None = None,
-    pad_id: int = 0,
-    batch_size: int = 32,
-    device: str = "cpu",
     step_fraction: float = 0.1,
     recompute: bool = True,
     orders: Sequence[str] = ORDERS,
     seed: int = 0,
-    means: torch.Tensor | None = None,
     progress_dir: str | Path | None = None,
     on_step: Callable[[str, int, int], None] | None = None,
 ) -> ImportanceResult:
     """Michel et al. head importance on the intact model, and pruning curves by importance and at random.
 
     ``label_ids`` are in corpus order. ``on_step(name, done, total)`` is called after every pass.
-    Removed heads are ablated with ``mode`` (the mean-mode reference is this corpus unless ``means``).
+    Removed heads are disabled as ``scoring`` says (the mean-mode reference is this corpus unless it gives ``means``).
     """
-    check_mode(mode)
+    mode, exclude_special, special_ids, means = scoring.mode, scoring.exclude_special, scoring.special_ids, scoring.means
     if not 0 < step_fraction <= 1:
         raise BertologyError(f"pruning step must be in (0, 1], not {step_fraction}.")
     bad = [o for o in orders if o not in ORDERS]
     if bad:
         raise BertologyError(f"Unknown pruning order(s) {bad}; choose from {', '.join(ORDERS)}.")
-    batches = classifier_batches(model, encoded, label_ids, batch_size=batch_size, pad_id=pad_id, device=device)
+    batches = classifier_batches(model, encoded, label_ids, scoring)
     n_layers, n_heads = sites.num_layers(model), sites.num_heads(model)
     total = n_layers * n_heads
     counts = _steps(total, step_fraction)
     settings = {
         "what": "head_importance", "mode": mode, "exclude_special": exclude_special,
-        "special_ids": sorted(special_ids or []), "batch_size": batch_size, "step_fraction": step_fraction,
+        "special_ids": sorted(special_ids), "batch_size": scoring.batch_size, "step_fraction": step_fraction,
         "recompute": recompute, "seed": seed,
         "means": None if means is None else float(means.double().sum()),
     }

@@ -21,8 +21,10 @@ import torch.nn.functional as F
 from bertology.data.batching import collate, length_batches
 from bertology.data.corpus import Corpus, require_labels
 from bertology.data.encode import EncodedCorpus
+from bertology.config import Mode
 from bertology.errors import BertologyError
 from bertology.models import sites
+from bertology.models.ablate import check_mode
 from bertology.models.hooks import on_layers
 from bertology.results import atomic_write, atomic_write_text, read_json_key
 
@@ -114,24 +116,49 @@ def make_batches(
     return Batches(inputs, positions, masks, labels, y, len(encoded.items))
 
 
-def classifier_batches(
-    model: torch.nn.Module,
-    encoded: EncodedCorpus,
-    label_ids: np.ndarray | Sequence[int],
-    *,
-    batch_size: int,
-    pad_id: int,
-    device: torch.device | str,
-) -> Batches:
-    """Check the classifier, put it on ``device`` in eval mode and collate the corpus for it, once.
+@dataclass(frozen=True)
+class HeadScoring:
+    """How heads are disabled and the classifier is run: what the ablation sweep and head importance share.
+
+    ``mode``: uniform (1/L attention), zero or mean output (:mod:`bertology.models.ablate`);
+    ``exclude_special``: leave [CLS]/[SEP] (``special_ids``) out of the uniform average; ``means``
+    overrides the mean-mode reference (default: the heads' means over the scored corpus).
+    """
+
+    mode: Mode = "uniform"
+    exclude_special: bool = False
+    special_ids: tuple[int, ...] = ()
+    pad_id: int = 0
+    batch_size: int = 32
+    device: str = "cpu"
+    means: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        check_mode(self.mode)
+        object.__setattr__(self, "special_ids", tuple(int(i) for i in self.special_ids))
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer, **settings) -> "HeadScoring":
+        """Scoring with the tokenizer's [CLS]/[SEP] and padding ids."""
+        special = tuple(i for i in (tokenizer.cls_token_id, tokenizer.sep_token_id) if i is not None)
+        return cls(special_ids=special, pad_id=tokenizer.pad_token_id or 0, **settings)
+
+    def intervention(self) -> dict:
+        """The keywords of :func:`bertology.models.ablate.ablate_heads` (the mean reference filled in by the caller)."""
+        return {"mode": self.mode, "exclude_special": self.exclude_special, "special_ids": list(self.special_ids)}
+
+
+def classifier_batches(model: torch.nn.Module, encoded: EncodedCorpus, label_ids: np.ndarray | Sequence[int],
+                       scoring: HeadScoring) -> Batches:
+    """Check the classifier, put it on the scoring device in eval mode and collate the corpus for it, once.
 
     The setup ablation and head importance share before their first forward pass.
     """
     check_classifier(model)
-    dev = torch.device(device)
+    dev = torch.device(scoring.device)
     model.to(dev).eval()
     return make_batches(
-        encoded, np.asarray(label_ids, dtype=np.int64), batch_size=batch_size, pad_id=pad_id,
+        encoded, np.asarray(label_ids, dtype=np.int64), batch_size=scoring.batch_size, pad_id=scoring.pad_id,
         use_token_types=sites.uses_token_types(model), device=dev,
     )
 
