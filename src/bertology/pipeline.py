@@ -195,58 +195,59 @@ def compare(
         _check_relation_names(corpus, spans[1])
     ood = load_ood(config) if config.ood_data and "representation_similarity" in selected else None
     fingerprint = run_fingerprint(config, pair, corpus, spans[0] if spans else None, ood)
-    opened = open_run(config.out, "compare", fingerprint, overwrite=overwrite)
-    run_dir, resuming = opened.dir, opened.resumed
+    with open_run(config.out, "compare", fingerprint, overwrite=overwrite) as opened:
+        run_dir, resuming = opened.dir, opened.resumed
 
-    analyses = build_analyses(config, pair, corpus, encoded, specs)
-    warnings += encoding_warnings(encoded, corpus)
-    results, done, span_params = _stream(config, pair, encoded, analyses, specs, spans, max_length, run_dir, resuming,
-                                         progress)
+        analyses = build_analyses(config, pair, corpus, encoded, specs)
+        warnings += encoding_warnings(encoded, corpus)
+        results, done, span_params = _stream(config, pair, encoded, analyses, specs, spans, max_length, run_dir, resuming,
+                                             progress)
 
-    for res in extra_results or []:
-        write_table(run_dir.path, res.name, res.table)
-        results[res.name] = res
-    if ood is not None:
-        if resuming and run_dir.has_table(OOD_TABLE):
-            results[OOD_TABLE] = Result(OOD_TABLE, read_table(run_dir.path, OOD_TABLE))
-            done.append(OOD_TABLE)
-        else:
-            res = _ood_similarity(config, pair, ood, max_length, warnings, progress)
+        for res in extra_results or []:
             write_table(run_dir.path, res.name, res.table)
             results[res.name] = res
-    context = ExperimentContext(config, pair, raw_corpus, run_dir.path / "partial", progress)
-    sections = {a.name: a.params() for a in analyses} | ({"user_relations": span_params} if span_params else {})
-    for spec in selection.experiments:
-        section = _experiment(spec, context, selection, run_dir, resuming, warnings, results, done)
-        if section is not None:
-            sections[spec.name] = section
-    views = write_views(run_dir.path, pair, corpus, encoded, config.view_examples, warnings)
+        if ood is not None:
+            if resuming and run_dir.has_table(OOD_TABLE):
+                results[OOD_TABLE] = Result(OOD_TABLE, read_table(run_dir.path, OOD_TABLE))
+                done.append(OOD_TABLE)
+            else:
+                res = _ood_similarity(config, pair, ood, max_length, warnings, progress)
+                write_table(run_dir.path, res.name, res.table)
+                results[res.name] = res
+        context = ExperimentContext(config, pair, raw_corpus, run_dir.path / "partial", progress)
+        sections = {a.name: a.params() for a in analyses} | ({"user_relations": span_params} if span_params else {})
+        for spec in selection.experiments:
+            section = _experiment(spec, context, selection, run_dir, resuming, warnings, results, done)
+            if section is not None:
+                sections[spec.name] = section
+        views = write_views(run_dir.path, pair, corpus, encoded, config.view_examples, warnings)
 
-    manifest = {
-        **manifest_header("compare", fingerprint),
-        "config": config.to_dict(),
-        "models": pair.describe(),
-        "data": {**corpus.describe(), "encoding": encoded.describe()},
-        **({"ood_data": ood.describe()} if ood is not None else {}),
-        "analyses": sections,
-        "seed": config.seed,
-        "device": config.device,
-        "dtype": str(next(pair.base.model.parameters()).dtype).replace("torch.", ""),
-        "attn_implementation": "eager",
-        "tables": sorted(results),
-        "warnings": warnings,
-        "wall_time_s": round(time.perf_counter() - t0, 2),
-        "resumed_tables": done,
-        "views": views,
-        "summary": summary or {},
-    }
-    run_dir.write_manifest(manifest)
-    report_path = None
-    if report:
-        from bertology.report.render import render_report
+        manifest = {
+            **manifest_header("compare", fingerprint),
+            "status": "complete",
+            "config": config.to_dict(),
+            "models": pair.describe(),
+            "data": {**corpus.describe(), "encoding": encoded.describe()},
+            **({"ood_data": ood.describe()} if ood is not None else {}),
+            "analyses": sections,
+            "seed": config.seed,
+            "device": config.device,
+            "dtype": str(next(pair.base.model.parameters()).dtype).replace("torch.", ""),
+            "attn_implementation": "eager",
+            "tables": sorted(results),
+            "warnings": warnings,
+            "wall_time_s": round(time.perf_counter() - t0, 2),
+            "resumed_tables": done,
+            "views": views,
+            "summary": summary or {},
+        }
+        run_dir.write_manifest(manifest)
+        report_path = None
+        if report:
+            from bertology.report.render import render_report
 
-        report_path = render_report(run_dir.path)
-    return CompareRun(run_dir.path, results, manifest, report_path, done)
+            report_path = render_report(run_dir.path)
+        return CompareRun(run_dir.path, results, manifest, report_path, done)
 
 
 def encoding_warnings(encoded: EncodedCorpus, corpus: Corpus) -> list[str]:

@@ -1,20 +1,38 @@
 """The one run-directory helper: open an ``--out`` folder (resume, refuse, replace), write its manifest.
 
-Every command that writes a run (compare, ablate, probe, finetune, track) opens its folder with
+Every command that writes a run (compare, ablate, probe, finetune) opens its folder with
 :func:`open_run` and starts its manifest with :func:`manifest_header`, so resuming, refusing a
 foreign folder, clearing a replaced run's unfinished work and the provenance fields are written once.
+
+A run folder is safe under concurrency and failure:
+
+* one writer at a time: :func:`open_run` holds a lock file in the folder until the run ends, and a
+  second run into the same folder gets one clear error instead of mixing its tables into the first;
+* marked from its first write: the manifest says ``status: running`` (with the run's fingerprint)
+  before any work, so the same command after a kill resumes, and an unwritable ``--out`` fails
+  before the computation rather than after it;
+* a run that raises ends ``status: failed`` with its error, and may be replaced by a corrected run
+  of the same kind without ``--overwrite`` (nothing finished is lost that the failure had not lost).
 """
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from filelock import FileLock, Timeout
 
 from bertology.errors import BertologyError
 from bertology.results import MANIFEST, atomic_write_text, now_iso, package_versions
+
+logger = logging.getLogger(__name__)
+
+#: The lock file a running writer holds inside its run folder (not part of the run's contents).
+LOCK = ".bertology.lock"
 
 
 class RunDirectory:
@@ -39,23 +57,34 @@ class RunDirectory:
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise BertologyError(f"{self.manifest_path} is not a valid manifest ({err}).") from err
 
-    def prepare(self, kind: str, fingerprint: str, *, overwrite: bool = False) -> bool:
-        """Make the folder ready; return True when resuming an identical earlier run."""
+    def check_foreign(self, overwrite: bool = False) -> None:
+        """Refuse a file, or a non-empty folder that holds no bertology run (unless ``overwrite``)."""
         if self.path.exists() and not self.path.is_dir():
             raise BertologyError(f"--out {self.path} is a file, not a folder.")
-        old = self.read_manifest()
-        if old is None:
-            if self.path.exists() and any(self.path.iterdir()) and not overwrite:
+        if self.read_manifest() is None and not overwrite and self.path.exists():
+            if any(p.name != LOCK for p in self.path.iterdir()):
                 raise BertologyError(
                     f"--out {self.path} is not empty and holds no bertology run; choose an empty folder "
                     "or pass --overwrite."
                 )
-        elif (old.get("kind"), old.get("fingerprint")) != (kind, fingerprint):
-            if not overwrite:
+
+    def prepare(self, kind: str, fingerprint: str, *, overwrite: bool = False) -> bool:
+        """Make the folder ready; return True when resuming an identical earlier run.
+
+        A run of another kind or with other settings is refused unless ``overwrite``; a *failed*
+        run of the same kind is replaced without it (its error is logged).
+        """
+        self.check_foreign(overwrite)
+        old = self.read_manifest()
+        if old is not None and (old.get("kind"), old.get("fingerprint")) != (kind, fingerprint):
+            failed = old.get("kind") == kind and old.get("status") == "failed"
+            if not (overwrite or failed):
                 raise BertologyError(
                     f"--out {self.path} holds another run ({old.get('kind')}, created {old.get('created')}, "
                     "different settings); choose another folder or pass --overwrite to replace it."
                 )
+            if failed:
+                logger.info("replacing the failed run in %s (%s)", self.path, old.get("error"))
             old = None
             for sub in ("tables", "figures"):
                 for f in (self.path / sub).glob("*"):
@@ -73,35 +102,99 @@ class RunDirectory:
 
 @dataclass
 class OpenedRun:
-    """An ``--out`` folder made ready: whether it resumes an identical run, and that run's manifest."""
+    """An ``--out`` folder held by this run: whether it resumes an identical run, and that run's manifest.
+
+    Use it as a context manager: leaving it by an exception marks the run ``failed`` (with the
+    error) unless it already finished; leaving it in any way releases the folder's lock.
+    """
 
     dir: RunDirectory
     resumed: bool
     previous: dict
+    lock: FileLock | None = field(default=None, repr=False)
 
     @property
     def path(self) -> Path:
         return self.dir.path
+
+    def __enter__(self) -> "OpenedRun":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            if exc is not None:
+                self.mark_failed(exc)
+        finally:
+            self.close()
+        return False
+
+    def mark_failed(self, exc: BaseException) -> None:
+        """Record that the run stopped on ``exc`` (``interrupted`` for Ctrl-C); a finished run is left as it is."""
+        manifest = self.dir.read_manifest() or {}
+        if manifest.get("status") in ("complete", "done"):
+            return
+        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        manifest.update(status=status, error=f"{type(exc).__name__}: {exc}", finished=now_iso())
+        try:
+            self.dir.write_manifest(manifest)
+        except OSError:  # pragma: no cover - the folder became unwritable; the original error matters more
+            logger.warning("could not record the failure in %s", self.dir.manifest_path)
+
+    def close(self) -> None:
+        """Release the folder's lock (idempotent)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+
+def _lock(path: Path) -> FileLock:
+    """Create ``path`` and take its writer lock at once, or one clear error (exists elsewhere, unwritable, busy)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(path / LOCK), timeout=0)
+        lock.acquire()
+    except Timeout:
+        raise BertologyError(
+            f"Another bertology run is writing into --out {path} right now; wait for it to finish or choose "
+            "another folder."
+        ) from None
+    except OSError as err:
+        raise BertologyError(f"Cannot write into --out {path}: {err.strerror or err}; choose a writable folder.") from None
+    return lock
 
 
 def open_run(
     out: str | Path, kind: str, fingerprint: str, *, overwrite: bool = False, fresh: bool = False,
     scratch: Sequence[str] = ("partial",),
 ) -> OpenedRun:
-    """Prepare ``out`` for a run of ``kind`` (see :meth:`RunDirectory.prepare`).
+    """Take ``out`` for a run of ``kind`` (see :meth:`RunDirectory.prepare`) and mark it as this run's.
 
     An identical earlier run is resumed unless ``fresh``; otherwise the ``scratch`` folders (the
     unfinished work of whatever run was there: ablation units, cached features, checkpoints) are
-    removed, so nothing of another run can leak into this one.
+    removed, so nothing of another run can leak into this one. Unless an identical finished run is
+    being resumed, the manifest says ``status: running`` from now on (which also proves the folder
+    writable before any work).
     """
     run_dir = RunDirectory(out)
-    identical = run_dir.prepare(kind, fingerprint, overwrite=overwrite)
-    previous = run_dir.read_manifest() or {}
-    resumed = identical and not fresh
-    if not resumed:
-        for sub in scratch:
-            shutil.rmtree(run_dir.path / sub, ignore_errors=True)
-    return OpenedRun(run_dir, resumed, previous)
+    run_dir.check_foreign(overwrite)  # a foreign folder is refused before anything is written into it
+    lock = _lock(run_dir.path)
+    try:
+        identical = run_dir.prepare(kind, fingerprint, overwrite=overwrite)
+        previous = (run_dir.read_manifest() or {}) if identical else {}
+        resumed = identical and not fresh
+        if not resumed:
+            for sub in scratch:
+                shutil.rmtree(run_dir.path / sub, ignore_errors=True)
+        if not (resumed and previous.get("status") in ("complete", "done")):
+            created = previous.get("created") if resumed else None
+            run_dir.write_manifest({**manifest_header(kind, fingerprint, created=created), "status": "running"})
+    except OSError as err:
+        lock.release()
+        raise BertologyError(f"Cannot write into --out {run_dir.path}: {err.strerror or err}; choose a writable folder.") from None
+    except BaseException:
+        lock.release()
+        raise
+    return OpenedRun(run_dir, resumed, previous, lock)
 
 
 def manifest_header(kind: str, fingerprint: str, *, created: str | None = None) -> dict:

@@ -104,42 +104,42 @@ def ablate_command(
     d.pop("device")  # results agree across devices to float rounding; a run may resume on another
     weights = loaded.weights_sha256 or loaded.path
     fingerprint = hashlib.sha256(json.dumps([d, corpus.fingerprint(), weights], sort_keys=True, default=str).encode()).hexdigest()[:16]
-    opened = open_run(out, KIND, fingerprint, overwrite=overwrite)
-    run_dir = opened.dir
-    if opened.resumed and (run_dir.path / "partial").exists():
-        console.print(f"resuming the run in {run_dir.path} (finished ablations are kept)")
-    manifest = {
-        **manifest_header(KIND, fingerprint, created=opened.previous.get("created")),
-        "status": "running",
-        "config": {"model": model, "data": data, "text_column": text_column, "pair_column": pair_column,
-                   "label_column": label_column, **settings.to_dict()},
-        "seed": seed,
-        "device": device,
-        "dtype": "float32",
-        "attn_implementation": "eager",
-        "ablation_mode": mode,
-        "models": {"tuned": loaded.describe()},
-        "data": corpus.describe(),
-    }
-    run_dir.write_manifest(manifest)
+    with open_run(out, KIND, fingerprint, overwrite=overwrite) as opened:
+        run_dir = opened.dir
+        if opened.resumed and (run_dir.path / "partial").exists():
+            console.print(f"resuming the run in {run_dir.path} (finished ablations are kept)")
+        manifest = {
+            **manifest_header(KIND, fingerprint, created=opened.previous.get("created")),
+            "status": "running",
+            "config": {"model": model, "data": data, "text_column": text_column, "pair_column": pair_column,
+                       "label_column": label_column, **settings.to_dict()},
+            "seed": seed,
+            "device": device,
+            "dtype": "float32",
+            "attn_implementation": "eager",
+            "ablation_mode": mode,
+            "models": {"tuned": loaded.describe()},
+            "data": corpus.describe(),
+        }
+        run_dir.write_manifest(manifest)
 
-    t0 = time.perf_counter()
-    with stage_bars(describe=lambda s: "ablations" if s == "ablation" else "importance + pruning", console=console) as on_progress:
-        try:
-            # the report draws every figure (and saves them under figures/); without it the study saves its own
-            study = run_ablation_study(loaded.model, loaded.tokenizer, corpus, settings, run_dir.path / "partial",
-                                       on_progress=on_progress)
-        except KeyboardInterrupt:
-            console.print(f"[yellow]interrupted:[/] finished ablations are saved in {run_dir.path / 'partial'}; "
-                          "run the same command again to continue.")
-            raise
-    for name, table in study.tables.items():
-        write_table(run_dir.path, name, table)
-    figures = [] if not no_report else _write_figures(study.tables, run_dir.path)
-    manifest.update(status="complete", finished=now_iso(), wall_time_s=round(time.perf_counter() - t0, 3),
-                    result=study.summary, tables=list(study.tables),
-                    figures=[str(p.relative_to(run_dir.path)) for p in figures])
-    run_dir.write_manifest(manifest)
+        t0 = time.perf_counter()
+        with stage_bars(describe=lambda s: "ablations" if s == "ablation" else "importance + pruning", console=console) as on_progress:
+            try:
+                # the report draws every figure (and saves them under figures/); without it the study saves its own
+                study = run_ablation_study(loaded.model, loaded.tokenizer, corpus, settings, run_dir.path / "partial",
+                                           on_progress=on_progress)
+            except KeyboardInterrupt:
+                console.print(f"[yellow]interrupted:[/] finished ablations are saved in {run_dir.path / 'partial'}; "
+                              "run the same command again to continue.")
+                raise
+        for name, table in study.tables.items():
+            write_table(run_dir.path, name, table)
+        figures = [] if not no_report else _write_figures(study.tables, run_dir.path)
+        manifest.update(status="complete", finished=now_iso(), wall_time_s=round(time.perf_counter() - t0, 3),
+                        result=study.summary, tables=list(study.tables),
+                        figures=[str(p.relative_to(run_dir.path)) for p in figures])
+        run_dir.write_manifest(manifest)
     _print_summary(study, run_dir.path, figures)
     if not no_report:
         from bertology.report.render import render_report

@@ -108,52 +108,52 @@ def probe_command(
     fingerprint = hashlib.sha256(json.dumps(
         [d, {k: c.fingerprint() for k, c in corpora.items()}, ids, random_control], sort_keys=True, default=str
     ).encode()).hexdigest()[:16]
-    opened = open_run(out, KIND, fingerprint, overwrite=overwrite)
-    run_dir, resumed, old = opened.dir, opened.resumed, opened.previous
-    partial = run_dir.path / "partial"
-    if resumed and old.get("status") == "complete" and run_dir.has_table("probe"):
-        console.print(f"{run_dir.path} already holds this finished run; nothing to do")
-        _print_summary(read_table(run_dir.path, "probe"), run_dir.path)
-        return
-    if resumed and partial.exists():
-        console.print(f"resuming the run in {run_dir.path} (cached features and finished epochs are kept)")
-    manifest = {
-        **manifest_header(KIND, fingerprint, created=old.get("created")),
-        "status": "running",
-        "config": {"base": base, "tuned": tuned, "random_control": random_control, "train": train, "dev": dev,
-                   "test": test, "max_sentences": max_sentences, "spacy_model": spacy_model, **settings.to_dict()},
-        "seed": seed,
-        "device": device,
-        "dtype": "float32",
-        "attn_implementation": "eager",
-        "pooling": "mean of sub-word pieces",
-        "models": {name: {**m.describe(), **({"seed": seed} if name == "random" else {})} for name, m in models.items()},
-        "data": {k: c.describe() for k, c in corpora.items()},
-    }
-    run_dir.write_manifest(manifest)
+    with open_run(out, KIND, fingerprint, overwrite=overwrite) as opened:
+        run_dir, resumed, old = opened.dir, opened.resumed, opened.previous
+        partial = run_dir.path / "partial"
+        if resumed and old.get("status") == "complete" and run_dir.has_table("probe"):
+            console.print(f"{run_dir.path} already holds this finished run; nothing to do")
+            _print_summary(read_table(run_dir.path, "probe"), run_dir.path)
+            return
+        if resumed and partial.exists():
+            console.print(f"resuming the run in {run_dir.path} (cached features and finished epochs are kept)")
+        manifest = {
+            **manifest_header(KIND, fingerprint, created=old.get("created")),
+            "status": "running",
+            "config": {"base": base, "tuned": tuned, "random_control": random_control, "train": train, "dev": dev,
+                       "test": test, "max_sentences": max_sentences, "spacy_model": spacy_model, **settings.to_dict()},
+            "seed": seed,
+            "device": device,
+            "dtype": "float32",
+            "attn_implementation": "eager",
+            "pooling": "mean of sub-word pieces",
+            "models": {name: {**m.describe(), **({"seed": seed} if name == "random" else {})} for name, m in models.items()},
+            "data": {k: c.describe() for k, c in corpora.items()},
+        }
+        run_dir.write_manifest(manifest)
 
-    t0 = time.perf_counter()
-    with stage_bars(describe=lambda s: "training (epochs)" if s == "training" else s, console=console) as on_progress:
-        try:
-            result = run_probes(models, corpora["train"], corpora.get("dev"), corpora["test"], settings,
-                                on_progress=on_progress, work_dir=partial)
-        except KeyboardInterrupt:
-            console.print(f"[yellow]interrupted:[/] features and finished epochs are saved in {partial}; "
-                          "run the same command again to continue.")
-            raise
-    write_table(run_dir.path, "probe", result.table)
-    from bertology.results import atomic_write_text
-    from bertology.viz.figures import figure_to_svg
-    from bertology.viz.probe import probe_figures
+        t0 = time.perf_counter()
+        with stage_bars(describe=lambda s: "training (epochs)" if s == "training" else s, console=console) as on_progress:
+            try:
+                result = run_probes(models, corpora["train"], corpora.get("dev"), corpora["test"], settings,
+                                    on_progress=on_progress, work_dir=partial)
+            except KeyboardInterrupt:
+                console.print(f"[yellow]interrupted:[/] features and finished epochs are saved in {partial}; "
+                              "run the same command again to continue.")
+                raise
+        write_table(run_dir.path, "probe", result.table)
+        from bertology.results import atomic_write_text
+        from bertology.viz.figures import figure_to_svg
+        from bertology.viz.probe import probe_figures
 
-    figures = []
-    for stem, fig in probe_figures(result.table).items():
-        path = run_dir.path / "figures" / f"{stem}.svg"
-        atomic_write_text(path, figure_to_svg(fig))
-        figures.append(str(path.relative_to(run_dir.path)))
-    manifest.update(status="complete", finished=now_iso(), wall_time_s=round(time.perf_counter() - t0, 3),
-                    probe=result.params, tables=["probe"], figures=figures)
-    run_dir.write_manifest(manifest)
+        figures = []
+        for stem, fig in probe_figures(result.table).items():
+            path = run_dir.path / "figures" / f"{stem}.svg"
+            atomic_write_text(path, figure_to_svg(fig))
+            figures.append(str(path.relative_to(run_dir.path)))
+        manifest.update(status="complete", finished=now_iso(), wall_time_s=round(time.perf_counter() - t0, 3),
+                        probe=result.params, tables=["probe"], figures=figures)
+        run_dir.write_manifest(manifest)
     if not keep_features:
         shutil.rmtree(partial, ignore_errors=True)
     _print_summary(result.table, run_dir.path)

@@ -52,12 +52,19 @@ def _read_manifest(run_dir: Path, warnings: list[str]) -> dict:
 
 
 def _read_tables(
-    run_dir: Path, known: Mapping[str, tuple[str, ...]], warnings: list[str]
+    run_dir: Path, known: Mapping[str, tuple[str, ...]], warnings: list[str], listed: Sequence[str] | None = None,
 ) -> tuple[dict[str, pd.DataFrame], list[dict]]:
-    """Known tables (validated against ``known``) and a listing of every table file in the run."""
+    """Known tables (validated against ``known``) and a listing of every table file in the run.
+
+    ``listed``: the tables the run's manifest says it wrote; a table file it does not list (left by
+    another run, or by hand) is not shown, with a warning, so a section never mixes two runs.
+    """
     folder = run_dir / "tables"
     tables: dict[str, pd.DataFrame] = {}
     names = sorted({p.stem for p in folder.glob("*.parquet")} | {p.stem for p in folder.glob("*.csv")})
+    foreign = [n for n in names if listed is not None and n not in listed]
+    if foreign:
+        warnings.append(f"Table(s) {', '.join(foreign)} are in tables/ but not in this run's manifest; not shown.")
     listing: list[dict] = []
     for name in names:
         pq, csv = folder / f"{name}.parquet", folder / f"{name}.csv"
@@ -73,7 +80,7 @@ def _read_tables(
         files = [p.name for p in (pq, csv) if p.exists()]
         entry = {"name": name, "files": files, "rows": None if df is None else len(df), "shown": False}
         listing.append(entry)
-        if df is None or name not in known:
+        if df is None or name not in known or name in foreign:
             continue
         missing = [c for c in known[name] if c not in df.columns]
         if missing:
@@ -139,7 +146,8 @@ def build_context(run_dir: str | Path, sections: Sequence[Section] = SECTIONS) -
         raise BertologyError(f"Run directory {run_dir} does not exist or is not a folder.")
     warnings: list[str] = []
     manifest = _read_manifest(run_dir, warnings)
-    tables, listing = _read_tables(run_dir, known_tables(sections), warnings)
+    listed = manifest.get("tables") if isinstance(manifest.get("tables"), list) else None
+    tables, listing = _read_tables(run_dir, known_tables(sections), warnings, listed)
     if not manifest and not listing:
         raise BertologyError(
             f"{run_dir} holds neither manifest.json nor tables/; is it a bertology run directory?"

@@ -196,6 +196,8 @@ def track(
         "tables": [f"track_{a}" for a in tables],
         "figures": [str(p.relative_to(run)) for p in written.values()],
     }
+    # the run's table list names every table in its folder (the report shows only those)
+    manifest["tables"] = sorted(set(manifest.get("tables") or []) | {f"track_{a}" for a in tables})
     run_dir.write_manifest(manifest)
     return TrackResult(run, ckpts, tables, written, reused)
 

@@ -93,60 +93,60 @@ def finetune_to_dir(
     resolve_device(config.device)  # a missing GPU is an error before the run folder or model is touched
     fingerprint = run_fingerprint(config, train, evaluation)
     # another run (allowed by --overwrite) or a retrain: nothing of the old one may remain
-    opened = open_run(config.out, KIND, fingerprint, overwrite=overwrite, fresh=retrain, scratch=("checkpoints", "model"))
-    run_dir, old, resume = opened.dir, opened.previous, opened.resumed
-    model_dir = run_dir.path / "model"
-    if resume and (model_dir / "config.json").exists() and run_dir.has_table(KIND) and old.get("metrics"):
-        return FinetuneRun(
-            run_dir.path, model_dir, read_table(run_dir.path, KIND), old["metrics"],
-            old.get("result", {}).get("n_train"), 0.0, reused=True, warnings=old.get("warnings", []),
-        )
-    header = manifest_header(KIND, fingerprint, created=old.get("created") if resume else None)
-    started = {**header, "status": "running", "config": config.to_dict(), "seed": config.seed}
-    run_dir.write_manifest(started)
+    with open_run(config.out, KIND, fingerprint, overwrite=overwrite, fresh=retrain, scratch=("checkpoints", "model")) as opened:
+        run_dir, old, resume = opened.dir, opened.previous, opened.resumed
+        model_dir = run_dir.path / "model"
+        if resume and (model_dir / "config.json").exists() and run_dir.has_table(KIND) and old.get("metrics"):
+            return FinetuneRun(
+                run_dir.path, model_dir, read_table(run_dir.path, KIND), old["metrics"],
+                old.get("result", {}).get("n_train"), 0.0, reused=True, warnings=old.get("warnings", []),
+            )
+        header = manifest_header(KIND, fingerprint, created=old.get("created") if resume else None)
+        started = {**header, "status": "running", "config": config.to_dict(), "seed": config.seed}
+        run_dir.write_manifest(started)
 
-    result = finetune(config, train, evaluation, progress=progress, resume=resume, on_step=on_step)
-    write_table(run_dir.path, KIND, result.table)
-    tables = [KIND]
-    if result.predictions is not None:
-        write_table(run_dir.path, "finetune_predictions", result.predictions)
-        tables.append("finetune_predictions")
-    for name, extra in result.extra_tables.items():
-        write_table(run_dir.path, name, extra)
-        tables.append(name)
-    details = result.describe()
-    warnings = [
-        f"{enc['n_truncated']} of {enc['n_input']} {split} examples were truncated to {enc['max_length']} tokens."
-        for split, enc in details.get("tokenisation", {}).items()
-        if enc.get("n_truncated")
-    ]
-    run_dir.write_manifest(
-        {
-            **header,
-            "status": "done",
-            "finished": now_iso(),
-            "config": config.to_dict(),
-            "seed": config.seed,
-            "device": _device_info(config.device),
-            "dtype": "float32",
-            "attn_implementation": "eager",
-            "models": {
-                "base": details.pop("base_model", None),
-                "tuned": {"path": str(result.model_dir), "weights_sha256": weights_fingerprint(result.model_dir)},
-            },
-            "data": {"train": train.describe(), "eval": evaluation.describe() if evaluation is not None else None},
-            "result": details,
-            "metrics": result.metrics,
-            "tables": tables,
-            "warnings": warnings,
-            "wall_time_s": round(result.wall_time_s, 3),
-            "summary": summary_of(result),
-        }
-    )
-    return FinetuneRun(
-        run_dir.path, Path(result.model_dir), result.table, result.metrics, result.n_train,
-        result.wall_time_s, reused=False, warnings=warnings,
-    )
+        result = finetune(config, train, evaluation, progress=progress, resume=resume, on_step=on_step)
+        write_table(run_dir.path, KIND, result.table)
+        tables = [KIND]
+        if result.predictions is not None:
+            write_table(run_dir.path, "finetune_predictions", result.predictions)
+            tables.append("finetune_predictions")
+        for name, extra in result.extra_tables.items():
+            write_table(run_dir.path, name, extra)
+            tables.append(name)
+        details = result.describe()
+        warnings = [
+            f"{enc['n_truncated']} of {enc['n_input']} {split} examples were truncated to {enc['max_length']} tokens."
+            for split, enc in details.get("tokenisation", {}).items()
+            if enc.get("n_truncated")
+        ]
+        run_dir.write_manifest(
+            {
+                **header,
+                "status": "done",
+                "finished": now_iso(),
+                "config": config.to_dict(),
+                "seed": config.seed,
+                "device": _device_info(config.device),
+                "dtype": "float32",
+                "attn_implementation": "eager",
+                "models": {
+                    "base": details.pop("base_model", None),
+                    "tuned": {"path": str(result.model_dir), "weights_sha256": weights_fingerprint(result.model_dir)},
+                },
+                "data": {"train": train.describe(), "eval": evaluation.describe() if evaluation is not None else None},
+                "result": details,
+                "metrics": result.metrics,
+                "tables": tables,
+                "warnings": warnings,
+                "wall_time_s": round(result.wall_time_s, 3),
+                "summary": summary_of(result),
+            }
+        )
+        return FinetuneRun(
+            run_dir.path, Path(result.model_dir), result.table, result.metrics, result.n_train,
+            result.wall_time_s, reused=False, warnings=warnings,
+        )
 
 
 def summary_of(result) -> dict:

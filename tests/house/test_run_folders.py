@@ -1,0 +1,154 @@
+"""Run folders under concurrency and failure: one writer at a time, marked from the first write,
+failed runs recorded and replaceable, unwritable folders refused before any work, and a report
+that shows only the tables its own manifest lists."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+
+import pandas as pd
+import pytest
+
+from bertology.errors import BertologyError
+from bertology.results import write_table
+from bertology.runs import LOCK, open_run
+
+
+def _manifest(folder) -> dict:
+    return json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+
+
+def test_the_folder_is_marked_running_before_any_work(tmp_path):
+    with open_run(tmp_path / "run", "compare", "f1") as opened:
+        m = _manifest(opened.path)
+        assert (m["kind"], m["fingerprint"], m["status"]) == ("compare", "f1", "running")
+        assert not opened.resumed
+    # killed here (nothing else written): the same command resumes, another one is refused
+    with open_run(tmp_path / "run", "compare", "f1") as again:
+        assert again.resumed
+    with pytest.raises(BertologyError, match="holds another run"):
+        open_run(tmp_path / "run", "compare", "f2")
+
+
+def test_a_second_writer_gets_one_clear_error_and_the_lock_is_released(tmp_path):
+    with open_run(tmp_path / "run", "compare", "f1"):
+        with pytest.raises(BertologyError, match="Another bertology run is writing into"):
+            open_run(tmp_path / "run", "compare", "f1")
+    with open_run(tmp_path / "run", "compare", "f1") as after:  # released on exit
+        assert after.resumed
+
+
+def test_a_failed_run_says_so_and_a_corrected_run_may_replace_it(tmp_path):
+    with pytest.raises(ValueError):
+        with open_run(tmp_path / "run", "finetune", "bad-labels"):
+            raise ValueError("label column 'y' not found")
+    m = _manifest(tmp_path / "run")
+    assert m["status"] == "failed" and m["error"] == "ValueError: label column 'y' not found" and "finished" in m
+    write_table(tmp_path / "run", "finetune", pd.DataFrame({"step": [1]}))
+    with open_run(tmp_path / "run", "finetune", "fixed-labels") as fixed:  # other settings, no --overwrite needed
+        assert not fixed.resumed and not (tmp_path / "run/tables/finetune.parquet").exists()
+    # a failed run of another kind is still another run
+    with pytest.raises(ValueError):
+        with open_run(tmp_path / "other", "probe", "p"):
+            raise ValueError("x")
+    with pytest.raises(BertologyError, match="holds another run"):
+        open_run(tmp_path / "other", "compare", "c")
+
+
+def test_ctrl_c_is_recorded_as_interrupted_and_a_finished_run_is_left_alone(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        with open_run(tmp_path / "run", "compare", "f1"):
+            raise KeyboardInterrupt
+    assert _manifest(tmp_path / "run")["status"] == "interrupted"
+    with pytest.raises(RuntimeError):
+        with open_run(tmp_path / "done", "compare", "f1") as opened:
+            opened.dir.write_manifest({**_manifest(opened.path), "status": "complete"})
+            raise RuntimeError("the report failed after the run finished")
+    assert _manifest(tmp_path / "done")["status"] == "complete"
+
+
+def test_a_foreign_folder_is_refused_before_anything_is_written_into_it(tmp_path):
+    foreign = tmp_path / "photos"
+    foreign.mkdir()
+    (foreign / "cat.jpg").write_bytes(b"jpg")
+    with pytest.raises(BertologyError, match="holds no bertology run"):
+        open_run(foreign, "compare", "f1")
+    assert sorted(p.name for p in foreign.iterdir()) == ["cat.jpg"]  # no lock file, no manifest left behind
+
+
+@pytest.mark.skipif(sys.platform == "win32" or os.geteuid() == 0, reason="root writes anywhere")
+def test_an_unwritable_folder_is_refused_before_the_work(tmp_path):
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        with pytest.raises(BertologyError, match="Cannot write into --out"):
+            open_run(locked / "run", "compare", "f1")
+    finally:
+        locked.chmod(stat.S_IRWXU)
+
+
+def test_an_unwritable_folder_is_refused_even_as_root(tmp_path, monkeypatch):
+    """Root ignores permission bits, so the refusal is checked by making the first write fail."""
+    import bertology.runs as runs
+
+    def refuse(*_a, **_k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(runs.RunDirectory, "write_manifest", refuse)
+    with pytest.raises(BertologyError, match="Cannot write into --out .*Permission denied"):
+        open_run(tmp_path / "run", "compare", "f1")
+    monkeypatch.undo()
+    with open_run(tmp_path / "run", "compare", "f1") as opened:  # the refused attempt left the lock free
+        assert not opened.resumed
+
+
+def test_the_lock_file_does_not_count_as_content(tmp_path):
+    with open_run(tmp_path / "run", "compare", "f1"):
+        assert (tmp_path / "run" / LOCK).exists()
+
+
+def test_the_report_shows_only_the_tables_its_manifest_lists(tmp_path):
+    from bertology.report.render import build_context
+
+    run = tmp_path / "run"
+    run.mkdir()
+    table = pd.DataFrame({"layer": [1], "head": [0], "cosine": [0.9], "js_divergence": [0.1]})
+    write_table(run, "attention_change", table)
+    (run / "manifest.json").write_text(json.dumps({"kind": "compare", "tables": []}), encoding="utf-8")
+    ctx = build_context(run)
+    assert "attention-change" not in ctx["sections"]
+    assert any("not in this run's manifest" in w for w in ctx["overview"]["warnings"])
+
+
+def test_an_interrupted_compare_resumes_from_its_finished_tables(identical_pair, tmp_path, monkeypatch):
+    """Stopped after the streaming pass (as a kill between stages would), the same command reuses its tables."""
+    import bertology.pipeline as pipeline
+    from bertology.config import CompareConfig, DataConfig
+    from bertology.data.corpus import Corpus
+    from bertology.testing import SENTENCES
+
+    config = CompareConfig(base=str(identical_pair[0]), tuned=str(identical_pair[1]), data=DataConfig(path=""),
+                           out=str(tmp_path / "run"), analyses=("attention_change", "ablation"), view_examples=0)
+    corpus = Corpus.from_list(SENTENCES)
+
+    def stop(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "_experiment", stop)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.compare(config, corpus=corpus, report=False)
+    m = _manifest(tmp_path / "run")
+    table = tmp_path / "run/tables/attention_change.parquet"
+    assert m["status"] == "interrupted" and table.exists()
+    written = table.stat().st_mtime_ns
+    monkeypatch.undo()
+    with pytest.raises(BertologyError, match="Cannot run the ablation of the tuned classifier"):
+        pipeline.compare(config, corpus=corpus, report=False)  # resumes, then refuses what it cannot run
+    assert _manifest(tmp_path / "run")["status"] == "failed"
+    assert table.stat().st_mtime_ns == written  # the finished table was reused, not recomputed
+    fixed = CompareConfig(**{**config.__dict__, "analyses": ("attention_change",)})
+    run = pipeline.compare(fixed, corpus=corpus, report=False)  # a corrected command replaces the failed run
+    assert run.manifest["status"] == "complete" and run.resumed == []
