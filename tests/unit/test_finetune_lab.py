@@ -234,7 +234,7 @@ def test_resumed_run_ends_with_the_same_weights_as_an_uninterrupted_one(tmp_path
     with pytest.raises(KeyboardInterrupt):
         finetune_to_dir(cfg, corpus, held, on_step=_interrupt_at(5))
     manifest = json.loads((tmp_path / "cut" / "manifest.json").read_text())
-    assert manifest["status"] == "running"
+    assert manifest["status"] == "interrupted" and manifest["error"].startswith("KeyboardInterrupt")
     assert [s for s, _ in checkpoints(tmp_path / "cut" / "checkpoints")] == [2, 4]
     assert not (tmp_path / "cut" / "model").exists()
 
