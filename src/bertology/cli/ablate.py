@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
 from bertology.cli.options import (
@@ -107,7 +108,7 @@ def ablate_command(
     with open_run(out, KIND, fingerprint, overwrite=overwrite) as opened:
         run_dir = opened.dir
         if opened.resumed and (run_dir.path / "partial").exists():
-            console.print(f"resuming the run in {run_dir.path} (finished ablations are kept)")
+            console.print(f"resuming the run in {escape(str(run_dir.path))} (finished ablations are kept)")
         manifest = {
             **manifest_header(KIND, fingerprint, created=opened.previous.get("created")),
             "status": "running",
@@ -130,7 +131,7 @@ def ablate_command(
                 study = run_ablation_study(loaded.model, loaded.tokenizer, corpus, settings, run_dir.path / "partial",
                                            on_progress=on_progress)
             except KeyboardInterrupt:
-                console.print(f"[yellow]interrupted:[/] finished ablations are saved in {run_dir.path / 'partial'}; "
+                console.print(f"[yellow]interrupted:[/] finished ablations are saved in {escape(str(run_dir.path / 'partial'))}; "
                               "run the same command again to continue.")
                 raise
         for name, table in study.tables.items():
@@ -145,8 +146,8 @@ def ablate_command(
         from bertology.report.render import render_report
 
         report = render_report(run_dir.path)
-        console.print(f"figures: {run_dir.path / 'figures'}")
-        console.print(f"report: [bold]{report}[/]")
+        console.print(f"figures: {escape(str(run_dir.path / 'figures'))}")
+        console.print(f"report: [bold]{escape(str(report))}[/]")
 
 
 def _write_figures(tables: dict, out: Path) -> list[Path]:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import typer
+from rich.markup import escape
 from rich.console import Console
 
 from bertology.errors import BertologyError
@@ -50,7 +51,7 @@ def user_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except BertologyError as err:
-            console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+            console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
             raise typer.Exit(code=2) from None
         except KeyboardInterrupt:
             console.print("[yellow]interrupted[/]")

@@ -167,7 +167,7 @@ def _print_summary_of(spec, tables: dict, heading: str | None = None) -> None:
     text = spec.summary(tables) if spec.summary is not None and spec.name in tables else None
     if text:
         if heading:
-            console.print(f"[bold]{heading}[/]")
+            console.print(f"[bold]{escape(str(heading))}[/]")
         console.print(text, markup=False, highlight=False)
 
 
@@ -179,7 +179,7 @@ def report_command(run_dir: Path = typer.Argument(..., help="A run directory wri
 
     if not (run_dir / "manifest.json").exists():
         raise BertologyError(f"{run_dir} is not a bertology run directory (no manifest.json).")
-    console.print(f"report: [bold]{render_report(run_dir)}[/]")
+    console.print(f"report: [bold]{escape(str(render_report(run_dir)))}[/]")
 
 
 @app.command("env")
@@ -212,7 +212,7 @@ def env_command(as_json: bool = typer.Option(False, "--json", help="Print JSON."
     for key, value in info.items():
         if isinstance(value, dict):
             value = ", ".join(f"{k} {v}" for k, v in value.items())
-        console.print(f"[bold]{key}[/]: {value}", highlight=False)
+        console.print(f"[bold]{escape(str(key))}[/]: {escape(str(value))}", highlight=False)
 
 
 @app.command("demo")
@@ -229,7 +229,7 @@ def demo_command(
 
     result = run_demo(out, epochs=epochs, compare_examples=compare_examples, seed=seed, progress=True, overwrite=overwrite)
     if result.reused_model:
-        console.print(f"reused the fine-tuned model in {result.model_dir}")
+        console.print(f"reused the fine-tuned model in {escape(str(result.model_dir))}")
     _print_compare_summary(result.run)
     m = result.heldout_metrics
     typer.echo(f"held-out accuracy: {m.get('accuracy', float('nan')):.4f} (macro-F1 {m.get('macro_f1', float('nan')):.4f}, n={m.get('n_eval', '?')})")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
 from bertology.cli.options import (
@@ -202,9 +203,9 @@ def finetune_command(
 
     run = finetune_to_dir(config, train, evaluation, overwrite=overwrite, retrain=overwrite, progress=True)
     if run.reused:
-        console.print(f"{run.out} already holds this exact run; reusing it (pass --overwrite to train again).")
+        console.print(f"{escape(str(run.out))} already holds this exact run; reusing it (pass --overwrite to train again).")
     for w in run.warnings:
-        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+        console.print(f"[yellow]warning:[/] {escape(str(w))}", highlight=False)
     typer.echo(_summary(run.metrics, run.n_train, run.model_dir, run.wall_time_s, reused=run.reused))
     from bertology.runs import RunDirectory
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
 from bertology.cli.options import (
@@ -78,10 +79,10 @@ def export_command(
     }
     write_export(sample, out, thumbnail_png, info=info, overwrite=overwrite)
     counts = {p: int((sample.predicted == i).sum()) for i, p in enumerate(PATTERNS)}
-    console.print(f"exported {len(sample)} maps of {len(set(sample.example.tolist()))} examples to {out}")
+    console.print(f"exported {len(sample)} maps of {len(set(sample.example.tolist()))} examples to {escape(str(out))}")
     console.print("rule classifier: " + ", ".join(f"{p} {n}" for p, n in counts.items()), highlight=False)
-    console.print(f"label them in {out / 'index.html'} (or the label column of {out / 'labels.csv'}), then run "
-                  f"`bertology patterns train {out / 'labels.csv'}`", highlight=False)
+    console.print(f"label them in {escape(str(out / 'index.html'))} (or the label column of {escape(str(out / 'labels.csv'))}), then run "
+                  f"`bertology patterns train {escape(str(out / 'labels.csv'))}`", highlight=False)
 
 
 @patterns_app.command("train")
@@ -120,11 +121,11 @@ def train_command(
     agr = report.agreement
     for key, what in (("cnn_vs_labels", "CNN (out of fold) vs labels"), ("rules_vs_labels", "rule classifier vs labels"),
                       ("cnn_vs_rules", "CNN (out of fold) vs rule classifier")):
-        console.print(f"{what}: Cohen's kappa {agr[key]['kappa']:.3f}, accuracy {agr[key]['accuracy']:.3f}",
+        console.print(f"{escape(str(what))}: Cohen's kappa {agr[key]['kappa']:.3f}, accuracy {agr[key]['accuracy']:.3f}",
                       highlight=False)
     console.print(_confusion_text(agr["cnn_vs_labels"], "labels", "CNN out of fold"), highlight=False, markup=False)
     console.print(_confusion_text(agr["rules_vs_labels"], "labels", "rules"), highlight=False, markup=False)
-    console.print(f"model saved to {folder} (pattern_cnn.safetensors, pattern_cnn.json)", highlight=False)
+    console.print(f"model saved to {escape(str(folder))} (pattern_cnn.safetensors, pattern_cnn.json)", highlight=False)
 
 
 def _confusion_text(agr: dict, rows: str, cols: str) -> str:

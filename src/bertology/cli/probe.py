@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
 from bertology.cli.options import (
@@ -112,11 +113,11 @@ def probe_command(
         run_dir, resumed, old = opened.dir, opened.resumed, opened.previous
         partial = run_dir.path / "partial"
         if resumed and old.get("status") == "complete" and run_dir.has_table("probe"):
-            console.print(f"{run_dir.path} already holds this finished run; nothing to do")
+            console.print(f"{escape(str(run_dir.path))} already holds this finished run; nothing to do")
             _print_summary(read_table(run_dir.path, "probe"), run_dir.path)
             return
         if resumed and partial.exists():
-            console.print(f"resuming the run in {run_dir.path} (cached features and finished epochs are kept)")
+            console.print(f"resuming the run in {escape(str(run_dir.path))} (cached features and finished epochs are kept)")
         manifest = {
             **manifest_header(KIND, fingerprint, created=old.get("created")),
             "status": "running",
@@ -138,7 +139,7 @@ def probe_command(
                 result = run_probes(models, corpora["train"], corpora.get("dev"), corpora["test"], settings,
                                     on_progress=on_progress, work_dir=partial)
             except KeyboardInterrupt:
-                console.print(f"[yellow]interrupted:[/] features and finished epochs are saved in {partial}; "
+                console.print(f"[yellow]interrupted:[/] features and finished epochs are saved in {escape(str(partial))}; "
                               "run the same command again to continue.")
                 raise
         write_table(run_dir.path, "probe", result.table)
@@ -160,7 +161,7 @@ def probe_command(
     if not no_report:
         from bertology.report.render import render_report
 
-        console.print(f"report: [bold]{render_report(run_dir.path)}[/]")
+        console.print(f"report: [bold]{escape(str(render_report(run_dir.path)))}[/]")
 
 
 def _print_summary(table, out: Path) -> None:
@@ -175,6 +176,6 @@ def _print_summary(table, out: Path) -> None:
                 best = sub.loc[sub[m].idxmax()] if sub[m].notna().any() else None
                 if best is not None:
                     bits.append(f"{m} {best[m]:.3f} (L{int(best['layer'])})")
-        console.print(f"{model}: best test " + ", ".join(bits), highlight=False)
-    console.print(f"tables: {out / 'tables'}")
-    console.print(f"figures: {out / 'figures'}")
+        console.print(f"{escape(str(model))}: best test " + ", ".join(bits), highlight=False)
+    console.print(f"tables: {escape(str(out / 'tables'))}")
+    console.print(f"figures: {escape(str(out / 'figures'))}")

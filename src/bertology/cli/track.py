@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
 from bertology.cli.options import (
@@ -44,7 +45,7 @@ def track_command(
         batch_size=batch_size, seed=seed, device=device, include_final=final, overwrite=overwrite, progress=True,
     )
     steps = ", ".join(f"{c.name}" for c in result.checkpoints)
-    console.print(f"tracked {len(result.checkpoints)} checkpoints ({steps})" +
+    console.print(f"tracked {len(result.checkpoints)} checkpoints ({escape(str(steps))})" +
                   (f"; reused {len(result.reused)} finished" if result.reused else ""))
     for name, table in result.tables.items():
         typer.echo(f"tables/track_{name}.parquet: {len(table)} rows over steps {sorted(set(table['step']))}")
