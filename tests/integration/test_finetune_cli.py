@@ -57,6 +57,8 @@ def test_lab_flags_write_a_smaller_model_slices_checkpoints_and_a_summary(tmp_pa
 
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "done"
+    html = (out / "report.html").read_text(encoding="utf-8")  # every run command ends with its report
+    assert 'id="finetune"' in html and "report: " in result.output
     s = manifest["summary"]
     assert s["excluded_words"]["n_dropped"] == 10 and s["n_train"] == 30
     assert s["slices"]["with_words"]["n_eval"] == 4 and s["slices"]["without_words"]["n_eval"] == 12

@@ -20,7 +20,7 @@ from bertology.cli.app import app, console, user_errors
 from bertology.cli.options import (
     DATA_FORMATS, DEVICE_OPT, LABEL_COL, PAIR_COL, TEXT_COL, TRUST_REMOTE_CODE_OPT, batch_size_option, data_option,
     epochs_option, lr_option, max_examples_option, max_length_option, model_option, out_option, overwrite_option,
-    seed_option,
+    no_report_option, seed_option,
 )
 from bertology.config import DataConfig, FinetuneConfig
 from bertology.errors import BertologyError
@@ -131,6 +131,7 @@ def finetune_command(
         None, "--against", help="A finished finetune run (e.g. the full model) to report accuracy and time against."
     ),
     save_every: Optional[int] = typer.Option(None, "--save-every", help="Keep checkpoints/step-N/ every N steps (resume after an interruption; bertology track).", min=1),
+    no_report: bool = no_report_option("Write the model, tables and manifest only, no report.html."),
 ) -> None:
     """Fine-tune a sequence classifier (single sentences or sentence pairs) or a contrastive encoder, with layer
     removal, freezing, biased-data filters, checkpoints and resumption."""
@@ -219,3 +220,7 @@ def finetune_command(
             typer.echo(f"{name}: {m['run']:.4f} vs {m['against']:.4f} in {against} ({m['delta']:+.4f})")
         if "train_time_ratio" in c:
             typer.echo(f"training time {c['train_time_ratio']:.2f}x that of {against}")
+    if not no_report:  # every run command ends with its report, as compare does
+        from bertology.report.render import render_report
+
+        console.print(f"report: [bold]{escape(str(render_report(run.out)))}[/]")
