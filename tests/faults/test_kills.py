@@ -1,0 +1,115 @@
+"""Kill -9 in the middle of a run, then the same command again: it resumes, and its tables equal an
+uninterrupted run's (no row lost or duplicated).
+
+The command runs in a subprocess that is killed with SIGKILL (no clean-up code runs) once the run
+folder shows the point to kill at: the manifest saying ``running`` (the shared extraction), or some
+finished ablation units in ``partial/`` (the ablation sweep). A kill that came too late (the run had
+already finished) fails the test rather than passing it vacuously.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bertology.testing import SENTENCES, tiny_bert_pair
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("kills")
+    base, tuned = tiny_bert_pair(folder / "pair", classifier=True)
+    data = folder / "d.csv"
+    with data.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["text", "label"])
+        for i in range(600):  # enough work that the kill lands before the end
+            w.writerow([SENTENCES[i % len(SENTENCES)] + " " + SENTENCES[(3 * i) % len(SENTENCES)], i % 2])
+    return folder, base, tuned, data
+
+
+def _compare_args(base, tuned, data, out) -> list[str]:
+    return ["compare", "--base", str(base), "--tuned", str(tuned), "--data", str(data), "--out", str(out),
+            "--analyses", "attention_change,representation_similarity,ablation", "--max-examples", "600",
+            "--ablation-examples", "300", "--ablation-bootstrap", "50", "--view-examples", "0", "--no-report"]
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "bertology", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def _kill_when(args: list[str], ready, timeout: float = 120.0) -> None:
+    """Start the command and SIGKILL it as soon as ``ready()`` is true; fail if it finished first."""
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "bertology", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env)
+    start = time.monotonic()
+    try:
+        while not ready():
+            assert proc.poll() is None, "the run finished before the kill point: give it more work"
+            assert time.monotonic() - start < timeout, "the kill point never came"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+
+
+def _status(out: Path) -> str | None:
+    try:
+        return json.loads((out / "manifest.json").read_text(encoding="utf-8")).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+def _tables(out: Path) -> dict[str, pd.DataFrame]:
+    return {p.stem: pd.read_parquet(p) for p in sorted((out / "tables").glob("*.parquet"))}
+
+
+@pytest.fixture(scope="module")
+def reference(setup):
+    folder, base, tuned, data = setup
+    out = folder / "uninterrupted"
+    done = _run(_compare_args(base, tuned, data, out))
+    assert done.returncode == 0, done.stderr
+    return _tables(out)
+
+
+def _units(out: Path) -> int:
+    return len(list((out / "partial" / "ablation" / "units").glob("*.npz")))
+
+
+@pytest.mark.parametrize("point", ["extraction", "ablation sweep"])
+def test_a_killed_compare_resumes_and_ends_with_the_same_tables(setup, reference, point, tmp_path):
+    _, base, tuned, data = setup
+    out = tmp_path / "run"
+    args = _compare_args(base, tuned, data, out)
+    if point == "extraction":
+        _kill_when(args, lambda: _status(out) == "running" and not (out / "tables").exists())
+        assert _status(out) == "running" and not (out / "tables").exists()
+    else:
+        _kill_when(args, lambda: _units(out) >= 3)
+        assert _status(out) == "running" and (out / "tables" / "attention_change.parquet").exists()
+        killed_units = _units(out)
+        assert 3 <= killed_units
+    again = _run(args)
+    assert again.returncode == 0, again.stderr
+    assert _status(out) == "complete"
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    if point == "ablation sweep":
+        assert set(manifest["resumed_tables"]) >= {"attention_change", "representation_similarity"}
+        assert manifest["analyses"]["ablation"]["settings"]["n_bootstrap"] == 50
+    tables = _tables(out)
+    assert tables.keys() == reference.keys()
+    for name, table in reference.items():
+        pd.testing.assert_frame_equal(tables[name], table, check_exact=True, obj=name)
