@@ -113,3 +113,39 @@ def test_a_killed_compare_resumes_and_ends_with_the_same_tables(setup, reference
     assert tables.keys() == reference.keys()
     for name, table in reference.items():
         pd.testing.assert_frame_equal(tables[name], table, check_exact=True, obj=name)
+
+
+def test_a_killed_ablate_resumes_its_sweep_and_ends_with_the_same_tables(setup, tmp_path):
+    _, _, tuned, data = setup
+    args = lambda out: ["ablate", "--model", str(tuned), "--data", str(data), "--out", str(out),  # noqa: E731
+                        "--max-examples", "300", "--bootstrap", "50", "--no-report"]
+    full = _run(args(tmp_path / "full"))
+    assert full.returncode == 0, full.stderr
+    out = tmp_path / "cut"
+    _kill_when(args(out), lambda: _units(out) >= 3)
+    assert _status(out) == "running" and not (out / "tables").exists()
+    again = _run(args(out))
+    assert again.returncode == 0, again.stderr
+    assert "ablations reused" in again.stderr + again.stdout
+    for name, table in _tables(tmp_path / "full").items():
+        pd.testing.assert_frame_equal(_tables(out)[name], table, check_exact=True, obj=name)
+
+
+def test_a_killed_finetune_resumes_from_its_checkpoint_with_the_same_weights(setup, tmp_path):
+    from safetensors.torch import load_file
+
+    folder, base, _, data = setup
+    args = lambda out: ["finetune", "--model", str(base), "--data", str(data), "--out", str(out), "--epochs", "2",  # noqa: E731
+                        "--batch-size", "8", "--save-every", "20", "--max-examples", "400", "--no-report"]
+    full = _run(args(tmp_path / "full"))
+    assert full.returncode == 0, full.stderr
+    out = tmp_path / "cut"
+    _kill_when(args(out), lambda: (out / "checkpoints" / "step-20" / "trainer_state.json").exists()
+               or any((out / "checkpoints").glob("step-20/*.safetensors")))
+    assert _status(out) == "running" and not (out / "model").exists()
+    again = _run(args(out))
+    assert again.returncode == 0, again.stderr
+    a, b = load_file(str(tmp_path / "full/model/model.safetensors")), load_file(str(out / "model/model.safetensors"))
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    cols = ["step", "split", "metric", "value"]
+    pd.testing.assert_frame_equal(_tables(out)["finetune"][cols], _tables(tmp_path / "full")["finetune"][cols])
