@@ -431,3 +431,17 @@ def test_figures_render(clf, data):
     for fig in figs.values():
         assert isinstance(fig, Figure)
         assert "<svg" in figure_to_svg(fig)
+
+
+def test_without_resamples_the_interval_is_absent_not_zero(clf, data):
+    """``--bootstrap 0``: NaN intervals, no helps/hurts claims, and the summary prints no interval."""
+    from bertology.experiments.ablation import summary
+
+    _, enc, y = data
+    t = run_ablation(clf.model, enc, y, HeadScoring(batch_size=8), n_bootstrap=0, layers=[2]).table
+    assert t["ci_low"].isna().all() and t["ci_high"].isna().all()
+    assert not t["helps"].any() and not t["hurts"].any()
+    assert (t[t["target"] == "head"]["delta"] != 0).any()  # deltas are there; only the interval is absent
+    text = summary({"ablation": t})
+    assert "nan" not in text and "[+0.000, +0.000]" not in text
+    assert "most harmful heads to remove" in text

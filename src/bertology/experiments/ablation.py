@@ -524,8 +524,9 @@ def score_units(
     n = len(y)
     i0 = keys.index("intact")
     point = _unit_metrics(np.ones((1, n), dtype=np.float32), y, pred, loss, n_classes)
-    lo = {m: np.zeros(len(keys)) for m in METRICS}
-    hi = {m: np.zeros(len(keys)) for m in METRICS}
+    # without resamples there is no interval: NaN, never a zero-width interval around a non-zero delta
+    lo = {m: np.full(len(keys), np.nan) for m in METRICS}
+    hi = {m: np.full(len(keys), np.nan) for m in METRICS}
     if n_bootstrap > 0:
         deltas = {m: [] for m in METRICS}
         counts = bootstrap_counts(n, n_bootstrap, seed)
@@ -673,8 +674,10 @@ def run_ablation_study(
 
 
 def _fmt_row(r) -> str:
+    """``L3H2 -0.012 [-0.020, -0.004]``; the interval is left out when there is none (``--bootstrap 0``)."""
     f = ".4f" if r.metric == "loss" else ".3f"
-    return f"{r.label} {r.delta:+{f}} [{r.ci_low:+{f}}, {r.ci_high:+{f}}]"
+    interval = "" if np.isnan(r.ci_low) else f" [{r.ci_low:+{f}}, {r.ci_high:+{f}}]"
+    return f"{r.label} {r.delta:+{f}}{interval}"
 
 
 def summary(tables: Mapping[str, pd.DataFrame], note: str = "") -> str:
