@@ -67,6 +67,7 @@ class Selection:
     named: frozenset[str]
 
     def names(self) -> tuple[str, ...]:
+        """The selected names: analyses first, then experiments, each in catalog order."""
         return tuple(s.name for s in (*self.analyses, *self.experiments))
 
 

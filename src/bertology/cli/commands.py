@@ -15,8 +15,10 @@ from bertology.cli.options import (
     out_option, overwrite_option, seed_option, tuned_option,
 )
 from bertology.analyses.catalog import ANALYSES
+from bertology.analyses.registry import AnalysisSpec
 from bertology.config import CompareConfig, DataConfig
 from bertology.experiments.catalog import EXPERIMENTS
+from bertology.experiments.registry import ExperimentSpec
 from bertology.errors import BertologyError
 
 
@@ -162,7 +164,7 @@ def _print_compare_summary(run) -> None:
         console.print(f"report: [bold]{escape(str(run.report))}[/]")
 
 
-def _print_summary_of(spec, tables: dict, heading: str | None = None) -> None:
+def _print_summary_of(spec: AnalysisSpec | ExperimentSpec, tables: dict, heading: str | None = None) -> None:
     """One spec's summary lines (printed as plain text: tables hold labels like [CLS] that are not markup)."""
     text = spec.summary(tables) if spec.summary is not None and spec.name in tables else None
     if text:
