@@ -669,8 +669,8 @@ def _load_hf(spec: str, flags: dict) -> tuple[list[Example], dict, str]:
         import datasets
     except ImportError:
         raise BertologyError(
-            f"Reading {spec} needs the optional `datasets` package: pip install datasets "
-            "(or pip install 'bertology[hf]')"
+            f"Reading {spec} needs the `datasets` package, a dependency of bertology missing from this "
+            "environment: pip install datasets (or re-run make setup)"
         ) from None
     try:
         ds = datasets.load_dataset(name, config, split=split)
