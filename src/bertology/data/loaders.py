@@ -371,18 +371,19 @@ def _read_table(path: Path, text: str, sep: str, flags: dict) -> tuple[list[Exam
     rows = df.to_numpy().tolist()
     given = {k: v for k, v in flags.items() if v is not None}
     first = [str(c).strip() for c in rows[0]] if rows else []
-    layout = None if any(c.lower() in _KNOWN_NAMES for c in first) else _headerless_layout(rows)
+    first_known = any(c.lower() in _KNOWN_NAMES for c in first)
+    layout = None if first_known else _headerless_layout(rows)
     if layout is not None:
-        header, columns = False, list(layout.columns)
+        header = False
     elif given and all(_is_position(v) for v in given.values()):
-        header = any(c.lower() in _KNOWN_NAMES for c in first)
+        header = first_known
     else:
-        header = bool(given) or any(c.lower() in _KNOWN_NAMES for c in first) or not _looks_like_data(rows)
+        header = bool(given) or first_known or not _looks_like_data(rows)
     if header:
         columns = first
         rows = rows[1:]
-    elif layout is None:
-        columns = [str(i) for i in range(df.shape[1])]
+    else:
+        columns = list(layout.columns) if layout is not None else [str(i) for i in range(df.shape[1])]
     if not header and not given and layout is None:
         chosen = _guess_label_and_text(rows, str(path))
     else:
