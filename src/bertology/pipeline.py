@@ -252,7 +252,7 @@ def compare(
 
 
 def encoding_warnings(encoded: EncodedCorpus, corpus: Corpus) -> list[str]:
-    """What the reader and the tokeniser dropped or cut, said once in the manifest and the report."""
+    """What the reader and tokeniser dropped or cut, and doubts about the labels: said once in manifest and report."""
     enc = encoded.describe()
     out = []
     if enc["n_skipped_overlong"]:
@@ -261,7 +261,7 @@ def encoding_warnings(encoded: EncodedCorpus, corpus: Corpus) -> list[str]:
         out.append(f"{enc['n_truncated']} of {enc['n_input']} examples were truncated to {enc['max_length']} tokens.")
     out += [f"While reading the data, {corpus.stats[key]} {what}." for key, what in DROPPED_WHILE_READING.items()
             if corpus.stats.get(key)]
-    return out
+    return out + list(corpus.stats.get("label_warnings", []))
 
 
 def _stream(

@@ -223,6 +223,102 @@ def test_unknown_header_is_not_mistaken_for_data(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------
+# header-less GLUE CoLA, unknown header-less layouts, label sanity
+
+COLA = (
+    "gj04\t1\t\tOur friends won't buy this analysis, let alone the next one we propose.\n"
+    "gj04\t1\t\tOne more pseudo generalization and I'm giving up.\n"
+    "clc95\t0\t*\tIn which way is Sandy very anxious to see if the students will be able to solve the problem?\n"
+    "c-05\t1\t\tThe book was written by John.\n"
+    "c-05\t0\t*\tBooks were sent to each other by the students.\n"
+    'swb04\t0\t??\tShe said "hi" herself him.\n'
+)
+
+
+def _check_cola(corpus):
+    assert [ex.label for ex in corpus] == ["1", "1", "0", "1", "0", "0"]
+    assert corpus[0].text == "Our friends won't buy this analysis, let alone the next one we propose."
+    assert corpus[5].text == 'She said "hi" herself him.'
+    assert corpus.stats["header"] is False and corpus.stats["layout"] == "GLUE CoLA"
+    assert corpus.stats["columns"] == {"text": "sentence", "pair": None, "label": "label"}
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [{}, {"text_column": "3", "label_column": "1"}, {"text_column": "sentence", "label_column": "label"}],
+)
+def test_headerless_cola_reads_sentence_and_label_not_the_source(tmp_path, flags):
+    _check_cola(load_corpus(write(tmp_path, "train.tsv", COLA), **flags))
+
+
+def test_cola_layout_needs_every_row_to_match(tmp_path):
+    """One row with a word in the judgment column: not CoLA, so refused rather than guessed."""
+    content = COLA + "gj04\t1\tok\tA sentence.\n"
+    with pytest.raises(BertologyError) as err:
+        load_corpus(write(tmp_path, "train.tsv", content))
+    msg = str(err.value)
+    assert "match no known header-less layout" in msg and "GLUE CoLA" in msg
+
+
+def test_headerless_unknown_layout_is_refused_with_the_columns(tmp_path):
+    content = "gj04\t1\tx\tOur friends won't buy it.\ngj04\t0\ty\tOne more.\nc-05\t1\tz\tThe book was written.\n"
+    with pytest.raises(BertologyError) as err:
+        load_corpus(write(tmp_path, "mystery.tsv", content))
+    msg = str(err.value)
+    assert "mystery.tsv" in msg and "looks like data" in msg
+    assert "0: 'gj04'; 1: '1'; 2: 'x'; 3: \"Our friends won't buy it.\"" in msg
+    assert "--text-column 3" in msg and "--label-column" in msg
+    corpus = load_corpus(write(tmp_path, "mystery.tsv", content), text_column=3, label_column=1)
+    assert [ex.label for ex in corpus] == ["1", "0", "1"]
+    assert corpus.stats["header"] is False
+
+
+def test_numeric_first_row_is_data_not_a_header(tmp_path):
+    with pytest.raises(BertologyError, match=r"looks like data.*0: '17'; 1: 'hello there'"):
+        load_corpus(write(tmp_path, "ids.csv", "17,hello there\n18,good bye\n"))
+
+
+LABELLED = "text,label,id\n" + "".join(f"sentence number {i},{i % 2},row{i}\n" for i in range(12))
+
+
+def test_label_warning_for_an_id_column(tmp_path):
+    corpus = load_corpus(write(tmp_path, "d.csv", LABELLED), label_column="id")
+    (warning,) = corpus.stats["label_warnings"]
+    assert "d.csv" in warning and "'id'" in warning and "each of its 12 examples" in warning
+    assert "looks like an ID" in warning and "--label-column" in warning
+
+
+def test_label_warning_for_too_many_distinct_values(tmp_path):
+    content = "text,label\n" + "".join(f"s {i},{i % 7}\n" for i in range(12))
+    (warning,) = load_corpus(write(tmp_path, "d.csv", content)).stats["label_warnings"]
+    assert "7 distinct values for 12 examples" in warning and "probably not a label" in warning
+
+
+def test_no_label_warning_for_a_binary_label_or_a_regression_score(tmp_path):
+    assert "label_warnings" not in load_corpus(write(tmp_path, "d.csv", LABELLED)).stats
+    scores = "sentence1\tsentence2\tscore\n" + "".join(f"a {i}\tb {i}\t{i / 3:.3f}\n" for i in range(12))
+    assert "label_warnings" not in load_corpus(write(tmp_path, "s.tsv", scores), label_column="score").stats
+
+
+def test_label_warnings_reach_the_compare_warnings(tmp_path):
+    from types import SimpleNamespace
+
+    from bertology.pipeline import encoding_warnings
+
+    corpus = load_corpus(write(tmp_path, "d.csv", LABELLED), label_column="id")
+    encoded = SimpleNamespace(describe=lambda: {"n_skipped_overlong": 0, "n_truncated": 0, "n_input": 12, "max_length": 128})
+    assert encoding_warnings(encoded, corpus) == corpus.stats["label_warnings"]
+
+
+def test_label_warnings_pure():
+    from bertology.data.loaders import MIN_LABELS_CHECKED, label_warnings
+
+    assert label_warnings([str(i) for i in range(MIN_LABELS_CHECKED - 1)], "id", "f") == []
+    assert label_warnings(["pos", "neg"] * 20, "label", "f") == []
+    assert "'id'" in label_warnings([str(i) for i in range(20)], "id", "f")[0]
+
+
+# --------------------------------------------------------------------------------------------------
 # .jsonl
 
 

@@ -138,6 +138,19 @@ def test_truncation_is_counted(tiny, tmp_path):
     assert result.table["step"].max() == 2
 
 
+def test_label_warnings_of_the_data_are_in_the_run_warnings(tiny, tmp_path):
+    """The loader's doubts about a label column reach the finetune manifest and the CLI's warnings."""
+    from bertology.training.run import finetune_to_dir
+
+    texts, labels = polarity_task(n=16)
+    train, evaluation = Corpus.from_list(texts[:12], labels=labels[:12]), Corpus.from_list(texts[12:], labels=labels[12:])
+    train.stats["label_warnings"] = ["train.csv: the label column 'id' looks like an ID"]
+    run = finetune_to_dir(fast_config(tiny, tmp_path / "run", epochs=0.5), train, evaluation)
+    assert "train.csv: the label column 'id' looks like an ID" in run.warnings
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert "train.csv: the label column 'id' looks like an ID" in manifest["warnings"]
+
+
 def test_same_seed_gives_identical_weights(tiny, tmp_path):
     texts, labels = polarity_task(n=24)
     corpus = Corpus.from_list(texts, labels=labels)

@@ -16,10 +16,19 @@ Column auto-detection (CSV/TSV/JSONL/HF, when no column flag is given), case-ins
 
 CSV/TSV without a header row (e.g. Pang & Lee's ``"1","the rock is destined ..."``): pass the column
 flags as 0-based positions (``text_column="1", label_column="0"``); a first row that holds known
-column names is then taken as a header and skipped. With no flags at all, a file whose first row
-holds no known column name is read as header-less when that is unambiguous: the text is the column
-with the longest strings and the label a column with few distinct values, one of which is the first
-row's (so a real but unknown header, such as ``tweet,stance``, is not mistaken for data).
+column names is then taken as a header and skipped. Header-less files of a known layout are
+recognised by their shape and get that layout's column names (:data:`HEADERLESS_LAYOUTS`: GLUE CoLA's
+train/dev ``source, label, original_judgment, sentence``, e.g. ``gj04<TAB>1<TAB><TAB>Our friends ...``),
+so the auto-detection and the column flags work on them as on a file with a header. With no flags,
+a file whose first row holds no known column name and looks like data (a number, or a label-like
+cell that recurs further down its column) is read as header-less only in the one unambiguous
+layout of one label and one text column (the text is the column with the longer strings); any other
+layout is refused with the columns found, since guessing there once took CoLA's source-paper column
+for the label. A real but unknown header, such as ``tweet,stance``, is not mistaken for data.
+
+After reading, the labels are checked once (:func:`label_warnings`): a label column whose every value
+is distinct (an ID) or that has more distinct values than half the examples gets a warning in
+``Corpus.stats["label_warnings"]``, which the run's manifest and report repeat.
 """
 from __future__ import annotations
 
@@ -29,7 +38,9 @@ import json
 import logging
 import os
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from bertology.data.corpus import Corpus, Example
@@ -63,6 +74,34 @@ _KNOWN_NAMES = frozenset(TEXT_COLUMNS + LABEL_COLUMNS + tuple(n for pair in PAIR
 
 #: Label value that SNLI/MNLI use for "annotators did not agree": such rows are dropped.
 NO_GOLD_LABEL = "-"
+
+
+@dataclass(frozen=True)
+class HeaderlessLayout:
+    """A published file layout without a header row, recognised by what every cell looks like.
+
+    ``patterns`` holds one regular expression per column that every (stripped) cell must match;
+    ``None`` means any text. ``columns`` are the names the layout's documentation gives the columns.
+    """
+
+    name: str
+    columns: tuple[str, ...]
+    patterns: tuple[str | None, ...]
+
+
+#: GLUE CoLA train/dev (and CoLA's own in_domain/out_of_domain files): the source's code (``gj04``,
+#: ``c-05``), the label 0/1, the judgment as the source notated it (``*``, ``?``, ``??``, ``#`` or
+#: empty), the sentence. CoLA's test file has a header (``index, sentence``); every other GLUE file
+#: (SST-2, MRPC, QQP, STS-B, MNLI, QNLI, RTE, WNLI, diagnostic) has one too.
+GLUE_COLA = HeaderlessLayout(
+    name="GLUE CoLA",
+    columns=("source", "label", "original_judgment", "sentence"),
+    patterns=(r"[A-Za-z][\w-]*", r"[01]", r"[^\w\s]{0,3}", None),
+)
+HEADERLESS_LAYOUTS: tuple[HeaderlessLayout, ...] = (GLUE_COLA,)
+
+#: Fewer labelled examples than this are not checked by :func:`label_warnings` (too few to judge).
+MIN_LABELS_CHECKED = 10
 
 ColumnFlag = str | int | None
 
@@ -99,6 +138,12 @@ def load_corpus(
         stats["n_before_limit"] = len(examples)
         stats["limited_to"] = limit
         examples = examples[:limit]
+    label_column = (stats.get("columns") or {}).get("label")
+    warnings = label_warnings([ex.label for ex in examples if ex.label is not None], label_column, source)
+    for warning in warnings:
+        logger.warning("%s", warning)
+    if warnings:
+        stats["label_warnings"] = warnings
     return Corpus(examples, name=name or default_name, source=source, stats=stats)
 
 
@@ -262,6 +307,46 @@ def _dropped_note(stats: dict) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
+# label sanity
+
+
+def _looks_continuous(values: Iterable[str]) -> bool:
+    """True when every value is a number and some have a decimal point: a regression target."""
+    seen_fraction = False
+    for v in values:
+        try:
+            float(v)
+        except ValueError:
+            return False
+        seen_fraction = seen_fraction or "." in v
+    return seen_fraction
+
+
+def label_warnings(labels: Sequence[str], column: str | None, source: str) -> list[str]:
+    """Warnings for a label column that is probably not a label (at most one; never an error).
+
+    An ID column has every value once; a text or other free column has more distinct values than
+    half the examples. Both are legitimate only rarely (a many-class task), so they are said, with
+    the numbers, not refused. Regression targets (decimal numbers) and fewer than
+    :data:`MIN_LABELS_CHECKED` labels are not checked.
+    """
+    n = len(labels)
+    counts = Counter(labels)
+    if n < MIN_LABELS_CHECKED or _looks_continuous(counts):
+        return []
+    what = f"{source}: the label column {column!r}" if column is not None else f"{source}: the labels"
+    fix = "if it is not the label, name the label column with --label-column."
+    if len(counts) == n:
+        return [f"{what} has a different value for each of its {n} examples: it looks like an ID, not a label; {fix}"]
+    if len(counts) > n / 2:
+        return [
+            f"{what} has {len(counts)} distinct values for {n} examples (more than half): "
+            f"it is probably not a label; {fix}"
+        ]
+    return []
+
+
+# --------------------------------------------------------------------------------------------------
 # CSV / TSV
 
 
@@ -287,21 +372,20 @@ def _read_table(path: Path, text: str, sep: str, flags: dict) -> tuple[list[Exam
     given = {k: v for k, v in flags.items() if v is not None}
     first = [str(c).strip() for c in rows[0]] if rows else []
     first_known = any(c.lower() in _KNOWN_NAMES for c in first)
-    if given and all(_is_position(v) for v in given.values()):
+    layout = None if first_known else _headerless_layout(rows)
+    if layout is not None:
+        header = False
+    elif given and all(_is_position(v) for v in given.values()):
         header = first_known
-    elif given:
-        header = True
-    elif first_known:
-        header = True
     else:
-        header = not _looks_headerless(rows)
+        header = bool(given) or first_known or not _looks_like_data(rows)
     if header:
         columns = first
         rows = rows[1:]
     else:
-        columns = [str(i) for i in range(df.shape[1])]
-    if not header and not given:
-        chosen = _guess_headerless(rows)
+        columns = list(layout.columns) if layout is not None else [str(i) for i in range(df.shape[1])]
+    if not header and not given and layout is None:
+        chosen = _guess_label_and_text(rows, str(path))
     else:
         chosen = _detect_columns(columns, flags, str(path))
     stats = {
@@ -310,6 +394,9 @@ def _read_table(path: Path, text: str, sep: str, flags: dict) -> tuple[list[Exam
         "columns": {k: (None if i is None else columns[i]) for k, i in chosen.items()},
         "n_rows": len(rows),
     }
+    if layout is not None:
+        stats["layout"] = layout.name
+        logger.info("%s: no header row; the %s layout: columns %s", path, layout.name, list(layout.columns))
 
     def cell(row: list, i: int | None):
         return None if i is None else row[i]
@@ -338,23 +425,63 @@ def _text_column_by_length(rows: list[list[str]]) -> int:
     return max(range(len(lengths)), key=lengths.__getitem__)
 
 
-def _looks_headerless(rows: list[list[str]]) -> bool:
-    """True when the first row is data: its label-like cell recurs further down that column."""
+def _first_label_recurs(rows: list[list[str]], j: int) -> bool:
+    """True when the first row's cell in column ``j`` occurs again further down that column."""
+    return str(rows[0][j]).strip() in {str(r[j]).strip() for r in rows[1:]}
+
+
+def _is_number(cell: object) -> bool:
+    return re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", str(cell).strip()) is not None
+
+
+def _looks_like_data(rows: list[list[str]]) -> bool:
+    """True when the first row is data, not a header: a cell is a number, or a label-like cell recurs below."""
+    if not rows:
+        return False
+    if any(_is_number(c) for c in rows[0]):
+        return True
     if len(rows) < 2:
         return False
-    text_col = _text_column_by_length(rows)
-    for j in _label_candidates(rows, text_col):
-        if str(rows[0][j]).strip() in {str(r[j]).strip() for r in rows[1:]}:
-            return True
-    return False
+    return any(_first_label_recurs(rows, j) for j in _label_candidates(rows, _text_column_by_length(rows)))
 
 
-def _guess_headerless(rows: list[list[str]]) -> dict[str, int | None]:
+def _headerless_layout(rows: list[list[str]]) -> HeaderlessLayout | None:
+    """The known header-less layout every row matches (see :data:`HEADERLESS_LAYOUTS`), if any."""
+    if not rows:
+        return None
+    for layout in HEADERLESS_LAYOUTS:
+        if len(rows[0]) != len(layout.patterns):
+            continue
+        checks = [(j, re.compile(p)) for j, p in enumerate(layout.patterns) if p is not None]
+        if all(rx.fullmatch(str(r[j]).strip()) for r in rows for j, rx in checks):
+            return layout
+    return None
+
+
+def _unknown_layout_error(rows: list[list[str]], source: str) -> BertologyError:
+    """The refusal for a header-less file of no known layout: the columns found and how to name them."""
+    found = "; ".join(f"{j}: {_shorten(str(c).strip())!r}" for j, c in enumerate(rows[0]))
+    layouts = ", ".join(f"{lay.name} ({', '.join(lay.columns)})" for lay in HEADERLESS_LAYOUTS)
+    return BertologyError(
+        f"{source}: the first row looks like data, not a header, and its {len(rows[0])} column(s) match no "
+        f"known header-less layout ({layouts}; or one label and one text column). Columns found (0-based, "
+        f"first row): {found}. Name them by position, e.g. --text-column {_text_column_by_length(rows)} "
+        f"--label-column N (and --pair-column), or add a header row."
+    )
+
+
+def _shorten(cell: str, width: int = 40) -> str:
+    return cell if len(cell) <= width else cell[: width - 3] + "..."
+
+
+def _guess_label_and_text(rows: list[list[str]], source: str) -> dict[str, int | None]:
+    """Columns of a header-less file of one label and one text column (e.g. Pang & Lee); others refused."""
     text_col = _text_column_by_length(rows)
-    labels = _label_candidates(rows, text_col)
-    label_col = next((j for j in labels if str(rows[0][j]).strip() in {str(r[j]).strip() for r in rows[1:]}), None)
-    logger.info("no header row: reading column %d as text and column %s as label", text_col, label_col)
-    return {"text": text_col, "pair": None, "label": label_col}
+    labels = [j for j in _label_candidates(rows, text_col) if _first_label_recurs(rows, j)] if len(rows) > 1 else []
+    if len(rows[0]) != 2 or len(labels) != 1:
+        raise _unknown_layout_error(rows, source)
+    logger.info("%s: no header row: reading column %d as text and column %d as label", source, text_col, labels[0])
+    return {"text": text_col, "pair": None, "label": labels[0]}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -543,8 +670,8 @@ def _load_hf(spec: str, flags: dict) -> tuple[list[Example], dict, str]:
         import datasets
     except ImportError:
         raise BertologyError(
-            f"Reading {spec} needs the optional `datasets` package: pip install datasets "
-            "(or pip install 'bertology[hf]')"
+            f"Reading {spec} needs the `datasets` package, a dependency of bertology missing from this "
+            "environment: pip install datasets (or re-run make setup)"
         ) from None
     try:
         ds = datasets.load_dataset(name, config, split=split)

@@ -119,7 +119,7 @@ def finetune_to_dir(
             f"{enc['n_truncated']} of {enc['n_input']} {split} examples were truncated to {enc['max_length']} tokens."
             for split, enc in details.get("tokenisation", {}).items()
             if enc.get("n_truncated")
-        ]
+        ] + [w for corpus in (train, evaluation) if corpus is not None for w in corpus.stats.get("label_warnings", [])]
         run_dir.write_manifest(
             {
                 **header,
