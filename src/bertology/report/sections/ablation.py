@@ -112,13 +112,13 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
     if imp is not None and len(imp) and has_heads:
         rho = importance_vs_deltas(imp, t)["loss"]["spearman"]
         facts.append(("Spearman, importance vs Δloss", fmt_value(rho, 3)))
-    degenerate = _degenerate_warning(t)
+    warning = _degenerate_warning(t)
+    degenerate = None if warning is None else warning.removeprefix("Ablation: ")
     if degenerate is not None:
-        facts.insert(0, ("Degenerate classifier", degenerate.removeprefix("Ablation: ")))
-        derived.append({"label": "Head the task needs most", "text": "none can be named",
-                        "note": degenerate.removeprefix("Ablation: ")})
+        facts.insert(0, ("Degenerate classifier", degenerate))
+        derived.append({"label": "Head the task needs most", "text": "none can be named", "note": degenerate})
         if warnings is not None:
-            warnings.append(degenerate)
+            warnings.append(warning)
     elif has_heads and (card := _needed_head_card(t, mode)) is not None:
         derived.append(card)
     derived.append({"label": "Removals that help", "text": f"{len(good_acc)} (accuracy), {len(good_loss)} (loss)",
