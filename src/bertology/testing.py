@@ -198,3 +198,39 @@ SENTENCES = [
     "they were never so bored .",
     "the dog and the cat are good .",
 ]
+
+
+def _load_classifier(folder: str | Path) -> BertForSequenceClassification:
+    return BertForSequenceClassification.from_pretrained(folder, attn_implementation="eager").eval()
+
+
+def classifier_logits(folder: str | Path, texts: list[str]) -> torch.Tensor:
+    """``[len(texts), num_labels]`` logits of a saved tiny BERT classifier, one text at a time (no padding)."""
+    model, tok = _load_classifier(folder), tiny_tokenizer()
+    with torch.inference_mode():
+        return torch.cat([model(**tok(t, return_tensors="pt")).logits for t in texts])
+
+
+def set_classifier_bias(folder: str | Path, bias: list[float]) -> Path:
+    """Overwrite a saved BERT classifier's output bias in place (a large entry: a model that predicts one class)."""
+    model = _load_classifier(folder)
+    with torch.no_grad():
+        model.classifier.bias.copy_(torch.tensor(bias, dtype=model.classifier.bias.dtype))
+    model.save_pretrained(folder)
+    return Path(folder)
+
+
+def split_classifier(folder: str | Path, texts: list[str]) -> list[int]:
+    """Shift a saved two-label BERT classifier's bias so it predicts each class on about half of ``texts``.
+
+    The threshold sits halfway between the two middle distinct logit differences, as far from every
+    text as it can be. Returns the predictions: labels the model then fits perfectly (a classifier that
+    is well above chance, for tests that need one).
+    """
+    logits = classifier_logits(folder, texts)
+    diff = (logits[:, 1] - logits[:, 0]).unique(sorted=True)
+    m = len(diff) // 2
+    threshold = float(diff[m - 1] + diff[m]) / 2 if len(diff) > 1 else float(diff[0]) - 1.0
+    bias = _load_classifier(folder).classifier.bias.detach().tolist()
+    set_classifier_bias(folder, [bias[0] + threshold / 2, bias[1] - threshold / 2])
+    return classifier_logits(folder, texts).argmax(-1).tolist()

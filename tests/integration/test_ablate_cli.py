@@ -1,11 +1,13 @@
 """``bertology ablate`` on a tiny classifier: outputs, resume after an interruption, refusal, clear errors."""
 import csv
 import json
+import re
+import shutil
 
 import pandas as pd
 import pytest
 
-from bertology.testing import SENTENCES, save_tiny_bert
+from bertology.testing import SENTENCES, save_tiny_bert, set_classifier_bias, split_classifier
 from cli_checks import assert_user_error, invoke  # noqa: E402
 
 
@@ -13,18 +15,29 @@ ABLATION_COLUMNS = {"target", "layer", "head", "mode", "metric", "value", "delta
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_tiny_bert(tmp_path_factory.mktemp("clf"), classifier=True, initializer_range=0.3)
+def split_model(tmp_path_factory):
+    """A tiny classifier that predicts both classes, and its predictions on ``SENTENCES * 2``.
+
+    Labelled with its own predictions the data is separable for it: accuracy 1, well above chance, so
+    the ablation may name the heads the task needs.
+    """
+    folder = save_tiny_bert(tmp_path_factory.mktemp("clf"), classifier=True, initializer_range=0.3)
+    return folder, split_classifier(folder, SENTENCES * 2)
+
+
+@pytest.fixture(scope="module")
+def model_dir(split_model):
+    return split_model[0]
 
 
 @pytest.fixture()
-def labelled_csv(tmp_path):
+def labelled_csv(tmp_path, split_model):
     path = tmp_path / "data.csv"
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["text", "label"])
-        for i, s in enumerate(SENTENCES * 2):
-            w.writerow([s, i % 2])
+        for s, label in zip(SENTENCES * 2, split_model[1]):
+            w.writerow([s, label])
     return path
 
 
@@ -56,6 +69,30 @@ def test_ablate_writes_tables_figures_manifest(model_dir, labelled_csv, tmp_path
     assert "spearman" in m["result"]["importance_vs_ablation_spearman"]["loss"]
     text = " ".join(result.output.split())
     assert "intact: accuracy" in text and "most harmful heads" in text and "Spearman" in text
+    # a classifier that fits its labels is not flagged
+    assert "DEGENERATE" not in text and m["result"]["degenerate"]["flagged"] is False
+    assert m["result"]["degenerate"]["accuracy"] == 1.0 and sorted(m["result"]["degenerate"]["predicted_classes"]) == ["0", "1"]
+    assert re.search(r'<div class="k">Head the task needs most</div><div class="v[^"]*">L\dH\d</div>', html)
+
+
+def test_constant_classifier_is_flagged_and_names_no_head(model_dir, labelled_csv, tmp_path):
+    """The issue's RTE run: one class for every example, every delta 0; nothing may call a head needed."""
+    constant = set_classifier_bias(shutil.copytree(model_dir, tmp_path / "constant"), [50.0, -50.0])
+    out = tmp_path / "run"
+    result = invoke(*_args(constant, labelled_csv, out, "--no-importance"))
+    assert result.exit_code == 0, result.output
+    summary = " ".join(result.output[result.output.index("DEGENERATE"):].split())  # the console may wrap lines
+    assert summary.startswith("DEGENERATE CLASSIFIER: the tuned model predicts one class for every example (accuracy 0.500")
+    assert summary.index("no head or layer can be called needed") < summary.index("intact: accuracy 0.5000")
+    assert "most harmful heads" not in result.output
+    m = json.loads((out / "manifest.json").read_text())
+    d = m["result"]["degenerate"]
+    assert d["flagged"] and d["constant_predictions"] and d["predicted_classes"] == ["0"]
+    assert d["accuracy"] == 0.5 and d["chance"] == 0.5 and d["at_chance"] and d["ci"][0] < 0.5 < d["ci"][1]
+    html = (out / "report.html").read_text(encoding="utf-8")
+    card = re.search(r'<div class="k">Head the task needs most</div><div class="v[^"]*">([^<]*)</div>', html)
+    assert card and card.group(1) == "none can be named" and not re.search(r"L\dH\d", card.group(1))
+    assert "predictions constant, so ablation deltas cannot say which heads the task needs" in html
 
 
 def test_interrupted_run_continues_with_the_same_command(model_dir, labelled_csv, tmp_path, monkeypatch):

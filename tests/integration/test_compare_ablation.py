@@ -10,8 +10,9 @@ from typer.testing import CliRunner
 from bertology.cli import app
 from bertology.config import CompareConfig, DataConfig
 from bertology.errors import BertologyError
+from bertology.experiments.ablation import ranked
 from bertology.pipeline import compare
-from bertology.testing import SENTENCES, tiny_bert_pair
+from bertology.testing import SENTENCES, classifier_logits, set_classifier_bias, split_classifier, tiny_bert_pair
 
 runner = CliRunner()
 
@@ -20,16 +21,24 @@ runner = CliRunner()
 def pair_dirs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("pair")
     base, tuned = tiny_bert_pair(folder / "clf", classifier=True)
+    split_classifier(tuned, SENTENCES * 2)  # it predicts both classes; labelled by its own predictions it is above chance
     _, encoder = tiny_bert_pair(folder / "enc")
     return base, tuned, encoder
 
 
-def _csv(path, labelled=True):
+@pytest.fixture(scope="module")
+def labels(pair_dirs):
+    """The tuned classifier's own predictions on ``SENTENCES * 2``: labels it fits (accuracy 1)."""
+    return classifier_logits(pair_dirs[1], SENTENCES * 2).argmax(-1).tolist()
+
+
+def _csv(path, labels=None):
+    """``SENTENCES * 2`` as a CSV, with a label column when ``labels`` are given."""
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
-        w.writerow(["text", "label"] if labelled else ["text"])
+        w.writerow(["text", "label"] if labels is not None else ["text"])
         for i, s in enumerate(SENTENCES * 2):
-            w.writerow([s, i % 2] if labelled else [s])
+            w.writerow([s, labels[i]] if labels is not None else [s])
     return path
 
 
@@ -38,9 +47,9 @@ def _config(base, tuned, data, out, analyses=("attention_change", "ablation")):
                          analyses=tuple(analyses), view_examples=0, ablation_bootstrap=100)
 
 
-def test_compare_includes_ablation_and_report_section(pair_dirs, tmp_path):
+def test_compare_includes_ablation_and_report_section(pair_dirs, labels, tmp_path):
     base, tuned, _ = pair_dirs
-    data = _csv(tmp_path / "d.csv")
+    data = _csv(tmp_path / "d.csv", labels)
     run = compare(_config(base, tuned, data, tmp_path / "run"))
     t = run.table("ablation")
     # tiny model: 2 layers x 4 heads, 2 layer modes, 3 metrics, plus the intact rows
@@ -52,8 +61,9 @@ def test_compare_includes_ablation_and_report_section(pair_dirs, tmp_path):
     html = run.report.read_text(encoding="utf-8")
     assert 'id="ablation"' in html and "fig-ablation_heads_accuracy" in html and "fig-pruning_curve_accuracy" in html
     # the heatmap in the report is the table's numbers: the most harmful head is named in the overview
-    worst = t[(t["target"] == "head") & (t["metric"] == "accuracy")].sort_values("delta").iloc[0]
-    assert "Head the task needs most" in html
+    worst = ranked(t, "accuracy", target="head", harmful=True, top=1).iloc[0]
+    assert f'<div class="k">Head the task needs most</div><div class="v">{worst["label"]}</div>' in html
+    assert run.manifest["analyses"]["ablation"]["degenerate"]["flagged"] is False
 
     # same settings again: the ablation tables are read back, not recomputed
     again = compare(_config(base, tuned, data, tmp_path / "run"))
@@ -62,26 +72,26 @@ def test_compare_includes_ablation_and_report_section(pair_dirs, tmp_path):
     assert worst["label"] in set(again.table("ablation")["label"])
 
 
-def test_default_analyses_skip_ablation_with_a_note_when_tuned_has_no_head(pair_dirs, tmp_path):
+def test_default_analyses_skip_ablation_with_a_note_when_tuned_has_no_head(pair_dirs, labels, tmp_path):
     base, _, encoder = pair_dirs
-    data = _csv(tmp_path / "d.csv")
+    data = _csv(tmp_path / "d.csv", labels)
     run = compare(_config(base, encoder, data, tmp_path / "run", analyses=("all",)))
     assert "ablation" not in run.results
     assert any("Ablation and head importance were skipped: the tuned model has no classification head" in w
                for w in run.manifest["warnings"])
 
 
-def test_named_ablation_without_labels_or_head_is_a_clear_error(pair_dirs, tmp_path):
+def test_named_ablation_without_labels_or_head_is_a_clear_error(pair_dirs, labels, tmp_path):
     base, tuned, encoder = pair_dirs
     with pytest.raises(BertologyError, match="no classification head"):
-        compare(_config(base, encoder, _csv(tmp_path / "d.csv"), tmp_path / "a"))
+        compare(_config(base, encoder, _csv(tmp_path / "d.csv", labels), tmp_path / "a"))
     with pytest.raises(BertologyError, match="no labels"):
-        compare(_config(base, tuned, _csv(tmp_path / "u.csv", labelled=False), tmp_path / "b"))
+        compare(_config(base, tuned, _csv(tmp_path / "u.csv"), tmp_path / "b"))
 
 
-def test_cli_compare_prints_ablation_summary(pair_dirs, tmp_path):
+def test_cli_compare_prints_ablation_summary(pair_dirs, labels, tmp_path):
     base, tuned, _ = pair_dirs
-    data = _csv(tmp_path / "d.csv")
+    data = _csv(tmp_path / "d.csv", labels)
     result = runner.invoke(app, ["compare", "--base", str(base), "--tuned", str(tuned), "--data", str(data),
                                  "--out", str(tmp_path / "run"), "--analyses", "ablation", "--ablation-mode", "zero",
                                  "--ablation-bootstrap", "50", "--no-importance", "--view-examples", "0"])
@@ -97,8 +107,28 @@ def test_cli_compare_prints_ablation_summary(pair_dirs, tmp_path):
     assert bad.exit_code == 2 and "--ablation-mode must be" in " ".join(bad.output.split())
 
 
+def test_compare_flags_a_constant_classifier(pair_dirs, labels, tmp_path):
+    """One class for every example: the manifest records it, the summary says so first, the report names no head."""
+    import shutil
+
+    base, tuned, _ = pair_dirs
+    constant = set_classifier_bias(shutil.copytree(tuned, tmp_path / "constant"), [-50.0, 50.0])
+    result = runner.invoke(app, ["compare", "--base", str(base), "--tuned", str(constant), "--data", str(_csv(tmp_path / "d.csv", labels)),
+                                 "--out", str(tmp_path / "run"), "--analyses", "ablation", "--ablation-bootstrap", "50",
+                                 "--no-importance", "--view-examples", "0"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "ablation of the tuned classifier DEGENERATE CLASSIFIER: the tuned model predicts one class for every example" in text
+    assert "most harmful heads" not in text
+    d = json.loads((tmp_path / "run/manifest.json").read_text())["analyses"]["ablation"]["degenerate"]
+    assert d["flagged"] and d["constant_predictions"] and d["predicted_classes"] == ["LABEL_1"]
+    assert d["chance"] == pytest.approx(max(labels.count(0), labels.count(1)) / len(labels))
+    html = (tmp_path / "run/report.html").read_text(encoding="utf-8")
+    assert '<div class="k">Head the task needs most</div><div class="v">none can be named</div>' in html
+
+
 @pytest.mark.browser
-def test_new_sections_render_in_headless_chromium(pair_dirs, tmp_path):
+def test_new_sections_render_in_headless_chromium(pair_dirs, labels, tmp_path):
     """Ablation, geometry, PCA views and the out-of-domain figure in a real browser: no errors, figures drawn."""
     import sys
     from pathlib import Path
@@ -107,7 +137,7 @@ def test_new_sections_render_in_headless_chromium(pair_dirs, tmp_path):
     from test_report import chromium_page  # noqa: E402
 
     base, tuned, _ = pair_dirs
-    data = _csv(tmp_path / "d.csv")
+    data = _csv(tmp_path / "d.csv", labels)
     ood = tmp_path / "ood.txt"
     ood.write_text("the stock market fell on monday .\nrain is expected tomorrow .\n" * 3, encoding="utf-8")
     config = CompareConfig(base=str(base), tuned=str(tuned), data=DataConfig(path=str(data)), out=str(tmp_path / "run"),

@@ -15,6 +15,9 @@ Conventions (table ``ablation``, DESIGN §3):
   ``mean``; see :mod:`bertology.models.ablate`) and ``exclude_special`` whether [CLS]/[SEP] were left
   out of the uniform average. ``layer_mode`` on layer rows is ``skip`` (the block returns its input)
   or ``{mode}_heads`` (every head of the layer ablated with ``mode``); it is empty on other rows.
+* ``n_predicted`` is how many distinct classes the unit predicts over the examples and ``chance`` the
+  majority-class rate of the labels (the same on every row): with the intact row they say whether the
+  classifier is degenerate (:func:`bertology.experiments.degenerate.table_degeneracy`), in which case no head or layer can be called needed.
 * ``helps`` means the removal improves the metric beyond the 95% interval: ``ci_low > 0`` for
   accuracy and macro-F1, ``ci_high < 0`` for loss (lower is better); ``hurts`` is the opposite.
 
@@ -62,6 +65,7 @@ from bertology.models.ablate import (
     skip_layers,
 )
 from bertology.config import CompareConfig
+from bertology.experiments.degenerate import chance_rate, table_degeneracy
 from bertology.experiments.head_importance import ImportanceResult, importance_vs_deltas, run_head_importance
 from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec, jsonable
 from bertology.progress import stage_bars
@@ -91,6 +95,9 @@ LAYER_MODES = ("skip", "heads")
 TABLE_COLUMNS = [
     "target", "layer", "head", "label", "mode", "layer_mode", "exclude_special", "metric", "value", "delta",
     "ci_low", "ci_high", "n_examples", "helps", "hurts",
+    # at the end (DESIGN's columns unchanged): what the degenerate-classifier check needs, so the summary
+    # and the report make it from the table alone (:mod:`bertology.experiments.degenerate`)
+    "n_predicted", "chance",
 ]
 Method = Literal["cached", "naive"]
 
@@ -459,6 +466,9 @@ def run_ablation(
         units, per_example, batches.y, n_classes=int(model.config.num_labels), mode=mode,
         exclude_special=exclude_special, n_bootstrap=n_bootstrap, seed=seed,
     )
+    params["degenerate"] = degeneracy_record(table, per_example["intact"]["pred"], model.config)
+    if params["degenerate"]["flagged"]:
+        logger.warning("ablation: %s", params["degenerate"]["note"])
     t3 = time.perf_counter()
     timing = {"setup_s": t1 - t0, "sweep_s": t2 - t1, "scoring_s": t3 - t2}
     return AblationResult(table, units, per_example, batches.y, params, timing)
@@ -523,6 +533,7 @@ def score_units(
     loss = np.stack([per_example[k]["loss"] for k in keys])
     n = len(y)
     i0 = keys.index("intact")
+    chance = chance_rate(y)
     point = _unit_metrics(np.ones((1, n), dtype=np.float32), y, pred, loss, n_classes)
     # without resamples there is no interval: NaN, never a zero-width interval around a non-zero delta
     lo = {m: np.full(len(keys), np.nan) for m in METRICS}
@@ -551,14 +562,25 @@ def score_units(
                 "layer_mode": {"skip": "skip", "heads": f"{mode}_heads"}.get(u.layer_mode, ""),
                 "exclude_special": bool(exclude_special), "metric": m, "value": value, "delta": delta,
                 "ci_low": cl, "ci_high": ch, "n_examples": int(n), "helps": helps, "hurts": hurts,
+                "n_predicted": int(np.unique(pred[j]).size), "chance": chance,
             })
     df = pd.DataFrame(rows, columns=TABLE_COLUMNS)
-    return df.astype({"layer": "int64", "head": "int64", "n_examples": "int64"})
+    return df.astype({"layer": "int64", "head": "int64", "n_examples": "int64", "n_predicted": "int64"})
 
 
 # --------------------------------------------------------------------------------------------------
 # Reading the table
 # --------------------------------------------------------------------------------------------------
+
+
+def degeneracy_record(table: pd.DataFrame, intact_pred: np.ndarray, config) -> dict:
+    """The manifest's ``degenerate`` section: the verdict plus the class names the intact model predicted."""
+    verdict = table_degeneracy(table)
+    if verdict is None:
+        raise ValueError("the ablation table lacks the intact accuracy row or the check's columns")
+    id2label = getattr(config, "id2label", None) or {}
+    names = [str(id2label.get(int(c), int(c))) for c in np.unique(intact_pred)]
+    return {**verdict.to_dict(), "predicted_classes": names}
 
 
 def head_deltas(table: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
@@ -650,6 +672,7 @@ def run_ablation_study(
         "settings": settings.to_dict(),
         "ablation": result.params,
         "intact": result.intact,
+        "degenerate": result.params["degenerate"],
         "n_examples": int(result.params["n_examples"]),
         "tokenisation": encoded.describe(),
         "timing_s": {k: round(v, 3) for k, v in result.timing.items()},
@@ -681,17 +704,24 @@ def _fmt_row(r) -> str:
 
 
 def summary(tables: Mapping[str, pd.DataFrame], note: str = "") -> str:
-    """The ablation headlines: intact score, harmful heads, layers, helpful removals, importance, pruning."""
+    """The ablation headlines: intact score, harmful heads, layers, helpful removals, importance, pruning.
+
+    A degenerate intact classifier (constant predictions, or accuracy not above chance) is said in the
+    first line, and then no head is listed as harmful to remove.
+    """
     t = tables["ablation"]
     intact_rows = t[t["target"] == "intact"]
     intact = dict(zip(intact_rows["metric"], intact_rows["value"].astype(float)))
     first = t.iloc[0]
-    lines = [
+    verdict = table_degeneracy(t)
+    flagged = verdict is not None and verdict.flagged
+    lines = [f"DEGENERATE CLASSIFIER: {verdict.note}"] if flagged else []
+    lines += [
         f"intact: accuracy {intact['accuracy']:.4f}, macro-F1 {intact['macro_f1']:.4f}, loss {intact['loss']:.4f} "
         f"(n={int(first['n_examples'])}, mode {first['mode']}{', [CLS]/[SEP] excluded' if bool(first['exclude_special']) else ''}"
         + note + ")"
     ]
-    if (t["target"] == "head").any():
+    if (t["target"] == "head").any() and not flagged:  # a degenerate model's deltas name no needed head
         worst = ranked(t, "accuracy", target="head", harmful=True, top=5)
         lines.append("most harmful heads to remove (Δaccuracy [95% CI]): " + ", ".join(_fmt_row(r) for r in worst.itertuples()))
     if (t["target"] == "layer").any():
@@ -762,7 +792,7 @@ def _run(ctx: ExperimentContext) -> ExperimentOutcome:
                                    on_progress=on_progress)
     results = {n: Result(n, table, study.summary.get("settings", {})) for n, table in study.tables.items()}
     # the manifest keeps what a reader needs to trust the numbers; the tables hold the rest
-    keep = ("settings", "intact", "n_examples", "timing_s", "importance_vs_ablation_spearman")
+    keep = ("settings", "intact", "degenerate", "n_examples", "timing_s", "importance_vs_ablation_spearman")
     return ExperimentOutcome(results, jsonable({k: v for k, v in study.summary.items() if k in keep}))
 
 

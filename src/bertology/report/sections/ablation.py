@@ -9,8 +9,36 @@ from bertology.report.format import fmt_value, sortable
 from bertology.report.sections.base import Figures, Section, SectionInput
 
 
-def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived: list[dict]) -> dict:
-    """Single head and layer ablations of the tuned classifier, head importance and pruning curves."""
+def _needed_head_card(t: pd.DataFrame, mode: str) -> dict | None:
+    """The overview card naming the head whose removal costs most accuracy (None without head rows)."""
+    from bertology.experiments.ablation import ranked
+
+    worst = ranked(t, "accuracy", target="head", harmful=True, top=1)
+    if not len(worst):
+        return None
+    w = worst.iloc[0]
+    return {"label": "Head the task needs most", "text": str(w["label"]),
+            "note": f"Δaccuracy {w['delta']:+.3f} when disabled ({mode})"}
+
+
+def _degenerate_warning(t: pd.DataFrame) -> str | None:
+    """The warning when the intact classifier is constant or at chance (None when it is not, or unknown)."""
+    from bertology.experiments.degenerate import table_degeneracy
+
+    verdict = table_degeneracy(t)
+    if verdict is None or not verdict.flagged:
+        return None
+    what = "predictions constant" if verdict.constant_predictions else "accuracy at chance"
+    return f"Ablation: {what}, so ablation deltas cannot say which heads the task needs: {verdict.note}."
+
+
+def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived: list[dict],
+                     warnings: list[str] | None = None) -> dict:
+    """Single head and layer ablations of the tuned classifier, head importance and pruning curves.
+
+    When the intact classifier is degenerate, the section and the overview say so (and ``warnings``
+    gets the line) instead of naming a head the task needs.
+    """
     from bertology.experiments.ablation import helpful, ranked
     from bertology.experiments.head_importance import importance_vs_deltas
     from bertology.viz.ablation import ablation_heatmap, importance_scatter, layer_ablation_bars, pruning_curve_figure
@@ -84,20 +112,23 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
     if imp is not None and len(imp) and has_heads:
         rho = importance_vs_deltas(imp, t)["loss"]["spearman"]
         facts.append(("Spearman, importance vs Δloss", fmt_value(rho, 3)))
-    if has_heads:
-        worst = ranked(t, "accuracy", target="head", harmful=True, top=1)
-        if len(worst):
-            w = worst.iloc[0]
-            derived.append({"label": "Head the task needs most", "text": str(w["label"]),
-                            "note": f"Δaccuracy {w['delta']:+.3f} when disabled ({mode})"})
+    warning = _degenerate_warning(t)
+    degenerate = None if warning is None else warning.removeprefix("Ablation: ")
+    if degenerate is not None:
+        facts.insert(0, ("Degenerate classifier", degenerate))
+        derived.append({"label": "Head the task needs most", "text": "none can be named", "note": degenerate})
+        if warnings is not None:
+            warnings.append(warning)
+    elif has_heads and (card := _needed_head_card(t, mode)) is not None:
+        derived.append(card)
     derived.append({"label": "Removals that help", "text": f"{len(good_acc)} (accuracy), {len(good_loss)} (loss)",
                     "note": "heads or layers whose removal improves the task beyond the 95% interval"})
-    return {"figures": [f for f in figures if f], "table": table, "facts": facts}
+    return {"figures": [f for f in figures if f], "table": table, "facts": facts, "degenerate": degenerate}
 
 
 def build(inp: SectionInput) -> dict | None:
     """The section's dict, or None when the run lacks its table (importance and pruning curve are optional)."""
-    return ablation_section(inp.tables, inp.figures, inp.derived) if "ablation" in inp.tables else None
+    return ablation_section(inp.tables, inp.figures, inp.derived, inp.warnings) if "ablation" in inp.tables else None
 
 
 SECTION = Section(
