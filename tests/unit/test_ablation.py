@@ -435,7 +435,7 @@ def test_figures_render(clf, data):
 
 def test_without_resamples_the_interval_is_absent_not_zero(clf, data):
     """``--bootstrap 0``: NaN intervals, no helps/hurts claims, and the summary prints no interval."""
-    from bertology.experiments.ablation import summary
+    from bertology.experiments.ablation import _fmt_row, summary
 
     _, enc, y = data
     t = run_ablation(clf.model, enc, y, HeadScoring(batch_size=8), n_bootstrap=0, layers=[2]).table
@@ -444,4 +444,5 @@ def test_without_resamples_the_interval_is_absent_not_zero(clf, data):
     assert (t[t["target"] == "head"]["delta"] != 0).any()  # deltas are there; only the interval is absent
     text = summary({"ablation": t})
     assert "nan" not in text and "[+0.000, +0.000]" not in text
-    assert "most harmful heads to remove" in text
+    head = next(t[(t["target"] == "head") & (t["metric"] == "accuracy")].itertuples())
+    assert _fmt_row(head) == f"{head.label} {head.delta:+.3f}"  # the delta, and no interval
