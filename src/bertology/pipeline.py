@@ -22,6 +22,7 @@ from bertology.experiments.registry import ExperimentContext, ExperimentSpec
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.errors import BertologyError
+from bertology.metrics.trees import tree_problem
 from bertology.models.device import resolve_device
 from bertology.models.pair import ModelPair
 from bertology.results import Result, read_table, write_table
@@ -200,7 +201,7 @@ def compare(
         run_dir, resuming = opened.dir, opened.resumed
 
         analyses = build_analyses(config, pair, corpus, encoded, specs)
-        warnings += encoding_warnings(encoded, corpus)
+        warnings += encoding_warnings(encoded, corpus) + tree_warnings(corpus)
         results, done, span_params = _stream(config, pair, encoded, analyses, specs, spans, max_length, run_dir, resuming,
                                              progress)
 
@@ -262,6 +263,18 @@ def encoding_warnings(encoded: EncodedCorpus, corpus: Corpus) -> list[str]:
     out += [f"While reading the data, {corpus.stats[key]} {what}." for key, what in DROPPED_WHILE_READING.items()
             if corpus.stats.get(key)]
     return out + list(corpus.stats.get("label_warnings", []))
+
+
+def tree_warnings(corpus: Corpus, show: int = 5) -> list[str]:
+    """One warning naming the sentences whose dependency heads are not a tree (the probes drop them)."""
+    problems = [(i, why) for i, ex in enumerate(corpus, 1) if ex.heads is not None
+                and (why := tree_problem(ex.heads, ex.n_first_words)) is not None]
+    if not problems:
+        return []
+    named = "; ".join(f"sentence {i}: {why}" for i, why in problems[:show])
+    more = f"; and {len(problems) - show} more" if len(problems) > show else ""
+    return [f"{len(problems)} of {len(corpus)} sentences of {corpus.source} have dependency heads that do not "
+            f"form one tree, so the structural probes drop them ({named}{more})."]
 
 
 def _stream(

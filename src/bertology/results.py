@@ -62,6 +62,34 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write(Path(path), lambda p: p.write_text(text, encoding="utf-8"))
 
 
+def check_output_file(path: str | Path, flag: str = "--out", example: str = "out.html") -> Path:
+    """Refuse, before any work, an output file that cannot be written: one error naming it and the fix.
+
+    A folder in its place, or a place where no file can be created (read-only, a file where a folder
+    should be), is a :class:`BertologyError`; the check leaves nothing behind but missing parent folders.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise BertologyError(f"{flag} {path} is a folder; {flag} takes a file: name one inside it, "
+                             f"e.g. {flag} {path / example}")
+    above = next(p for p in path.parents if p.exists())
+    if not above.is_dir():
+        raise BertologyError(f"Cannot write {flag} {path}: {above} is a file, not a folder; choose another place.")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as err:
+        raise cannot_write(path, flag, err) from None
+    return path
+
+
+def cannot_write(path: Path, flag: str, err: OSError) -> BertologyError:
+    """The user error for an output file the system refused (permissions, read-only disk, disk full)."""
+    return BertologyError(f"Cannot write {flag} {path}: {err.strerror or err}; choose a writable place.")
+
+
 def read_json_key(path: Path, key: str) -> object | None:
     """``key`` of the JSON object in ``path``; ``None`` when the file is missing, unreadable or lacks it.
 

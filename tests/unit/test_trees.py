@@ -233,3 +233,14 @@ def test_corpus_scores_of_exact_trees_are_perfect_and_match_slow_loops():
     for d, h in zip(dpreds, trees):
         by_len.setdefault(len(h), []).append(spearmanr(d, _slow_depths(h)).correlation)
     assert got["nspr"] == pytest.approx(np.mean([np.mean(v) for n, v in by_len.items() if 5 <= n <= 50]))
+
+
+def test_tree_problem_names_a_cycle_and_reads_pairs_as_two_trees():
+    from bertology.metrics.trees import tree_problem
+
+    assert tree_problem([2, 0, 2]) is None
+    assert tree_problem([0, 3, 2]) == "heads contain a cycle"
+    assert "exactly one root" in tree_problem([0, 0])
+    # a pair: words 1-2 and 3-4 are two trees (heads index the concatenation), two roots is right
+    assert tree_problem([2, 0, 0, 3], n_first_words=2) is None
+    assert tree_problem([2, 0, 4, 3], n_first_words=2) is not None

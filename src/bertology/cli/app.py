@@ -4,10 +4,12 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import traceback
 from collections.abc import Callable
 from typing import TypeVar
 
 import typer
+from typer.exceptions import TyperException
 from rich.markup import escape
 from rich.console import Console
 
@@ -22,6 +24,34 @@ app = typer.Typer(
 )
 console = Console(stderr=True)
 F = TypeVar("F", bound=Callable)
+#: Exceptions that are the command line's own way out (``typer.Exit``, usage errors): never bugs.
+CLI_EXITS = (typer.Exit, typer.Abort, TyperException)
+DEBUG_ENV = "BERTOLOGY_DEBUG"
+#: This invocation's global options (set by :func:`main_options`, which runs before every command).
+cli_state = {"debug": False}
+
+
+@app.callback()
+def main_options(
+    debug: bool = typer.Option(
+        False, "--debug", envvar=DEBUG_ENV,
+        help=f"Show the full traceback of any error (also: {DEBUG_ENV}=1).",
+    ),
+) -> None:
+    """What did fine-tuning change inside my BERT? Attention, representations and more, side by side."""
+    cli_state["debug"] = debug
+
+
+def debug_requested() -> bool:
+    """Whether ``--debug`` (or ``BERTOLOGY_DEBUG=1``) was given to this invocation of ``bertology``."""
+    return bool(cli_state["debug"])
+
+
+def internal_error_line(err: BaseException) -> str:
+    """The one line a user sees for a bug: what broke, and what to do about it."""
+    message = " ".join(str(err).split())  # one line, however the exception wrote it
+    return (f"internal error: {type(err).__name__}: {message} — please report it; "
+            "rerun with --debug for the traceback")
 
 
 def quiet_libraries() -> None:
@@ -43,19 +73,33 @@ def quiet_libraries() -> None:
 
 
 def user_errors(func: F) -> F:
-    """Turn BertologyError into one red line and exit status 2, with no traceback."""
+    """Turn BertologyError into one red line and exit status 2, any other exception (a bug) into one line
+    and exit status 1; with ``--debug`` the traceback is printed first."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         quiet_libraries()
         try:
             return func(*args, **kwargs)
+        except CLI_EXITS:
+            raise
         except BertologyError as err:
+            _print_traceback_if_debug()
             console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
             raise typer.Exit(code=2) from None
         except KeyboardInterrupt:
             console.print("[yellow]interrupted[/]")
             raise typer.Exit(code=130) from None
+        except Exception as err:  # noqa: BLE001 - the last resort: a bug, said in one line
+            _print_traceback_if_debug()
+            console.print(f"[bold red]{escape(internal_error_line(err))}[/]", highlight=False, soft_wrap=True)
+            raise typer.Exit(code=1) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _print_traceback_if_debug() -> None:
+    """With ``--debug``, print the traceback of the exception being handled (plain text, no markup)."""
+    if debug_requested():
+        typer.echo(traceback.format_exc(), err=True, nl=False)
 

@@ -24,7 +24,13 @@ def view_command(
 ) -> None:
     """Interactive attention viewer (head view, model view, base/tuned/diff) as one offline HTML file."""
     from bertology.activations.views import view_data
+    from bertology.results import cannot_write, check_output_file
     from bertology.viz.viewer import AttentionView
 
-    path = AttentionView(view_data(model, text, text_pair, compare=compare, max_length=max_length)).save(out)
+    check_output_file(out, "--out", example="view.html")  # before loading any model
+    view = AttentionView(view_data(model, text, text_pair, compare=compare, max_length=max_length))
+    try:
+        path = view.save(out)
+    except OSError as err:  # e.g. the disk filled up while writing
+        raise cannot_write(out, "--out", err) from None
     typer.echo(str(path))

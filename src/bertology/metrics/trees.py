@@ -38,6 +38,7 @@ __all__ = [
     "score_distances",
     "tree_depths",
     "tree_distances",
+    "tree_problem",
     "uuas_counts",
 ]
 
@@ -65,6 +66,24 @@ def check_heads(heads: Sequence[int]) -> np.ndarray:
     if (cur != 0).any():
         raise ValueError("heads contain a cycle")
     return h
+
+
+def tree_problem(heads: Sequence[int], n_first_words: int | None = None) -> str | None:
+    """Why ``heads`` are not one tree per sentence (a cycle, several roots...), or ``None`` when they are.
+
+    With ``n_first_words`` the heads cover a sentence pair: the first ``n_first_words`` words are one
+    tree and the rest (whose heads index the concatenation) another.
+    """
+    parts = [list(heads)]
+    if n_first_words is not None:
+        rest = [h - n_first_words if h > 0 else 0 for h in parts[0][n_first_words:]]
+        parts = [parts[0][:n_first_words], rest]
+    for part in parts:
+        try:
+            check_heads(part)
+        except ValueError as err:
+            return str(err)
+    return None
 
 
 def _adjacency(h: np.ndarray) -> csr_matrix:

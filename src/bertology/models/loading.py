@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -122,6 +123,27 @@ def weights_fingerprint(folder: str | os.PathLike) -> str | None:
     return digest.hexdigest()
 
 
+def pickle_refused(where: str) -> BertologyError:
+    """The error for pickled weights that torch's safe (weights-only) loader refuses, with the way out.
+
+    A pickle can run any code when it is loaded, so only safetensors or pickles of bare tensors are
+    read; a pickle holding other objects must be converted by someone who trusts it.
+    """
+    folder = Path(where)
+    files = sorted(folder.glob("*.bin")) if folder.is_dir() else []
+    named = ", ".join(str(f) for f in files) if files else f"the pickled weights (pytorch_model.bin) of {where}"
+    src = str(files[0]) if len(files) == 1 else "pytorch_model.bin"
+    dst = str(folder / "model.safetensors") if folder.is_dir() else "model.safetensors"
+    return BertologyError(
+        f"Refusing to load {named}: it is a pickle holding more than tensors, and unpickling it could run "
+        "arbitrary code, so bertology loads only safetensors (or pickles of bare tensors). If you trust the "
+        "file, convert it to safetensors: python -c \"import torch; from safetensors.torch import save_file; "
+        f"sd = torch.load({src!r}, weights_only=False); "
+        "save_file({k: v.contiguous().clone() for k, v in sd.items() if torch.is_tensor(v)}, "
+        f"{dst!r})\""
+    )
+
+
 def encoder_of(model: PreTrainedModel) -> PreTrainedModel:
     """Return the bare encoder of a task model (``model.base_model``) or the model itself."""
     base = getattr(model, "base_model", None)
@@ -180,6 +202,8 @@ def load_model(
     try:
         model = cls.from_pretrained(where, use_safetensors=None, **model_kwargs)
         tokenizer = AutoTokenizer.from_pretrained(where, **hub_kwargs)
+    except pickle.UnpicklingError as err:
+        raise pickle_refused(where) from err
     except (OSError, ValueError) as err:
         raise BertologyError(f"Could not load model {where!r}: {err}") from err
     model.eval()
