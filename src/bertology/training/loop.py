@@ -307,16 +307,7 @@ def train_loop(
                 step += 1
                 indices = next(batches)
                 optimizer.zero_grad(set_to_none=True)
-                total = 0.0
-                for j in range(0, len(indices), cfg.batch_size):
-                    micro = indices[j : j + cfg.batch_size]
-                    loss = task.loss(model, micro)
-                    if not torch.isfinite(loss):
-                        raise BertologyError(
-                            f"The training loss became {float(loss)} at step {step}; lower the learning rate (now {cfg.learning_rate})."
-                        )
-                    (loss * (len(micro) / len(indices))).backward()
-                    total += float(loss.detach()) * len(micro) / len(indices)
+                total = accumulate_gradients(model, task, indices, cfg.batch_size, step, cfg.learning_rate)
                 if cfg.max_grad_norm and cfg.max_grad_norm > 0:
                     torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
                 lr = scheduler.get_last_lr()[0]
@@ -377,6 +368,28 @@ def train_loop(
         resumed_from=resumed_from,
         train_time_s=time_before + (time.perf_counter() - t_start),
     )
+
+
+def accumulate_gradients(
+    model: torch.nn.Module, task: TrainTask, indices: list[int], batch_size: int, step: int = 0, learning_rate: float = 0.0,
+) -> float:
+    """Add the gradient of the mean loss over ``indices`` to ``.grad``, in micro-batches of ``batch_size``.
+
+    Each micro-batch's mean loss is weighted by its share of the items, so the accumulated gradient
+    is the gradient of the whole batch's mean loss (equal to one big batch up to float rounding).
+    Returns that mean loss. A non-finite loss is one clear error naming the step.
+    """
+    total = 0.0
+    for j in range(0, len(indices), batch_size):
+        micro = indices[j : j + batch_size]
+        loss = task.loss(model, micro)
+        if not torch.isfinite(loss):
+            raise BertologyError(
+                f"The training loss became {float(loss)} at step {step}; lower the learning rate (now {learning_rate})."
+            )
+        (loss * (len(micro) / len(indices))).backward()
+        total += float(loss.detach()) * len(micro) / len(indices)
+    return total
 
 
 def plan_steps(n_items: int, batch_size: int, grad_accum: int, epochs: float) -> tuple[int, int]:
