@@ -141,7 +141,10 @@ def test_identical_models_have_zero_moved_everywhere(identical_pair):
     assert len(table) == 2 * 2 * 4
     assert (table.moved == 0).all()
     base, tuned = table[table.model == "base"], table[table.model == "tuned"]
-    np.testing.assert_allclose(base[["x", "y"]].to_numpy(), tuned[["x", "y"]].to_numpy(), atol=1e-9)
+    # the two copies of each head have identical distance rows, so SMACOF keeps them together up to the
+    # rounding it amplifies before stopping (relative stress change eps=1e-6): compare at 1e-6 of the map's size
+    xy_base, xy_tuned = base[["x", "y"]].to_numpy(), tuned[["x", "y"]].to_numpy()
+    np.testing.assert_allclose(xy_base, xy_tuned, atol=1e-6 * np.abs(xy_base).max())
     assert not [t for t in head_map_figure(table).axes[0].texts if t.get_text()]  # nothing moved: no labels
 
 
