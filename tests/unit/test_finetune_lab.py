@@ -332,3 +332,26 @@ def test_slice_words_slice_the_eval_set_without_dropping_training_examples(tmp_p
     assert result.details["eval_slices"] == {"words": ["woman", "girl"], "with_words": 2, "without_words": 1}
     assert result.metrics["slices"]["with_words"]["n_eval"] == 2
     assert list(result.predictions["slice"]) == ["with_words", "without_words", "with_words"]
+
+
+def test_a_model_that_does_not_beat_chance_is_said_to(tmp_path):
+    import pandas as pd
+
+    from bertology.training.run import chance_warnings
+
+    def preds(labels, predicted):
+        return pd.DataFrame({"label": labels, "predicted": predicted})
+
+    constant = chance_warnings(preds(["pos", "neg"] * 10, ["pos"] * 20))
+    assert len(constant) == 1 and "predicts one class for every eval example" in constant[0]
+    assert "accuracy 0.500, 95% CI [0.299, 0.701], n=20; majority-class rate 0.500" in constant[0]
+    noisy = chance_warnings(preds(["pos", "neg"] * 10, ["pos", "neg"] * 6 + ["neg", "pos"] * 4))  # 12 of 20
+    assert len(noisy) == 1 and "is not shown to beat chance" in noisy[0]
+    assert chance_warnings(preds(["pos", "neg"] * 20, ["pos", "neg"] * 20)) == []  # 40 of 40: above chance
+    assert chance_warnings(None) == [] and chance_warnings(pd.DataFrame({"x": [1]})) == []
+    # end to end: a learning rate too small to learn anything
+    base = save_tiny_bert(tmp_path / "m")
+    run = finetune_to_dir(config(base, tmp_path / "run", learning_rate=1e-9, epochs=1), polarity(16), polarity(8, seed=3))
+    assert any(w.startswith("The fine-tuned model ") for w in run.warnings)
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["warnings"] == run.warnings

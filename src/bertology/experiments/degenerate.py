@@ -14,34 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
-from scipy.stats import binomtest
+
+from bertology.metrics.chance import accuracy_interval, chance_rate  # noqa: F401  (re-exported)
 
 #: Columns of the ``ablation`` table the check reads (added at the end of the table, after ``hurts``).
 CHECK_COLUMNS = ("n_predicted", "chance")
-
-
-def accuracy_interval(correct: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """The Wilson score interval of an accuracy of ``correct`` out of ``n`` (scipy's ``binomtest``).
-
-    Wilson rather than the module's paired bootstrap: it needs only ``(correct, n)``, which the table
-    keeps, so the summary and the report recompute the same interval from the run folder; and unlike a
-    percentile bootstrap it does not collapse to a point at accuracy 0 or 1 and keeps its coverage at
-    the small ``n`` of a quick run.
-    """
-    if n < 1:
-        raise ValueError(f"n must be at least 1, not {n}")
-    ci = binomtest(int(correct), int(n)).proportion_ci(confidence_level=level, method="wilson")
-    return float(ci.low), float(ci.high)
-
-
-def chance_rate(labels: np.ndarray) -> float:
-    """The majority-class rate of ``labels``: the accuracy of always predicting the most frequent class."""
-    labels = np.asarray(labels)
-    if labels.size == 0:
-        raise ValueError("chance_rate needs at least one label")
-    return float(np.unique(labels, return_counts=True)[1].max() / labels.size)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from bertology.config import FinetuneConfig
 from bertology.data.corpus import Corpus
 from bertology.models.device import resolve_device
 from bertology.models.loading import resolve_model, weights_fingerprint
+from bertology.metrics.chance import above_chance
 from bertology.results import now_iso, read_table, write_table
 from bertology.runs import manifest_header, open_run
 
@@ -120,6 +121,7 @@ def finetune_to_dir(
             for split, enc in details.get("tokenisation", {}).items()
             if enc.get("n_truncated")
         ] + [w for corpus in (train, evaluation) if corpus is not None for w in corpus.stats.get("label_warnings", [])]
+        warnings += chance_warnings(result.predictions)
         run_dir.write_manifest(
             {
                 **header,
@@ -147,6 +149,28 @@ def finetune_to_dir(
             run_dir.path, Path(result.model_dir), result.table, result.metrics, result.n_train,
             result.wall_time_s, reused=False, warnings=warnings,
         )
+
+
+def chance_warnings(predictions: pd.DataFrame | None) -> list[str]:
+    """A warning when the fine-tuned classifier is not shown to beat chance on the eval data, or predicts one class.
+
+    Such a model is not worth analysing as "what fine-tuning taught it": say how far from chance it is.
+    """
+    if predictions is None or not {"label", "predicted"} <= set(predictions.columns):
+        return []
+    predictions = predictions[predictions["predicted"].notna()]  # examples the model did not see are not scored
+    if predictions.empty:
+        return []
+    labels, predicted = predictions["label"].to_numpy(), predictions["predicted"].to_numpy()
+    correct, n = int((labels == predicted).sum()), len(predictions)
+    above, (lo, hi), chance = above_chance(correct, n, labels)
+    constant = len(set(predicted.tolist())) <= 1
+    if above and not constant:
+        return []
+    what = "predicts one class for every eval example" if constant else "is not shown to beat chance on the eval data"
+    return [f"The fine-tuned model {what} (accuracy {correct / n:.3f}, 95% CI [{lo:.3f}, {hi:.3f}], n={n}; "
+            f"majority-class rate {chance:.3f}): train longer, change the learning rate or warm-up, or check the labels "
+            "before reading its analyses as what fine-tuning taught it."]
 
 
 def summary_of(result) -> dict:
