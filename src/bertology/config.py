@@ -44,8 +44,10 @@ class CompareConfig:
     batch_size: int = 32
     seed: int = 0
     device: str = "cpu"
-    # attention_change
-    attention_mode: Literal["cropped", "padded"] = "cropped"
+    # paper conventions (bertology.conventions): a preset, and the conventions it sets unless given here (None)
+    conventions: str = "bertology"
+    punctuation: Literal["unicode", "clark2019"] | None = None  # attention_targets
+    attention_mode: Literal["cropped", "padded"] | None = None  # attention_change
     pad_length: int = 200
     # representation_similarity; with ood_data also on a second, out-of-domain corpus (Merchant et al. 2020)
     rsa_tokens: int = 2000

@@ -17,6 +17,8 @@ from bertology.analyses.catalog import ANALYSES
 from bertology.analyses.registry import AnalysisSpec, BuildContext
 from bertology.analyses.representation_similarity import OOD_TABLE, RepresentationSimilarity
 from bertology.config import CompareConfig, DataConfig
+from bertology.conventions import describe as describe_conventions
+from bertology.conventions import resolve as resolve_conventions
 from bertology.experiments.catalog import EXPERIMENTS
 from bertology.experiments.registry import ExperimentContext, ExperimentSpec
 from bertology.data.corpus import Corpus
@@ -93,6 +95,7 @@ def select(names: Sequence[str]) -> Selection:
 def build_analyses(config: CompareConfig, pair: ModelPair, corpus: Corpus, encoded: EncodedCorpus,
                    specs: Sequence[AnalysisSpec] | None = None) -> list[Analysis]:
     """Build the selected analyses (``specs``; default: those ``config.analyses`` selects) for this data."""
+    config = resolve_conventions(config)
     specs = select(config.analyses).analyses if specs is None else specs
     ctx = BuildContext(pair.num_layers, pair.num_heads, pair.tokenizer, corpus, encoded)
     return [spec.build(config, ctx) for spec in specs]
@@ -178,6 +181,7 @@ def compare(
     """
     torch.manual_seed(config.seed)
     t0 = time.perf_counter()
+    config = resolve_conventions(config)  # the paper conventions, set once for every analysis
     selection = select(config.analyses)  # unknown names fail before anything is loaded
     resolve_device(config.device)  # before any model is loaded
     pair = pair or ModelPair.load(config.base, config.tuned, trust_remote_code=config.trust_remote_code)
@@ -228,6 +232,7 @@ def compare(
             **manifest_header("compare", fingerprint),
             "status": "complete",
             "config": config.to_dict(),
+            "conventions": describe_conventions(config),
             "models": pair.describe(),
             "data": {**corpus.describe(), "encoding": encoded.describe()},
             **({"ood_data": ood.describe()} if ood is not None else {}),

@@ -21,7 +21,7 @@ LAYERS: list[str | set[str]] = [
     "analyses",
     "activations",
     {"models", "data", "metrics"},
-    "runs",
+    {"runs", "conventions"},
     {"results", "config", "progress", "assets", "catalog", "view_format"},
     "errors",
 ]

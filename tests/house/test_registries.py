@@ -87,6 +87,8 @@ def test_a_toy_analysis_is_one_module_and_one_registry_line(toy_registered, iden
     assert list(table["layer"]) == [1, 2] and set(table["tokens"]) == {encoded_tokens}
     assert (tmp_path / "run/tables/toy_token_count.parquet").exists()
     assert "toy_token_count" in run.manifest["tables"] and "toy_token_count" in run.manifest["analyses"]
+    assert run.manifest["conventions"]["preset"] == "bertology"  # every run states its conventions
+    assert run.manifest["config"]["attention_mode"] == "cropped"  # resolved once, before anything ran
     assert select(["toy_token_count"]).analyses[0].summary({"toy_token_count": table}) == f"toy: {encoded_tokens} tokens"
     # "all" includes it; the same settings again read the toy table back instead of recomputing it
     again = compare(_config(identical_pair, tmp_path / "run", ["toy_token_count", "attention_change"]), corpus=corpus,

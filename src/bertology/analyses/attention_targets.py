@@ -68,23 +68,40 @@ _KEY_INDEX = {c: i for i, c in enumerate(TOKEN_TARGETS + WORD_TARGETS + ("other"
 _PIECE_PREFIXES = ("##", "\u2581", "\u0120")  # WordPiece, SentencePiece, byte-level BPE
 
 
-def is_punct_token(token: str) -> bool:
-    """True if the token string (piece prefix removed) is non-empty and all Unicode punctuation (P*)."""
+#: The punctuation rules (``punctuation`` convention, :mod:`bertology.conventions`).
+PUNCTUATION_RULES = ("unicode", "clark2019")
+#: Clark et al. (2019)'s code counts attention to these two tokens only.
+CLARK_PUNCTUATION = frozenset({".", ","})
+
+
+def _strip_piece_prefix(token: str) -> str:
     for prefix in _PIECE_PREFIXES:
         if token.startswith(prefix):
-            token = token[len(prefix):]
-            break
+            return token[len(prefix):]
+    return token
+
+
+def is_punct_token(token: str, rule: str = "unicode") -> bool:
+    """Whether the token (piece prefix removed) is punctuation under ``rule``.
+
+    ``unicode``: non-empty and all Unicode punctuation (P*); ``clark2019``: exactly "." or ",".
+    """
+    token = _strip_piece_prefix(token)
+    if rule == "clark2019":
+        return token in CLARK_PUNCTUATION
     return bool(token) and all(unicodedata.category(ch).startswith("P") for ch in token)
 
 
 class PunctuationLookup:
-    """Token id -> "is a punctuation token" (:func:`is_punct_token`), converting each id once.
+    """Token id -> "is a punctuation token" (:func:`is_punct_token` under ``rule``), converting each id once.
 
     A lookup array rather than a dict: a batch's ids are looked up in one vectorised indexing step.
     """
 
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer, rule: str = "unicode"):
+        if rule not in PUNCTUATION_RULES:
+            raise ValueError(f"punctuation rule must be one of {PUNCTUATION_RULES}, not {rule!r}")
+        self.tokenizer, self.rule = tokenizer, rule
         self.known = np.zeros(0, dtype=bool)
         self.punct = np.zeros(0, dtype=bool)
 
@@ -100,7 +117,7 @@ class PunctuationLookup:
         missing = np.unique(ids[~self.known[ids]])
         if missing.size:
             tokens = self.tokenizer.convert_ids_to_tokens([int(i) for i in missing])
-            self.punct[missing] = [is_punct_token(tok or "") for tok in tokens]
+            self.punct[missing] = [is_punct_token(tok or "", self.rule) for tok in tokens]
             self.known[missing] = True
         return self.punct[ids]
 
@@ -123,8 +140,10 @@ class AttentionTargets(Analysis):
         num_heads: int,
         negation_words: Iterable[str] = DEFAULT_NEGATION,
         word_level: bool = True,
+        punctuation: str = "unicode",
     ):
         self.corpus, self.tokenizer = corpus, tokenizer
+        self.punctuation = punctuation
         self.num_layers, self.num_heads = num_layers, num_heads
         self.negation_words = frozenset(_norm_word(w) for w in negation_words)
         self.word_level = bool(word_level)
@@ -141,7 +160,7 @@ class AttentionTargets(Analysis):
         self.counts = np.zeros(len(self.targets), dtype=np.int64)
         self.n_examples = 0
         self.n_annotated = 0
-        self._is_punct = PunctuationLookup(tokenizer)
+        self._is_punct = PunctuationLookup(tokenizer, punctuation)
         self._word_cache: dict[int, np.ndarray | None] = {}
         self._category_memo: dict[tuple[str, str, str], tuple[bool, ...]] = {}
 
@@ -151,6 +170,7 @@ class AttentionTargets(Analysis):
             "num_heads": self.num_heads,
             "negation_words": sorted(self.negation_words),
             "word_level": self.word_level,
+            "punctuation": self.punctuation,
             "queries": "all real tokens, [CLS]/[SEP] included",
             "word_target": "sum over the word's pieces (both texts of a pair when both are annotated)",
             "average": "over examples where the target occurs (value); over all examples (value_all)",
@@ -376,7 +396,7 @@ def summary(tables: Mapping[str, pd.DataFrame]) -> str:
 
 
 def _build(config: CompareConfig, ctx: BuildContext) -> AttentionTargets:
-    return AttentionTargets(ctx.corpus, ctx.tokenizer, ctx.num_layers, ctx.num_heads)
+    return AttentionTargets(ctx.corpus, ctx.tokenizer, ctx.num_layers, ctx.num_heads, punctuation=config.punctuation)
 
 
 SPEC = AnalysisSpec("attention_targets", _build, ("attention_targets",), needs=frozenset({"pos_tags"}), summary=summary)

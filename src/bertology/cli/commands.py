@@ -56,7 +56,9 @@ def compare_command(
     max_length: int = max_length_option(128, help="Max tokens per example, [CLS]/[SEP] included."),
     overlong: str = typer.Option("skip", "--overlong", help="What to do with longer examples: skip or truncate (counted either way)."),
     batch_size: int = batch_size_option(32, min=1),
-    attention_mode: str = typer.Option("cropped", "--attention-mode", help="cropped: real tokens only; padded: Kovaleva's fixed-length maps."),
+    conventions: str = typer.Option("bertology", "--conventions", help="Paper conventions preset: bertology, clark2019 or kovaleva2019 (README: Conventions)."),
+    punctuation: Optional[str] = typer.Option(None, "--punctuation", help="Punctuation tokens: unicode (bertology) or clark2019 ('.' and ','); default: the preset's."),
+    attention_mode: Optional[str] = typer.Option(None, "--attention-mode", help="cropped: real tokens only (bertology); padded: Kovaleva's fixed-length maps; default: the preset's."),
     pad_length: int = typer.Option(200, "--pad-length", help="Length of the padded maps in --attention-mode padded."),
     rsa_tokens: int = typer.Option(2000, "--rsa-tokens", help="Size of the shared token sample for RSA/CKA.", min=4),
     spacy_model: Optional[str] = SPACY_MODEL_OPT,
@@ -98,8 +100,6 @@ def compare_command(
     from bertology.models.ablate import check_mode
     from bertology.pipeline import compare
 
-    if attention_mode not in ("cropped", "padded"):
-        raise BertologyError("--attention-mode must be 'cropped' or 'padded'.")
     if overlong not in ("skip", "truncate"):
         raise BertologyError("--overlong must be 'skip' or 'truncate'.")
     check_mode(ablation_mode, "--ablation-mode")
@@ -113,6 +113,8 @@ def compare_command(
         batch_size=batch_size,
         seed=seed,
         device=device,
+        conventions=conventions,
+        punctuation=punctuation,  # type: ignore[arg-type]
         attention_mode=attention_mode,  # type: ignore[arg-type]
         pad_length=pad_length,
         rsa_tokens=rsa_tokens,
