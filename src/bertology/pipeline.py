@@ -205,7 +205,7 @@ def compare(
         run_dir, resuming = opened.dir, opened.resumed
 
         analyses = build_analyses(config, pair, corpus, encoded, specs)
-        warnings += encoding_warnings(encoded, corpus) + tree_warnings(corpus)
+        warnings += encoding_warnings(encoded, corpus) + tree_warnings(raw_corpus)  # the file's own trees, not spaCy's parses
         results, done, span_params = _stream(config, pair, encoded, analyses, specs, spans, max_length, run_dir, resuming,
                                              progress)
 

@@ -141,3 +141,20 @@ def test_debug_keeps_a_user_error_at_exit_2(tmp_path):
     result = invoke("--debug", "view", "the cat sat", "--model", tmp_path / "missing", "--out", tmp_path / "v.html")
     assert result.exit_code == 2, result.output
     assert "error: Model folder" in result.output and "Traceback" in result.output
+
+
+def test_spacy_parses_of_several_sentences_are_not_reported_as_broken_trees(identical_pair, tmp_path):
+    """The tree warning is about the data file's own trees: spaCy's parse of a two-sentence text has two roots."""
+    pytest.importorskip("spacy")
+    from bertology.assets import spacy_model_name
+    from bertology.config import CompareConfig, DataConfig
+    from bertology.data.corpus import Corpus
+    from bertology.pipeline import compare
+
+    if spacy_model_name() is None:
+        pytest.skip("no spaCy English pipeline installed")
+    run = compare(CompareConfig(base=str(identical_pair[0]), tuned=str(identical_pair[1]), data=DataConfig(path=""),
+                                out=str(tmp_path / "run"), analyses=("attention_targets",), view_examples=0),
+                  corpus=Corpus.from_list(["the cat sat . the dog ran ."]), report=False)
+    assert any("spaCy" in w for w in run.manifest["warnings"])  # it was parsed ...
+    assert not any("do not form one tree" in w for w in run.manifest["warnings"])  # ... and not called broken
