@@ -143,10 +143,6 @@ class HeadScoring:
         special = tuple(i for i in (tokenizer.cls_token_id, tokenizer.sep_token_id) if i is not None)
         return cls(special_ids=special, pad_id=tokenizer.pad_token_id or 0, **settings)
 
-    def intervention(self) -> dict:
-        """The keywords of :func:`bertology.models.ablate.ablate_heads` (the mean reference filled in by the caller)."""
-        return {"mode": self.mode, "exclude_special": self.exclude_special, "special_ids": list(self.special_ids)}
-
 
 def classifier_batches(model: torch.nn.Module, encoded: EncodedCorpus, label_ids: np.ndarray | Sequence[int],
                        scoring: HeadScoring) -> Batches:
