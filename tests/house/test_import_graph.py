@@ -18,6 +18,7 @@ LAYERS: list[str | set[str]] = [
     "report",
     "viz",
     {"experiments", "training"},
+    "tasks",
     "analyses",
     "activations",
     {"models", "data", "metrics"},
@@ -26,7 +27,7 @@ LAYERS: list[str | set[str]] = [
     "errors",
 ]
 #: Rooms that compute: none of them may import the drawing or reporting rooms.
-COMPUTING = ("models", "data", "metrics", "activations", "analyses", "experiments", "training")
+COMPUTING = ("models", "data", "metrics", "activations", "analyses", "tasks", "experiments", "training")
 DRAWING = ("viz", "report")
 
 

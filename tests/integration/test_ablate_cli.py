@@ -140,7 +140,7 @@ def test_unlabelled_data_is_refused(model_dir, tmp_path):
 def test_model_without_classifier_head_is_refused(labelled_csv, tmp_path):
     enc = save_tiny_bert(tmp_path / "enc")
     result = invoke("ablate", "--model", enc, "--data", labelled_csv, "--out", tmp_path / "o")
-    assert_user_error(result, "has no classification head; pass a fine-tuned classifier")
+    assert_user_error(result, "has no task head bertology can score")
 
 
 def test_labels_outside_the_models_label_set_are_listed(model_dir, tmp_path):

@@ -77,13 +77,13 @@ def test_default_analyses_skip_ablation_with_a_note_when_tuned_has_no_head(pair_
     data = _csv(tmp_path / "d.csv", labels)
     run = compare(_config(base, encoder, data, tmp_path / "run", analyses=("all",)))
     assert "ablation" not in run.results
-    assert any("Ablation and head importance were skipped: the tuned model has no classification head" in w
+    assert any("Ablation and head importance were skipped: the tuned model has no classification or regression head" in w
                for w in run.manifest["warnings"])
 
 
 def test_named_ablation_without_labels_or_head_is_a_clear_error(pair_dirs, labels, tmp_path):
     base, tuned, encoder = pair_dirs
-    with pytest.raises(BertologyError, match="no classification head"):
+    with pytest.raises(BertologyError, match="no classification or regression head"):
         compare(_config(base, encoder, _csv(tmp_path / "d.csv", labels), tmp_path / "a"))
     with pytest.raises(BertologyError, match="no labels"):
         compare(_config(base, tuned, _csv(tmp_path / "u.csv"), tmp_path / "b"))

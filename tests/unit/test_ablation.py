@@ -341,7 +341,7 @@ def _synthetic(n=60, seed=0):
 def test_bootstrap_intervals_match_a_slow_resampling_loop():
     units, per, y = _synthetic()
     n, reps, seed = len(y), 100, 7
-    t = score_units(units, per, y, n_classes=3, mode="uniform", exclude_special=False, n_bootstrap=reps, seed=seed, chunk=64)
+    t = score_units(units, per, y, mode="uniform", exclude_special=False, n_bootstrap=reps, seed=seed, chunk=64)
     counts = bootstrap_counts(n, reps, seed).astype(int)
     for j, u in enumerate(units[1:], start=1):
         deltas = {"accuracy": [], "macro_f1": [], "loss": []}
@@ -359,7 +359,7 @@ def test_bootstrap_intervals_match_a_slow_resampling_loop():
 
 def test_helps_and_hurts_flags_follow_the_metric_direction():
     units, per, y = _synthetic()
-    t = score_units(units, per, y, n_classes=3, mode="uniform", exclude_special=False, n_bootstrap=500, seed=0)
+    t = score_units(units, per, y, mode="uniform", exclude_special=False, n_bootstrap=500, seed=0)
     flag = t.set_index(["head", "metric"])
     assert flag.loc[(0, "accuracy"), "helps"] and flag.loc[(0, "loss"), "helps"] and flag.loc[(0, "macro_f1"), "helps"]
     assert flag.loc[(1, "accuracy"), "hurts"] and flag.loc[(1, "loss"), "hurts"]
@@ -391,10 +391,10 @@ def test_label_errors_are_clear(clf, identical_pair):
     with pytest.raises(BertologyError, match=r"'neg', 'pos'.*its labels are '0', '1', '2'"):
         label_ids_for(foreign, clf.model)
     encoder = load_model(identical_pair[0])
-    from bertology.experiments.ablation import check_classifier
+    from bertology.tasks.catalog import task_of_model
 
-    with pytest.raises(BertologyError, match="has no classification head; pass a fine-tuned classifier"):
-        check_classifier(encoder.model)
+    with pytest.raises(BertologyError, match="has no task head bertology can score .*; pass a fine-tuned classifier or regressor"):
+        task_of_model(encoder.model)
 
 
 def test_generic_label_names_accept_integer_labels(tmp_path):

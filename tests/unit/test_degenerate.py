@@ -58,14 +58,14 @@ def _table(pred_intact: np.ndarray, y: np.ndarray, rng: np.random.Generator):
     for u in units:
         pred = pred_intact if u.target == "intact" else np.where(rng.random(len(y)) < 0.2, 1 - pred_intact, pred_intact)
         per_example[u.key] = {"pred": pred, "loss": rng.random(len(y))}
-    return score_units(units, per_example, y, n_classes=2, mode="uniform", exclude_special=False, n_bootstrap=50)
+    return score_units(units, per_example, y, mode="uniform", exclude_special=False, n_bootstrap=50)
 
 
 def test_constant_classifier_summary_names_no_head():
     rng = np.random.default_rng(0)
     y = np.arange(40) % 2
     t = _table(np.zeros(40, dtype=np.int64), y, rng)
-    assert list(t.columns) == TABLE_COLUMNS and list(t.columns[-2:]) == list(CHECK_COLUMNS)
+    assert list(t.columns) == TABLE_COLUMNS and list(t.columns[-3:-1]) == list(CHECK_COLUMNS) and t.columns[-1] == "task"
     intact = t[t["target"] == "intact"]
     assert set(intact["n_predicted"]) == {1} and set(t["chance"]) == {0.5}
     assert table_degeneracy(t).constant_predictions
@@ -81,7 +81,7 @@ def test_separable_classifier_is_not_flagged():
     y = np.arange(40) % 2
     t = _table(y.copy(), y, rng)
     verdict = table_degeneracy(t)
-    assert verdict is not None and not verdict.flagged and verdict.accuracy == 1.0 and verdict.n_predicted == 2
+    assert verdict is not None and not verdict.flagged and verdict.value == 1.0 and verdict.n_predicted == 2
     text = summary({"ablation": t})
     assert "DEGENERATE" not in text and "most harmful heads" in text
 

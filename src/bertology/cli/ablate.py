@@ -63,13 +63,14 @@ def ablate_command(
     trust_remote_code: bool = TRUST_REMOTE_CODE_OPT,
     no_report: bool = no_report_option(),
 ) -> None:
-    """Disable every head and layer of a fine-tuned classifier; report what the task loses (or gains)."""
+    """Disable every head and layer of a fine-tuned classifier or regressor; report what the task loses (or gains)."""
     from bertology.models.ablate import check_mode
     from bertology.models.device import resolve_device
 
     check_mode(mode, "--mode")
     resolve_device(device)  # a missing GPU is an error now, not after loading
-    from bertology.experiments.ablation import AblationSettings, check_classifier, label_ids_for, run_ablation_study, sample_examples
+    from bertology.experiments.ablation import AblationSettings, run_ablation_study, sample_examples
+    from bertology.tasks.catalog import task_of_model
     from bertology.data.loaders import load_corpus
     from bertology.models.loading import load_model
     from bertology.results import now_iso, write_table
@@ -97,8 +98,8 @@ def ablate_command(
             "Name the label column with --label-column."
         )
     loaded = load_model(model, kind="auto", trust_remote_code=trust_remote_code)
-    check_classifier(loaded.model, name=f"Model {model!r}")
-    label_ids_for(corpus, loaded.model)
+    task = task_of_model(loaded.model, name=f"Model {model!r}")
+    task.targets(corpus, loaded.model)
     corpus = sample_examples(corpus, settings.max_examples, settings.seed)
 
     d = settings.to_dict()
@@ -119,6 +120,7 @@ def ablate_command(
             "dtype": "float32",
             "attn_implementation": "eager",
             "ablation_mode": mode,
+            "task": task.name,
             "models": {"tuned": loaded.describe()},
             "data": corpus.describe(),
         }
@@ -157,7 +159,7 @@ def _write_figures(tables: dict, out: Path) -> list[Path]:
     from bertology.viz.figures import figure_to_svg
 
     written = []
-    figs = ablation_figures(tables["ablation"], tables.get("head_importance"), tables.get("pruning_curve"), metric="accuracy")
+    figs = ablation_figures(tables["ablation"], tables.get("head_importance"), tables.get("pruning_curve"))
     for stem, fig in figs.items():
         path = out / "figures" / f"{stem}.svg"
         atomic_write_text(path, figure_to_svg(fig))

@@ -78,19 +78,21 @@ from bertology.experiments.scoring import (  # noqa: F401  (re-exported: the abl
     _logits,
     _MeanAccumulator,
     _record,
-    check_classifier,
     classifier_batches,
     fingerprint_of,
     head_means,
     label_ids_for,
     make_batches,
 )
+from bertology.tasks.base import Task
+from bertology.tasks.catalog import get_task, task_of_model, task_of_table
+from bertology.tasks.classification import macro_f1_from_counts  # noqa: F401  (re-exported)
 
 logger = logging.getLogger(__name__)
 
 TABLE = "ablation"
-METRICS = ("accuracy", "macro_f1", "loss")
-#: Metrics where a larger value is better (the "helps" direction is ``ci_low > 0``).
+#: The classification metrics (other tasks declare theirs: :attr:`bertology.tasks.base.Task.metrics`).
+METRICS = get_task("classification").metrics
 LAYER_MODES = ("skip", "heads")
 TABLE_COLUMNS = [
     "target", "layer", "head", "label", "mode", "layer_mode", "exclude_special", "metric", "value", "delta",
@@ -98,6 +100,8 @@ TABLE_COLUMNS = [
     # at the end (DESIGN's columns unchanged): what the degenerate-classifier check needs, so the summary
     # and the report make it from the table alone (:mod:`bertology.experiments.degenerate`)
     "n_predicted", "chance",
+    # the task whose metrics the rows hold (classification, regression): readers pick the primary metric by it
+    "task",
 ]
 Method = Literal["cached", "naive"]
 
@@ -219,9 +223,9 @@ class AblationResult:
         return Result(TABLE, self.table, self.params)
 
     def _repr_html_(self) -> str:
-        i = self.intact
+        main = task_of_table(self.table).primary
         return (
-            f"<b>AblationResult</b> ({self.params.get('mode')}): intact accuracy {i.get('accuracy', float('nan')):.4f}, "
+            f"<b>AblationResult</b> ({self.params.get('mode')}): intact {main} {self.intact.get(main, float('nan')):.4f}, "
             f"{len(self.units) - 1} ablations over {len(self.y)} examples"
         )
 
@@ -460,12 +464,13 @@ def run_ablation(
         "n_heads": n_heads,
         "fingerprint": store.fingerprint,
         "resumed_units": len(units) - len(pending),
-        "delta": "ablated minus intact; helps = ci_low > 0 (accuracy, macro_f1) or ci_high < 0 (loss)",
+        "delta": "ablated minus intact; helps = ci_low > 0 where higher is better, ci_high < 0 where lower is",
     }
     table = score_units(
-        units, per_example, batches.y, n_classes=int(model.config.num_labels), mode=mode,
+        units, per_example, batches.y, task=batches.task, mode=mode,
         exclude_special=exclude_special, n_bootstrap=n_bootstrap, seed=seed,
     )
+    params["task"] = batches.task.name
     params["degenerate"] = degeneracy_record(table, per_example["intact"]["pred"], model.config)
     if params["degenerate"]["flagged"]:
         logger.warning("ablation: %s", params["degenerate"]["note"])
@@ -479,38 +484,10 @@ def run_ablation(
 # --------------------------------------------------------------------------------------------------
 
 
-def macro_f1_from_counts(tp: np.ndarray, pred: np.ndarray, true: np.ndarray) -> np.ndarray:
-    """Macro-F1 from per-class counts (last axis = class), as scikit-learn with ``zero_division=0``.
-
-    Classes neither predicted nor present (``pred + true == 0``) are left out of the average.
-    """
-    denom = pred + true
-    present = denom > 0
-    f1 = np.where(present, 2 * tp / np.where(present, denom, 1), 0.0)
-    return f1.sum(-1) / np.maximum(present.sum(-1), 1)
-
-
 def bootstrap_counts(n: int, n_bootstrap: int, seed: int) -> np.ndarray:
     """``[n_bootstrap, n]`` multinomial counts: how often each example is drawn in each resample."""
     rng = np.random.default_rng(seed)
     return rng.multinomial(n, np.full(n, 1.0 / n), size=n_bootstrap).astype(np.float32)
-
-
-def _unit_metrics(weights: np.ndarray, y: np.ndarray, pred: np.ndarray, loss: np.ndarray, k: int) -> dict[str, np.ndarray]:
-    """Metrics under example weights ``[R, n]`` (all ones = the plain metrics); ``pred``/``loss`` are ``[U, n]``."""
-    total = weights.sum(1, keepdims=True)  # [R, 1]
-    correct = (pred == y[None, :]).astype(np.float32)  # [U, n]
-    acc = weights @ correct.T / total  # [R, U]
-    mean_loss = (weights.astype(np.float64) @ loss.T) / total
-    onehot_true = (y[:, None] == np.arange(k)[None, :]).astype(np.float32)  # [n, k]
-    true = weights @ onehot_true  # [R, k]
-    f1 = np.empty_like(acc, dtype=np.float64)
-    for u in range(pred.shape[0]):
-        onehot_pred = (pred[u][:, None] == np.arange(k)[None, :]).astype(np.float32)
-        p = weights @ onehot_pred
-        tp = weights @ (onehot_pred * onehot_true)
-        f1[:, u] = macro_f1_from_counts(tp, p, true)
-    return {"accuracy": acc.astype(np.float64), "macro_f1": f1, "loss": mean_loss}
 
 
 def score_units(
@@ -518,43 +495,48 @@ def score_units(
     per_example: dict[str, dict[str, np.ndarray]],
     y: np.ndarray,
     *,
-    n_classes: int,
     mode: str,
     exclude_special: bool,
+    task: Task | None = None,
     n_bootstrap: int = 1000,
     seed: int = 0,
     chunk: int = 100,
 ) -> pd.DataFrame:
-    """The ``ablation`` table from per-example predictions and losses (paired bootstrap over examples)."""
+    """The ``ablation`` table from per-example records (paired bootstrap over examples).
+
+    ``task`` (default classification) turns the records into its metrics (:meth:`Task.scores`).
+    """
+    task = task or get_task("classification")
     keys = [u.key for u in units]
     if "intact" not in keys:
         raise ValueError("score_units needs the intact unit")
-    pred = np.stack([per_example[k]["pred"] for k in keys])
-    loss = np.stack([per_example[k]["loss"] for k in keys])
+    records = {name: np.stack([per_example[k][name] for k in keys]) for name in per_example[keys[0]]}
     n = len(y)
     i0 = keys.index("intact")
-    chance = chance_rate(y)
-    point = _unit_metrics(np.ones((1, n), dtype=np.float32), y, pred, loss, n_classes)
+    chance = task.chance(y)
+    metrics = task.metrics
+    point = task.scores(np.ones((1, n), dtype=np.float32), records, y)
     # without resamples there is no interval: NaN, never a zero-width interval around a non-zero delta
-    lo = {m: np.full(len(keys), np.nan) for m in METRICS}
-    hi = {m: np.full(len(keys), np.nan) for m in METRICS}
+    lo = {m: np.full(len(keys), np.nan) for m in metrics}
+    hi = {m: np.full(len(keys), np.nan) for m in metrics}
     if n_bootstrap > 0:
-        deltas = {m: [] for m in METRICS}
+        deltas = {m: [] for m in metrics}
         counts = bootstrap_counts(n, n_bootstrap, seed)
         for s in range(0, n_bootstrap, chunk):
-            boot = _unit_metrics(counts[s : s + chunk], y, pred, loss, n_classes)
-            for m in METRICS:
+            boot = task.scores(counts[s : s + chunk], records, y)
+            for m in metrics:
                 deltas[m].append(boot[m] - boot[m][:, i0 : i0 + 1])
-        for m in METRICS:
+        for m in metrics:
             d = np.concatenate(deltas[m])
             lo[m], hi[m] = np.percentile(d, 2.5, axis=0), np.percentile(d, 97.5, axis=0)
     rows = []
     for j, u in enumerate(units):
-        for m in METRICS:
+        n_predicted = task.n_predicted(records["pred"][j])
+        for m in metrics:
             value = float(point[m][0, j])
             delta = value - float(point[m][0, i0])
             cl, ch = float(lo[m][j]), float(hi[m][j])
-            better = HIGHER_IS_BETTER[m]
+            better = task.higher_is_better[m]
             helps = bool(n_bootstrap > 0 and u.target != "intact" and (cl > 0 if better else ch < 0))
             hurts = bool(n_bootstrap > 0 and u.target != "intact" and (ch < 0 if better else cl > 0))
             rows.append({
@@ -562,7 +544,7 @@ def score_units(
                 "layer_mode": {"skip": "skip", "heads": f"{mode}_heads"}.get(u.layer_mode, ""),
                 "exclude_special": bool(exclude_special), "metric": m, "value": value, "delta": delta,
                 "ci_low": cl, "ci_high": ch, "n_examples": int(n), "helps": helps, "hurts": hurts,
-                "n_predicted": int(np.unique(pred[j]).size), "chance": chance,
+                "n_predicted": n_predicted, "chance": chance, "task": task.name,
             })
     df = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     return df.astype({"layer": "int64", "head": "int64", "n_examples": "int64", "n_predicted": "int64"})
@@ -574,37 +556,46 @@ def score_units(
 
 
 def degeneracy_record(table: pd.DataFrame, intact_pred: np.ndarray, config) -> dict:
-    """The manifest's ``degenerate`` section: the verdict plus the class names the intact model predicted."""
+    """The manifest's ``degenerate`` section: the verdict plus what the intact model predicted
+    (the class names of a classifier, the range of a regressor's values)."""
     verdict = table_degeneracy(table)
     if verdict is None:
-        raise ValueError("the ablation table lacks the intact accuracy row or the check's columns")
+        raise ValueError("the ablation table lacks the intact primary-metric row or the check's columns")
+    if task_of_table(table).name == "regression":
+        return {**verdict.to_dict(), "predicted_range": [float(np.min(intact_pred)), float(np.max(intact_pred))]}
     id2label = getattr(config, "id2label", None) or {}
     names = [str(id2label.get(int(c), int(c))) for c in np.unique(intact_pred)]
     return {**verdict.to_dict(), "predicted_classes": names}
 
 
-def head_deltas(table: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
-    """One row per head: ``layer, head, label, value, delta, ci_low, ci_high, helps, hurts`` for ``metric``."""
+def head_deltas(table: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
+    """One row per head: ``layer, head, label, value, delta, ci_low, ci_high, helps, hurts`` for ``metric``
+    (default: the task's primary metric)."""
+    metric = metric or task_of_table(table).primary
     t = table[(table["target"] == "head") & (table["metric"] == metric)]
     return t.sort_values(["layer", "head"]).reset_index(drop=True)
 
 
-def ranked(table: pd.DataFrame, metric: str = "accuracy", *, target: str = "head", harmful: bool = True, top: int = 5) -> pd.DataFrame:
-    """The ``top`` ablations whose removal hurts most (``harmful``) or helps most, for ``metric``.
+def ranked(table: pd.DataFrame, metric: str | None = None, *, target: str = "head", harmful: bool = True, top: int = 5) -> pd.DataFrame:
+    """The ``top`` ablations whose removal hurts most (``harmful``) or helps most, for ``metric``
+    (default: the task's primary metric).
 
     Ties (accuracy moves in steps of 1/n) are broken by the loss delta in the same direction.
     """
+    task = task_of_table(table)
+    metric = metric or task.primary
     keys = ["target", "layer", "head", "layer_mode"]
     t = table[(table["target"] == target) & (table["metric"] == metric)]
-    loss = table[(table["target"] == target) & (table["metric"] == "loss")][keys + ["delta"]]
+    loss = table[(table["target"] == target) & (table["metric"] == task.loss_metric)][keys + ["delta"]]
     t = t.merge(loss.rename(columns={"delta": "_loss_delta"}), on=keys, how="left")
     worse_first = HIGHER_IS_BETTER[metric] == harmful  # accuracy: most negative delta first
     t = t.sort_values(["delta", "_loss_delta", "layer", "head"], ascending=[worse_first, not harmful, True, True])
     return t.drop(columns="_loss_delta").head(top).reset_index(drop=True)
 
 
-def helpful(table: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
-    """Heads and layers whose removal improves ``metric`` beyond the 95% interval."""
+def helpful(table: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
+    """Heads and layers whose removal improves ``metric`` (default: the primary one) beyond the 95% interval."""
+    metric = metric or task_of_table(table).primary
     t = table[(table["metric"] == metric) & table["helps"]]
     return t.sort_values("delta", ascending=not HIGHER_IS_BETTER[metric]).reset_index(drop=True)
 
@@ -652,12 +643,12 @@ def run_ablation_study(
     """
     from bertology.data.encode import encode_corpus
 
-    check_classifier(model)
+    task = task_of_model(model)
     if encoded is None:
-        label_ids_for(corpus, model)  # the clear errors before any sampling
+        task.targets(corpus, model)  # the clear errors before any sampling
         corpus = sample_examples(corpus, settings.max_examples, settings.seed)
         encoded = encode_corpus(corpus, tokenizer, settings.max_length, overlong="truncate")
-    label_ids = label_ids_for(corpus, model)
+    label_ids = task.targets(corpus, model)
     partial = None if work_dir is None else Path(work_dir)
     scoring = HeadScoring.for_tokenizer(tokenizer, mode=settings.mode, exclude_special=settings.exclude_special,
                                         batch_size=settings.batch_size, device=settings.device)
@@ -671,6 +662,7 @@ def run_ablation_study(
     summary: dict = {
         "settings": settings.to_dict(),
         "ablation": result.params,
+        "task": result.params["task"],
         "intact": result.intact,
         "degenerate": result.params["degenerate"],
         "n_examples": int(result.params["n_examples"]),
@@ -698,36 +690,43 @@ def run_ablation_study(
 
 def _fmt_row(r) -> str:
     """``L3H2 -0.012 [-0.020, -0.004]``; the interval is left out when there is none (``--bootstrap 0``)."""
-    f = ".4f" if r.metric == "loss" else ".3f"
+    f = ".4f" if r.metric in ("loss", "mse") else ".3f"
     interval = "" if np.isnan(r.ci_low) else f" [{r.ci_low:+{f}}, {r.ci_high:+{f}}]"
     return f"{r.label} {r.delta:+{f}}{interval}"
+
+
+#: How the summary names a metric.
+METRIC_NAMES = {"macro_f1": "macro-F1"}
 
 
 def summary(tables: Mapping[str, pd.DataFrame], note: str = "") -> str:
     """The ablation headlines: intact score, harmful heads, layers, helpful removals, importance, pruning.
 
-    A degenerate intact classifier (constant predictions, or accuracy not above chance) is said in the
-    first line, and then no head is listed as harmful to remove.
+    In the task's own metrics (accuracy for a classifier, Pearson for a regressor). A degenerate intact
+    model (constant predictions, or not above chance) is said in the first line, and then no head is
+    listed as harmful to remove.
     """
     t = tables["ablation"]
+    task = task_of_table(t)
+    main, loss = task.primary, task.loss_metric
     intact_rows = t[t["target"] == "intact"]
     intact = dict(zip(intact_rows["metric"], intact_rows["value"].astype(float)))
     first = t.iloc[0]
     verdict = table_degeneracy(t)
     flagged = verdict is not None and verdict.flagged
-    lines = [f"DEGENERATE CLASSIFIER: {verdict.note}"] if flagged else []
+    lines = [f"DEGENERATE {verdict.what.upper()}: {verdict.note}"] if flagged else []
     lines += [
-        f"intact: accuracy {intact['accuracy']:.4f}, macro-F1 {intact['macro_f1']:.4f}, loss {intact['loss']:.4f} "
-        f"(n={int(first['n_examples'])}, mode {first['mode']}{', [CLS]/[SEP] excluded' if bool(first['exclude_special']) else ''}"
+        "intact: " + ", ".join(f"{METRIC_NAMES.get(m, m)} {intact[m]:.4f}" for m in task.metrics)
+        + f" (n={int(first['n_examples'])}, mode {first['mode']}{', [CLS]/[SEP] excluded' if bool(first['exclude_special']) else ''}"
         + note + ")"
     ]
     if (t["target"] == "head").any() and not flagged:  # a degenerate model's deltas name no needed head
-        worst = ranked(t, "accuracy", target="head", harmful=True, top=5)
-        lines.append("most harmful heads to remove (Δaccuracy [95% CI]): " + ", ".join(_fmt_row(r) for r in worst.itertuples()))
+        worst = ranked(t, main, target="head", harmful=True, top=5)
+        lines.append(f"most harmful heads to remove (Δ{main} [95% CI]): " + ", ".join(_fmt_row(r) for r in worst.itertuples()))
     if (t["target"] == "layer").any():
-        for lm, part in t[(t["target"] == "layer") & (t["metric"] == "accuracy")].groupby("layer_mode", sort=False):
-            lines.append(f"layers, {lm}: Δaccuracy " + " ".join(f"L{r.layer} {r.delta:+.3f}" for r in part.itertuples()))
-    for metric in ("accuracy", "loss"):
+        for lm, part in t[(t["target"] == "layer") & (t["metric"] == main)].groupby("layer_mode", sort=False):
+            lines.append(f"layers, {lm}: Δ{main} " + " ".join(f"L{r.layer} {r.delta:+.3f}" for r in part.itertuples()))
+    for metric in (main, loss):
         good = helpful(t, metric)
         lines.append(
             f"removal helps beyond the 95% CI ({metric}): "
@@ -739,12 +738,12 @@ def summary(tables: Mapping[str, pd.DataFrame], note: str = "") -> str:
         rho = importance_vs_deltas(imp, t)
         lines.append(
             "head importance vs single-head deltas, Spearman: "
-            f"{rho['loss']['spearman']:+.3f} (loss), {rho['accuracy']['spearman']:+.3f} (accuracy); "
-            f"raw importance {rho['loss']['spearman_raw']:+.3f} (loss)"
+            f"{rho[loss]['spearman']:+.3f} ({loss}), {rho[main]['spearman']:+.3f} ({main}); "
+            f"raw importance {rho[loss]['spearman_raw']:+.3f} ({loss})"
         )
     curve = tables.get("pruning_curve")
     if curve is not None and len(curve):
-        c = curve[(curve["metric"] == "accuracy")]
+        c = curve[(curve["metric"] == main)]
         half = c[c["fraction_removed"] <= 0.5].groupby("order")["fraction_removed"].max()
         parts = []
         for order in ("importance", "random"):
@@ -752,7 +751,7 @@ def summary(tables: Mapping[str, pd.DataFrame], note: str = "") -> str:
                 row = c[(c["order"] == order) & (c["fraction_removed"] == half[order])].iloc[0]
                 parts.append(f"{order} {row.value:.3f}")
         if parts:
-            lines.append(f"pruning {100 * half.max():.0f}% of heads, accuracy: " + ", ".join(parts))
+            lines.append(f"pruning {100 * half.max():.0f}% of heads, {main}: " + ", ".join(parts))
     return "\n".join(lines)
 
 
@@ -773,12 +772,12 @@ def _tables(config: CompareConfig) -> tuple[str, ...]:
 def skip_reason(ctx: ExperimentContext) -> str | None:
     """Why the tuned model cannot be ablated on this corpus (None when it can)."""
     if not ctx.pair.tuned.is_classifier:
-        return "the tuned model has no classification head"
+        return "the tuned model has no classification or regression head"
     if not any(ex.label is not None for ex in ctx.corpus):
         return "the data has no labels (name the label column with --label-column)"
     try:
-        check_classifier(ctx.pair.tuned.model, name="The tuned model")
-        label_ids_for(ctx.corpus, ctx.pair.tuned.model)
+        task = task_of_model(ctx.pair.tuned.model, name="The tuned model")
+        task.targets(ctx.corpus, ctx.pair.tuned.model)
     except BertologyError as err:
         return str(err).rstrip(".")
     return None
@@ -792,7 +791,7 @@ def _run(ctx: ExperimentContext) -> ExperimentOutcome:
                                    on_progress=on_progress)
     results = {n: Result(n, table, study.summary.get("settings", {})) for n, table in study.tables.items()}
     # the manifest keeps what a reader needs to trust the numbers; the tables hold the rest
-    keep = ("settings", "intact", "degenerate", "n_examples", "timing_s", "importance_vs_ablation_spearman")
+    keep = ("settings", "task", "intact", "degenerate", "n_examples", "timing_s", "importance_vs_ablation_spearman")
     return ExperimentOutcome(results, jsonable({k: v for k, v in study.summary.items() if k in keep}))
 
 

@@ -30,7 +30,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from bertology.experiments.scoring import (
     HIGHER_IS_BETTER,
@@ -46,6 +45,7 @@ from bertology.data.encode import EncodedCorpus
 from bertology.errors import BertologyError
 from bertology.models import sites
 from bertology.models.ablate import Mode, ablate_heads, head_gates
+from bertology.tasks.catalog import task_of_table
 
 logger = logging.getLogger(__name__)
 
@@ -64,16 +64,6 @@ class ImportanceResult:
     curve: pd.DataFrame
     params: dict = field(default_factory=dict)
     removal_order: dict[str, list[str]] = field(default_factory=dict)  # order -> head labels, first removed first
-
-
-def _metrics(y: np.ndarray, pred: np.ndarray, loss: np.ndarray) -> dict[str, float]:
-    from sklearn.metrics import f1_score
-
-    return {
-        "accuracy": float((pred == y).mean()),
-        "macro_f1": float(f1_score(y, pred, average="macro", zero_division=0)),
-        "loss": float(loss.mean()),
-    }
 
 
 def normalise_per_layer(raw: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
@@ -113,7 +103,7 @@ def gradient_pass(
                     for inp, y in zip(batches.inputs, batches.labels):
                         gates.prepare(len(y), device=y.device)
                         logits = model(**inp).logits
-                        F.cross_entropy(logits.float(), y, reduction="sum").backward()
+                        batches.task.loss(logits, y, reduction="sum").backward()
                         g = gates.grad.detach().abs().sum(0).double().cpu()
                         total = g if total is None else total + g
                         logits_all.append(logits.detach())
@@ -210,7 +200,7 @@ def run_head_importance(
     first_raw: np.ndarray | None = None
 
     def add_points(order: str, step: int, n_removed: int, rec: dict[str, np.ndarray]) -> None:
-        for metric, value in _metrics(batches.y, rec["pred"], rec["loss"]).items():
+        for metric, value in batches.task.point_scores(rec, batches.y).items():
             curve_rows.append({
                 "order": order, "step": step, "fraction_removed": n_removed / total, "n_removed": n_removed,
                 "metric": metric, "value": value, "mode": mode, "recompute": bool(recompute and order == "importance"),
@@ -276,8 +266,8 @@ def run_head_importance(
 def importance_vs_deltas(importance: pd.DataFrame, ablation: pd.DataFrame) -> dict[str, dict]:
     """Spearman correlation of head importance with the single-head ablation deltas, per metric.
 
-    Signs are chosen so that agreement is positive: ``loss`` correlates importance with Δloss,
-    ``accuracy`` and ``macro_f1`` with −Δmetric. Returns ``{metric: {"spearman", "p_value", "n",
+    Signs are chosen so that agreement is positive: a lower-is-better metric (``loss``, ``mse``)
+    correlates importance with Δmetric, a higher-is-better one (``accuracy``, ``pearson``) with −Δmetric. Returns ``{metric: {"spearman", "p_value", "n",
     "spearman_raw"}}``; ``spearman_raw`` uses the importance before the per-layer normalisation (which
     makes importances comparable within a layer, not across layers).
     """
@@ -285,7 +275,7 @@ def importance_vs_deltas(importance: pd.DataFrame, ablation: pd.DataFrame) -> di
 
     out: dict[str, dict] = {}
     heads = ablation[ablation["target"] == "head"]
-    for metric in ("loss", "accuracy", "macro_f1"):
+    for metric in task_of_table(ablation).metrics:
         d = heads[heads["metric"] == metric][["layer", "head", "delta"]]
         m = importance.merge(d, on=["layer", "head"], how="inner")
         sign = 1.0 if not HIGHER_IS_BETTER[metric] else -1.0

@@ -1,4 +1,4 @@
-"""Scoring a sequence classifier on labelled data: what ablation and head importance share.
+"""Scoring a fine-tuned model (classifier or regressor) on labelled data: what ablation and head importance share.
 
 Labels checked against the model, the corpus collated once into device batches, per-example
 predictions and losses, each head's mean context (for ``mode="mean"``), and the progress store that
@@ -11,15 +11,14 @@ import json
 import logging
 import shutil
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from bertology.data.batching import collate, length_batches
-from bertology.data.corpus import Corpus, require_labels
+from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus
 from bertology.config import Mode
 from bertology.errors import BertologyError
@@ -27,46 +26,24 @@ from bertology.models import sites
 from bertology.models.ablate import check_mode
 from bertology.models.hooks import on_layers
 from bertology.results import atomic_write, atomic_write_text, read_json_key
+from bertology.tasks.base import Task
+from bertology.tasks.catalog import get_task, higher_is_better, task_of_model
+from bertology.tasks.classification import label_ids_for  # noqa: F401  (re-exported: the ablation API)
 
 logger = logging.getLogger(__name__)
 
-#: Whether a larger value of each metric is better (loss: lower is better).
-HIGHER_IS_BETTER = {"accuracy": True, "macro_f1": True, "loss": False}
+#: Every task's metric directions (loss: lower is better); each task declares its own.
+HIGHER_IS_BETTER = higher_is_better()
 
 
-def label_ids_for(corpus: Corpus, model: torch.nn.Module, *, what: str = "data") -> np.ndarray:
-    """Each example's label id under the model's ``label2id`` (corpus order), or one clear error.
-
-    A model whose labels are the generic ``LABEL_0 .. LABEL_{k-1}`` also accepts the labels ``0 .. k-1``.
-    """
-    require_labels(corpus, "Ablation needs labelled data", what)
-    cfg = model.config
-    label2id = {str(k): int(v) for k, v in (getattr(cfg, "label2id", None) or {}).items()}
-    num_labels = int(getattr(cfg, "num_labels", len(label2id)) or len(label2id))
-    if set(label2id) == {f"LABEL_{i}" for i in range(num_labels)}:
-        label2id.update({str(i): i for i in range(num_labels)})
-    unknown = sorted({str(ex.label) for ex in corpus} - set(label2id))
-    if unknown:
-        model_labels = [str(v) for _, v in sorted((getattr(cfg, "id2label", None) or {}).items(), key=lambda kv: int(kv[0]))]
-        raise BertologyError(
-            f"The {what} has label(s) {', '.join(map(repr, unknown[:10]))}{' ...' if len(unknown) > 10 else ''} "
-            f"that the model does not know; its labels are {', '.join(map(repr, model_labels or sorted(label2id)))}. "
-            "Use data labelled like the model's training data, or pick the right --label-column."
-        )
-    return np.array([label2id[str(ex.label)] for ex in corpus], dtype=np.int64)
+def check_classifier(model: torch.nn.Module, name: str = "the model") -> Task:
+    """The task of ``model``'s head (classification or regression), or one clear error when it has none."""
+    return task_of_model(model, name)
 
 
-def check_classifier(model: torch.nn.Module, name: str = "the model") -> None:
-    """One clear error unless ``model`` is a single-label sequence classifier."""
-    if not type(model).__name__.endswith("ForSequenceClassification"):
-        raise BertologyError(
-            f"{name} has no classification head; pass a fine-tuned classifier (e.g. from `bertology finetune`)."
-        )
-    cfg = model.config
-    if int(getattr(cfg, "num_labels", 2)) < 2 or getattr(cfg, "problem_type", None) in ("regression", "multi_label_classification"):
-        raise BertologyError(
-            f"{name} is not a single-label classifier (regression or multi-label); ablation scores accuracy and cross-entropy."
-        )
+def targets_for(corpus: Corpus, model: torch.nn.Module, *, what: str = "data") -> np.ndarray:
+    """Each example's target for ``model``'s task (label ids, or numbers for a regressor), corpus order."""
+    return task_of_model(model).targets(corpus, model, what)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -81,9 +58,10 @@ class Batches:
     inputs: list[dict[str, torch.Tensor]]
     positions: list[np.ndarray]  # item positions (into ``encoded.items``) of each batch's rows
     mask: list[torch.Tensor]  # [B, T] bool real tokens
-    labels: list[torch.Tensor]  # [B] label ids
-    y: np.ndarray  # label ids by item position
+    labels: list[torch.Tensor]  # [B] targets (label ids, or numbers for regression)
+    y: np.ndarray  # targets by item position
     n: int
+    task: Task = field(default_factory=lambda: get_task("classification"))
 
     def __len__(self) -> int:
         return len(self.inputs)
@@ -97,11 +75,13 @@ def make_batches(
     pad_id: int,
     use_token_types: bool,
     device: torch.device | str = "cpu",
+    task: Task | None = None,
 ) -> Batches:
-    """Collate once; ``label_ids`` are in corpus order (indexed by ``EncodedExample.index``)."""
+    """Collate once; ``label_ids`` (the task's targets) are in corpus order (indexed by ``EncodedExample.index``)."""
     dev = torch.device(device)
+    task = task or get_task("classification")
     position = {id(it): i for i, it in enumerate(encoded.items)}
-    y = np.array([label_ids[it.index] for it in encoded.items], dtype=np.int64)
+    y = np.array([label_ids[it.index] for it in encoded.items], dtype=np.float32 if task.target_dtype.is_floating_point else np.int64)
     inputs, positions, masks, labels = [], [], [], []
     for items in length_batches(encoded.items, batch_size):
         t = collate(items, pad_id)
@@ -113,7 +93,7 @@ def make_batches(
         positions.append(pos)
         masks.append(t["mask"].to(dev))
         labels.append(torch.from_numpy(y[pos]).to(dev))
-    return Batches(inputs, positions, masks, labels, y, len(encoded.items))
+    return Batches(inputs, positions, masks, labels, y, len(encoded.items), task)
 
 
 @dataclass(frozen=True)
@@ -146,16 +126,16 @@ class HeadScoring:
 
 def classifier_batches(model: torch.nn.Module, encoded: EncodedCorpus, label_ids: np.ndarray | Sequence[int],
                        scoring: HeadScoring) -> Batches:
-    """Check the classifier, put it on the scoring device in eval mode and collate the corpus for it, once.
+    """Check the model's task head, put it on the scoring device in eval mode and collate the corpus for it, once.
 
     The setup ablation and head importance share before their first forward pass.
     """
-    check_classifier(model)
+    task = task_of_model(model)
     dev = torch.device(scoring.device)
     model.to(dev).eval()
     return make_batches(
-        encoded, np.asarray(label_ids, dtype=np.int64), batch_size=scoring.batch_size, pad_id=scoring.pad_id,
-        use_token_types=sites.uses_token_types(model), device=dev,
+        encoded, np.asarray(label_ids), batch_size=scoring.batch_size, pad_id=scoring.pad_id,
+        use_token_types=sites.uses_token_types(model), device=dev, task=task,
     )
 
 
@@ -225,14 +205,14 @@ def fingerprint_of(model: torch.nn.Module, batches: Batches, settings: dict) -> 
 
 
 def _record(batches: Batches, logits: list[torch.Tensor]) -> dict[str, np.ndarray]:
-    """Per-example prediction and cross-entropy (float64), by item position."""
-    pred = np.empty(batches.n, dtype=np.int64)
-    loss = np.empty(batches.n, dtype=np.float64)
+    """The task's per-example records (``pred``, ``loss``, ...) of every batch, by item position."""
+    out: dict[str, np.ndarray] = {}
     for pos, lg, y in zip(batches.positions, logits, batches.labels):
-        lg = lg.detach().double()
-        pred[pos] = lg.argmax(-1).cpu().numpy()
-        loss[pos] = F.cross_entropy(lg, y, reduction="none").cpu().numpy()
-    return {"pred": pred, "loss": loss}
+        for k, v in batches.task.record(lg, y).items():
+            if k not in out:
+                out[k] = np.empty(batches.n, dtype=v.dtype)
+            out[k][pos] = v
+    return out
 
 
 def _logits(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -16,13 +16,14 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from bertology.tasks.catalog import higher_is_better, task_of_table
 from bertology.viz.figures import (
     _STYLE, _label, _layer_head_figure, _layer_head_matrix, _new_figure, _plain, _require,
 )
 
 __all__ = ["ablation_figures", "ablation_heatmap", "importance_scatter", "layer_ablation_bars", "pruning_curve_figure"]
 
-_HIGHER_IS_BETTER = {"accuracy": True, "macro_f1": True, "loss": False}
+_HIGHER_IS_BETTER = higher_is_better()
 _ORDER_STYLE = {"importance": ("#1f5aa6", "o", "-"), "random": ("#888888", "s", "--")}
 
 
@@ -168,9 +169,14 @@ def ablation_figures(
     importance: pd.DataFrame | None = None,
     curve: pd.DataFrame | None = None,
     *,
-    metric: str = "accuracy",
+    metric: str | None = None,
 ) -> dict[str, Figure]:
-    """Every ablation figure a run has data for, keyed by file stem (``figures/<stem>.svg``)."""
+    """Every ablation figure a run has data for, keyed by file stem (``figures/<stem>.svg``).
+
+    ``metric`` defaults to the task's primary metric (accuracy, Pearson); the importance scatter uses its loss.
+    """
+    task = task_of_table(table)
+    metric = metric or task.primary
     out: dict[str, Figure] = {}
     if ((table["target"] == "head") & (table["metric"] == metric)).any():
         out[f"ablation_heads_{metric}"] = ablation_heatmap(table, metric)
@@ -179,5 +185,5 @@ def ablation_figures(
     if curve is not None and not curve.empty:
         out[f"pruning_curve_{metric}"] = pruning_curve_figure(curve, metric)
     if importance is not None and not importance.empty and ((table["target"] == "head")).any():
-        out["importance_vs_ablation"] = importance_scatter(importance, table, "loss")
+        out["importance_vs_ablation"] = importance_scatter(importance, table, task.loss_metric)
     return out

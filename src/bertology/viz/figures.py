@@ -44,6 +44,9 @@ METRIC_LABELS: dict[str, str] = {
     "loss": "loss",
     "accuracy": "accuracy",
     "macro_f1": "macro F1",
+    "pearson": "Pearson r",
+    "spearman": "Spearman rho",
+    "mse": "mean squared error",
 }
 
 # A calm, print-friendly style applied only inside our own rc_context blocks.

@@ -1,4 +1,7 @@
-"""Single head and layer ablations of the tuned classifier, head importance and pruning curves."""
+"""Single head and layer ablations of the tuned classifier or regressor, head importance and pruning curves.
+
+Every number is in the task's own metrics (accuracy and cross-entropy for a classifier, Pearson and
+mean squared error for a regressor: :mod:`bertology.tasks`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -7,18 +10,24 @@ import pandas as pd
 
 from bertology.report.format import fmt_value, sortable
 from bertology.report.sections.base import Figures, Section, SectionInput
+from bertology.tasks.catalog import task_of_table
+
+#: How the section's prose names each metric.
+_WHAT = {"accuracy": "accuracy", "loss": "cross-entropy loss", "macro_f1": "macro-F1", "pearson": "Pearson r",
+         "spearman": "Spearman rho", "mse": "mean squared error"}
 
 
 def _needed_head_card(t: pd.DataFrame, mode: str) -> dict | None:
-    """The overview card naming the head whose removal costs most accuracy (None without head rows)."""
+    """The overview card naming the head whose removal costs most of the primary metric (None without head rows)."""
     from bertology.experiments.ablation import ranked
 
-    worst = ranked(t, "accuracy", target="head", harmful=True, top=1)
+    main = task_of_table(t).primary
+    worst = ranked(t, main, target="head", harmful=True, top=1)
     if not len(worst):
         return None
     w = worst.iloc[0]
     return {"label": "Head the task needs most", "text": str(w["label"]),
-            "note": f"Δaccuracy {w['delta']:+.3f} when disabled ({mode})"}
+            "note": f"Δ{main} {w['delta']:+.3f} when disabled ({mode})"}
 
 
 def _degenerate_warning(t: pd.DataFrame) -> str | None:
@@ -28,7 +37,7 @@ def _degenerate_warning(t: pd.DataFrame) -> str | None:
     verdict = table_degeneracy(t)
     if verdict is None or not verdict.flagged:
         return None
-    what = "predictions constant" if verdict.constant_predictions else "accuracy at chance"
+    what = "predictions constant" if verdict.constant_predictions else f"{verdict.metric} at chance"
     return f"Ablation: {what}, so ablation deltas cannot say which heads the task needs: {verdict.note}."
 
 
@@ -45,6 +54,8 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
     from bertology.viz.figures import head_heatmap
 
     t = tables["ablation"].copy()
+    task = task_of_table(t)
+    main, loss = task.primary, task.loss_metric
     imp = tables.get("head_importance")
     curve = tables.get("pruning_curve")
     first = t.iloc[0]
@@ -55,7 +66,7 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
     has_layers = bool((t["target"] == "layer").any())
     figures = []
     if has_heads:
-        for metric, what in (("accuracy", "accuracy"), ("loss", "cross-entropy loss")):
+        for metric, what in ((main, _WHAT[main]), (loss, _WHAT[loss])):
             figures.append(figs.make(
                 f"ablation_heads_{metric}", lambda m=metric: ablation_heatmap(t, m),
                 f"Change in {what} when one head is disabled ({how}); blue: the task gains, red: it loses. "
@@ -64,10 +75,10 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
             ))
     if has_layers:
         figures.append(figs.make(
-            "ablation_layers_accuracy", lambda: layer_ablation_bars(t, "accuracy"),
-            "Change in accuracy when a whole layer is disabled: skipped (the block returns its input) or with all "
+            f"ablation_layers_{main}", lambda: layer_ablation_bars(t, main),
+            f"Change in {_WHAT[main]} when a whole layer is disabled: skipped (the block returns its input) or with all "
             "its heads disabled; bars show the 95% bootstrap interval.",
-            "Per-layer ablation change in accuracy",
+            f"Per-layer ablation change in {_WHAT[main]}",
         ))
     if imp is not None and len(imp):
         figures.append(figs.make(
@@ -79,49 +90,50 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
         ))
         if has_heads:
             figures.append(figs.make(
-                "importance_vs_ablation", lambda: importance_scatter(imp, t, "loss"),
-                "Each head's importance against the loss change its removal causes: agreement means important heads "
-                "are the ones whose loss the task feels.",
-                "Head importance against the single-head ablation change in loss",
+                "importance_vs_ablation", lambda: importance_scatter(imp, t, loss),
+                f"Each head's importance against the {_WHAT[loss]} change its removal causes: agreement means important "
+                "heads are the ones whose loss the task feels.",
+                f"Head importance against the single-head ablation change in {_WHAT[loss]}",
             ))
     if curve is not None and len(curve):
         figures.append(figs.make(
-            "pruning_curve_accuracy", lambda: pruning_curve_figure(curve, "accuracy"),
-            "Accuracy as heads are removed step by step, least important first (re-estimated after every step), "
-            "against a random order as the control.",
-            "Pruning curve: accuracy against the share of heads removed",
+            f"pruning_curve_{main}", lambda: pruning_curve_figure(curve, main),
+            f"{_WHAT[main].capitalize()} as heads are removed step by step, least important first (re-estimated after "
+            "every step), against a random order as the control.",
+            f"Pruning curve: {_WHAT[main]} against the share of heads removed",
         ))
     intact = t[t["target"] == "intact"].set_index("metric")["value"]
     rows = []
     if has_heads:
-        for kind, part in (("hurts most", ranked(t, "accuracy", target="head", harmful=True, top=8)),
-                           ("helps most", ranked(t, "accuracy", target="head", harmful=False, top=5))):
+        for kind, part in (("hurts most", ranked(t, main, target="head", harmful=True, top=8)),
+                           ("helps most", ranked(t, main, target="head", harmful=False, top=5))):
             for r in part.itertuples():
                 rows.append([r.label, kind, r.delta, r.ci_low, r.ci_high, "yes" if r.helps else ("hurts" if r.hurts else "no")])
-    for r in t[(t["target"] == "layer") & (t["metric"] == "accuracy")].itertuples():
+    for r in t[(t["target"] == "layer") & (t["metric"] == main)].itertuples():
         rows.append([r.label, "layer", r.delta, r.ci_low, r.ci_high,
                      "yes" if r.helps else ("hurts" if r.hurts else "no")])
-    table = sortable([("unit", "Removed", "text"), ("kind", "Kind", "text"), ("delta", "Δ accuracy", "num"),
+    table = sortable([("unit", "Removed", "text"), ("kind", "Kind", "text"), ("delta", f"Δ {_WHAT[main]}", "num"),
                       ("lo", "95% CI low", "num"), ("hi", "95% CI high", "num"), ("sig", "Beyond the CI", "text")], rows)
-    good_acc, good_loss = helpful(t, "accuracy"), helpful(t, "loss")
-    facts = [("Mode", mode + (" ([CLS]/[SEP] excluded)" if bool(first.get("exclude_special")) else "")),
+    good_acc, good_loss = helpful(t, main), helpful(t, loss)
+    facts = [("Task", task.name),
+             ("Mode", mode + (" ([CLS]/[SEP] excluded)" if bool(first.get("exclude_special")) else "")),
              ("Examples", fmt_value(first.get("n_examples"))),
-             ("Intact accuracy", fmt_value(intact.get("accuracy"))), ("Intact loss", fmt_value(intact.get("loss"))),
-             ("Removals that help accuracy (beyond CI)", str(len(good_acc))),
-             ("Removals that lower the loss (beyond CI)", str(len(good_loss)))]
+             (f"Intact {_WHAT[main]}", fmt_value(intact.get(main))), (f"Intact {_WHAT[loss]}", fmt_value(intact.get(loss))),
+             (f"Removals that help {_WHAT[main]} (beyond CI)", str(len(good_acc))),
+             (f"Removals that lower the {_WHAT[loss]} (beyond CI)", str(len(good_loss)))]
     if imp is not None and len(imp) and has_heads:
-        rho = importance_vs_deltas(imp, t)["loss"]["spearman"]
-        facts.append(("Spearman, importance vs Δloss", fmt_value(rho, 3)))
+        rho = importance_vs_deltas(imp, t)[loss]["spearman"]
+        facts.append((f"Spearman, importance vs Δ{loss}", fmt_value(rho, 3)))
     warning = _degenerate_warning(t)
     degenerate = None if warning is None else warning.removeprefix("Ablation: ")
     if degenerate is not None:
-        facts.insert(0, ("Degenerate classifier", degenerate))
+        facts.insert(0, (f"Degenerate {'classifier' if task.name == 'classification' else 'model'}", degenerate))
         derived.append({"label": "Head the task needs most", "text": "none can be named", "note": degenerate})
         if warnings is not None:
             warnings.append(warning)
     elif has_heads and (card := _needed_head_card(t, mode)) is not None:
         derived.append(card)
-    derived.append({"label": "Removals that help", "text": f"{len(good_acc)} (accuracy), {len(good_loss)} (loss)",
+    derived.append({"label": "Removals that help", "text": f"{len(good_acc)} ({main}), {len(good_loss)} ({loss})",
                     "note": "heads or layers whose removal improves the task beyond the 95% interval"})
     return {"figures": [f for f in figures if f], "table": table, "facts": facts, "degenerate": degenerate}
 

@@ -1,0 +1,128 @@
+"""What a fine-tuning task is to bertology: its targets, loss, per-example records and metrics.
+
+The experiments that score a model (the ablation sweep, head importance, pruning curves) and the
+fine-tuning lab talk to a task only through :class:`Task`, so a new task is one module and one line in
+:mod:`bertology.tasks.catalog`.
+
+A task turns the model's outputs into **per-example records** (arrays over examples, e.g. the
+prediction and the example's loss): the ablation sweep stores them per unit and resumes from them.
+Its metrics are computed from the records under **example weights** ``[R, n]``: a row of ones gives
+the plain metric, a row of multinomial counts a bootstrap resample. One function thus gives the point
+values and the paired-bootstrap intervals, and the intervals of every task are made the same way.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from bertology.data.corpus import Corpus
+
+
+@dataclass(frozen=True)
+class Degeneracy:
+    """The verdict on an intact model: can its ablation deltas say which heads the task needs?
+
+    ``metric``/``value``/``ci`` are the task's primary metric, its 95% interval and how it was made;
+    ``chance`` is what an uninformative model scores on that metric (the majority-class rate for
+    accuracy, 0 for a correlation). ``to_dict`` is the manifest's ``degenerate`` section.
+    """
+
+    metric: str
+    value: float
+    n: int
+    ci: tuple[float, float]
+    ci_method: str
+    chance: float
+    chance_method: str
+    n_predicted: int  # distinct predictions (classes, or values for regression)
+    constant_predictions: bool  # one prediction for every example
+    at_chance: bool  # the interval reaches down to chance: not shown to beat it
+    what: str = "classifier"  # "classifier" / "regressor": how the note names the model
+
+    @property
+    def flagged(self) -> bool:
+        """Whether ablation deltas cannot say which heads or layers the task needs."""
+        return self.constant_predictions or self.at_chance
+
+    @property
+    def note(self) -> str:
+        """One plain sentence: what is wrong (or that the model is above chance)."""
+        facts = (f"{self.metric} {self.value:.3f}, 95% CI [{self.ci[0]:.3f}, {self.ci[1]:.3f}], n={self.n}; "
+                 f"chance {self.chance:.3f}")
+        if self.constant_predictions:
+            one = "one class" if self.what == "classifier" else "one value"
+            return f"the tuned model predicts {one} for every example ({facts}); no head or layer can be called needed"
+        if self.at_chance:
+            return f"the tuned model's {self.metric} is not above chance ({facts}); no head or layer can be called needed"
+        return f"the tuned model is above chance ({facts})"
+
+    def to_dict(self) -> dict:
+        return {
+            "flagged": self.flagged, "constant_predictions": self.constant_predictions, "n_predicted": self.n_predicted,
+            "metric": self.metric, self.metric: self.value, "n": self.n, "ci": list(self.ci), "ci_method": self.ci_method,
+            "chance": self.chance, "chance_method": self.chance_method, "at_chance": self.at_chance, "note": self.note,
+        }
+
+
+class Task(ABC):
+    """One kind of fine-tuning target. Subclasses set the class attributes and the methods below."""
+
+    #: ``classification``, ``regression``, ...: the manifest's ``task`` and the tables' ``task`` column.
+    name: str
+    #: The metrics of the ``ablation`` / ``finetune`` tables, primary first.
+    metrics: tuple[str, ...]
+    #: Whether a larger value of each metric is better.
+    higher_is_better: Mapping[str, bool]
+    #: The metric that is the mean of the per-example ``loss`` record (what training minimises).
+    loss_metric: str
+    #: The ``problem_type`` a Hugging Face config of this task carries.
+    problem_type: str
+    #: dtype of the target tensors the loss takes.
+    target_dtype: torch.dtype
+
+    @property
+    def primary(self) -> str:
+        """The metric headlines, early stopping and the degenerate check use."""
+        return self.metrics[0]
+
+    @abstractmethod
+    def check_model(self, model: torch.nn.Module, name: str = "the model") -> None:
+        """One clear :class:`~bertology.errors.BertologyError` unless ``model`` has this task's head."""
+
+    @abstractmethod
+    def targets(self, corpus: Corpus, model: torch.nn.Module, what: str = "data") -> np.ndarray:
+        """Each example's target in the model's terms (corpus order), or one clear error."""
+
+    @abstractmethod
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+        """The training loss of the head's ``outputs`` (logits) against ``targets``."""
+
+    @abstractmethod
+    def record(self, outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, np.ndarray]:
+        """Per-example records of one batch: at least ``pred`` and ``loss`` (float64 where real-valued)."""
+
+    @abstractmethod
+    def scores(self, weights: np.ndarray, records: Mapping[str, np.ndarray], y: np.ndarray) -> dict[str, np.ndarray]:
+        """Every metric ``[R, U]`` under example weights ``[R, n]`` for the records ``[U, n]`` of ``U`` units."""
+
+    @abstractmethod
+    def n_predicted(self, pred: np.ndarray) -> int:
+        """How many distinct predictions ``pred`` holds (the constant-prediction check)."""
+
+    @abstractmethod
+    def chance(self, y: np.ndarray) -> float:
+        """What an uninformative model scores on the primary metric for targets ``y``."""
+
+    @abstractmethod
+    def degeneracy(self, value: float, n: int, n_predicted: int, chance: float) -> Degeneracy:
+        """The verdict from the intact primary metric over ``n`` examples (read back from the table alone)."""
+
+    def point_scores(self, records: Mapping[str, np.ndarray], y: np.ndarray) -> dict[str, float]:
+        """The plain metrics of one unit's records ``[n]`` (weights all one)."""
+        stacked = {k: np.asarray(v)[None, :] for k, v in records.items()}
+        out = self.scores(np.ones((1, len(y)), dtype=np.float32), stacked, y)
+        return {m: float(v[0, 0]) for m, v in out.items()}

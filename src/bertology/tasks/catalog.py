@@ -1,0 +1,61 @@
+"""Every task, one line each (name -> the module ending with ``TASK``), and which task a model or data is."""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+
+import torch
+
+from bertology.errors import BertologyError
+from bertology.tasks.base import Task
+
+#: In the order they are listed to the user.
+TASKS: Mapping[str, str] = {
+    "classification": "bertology.tasks.classification",
+    "regression": "bertology.tasks.regression",
+}
+
+
+def get_task(name: str) -> Task:
+    """The task called ``name``; one clear error for an unknown name."""
+    if name not in TASKS:
+        raise BertologyError(f"Unknown task {name!r}; choose from: {', '.join(TASKS)}.")
+    task: Task = importlib.import_module(TASKS[name]).TASK
+    return task
+
+
+def all_tasks() -> tuple[Task, ...]:
+    return tuple(get_task(n) for n in TASKS)
+
+
+def higher_is_better() -> dict[str, bool]:
+    """Every task's metric directions in one map (metric names are shared only where they agree)."""
+    out: dict[str, bool] = {}
+    for task in all_tasks():
+        out.update(task.higher_is_better)
+    return out
+
+
+def task_of_model(model: torch.nn.Module, name: str = "the model") -> Task:
+    """The task a fine-tuned model's head was trained for; one clear error for a model with no task head."""
+    from bertology.tasks.regression import is_regressor
+
+    if type(model).__name__.endswith("ForSequenceClassification"):
+        task = get_task("regression" if is_regressor(model) else "classification")
+        task.check_model(model, name)
+        return task
+    raise BertologyError(
+        f"{name} has no task head bertology can score ({type(model).__name__}); pass a fine-tuned classifier or "
+        "regressor (e.g. from `bertology finetune`)."
+    )
+
+
+def task_of_table(table) -> Task:
+    """The task whose metrics an ``ablation`` / ``finetune`` table holds (its ``task`` column, else its metrics)."""
+    if "task" in getattr(table, "columns", ()) and len(table):
+        return get_task(str(table["task"].iloc[0]))
+    metrics = set(table["metric"]) if "metric" in getattr(table, "columns", ()) else set()
+    for task in all_tasks():
+        if task.primary in metrics:
+            return task
+    return get_task("classification")
