@@ -119,6 +119,9 @@ class FinetuneConfig:
     # --- the fine-tuning lab (issue 6) ---
     # objective: a classification head, or a contrastive (SimCSE) sentence encoder without a head
     objective: Literal["classification", "contrastive"] = "classification"
+    # the head's task when objective is "classification" (a supervised head): auto = regression for numeric
+    # labels with decimals or many values (GLUE STS-B), classification otherwise (bertology.tasks.catalog)
+    task: Literal["auto", "classification", "regression"] = "auto"
     contrastive: Literal["unsupervised", "supervised"] = "unsupervised"
     temperature: float = 0.05
     pooling: Literal["cls", "mean"] = "cls"
@@ -139,7 +142,7 @@ class FinetuneConfig:
     grad_accum: int = 1  # micro-batches of ``batch_size`` per optimiser step
     eval_every: int | None = None  # evaluate every N optimiser steps (always at each epoch end)
     early_stopping: int | None = None  # patience, in evaluations without improvement
-    early_stopping_metric: str | None = None  # default: accuracy (classification), spearman or loss (contrastive)
+    early_stopping_metric: str | None = None  # default: the task's primary metric (accuracy, pearson); contrastive: spearman or loss
     save_every: int | None = None  # keep checkpoints/step-N/ every N steps (resumable, trackable)
     max_grad_norm: float = 1.0
 

@@ -32,6 +32,11 @@ def _summary(metrics: dict, n_train, model_dir, wall, reused: bool = False) -> s
             f"held-out accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} "
             f"(n={metrics.get('n_eval')}, {n_train} training examples"
         )
+    elif "pearson" in metrics:  # regression
+        line = (
+            f"held-out Pearson {metrics['pearson']:.4f}, Spearman {metrics['spearman']:.4f}, MSE {metrics['mse']:.4f} "
+            f"(n={metrics.get('n_eval')}, {n_train} training examples"
+        )
     else:  # contrastive: STS Spearman when STS data was given, else the held-out contrastive loss
         shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
         line = f"{shown} ({n_train} training examples"
@@ -47,7 +52,8 @@ def _details(manifest: dict) -> list[str]:
         ex = s["excluded_words"]
         lines.append(f"dropped {ex['n_dropped']} of {ex['n_before']} training examples mentioning {', '.join(ex['words'])}")
     for name, m in (s.get("slices") or {}).items():
-        lines.append(f"  slice {name}: accuracy {m['accuracy']:.4f} (n={m['n_eval']})")
+        main = "accuracy" if "accuracy" in m else "pearson"
+        lines.append(f"  slice {name}: {main} {m[main]:.4f} (n={m['n_eval']})")
     if s.get("layers"):
         lines.append(f"removed layer(s) {', '.join(map(str, s['layers']['dropped']))}; {s['layers']['remaining']} remain")
     if s.get("frozen"):
@@ -113,7 +119,12 @@ def finetune_command(
         help="Also report eval on the examples with / without these words (comma list or @FILE), dropping nothing "
              "(the control of an --exclude-words run; default: the excluded words).",
     ),
-    objective: str = typer.Option("classification", "--objective", help="classification, or contrastive (SimCSE; saves an encoder without a head)."),
+    objective: str = typer.Option("classification", "--objective", help="classification (a supervised head for --task), or contrastive (SimCSE; saves an encoder without a head)."),
+    task: str = typer.Option(
+        "auto", "--task",
+        help="The head's task: classification, regression (one output, MSE; Pearson/Spearman), or auto "
+             "(regression for numeric labels with decimals or more than 20 values, e.g. GLUE STS-B's score).",
+    ),
     contrastive: str = typer.Option(
         "auto", "--contrastive",
         help="Contrastive flavour: unsupervised (same sentence twice, dropout positives), supervised (NLI pairs: "
@@ -126,7 +137,7 @@ def finetune_command(
     grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-batches of --batch-size per optimiser step.", min=1),
     eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Also evaluate every N optimiser steps (always at each epoch end).", min=1),
     early_stopping: Optional[int] = typer.Option(None, "--early-stopping", help="Stop after PATIENCE evaluations without improvement; keep the best weights.", min=1),
-    early_stopping_metric: Optional[str] = typer.Option(None, "--early-stopping-metric", help="Metric watched by --early-stopping (default accuracy; contrastive: spearman or loss)."),
+    early_stopping_metric: Optional[str] = typer.Option(None, "--early-stopping-metric", help="Metric watched by --early-stopping (default: the task's first metric, accuracy or pearson; contrastive: spearman or loss)."),
     against: Optional[Path] = typer.Option(
         None, "--against", help="A finished finetune run (e.g. the full model) to report accuracy and time against."
     ),
@@ -141,6 +152,8 @@ def finetune_command(
 
     if objective not in ("classification", "contrastive"):
         raise BertologyError(f"--objective must be classification or contrastive, not {objective!r}.")
+    if task not in ("auto", "classification", "regression"):
+        raise BertologyError(f"--task must be auto, classification or regression, not {task!r}.")
     if contrastive not in ("auto", "unsupervised", "supervised"):
         raise BertologyError(f"--contrastive must be auto, unsupervised or supervised, not {contrastive!r}.")
     if pooling not in ("cls", "mean"):
@@ -176,6 +189,7 @@ def finetune_command(
         device=device,
         trust_remote_code=trust_remote_code,
         objective=objective,  # type: ignore[arg-type]
+        task=task,  # type: ignore[arg-type]
         temperature=temperature,
         pooling=pooling,  # type: ignore[arg-type]
         sts_data=sts_data,

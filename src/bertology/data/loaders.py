@@ -69,6 +69,7 @@ LABEL_COLUMNS: tuple[str, ...] = (
     "class",
     "sentiment",
     "polarity",
+    "score",  # GLUE STS-B: a regression target (bertology finetune --task auto chooses regression for it)
 )
 _KNOWN_NAMES = frozenset(TEXT_COLUMNS + LABEL_COLUMNS + tuple(n for pair in PAIR_COLUMNS for n in pair))
 

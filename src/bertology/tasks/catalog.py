@@ -59,3 +59,29 @@ def task_of_table(table) -> Task:
         if task.primary in metrics:
             return task
     return get_task("classification")
+
+
+#: More distinct whole-number labels than this make ``auto`` choose regression (a 1-5 rating stays a class).
+MAX_AUTO_CLASSES = 20
+
+
+def choose_task(name: str, labels: list[str]) -> tuple[Task, str]:
+    """The task to fine-tune for ``labels`` (``name`` = auto, classification or regression) and why, in words.
+
+    ``auto`` chooses regression when every label is a number and some have a decimal point (GLUE STS-B's
+    ``3.800``) or there are more than :data:`MAX_AUTO_CLASSES` distinct whole numbers; classification
+    otherwise (``0``/``1``, ``-1``/``1``, ``entailment``, star ratings 1-5).
+    """
+    if name != "auto":
+        return get_task(name), f"{name} (--task)"
+    distinct = sorted(set(labels))
+    try:
+        [float(v) for v in distinct]
+    except ValueError:
+        return get_task("classification"), "auto: the labels are not all numbers"
+    decimals = [v for v in distinct if any(c in v for c in ".eE")]
+    if decimals:
+        return get_task("regression"), f"auto: numeric labels with decimals (e.g. {decimals[0]!r})"
+    if len(distinct) > MAX_AUTO_CLASSES:
+        return get_task("regression"), f"auto: {len(distinct)} distinct numeric labels (more than {MAX_AUTO_CLASSES})"
+    return get_task("classification"), f"auto: {len(distinct)} distinct labels"

@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from bertology.tasks.catalog import higher_is_better
 from bertology.config import FinetuneConfig
 from bertology.data.corpus import Corpus
 from bertology.errors import BertologyError
@@ -184,13 +185,13 @@ def plan_schedule(config: FinetuneConfig, n_items: int) -> Schedule:
 
 def loop_config(config: FinetuneConfig, schedule: Schedule, metric: str, checkpoint_dir: Path | None,
                 resume: bool) -> LoopConfig:
-    """The training loop's settings; ``metric`` is watched for early stopping (lower is better only for ``loss``)."""
+    """The training loop's settings; ``metric`` is watched for early stopping (lower is better for ``loss`` and ``mse``)."""
     return LoopConfig(
         total_steps=schedule.total_steps, steps_per_epoch=schedule.steps_per_epoch, warmup_steps=schedule.warmup_steps,
         batch_size=config.batch_size, grad_accum=config.grad_accum, learning_rate=config.learning_rate,
         weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, seed=config.seed,
         eval_every=config.eval_every, early_stopping=config.early_stopping, metric=metric,
-        greater_is_better=metric != "loss", save_every=config.save_every, checkpoint_dir=checkpoint_dir, resume=resume,
+        greater_is_better=higher_is_better().get(metric, metric != "loss"), save_every=config.save_every, checkpoint_dir=checkpoint_dir, resume=resume,
     )
 
 

@@ -1,7 +1,9 @@
-"""Fine-tuning a sequence classifier on labelled sentences or sentence pairs (the fine-tuning lab).
+"""Fine-tuning a sequence classifier or regressor on labelled sentences or sentence pairs (the fine-tuning lab).
 
 :func:`finetune` trains ``AutoModelForSequenceClassification`` on a :class:`~bertology.data.corpus.Corpus`
-with AdamW and a linear warm-up/decay schedule, evaluates accuracy and macro-F1 on a held-out split
+with AdamW and a linear warm-up/decay schedule, for the task ``config.task`` chooses
+(:mod:`bertology.tasks`: classification, or regression with one output and ``problem_type="regression"``),
+evaluates the task's metrics (accuracy and macro-F1; Pearson, Spearman and MSE) on a held-out split
 (step 0, every ``eval_every`` steps, every epoch end, the last step), and saves a Hugging Face folder
 (model + tokenizer, safetensors) that the rest of bertology (``compare --tuned``) reads back. One
 ``seed`` drives the head initialisation, the split, the shuffling and dropout, so two runs with the
@@ -29,7 +31,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from bertology.data.batching import collate, length_batches
 from bertology.config import FinetuneConfig
@@ -45,6 +46,9 @@ from bertology.training.common import (  # TABLE_COLUMNS, FinetuneResult: also i
 from bertology.training.contrastive import contrastive_finetune
 from bertology.training.data import SLICE_ALL, SLICE_WITH, SLICE_WITHOUT, exclude_examples, mention_mask, parse_word_list
 from bertology.training.loop import LOG_EVERY, seed_everything, train_loop
+from bertology.tasks.base import Task
+from bertology.tasks.catalog import choose_task
+from bertology.tasks.regression import regression_targets
 
 logger = logging.getLogger(__name__)
 #: Gradient-norm clipping threshold (the usual BERT fine-tuning value).
@@ -62,8 +66,19 @@ def _check_labels(corpus: Corpus, role: str) -> list[str]:
     return [str(ex.label) for ex in corpus]
 
 
+def regression_strata(values: Sequence[float], bins: int = 5) -> list[str]:
+    """Quantile bins of regression targets: the held-out split keeps the training data's spread of scores."""
+    codes = pd.qcut(np.asarray(values, dtype=np.float64), q=bins, labels=False, duplicates="drop")
+    return [str(c) for c in codes]
+
+
+def _target_stats(y: np.ndarray) -> dict:
+    """What the manifest says of regression targets: their count, range, mean and spread."""
+    return {"n": int(y.size), "min": float(y.min()), "max": float(y.max()), "mean": float(y.mean()), "std": float(y.std())}
+
+
 def _stratified_split(labels: Sequence[str], fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Indices of a seeded train/held-out split, stratified by label when every class allows it."""
+    """Indices of a seeded train/held-out split, stratified by label (a regression's quantile bin) when every class allows it."""
     from sklearn.model_selection import train_test_split
 
     idx = np.arange(len(labels))
@@ -123,6 +138,7 @@ def _forward(model: torch.nn.Module, batch: _Batch) -> torch.Tensor:
 
 def _evaluate(
     model: torch.nn.Module,
+    task: Task,
     enc: EncodedCorpus,
     label_ids: np.ndarray,
     batch_size: int,
@@ -131,45 +147,37 @@ def _evaluate(
     device: torch.device,
     slices: dict[str, np.ndarray] | None = None,
 ) -> tuple[dict, np.ndarray]:
-    """Accuracy, macro-F1 and mean cross-entropy on a held-out set; also the predicted ids by corpus index.
+    """The task's metrics on a held-out set (accuracy, macro-F1, loss; Pearson, Spearman, MSE); also the
+    predictions by corpus index (-1 / NaN for examples the tokeniser skipped).
 
     ``slices`` maps a slice name to a boolean mask over the corpus; each slice gets the same metrics
     (over its kept examples) under ``metrics["slices"][name]``.
     """
     was_training = model.training
     model.eval()
-    preds = np.full(len(label_ids), -1, dtype=np.int64)
-    losses = np.full(len(label_ids), np.nan)
+    records: dict[str, np.ndarray] = {}
     try:
         with torch.inference_mode():
             for items in length_batches(enc.items, batch_size):
                 batch = _collate(items, label_ids, pad_id, use_token_types, device)
-                logits = _forward(model, batch).float()
-                losses[batch.index] = F.cross_entropy(logits, batch.labels, reduction="none").cpu().numpy()
-                preds[batch.index] = logits.argmax(-1).cpu().numpy()
+                for k, v in task.record(_forward(model, batch), batch.labels).items():
+                    if k not in records:
+                        records[k] = np.full(len(label_ids), -1 if v.dtype.kind in "iu" else np.nan, dtype=v.dtype)
+                    records[k][batch.index] = v
     finally:
         model.train(was_training)
     kept = np.array([it.index for it in enc.items], dtype=np.int64)
-    metrics = _scores(label_ids[kept], preds[kept], losses[kept])
+    metrics = _scores(task, records, label_ids, kept)
     if slices:
-        metrics["slices"] = {}
-        for name, mask in slices.items():
-            sel = kept[mask[kept]]
-            metrics["slices"][name] = _scores(label_ids[sel], preds[sel], losses[sel])
-    return metrics, preds
+        metrics["slices"] = {name: _scores(task, records, label_ids, kept[mask[kept]]) for name, mask in slices.items()}
+    return metrics, records.get("pred", np.full(len(label_ids), -1))
 
 
-def _scores(y_true: np.ndarray, y_pred: np.ndarray, losses: np.ndarray) -> dict:
-    from sklearn.metrics import accuracy_score, f1_score
-
-    if len(y_true) == 0:
-        return {"accuracy": float("nan"), "macro_f1": float("nan"), "loss": float("nan"), "n_eval": 0}
-    return {
-        "accuracy": float(accuracy_score(y_true, y_pred)),
-        "macro_f1": float(f1_score(y_true, y_pred, average="macro", zero_division=0)),
-        "loss": float(losses.sum() / len(y_true)),
-        "n_eval": int(len(y_true)),
-    }
+def _scores(task: Task, records: dict[str, np.ndarray], y: np.ndarray, sel: np.ndarray) -> dict:
+    """The task's metrics over the examples ``sel`` (NaN for an empty selection) and their count ``n_eval``."""
+    if len(sel) == 0 or not records:
+        return {**{m: float("nan") for m in task.metrics}, "n_eval": 0}
+    return {**task.point_scores({k: v[sel] for k, v in records.items()}, y[sel]), "n_eval": int(len(sel))}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -177,19 +185,16 @@ def _scores(y_true: np.ndarray, y_pred: np.ndarray, losses: np.ndarray) -> dict:
 # --------------------------------------------------------------------------------------------------
 
 
-def _load_classifier(config: FinetuneConfig, labels: list[str]):
-    """Load the model with a ``len(labels)``-way head and decide the label -> id mapping.
+def _load_with_head(config: FinetuneConfig, k: int):
+    """Load the model with a ``k``-output sequence head; return it and whether the checkpoint's own head was kept.
 
-    A checkpoint without a classification head gets a fresh one (initialised from the seeded RNG). A
-    checkpoint whose head has a different number of labels gets a fresh head too (the encoder weights
-    are kept). A head of the right size is reused; its label mapping is kept when it names exactly our
-    labels, otherwise labels are numbered in sorted order.
+    A checkpoint without such a head gets a fresh one (initialised from the seeded RNG). A checkpoint
+    whose head has a different number of outputs gets a fresh head too (the encoder weights are kept).
     """
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     from bertology.models.loading import load_model
 
-    k = len(labels)
     try:
         loaded = load_model(config.model, kind="classifier", num_labels=k, trust_remote_code=config.trust_remote_code)
     except RuntimeError as err:
@@ -218,6 +223,26 @@ def _load_classifier(config: FinetuneConfig, labels: list[str]):
         reused_head = False
     else:
         reused_head = _checkpoint_has_head(loaded.path, config.trust_remote_code, AutoConfig)
+    return loaded, reused_head
+
+
+def _load_regressor(config: FinetuneConfig):
+    """Load the model with a one-output regression head (``problem_type="regression"``, MSE loss)."""
+    loaded, reused_head = _load_with_head(config, 1)
+    cfg = loaded.model.config
+    cfg.problem_type = "regression"
+    cfg.id2label, cfg.label2id = {0: "score"}, {"score": 0}
+    return loaded, reused_head
+
+
+def _load_classifier(config: FinetuneConfig, labels: list[str]):
+    """Load the model with a ``len(labels)``-way head and decide the label -> id mapping.
+
+    A head of the right size is reused; its label mapping is kept when it names exactly our labels,
+    otherwise labels are numbered in sorted order.
+    """
+    loaded, reused_head = _load_with_head(config, len(labels))
+    k = len(labels)
     label2id = {lab: i for i, lab in enumerate(labels)}
     if reused_head:
         ckpt = {str(k_): int(v) for k_, v in (loaded.model.config.label2id or {}).items()}
@@ -253,11 +278,12 @@ def _progress(enabled: bool):
     return progress_bar(enabled)
 
 
-class ClassificationTask:
-    """Cross-entropy on a classification head; evaluation on the held-out set and its slices."""
+class HeadTask:
+    """The training loop's view of a supervised head: the task's loss; its metrics on the held-out set and slices."""
 
-    def __init__(self, tokenizer, enc_train, y_train, enc_eval, y_eval, *, batch_size, pad_id, use_token_types, device,
-                 slices: dict[str, np.ndarray] | None = None) -> None:
+    def __init__(self, task: Task, tokenizer, enc_train, y_train, enc_eval, y_eval, *, batch_size, pad_id,
+                 use_token_types, device, slices: dict[str, np.ndarray] | None = None) -> None:
+        self.task = task
         self.tokenizer = tokenizer
         self.enc_train, self.y_train = enc_train, y_train
         self.enc_eval, self.y_eval = enc_eval, y_eval
@@ -269,20 +295,24 @@ class ClassificationTask:
     def loss(self, model: torch.nn.Module, indices: list[int]) -> torch.Tensor:
         items = [self.enc_train.items[i] for i in indices]
         batch = _collate(items, self.y_train, self.pad_id, self.use_token_types, self.device)
-        return F.cross_entropy(_forward(model, batch).float(), batch.labels)
+        return self.task.loss(_forward(model, batch), batch.labels)
 
     def evaluate(self, model: torch.nn.Module) -> tuple[dict, list[dict]]:
-        metrics, preds = _evaluate(model, self.enc_eval, self.y_eval, self.batch_size, self.pad_id,
+        metrics, preds = _evaluate(model, self.task, self.enc_eval, self.y_eval, self.batch_size, self.pad_id,
                                    self.use_token_types, self.device, self.slices)
         self.last_preds = preds
-        rows = [{"split": "eval", "metric": m, "value": float(metrics[m]), "slice": SLICE_ALL} for m in ("accuracy", "macro_f1", "loss")]
+        rows = [{"split": "eval", "metric": m, "value": float(metrics[m]), "slice": SLICE_ALL} for m in self.task.metrics]
         for name, sm in metrics.get("slices", {}).items():
-            rows += [{"split": "eval", "metric": m, "value": float(sm[m]), "slice": name} for m in ("accuracy", "macro_f1", "loss", "n_eval")]
+            rows += [{"split": "eval", "metric": m, "value": float(sm[m]), "slice": name} for m in (*self.task.metrics, "n_eval")]
         return metrics, rows
 
     def save(self, model: torch.nn.Module, folder: Path) -> None:
         model.save_pretrained(folder, safe_serialization=True)
         self.tokenizer.save_pretrained(folder)
+
+
+#: The old name (a classification head is one task of :class:`HeadTask`).
+ClassificationTask = HeadTask
 
 
 def finetune(
@@ -322,6 +352,14 @@ def finetune(
     if len(train) == 0:
         raise BertologyError(f"The training data {train.name!r} ({train.source}) has no examples.")
     train_labels = _check_labels(train, "training")
+    task, task_reason = choose_task(config.task, train_labels)
+    regression = task.name == "regression"
+    if regression:
+        regression_targets(train, "training data")  # a label that is not a number: one clear error now
+    logger.info("Task: %s", task_reason)
+    if config.early_stopping_metric is not None and config.early_stopping_metric not in task.metrics:
+        raise BertologyError(f"--early-stopping-metric {config.early_stopping_metric!r} is not a metric of the "
+                             f"{task.name} task; choose from {', '.join(task.metrics)}.")
     max_n = config.data.max_examples
     if max_n is not None and len(train) > max_n:
         train = train.stratified_sample(max_n, config.seed)
@@ -334,12 +372,14 @@ def finetune(
             raise BertologyError(
                 f"eval_fraction must be between 0 and 1 (exclusive) when no eval data is given, not {config.eval_fraction!r}."
             )
-        tr_idx, ev_idx, stratified = _stratified_split(train_labels, config.eval_fraction, config.seed)
+        strata = regression_strata([float(v) for v in train_labels]) if regression else train_labels
+        tr_idx, ev_idx, stratified = _stratified_split(strata, config.eval_fraction, config.seed)
         eval_corpus = train.subset([int(i) for i in ev_idx], name=f"{train.name} (held out)")
         eval_labels = [train_labels[i] for i in ev_idx]
         train = train.subset([int(i) for i in tr_idx], name=f"{train.name} (train)")
         train_labels = [train_labels[i] for i in tr_idx]
-        split = {"source": "split", "eval_fraction": config.eval_fraction, "stratified": stratified, "seed": config.seed}
+        split = {"source": "split", "eval_fraction": config.eval_fraction, "stratified": stratified, "seed": config.seed,
+                 "strata": "quintiles of the target" if regression else "labels"}
     else:
         if len(eval) == 0:
             raise BertologyError(f"The eval data {eval.name!r} ({eval.source}) has no examples.")
@@ -373,9 +413,10 @@ def finetune(
     labels = sorted(set(train_labels))
     if len(labels) < 2:
         raise BertologyError(
-            f"The training data has a single label ({labels[0]!r}); a classifier needs at least two classes."
+            f"The training data has a single label ({labels[0]!r}); a classifier needs at least two classes"
+            + (" and a regressor targets that vary." if regression else ".")
         )
-    unseen = sorted(set(eval_labels) - set(labels))
+    unseen = [] if regression else sorted(set(eval_labels) - set(labels))
     if unseen:
         raise BertologyError(
             f"The eval data has labels never seen in training: {', '.join(repr(u) for u in unseen)} "
@@ -385,15 +426,22 @@ def finetune(
 
     device = resolve_device(config.device)
     seed_everything(config.seed)
-    loaded, label2id, reused_head = _load_classifier(config, labels)
+    if regression:
+        loaded, reused_head = _load_regressor(config)
+        label2id: dict[str, int] = {}
+    else:
+        loaded, label2id, reused_head = _load_classifier(config, labels)
     model, tokenizer = loaded.model, loaded.tokenizer
     surgery = prepare_model(model, config, device)
 
     pad_id = padding_id(tokenizer)
     use_token_types = uses_token_types(model)
 
-    y_train = np.array([label2id[lab] for lab in train_labels], dtype=np.int64)
-    y_eval = np.array([label2id[lab] for lab in eval_labels], dtype=np.int64)
+    if regression:
+        y_train, y_eval = regression_targets(train, "training data"), regression_targets(eval_corpus, "eval data")
+    else:
+        y_train = np.array([label2id[lab] for lab in train_labels], dtype=np.int64)
+        y_eval = np.array([label2id[lab] for lab in eval_labels], dtype=np.int64)
     overlong = config.data.overlong
     enc_train = encode_corpus(train, tokenizer, max_length=config.data.max_length, overlong=overlong)
     enc_eval = encode_corpus(eval_corpus, tokenizer, max_length=config.data.max_length, overlong=overlong)
@@ -401,21 +449,21 @@ def finetune(
     n_items = len(enc_train.items)
     schedule = plan_schedule(config, n_items)
     logger.info(
-        "Fine-tuning %s on %d examples (%d held out), labels %s: %d steps (%d per epoch, %g epochs), batch %d x %d, lr %g",
-        loaded.name, n_items, len(enc_eval.items), label2id, schedule.total_steps, schedule.steps_per_epoch,
+        "Fine-tuning %s (%s) on %d examples (%d held out), labels %s: %d steps (%d per epoch, %g epochs), batch %d x %d, lr %g",
+        loaded.name, task.name, n_items, len(enc_eval.items), label2id or "numeric", schedule.total_steps, schedule.steps_per_epoch,
         config.epochs, config.batch_size, config.grad_accum, config.learning_rate,
     )
 
     checkpoint_dir = checkpoint_folder(config, train, eval_corpus, resume)
-    task = ClassificationTask(tokenizer, enc_train, y_train, enc_eval, y_eval, batch_size=config.batch_size,
-                              pad_id=pad_id, use_token_types=use_token_types, device=device, slices=slices)
-    metric = config.early_stopping_metric or "accuracy"
+    head = HeadTask(task, tokenizer, enc_train, y_train, enc_eval, y_eval, batch_size=config.batch_size,
+                    pad_id=pad_id, use_token_types=use_token_types, device=device, slices=slices)
+    metric = config.early_stopping_metric or task.primary
     loop_cfg = loop_config(config, schedule, metric, checkpoint_dir, resume)
-    outcome = train_loop(model, task, loop_cfg, progress=progress, on_step=on_step)
+    outcome = train_loop(model, head, loop_cfg, progress=progress, on_step=on_step)
     final_metrics = outcome.metrics
-    if task.last_preds is None or (outcome.best_step is not None and outcome.best_step != outcome.last_step):
-        final_metrics, _ = task.evaluate(model)  # predictions of the weights that are saved
-    preds = task.last_preds
+    if head.last_preds is None or (outcome.best_step is not None and outcome.best_step != outcome.last_step):
+        final_metrics, _ = head.evaluate(model)  # predictions of the weights that are saved
+    preds = head.last_preds
 
     model_dir = save_atomically(model, tokenizer, Path(config.out))
     id2label = {i: lab for lab, i in label2id.items()}
@@ -424,18 +472,23 @@ def finetune(
             "index": np.arange(len(eval_corpus)),
             "text": [ex.text for ex in eval_corpus],
             **({"text_pair": [ex.text_pair for ex in eval_corpus]} if eval_corpus.has_pairs else {}),
-            "label": eval_labels,
-            "predicted": [id2label.get(int(p)) if p >= 0 else None for p in preds],
+            "label": y_eval.astype(np.float64) if regression else eval_labels,
+            "predicted": preds.astype(np.float64) if regression else [id2label.get(int(p)) if p >= 0 else None for p in preds],
         }
     )
-    predictions["correct"] = predictions["label"] == predictions["predicted"]
+    if regression:
+        predictions["error"] = predictions["predicted"] - predictions["label"]
+    else:
+        predictions["correct"] = predictions["label"] == predictions["predicted"]
     if slices:
         predictions["slice"] = np.where(slices[SLICE_WITH], SLICE_WITH, SLICE_WITHOUT)
     table = make_table(outcome.rows)
     details = {
         "objective": "classification",
+        "task": task.name,
+        "task_choice": task_reason,
         "split": split,
-        "labels": labels,
+        "labels": None if regression else labels,
         "reused_checkpoint_head": reused_head,
         **schedule_record(config, schedule, outcome),
         "effective_batch_size": config.batch_size * config.grad_accum,
@@ -448,10 +501,11 @@ def finetune(
         "eval_slices": slicing,
         **outcome_record(config, metric, outcome),
         "tokenisation": {"train": enc_train.describe(), "eval": enc_eval.describe()},
-        "label_counts": {
-            "train": {str(lab): int(c) for lab, c in zip(*np.unique(train_labels, return_counts=True))},
-            "eval": {str(lab): int(c) for lab, c in zip(*np.unique(eval_labels, return_counts=True))},
-        },
+        **({"targets": {"train": _target_stats(y_train), "eval": _target_stats(y_eval)}} if regression else {
+            "label_counts": {
+                "train": {str(lab): int(c) for lab, c in zip(*np.unique(train_labels, return_counts=True))},
+                "eval": {str(lab): int(c) for lab, c in zip(*np.unique(eval_labels, return_counts=True))},
+            }}),
         "base_model": loaded.describe(),
     }
     wall = time.perf_counter() - t0

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from bertology.config import FinetuneConfig
@@ -161,6 +162,8 @@ def chance_warnings(predictions: pd.DataFrame | None) -> list[str]:
     predictions = predictions[predictions["predicted"].notna()]  # examples the model did not see are not scored
     if predictions.empty:
         return []
+    if "error" in predictions.columns:  # a regressor's predictions
+        return _regression_chance_warnings(predictions)
     labels, predicted = predictions["label"].to_numpy(), predictions["predicted"].to_numpy()
     correct, n = int((labels == predicted).sum()), len(predictions)
     above, (lo, hi), chance = above_chance(correct, n, labels)
@@ -173,11 +176,28 @@ def chance_warnings(predictions: pd.DataFrame | None) -> list[str]:
             "before reading its analyses as what fine-tuning taught it."]
 
 
+def _regression_chance_warnings(predictions: pd.DataFrame) -> list[str]:
+    """The regressor's warning: one predicted value, or a Pearson r whose Fisher 95% interval reaches 0."""
+    from bertology.tasks.catalog import get_task
+
+    task = get_task("regression")
+    y, pred = predictions["label"].to_numpy(np.float64), predictions["predicted"].to_numpy(np.float64)
+    r = task.point_scores({"pred": pred, "loss": (pred - y) ** 2}, y)["pearson"]
+    verdict = task.degeneracy(r, len(y), task.n_predicted(pred), task.chance(y))
+    if not verdict.flagged:
+        return []
+    what = "predicts one value for every eval example" if verdict.constant_predictions else "is not shown to beat chance on the eval data"
+    return [f"The fine-tuned model {what} (Pearson {r:.3f}, 95% CI [{verdict.ci[0]:.3f}, {verdict.ci[1]:.3f}], "
+            f"n={len(y)}; chance r = 0): train longer, change the learning rate or warm-up, or check the targets "
+            "before reading its analyses as what fine-tuning taught it."]
+
+
 def summary_of(result) -> dict:
     """The headline of a run for the manifest and the CLI: final metrics, slices, data and model changes, time."""
     d = result.details
     out = {
         "objective": d.get("objective", "classification"),
+        "task": d.get("task"),
         "n_train": result.n_train,
         "n_eval": result.n_eval,
         "metrics": {k: v for k, v in result.metrics.items() if not isinstance(v, dict)},
@@ -230,9 +250,9 @@ def compare_runs(run: str | Path, against: str | Path) -> dict:
             out["metrics"][name] = {"run": value, "against": other, "delta": value - other}
     for name, m in (a.get("slices") or {}).items():
         other = (b.get("slices") or {}).get(name)
-        if other:
-            out["metrics"][f"{name}_accuracy"] = {"run": m["accuracy"], "against": other["accuracy"],
-                                                  "delta": m["accuracy"] - other["accuracy"]}
+        main = "accuracy" if "accuracy" in m else "pearson"
+        if other and main in m and main in other:
+            out["metrics"][f"{name}_{main}"] = {"run": m[main], "against": other[main], "delta": m[main] - other[main]}
     for key in ("train_time_s", "wall_time_s"):
         if a.get(key) and b.get(key):
             out[key.replace("_s", "_ratio")] = a[key] / b[key]
