@@ -209,7 +209,8 @@ def test_accumulated_micro_batch_gradients_equal_the_big_batch_gradient(tmp_path
 
     from bertology.data.encode import encode_corpus
     from bertology.testing import tiny_tokenizer
-    from bertology.training.finetune import ClassificationTask
+    from bertology.tasks.catalog import get_task
+    from bertology.training.finetune import HeadTask
     from bertology.training.loop import accumulate_gradients
 
     base = save_tiny_bert(tmp_path / "m")  # dropout 0: the same function whatever the batching
@@ -218,7 +219,7 @@ def test_accumulated_micro_batch_gradients_equal_the_big_batch_gradient(tmp_path
     corpus = polarity(6, fixed_length=True)  # one length: no padding in either batching
     enc = encode_corpus(corpus, tokenizer, max_length=32, overlong="truncate")
     y = np.array([int(ex.label == "pos") for ex in corpus], dtype=np.int64)
-    task = ClassificationTask(tokenizer, enc, y, enc, y, batch_size=6, pad_id=0, use_token_types=True,
+    task = HeadTask(get_task("classification"), tokenizer, enc, y, enc, y, batch_size=6, pad_id=0, use_token_types=True,
                               device=torch.device("cpu"))
 
     def gradients(micro: int) -> tuple[float, dict[str, torch.Tensor]]:
@@ -307,7 +308,7 @@ def test_early_stopping_restores_the_best_weights(tmp_path):
     saved, best = state_of(result.model_dir), state_of(tmp_path / "es" / "checkpoints" / "step-1")
     for name in saved:
         assert torch.equal(saved[name], best[name]), name
-    with pytest.raises(BertologyError, match="does not report"):
+    with pytest.raises(BertologyError, match="is not a metric of the classification task"):
         finetune(config(base, tmp_path / "bad", early_stopping=1, early_stopping_metric="bleu"), corpus, held)
 
 

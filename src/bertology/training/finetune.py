@@ -311,10 +311,6 @@ class HeadTask:
         self.tokenizer.save_pretrained(folder)
 
 
-#: The old name (a classification head is one task of :class:`HeadTask`).
-ClassificationTask = HeadTask
-
-
 def finetune(
     config: FinetuneConfig,
     train: Corpus,
