@@ -56,11 +56,13 @@ class CompareConfig:
     # attention_targets / relation_heads: spaCy pipeline for plain text (None: en_core_web_sm, else the re-upload)
     spacy_model: str | None = None
     relation_min_count: int = 20
+    relation_word_attention: Literal["mean", "clark2019"] | None = None  # relation_heads (a convention)
+    entropy_smoothing: Literal["none", "clark2019"] | None = None  # attention_targets' entropy (a convention)
     # attention_patterns: a CNN folder from ``bertology patterns train`` replaces the feature rules
     patterns_cnn: str | None = None
-    # head_map: examples sampled for the all-pairs JS distances, and the distance MDS embeds
+    # head_map: examples sampled for the all-pairs JS distances, and the distance MDS embeds (a convention)
     head_map_examples: int = 100
-    head_map_distance: Literal["js_distance", "js_divergence"] = "js_distance"
+    head_map_distance: Literal["js_distance", "js_divergence", "clark2019"] | None = None
     # interactive attention views embedded in the report (examples of 6-24 tokens, in corpus order)
     view_examples: int = 3
     # user-given token relations: a JSONL file of texts with from/to spans (scored into relation_heads)

@@ -7,8 +7,7 @@ settings left open (``None``) from the preset, once, at the start of ``compare``
 :func:`describe` is what the manifest records, so every table can be traced to its conventions.
 
 Only conventions that reproduce the paper's number are offered here. Others the papers differ in
-(Clark's relation heads from the first word piece, Clark's head map and entropy smoothing,
-Kovaleva's word categories, Hewitt's punctuation list) are listed in the README as not yet switchable.
+(Kovaleva's word categories, Hewitt's punctuation list) are listed in the README as not yet switchable.
 """
 from __future__ import annotations
 
@@ -43,12 +42,35 @@ CONVENTIONS: tuple[Convention, ...] = (
          "clark2019": "the tokens '.' and ',' only (Clark et al. 2019, their released code)"},
         "unicode",
     ),
+    Convention(
+        "relation_word_attention", "how word pieces' attention becomes word-level attention (relation_heads)",
+        {"mean": "to a word = sum over its pieces, from a word = mean over its pieces (Clark et al. 2019, the paper)",
+         "clark2019": "maps rounded to float16; to a word = float16 sum over its pieces, from a word = its first "
+                      "piece; the word itself a candidate of value 0 (Clark et al. 2019, their released code)"},
+        "mean",
+    ),
+    Convention(
+        "entropy_smoothing", "how each attention row's entropy is taken (attention_targets)",
+        {"none": "-sum p ln p over the real keys, 0 ln 0 = 0 (bertology)",
+         "clark2019": "of 0.9999 p + 0.0001 / n over the n real keys, in nats (Clark et al. 2019, their notebook)"},
+        "none",
+    ),
+    Convention(
+        "head_map_distance", "the distance between heads the head map embeds (head_map)",
+        {"js_distance": "square root of the mean JS divergence (bits) over query tokens; MDS from a classical start "
+                        "(bertology)",
+         "js_divergence": "the mean JS divergence (bits) over query tokens; MDS from a classical start",
+         "clark2019": "JS divergence (nats) of maps smoothed as 0.999 p + 0.001 / n, summed over query tokens; "
+                      "MDS from 5 seeded random starts, 1000 iterations, eps 1e-10 (Clark et al. 2019, their code)"},
+        "js_distance",
+    ),
 )
 
 #: Preset -> the conventions it sets (the others keep bertology's).
 PRESETS: Mapping[str, Mapping[str, str]] = {
     "bertology": {},
-    "clark2019": {"punctuation": "clark2019"},
+    "clark2019": {"punctuation": "clark2019", "relation_word_attention": "clark2019", "entropy_smoothing": "clark2019",
+                  "head_map_distance": "clark2019"},
     "kovaleva2019": {"attention_mode": "padded"},
 }
 

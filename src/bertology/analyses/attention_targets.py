@@ -12,7 +12,10 @@ tokens, [CLS] and [SEP] included, as queries; keys are the real tokens):
   (a word receives the sum over its pieces: every piece of a word in ``C`` is a key of ``C``).
 - **Positions** (``variant="position"``): ``self`` = ``mean_q A[q, q]``, ``prev`` = ``mean_q A[q, q-1]``
   (0 for the first token), ``next`` = ``mean_q A[q, q+1]`` (0 for the last real token).
-- **Entropy** (``variant="entropy"``, unit nats): ``mean_q -sum_k A[q, k] ln A[q, k]``.
+- **Entropy** (``variant="entropy"``, unit nats): ``mean_q -sum_k A[q, k] ln A[q, k]``; with
+  ``entropy_smoothing="clark2019"`` (a convention) each row is first smoothed to
+  ``0.9999 A[q] + 0.0001 / n`` over the ``n`` real keys, as Clark et al. (2019)'s notebook does
+  (:func:`bertology.metrics.attention.smoothed_entropy_sums`).
 - **Kovaleva's max** (``variant="max"``, targets ``max_<category>``): each target *t* (a [SEP] token, or
   a word with all its pieces) receives ``r(t) = mean_q sum_{k in t} A[q, k]``; the value is
   ``max_t r(t)`` over the targets of the category. For ``sep`` and the word categories.
@@ -48,6 +51,7 @@ from bertology.config import CompareConfig
 from bertology.data.align import annotated_word_ids
 from bertology.data.corpus import Corpus
 from bertology.errors import BertologyError
+from bertology.metrics.attention import smoothed_entropy_sums
 from bertology.results import Result
 
 DEFAULT_NEGATION = (
@@ -68,6 +72,8 @@ _KEY_INDEX = {c: i for i, c in enumerate(TOKEN_TARGETS + WORD_TARGETS + ("other"
 _PIECE_PREFIXES = ("##", "\u2581", "\u0120")  # WordPiece, SentencePiece, byte-level BPE
 
 
+#: How a row's entropy is taken (``entropy_smoothing`` convention): plain, or Clark et al.'s smoothing.
+ENTROPY_SMOOTHING = ("none", "clark2019")
 #: The punctuation rules (``punctuation`` convention, :mod:`bertology.conventions`).
 PUNCTUATION_RULES = ("unicode", "clark2019")
 #: Clark et al. (2019)'s code counts attention to these two tokens only.
@@ -141,9 +147,12 @@ class AttentionTargets(Analysis):
         negation_words: Iterable[str] = DEFAULT_NEGATION,
         word_level: bool = True,
         punctuation: str = "unicode",
+        entropy_smoothing: str = "none",
     ):
+        if entropy_smoothing not in ENTROPY_SMOOTHING:
+            raise ValueError(f"entropy_smoothing must be one of {ENTROPY_SMOOTHING}, not {entropy_smoothing!r}")
         self.corpus, self.tokenizer = corpus, tokenizer
-        self.punctuation = punctuation
+        self.punctuation, self.entropy_smoothing = punctuation, entropy_smoothing
         self.num_layers, self.num_heads = num_layers, num_heads
         self.negation_words = frozenset(_norm_word(w) for w in negation_words)
         self.word_level = bool(word_level)
@@ -175,6 +184,7 @@ class AttentionTargets(Analysis):
             "word_target": "sum over the word's pieces (both texts of a pair when both are annotated)",
             "average": "over examples where the target occurs (value); over all examples (value_all)",
             "entropy_unit": "nats",
+            "entropy_smoothing": self.entropy_smoothing,
         }
 
     # -- per-example annotations -------------------------------------------------------------------
@@ -307,7 +317,10 @@ class AttentionTargets(Analysis):
             for layer in range(1, L + 1):
                 rec.append(batch.received(m, layer))
                 stats = batch.layer_stats(layer)
-                ent.append(stats.entropy_sum[m])  # [B, H]: over real rows
+                if self.entropy_smoothing == "clark2019":  # one more pass over the maps, only when asked
+                    ent.append(smoothed_entropy_sums(cap.attentions[layer], batch.mask))
+                else:
+                    ent.append(stats.entropy_sum[m])  # [B, H]: over real rows
                 diag.append(stats.diagonal_sums[m])  # [B, H, 3]: prev, self, next over real rows
         S = 2 * L
         col = torch.stack(rec).to(dt) / nq_[..., None]  # [S, B, H, T]: mean attention received
@@ -396,7 +409,8 @@ def summary(tables: Mapping[str, pd.DataFrame]) -> str:
 
 
 def _build(config: CompareConfig, ctx: BuildContext) -> AttentionTargets:
-    return AttentionTargets(ctx.corpus, ctx.tokenizer, ctx.num_layers, ctx.num_heads, punctuation=config.punctuation)
+    return AttentionTargets(ctx.corpus, ctx.tokenizer, ctx.num_layers, ctx.num_heads, punctuation=config.punctuation,
+                            entropy_smoothing=config.entropy_smoothing)
 
 
 SPEC = AnalysisSpec("attention_targets", _build, ("attention_targets",), needs=frozenset({"pos_tags"}), summary=summary)

@@ -23,6 +23,14 @@ depends only on which examples exist, never on batching or sharding.
 MDS runs on the JS *distance* (square root of the mean divergence, a metric) by default, starting
 from classical scaling (deterministic) and then SMACOF with ``random_state=seed``; the map is
 rotated to its principal axes and oriented so that ``x`` and ``y`` grow with the layer.
+
+``distance="clark2019"`` (the ``head_map_distance`` convention) is Clark et al. (2019)'s own map
+(their ``head_distances.py`` and General_Analysis notebook): every map is smoothed to
+``0.999 p + 0.001 / n`` over its ``n`` tokens, the JS divergence is in nats and *summed* over all
+sampled query tokens, and MDS embeds that sum from 5 random starts (1000 iterations, ``eps`` 1e-10;
+seeded here, unseeded there). Their code does the arithmetic on float16 maps in float16; here it is
+float32 per row and float64 over rows. Every divergence of such a run, ``moved`` and the
+``head_distance`` table included, is of the smoothed maps.
 """
 from __future__ import annotations
 
@@ -52,7 +60,17 @@ from bertology.metrics.head_distance import (
 from bertology.results import Result
 
 MODELS = ("base", "tuned")
-Distance = Literal["js_distance", "js_divergence"]
+Distance = Literal["js_distance", "js_divergence", "clark2019"]
+DISTANCES = ("js_distance", "js_divergence", "clark2019")
+#: Clark et al. (2019)'s head distances smooth every map to ``(1 - s) p + s / n`` with this ``s``.
+CLARK_JS_SMOOTHING = 1e-3
+#: MDS settings per distance: bertology's deterministic classical start, or Clark et al.'s notebook
+#: (``MDS(metric=True, n_init=5, eps=1e-10, max_iter=1000)``, random starts; seeded here).
+MDS_SETTINGS: Mapping[str, dict] = {
+    "js_distance": {"init": "classical", "n_init": 4, "max_iter": 300, "eps": 1e-6},
+    "js_divergence": {"init": "classical", "n_init": 4, "max_iter": 300, "eps": 1e-6},
+    "clark2019": {"init": "random", "n_init": 5, "max_iter": 1000, "eps": 1e-10},
+}
 _SALT = 0x68656164  # "head": keeps these keys apart from representation_similarity's token keys
 
 
@@ -140,21 +158,27 @@ class HeadMap(Analysis):
         max_examples: int = 100,
         seed: int = 0,
         distance: Distance = "js_distance",
-        mds_init: Literal["classical", "random"] = "classical",
-        n_init: int = 4,
-        max_iter: int = 300,
+        mds_init: Literal["classical", "random"] | None = None,
+        n_init: int | None = None,
+        max_iter: int | None = None,
         example_indices: Iterable[int] | None = None,
         block_elements: int = BLOCK_ELEMENTS,
     ):
+        """``mds_init``, ``n_init``, ``max_iter``: None takes the distance's :data:`MDS_SETTINGS`."""
         if max_examples < 1:
             raise ValueError("max_examples must be at least 1")
-        if distance not in ("js_distance", "js_divergence"):
-            raise ValueError(f"distance must be 'js_distance' or 'js_divergence', not {distance!r}")
+        if distance not in DISTANCES:
+            raise ValueError(f"distance must be one of {DISTANCES}, not {distance!r}")
+        mds = MDS_SETTINGS[distance]
+        mds_init = mds["init"] if mds_init is None else mds_init
         if mds_init not in ("classical", "random"):
             raise ValueError(f"mds_init must be 'classical' or 'random', not {mds_init!r}")
         self.num_layers, self.num_heads = num_layers, num_heads
         self.max_examples, self.seed, self.distance = max_examples, seed, distance
-        self.mds_init, self.n_init, self.max_iter = mds_init, n_init, max_iter
+        self.mds_init = mds_init
+        self.n_init = mds["n_init"] if n_init is None else n_init
+        self.max_iter = mds["max_iter"] if max_iter is None else max_iter
+        self.eps = mds["eps"]
         self.block_elements = block_elements
         self.n_heads_total = 2 * num_layers * num_heads
         self.n_pairs = self.n_heads_total * (self.n_heads_total - 1) // 2
@@ -182,10 +206,14 @@ class HeadMap(Analysis):
     def params(self) -> dict:
         return {
             "max_examples": self.max_examples, "seed": self.seed, "distance": self.distance,
-            "divergence": "Jensen-Shannon, base 2, mean over real query tokens (incl. [CLS]/[SEP]), real keys",
+            "divergence": (
+                "Jensen-Shannon, base 2, mean over real query tokens (incl. [CLS]/[SEP]), real keys"
+                if self.distance != "clark2019" else
+                f"Jensen-Shannon, nats, of maps smoothed as {1 - CLARK_JS_SMOOTHING:g} p + {CLARK_JS_SMOOTHING:g} / n, "
+                "summed over real query tokens (incl. [CLS]/[SEP]), real keys (Clark et al. 2019)"),
             "sample": "bottom-k of hash(seed, example index)",
             "mds": {"metric": True, "init": self.mds_init, "n_init": self.n_init if self.mds_init == "random" else 1,
-                    "max_iter": self.max_iter, "random_state": self.seed},
+                    "max_iter": self.max_iter, "eps": self.eps, "random_state": self.seed},
             "num_layers": self.num_layers, "num_heads": self.num_heads,
         }
 
@@ -204,6 +232,8 @@ class HeadMap(Analysis):
         unchanged head has ``moved == 0`` exactly and small moves are not float32 noise.
         """
         p = self._stack(batch, row, length)
+        if self.distance == "clark2019":  # their smoothing, over the example's own tokens
+            p = p * (1.0 - CLARK_JS_SMOOTHING) + CLARK_JS_SMOOTHING / length
         sums = pairwise_js_sums(p, block_elements=self.block_elements)
         half = self.num_layers * self.num_heads
         sums[self._moved_pairs.to(sums.device)] = paired_js_sums(p[:half], p[half:]).to(sums.device)
@@ -285,17 +315,26 @@ class HeadMap(Analysis):
         return square(self._total() / self.rows.sum(), self.n_heads_total)
 
     def distance_matrix(self, which: Distance | None = None) -> np.ndarray:
-        """The matrix MDS uses (``which`` defaults to ``distance``): JS divergence or its square root."""
+        """The matrix MDS uses (``which`` defaults to ``distance``).
+
+        ``js_distance``: the square root of :meth:`divergence_matrix`; ``js_divergence``: that matrix;
+        ``clark2019``: the divergence in nats summed over the sampled tokens (Clark et al.'s matrix).
+        """
+        which = which or self.distance
+        if which == "clark2019" and self.distance != "clark2019":
+            raise ValueError("the clark2019 distance needs the smoothed maps: build the head map with distance='clark2019'")
         div = self.divergence_matrix()
-        return np.sqrt(div) if (which or self.distance) == "js_distance" else div
+        if which == "clark2019":
+            return div * (self.rows.sum() * np.log(2.0))  # mean bits -> summed nats
+        return np.sqrt(div) if which == "js_distance" else div
 
     def compute(self) -> Result:
         """``head_map`` table: one row per head of each model with its map position and ``moved``."""
         div = self.divergence_matrix()
         heads = head_index(self.num_layers, self.num_heads)
-        d = np.sqrt(div) if self.distance == "js_distance" else div
+        d = self.distance_matrix()
         xy, stress = mds_embedding(d, seed=self.seed, init=self.mds_init, n_init=self.n_init,
-                                   max_iter=self.max_iter, layers=heads["layer"].to_numpy())
+                                   max_iter=self.max_iter, eps=self.eps, layers=heads["layer"].to_numpy())
         half = self.num_layers * self.num_heads
         moved_div = np.tile(np.diag(div[:half, half:]), 2)
         df = heads.assign(

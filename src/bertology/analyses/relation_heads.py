@@ -18,7 +18,12 @@ out of every relation including ``all``; Clark's ``all`` counts each root word a
 figure is ours times ``n / (n + n_root)`` (``n_root`` is in the provenance).
 
 Word-level attention follows Clark: attention *to* a word sums its pieces, *from* a word averages
-them (:func:`bertology.data.align.word_attention`, ``to_method``/``from_method``). A word without
+them (:func:`bertology.data.align.word_attention`, ``to_method``/``from_method``). With
+``word_attention="clark2019"`` it follows their released code instead (the ``relation_word_attention``
+convention): the maps are rounded to float16, a word's column is the float16 sum of its pieces'
+columns, a word attends as its first piece's row, and the word's own entry is a candidate of value 0
+rather than left out (:func:`bertology.metrics.word_argmax.clark_float16_columns`); ties go to the
+first word, as ``np.argmax`` does. A word without
 tokens, and for a truncated example the last word present (it may be cut), are not candidates and
 their pairs are not scored (counted as ``n_pairs_unscored``). For a sentence pair, both sentences' trees are
 used when its annotations cover both texts (``Example.n_first_words``), else the first sentence's.
@@ -51,12 +56,14 @@ from bertology.analyses.registry import AnalysisSpec, BuildContext
 from bertology.config import CompareConfig
 from bertology.data.align import Pooling, annotated_word_ids, word_attention
 from bertology.data.corpus import Corpus
-from bertology.metrics.word_argmax import word_argmax_hits
+from bertology.metrics.word_argmax import clark_float16_columns, word_argmax_hits
 from bertology.results import Result
 
 MODELS = ("base", "tuned")
 DIRECTIONS = ("dep->head", "head->dep")
 ALL = "all"
+#: Word-level attention: ``mean`` (Clark et al. 2019's paper) or ``clark2019`` (their released code).
+WORD_ATTENTION = ("mean", "clark2019")
 
 
 class ArgmaxHeads(Analysis):
@@ -120,14 +127,21 @@ class RelationHeads(ArgmaxHeads):
         offsets: Iterable[int] = range(-3, 3),
         min_count: int = 20,
         reverse: Literal["transpose", "row"] = "transpose",
+        word_attention: Literal["mean", "clark2019"] = "mean",
     ):
         if reverse not in ("transpose", "row"):
             raise ValueError(f"reverse must be 'transpose' or 'row', not {reverse!r}")
+        if word_attention not in WORD_ATTENTION:
+            raise ValueError(f"word_attention must be one of {WORD_ATTENTION}, not {word_attention!r}")
+        if word_attention == "clark2019":
+            if (to_method, from_method) != ("sum", "mean"):
+                raise ValueError("word_attention='clark2019' sets the pooling itself (to: sum, from: first piece)")
+            from_method = "first"
         if min_count < 1:
             raise ValueError(f"min_count must be at least 1, not {min_count}")
         self.corpus = corpus
         self._setup(num_layers, num_heads, to_method, from_method, offsets, min_count, n_relations=0)
-        self.reverse = reverse
+        self.reverse, self.word_attention = reverse, word_attention
         self.relations: list[str] = []  # relation names, index = first axis of the accumulators
         self._rel_index: dict[str, int] = {}
         self.n_examples = 0
@@ -140,8 +154,10 @@ class RelationHeads(ArgmaxHeads):
         return {
             **self._shared_params(),
             "reverse": self.reverse,
+            "word_attention": self.word_attention,
             "relation_label": "full deprel",
-            "exclude": "special tokens, self",
+            "exclude": "special tokens, self" if self.word_attention == "mean" else "special tokens; self scored as 0",
+            "maps": "as captured" if self.word_attention == "mean" else "rounded to float16, word columns summed in float16",
         }
 
     # ------------------------------------------------------------------------------ accumulation
@@ -254,8 +270,13 @@ class RelationHeads(ArgmaxHeads):
         # Every layer of both models (base first): hits [2 L, 2 directions, H, P]
         maps = [cap.attentions[layer].detach().cpu().numpy() for cap in (batch.base, batch.tuned)
                 for layer in range(1, L + 1)]
-        hits = word_argmax_hits(maps, word_ids, n_words, allowed, pair_start, dep, gov, to_method=self.to_method,
-                                from_method=self.from_method, transpose=self.reverse == "transpose")
+        to_method, clark = self.to_method, self.word_attention == "clark2019"
+        if clark:  # their code: float16 maps, each word's summed column in its first piece's column
+            maps = [clark_float16_columns(a, word_ids) for a in maps]
+            to_method = "first"
+        hits = word_argmax_hits(maps, word_ids, n_words, allowed, pair_start, dep, gov, to_method=to_method,
+                                from_method=self.from_method, transpose=self.reverse == "transpose",
+                                self_as_zero=clark)
         hits = hits.reshape(2, L, 2, H, P).transpose(0, 2, 1, 3, 4)  # [model, direction, L, H, P]
         for m in range(2):
             flat = hits[m].reshape(-1, P)
@@ -387,7 +408,8 @@ def summary(tables: Mapping[str, pd.DataFrame]) -> str | None:
 
 
 def _build(config: CompareConfig, ctx: BuildContext) -> RelationHeads:
-    return RelationHeads(ctx.corpus, ctx.num_layers, ctx.num_heads, min_count=config.relation_min_count)
+    return RelationHeads(ctx.corpus, ctx.num_layers, ctx.num_heads, min_count=config.relation_min_count,
+                         word_attention=config.relation_word_attention)
 
 
 SPEC = AnalysisSpec("relation_heads", _build, ("relation_heads",), needs=frozenset({"trees"}), summary=summary)

@@ -63,10 +63,18 @@ def compare_command(
     rsa_tokens: int = typer.Option(2000, "--rsa-tokens", help="Size of the shared token sample for RSA/CKA.", min=4),
     spacy_model: Optional[str] = SPACY_MODEL_OPT,
     relation_min_count: int = typer.Option(20, "--relation-min-count", help="Relation heads: leave out relations with fewer pairs.", min=1),
+    relation_word_attention: Optional[str] = typer.Option(
+        None, "--relation-word-attention",
+        help="Relation heads' word attention: mean (Clark's paper: from = mean of pieces) or clark2019 (their code: first piece, float16 maps); default: the preset's."),
+    entropy_smoothing: Optional[str] = typer.Option(
+        None, "--entropy-smoothing", help="Attention entropy: none (bertology) or clark2019 (rows smoothed as 0.9999 p + 0.0001/n); default: the preset's."),
     patterns_cnn: Optional[Path] = typer.Option(
         None, "--patterns-cnn", help="Pattern classifier from 'bertology patterns train' (default: the feature rules)."
     ),
     head_map_examples: int = typer.Option(100, "--head-map-examples", help="Head map: examples sampled for the all-pairs head distances.", min=1),
+    head_map_distance: Optional[str] = typer.Option(
+        None, "--head-map-distance",
+        help="Head map distance: js_distance (bertology), js_divergence, or clark2019 (summed smoothed JS, random MDS starts); default: the preset's."),
     view_examples: int = typer.Option(3, "--view-examples", help="Short examples shown in the report's interactive attention viewer (0 = none).", min=0),
     relations: Optional[Path] = typer.Option(
         None, "--relations", help="JSONL of user token relations (text, from span, to spans, relation) scored like relation heads."
@@ -120,8 +128,11 @@ def compare_command(
         rsa_tokens=rsa_tokens,
         spacy_model=spacy_model,
         relation_min_count=relation_min_count,
+        relation_word_attention=relation_word_attention,  # type: ignore[arg-type]
+        entropy_smoothing=entropy_smoothing,  # type: ignore[arg-type]
         relations=str(relations) if relations else None,
         head_map_examples=head_map_examples,
+        head_map_distance=head_map_distance,  # type: ignore[arg-type]
         patterns_cnn=str(patterns_cnn) if patterns_cnn else None,
         view_examples=view_examples,
         ood_data=ood_data,

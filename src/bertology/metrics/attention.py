@@ -49,6 +49,24 @@ def row_entropy(p: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.T
     return -t.log_().mul_(p).sum(-1)
 
 
+#: Clark et al. (2019)'s notebook smooths each row to ``(1 - s) p + s / n`` "to avoid NaNs" before its entropy.
+CLARK_ENTROPY_SMOOTHING = 1e-4
+
+
+def smoothed_entropy_sums(attn: torch.Tensor, mask: torch.Tensor, smoothing: float = CLARK_ENTROPY_SMOOTHING) -> torch.Tensor:
+    """Entropies (nats) of the smoothed real rows of ``[B, H, T, T]`` maps, summed over the rows: ``[B, H]`` float64.
+
+    Each real row ``p`` becomes ``(1 - s) p + s / n`` over the example's ``n`` real keys (``mask``
+    ``[B, T]``, True for real tokens; padding keys take no mass), as Clark et al. (2019)'s
+    General_Analysis notebook does with ``s = 1e-4``. Computed in float64.
+    """
+    real = mask.to(torch.bool)
+    n = real.sum(-1).to(torch.float64).clamp_min(1.0)  # [B]
+    p = attn.to(torch.float64) * (1.0 - smoothing) + (smoothing / n)[:, None, None, None]
+    h = -torch.where(real[:, None, None, :], p * p.log(), 0.0).sum(-1)  # [B, H, T]
+    return (h * real[:, None, :]).sum(-1)
+
+
 def column_sums(a: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """``[..., k]``: attention each key receives from the query rows kept by ``rows`` (``[B, q]``, 0/1).
 

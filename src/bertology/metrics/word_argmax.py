@@ -13,6 +13,11 @@ Word-level attention pools the columns of a word's pieces (``to_method``) and th
 (``from_method``): ``sum``, ``mean``, ``first`` piece or ``max``, exactly as
 :func:`bertology.data.align.word_attention` (same float64 values: pieces are added in token order).
 
+``self_as_zero=True`` is Clark et al.'s released notebook: the word's own entry is set to 0 and stays
+a candidate (it wins only when every other candidate is 0, e.g. float16 underflow), instead of being
+left out. :func:`clark_float16_columns` prepares maps for their code's pooling (first piece's row,
+float16 sums of the pieces' columns).
+
 Written by hand, in Numba, because no library does this in one pass: pooling with NumPy or torch
 makes several map-sized temporaries per layer (two matrix products, a transposed copy, masks) and the
 argmax over short rows is slow in both, which made this the most expensive attention analysis. Here
@@ -42,6 +47,7 @@ def word_argmax_hits(
     to_method: str = "sum",
     from_method: str = "mean",
     transpose: bool = True,
+    self_as_zero: bool = False,
 ) -> np.ndarray:
     """Hits ``[2, H, P]`` bool (``dep->head``, ``head->dep``) of every head for every scored pair.
 
@@ -50,7 +56,8 @@ def word_argmax_hits(
     ``word_ids``: ``[B, T]`` word of each token (-1: none, e.g. special tokens and padding);
     ``n_words``: ``[B]`` words of each example; ``allowed``: ``[B, W]`` bool, the candidate words;
     pairs of example ``b`` are ``pair_start[b]:pair_start[b+1]`` of ``dep``/``gov`` (word indices,
-    both candidates).
+    both candidates). ``self_as_zero``: the word itself is a candidate of value 0 (Clark's notebook)
+    rather than left out.
     """
     for method in (to_method, from_method):
         if method not in POOLING_CODES:
@@ -65,12 +72,38 @@ def word_argmax_hits(
         args = (np.ascontiguousarray(word_ids, dtype=np.int64), np.ascontiguousarray(n_words, dtype=np.int64),
                 np.ascontiguousarray(allowed, dtype=np.bool_), np.ascontiguousarray(pair_start, dtype=np.int64),
                 np.ascontiguousarray(dep, dtype=np.int64), np.ascontiguousarray(gov, dtype=np.int64),
-                POOLING_CODES[to_method], POOLING_CODES[from_method], bool(transpose))
+                POOLING_CODES[to_method], POOLING_CODES[from_method], bool(transpose), bool(self_as_zero))
         # One call per map keeps one compiled signature whatever the number of layers (a tuple of
         # maps would be compiled again for every model depth); the calls cost ~20 us each.
         for mi, a in enumerate(maps):
             _kernel(a, *args, hits[mi])
     return hits[0] if single else hits
+
+
+def clark_float16_columns(att: np.ndarray, word_ids: np.ndarray) -> np.ndarray:
+    """Token maps ``[B, H, T, T]`` pooled to words' columns as Clark et al. (2019)'s released code does.
+
+    Their extraction stores the maps as float16; ``get_word_word_attention`` then writes into each
+    word's first piece's column the sum of its pieces' columns. NumPy adds their float16 columns one
+    piece at a time, rounding each partial sum to float16 (checked on NumPy 2.4), and so does this.
+    The other pieces' columns are left as they were. Scored with ``to_method="first"`` and
+    ``from_method="first"`` (their default ``mode="first"``: a word attends as its first piece's row),
+    this is their word-level map. ``word_ids``: ``[B, T]`` word of each token (-1: none; a word's
+    pieces contiguous). Returns float32 (every float16 value is exact in it).
+    """
+    half = np.asarray(att).astype(np.float16)
+    out = half.copy()
+    wid = np.asarray(word_ids, dtype=np.int64)
+    B, T = wid.shape
+    pos = np.broadcast_to(np.arange(T), (B, T))
+    starts = (wid >= 0) & np.concatenate([np.ones((B, 1), bool), wid[:, 1:] != wid[:, :-1]], axis=1)
+    first = np.maximum.accumulate(np.where(starts, pos, 0), axis=1)  # each token's word's first piece
+    rank = pos - first  # 0 for a first piece, 1 for the second, ...
+    for r in range(1, int(rank[wid >= 0].max(initial=0)) + 1):
+        b, t = np.nonzero((rank == r) & (wid >= 0))
+        f = first[b, t]
+        out[b, :, :, f] = (out[b, :, :, f].astype(np.float32) + half[b, :, :, t].astype(np.float32)).astype(np.float16)
+    return out.astype(np.float32)
 
 
 @numba.njit(cache=True, inline="always")
@@ -118,7 +151,7 @@ def _add_row(words, i, line, t, first, method) -> None:
 
 
 @numba.njit(cache=True, parallel=True, nogil=True)
-def _kernel(att, word_ids, n_words, allowed, pair_start, dep, gov, to_code, from_code, transpose, hits):
+def _kernel(att, word_ids, n_words, allowed, pair_start, dep, gov, to_code, from_code, transpose, self_zero, hits):
     B, H = att.shape[0], att.shape[1]
     for b in numba.prange(B):
         p0, p1 = pair_start[b], pair_start[b + 1]
@@ -148,9 +181,9 @@ def _kernel(att, word_ids, n_words, allowed, pair_start, dep, gov, to_code, from
             for t in range(n):
                 _pool_columns(line, a[tokens[t]], tokens, tw, first, count, to_code)
                 _add_row(words, tw[t], line, t, first, from_code)
-            # One pass over the candidates (never the word itself): the first maximum of every
-            # row and of every column (strict ">" in index order keeps the first one). Mean rows
-            # are divided here, as word_attention does, so ties compare the same values.
+            # One pass over the candidates (the word itself only as a 0 with self_zero): the first
+            # maximum of every row and of every column (strict ">" in index order keeps the first
+            # one). Mean rows are divided here, as word_attention does, so ties compare the same values.
             col_max[:] = -np.inf
             col_best[:] = -1
             for i in range(W):
@@ -160,9 +193,12 @@ def _kernel(att, word_ids, n_words, allowed, pair_start, dep, gov, to_code, from
                 scale = count[i] if from_code == 1 and count[i] > 1 else 1
                 best = -np.inf
                 for j in range(W):
-                    if j == i or not cand[j]:
+                    if not cand[j] or (j == i and not self_zero):
                         continue
-                    v = words[i, j] / scale if scale != 1 else words[i, j]
+                    if j == i:
+                        v = 0.0  # Clark's notebook: attention to self set to 0, still a candidate
+                    else:
+                        v = words[i, j] / scale if scale != 1 else words[i, j]
                     if v > best or row_best[i] < 0:
                         best = v
                         row_best[i] = j

@@ -17,7 +17,8 @@ from bertology.viz.figures import _STYLE, _new_figure, _plain, _require, _tidy_c
 __all__ = ["head_map_figure"]
 
 _MARK = {"base": "o", "tuned": "^"}
-_DISTANCE = {"js_distance": "JS distance", "js_divergence": "JS divergence"}
+_DISTANCE = {"js_distance": "JS distance", "js_divergence": "JS divergence",
+             "clark2019": "summed smoothed JS divergence, Clark et al."}
 
 
 def head_map_figure(
