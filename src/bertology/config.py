@@ -48,6 +48,8 @@ class CompareConfig:
     conventions: str = "bertology"
     punctuation: Literal["unicode", "clark2019"] | None = None  # attention_targets
     attention_mode: Literal["cropped", "padded"] | None = None  # attention_change
+    word_categories: Literal["bertology", "kovaleva2019"] | None = None  # attention_targets
+    probe_punctuation: Literal["upos", "hewitt2019"] | None = None  # probe
     pad_length: int = 200
     # representation_similarity; with ood_data also on a second, out-of-domain corpus (Merchant et al. 2020)
     rsa_tokens: int = 2000

@@ -6,8 +6,12 @@ at once; a setting the user gives explicitly wins over the preset. :func:`resolv
 settings left open (``None``) from the preset, once, at the start of ``compare``;
 :func:`describe` is what the manifest records, so every table can be traced to its conventions.
 
+Each convention names the tables it changes (``tables``), so the manifest and the report can say
+which paper's number each table reproduces. Commands that do not build a ``CompareConfig``
+(``bertology probe``) pick their conventions with :func:`choose` and record them with :func:`record`.
+
 Only conventions that reproduce the paper's number are offered here. Others the papers differ in
-(Kovaleva's word categories, Hewitt's punctuation list) are listed in the README as not yet switchable.
+(the smaller details listed in the README) are not yet switchable.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ class Convention:
     what: str
     choices: Mapping[str, str]
     default: str
+    tables: tuple[str, ...] = ()  # the tables whose numbers the choice changes
 
 
 CONVENTIONS: tuple[Convention, ...] = (
@@ -34,26 +39,39 @@ CONVENTIONS: tuple[Convention, ...] = (
         "attention_mode", "how two attention maps are flattened for their cosine (attention_change)",
         {"cropped": "the real tokens' maps only (bertology)",
          "padded": "every example padded to pad_length and the whole map flattened (Kovaleva et al. 2019, their notebook)"},
-        "cropped",
+        "cropped", ("attention_change",),
     ),
     Convention(
         "punctuation", "which tokens count as punctuation (attention_targets)",
         {"unicode": "every token made only of Unicode punctuation (bertology)",
          "clark2019": "the tokens '.' and ',' only (Clark et al. 2019, their released code)"},
-        "unicode",
+        "unicode", ("attention_targets",),
+    ),
+    Convention(
+        "word_categories", "which tokens are a word category's targets, and each target's size (attention_targets)",
+        {"bertology": "whole words (the sum over their pieces) by UPOS, UD/spaCy relations and a negation word list",
+         "kovaleva2019": "single word pieces matched by string: the pieces of words with their PTB tags, spaCy "
+                         "relations and 17 negations found by substring (Kovaleva et al. 2019, their notebook)"},
+        "bertology", ("attention_targets",),
+    ),
+    Convention(
+        "probe_punctuation", "which words the structural probes' UUAS and root accuracy leave out (probe)",
+        {"upos": "words with UPOS PUNCT (bertology)",
+         "hewitt2019": "words with PTB XPOS '' , . : `` -LRB- -RRB- (Hewitt & Manning 2019, their reporter.py)"},
+        "upos", ("probe",),
     ),
     Convention(
         "relation_word_attention", "how word pieces' attention becomes word-level attention (relation_heads)",
         {"mean": "to a word = sum over its pieces, from a word = mean over its pieces (Clark et al. 2019, the paper)",
          "clark2019": "maps rounded to float16; to a word = float16 sum over its pieces, from a word = its first "
                       "piece; the word itself a candidate of value 0 (Clark et al. 2019, their released code)"},
-        "mean",
+        "mean", ("relation_heads",),
     ),
     Convention(
         "entropy_smoothing", "how each attention row's entropy is taken (attention_targets)",
         {"none": "-sum p ln p over the real keys, 0 ln 0 = 0 (bertology)",
          "clark2019": "of 0.9999 p + 0.0001 / n over the n real keys, in nats (Clark et al. 2019, their notebook)"},
-        "none",
+        "none", ("attention_targets",),
     ),
     Convention(
         "head_map_distance", "the distance between heads the head map embeds (head_map)",
@@ -62,7 +80,7 @@ CONVENTIONS: tuple[Convention, ...] = (
          "js_divergence": "the mean JS divergence (bits) over query tokens; MDS from a classical start",
          "clark2019": "JS divergence (nats) of maps smoothed as 0.999 p + 0.001 / n, summed over query tokens; "
                       "MDS from 5 seeded random starts, 1000 iterations, eps 1e-10 (Clark et al. 2019, their code)"},
-        "js_distance",
+        "js_distance", ("head_map", "head_distance"),
     ),
 )
 
@@ -71,29 +89,40 @@ PRESETS: Mapping[str, Mapping[str, str]] = {
     "bertology": {},
     "clark2019": {"punctuation": "clark2019", "relation_word_attention": "clark2019", "entropy_smoothing": "clark2019",
                   "head_map_distance": "clark2019"},
-    "kovaleva2019": {"attention_mode": "padded"},
+    "kovaleva2019": {"attention_mode": "padded", "word_categories": "kovaleva2019"},
+    "hewitt2019": {"probe_punctuation": "hewitt2019"},
 }
+_BY_FIELD: Mapping[str, Convention] = {c.field: c for c in CONVENTIONS}
+
+
+def choose(preset: str, field: str, value: str | None) -> str:
+    """One convention's value: ``value`` if given, else the preset's, else bertology's; one clear error for bad names."""
+    if preset not in PRESETS:
+        raise BertologyError(f"Unknown conventions preset {preset!r}; choose from: {', '.join(PRESETS)}.")
+    conv = _BY_FIELD[field]
+    if value is None:
+        value = PRESETS[preset].get(field, conv.default)
+    if value not in conv.choices:
+        raise BertologyError(f"Unknown {field} {value!r}; choose from: {', '.join(conv.choices)}.")
+    return value
+
+
+def record(preset: str, values: Mapping[str, str]) -> dict:
+    """The manifest's record of ``values`` (field -> value): the preset, and per convention its value, the
+    paper that value comes from and the tables it changes."""
+    out: dict = {"preset": preset}
+    for field, value in values.items():
+        conv = _BY_FIELD[field]
+        out[field] = {"value": value, "source": conv.choices.get(value, "?"), "tables": list(conv.tables)}
+    return out
 
 
 def resolve(config: CompareConfig) -> CompareConfig:
     """``config`` with every open convention (``None``) set from its preset; one clear error for bad names."""
-    if config.conventions not in PRESETS:
-        raise BertologyError(f"Unknown conventions preset {config.conventions!r}; choose from: {', '.join(PRESETS)}.")
-    preset = PRESETS[config.conventions]
-    changes = {}
-    for conv in CONVENTIONS:
-        value = getattr(config, conv.field)
-        if value is None:
-            value = preset.get(conv.field, conv.default)
-        if value not in conv.choices:
-            raise BertologyError(f"Unknown {conv.field} {value!r}; choose from: {', '.join(conv.choices)}.")
-        changes[conv.field] = value
+    changes = {conv.field: choose(config.conventions, conv.field, getattr(config, conv.field)) for conv in CONVENTIONS}
     return dataclasses.replace(config, **changes)
 
 
 def describe(config: CompareConfig) -> dict:
-    """The manifest's record: the preset, and each convention's value and the paper it comes from."""
-    return {"preset": config.conventions} | {
-        conv.field: {"value": getattr(config, conv.field), "source": conv.choices.get(getattr(config, conv.field), "?")}
-        for conv in CONVENTIONS
-    }
+    """The manifest's record: the preset, and each convention's value, the paper it comes from and its tables."""
+    return record(config.conventions, {conv.field: getattr(config, conv.field) for conv in CONVENTIONS})

@@ -40,7 +40,8 @@ def test_every_preset_names_known_conventions_and_the_manifest_says_where_each_c
     record = describe(resolve(CompareConfig(conventions="kovaleva2019")))
     assert record["preset"] == "kovaleva2019"
     assert record["attention_mode"]["value"] == "padded" and "Kovaleva" in record["attention_mode"]["source"]
-    assert record["punctuation"] == {"value": "unicode", "source": CONVENTIONS[1].choices["unicode"]}
+    assert record["punctuation"] == {"value": "unicode", "source": CONVENTIONS[1].choices["unicode"],
+                                     "tables": ["attention_targets"]}  # which table the choice changes
 
 
 @pytest.mark.parametrize("token,unicode_rule,clark_rule", [

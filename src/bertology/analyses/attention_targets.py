@@ -31,6 +31,21 @@ csubjpass), ``object`` (obj, dobj, iobj), ``negation`` (the word, lower-cased, i
 deprel ``neg``, or UPOS PART and the word is "not"/"n't"). Examples without ``words``, ``upos`` and
 ``deprels`` contribute nothing to them; with ``word_level=False`` they are not computed.
 
+**Kovaleva et al.'s categories** (``word_categories="kovaleva2019"``, the convention of their notebook):
+a category's targets are single word pieces matched by string. The category's words are found per
+text of the example: ``noun`` (PTB tag NN, NNS, NNP, NNPS), ``verb`` (VB, VBD, VBG, VBN, VBP, VBZ),
+``pron`` (PRP, PRP$) from ``Example.xpos``; ``subject`` (spaCy relations nsubj, nsubjpass, csubj,
+csubjpass, agent, expl) and ``object`` (dobj, iobj, dative, attr, oprd), plus UD's spellings of the
+same relations (nsubj:pass, csubj:pass, obj) so gold CoNLL-U trees can be read; ``negation``: each of
+their 17 items (:data:`KOVALEVA_NEGATION`) that occurs as a substring of either text, case-sensitive.
+Each found word is tokenised on its own and every real, non-special token of the example whose
+string is one of those pieces is a target (so the "t" of "don't" makes every "t" piece a target).
+A target receives ``mean_q A[q, k]`` (one piece, not a word's sum); the ``max_`` value is the max over
+the targets, 0 when words were found but none of their pieces is in the tokens. A category *occurs*
+in an example when words were found, so ``value`` of ``max_negation`` is their number (they average
+over examples with a negation) and ``value_all`` of the other ``max_`` categories is theirs (they
+average over every example, 0 where absent). Examples need ``words``, ``xpos`` and ``deprels``.
+
 Every value is averaged over the examples where its category occurs (``n`` counts them; position and
 entropy targets occur in every example); ``value_all`` averages over all ``n_examples`` examples,
 counting an absent category as 0 (so the token shares sum to 1 in ``value_all``).
@@ -49,7 +64,7 @@ from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
 from bertology.config import CompareConfig
 from bertology.data.align import annotated_word_ids
-from bertology.data.corpus import Corpus
+from bertology.data.corpus import Corpus, Example
 from bertology.errors import BertologyError
 from bertology.metrics.attention import smoothed_entropy_sums
 from bertology.results import Result
@@ -74,6 +89,25 @@ _PIECE_PREFIXES = ("##", "\u2581", "\u0120")  # WordPiece, SentencePiece, byte-l
 
 #: How a row's entropy is taken (``entropy_smoothing`` convention): plain, or Clark et al.'s smoothing.
 ENTROPY_SMOOTHING = ("none", "clark2019")
+#: The word-category rules (``word_categories`` convention, :mod:`bertology.conventions`).
+WORD_CATEGORY_RULES = ("bertology", "kovaleva2019")
+#: Kovaleva et al. (2019)'s notebook: the PTB tags (spaCy ``tag_``) of each part-of-speech category.
+KOVALEVA_XPOS = {
+    "noun": frozenset({"NN", "NNP", "NNPS", "NNS"}),
+    "verb": frozenset({"VB", "VBD", "VBG", "VBN", "VBP", "VBZ"}),
+    "pron": frozenset({"PRP", "PRP$"}),
+}
+#: Their spaCy relation labels, plus UD's spellings of the same relations (nsubj:pass, csubj:pass, obj).
+KOVALEVA_DEPRELS = {
+    "subject": frozenset({"nsubj", "nsubjpass", "csubj", "csubjpass", "agent", "expl", "nsubj:pass", "csubj:pass"}),
+    "object": frozenset({"dobj", "iobj", "dative", "attr", "oprd", "obj"}),
+}
+#: Their "manually curated negations", found as case-sensitive substrings of each text.
+KOVALEVA_NEGATION = (
+    "neither", "nor", "not", "never", "none", "don't", "won't", "didn't", "hadn't", "haven't", "can't", "isn't",
+    "wasn't", "shouldn't", "couldn't", "nothing", "nowhere",
+)
+
 #: The punctuation rules (``punctuation`` convention, :mod:`bertology.conventions`).
 PUNCTUATION_RULES = ("unicode", "clark2019")
 #: Clark et al. (2019)'s code counts attention to these two tokens only.
@@ -132,6 +166,23 @@ def _norm_word(word: str) -> str:
     return word.lower().replace("\u2019", "'")
 
 
+def kovaleva_target_words(ex: Example) -> tuple[frozenset[str], ...] | None:
+    """Kovaleva et al.'s target words of each :data:`WORD_TARGETS` category in one example.
+
+    None when the example lacks ``words``, ``xpos`` or ``deprels`` (the tags and relations they read).
+    """
+    if ex.words is None or ex.xpos is None or ex.deprels is None:
+        return None
+    if not len(ex.words) == len(ex.xpos) == len(ex.deprels):
+        raise BertologyError(f"{len(ex.words)} words but {len(ex.xpos)} XPOS tags and {len(ex.deprels)} relations "
+                             f"in the example {ex.text[:40]!r}")
+    texts = [t for t in (ex.text, ex.text_pair) if t]
+    by_tag = [frozenset(w for w, t in zip(ex.words, ex.xpos) if t in KOVALEVA_XPOS[c]) for c in ("noun", "verb", "pron")]
+    by_rel = [frozenset(w for w, r in zip(ex.words, ex.deprels) if r in KOVALEVA_DEPRELS[c]) for c in ("subject", "object")]
+    negation = frozenset(n for n in KOVALEVA_NEGATION if any(n in t for t in texts))
+    return (*by_tag, *by_rel, negation)
+
+
 class AttentionTargets(Analysis):
     """Per head: how much attention goes to [CLS], [SEP], punctuation, neighbours and word categories."""
 
@@ -148,11 +199,15 @@ class AttentionTargets(Analysis):
         word_level: bool = True,
         punctuation: str = "unicode",
         entropy_smoothing: str = "none",
+        word_categories: str = "bertology",
     ):
         if entropy_smoothing not in ENTROPY_SMOOTHING:
             raise ValueError(f"entropy_smoothing must be one of {ENTROPY_SMOOTHING}, not {entropy_smoothing!r}")
+        if word_categories not in WORD_CATEGORY_RULES:
+            raise ValueError(f"word_categories must be one of {WORD_CATEGORY_RULES}, not {word_categories!r}")
         self.corpus, self.tokenizer = corpus, tokenizer
         self.punctuation, self.entropy_smoothing = punctuation, entropy_smoothing
+        self.word_categories = word_categories
         self.num_layers, self.num_heads = num_layers, num_heads
         self.negation_words = frozenset(_norm_word(w) for w in negation_words)
         self.word_level = bool(word_level)
@@ -172,14 +227,18 @@ class AttentionTargets(Analysis):
         self._is_punct = PunctuationLookup(tokenizer, punctuation)
         self._word_cache: dict[int, np.ndarray | None] = {}
         self._category_memo: dict[tuple[str, str, str], tuple[bool, ...]] = {}
+        self._kovaleva_cache: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
+        self._pieces_memo: dict[str, tuple[str, ...]] = {}
 
     def params(self) -> dict:
+        kovaleva = self.word_categories == "kovaleva2019"
         return {
             "num_layers": self.num_layers,
             "num_heads": self.num_heads,
-            "negation_words": sorted(self.negation_words),
+            "negation_words": list(KOVALEVA_NEGATION) if kovaleva else sorted(self.negation_words),
             "word_level": self.word_level,
             "punctuation": self.punctuation,
+            "word_categories": self.word_categories,
             "queries": "all real tokens, [CLS]/[SEP] included",
             "word_target": "sum over the word's pieces (both texts of a pair when both are annotated)",
             "average": "over examples where the target occurs (value); over all examples (value_all)",
@@ -224,6 +283,26 @@ class AttentionTargets(Analysis):
         self._word_cache[index] = cats
         return cats
 
+    def _kovaleva_keys(self, item) -> tuple[np.ndarray, np.ndarray] | None:
+        """Kovaleva's targets in one encoded example: ``[n_word_targets, T]`` bool keys and which categories were found."""
+        if item.index in self._kovaleva_cache:
+            return self._kovaleva_cache[item.index]
+        found = kovaleva_target_words(self.corpus[item.index])
+        out = None
+        if found is not None:
+            tokens = np.array(self.tokenizer.convert_ids_to_tokens([int(i) for i in item.input_ids]), dtype=object)
+            keys = np.zeros((len(WORD_TARGETS), len(item)), dtype=bool)
+            for c, words in enumerate(found):
+                pieces = set()
+                for w in words:
+                    if w not in self._pieces_memo:
+                        self._pieces_memo[w] = tuple(self.tokenizer.tokenize(w))
+                    pieces.update(self._pieces_memo[w])
+                keys[c] = ~item.special & np.isin(tokens, list(pieces))
+            out = keys, np.array([bool(w) for w in found])
+        self._kovaleva_cache[item.index] = out
+        return out
+
     def _batch_masks(self, batch: PairBatch):
         """Key masks ``[B, C, T]`` (C = TOKEN_TARGETS, WORD_TARGETS, other), presence ``[B, C]``, word map."""
         B, T = batch.mask.shape
@@ -239,7 +318,15 @@ class AttentionTargets(Analysis):
         annotated = np.zeros(B, dtype=bool)
         piece_word = np.full((B, T), -1, dtype=np.int64)  # annotated word of each piece
         n_w = 1
-        if self.word_level:
+        kovaleva = self.word_level and self.word_categories == "kovaleva2019"
+        found = np.zeros((B, n_words), dtype=bool)  # kovaleva2019: which categories' words were found
+        if kovaleva:
+            for b, item in enumerate(batch.items):
+                got = self._kovaleva_keys(item)
+                if got is not None:
+                    annotated[b] = True
+                    word_keys[b, :, : len(item)], found[b] = got
+        elif self.word_level:
             for b, item in enumerate(batch.items):
                 cats = self._word_categories(item.index)
                 if cats is None:
@@ -261,6 +348,8 @@ class AttentionTargets(Analysis):
         present = keys.any(-1)
         if self.word_level:  # word categories (and "other", which excludes them) need annotations
             present[:, len(TOKEN_TARGETS):] &= annotated[:, None]
+        if kovaleva:  # a category occurs where its words were found, even if none of their pieces is a token
+            present[:, len(TOKEN_TARGETS) : len(TOKEN_TARGETS) + n_words] = found
         return keys, present, piece_word, n_w, is_cls, annotated
 
     # -- streaming ---------------------------------------------------------------------------------
@@ -282,7 +371,8 @@ class AttentionTargets(Analysis):
         has = pw >= 0
         onehot[has.nonzero(as_tuple=True) + (pw[has],)] = 1.0
         word_cat = torch.zeros(B, n_word, n_w, dtype=torch.bool, device=dev)
-        if self.word_level:
+        kovaleva = self.word_categories == "kovaleva2019"
+        if self.word_level and not kovaleva:
             for b, item in enumerate(batch.items):
                 if annotated[b]:
                     cats = self._word_categories(item.index)
@@ -333,8 +423,13 @@ class AttentionTargets(Analysis):
         out[..., idx["max_sep"]] = torch.where(is_sep[:, None, :], col, neg_inf).amax(-1)
         if word_level:
             out[..., w0 : w0 + n_word] = share[..., n_tok : n_tok + n_word]
-            col_w = torch.einsum("sbht,btw->sbhw", col, onehot)  # attention each word receives
-            mx = torch.where(word_cat[:, None], col_w[..., None, :], neg_inf).amax(-1)  # [S, B, H, n_word]
+            if kovaleva:  # each piece is a target; no piece of the found words in the text: 0, as in their code
+                pieces = keys[:, n_tok : n_tok + n_word].bool()  # [B, n_word, T]
+                mx = torch.where(pieces[None, :, None], col[..., None, :], neg_inf).amax(-1)  # [S, B, H, n_word]
+                mx = torch.where(torch.isinf(mx), torch.zeros((), dtype=dt, device=dev), mx)
+            else:
+                col_w = torch.einsum("sbht,btw->sbhw", col, onehot)  # attention each word receives
+                mx = torch.where(word_cat[:, None], col_w[..., None, :], neg_inf).amax(-1)  # [S, B, H, n_word]
             out[..., m0 : m0 + n_word] = mx
         for m, cap in enumerate((batch.base, batch.tuned)):  # the [CLS] row of the last layer
             row = cap.attentions[L][torch.arange(B, device=dev), :, cls_pos, :].to(dt)  # [B, H, T]
@@ -410,7 +505,7 @@ def summary(tables: Mapping[str, pd.DataFrame]) -> str:
 
 def _build(config: CompareConfig, ctx: BuildContext) -> AttentionTargets:
     return AttentionTargets(ctx.corpus, ctx.tokenizer, ctx.num_layers, ctx.num_heads, punctuation=config.punctuation,
-                            entropy_smoothing=config.entropy_smoothing)
+                            entropy_smoothing=config.entropy_smoothing, word_categories=config.word_categories)
 
 
 SPEC = AnalysisSpec("attention_targets", _build, ("attention_targets",), needs=frozenset({"pos_tags"}), summary=summary)

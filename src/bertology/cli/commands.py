@@ -56,9 +56,11 @@ def compare_command(
     max_length: int = max_length_option(128, help="Max tokens per example, [CLS]/[SEP] included."),
     overlong: str = typer.Option("skip", "--overlong", help="What to do with longer examples: skip or truncate (counted either way)."),
     batch_size: int = batch_size_option(32, min=1),
-    conventions: str = typer.Option("bertology", "--conventions", help="Paper conventions preset: bertology, clark2019 or kovaleva2019 (README: Conventions)."),
+    conventions: str = typer.Option("bertology", "--conventions", help="Paper conventions preset: bertology, clark2019, kovaleva2019 or hewitt2019 (README: Paper conventions)."),
     punctuation: Optional[str] = typer.Option(None, "--punctuation", help="Punctuation tokens: unicode (bertology) or clark2019 ('.' and ','); default: the preset's."),
     attention_mode: Optional[str] = typer.Option(None, "--attention-mode", help="cropped: real tokens only (bertology); padded: Kovaleva's fixed-length maps; default: the preset's."),
+    word_categories: Optional[str] = typer.Option(None, "--word-categories", help="Word-category targets of attention_targets: bertology (whole words, UPOS) or kovaleva2019 (single pieces matched by string, their tag and negation lists); default: the preset's."),
+    probe_punctuation: Optional[str] = typer.Option(None, "--probe-punctuation", help="Words the probes' UUAS and root accuracy leave out: upos (UPOS PUNCT, bertology) or hewitt2019 (their PTB XPOS list); default: the preset's."),
     pad_length: int = typer.Option(200, "--pad-length", help="Length of the padded maps in --attention-mode padded."),
     rsa_tokens: int = typer.Option(2000, "--rsa-tokens", help="Size of the shared token sample for RSA/CKA.", min=4),
     spacy_model: Optional[str] = SPACY_MODEL_OPT,
@@ -124,6 +126,8 @@ def compare_command(
         conventions=conventions,
         punctuation=punctuation,  # type: ignore[arg-type]
         attention_mode=attention_mode,  # type: ignore[arg-type]
+        word_categories=word_categories,  # type: ignore[arg-type]
+        probe_punctuation=probe_punctuation,  # type: ignore[arg-type]
         pad_length=pad_length,
         rsa_tokens=rsa_tokens,
         spacy_model=spacy_model,

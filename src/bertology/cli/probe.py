@@ -72,6 +72,8 @@ def probe_command(
     device: str = DEVICE_OPT,
     out: Path = out_option(Path("runs/probe"), help="Run folder (tables/, figures/, partial/, manifest.json)."),
     overwrite: bool = overwrite_option(),
+    conventions: str = typer.Option("bertology", "--conventions", help="Paper conventions preset: bertology, clark2019, kovaleva2019 or hewitt2019 (README: Paper conventions); only probe_punctuation applies here."),
+    probe_punctuation: Optional[str] = typer.Option(None, "--probe-punctuation", help="Words UUAS and root accuracy leave out: upos (UPOS PUNCT, bertology) or hewitt2019 (their PTB XPOS list); default: the preset's."),
     keep_features: bool = typer.Option(False, "--keep-features", help="Keep the word features (partial/features/*.safetensors) after the run."),
     trust_remote_code: bool = TRUST_REMOTE_CODE_OPT,
     no_report: bool = no_report_option(),
@@ -80,6 +82,7 @@ def probe_command(
     from bertology.models.device import resolve_device
 
     resolve_device(device)  # a missing GPU is an error now, not after loading
+    from bertology.conventions import choose, record
     from bertology.experiments.probe import ProbeSettings, random_init_model, run_probes
     from bertology.models.loading import load_model
     from bertology.results import now_iso, read_table, write_table
@@ -89,6 +92,7 @@ def probe_command(
         rank=rank or None, layers=parse_layer_list(layers, "layer numbers (0 = embeddings)"), probes=_parse_probes(probes), epochs=epochs,
         batch_size=batch_size, extract_batch_size=extract_batch_size, lr=lr, patience=patience,
         seed=seed, device=device, max_length=max_length,
+        punctuation=choose(conventions, "probe_punctuation", probe_punctuation),
     )
     limit = max_sentences or None
     nlp_cache: dict = {}
@@ -123,6 +127,7 @@ def probe_command(
             "status": "running",
             "config": {"base": base, "tuned": tuned, "random_control": random_control, "train": train, "dev": dev,
                        "test": test, "max_sentences": max_sentences, "spacy_model": spacy_model, **settings.to_dict()},
+            "conventions": record(conventions, {"probe_punctuation": settings.punctuation}),
             "seed": seed,
             "device": device,
             "dtype": "float32",

@@ -9,7 +9,7 @@ Conventions of the parsed annotations:
 - **One unit per example.** The whole example text is parsed as one document even when spaCy splits
   it into several sentences; ``heads`` are 1-based word indices within the example, and every token
   whose spaCy head is itself (each sentence root) gets head 0, so an example may have several roots.
-- **Labels.** ``upos`` is ``token.pos_`` (Universal POS); ``deprels`` are spaCy's English (ClearNLP)
+- **Labels.** ``upos`` is ``token.pos_`` (Universal POS), ``xpos`` is ``token.tag_`` (PTB tags); ``deprels`` are spaCy's English (ClearNLP)
   labels, e.g. ``nsubj``, ``dobj``, ``neg``, ``pobj``, except that spaCy's ``ROOT`` is written ``root``
   as in UD. They are *not* UD v2 relations (UD has ``obj`` and no ``neg``).
 - **Words.** spaCy's tokens become the example's ``words``. Whitespace is collapsed before parsing and
@@ -61,15 +61,22 @@ def load_spacy(nlp_name: str | None = None):
         raise BertologyError(f"Could not load the spaCy pipeline {name!r} ({err}). {INSTALL_HINT}") from None
 
 
+def _space(t) -> bool:
+    return t.is_space or not t.text.strip()
+
+
+def doc_xpos(doc) -> tuple[str, ...]:
+    """The fine-grained tags (``token.tag_``, PTB for English) of the Doc's words, as :func:`doc_annotations` keeps them."""
+    return tuple(t.tag_ for t in doc if not _space(t))
+
+
 def doc_annotations(doc) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...], tuple[str, ...]]:
     """(words, upos, heads, deprels) of a spaCy Doc, as one unit: heads 1-based within the Doc, roots 0.
 
     Whitespace tokens are dropped; a token attached to one is re-attached to the first non-space
     ancestor (or becomes a root).
     """
-    def space(t) -> bool:
-        return t.is_space or not t.text.strip()
-
+    space = _space
     keep = [t.i for t in doc if not space(t)]
     new_index = {old: new for new, old in enumerate(keep)}
     words, upos, heads, deprels = [], [], [], []
@@ -122,14 +129,17 @@ def annotate(corpus: Corpus, nlp_name: str | None = None, batch_size: int = 64, 
         docs = nlp.pipe(inputs(), batch_size=batch_size)
         for i, doc in zip(todo, docs):
             words, upos, heads, deprels = doc_annotations(doc)
-            examples[i] = dataclasses.replace(examples[i], words=words, upos=upos, heads=heads, deprels=deprels)
+            examples[i] = dataclasses.replace(examples[i], words=words, upos=upos, heads=heads, deprels=deprels,
+                                              xpos=doc_xpos(doc))
         for i in pairs:
-            first, second = doc_annotations(next(docs)), doc_annotations(next(docs))
+            doc1, doc2 = next(docs), next(docs)
+            first, second = doc_annotations(doc1), doc_annotations(doc2)
             n1 = len(first[0])
             examples[i] = dataclasses.replace(
                 examples[i],
                 words=first[0] + second[0],
                 upos=first[1] + second[1],
+                xpos=doc_xpos(doc1) + doc_xpos(doc2),
                 heads=first[2] + tuple(h + n1 if h > 0 else 0 for h in second[2]),
                 deprels=first[3] + second[3],
                 n_first_words=n1,
@@ -140,7 +150,7 @@ def annotate(corpus: Corpus, nlp_name: str | None = None, batch_size: int = 64, 
             n_pairs_parsed=len(pairs),
             parser=f"spacy {__import__('spacy').__version__}",
             pipeline=f"{meta.get('lang', '?')}_{meta.get('name', '?')} {meta.get('version', '?')}",
-            scheme="upos=token.pos_; deprels=spaCy English labels (ROOT->root); heads 1-based per example, roots 0",
+            scheme="upos=token.pos_; xpos=token.tag_; deprels=spaCy English labels (ROOT->root); heads 1-based per example, roots 0",
             unit="whole example text (several sentences -> several roots); a pair's two texts parsed apart",
         )
     if n_pairs:

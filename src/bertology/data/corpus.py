@@ -17,7 +17,7 @@ from bertology.errors import BertologyError
 class Example:
     """One input: a sentence, or a pair; with an optional label and optional word-level annotations.
 
-    ``words``/``upos``/``heads``/``deprels`` come from CoNLL-U (or a parser). ``heads`` are 1-based word
+    ``words``/``upos``/``heads``/``deprels`` (and ``xpos``) come from CoNLL-U (or a parser). ``heads`` are 1-based word
     indices with 0 for the root, as in CoNLL-U. When ``words`` is set, the text is still tokenised as it
     is (the model reads its own tokens) and each token is given to the word holding its first character
     (:func:`bertology.data.encode.encode_example`).
@@ -35,6 +35,7 @@ class Example:
     heads: tuple[int, ...] | None = None
     deprels: tuple[str, ...] | None = None
     n_first_words: int | None = None
+    xpos: tuple[str, ...] | None = None  # language-specific tags (PTB for English: CoNLL-U XPOS, spaCy tag_)
 
 
 @dataclass

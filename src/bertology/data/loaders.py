@@ -627,6 +627,7 @@ def _read_conllu(path: Path, text: str) -> tuple[list[Example], dict]:
         stats["n_empty_nodes"] += sum(isinstance(t["id"], tuple) and t["id"][1] == "." for t in sent)
         words = tuple(t["form"] for t in tokens)
         upos = tuple(t["upos"] for t in tokens)
+        xpos = tuple(t["xpos"] or "_" for t in tokens)
         deprels = tuple(t["deprel"] for t in tokens)
         heads = None if n_missing else tuple(int(t["head"]) for t in tokens)
         if heads is None:
@@ -637,6 +638,7 @@ def _read_conllu(path: Path, text: str) -> tuple[list[Example], dict]:
                 text=sentence,
                 words=words,
                 upos=None if all(u == "_" for u in upos) else upos,
+                xpos=None if all(x == "_" for x in xpos) else xpos,
                 heads=heads,
                 deprels=None if heads is None or all(d == "_" for d in deprels) else deprels,
             )

@@ -24,8 +24,9 @@ How it runs:
    Initial weights are drawn per probe from a generator seeded by ``seed`` and the probe's name;
    batches are reshuffled every epoch with a generator seeded by ``seed`` and the epoch.
 3. **Scores** on dev and test with each probe's best weights: UUAS and DSpr (distance), root accuracy
-   and NSpr (depth), as defined in :mod:`bertology.metrics.trees` (punctuation, UPOS ``PUNCT``, left
-   out of UUAS and root accuracy only).
+   and NSpr (depth), as defined in :mod:`bertology.metrics.trees` (punctuation left out of UUAS and
+   root accuracy only: UPOS ``PUNCT`` by default; with ``punctuation="hewitt2019"`` the PTB XPOS tags
+   of Hewitt & Manning's ``reporter.py``, :data:`HEWITT_PUNCT_XPOS`).
 
 Choices (recorded in the result's params): ``rank`` defaults to 128, which Hewitt & Manning found
 enough for BERT (their effective rank saturates at 64-128; they trained full rank). It is capped at
@@ -50,6 +51,7 @@ import pandas as pd
 import torch
 
 from bertology.config import CompareConfig
+from bertology.conventions import choose
 from bertology.data.corpus import Corpus, Example
 from bertology.errors import BertologyError
 from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec, jsonable
@@ -63,6 +65,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 TABLE = "probe"
+#: The punctuation rules of UUAS and root accuracy (``probe_punctuation`` convention, :mod:`bertology.conventions`).
+PUNCTUATION_RULES = ("upos", "hewitt2019")
+#: The XPOS tags Hewitt & Manning's reporter.py leaves out of UUAS and root accuracy (prims_matrix_to_edges,
+#: get_nopunct_argmin); HYPH, NFP, SYM, $ and # words stay in.
+HEWITT_PUNCT_XPOS = ("''", ",", ".", ":", "``", "-LRB-", "-RRB-")
 KINDS = ("distance", "depth")
 COLUMNS = ["model", "layer", "probe", "split", "uuas", "dspr", "root_acc", "nspr", "loss", "n_sentences",
            "rank", "epochs", "best_epoch", "best_dev_loss"]
@@ -90,6 +97,7 @@ class ProbeSettings:
     device: str = "cpu"
     max_length: int = 512  # longer sentences (in tokens, [CLS]/[SEP] included) are skipped and counted
     punct_upos: tuple[str, ...] = ("PUNCT",)  # left out of UUAS and root accuracy
+    punctuation: str = "upos"  # upos: punct_upos; hewitt2019: XPOS in HEWITT_PUNCT_XPOS (the probe_punctuation convention)
     init_scale: float = 0.05  # initial weights ~ U(-init_scale, init_scale), as Hewitt & Manning
 
     def __post_init__(self) -> None:
@@ -104,6 +112,8 @@ class ProbeSettings:
                 raise BertologyError(f"{name} must be at least 1, not {getattr(self, name)}.")
         if self.patience < 1 or self.lr_patience < 0:
             raise BertologyError("patience must be >= 1 and lr_patience >= 0.")
+        if self.punctuation not in PUNCTUATION_RULES:
+            raise BertologyError(f"Unknown probe punctuation {self.punctuation!r}; choose from: {', '.join(PUNCTUATION_RULES)}.")
         if not 0 < self.dev_fraction < 1:
             raise BertologyError(f"dev_fraction must be in (0, 1), not {self.dev_fraction}.")
         if self.layers is not None:
@@ -186,11 +196,17 @@ def ensure_trees(corpus: Corpus, *, spacy_model: str | None = None, nlp=None) ->
     return annotate(corpus, nlp_name=spacy_model, nlp=nlp)
 
 
-def tree_set(corpus: Corpus, *, punct_upos: Sequence[str] = ("PUNCT",), name: str | None = None) -> TreeSet:
-    """Gold trees of a corpus (see :func:`ensure_trees`); sentences that are not one tree are dropped and counted."""
+def tree_set(corpus: Corpus, *, punct_upos: Sequence[str] = ("PUNCT",), name: str | None = None,
+             punctuation: str = "upos") -> TreeSet:
+    """Gold trees of a corpus (see :func:`ensure_trees`); sentences that are not one tree are dropped and counted.
+
+    ``punctuation`` says which words UUAS and root accuracy leave out: ``upos`` (UPOS in ``punct_upos``)
+    or ``hewitt2019`` (XPOS in :data:`HEWITT_PUNCT_XPOS`); a sentence without those tags keeps every word.
+    """
     words, heads, keep, dist, depth, texts = [], [], [], [], [], []
     n_not_tree = n_no_upos = 0
-    punct = set(punct_upos)
+    hewitt = punctuation == "hewitt2019"
+    punct = set(HEWITT_PUNCT_XPOS if hewitt else punct_upos)
     for ex in corpus:
         if ex.heads is None or ex.words is None:
             raise BertologyError(f"{corpus.source}: an example has no words/heads; run ensure_trees first.")
@@ -202,14 +218,19 @@ def tree_set(corpus: Corpus, *, punct_upos: Sequence[str] = ("PUNCT",), name: st
         words.append(tuple(ex.words))
         texts.append(ex.text)
         heads.append(h)
-        if ex.upos is None:
+        tags = ex.xpos if hewitt else ex.upos
+        if tags is None:
             n_no_upos += 1
             keep.append(np.ones(len(h), dtype=bool))
         else:
-            keep.append(np.array([u not in punct for u in ex.upos], dtype=bool))
+            keep.append(np.array([u not in punct for u in tags], dtype=bool))
         dist.append(tree_distances(h))
         depth.append(tree_depths(h))
-    stats = {"n_input": len(corpus), "n_not_single_tree": n_not_tree, "n_without_upos": n_no_upos}
+    stats = {"n_input": len(corpus), "n_not_single_tree": n_not_tree,
+             ("n_without_xpos" if hewitt else "n_without_upos"): n_no_upos}
+    if n_no_upos and hewitt:
+        logger.warning("%s: %d sentence(s) have no %s tags; their punctuation is scored", corpus.name, n_no_upos,
+                       "XPOS" if hewitt else "UPOS")
     if n_not_tree:
         logger.warning("%s: %d sentence(s) are not a single tree (e.g. several roots) and were dropped",
                        corpus.name, n_not_tree)
@@ -810,12 +831,13 @@ def run_probes(
 
     # data
     punct = settings.punct_upos
-    train_t = tree_set(ensure_trees(train, spacy_model=spacy_model), punct_upos=punct, name="train")
-    test_t = tree_set(ensure_trees(test, spacy_model=spacy_model), punct_upos=punct, name="test")
+    rule = settings.punctuation
+    train_t = tree_set(ensure_trees(train, spacy_model=spacy_model), punct_upos=punct, name="train", punctuation=rule)
+    test_t = tree_set(ensure_trees(test, spacy_model=spacy_model), punct_upos=punct, name="test", punctuation=rule)
     if dev is None:
         train_t, dev_t = split_dev(train_t, settings.dev_fraction, settings.seed)
     else:
-        dev_t = tree_set(ensure_trees(dev, spacy_model=spacy_model), punct_upos=punct, name="dev")
+        dev_t = tree_set(ensure_trees(dev, spacy_model=spacy_model), punct_upos=punct, name="dev", punctuation=rule)
     toks = []
     for _, tok, _ in unpacked.values():
         if all(tok is not t for t in toks):
@@ -894,7 +916,8 @@ def run_probes(
         "n_probes": len(keys),
         "layers": {m: list(ls) for m, ls in layer_numbers.items()},
         "pooling": "mean of sub-word pieces",
-        "punctuation": f"UPOS in {list(punct)} left out of UUAS and root accuracy; DSpr/NSpr use every word",
+        "punctuation": (f"XPOS in {list(HEWITT_PUNCT_XPOS)} (Hewitt & Manning's reporter.py)" if rule == "hewitt2019"
+                        else f"UPOS in {list(punct)}") + " left out of UUAS and root accuracy; DSpr/NSpr use every word",
         "spearman_lengths": [5, 50],
         "models": {name: desc for name, (_, _, desc) in unpacked.items()},
         "data": {s: {"n_sentences": len(ts), "n_words": ts.n_words, **ts.stats} for s, ts in splits.items()},
@@ -918,8 +941,9 @@ def run_probes(
 
 def settings_from(config: CompareConfig) -> ProbeSettings:
     """The structural probes' settings inside ``compare``."""
+    punctuation = choose(config.conventions, "probe_punctuation", config.probe_punctuation)
     return ProbeSettings(rank=config.probe_rank or None, epochs=config.probe_epochs, seed=config.seed, device=config.device,
-                         extract_batch_size=config.batch_size)
+                         extract_batch_size=config.batch_size, punctuation=punctuation)
 
 
 def _probe_corpus(path: str | None, limit: int | None) -> Corpus | None:

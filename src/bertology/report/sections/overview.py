@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from bertology.conventions import CONVENTIONS
 from bertology.report.format import flatten, fmt_value, humanize, mapping
 from bertology.report.sections.base import Section, SectionInput
 
@@ -134,6 +135,33 @@ def _settings(manifest: Mapping[str, Any]) -> list[dict]:
     return settings
 
 
+def _conventions(manifest: Mapping[str, Any]) -> dict | None:
+    """The manifest's paper conventions: the preset, then each convention's value, the paper it reproduces and
+    the tables it changes (from the record; older records without tables fall back to :data:`CONVENTIONS`),
+    each marked by whether this run wrote it."""
+    record = mapping(manifest.get("conventions"))
+    if not record:
+        return None
+    known = {c.field: c for c in CONVENTIONS}
+    listed = manifest.get("tables")
+    in_run = set(listed) if isinstance(listed, list) else None  # None: unknown, show every table as used
+    rows = []
+    for field, entry in record.items():
+        if field == "preset":
+            continue
+        entry, conv = mapping(entry), known.get(field)
+        rows.append({
+            "field": field,
+            "what": conv.what if conv else "",
+            "value": fmt_value(entry.get("value")),
+            "source": fmt_value(entry.get("source")),
+            "tables": [{"name": t, "in_run": in_run is None or t in in_run}
+                       for t in entry.get("tables") or (conv.tables if conv else ())],
+            "paper": conv is not None and entry.get("value") != conv.default,
+        })
+    return {"preset": fmt_value(record.get("preset")), "rows": rows}
+
+
 def overview(manifest: Mapping[str, Any], listing: list[dict], warnings: list[str], derived: list[dict]) -> dict:
     """The overview's dict: the manifest's summary first, then the sections' headline cards (``derived``)."""
     model_names, model_rows = _model_rows(manifest)
@@ -150,6 +178,7 @@ def overview(manifest: Mapping[str, Any], listing: list[dict], warnings: list[st
         "model_rows": model_rows,
         "data_rows": _data_rows(manifest),
         "settings": _settings(manifest),
+        "conventions": _conventions(manifest),
         "summary": summary + derived,
         "packages": packages,
         "warnings": [fmt_value(w) if not isinstance(w, str) else w for w in raw_warnings] + warnings,
