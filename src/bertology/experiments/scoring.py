@@ -81,7 +81,7 @@ def make_batches(
     dev = torch.device(device)
     task = task or get_task("classification")
     position = {id(it): i for i, it in enumerate(encoded.items)}
-    y = np.array([label_ids[it.index] for it in encoded.items], dtype=np.float32 if task.target_dtype.is_floating_point else np.int64)
+    y = _by_item(label_ids, encoded, task)
     inputs, positions, masks, labels = [], [], [], []
     for items in length_batches(encoded.items, batch_size):
         t = collate(items, pad_id)
@@ -92,8 +92,18 @@ def make_batches(
         inputs.append(d)
         positions.append(pos)
         masks.append(t["mask"].to(dev))
-        labels.append(torch.from_numpy(y[pos]).to(dev))
+        labels.append(task.collate_targets(items, [y[p] for p in pos]).to(dev))
     return Batches(inputs, positions, masks, labels, y, len(encoded.items), task)
+
+
+def _by_item(targets: np.ndarray | Sequence, encoded: EncodedCorpus, task: Task) -> np.ndarray:
+    """Each encoded item's target (corpus order -> item order): numbers, or an object array of per-word arrays."""
+    picked = [targets[it.index] for it in encoded.items]
+    if picked and isinstance(picked[0], np.ndarray):  # token-level targets: ragged per example
+        out = np.empty(len(picked), dtype=object)
+        out[:] = picked
+        return out
+    return np.array(picked, dtype=np.float32 if task.target_dtype.is_floating_point else np.int64)
 
 
 @dataclass(frozen=True)
@@ -199,7 +209,8 @@ def fingerprint_of(model: torch.nn.Module, batches: Batches, settings: dict) -> 
         for k in sorted(inp):
             digest.update(inp[k].cpu().numpy().tobytes())
         digest.update(pos.tobytes())
-    digest.update(batches.y.tobytes())
+    for lab in batches.labels:  # the targets as the model is scored on them (ragged token targets included)
+        digest.update(lab.cpu().numpy().tobytes())
     digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
     return digest.hexdigest()[:16]
 

@@ -13,13 +13,15 @@ values and the paired-bootstrap intervals, and the intervals of every task are m
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from bertology.data.corpus import Corpus
+from bertology.data.encode import EncodedExample
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,15 @@ class Task(ABC):
     @abstractmethod
     def targets(self, corpus: Corpus, model: torch.nn.Module, what: str = "data") -> np.ndarray:
         """Each example's target in the model's terms (corpus order), or one clear error."""
+
+    def collate_targets(self, items: Sequence[EncodedExample], targets: Sequence[Any]) -> torch.Tensor:
+        """The target tensor of one batch of encoded ``items`` (padded to the batch's longest), from each
+        item's target (``targets[i]`` belongs to ``items[i]``).
+
+        Sequence-level tasks stack one target per example; token-level tasks override this to place each
+        word's target on the word's pieces (``EncodedExample.word_ids``), -100 elsewhere.
+        """
+        return torch.as_tensor(np.asarray(targets), dtype=self.target_dtype)
 
     @abstractmethod
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:

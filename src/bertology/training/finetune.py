@@ -115,16 +115,17 @@ class _Batch:
 
 
 def _collate(
-    items: Sequence[EncodedExample], label_ids: np.ndarray, pad_id: int, use_token_types: bool, device: torch.device
+    items: Sequence[EncodedExample], label_ids: np.ndarray, pad_id: int, use_token_types: bool, device: torch.device,
+    task: Task,
 ) -> _Batch:
-    """Pad one batch to its own longest sequence (the extraction engine's collate) and attach labels."""
+    """Pad one batch to its own longest sequence (the extraction engine's collate) and attach the task's targets."""
     t = collate(items, pad_id)
     index = np.array([it.index for it in items], dtype=np.int64)
     return _Batch(
         input_ids=t["input_ids"].to(device),
         attention_mask=t["attention_mask"].to(device),
         token_type_ids=t["token_type_ids"].to(device) if use_token_types else None,
-        labels=torch.from_numpy(label_ids[index]).to(device),
+        labels=task.collate_targets(items, [label_ids[i] for i in index]).to(device),
         index=index,
     )
 
@@ -159,7 +160,7 @@ def _evaluate(
     try:
         with torch.inference_mode():
             for items in length_batches(enc.items, batch_size):
-                batch = _collate(items, label_ids, pad_id, use_token_types, device)
+                batch = _collate(items, label_ids, pad_id, use_token_types, device, task)
                 for k, v in task.record(_forward(model, batch), batch.labels).items():
                     if k not in records:
                         records[k] = np.full(len(label_ids), -1 if v.dtype.kind in "iu" else np.nan, dtype=v.dtype)
@@ -294,7 +295,7 @@ class HeadTask:
 
     def loss(self, model: torch.nn.Module, indices: list[int]) -> torch.Tensor:
         items = [self.enc_train.items[i] for i in indices]
-        batch = _collate(items, self.y_train, self.pad_id, self.use_token_types, self.device)
+        batch = _collate(items, self.y_train, self.pad_id, self.use_token_types, self.device, self.task)
         return self.task.loss(_forward(model, batch), batch.labels)
 
     def evaluate(self, model: torch.nn.Module) -> tuple[dict, list[dict]]:
