@@ -38,6 +38,8 @@ def test_finetune_chooses_regression_and_saves_a_one_output_regressor(run):
     assert manifest["result"]["task"] == "regression"
     assert manifest["result"]["task_choice"].startswith("auto: numeric labels with decimals")
     assert manifest["result"]["split"]["strata"] == "quintiles of the target"
+    # the fresh head starts at the mean of the training targets (the scores left after the held-out split)
+    assert manifest["result"]["head_bias_start"] == pytest.approx(manifest["result"]["targets"]["train"]["mean"])
     table = pd.read_parquet(root / "ft" / "tables" / "finetune.parquet")
     assert {"pearson", "spearman", "mse"} <= set(table[table["split"] == "eval"]["metric"])
     preds = pd.read_parquet(root / "ft" / "tables" / "finetune_predictions.parquet")

@@ -124,3 +124,23 @@ def test_the_summary_speaks_the_regression_metrics(reg, data):
     intact_line = next(line for line in text.splitlines() if line.startswith("intact:"))
     assert intact_line.startswith("intact: pearson ") and ", spearman " in intact_line and ", mse " in intact_line
     assert "accuracy" not in text
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert"])
+def test_a_fresh_regression_head_starts_at_the_targets_mean(model_type, tmp_path):
+    """BERT's head is one Linear (``classifier``); RoBERTa's ends in ``classifier.out_proj`` after a dense layer."""
+    from transformers import AutoModelForSequenceClassification
+
+    from bertology.testing import tiny_family_config
+    from bertology.testing_tokenizers import tiny_tokenizer
+    from bertology.training.finetune import _start_at_the_mean
+
+    kind = {"bert": "wordpiece", "roberta": "bpe", "distilbert": "wordpiece"}[model_type]
+    cfg = tiny_family_config(model_type, tiny_tokenizer(kind, tmp_path), num_labels=1, problem_type="regression")
+    model = AutoModelForSequenceClassification.from_config(cfg)
+    assert _start_at_the_mean(model, 2.75) == 2.75
+    ids = torch.tensor([[1, 5, 6, 2]])
+    with torch.no_grad():
+        heads = [m for n, m in model.named_modules() if n.startswith("classifier") and isinstance(m, torch.nn.Linear)]
+        heads[-1].weight.zero_()  # with the last weights at zero the output is the bias alone
+        assert model(input_ids=ids).logits.item() == pytest.approx(2.75, abs=1e-6)

@@ -236,6 +236,24 @@ def _load_regressor(config: FinetuneConfig):
     return loaded, reused_head
 
 
+def _start_at_the_mean(model: torch.nn.Module, mean: float) -> float | None:
+    """Set a fresh regression head's output bias to the training targets' mean; return it.
+
+    A fresh head predicts about 0, so on targets such as STS-B's 0-5 scores (mean ~2.7) the first
+    hundred steps only move the bias to the mean; starting there, training begins at the targets'
+    variance and goes straight to what the encoder can tell. The output layer is the head's last
+    one-output ``Linear`` (``classifier`` in BERT, ``classifier.out_proj`` in RoBERTa-style heads).
+    """
+    heads = [m for name, m in model.named_modules()
+             if name.startswith("classifier") and isinstance(m, torch.nn.Linear) and m.out_features == 1]
+    if not heads or heads[-1].bias is None:
+        logger.info("regression head: no one-output layer with a bias found; it starts as initialised")
+        return None
+    with torch.no_grad():
+        heads[-1].bias.fill_(mean)
+    return mean
+
+
 def _load_classifier(config: FinetuneConfig, labels: list[str]):
     """Load the model with a ``len(labels)``-way head and decide the label -> id mapping.
 
@@ -436,7 +454,9 @@ def finetune(
 
     if regression:
         y_train, y_eval = regression_targets(train, "training data"), regression_targets(eval_corpus, "eval data")
+        head_start = None if reused_head else _start_at_the_mean(model, float(y_train.mean()))
     else:
+        head_start = None
         y_train = np.array([label2id[lab] for lab in train_labels], dtype=np.int64)
         y_eval = np.array([label2id[lab] for lab in eval_labels], dtype=np.int64)
     overlong = config.data.overlong
@@ -498,7 +518,8 @@ def finetune(
         "eval_slices": slicing,
         **outcome_record(config, metric, outcome),
         "tokenisation": {"train": enc_train.describe(), "eval": enc_eval.describe()},
-        **({"targets": {"train": _target_stats(y_train), "eval": _target_stats(y_eval)}} if regression else {
+        **({"targets": {"train": _target_stats(y_train), "eval": _target_stats(y_eval)},
+            "head_bias_start": head_start} if regression else {
             "label_counts": {
                 "train": {str(lab): int(c) for lab, c in zip(*np.unique(train_labels, return_counts=True))},
                 "eval": {str(lab): int(c) for lab, c in zip(*np.unique(eval_labels, return_counts=True))},
