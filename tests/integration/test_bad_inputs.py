@@ -8,12 +8,13 @@ import json
 import os
 import shutil
 
+import pandas as pd
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from bertology.testing import SENTENCES, save_tiny_bert
-from cli_checks import invoke, runner  # noqa: E402
+from cli_checks import assert_user_error, invoke, runner  # noqa: E402
 
 from bertology.cli import app
 
@@ -158,3 +159,112 @@ def test_spacy_parses_of_several_sentences_are_not_reported_as_broken_trees(iden
                   corpus=Corpus.from_list(["the cat sat . the dog ran ."]), report=False)
     assert any("spaCy" in w for w in run.manifest["warnings"])  # it was parsed ...
     assert not any("do not form one tree" in w for w in run.manifest["warnings"])  # ... and not called broken
+
+
+# --------------------------------------------------------------------------------------------------
+# over-long inputs: the limit is the model's, whatever --max-length says (issue 19, first row)
+
+#: Position table sizes of the tiny models: BERT uses all 64 rows, RoBERTa reserves the rows up to its
+#: pad id (1), so both take at most 64 tokens.
+POSITIONS = {"bert": 64, "roberta": 66}
+LIMIT = 64
+N_LONG = 2
+
+
+def _flat_conllu(sentences) -> str:
+    """Each word headed by the one before (a chain): a valid tree for any sentence."""
+    blocks = []
+    for s in sentences:
+        rows = [f"# text = {s}"] + ["\t".join([str(i), w, w, "X", "_", "_", str(i - 1), "root" if i == 1 else "dep",
+                                               "_", "_"]) for i, w in enumerate(s.split(), 1)]
+        blocks.append("\n".join(rows))
+    return "\n\n".join(blocks) + "\n\n"
+
+
+@pytest.fixture(scope="module", params=list(POSITIONS))
+def short_model(request, tmp_path_factory):
+    """(family, classifier folder whose position table holds 64 usable rows, labelled CSV, CoNLL-U), with
+    ``N_LONG`` examples of each file longer than 64 tokens."""
+    from bertology.testing import TINY_WORDS, save_tiny_family
+    from bertology.testing_tokenizers import tiny_tokenizer
+
+    family = request.param
+    root = tmp_path_factory.mktemp(f"short-{family}")
+    tok = tiny_tokenizer("bpe", root / "tok") if family == "roberta" else None
+    model = save_tiny_family(root / "model", family, tokenizer=tok, classifier=True,
+                             max_position_embeddings=POSITIONS[family])
+    long = [" ".join(TINY_WORDS[k : k + 70]) for k in range(N_LONG)]  # > 70 tokens with either tokenizer
+    texts = list(SENTENCES) + long
+    data = root / "d.csv"
+    pd.DataFrame({"text": texts, "label": [i % 2 for i in range(len(texts))]}).to_csv(data, index=False)
+    trees = root / "t.conllu"
+    trees.write_text(_flat_conllu(texts), encoding="utf-8")
+    return family, model, data, trees
+
+
+def _limit_and_count(command: str, manifest: dict) -> tuple[list[int], int]:
+    """The limits the run used (one per encoding) and how many examples it skipped or truncated."""
+    if command == "compare":
+        enc = [manifest["data"]["encoding"]]
+        return [e["max_length"] for e in enc], sum(e["n_skipped_overlong"] + e["n_truncated"] for e in enc)
+    if command == "ablate":
+        enc = [manifest["result"]["tokenisation"]]
+        return [e["max_length"] for e in enc], sum(e["n_truncated"] for e in enc)
+    if command == "finetune":
+        enc = list(manifest["result"]["tokenisation"].values())
+        return [e["max_length"] for e in enc], sum(e["n_truncated"] for e in enc)
+    splits = manifest["probe"]["data"]
+    # train and dev come from one file (dev held out of train), the test split is the same file again
+    return [s["max_length"] for s in splits.values()], sum(s["n_over_max_length"] for s in splits.values())
+
+
+OVERLONG_RUNS = {
+    "compare": lambda m, d, t: ["compare", "--base", m, "--tuned", m, "--data", d, "--no-report",
+                                "--analyses", "attention_change,ablation", "--ablation-bootstrap", "10"],
+    "ablate": lambda m, d, t: ["ablate", "--model", m, "--data", d, "--no-report", "--bootstrap", "10"],
+    "probe": lambda m, d, t: ["probe", "--base", m, "--train", t, "--test", t, "--no-report", "--epochs", "1",
+                              "--no-random-control"],
+    "finetune": lambda m, d, t: ["finetune", "--model", m, "--data", d, "--no-report", "--epochs", "1"],
+}
+
+
+@pytest.mark.parametrize("max_length", [None, 512], ids=["default", "max-length-512"])
+@pytest.mark.parametrize("command", list(OVERLONG_RUNS))
+def test_over_long_inputs_follow_the_model_position_limit(short_model, command, max_length, tmp_path):
+    """Inputs longer than the model's 64 positions are skipped or truncated by the command's policy and
+    counted, with the 64 in the manifest, under the default --max-length and under 512: no index error."""
+    family, model, data, trees = short_model
+    out = tmp_path / "run"
+    extra = [] if max_length is None else ["--max-length", max_length]
+    result = invoke(*OVERLONG_RUNS[command](model, data, trees), "--out", out, *extra)
+    assert result.exit_code == 0, result.output
+    limits, n_counted = _limit_and_count(command, json.loads((out / "manifest.json").read_text()))
+    assert set(limits) == {LIMIT}
+    assert n_counted == (2 * N_LONG if command == "probe" else N_LONG)
+
+
+def test_compare_truncates_over_long_inputs_to_the_model_limit_when_asked(short_model, tmp_path):
+    _, model, data, _ = short_model
+    out = tmp_path / "run"
+    result = invoke("compare", "--base", model, "--tuned", model, "--data", data, "--no-report", "--out", out,
+                    "--analyses", "attention_change", "--max-length", 512, "--overlong", "truncate")
+    assert result.exit_code == 0, result.output
+    encoding = json.loads((out / "manifest.json").read_text())["data"]["encoding"]
+    assert (encoding["max_length"], encoding["n_truncated"], encoding["n_skipped_overlong"]) == (LIMIT, N_LONG, 0)
+    assert encoding["n_kept"] == len(SENTENCES) + N_LONG
+
+
+def test_view_refuses_a_text_beyond_the_model_position_limit(short_model, tmp_path):
+    """A text just over the usable positions (RoBERTa: within max_position_embeddings, past the pad offset)."""
+    from transformers import AutoTokenizer
+
+    family, model, _, _ = short_model
+    tok = AutoTokenizer.from_pretrained(model)
+    words = " ".join(SENTENCES * 3).split()
+    text = next(t for t in (" ".join(words[:n]) for n in range(1, len(words)))
+                if LIMIT < len(tok(t)["input_ids"]) <= LIMIT + 2)  # RoBERTa: <= its 66 max_position_embeddings
+    n = len(tok(text)["input_ids"])
+    for extra in ([], ["--max-length", 512]):
+        result = invoke("view", text, "--model", model, "--out", tmp_path / "v.html", *extra)
+        assert_user_error(result, f"The text is {n} tokens long", f"accepts at most {LIMIT} (its position limit)")
+        assert not (tmp_path / "v.html").exists()
