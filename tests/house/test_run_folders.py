@@ -123,32 +123,55 @@ def test_the_report_shows_only_the_tables_its_manifest_lists(tmp_path):
     assert any("not in this run's manifest" in w for w in ctx["overview"]["warnings"])
 
 
-def test_an_interrupted_compare_resumes_from_its_finished_tables(identical_pair, tmp_path, monkeypatch):
-    """Stopped after the streaming pass (as a kill between stages would), the same command reuses its tables."""
-    import bertology.pipeline as pipeline
-    from bertology.config import CompareConfig, DataConfig
+@pytest.fixture(scope="module")
+def classifier_pair(tmp_path_factory):
+    from bertology.testing import tiny_bert_pair
+
+    return tiny_bert_pair(tmp_path_factory.mktemp("classifier"), classifier=True)
+
+
+def _labelled():
     from bertology.data.corpus import Corpus
     from bertology.testing import SENTENCES
 
-    config = CompareConfig(base=str(identical_pair[0]), tuned=str(identical_pair[1]), data=DataConfig(path=""),
-                           out=str(tmp_path / "run"), analyses=("attention_change", "ablation"), view_examples=0)
-    corpus = Corpus.from_list(SENTENCES)
+    return Corpus.from_list(SENTENCES, labels=[i % 2 for i in range(len(SENTENCES))])
+
+
+def test_an_interrupted_compare_resumes_from_its_finished_tables(classifier_pair, tmp_path, monkeypatch):
+    """Stopped after the streaming pass (as a kill between stages would), the same command reuses its tables."""
+    import bertology.pipeline as pipeline
+    from bertology.config import CompareConfig, DataConfig
+
+    config = CompareConfig(base=str(classifier_pair[0]), tuned=str(classifier_pair[1]), data=DataConfig(path=""),
+                           out=str(tmp_path / "run"), analyses=("attention_change", "ablation"), view_examples=0,
+                           ablation_bootstrap=10)
 
     def stop(*_a, **_k):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(pipeline, "_experiment", stop)
     with pytest.raises(KeyboardInterrupt):
-        pipeline.compare(config, corpus=corpus, report=False)
+        pipeline.compare(config, corpus=_labelled(), report=False)
     m = _manifest(tmp_path / "run")
     table = tmp_path / "run/tables/attention_change.parquet"
     assert m["status"] == "interrupted" and table.exists()
     written = table.stat().st_mtime_ns
     monkeypatch.undo()
-    with pytest.raises(BertologyError, match="Cannot run the ablation of the tuned classifier"):
-        pipeline.compare(config, corpus=corpus, report=False)  # resumes, then refuses what it cannot run
-    assert _manifest(tmp_path / "run")["status"] == "failed"
+    run = pipeline.compare(config, corpus=_labelled(), report=False)  # the same command resumes
+    assert run.manifest["status"] == "complete" and run.resumed == ["attention_change"]
     assert table.stat().st_mtime_ns == written  # the finished table was reused, not recomputed
+    assert (tmp_path / "run/tables/ablation.parquet").exists()
+
+
+def test_a_named_experiment_that_cannot_run_is_refused_before_any_work(identical_pair, tmp_path):
+    """The ablation of an encoder without a classifier is refused before the streaming pass, not after it."""
+    from bertology.config import CompareConfig, DataConfig
+    from bertology.pipeline import compare
+
+    config = CompareConfig(base=str(identical_pair[0]), tuned=str(identical_pair[1]), data=DataConfig(path=""),
+                           out=str(tmp_path / "run"), analyses=("attention_change", "ablation"), view_examples=0)
+    with pytest.raises(BertologyError, match="Cannot run the ablation of the tuned classifier: the tuned model has no"):
+        compare(config, corpus=_labelled(), report=False)
+    assert not (tmp_path / "run").exists()  # nothing written, no run folder to clean up
     fixed = CompareConfig(**{**config.__dict__, "analyses": ("attention_change",)})
-    run = pipeline.compare(fixed, corpus=corpus, report=False)  # a corrected command replaces the failed run
-    assert run.manifest["status"] == "complete" and run.resumed == []
+    assert compare(fixed, corpus=_labelled(), report=False).manifest["status"] == "complete"

@@ -775,7 +775,7 @@ def skip_reason(ctx: ExperimentContext) -> str | None:
     if not ctx.pair.tuned.is_classifier:
         return "the tuned model has no classification head"
     if not any(ex.label is not None for ex in ctx.corpus):
-        return "the data has no labels (name the label column with --label-column)"
+        return f"{ctx.corpus.source} has no labels (name the label column with --label-column)"
     try:
         check_classifier(ctx.pair.tuned.model, name="The tuned model")
         label_ids_for(ctx.corpus, ctx.pair.tuned.model)
