@@ -149,3 +149,104 @@ def test_a_killed_finetune_resumes_from_its_checkpoint_with_the_same_weights(set
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
     cols = ["step", "split", "metric", "value"]
     pd.testing.assert_frame_equal(_tables(out)["finetune"][cols], _tables(tmp_path / "full")["finetune"][cols])
+
+
+# --------------------------------------------------------------------------------------------------
+# probe: killed while extracting word features, or between training epochs
+
+
+def _chain_conllu(sentences: list[str]) -> str:
+    """Each word headed by the one before: a valid tree for any sentence."""
+    blocks = []
+    for s in sentences:
+        rows = [f"# text = {s}"] + ["\t".join([str(i), w, w, "PUNCT" if w in ".,!?" else "X", "_", "_", str(i - 1),
+                                               "root" if i == 1 else "dep", "_", "_"]) for i, w in enumerate(s.split(), 1)]
+        blocks.append("\n".join(rows))
+    return "\n\n".join(blocks) + "\n\n"
+
+
+@pytest.fixture(scope="module")
+def trees(setup):
+    folder = setup[0]
+    path = folder / "trees.conllu"
+    n = len(SENTENCES)
+    path.write_text(_chain_conllu([SENTENCES[i % n] + " " + SENTENCES[(3 * i + 1) % n] for i in range(240)]),
+                    encoding="utf-8")
+    return path
+
+
+def _probe_args(base, tuned, trees, out) -> list[str]:
+    return ["probe", "--base", str(base), "--tuned", str(tuned), "--train", str(trees), "--test", str(trees),
+            "--out", str(out), "--epochs", "6", "--patience", "6", "--rank", "8", "--extract-batch-size", "8",
+            "--no-report"]
+
+
+def _probe_epochs(partial: Path) -> int:
+    """Epochs finished so far, read from the probes' training checkpoint in ``partial`` (0 when there is none yet)."""
+    import torch
+
+    try:
+        checkpoint = next(partial.glob("**/probe-training.pt"))
+        return int(torch.load(checkpoint, weights_only=False)["state"]["epoch"])
+    except StopIteration:
+        return 0
+    except (OSError, EOFError, KeyError, RuntimeError):
+        return 0
+
+
+@pytest.fixture(scope="module")
+def probe_reference(setup, trees):
+    folder, base, tuned, _ = setup
+    full = _run(_probe_args(base, tuned, trees, folder / "probe-uninterrupted"))
+    assert full.returncode == 0, full.stderr
+    return _tables(folder / "probe-uninterrupted")
+
+
+@pytest.mark.parametrize("point", ["feature extraction", "training"])
+def test_a_killed_probe_resumes_and_ends_with_the_same_table(setup, trees, probe_reference, point, tmp_path):
+    _, base, tuned, _ = setup
+    out = tmp_path / "cut"
+    args = _probe_args(base, tuned, trees, out)
+    features = out / "partial" / "features"
+    if point == "feature extraction":
+        _kill_when(args, lambda: len(list(features.glob("*.safetensors"))) >= 1)
+        assert 1 <= len(list(features.glob("*.safetensors"))) < 9  # 3 splits x (base, tuned, random control)
+        assert not (out / "partial" / "probe-training.pt").exists()
+    else:
+        _kill_when(args, lambda: _probe_epochs(out / "partial") >= 2)
+        assert 2 <= _probe_epochs(out / "partial") < 6
+    assert _status(out) == "running" and not (out / "tables").exists()
+    again = _run(args)
+    assert again.returncode == 0, again.stderr
+    assert "resuming the run" in again.stdout + again.stderr
+    assert _status(out) == "complete"
+    tables = _tables(out)
+    assert tables.keys() == probe_reference.keys() == {"probe"}
+    pd.testing.assert_frame_equal(tables["probe"], probe_reference["probe"], check_exact=True)
+
+
+def test_a_compare_killed_in_its_probe_stage_keeps_its_tables_and_ends_with_the_same_ones(setup, tmp_path):
+    """Killed after the streaming tables are written, while the probes train: the rerun reuses those tables
+    and the probes' cached features and finished epochs, and ends with an uninterrupted run's tables."""
+    folder, base, tuned, _ = setup
+    n = len(SENTENCES)
+    trees = folder / "trees-60.conllu"
+    trees.write_text(_chain_conllu([SENTENCES[i % n] + " " + SENTENCES[(3 * i + 1) % n] for i in range(60)]),
+                     encoding="utf-8")
+    args = lambda out: ["compare", "--base", str(base), "--tuned", str(tuned), "--data", str(trees),  # noqa: E731
+                        "--analyses", "attention_change,probe", "--probe-train", str(trees), "--probe-test", str(trees),
+                        "--probe-rank", "8", "--view-examples", "0", "--no-report", "--out", str(out)]
+    full = _run(args(tmp_path / "full"))
+    assert full.returncode == 0, full.stderr
+    out = tmp_path / "cut"
+    _kill_when(args(out), lambda: _probe_epochs(out / "partial") >= 2)
+    assert _status(out) == "running" and (out / "tables" / "attention_change.parquet").exists()
+    assert not (out / "tables" / "probe.parquet").exists()
+    again = _run(args(out))
+    assert again.returncode == 0, again.stderr
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["status"] == "complete" and manifest["resumed_tables"] == ["attention_change"]
+    reference = _tables(tmp_path / "full")
+    assert _tables(out).keys() == reference.keys() >= {"attention_change", "probe"}
+    for name, table in reference.items():
+        pd.testing.assert_frame_equal(_tables(out)[name], table, check_exact=True, obj=name)
