@@ -250,3 +250,31 @@ def test_a_compare_killed_in_its_probe_stage_keeps_its_tables_and_ends_with_the_
     assert _tables(out).keys() == reference.keys() >= {"attention_change", "probe"}
     for name, table in reference.items():
         pd.testing.assert_frame_equal(_tables(out)[name], table, check_exact=True, obj=name)
+
+
+def test_a_second_run_into_a_folder_being_written_is_refused(setup, tmp_path):
+    """Two runs with different settings into one --out at the same time (issue 21): the second gets one clear
+    error and leaves the first run's folder alone; the report can then never mix the two."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))
+    from cli_checks import assert_user_error, invoke
+
+    _, base, tuned, data = setup
+    out = tmp_path / "run"
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen([sys.executable, "-m", "bertology", *_compare_args(base, tuned, data, out)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        start = time.monotonic()
+        while _status(out) != "running":
+            assert first.poll() is None and time.monotonic() - start < 120, "the first run never started writing"
+            time.sleep(0.02)
+        fingerprint = json.loads((out / "manifest.json").read_text(encoding="utf-8"))["fingerprint"]
+        second = invoke("compare", "--base", base, "--tuned", tuned, "--data", data, "--out", out, "--no-report",
+                        "--analyses", "attention_change", "--max-examples", "20", "--view-examples", "0")
+        assert first.poll() is None, "the first run finished before the second started: give it more work"
+        assert_user_error(second, "Another bertology run is writing into --out", str(out))
+        manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+        assert (manifest["status"], manifest["fingerprint"]) == ("running", fingerprint)  # still the first run's
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)

@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -175,3 +176,42 @@ def test_a_named_experiment_that_cannot_run_is_refused_before_any_work(identical
     assert not (tmp_path / "run").exists()  # nothing written, no run folder to clean up
     fixed = CompareConfig(**{**config.__dict__, "analyses": ("attention_change",)})
     assert compare(fixed, corpus=_labelled(), report=False).manifest["status"] == "complete"
+
+
+FAILING_RUNS = {
+    # an eval file with labels the training data never had, then the same run without it
+    "finetune": (["--eval-data", "unseen_eval.csv"], []),
+    # a layer the model does not have (found after the run folder is marked), then the model's layers
+    "probe": (["--layers", "0,9"], ["--layers", "0,1"]),
+}
+
+
+@pytest.mark.parametrize("command", list(FAILING_RUNS))
+def test_a_failed_command_ends_failed_and_the_corrected_command_is_accepted(command, tmp_path):
+    """finetune and probe (issue 21): the failed run's manifest says ``failed`` with its error, and the
+    corrected command into the same --out runs without --overwrite."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))
+    from cli_checks import assert_user_error, invoke
+
+    from bertology.testing import SENTENCES, save_tiny_bert
+
+    model = save_tiny_bert(tmp_path / "model")
+    pd.DataFrame({"text": SENTENCES, "label": [i % 2 for i in range(len(SENTENCES))]}).to_csv(tmp_path / "d.csv",
+                                                                                             index=False)
+    (tmp_path / "unseen_eval.csv").write_text("text,label\nthe cat sat,2\nthe dog ran,3\n", encoding="utf-8")
+    words = [s.split() for s in SENTENCES]
+    (tmp_path / "t.conllu").write_text("".join(
+        "\n".join("\t".join([str(i), w, w, "X", "_", "_", str(i - 1), "dep", "_", "_"]) for i, w in enumerate(ws, 1))
+        + "\n\n" for ws in words), encoding="utf-8")
+    base = (["finetune", "--model", model, "--data", tmp_path / "d.csv", "--epochs", "1"] if command == "finetune" else
+            ["probe", "--base", model, "--train", tmp_path / "t.conllu", "--test", tmp_path / "t.conllu", "--epochs", "1"])
+    bad, good = FAILING_RUNS[command]
+    out = tmp_path / "run"
+    result = invoke(*base, "--out", out, "--no-report", *[tmp_path / a if a.endswith(".csv") else a for a in bad])
+    assert_user_error(result)
+    failed = _manifest(out)
+    assert failed["status"] == "failed" and failed["error"].startswith("BertologyError: ")
+    fixed = invoke(*base, "--out", out, "--no-report", *good)
+    assert fixed.exit_code == 0, fixed.output
+    finished = "done" if command == "finetune" else "complete"  # finetune's word for a finished run
+    assert _manifest(out)["status"] == finished and (out / "tables" / f"{command}.parquet").exists()

@@ -151,7 +151,8 @@ BAD_INPUTS: dict[str, tuple[str, Callable, tuple[str, ...], tuple[str, ...]]] = 
     "a folder as data": ("data", lambda r: r / "data.csv", RUNS, ("data.csv is a folder", "one file")),
     "malformed hf: id": ("data", lambda r: "hf:glue", RUNS, ("'hf:glue'", "hf:NAME[:CONFIG]:SPLIT")),
     "unknown hf: dataset offline": ("data", lambda r: "hf:no-such-dataset:train", RUNS,
-                                    ("'no-such-dataset'", "split 'train'")),
+                                    # reached only with `datasets` installed with the project (issue 21)
+                                    ("Could not load the Hugging Face dataset 'no-such-dataset'", "split 'train'")),
     "CoNLL-U without heads": ("data", lambda r: r / "no_heads.conllu", ("probe",),
                               ("no_heads.conllu", "no dependency heads", "need gold trees")),
     "empty text": ("data", lambda r: "", ("view",), ("The text to view is empty",)),
