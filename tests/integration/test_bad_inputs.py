@@ -181,7 +181,7 @@ BAD_INPUTS: dict[str, tuple[str, Callable, tuple[str, ...], tuple[str, ...]]] = 
     "no tokenizer files": ("model", lambda r: r / "no_tokenizer", COMMANDS,
                            ("no_tokenizer has no tokenizer", "tokenizer.save_pretrained")),
     "encoder without a classification head": ("model", lambda r: r / "encoder", ("ablate",),
-                                              ("has no classification head",)),
+                                              ("encoder", "pass a fine-tuned classifier")),
     # the output
     "--out is a file": ("out", lambda r: r / "a_file", RUNS, ("--out", "a_file is a file, not a folder")),
     "--out under a file": ("out", lambda r: r / "a_file" / "run", COMMANDS, ("a_file", "--out")),
