@@ -201,6 +201,7 @@ def compare(
         _check_relation_names(corpus, spans[1])
     ood = load_ood(config) if config.ood_data and "representation_similarity" in selected else None
     fingerprint = run_fingerprint(config, pair, corpus, spans[0] if spans else None, ood)
+    refuse_unrunnable(selection, ExperimentContext(config, pair, raw_corpus, Path(config.out) / "partial", progress))
     with open_run(config.out, "compare", fingerprint, overwrite=overwrite) as opened:
         run_dir, resuming = opened.dir, opened.resumed
 
@@ -319,6 +320,14 @@ def _stream(
 def _read_back(run_dir: RunDirectory, tables: Sequence[str]) -> dict[str, Result]:
     """The finished tables of a resumed run (those that exist)."""
     return {n: Result(n, read_table(run_dir.path, n)) for n in tables if run_dir.has_table(n)}
+
+
+def refuse_unrunnable(selection: Selection, ctx: ExperimentContext) -> None:
+    """Refuse, before any work, an experiment the user named that cannot run on this model or data
+    (a classifier's ablation on unlabelled data): not after the streaming pass has run."""
+    for spec in selection.experiments:
+        if spec.name in selection.named and (reason := spec.skip_reason(ctx)) is not None:
+            raise BertologyError(spec.refusal(reason))
 
 
 def _experiment(

@@ -149,3 +149,108 @@ def test_a_killed_finetune_resumes_from_its_checkpoint_with_the_same_weights(set
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
     cols = ["step", "split", "metric", "value"]
     pd.testing.assert_frame_equal(_tables(out)["finetune"][cols], _tables(tmp_path / "full")["finetune"][cols])
+
+
+# --------------------------------------------------------------------------------------------------
+# probe: killed while extracting word features, and again between training epochs
+
+
+def _chain_conllu(sentences: list[str]) -> str:
+    """Each word headed by the one before: a valid tree for any sentence."""
+    blocks = []
+    for s in sentences:
+        rows = [f"# text = {s}"] + ["\t".join([str(i), w, w, "PUNCT" if w in ".,!?" else "X", "_", "_", str(i - 1),
+                                               "root" if i == 1 else "dep", "_", "_"]) for i, w in enumerate(s.split(), 1)]
+        blocks.append("\n".join(rows))
+    return "\n\n".join(blocks) + "\n\n"
+
+
+def _trees(folder: Path, n: int) -> Path:
+    """A treebank of ``n`` two-sentence examples."""
+    k = len(SENTENCES)
+    path = folder / f"trees-{n}.conllu"
+    path.write_text(_chain_conllu([SENTENCES[i % k] + " " + SENTENCES[(3 * i + 1) % k] for i in range(n)]),
+                    encoding="utf-8")
+    return path
+
+
+def _probe_epochs(partial: Path) -> int:
+    """Epochs finished so far, read from the probes' training checkpoint in ``partial`` (0 when there is none yet)."""
+    import torch
+
+    try:
+        checkpoint = next(partial.glob("**/probe-training.pt"))
+        return int(torch.load(checkpoint, weights_only=False)["state"]["epoch"])
+    except StopIteration:
+        return 0
+    except (OSError, EOFError, KeyError, RuntimeError):  # replaced while read
+        return 0
+
+
+def test_a_probe_killed_twice_resumes_and_ends_with_the_same_table(setup, tmp_path):
+    """Killed while extracting word features, then (the same command again) killed between training epochs:
+    the third run resumes from the cached features and the finished epochs and ends with the table of an
+    uninterrupted run."""
+    folder, base, tuned, _ = setup
+    trees = _trees(tmp_path, 240)
+    args = lambda out: ["probe", "--base", str(base), "--tuned", str(tuned), "--train", str(trees),  # noqa: E731
+                        "--test", str(trees), "--out", str(out), "--epochs", "6", "--patience", "6", "--rank", "8",
+                        "--extract-batch-size", "8", "--no-report"]
+    full = _run(args(tmp_path / "full"))
+    assert full.returncode == 0, full.stderr
+    out = tmp_path / "cut"
+    features = out / "partial" / "features"
+    _kill_when(args(out), lambda: len(list(features.glob("*.safetensors"))) >= 1)
+    n_features = len(list(features.glob("*.safetensors")))
+    # the cache holds 3 splits x (base, tuned); the random control's features are recomputed from its seed
+    assert 1 <= n_features < 6 and _probe_epochs(out / "partial") == 0
+    _kill_when(args(out), lambda: _probe_epochs(out / "partial") >= 2)
+    assert 2 <= _probe_epochs(out / "partial") < 6 and len(list(features.glob("*.safetensors"))) == 6
+    assert _status(out) == "running" and not (out / "tables").exists()
+    again = _run(args(out))
+    assert again.returncode == 0, again.stderr
+    assert "resuming the run" in again.stdout + again.stderr
+    assert _status(out) == "complete"
+    reference, tables = _tables(tmp_path / "full"), _tables(out)
+    assert tables.keys() == reference.keys() == {"probe"}
+    pd.testing.assert_frame_equal(tables["probe"], reference["probe"], check_exact=True)
+
+
+def test_a_compare_killed_in_its_probe_stage_keeps_its_tables_and_ends_with_the_same_ones(setup, tmp_path):
+    """While the run writes, a second run with other settings into the same --out is refused and leaves the
+    folder alone (issue 21). Then the run is killed after its streaming tables are written, while the probes
+    train: the same command reuses those tables and the probes' cached features and finished epochs, and
+    ends with an uninterrupted run's tables."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))
+    from cli_checks import assert_user_error, invoke
+
+    _, base, tuned, data = setup
+    trees = _trees(tmp_path, 40)
+    args = lambda out: ["compare", "--base", str(base), "--tuned", str(tuned), "--data", str(trees),  # noqa: E731
+                        "--analyses", "attention_change,probe", "--probe-train", str(trees), "--probe-test", str(trees),
+                        "--probe-rank", "8", "--view-examples", "0", "--no-report", "--out", str(out)]
+    full = _run(args(tmp_path / "full"))
+    assert full.returncode == 0, full.stderr
+    out = tmp_path / "cut"
+    seen: dict = {}
+
+    def second_writer_then_probe_training() -> bool:
+        if "second" not in seen and _status(out) == "running":
+            seen["fingerprint"] = json.loads((out / "manifest.json").read_text(encoding="utf-8"))["fingerprint"]
+            seen["second"] = invoke("compare", "--base", base, "--tuned", tuned, "--data", data, "--out", out,
+                                    "--no-report", "--analyses", "attention_change", "--view-examples", "0")
+        return _probe_epochs(out / "partial") >= 2
+
+    _kill_when(args(out), second_writer_then_probe_training)
+    assert_user_error(seen["second"], "Another bertology run is writing into --out", str(out))
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert (manifest["status"], manifest["fingerprint"]) == ("running", seen["fingerprint"])  # still the first run's
+    assert (out / "tables" / "attention_change.parquet").exists() and not (out / "tables" / "probe.parquet").exists()
+    again = _run(args(out))
+    assert again.returncode == 0, again.stderr
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["status"] == "complete" and manifest["resumed_tables"] == ["attention_change"]
+    reference = _tables(tmp_path / "full")
+    assert _tables(out).keys() == reference.keys() >= {"attention_change", "probe"}
+    for name, table in reference.items():
+        pd.testing.assert_frame_equal(_tables(out)[name], table, check_exact=True, obj=name)

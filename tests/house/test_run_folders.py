@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -123,32 +124,94 @@ def test_the_report_shows_only_the_tables_its_manifest_lists(tmp_path):
     assert any("not in this run's manifest" in w for w in ctx["overview"]["warnings"])
 
 
-def test_an_interrupted_compare_resumes_from_its_finished_tables(identical_pair, tmp_path, monkeypatch):
-    """Stopped after the streaming pass (as a kill between stages would), the same command reuses its tables."""
-    import bertology.pipeline as pipeline
-    from bertology.config import CompareConfig, DataConfig
+@pytest.fixture(scope="module")
+def classifier_pair(tmp_path_factory):
+    from bertology.testing import tiny_bert_pair
+
+    return tiny_bert_pair(tmp_path_factory.mktemp("classifier"), classifier=True)
+
+
+def _labelled():
     from bertology.data.corpus import Corpus
     from bertology.testing import SENTENCES
 
-    config = CompareConfig(base=str(identical_pair[0]), tuned=str(identical_pair[1]), data=DataConfig(path=""),
-                           out=str(tmp_path / "run"), analyses=("attention_change", "ablation"), view_examples=0)
-    corpus = Corpus.from_list(SENTENCES)
+    return Corpus.from_list(SENTENCES, labels=[i % 2 for i in range(len(SENTENCES))])
+
+
+def test_an_interrupted_compare_resumes_from_its_finished_tables(classifier_pair, tmp_path, monkeypatch):
+    """Stopped after the streaming pass (as a kill between stages would), the same command reuses its tables."""
+    import bertology.pipeline as pipeline
+    from bertology.config import CompareConfig, DataConfig
+
+    config = CompareConfig(base=str(classifier_pair[0]), tuned=str(classifier_pair[1]), data=DataConfig(path=""),
+                           out=str(tmp_path / "run"), analyses=("attention_change", "ablation"), view_examples=0,
+                           ablation_bootstrap=10)
 
     def stop(*_a, **_k):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(pipeline, "_experiment", stop)
     with pytest.raises(KeyboardInterrupt):
-        pipeline.compare(config, corpus=corpus, report=False)
+        pipeline.compare(config, corpus=_labelled(), report=False)
     m = _manifest(tmp_path / "run")
     table = tmp_path / "run/tables/attention_change.parquet"
     assert m["status"] == "interrupted" and table.exists()
     written = table.stat().st_mtime_ns
     monkeypatch.undo()
-    with pytest.raises(BertologyError, match="Cannot run the ablation of the tuned classifier"):
-        pipeline.compare(config, corpus=corpus, report=False)  # resumes, then refuses what it cannot run
-    assert _manifest(tmp_path / "run")["status"] == "failed"
+    run = pipeline.compare(config, corpus=_labelled(), report=False)  # the same command resumes
+    assert run.manifest["status"] == "complete" and run.resumed == ["attention_change"]
     assert table.stat().st_mtime_ns == written  # the finished table was reused, not recomputed
+    assert (tmp_path / "run/tables/ablation.parquet").exists()
+
+
+def test_a_named_experiment_that_cannot_run_is_refused_before_any_work(identical_pair, tmp_path):
+    """The ablation of an encoder without a classifier is refused before the streaming pass, not after it."""
+    from bertology.config import CompareConfig, DataConfig
+    from bertology.pipeline import compare
+
+    config = CompareConfig(base=str(identical_pair[0]), tuned=str(identical_pair[1]), data=DataConfig(path=""),
+                           out=str(tmp_path / "run"), analyses=("attention_change", "ablation"), view_examples=0)
+    with pytest.raises(BertologyError, match="Cannot run the ablation of the tuned classifier: the tuned model has no"):
+        compare(config, corpus=_labelled(), report=False)
+    assert not (tmp_path / "run").exists()  # nothing written, no run folder to clean up
     fixed = CompareConfig(**{**config.__dict__, "analyses": ("attention_change",)})
-    run = pipeline.compare(fixed, corpus=corpus, report=False)  # a corrected command replaces the failed run
-    assert run.manifest["status"] == "complete" and run.resumed == []
+    assert compare(fixed, corpus=_labelled(), report=False).manifest["status"] == "complete"
+
+
+FAILING_RUNS = {
+    # an eval file with labels the training data never had, then the same run without it
+    "finetune": (["--eval-data", "unseen_eval.csv"], []),
+    # a layer the model does not have (found after the run folder is marked), then the model's layers
+    "probe": (["--layers", "0,9"], ["--layers", "0,1"]),
+}
+
+
+@pytest.mark.parametrize("command", list(FAILING_RUNS))
+def test_a_failed_command_ends_failed_and_the_corrected_command_is_accepted(command, tmp_path):
+    """finetune and probe (issue 21): the failed run's manifest says ``failed`` with its error, and the
+    corrected command into the same --out runs without --overwrite."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))
+    from cli_checks import assert_user_error, invoke
+
+    from bertology.testing import SENTENCES, save_tiny_bert
+
+    model = save_tiny_bert(tmp_path / "model")
+    pd.DataFrame({"text": SENTENCES, "label": [i % 2 for i in range(len(SENTENCES))]}).to_csv(tmp_path / "d.csv",
+                                                                                             index=False)
+    (tmp_path / "unseen_eval.csv").write_text("text,label\nthe cat sat,2\nthe dog ran,3\n", encoding="utf-8")
+    words = [s.split() for s in SENTENCES]
+    (tmp_path / "t.conllu").write_text("".join(
+        "\n".join("\t".join([str(i), w, w, "X", "_", "_", str(i - 1), "dep", "_", "_"]) for i, w in enumerate(ws, 1))
+        + "\n\n" for ws in words), encoding="utf-8")
+    base = (["finetune", "--model", model, "--data", tmp_path / "d.csv", "--epochs", "1"] if command == "finetune" else
+            ["probe", "--base", model, "--train", tmp_path / "t.conllu", "--test", tmp_path / "t.conllu", "--epochs", "1"])
+    bad, good = FAILING_RUNS[command]
+    out = tmp_path / "run"
+    result = invoke(*base, "--out", out, "--no-report", *[tmp_path / a if a.endswith(".csv") else a for a in bad])
+    assert_user_error(result)
+    failed = _manifest(out)
+    assert failed["status"] == "failed" and failed["error"].startswith("BertologyError: ")
+    fixed = invoke(*base, "--out", out, "--no-report", *good)
+    assert fixed.exit_code == 0, fixed.output
+    finished = "done" if command == "finetune" else "complete"  # finetune's word for a finished run
+    assert _manifest(out)["status"] == finished and (out / "tables" / f"{command}.parquet").exists()

@@ -508,7 +508,7 @@ def test_missing_file(tmp_path):
 
 def test_directory_is_refused(tmp_path):
     (tmp_path / "dir.txt").mkdir()
-    with pytest.raises(BertologyError, match="not a file"):
+    with pytest.raises(BertologyError, match="dir.txt is a folder; the data is one file"):
         load_corpus(tmp_path / "dir.txt")
 
 

@@ -16,6 +16,7 @@ import torch
 
 from bertology.errors import BertologyError
 from bertology.models import sites
+from bertology.models.adapters import adapter_for
 from bertology.models.hooks import capture
 from bertology.models.loading import LoadedModel, load_model
 from bertology.view_format import DECIMALS, FORMAT, VERSION
@@ -101,15 +102,18 @@ def compute_view(
             f"{_first_difference(tokens[0], tokens[1])}); compare models that share a tokenizer."
         )
     n = len(tokens[0])
+    for m in loaded:  # the position encoding's limit (RoBERTa's rows up to its pad id are not usable)
+        limit = adapter_for(m.model.config).max_tokens(m.model.config)
+        if limit is not None and n > limit:
+            raise BertologyError(
+                f"The text is {n} tokens long ([CLS]/[SEP] included); model {m.name} accepts at most {limit} "
+                "(its position limit); shorten the text."
+            )
     if n > max_length:
         raise BertologyError(
             f"The text is {n} tokens long ([CLS]/[SEP] included), more than the maximum of {max_length}; "
             "shorten it or raise --max-length."
         )
-    for m in loaded:
-        limit = getattr(m.model.config, "max_position_embeddings", None)
-        if limit is not None and n > limit:
-            raise BertologyError(f"The text is {n} tokens long; model {m.name} accepts at most {limit}.")
 
     maps = [_attention(m, e) for m, e in zip(loaded, encs)]
     if len(maps) == 2 and maps[0].shape != maps[1].shape:

@@ -154,6 +154,10 @@ def load_corpus(
 
 def _load_file(path: Path, flags: dict) -> tuple[list[Example], dict]:
     ext = path.suffix.lower()
+    if path.is_dir():
+        raise BertologyError(
+            f"{path} is a folder; the data is one file ({', '.join(SUPPORTED_EXTENSIONS)}) or hf:NAME[:CONFIG]:SPLIT"
+        )
     if ext not in SUPPORTED_EXTENSIONS:
         raise BertologyError(
             f"{path}: unsupported file type {ext or '(no extension)'!r}; "
@@ -499,7 +503,7 @@ def _read_jsonl(path: Path, text: str, flags: dict) -> tuple[list[Example], dict
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as err:
-            raise BertologyError(f"{path}, line {lineno}: not valid JSON ({err.msg} at column {err.colno})") from None
+            raise BertologyError(f"{path}, line {lineno}: not valid JSON ({err.msg}, column {err.colno})") from None
         if not isinstance(obj, dict):
             raise BertologyError(f"{path}, line {lineno}: expected a JSON object, found {type(obj).__name__}")
         records.append((lineno, obj))

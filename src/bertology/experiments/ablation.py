@@ -774,7 +774,7 @@ def skip_reason(ctx: ExperimentContext) -> str | None:
     if not ctx.pair.tuned.is_classifier:
         return "the tuned model has no classification or regression head"
     if not any(ex.label is not None for ex in ctx.corpus):
-        return "the data has no labels (name the label column with --label-column)"
+        return f"{ctx.corpus.source} has no labels (name the label column with --label-column)"
     try:
         task = task_of_model(ctx.pair.tuned.model, name="The tuned model")
         task.targets(ctx.corpus, ctx.pair.tuned.model)

@@ -309,10 +309,25 @@ def _aligned(word_ids: np.ndarray, n_words: int) -> bool:
     return n_words > 0 and np.array_equal(np.unique(ids), np.arange(n_words))
 
 
+def position_limit(max_length: int, encoders: Sequence[torch.nn.Module]) -> int:
+    """``max_length`` or, when lower, the longest input every encoder's position encoding takes
+    (its family adapter's ``max_tokens``: RoBERTa reserves the rows up to its pad id)."""
+    from bertology.models.adapters import adapter_for
+
+    limits = [adapter_for(enc.config).max_tokens(enc.config) for enc in encoders]
+    return min([max_length, *(int(n) for n in limits if n)])
+
+
 def encodable(trees: TreeSet, tokenizers: Sequence, max_length: int) -> tuple[TreeSet, dict]:
-    """Drop sentences longer than ``max_length`` tokens or with a word no tokenizer piece covers (counted)."""
+    """Drop sentences longer than ``max_length`` tokens or with a word no tokenizer piece covers (counted).
+
+    The limit is ``max_length`` or, when lower, a tokenizer's ``model_max_length`` (which loading sets
+    from the model's position encoding): a longer sentence would index past the position table.
+    """
     from bertology.data.encode import encode_example
 
+    limits = [int(m) for m in (getattr(t, "model_max_length", None) for t in tokenizers) if m]
+    max_length = min([max_length, *limits])
     keep, n_long, n_unaligned = [], 0, 0
     corpus = trees.corpus()
     for i, ex in enumerate(corpus):
@@ -330,7 +345,7 @@ def encodable(trees: TreeSet, tokenizers: Sequence, max_length: int) -> tuple[Tr
         if ok:
             keep.append(i)
     out = trees.subset(keep) if len(keep) < len(trees) else trees
-    info = {"n_over_max_length": n_long, "n_unaligned_words": n_unaligned}
+    info = {"max_length": max_length, "n_over_max_length": n_long, "n_unaligned_words": n_unaligned}
     out.stats = {**trees.stats, **info, "n_used": len(out)}
     if n_long or n_unaligned:
         logger.warning("%s: dropped %d sentence(s) longer than %d tokens and %d with words no sub-word covers",
@@ -842,11 +857,12 @@ def run_probes(
     for _, tok, _ in unpacked.values():
         if all(tok is not t for t in toks):
             toks.append(tok)
+    max_length = position_limit(settings.max_length, [enc for enc, _, _ in unpacked.values()])
     splits: dict[str, TreeSet] = {}
     for name, ts in (("train", train_t), ("dev", dev_t), ("test", test_t)):
         if len(ts) == 0:
             raise BertologyError(f"The {name} split has no sentence with a single dependency tree.")
-        splits[name], _ = encodable(ts, toks, settings.max_length)
+        splits[name], _ = encodable(ts, toks, max_length)
         splits[name].name = name
     if len(splits["train"]) < 2:
         raise BertologyError("Probes need at least 2 training sentences.")

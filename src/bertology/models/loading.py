@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+from safetensors import SafetensorError
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -144,6 +145,29 @@ def pickle_refused(where: str) -> BertologyError:
     )
 
 
+def unreadable_weights(where: str, err: Exception) -> BertologyError:
+    """The error for a safetensors file that is not one (truncated download, a file saved over)."""
+    files = sorted(Path(where).glob("*.safetensors")) if Path(where).is_dir() else []
+    named = ", ".join(str(f) for f in files) or f"the safetensors weights of {where}"
+    return BertologyError(
+        f"Cannot read {named}: it is not a valid safetensors file ({err}); download or save the model again."
+    )
+
+
+def check_tokenizer(tokenizer: PreTrainedTokenizerBase, where: str) -> None:
+    """Refuse a tokenizer whose vocabulary is only its special tokens.
+
+    transformers builds such a tokenizer when a model folder has no tokenizer files; every word would
+    then read as [UNK] and every analysis would run, silently, on unknown tokens.
+    """
+    vocab = tokenizer.get_vocab()
+    if vocab and set(vocab) <= set(tokenizer.all_special_tokens):
+        raise BertologyError(
+            f"Model {where} has no tokenizer (its vocabulary is only the {len(vocab)} special tokens): save the "
+            "tokenizer beside the weights (tokenizer.save_pretrained(FOLDER)) or pass the folder that has it."
+        )
+
+
 def encoder_of(model: PreTrainedModel) -> PreTrainedModel:
     """Return the bare encoder of a task model (``model.base_model``) or the model itself."""
     base = getattr(model, "base_model", None)
@@ -204,8 +228,11 @@ def load_model(
         tokenizer = AutoTokenizer.from_pretrained(where, **hub_kwargs)
     except pickle.UnpicklingError as err:
         raise pickle_refused(where) from err
+    except SafetensorError as err:
+        raise unreadable_weights(where, err) from err
     except (OSError, ValueError) as err:
         raise BertologyError(f"Could not load model {where!r}: {err}") from err
+    check_tokenizer(tokenizer, where)
     model.eval()
     limit_to_positions(model, tokenizer)
     name = str(name_or_path)
