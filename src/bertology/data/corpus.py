@@ -72,6 +72,17 @@ class Corpus:
         """Sorted distinct labels (as strings)."""
         return sorted({ex.label for ex in self.examples if ex.label is not None})
 
+    def _labels_described(self) -> list[str] | str:
+        """The distinct labels, or for many numeric ones (regression scores) how many and their range."""
+        labels = self.label_set()
+        if len(labels) <= 20:
+            return labels
+        try:
+            values = [float(v) for v in labels]
+        except ValueError:
+            return labels
+        return f"{len(labels)} distinct numbers from {min(values):g} to {max(values):g}"
+
     def fingerprint(self) -> str:
         """SHA-256 of the examples' content: equal corpora give equal fingerprints."""
         digest = hashlib.sha256()
@@ -121,7 +132,7 @@ class Corpus:
             "source": self.source,
             "n_examples": len(self),
             "pairs": self.has_pairs,
-            "labels": self.label_set() if self.has_labels else None,
+            "labels": self._labels_described() if self.has_labels else None,
             "sha256": self.fingerprint(),
             **self.stats,
         }
