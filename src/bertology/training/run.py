@@ -62,6 +62,7 @@ _NEW_DEFAULTS = {
     "anisotropy_pairs": 2000, "drop_layers": (), "freeze_layers": 0, "freeze_embeddings": False,
     "exclude_words": (), "slice_words": (), "grad_accum": 1, "eval_every": None, "early_stopping": None,
     "early_stopping_metric": None, "max_grad_norm": 1.0,
+    "doc_stride": 128, "max_answer_length": 30, "null_threshold": 0.0, "qa_split": "article",
 }
 
 
