@@ -775,7 +775,11 @@ def _tables(config: CompareConfig) -> tuple[str, ...]:
 def skip_reason(ctx: ExperimentContext) -> str | None:
     """Why the tuned model cannot be ablated on this corpus (None when it can)."""
     if not ctx.pair.tuned.is_classifier:
-        return "the tuned model has no classification or regression head"
+        try:  # a task head compare's corpus cannot score (question answering needs SQuAD data)
+            other = task_of_model(ctx.pair.tuned.model)
+        except BertologyError:
+            return "the tuned model has no classification or regression head"
+        return f"the tuned model's head ({other.name}) is ablated by `bertology ablate` on its own data (qa: a SQuAD JSON file)"
     if not any(ex.label is not None for ex in ctx.corpus):
         return "the data has no labels (name the label column with --label-column)"
     try:
