@@ -139,7 +139,8 @@ def read_squad(path: str | Path, name: str | None = None) -> SquadData:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise BertologyError(f"{path}: line {err.lineno}, column {err.colno}: not valid JSON ({err.msg}).") from None
+        raise BertologyError(f"{path}: line {err.lineno}, column {err.colno}: not valid JSON ({err.msg}); question "
+                             "answering reads SQuAD v1.1/v2.0 JSON files.") from None
     except UnicodeDecodeError as err:
         raise BertologyError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}).") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
