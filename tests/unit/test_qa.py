@@ -339,3 +339,27 @@ def test_head_importance_runs_on_the_span_loss(qa_model):
     res = run_head_importance(loaded.model, feats, y, HeadScoring.for_tokenizer(loaded.tokenizer), step_fraction=0.5)
     assert np.isfinite(res.importance["importance"]).all() and (res.importance["importance"] > 0).any()
     assert set(res.curve["metric"]) == {"f1", "exact_match", "loss"} and set(res.curve["n_examples"]) == {len(feats.data)}
+
+
+def test_the_finetune_run_warns_about_a_qa_model_that_answers_everything_alike():
+    import pandas as pd
+
+    from bertology.training.run import chance_warnings
+
+    n = 40
+    impossible = np.arange(n) % 4 == 0
+    alike = pd.DataFrame({"prediction": [""] * n, "is_impossible": impossible, "exact_match": impossible.astype(float),
+                          "f1": impossible.astype(float)})
+    (warning,) = chance_warnings(alike)
+    assert "gives one answer to every eval question" in warning and "'no answer' scores 0.250" in warning
+    good = alike.assign(prediction=[f"answer {i}" for i in range(n)], f1=0.9, exact_match=0.8)
+    assert chance_warnings(good) == []
+
+
+def test_load_corpus_reads_a_squad_file_as_question_context_pairs(tmp_path):
+    from bertology.data.loaders import load_corpus
+
+    corpus = load_corpus(_write(tmp_path, squad_fixture("v2.0")))
+    assert len(corpus) == 9 and corpus.has_pairs and not corpus.has_labels
+    assert corpus[0].text == "Where did the cat sit?" and corpus[0].text_pair.startswith("The cat sat on the mat.")
+    assert corpus.describe()["format"] == "squad" and corpus.describe()["n_unanswerable"] == 3

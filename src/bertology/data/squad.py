@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bertology.data.corpus import Example
 from bertology.errors import BertologyError
 
 
@@ -182,3 +183,11 @@ def read_squad(path: str | Path, name: str | None = None) -> SquadData:
     if skipped:
         stats["skipped_ids"] = skipped[:20]
     return SquadData(examples, name or path.stem, str(path), version, stats)
+
+
+def squad_pairs(data: SquadData) -> tuple[list[Example], dict]:
+    """Each question with its context as an unlabelled sentence pair, and the reader's stats: the corpus that
+    ``compare`` and ``track`` read from a SQuAD file (the model's input without the answer)."""
+    examples = [Example(text=ex.question, text_pair=ex.context) for ex in data]
+    return examples, {"format": "squad", "version": data.version, "n_unanswerable": sum(ex.is_impossible for ex in data),
+                      **data.stats}
