@@ -81,3 +81,18 @@ def test_qa_flags_are_refused_with_a_clear_error(run, tmp_path):
     bad.write_text(json.dumps(doc))
     res = invoke("finetune", "--task", "qa", "--model", base, "--data", bad, *QA_FLAGS, "--out", tmp_path / "z")
     assert_user_error(res, str(bad), "'c0a0q0'", "'the rug'")
+
+
+def test_compare_reads_the_squad_file_and_leaves_the_qa_ablation_to_ablate(run):
+    root, base, data, _ = run
+    out = root / "compare"
+    tuned = save_tiny_qa(root / "tuned_qa", seed=5)  # the fine-tuned run dropped a layer: another depth than base
+    res = invoke("compare", "--base", base, "--tuned", tuned, "--data", data, "--out", out,
+                 "--analyses", "attention_change", "--max-length", "128", "--no-report")
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["data"]["format"] == "squad" and manifest["data"]["n_examples"] == 27
+    assert (out / "tables" / "attention_change.parquet").exists()
+    res = invoke("compare", "--base", base, "--tuned", tuned, "--data", data, "--out", root / "compare2",
+                 "--analyses", "ablation", "--max-length", "128", "--no-report")
+    assert_user_error(res, "head (qa) is ablated by `bertology ablate`", "SQuAD JSON file")
