@@ -75,6 +75,8 @@ def test_qa_flags_are_refused_with_a_clear_error(run, tmp_path):
     res = invoke("finetune", "--task", "qa", "--model", base, "--data", data, *QA_FLAGS, "--early-stopping-metric",
                  "accuracy", "--out", tmp_path / "y", "--no-report")
     assert_user_error(res, "is not a metric of the qa task")
+    res = invoke("finetune", "--model", base, "--data", data, "--out", tmp_path / "w", "--no-report")
+    assert_user_error(res, "is a SQuAD .json file", "pass --task qa")
     bad = tmp_path / "bad.json"
     doc = squad_fixture("v2.0")
     doc["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["text"] = "the rug"

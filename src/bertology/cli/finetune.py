@@ -165,6 +165,8 @@ def finetune_command(
         raise BertologyError(f"--objective must be classification or contrastive, not {objective!r}.")
     if task not in ("auto", "classification", "regression", "qa"):
         raise BertologyError(f"--task must be auto, classification, regression or qa, not {task!r}.")
+    if task != "qa" and objective == "classification" and str(data).lower().endswith(".json"):
+        raise BertologyError(f"{data} is a SQuAD .json file (questions over contexts, no labels); pass --task qa to train a QA head.")
     if qa_split not in ("article", "question"):
         raise BertologyError(f"--qa-split must be article or question, not {qa_split!r}.")
     if contrastive not in ("auto", "unsupervised", "supervised"):
