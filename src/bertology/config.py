@@ -125,7 +125,7 @@ class FinetuneConfig:
     objective: Literal["classification", "contrastive"] = "classification"
     # the head's task when objective is "classification" (a supervised head): auto = regression for numeric
     # labels with decimals or many values (GLUE STS-B), classification otherwise (bertology.tasks.catalog)
-    task: Literal["auto", "classification", "regression"] = "auto"
+    task: Literal["auto", "classification", "regression", "qa"] = "auto"
     contrastive: Literal["unsupervised", "supervised"] = "unsupervised"
     temperature: float = 0.05
     pooling: Literal["cls", "mean"] = "cls"
@@ -149,6 +149,11 @@ class FinetuneConfig:
     early_stopping_metric: str | None = None  # default: the task's primary metric (accuracy, pearson); contrastive: spearman or loss
     save_every: int | None = None  # keep checkpoints/step-N/ every N steps (resumable, trackable)
     max_grad_norm: float = 1.0
+    # extractive question answering (task "qa", SQuAD JSON; bertology.training.qa)
+    doc_stride: int = 128  # context tokens shared by consecutive windows of a long context
+    max_answer_length: int = 30  # the longest predicted span, in tokens
+    null_threshold: float = 0.0  # SQuAD v2.0: answer "no answer" when null score - best span score exceeds this
+    qa_split: Literal["article", "question"] = "article"  # the held-out split's unit when no eval file is given
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

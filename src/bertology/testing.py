@@ -234,3 +234,54 @@ def split_classifier(folder: str | Path, texts: list[str]) -> list[int]:
     bias = _load_classifier(folder).classifier.bias.detach().tolist()
     set_classifier_bias(folder, [bias[0] + threshold / 2, bias[1] - threshold / 2])
     return classifier_logits(folder, texts).argmax(-1).tolist()
+
+
+# --------------------------------------------------------------------------------------------------
+# Extractive question answering: a SQuAD-layout fixture and a tiny QA model with a fast tokenizer
+# --------------------------------------------------------------------------------------------------
+
+#: Paragraphs of the QA fixture (words of the tiny tokenizers' training text) and their questions with answers.
+QA_PARAGRAPHS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    ("The cat sat on the mat. The dog ran fast to the big red house.",
+     (("Where did the cat sit?", "the mat"), ("Where did the dog run?", "the big red house"))),
+    ("John saw Mary read a book in the old house at night.",
+     (("What did Mary read?", "a book"), ("Who saw Mary?", "John"))),
+    ("She really liked the story, but he hated the ending. The children played happily in the garden while "
+     "their parents talked. Nobody expected the ending to be so emotional and well-acted.",
+     (("Who played in the garden?", "The children"), ("What was emotional?", "the ending to be so emotional"))),
+)
+
+
+def squad_fixture(version: str = "v2.0", copies: int = 1) -> dict:
+    """A small SQuAD-layout document: one article per paragraph of :data:`QA_PARAGRAPHS` (``copies`` times),
+    each answer with its true character offset; with ``version="v2.0"`` every paragraph also has one
+    unanswerable question (``is_impossible``, with a plausible answer)."""
+    data = []
+    for c in range(copies):
+        for a, (context, qas) in enumerate(QA_PARAGRAPHS):
+            items = [{"id": f"c{c}a{a}q{q}", "question": question,
+                      "answers": [{"text": ans, "answer_start": context.index(ans)}]}
+                     for q, (question, ans) in enumerate(qas)]
+            if version.startswith("v2"):
+                first = context.split()[0]
+                items.append({"id": f"c{c}a{a}x", "question": "Why was the movie boring?", "answers": [],
+                              "is_impossible": True, "plausible_answers": [{"text": first, "answer_start": 0}]})
+            data.append({"title": f"article {c}-{a}", "paragraphs": [{"context": context, "qas": items}]})
+    return {"version": version, "data": data}
+
+
+def save_tiny_qa(folder: str | Path, *, seed: int = 0, model_type: str = "bert", qa_head: bool = True) -> Path:
+    """A tiny random model (question-answering head, or the bare encoder) with a fast WordPiece tokenizer."""
+    from transformers import AutoModelForQuestionAnswering
+
+    from bertology.testing_tokenizers import tiny_tokenizer as trained_tokenizer
+
+    folder = Path(folder)
+    tok = trained_tokenizer("wordpiece", folder / "_tokenizer")
+    cfg = tiny_family_config(model_type, tok)
+    torch.manual_seed(seed)
+    model = (AutoModelForQuestionAnswering if qa_head else AutoModel).from_config(cfg, attn_implementation="eager")
+    model.eval()
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder

@@ -20,8 +20,8 @@ from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
 from bertology.cli.options import (
-    DATA_OPT, DEVICE_OPT, LABEL_COL, PAIR_COL, TEXT_COL, TRUST_REMOTE_CODE_OPT, batch_size_option, importance_option,
-    layers_option, max_examples_option, max_length_option, model_option, no_report_option, out_option, overwrite_option,
+    DATA_FORMATS, DEVICE_OPT, LABEL_COL, PAIR_COL, TEXT_COL, TRUST_REMOTE_CODE_OPT, batch_size_option, importance_option,
+    data_option, layers_option, max_examples_option, max_length_option, model_option, no_report_option, out_option, overwrite_option,
     seed_option,
 )
 from bertology.progress import parse_layer_list, stage_bars
@@ -40,8 +40,8 @@ def _parse_layer_modes(text: str) -> tuple[str, ...]:
 @app.command("ablate")
 @user_errors
 def ablate_command(
-    model: str = model_option(..., help="Fine-tuned classifier: local folder or hub id (needs a classification head)."),
-    data: str = DATA_OPT,
+    model: str = model_option(..., help="Fine-tuned classifier, regressor or QA model: local folder or hub id (needs a task head)."),
+    data: str = data_option(help=f"A {DATA_FORMATS}; for a question-answering model a SQuAD v1.1/v2.0 JSON file."),
     text_column: Optional[str] = TEXT_COL,
     pair_column: Optional[str] = PAIR_COL,
     label_column: Optional[str] = LABEL_COL,
@@ -62,6 +62,10 @@ def ablate_command(
     overwrite: bool = overwrite_option(),
     trust_remote_code: bool = TRUST_REMOTE_CODE_OPT,
     no_report: bool = no_report_option(),
+    doc_stride: int = typer.Option(128, "--doc-stride", help="QA model: context tokens shared by consecutive windows of a long context.", min=0),
+    max_answer_length: int = typer.Option(30, "--max-answer-length", help="QA model: the longest predicted answer, in tokens.", min=1),
+    null_threshold: float = typer.Option(
+        0.0, "--null-threshold", help="QA model, SQuAD v2.0 data: answer 'no answer' when the null score beats the best span's by more than this."),
 ) -> None:
     """Disable every head and layer of a fine-tuned classifier or regressor; report what the task loses (or gains)."""
     from bertology.models.ablate import check_mode
@@ -91,18 +95,28 @@ def ablate_command(
         pruning_step=pruning_step,
         pruning_recompute=recompute,
     )
-    corpus = load_corpus(data, text_column=text_column, pair_column=pair_column, label_column=label_column)
-    if not any(ex.label is not None for ex in corpus):
-        raise BertologyError(
-            f"{data} has no labels; ablation measures a task and needs labelled data. "
-            "Name the label column with --label-column."
-        )
     loaded = load_model(model, kind="auto", trust_remote_code=trust_remote_code)
     task = task_of_model(loaded.model, name=f"Model {model!r}")
-    task.targets(corpus, loaded.model)
-    corpus = sample_examples(corpus, settings.max_examples, settings.seed)
+    encoded = None
+    qa: dict = {}
+    if task.name == "qa":  # SQuAD JSON: every question cut into windows; the bootstrap resamples questions
+        from bertology.data.qa_features import encode_squad
+        from bertology.data.squad import read_squad
 
-    d = settings.to_dict()
+        corpus = read_squad(data).stratified_sample(settings.max_examples, settings.seed)
+        qa = {"doc_stride": doc_stride, "max_answer_length": max_answer_length, "null_threshold": null_threshold}
+        encoded = encode_squad(corpus, loaded.tokenizer, max_length, **qa)
+    else:
+        corpus = load_corpus(data, text_column=text_column, pair_column=pair_column, label_column=label_column)
+        if not any(ex.label is not None for ex in corpus):
+            raise BertologyError(
+                f"{data} has no labels; ablation measures a task and needs labelled data. "
+                "Name the label column with --label-column."
+            )
+        task.targets(corpus, loaded.model)
+        corpus = sample_examples(corpus, settings.max_examples, settings.seed)
+
+    d = {**settings.to_dict(), **qa}
     d.pop("device")  # results agree across devices to float rounding; a run may resume on another
     weights = loaded.weights_sha256 or loaded.path
     fingerprint = hashlib.sha256(json.dumps([d, corpus.fingerprint(), weights], sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -114,7 +128,7 @@ def ablate_command(
             **manifest_header(KIND, fingerprint, created=opened.previous.get("created")),
             "status": "running",
             "config": {"model": model, "data": data, "text_column": text_column, "pair_column": pair_column,
-                       "label_column": label_column, **settings.to_dict()},
+                       "label_column": label_column, **settings.to_dict(), **qa},
             "seed": seed,
             "device": device,
             "dtype": "float32",
@@ -130,8 +144,8 @@ def ablate_command(
         with stage_bars(describe=lambda s: "ablations" if s == "ablation" else "importance + pruning", console=console) as on_progress:
             try:
                 # the report draws every figure (and saves them under figures/); without it the study saves its own
-                study = run_ablation_study(loaded.model, loaded.tokenizer, corpus, settings, run_dir.path / "partial",
-                                           on_progress=on_progress)
+                study = run_ablation_study(loaded.model, loaded.tokenizer, encoded if encoded is not None else corpus,
+                                           settings, run_dir.path / "partial", encoded=encoded, on_progress=on_progress)
             except KeyboardInterrupt:
                 console.print(f"[yellow]interrupted:[/] finished ablations are saved in {escape(str(run_dir.path / 'partial'))}; "
                               "run the same command again to continue.")

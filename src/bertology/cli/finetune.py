@@ -32,6 +32,11 @@ def _summary(metrics: dict, n_train, model_dir, wall, reused: bool = False) -> s
             f"held-out accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} "
             f"(n={metrics.get('n_eval')}, {n_train} training examples"
         )
+    elif "exact_match" in metrics:  # extractive QA
+        line = (
+            f"held-out F1 {metrics['f1']:.4f}, exact match {metrics['exact_match']:.4f} "
+            f"(n={metrics.get('n_eval')} questions, {n_train} training questions"
+        )
     elif "pearson" in metrics:  # regression
         line = (
             f"held-out Pearson {metrics['pearson']:.4f}, Spearman {metrics['spearman']:.4f}, MSE {metrics['mse']:.4f} "
@@ -83,7 +88,7 @@ def parse_layers(text: str | None, flag: str = "--drop-layers") -> tuple[int, ..
 @app.command("finetune")
 @user_errors
 def finetune_command(
-    data: str = data_option(help=f"Training data: a {DATA_FORMATS}."),
+    data: str = data_option(help=f"Training data: a {DATA_FORMATS}; with --task qa a SQuAD v1.1/v2.0 JSON file."),
     model: str = model_option(help="Model to fine-tune: hub id, local folder, or built-in 'minilm'."),
     text_column: Optional[str] = TEXT_COL,
     pair_column: Optional[str] = PAIR_COL,
@@ -122,9 +127,15 @@ def finetune_command(
     objective: str = typer.Option("classification", "--objective", help="classification (a supervised head for --task), or contrastive (SimCSE; saves an encoder without a head)."),
     task: str = typer.Option(
         "auto", "--task",
-        help="The head's task: classification, regression (one output, MSE; Pearson/Spearman), or auto "
+        help="The head's task: classification, regression (one output, MSE; Pearson/Spearman), qa (extractive "
+             "question answering on SQuAD v1.1/v2.0 JSON; F1 / exact match), or auto "
              "(regression for numeric labels with decimals or more than 20 values, e.g. GLUE STS-B's score).",
     ),
+    doc_stride: int = typer.Option(128, "--doc-stride", help="QA: context tokens shared by consecutive windows of a long context.", min=0),
+    max_answer_length: int = typer.Option(30, "--max-answer-length", help="QA: the longest predicted answer, in tokens.", min=1),
+    null_threshold: float = typer.Option(
+        0.0, "--null-threshold", help="QA, SQuAD v2.0: answer 'no answer' when the null score beats the best span's by more than this."),
+    qa_split: str = typer.Option("article", "--qa-split", help="QA without --eval-data: hold out whole articles (article) or questions (question)."),
     contrastive: str = typer.Option(
         "auto", "--contrastive",
         help="Contrastive flavour: unsupervised (same sentence twice, dropout positives), supervised (NLI pairs: "
@@ -152,8 +163,12 @@ def finetune_command(
 
     if objective not in ("classification", "contrastive"):
         raise BertologyError(f"--objective must be classification or contrastive, not {objective!r}.")
-    if task not in ("auto", "classification", "regression"):
-        raise BertologyError(f"--task must be auto, classification or regression, not {task!r}.")
+    if task not in ("auto", "classification", "regression", "qa"):
+        raise BertologyError(f"--task must be auto, classification, regression or qa, not {task!r}.")
+    if task != "qa" and objective == "classification" and str(data).lower().endswith(".json"):
+        raise BertologyError(f"{data} is a SQuAD .json file (questions over contexts, no labels); pass --task qa to train a QA head.")
+    if qa_split not in ("article", "question"):
+        raise BertologyError(f"--qa-split must be article or question, not {qa_split!r}.")
     if contrastive not in ("auto", "unsupervised", "supervised"):
         raise BertologyError(f"--contrastive must be auto, unsupervised or supervised, not {contrastive!r}.")
     if pooling not in ("cls", "mean"):
@@ -204,10 +219,19 @@ def finetune_command(
         early_stopping=early_stopping,
         early_stopping_metric=early_stopping_metric,
         save_every=save_every,
+        doc_stride=doc_stride,
+        max_answer_length=max_answer_length,
+        null_threshold=null_threshold,
+        qa_split=qa_split,  # type: ignore[arg-type]
     )
     columns = dict(text_column=text_column, pair_column=pair_column, label_column=label_column)
-    train = load_corpus(data, **columns)
-    evaluation = load_corpus(eval_data, **columns) if eval_data else None
+    if task == "qa":  # SQuAD JSON: questions over contexts, not rows of a table
+        from bertology.data.squad import read_squad
+
+        train, evaluation = read_squad(data), read_squad(eval_data) if eval_data else None
+    else:
+        train = load_corpus(data, **columns)
+        evaluation = load_corpus(eval_data, **columns) if eval_data else None
     if objective == "contrastive":
         import dataclasses
 

@@ -48,7 +48,7 @@ from bertology.errors import BertologyError
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_EXTENSIONS = (".txt", ".csv", ".tsv", ".jsonl", ".conllu")
+SUPPORTED_EXTENSIONS = (".txt", ".csv", ".tsv", ".jsonl", ".conllu", ".json")
 
 PAIR_COLUMNS: tuple[tuple[str, str], ...] = (
     ("sentence1", "sentence2"),
@@ -177,6 +177,12 @@ def _load_file(path: Path, flags: dict) -> tuple[list[Example], dict]:
         return _read_table(path, text, sep="\t" if ext == ".tsv" else ",", flags=flags)
     if ext == ".jsonl":
         return _read_jsonl(path, text, flags)
+    if ext == ".json":  # SQuAD v1.1/v2.0: each question with its context, a sentence pair (compare, track)
+        from bertology.data.squad import read_squad, squad_pairs
+
+        if any(v is not None for v in flags.values()):
+            raise BertologyError(f"{path}: column flags do not apply to a SQuAD .json file")
+        return squad_pairs(read_squad(path))
     given = [k for k, v in flags.items() if v is not None]
     if given:
         raise BertologyError(f"{path}: column flags ({', '.join(given)}) do not apply to a .conllu file")

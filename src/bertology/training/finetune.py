@@ -362,6 +362,10 @@ def finetune(
         return contrastive_finetune(config, train, eval, progress=progress, resume=resume, on_step=on_step)
     if config.objective != "classification":
         raise BertologyError(f"Unknown objective {config.objective!r}; use classification or contrastive.")
+    if config.task == "qa":  # SQuAD data: questions over contexts, a start/end head (its own module)
+        from bertology.training.qa import finetune_qa
+
+        return finetune_qa(config, train, eval, progress=progress, resume=resume, on_step=on_step)
     t0 = time.perf_counter()
     check_config(config)
     if len(train) == 0:

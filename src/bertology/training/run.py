@@ -62,6 +62,7 @@ _NEW_DEFAULTS = {
     "anisotropy_pairs": 2000, "drop_layers": (), "freeze_layers": 0, "freeze_embeddings": False,
     "exclude_words": (), "slice_words": (), "grad_accum": 1, "eval_every": None, "early_stopping": None,
     "early_stopping_metric": None, "max_grad_norm": 1.0,
+    "doc_stride": 128, "max_answer_length": 30, "null_threshold": 0.0, "qa_split": "article",
 }
 
 
@@ -157,6 +158,8 @@ def chance_warnings(predictions: pd.DataFrame | None) -> list[str]:
 
     Such a model is not worth analysing as "what fine-tuning taught it": say how far from chance it is.
     """
+    if predictions is not None and {"f1", "exact_match", "prediction"} <= set(predictions.columns):
+        return _qa_chance_warnings(predictions)
     if predictions is None or not {"label", "predicted"} <= set(predictions.columns):
         return []
     predictions = predictions[predictions["predicted"].notna()]  # examples the model did not see are not scored
@@ -190,6 +193,24 @@ def _regression_chance_warnings(predictions: pd.DataFrame) -> list[str]:
     return [f"The fine-tuned model {what} (Pearson {r:.3f}, 95% CI [{verdict.ci[0]:.3f}, {verdict.ci[1]:.3f}], "
             f"n={len(y)}; chance r = 0): train longer, change the learning rate or warm-up, or check the targets "
             "before reading its analyses as what fine-tuning taught it."]
+
+
+def _qa_chance_warnings(predictions: pd.DataFrame) -> list[str]:
+    """The QA model's warning: one answer for every question, or an F1 not shown above always answering "no answer"."""
+    from bertology.tasks.catalog import get_task
+
+    if predictions.empty:
+        return []
+    task = get_task("qa")
+    f1 = float(predictions["f1"].mean())
+    chance = float(predictions["is_impossible"].mean())
+    verdict = task.degeneracy(f1, len(predictions), int(predictions["prediction"].nunique()), chance)
+    if not verdict.flagged:
+        return []
+    what = "gives one answer to every eval question" if verdict.constant_predictions else "is not shown to beat chance on the eval data"
+    return [f"The fine-tuned model {what} (F1 {f1:.3f}, 95% CI [{verdict.ci[0]:.3f}, {verdict.ci[1]:.3f}], n={len(predictions)}; "
+            f"always answering 'no answer' scores {chance:.3f}): train longer, change the learning rate or --max-length / "
+            "--doc-stride before reading its analyses as what fine-tuning taught it."]
 
 
 def summary_of(result) -> dict:

@@ -47,6 +47,8 @@ METRIC_LABELS: dict[str, str] = {
     "pearson": "Pearson r",
     "spearman": "Spearman rho",
     "mse": "mean squared error",
+    "f1": "F1 (SQuAD)",
+    "exact_match": "exact match",
 }
 
 # A calm, print-friendly style applied only inside our own rc_context blocks.

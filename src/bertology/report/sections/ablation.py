@@ -1,7 +1,8 @@
-"""Single head and layer ablations of the tuned classifier or regressor, head importance and pruning curves.
+"""Single head and layer ablations of the tuned classifier, regressor or QA model, head importance and pruning curves.
 
 Every number is in the task's own metrics (accuracy and cross-entropy for a classifier, Pearson and
-mean squared error for a regressor: :mod:`bertology.tasks`)."""
+mean squared error for a regressor, SQuAD F1 / exact match and the span cross-entropy for extractive
+QA: :mod:`bertology.tasks`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -14,7 +15,7 @@ from bertology.tasks.catalog import task_of_table
 
 #: How the section's prose names each metric.
 _WHAT = {"accuracy": "accuracy", "loss": "cross-entropy loss", "macro_f1": "macro-F1", "pearson": "Pearson r",
-         "spearman": "Spearman rho", "mse": "mean squared error"}
+         "spearman": "Spearman rho", "mse": "mean squared error", "f1": "SQuAD F1", "exact_match": "exact match"}
 
 
 def _needed_head_card(t: pd.DataFrame, mode: str) -> dict | None:

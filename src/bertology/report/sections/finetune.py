@@ -20,8 +20,17 @@ def _slices_table(sl: pd.DataFrame) -> dict | None:
                     [[str(i)] + [r[m] for m in metrics] for i, r in wide.iterrows()])
 
 
+def _question_intervals(predictions: pd.DataFrame | None) -> dict[str, tuple[float, float, float]]:
+    """QA runs: each held-out metric's mean over questions with its 95% bootstrap interval (from the predictions)."""
+    if predictions is None or not {"f1", "exact_match"} <= set(predictions.columns):
+        return {}
+    from bertology.tasks.qa import question_interval
+
+    return {m: question_interval(predictions[m].to_numpy()) for m in ("f1", "exact_match")}
+
+
 def finetune_section(df: pd.DataFrame, figs: Figures, derived: list[dict],
-                      anisotropy: pd.DataFrame | None = None) -> dict:
+                      anisotropy: pd.DataFrame | None = None, predictions: pd.DataFrame | None = None) -> dict:
     """Training curves, final metrics per split, evaluation slices and (contrastive runs) anisotropy."""
     from bertology.viz.figures import METRIC_LABELS, training_curve
 
@@ -68,13 +77,20 @@ def finetune_section(df: pd.DataFrame, figs: Figures, derived: list[dict],
         "rows": rows,
     }
     evals = last[last["split"] == "eval"]
-    for metric in ("accuracy", "macro_f1", "pearson", "spearman"):  # classification, regression
+    intervals = _question_intervals(predictions)
+    for metric in ("accuracy", "macro_f1", "pearson", "spearman", "f1", "exact_match"):  # classification, regression, qa
         hit = evals[evals["metric"] == metric]
         if len(hit):
+            ci = intervals.get(metric)
             derived.append({"label": f"Final eval {METRIC_LABELS.get(metric, metric)}",
                             "text": fmt_value(hit["value"].iloc[0]),
-                            "note": f"step {fmt_value(hit['step'].iloc[0])}"})
+                            "note": f"step {fmt_value(hit['step'].iloc[0])}"
+                            + (f"; 95% CI [{fmt_value(ci[1])}, {fmt_value(ci[2])}] over {len(predictions)} questions"
+                               if ci is not None else "")})
     facts = [("Steps logged", f"{int(df['step'].max()):,}" if len(df) else "—")]
+    for metric, (mean, lo, hi) in intervals.items():
+        facts.append((f"Held-out {METRIC_LABELS.get(metric, metric)} (95% bootstrap CI over questions)",
+                       f"{fmt_value(mean)} [{fmt_value(lo)}, {fmt_value(hi)}]"))
     if "epoch" in df:
         facts.append(("Epochs", fmt_value(pd.to_numeric(df["epoch"], errors="coerce").max())))
     return {"curve": curve, "table": table, "facts": facts, "slices": slices, "anisotropy": aniso_fig}
@@ -83,7 +99,8 @@ def finetune_section(df: pd.DataFrame, figs: Figures, derived: list[dict],
 def build(inp: SectionInput) -> dict | None:
     """The section's dict, or None when the run lacks its table."""
     df = inp.table("finetune")
-    return None if df is None else finetune_section(df, inp.figures, inp.derived, inp.table("anisotropy"))
+    return None if df is None else finetune_section(df, inp.figures, inp.derived, inp.table("anisotropy"),
+                                                    inp.table("finetune_predictions"))
 
 
 SECTION = Section(
@@ -92,6 +109,7 @@ SECTION = Section(
     tables={
         "finetune": ("step", "split", "metric", "value"),
         "anisotropy": ("model", "layer", "metric", "value"),
+        "finetune_predictions": (),  # QA: per-question f1 / exact_match give the final metrics' intervals
     },
     build=build,
     template="sections/finetune.html.j2",

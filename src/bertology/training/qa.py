@@ -1,0 +1,218 @@
+"""Fine-tuning extractive question answering (SQuAD v1.1 / v2.0): ``finetune --task qa``.
+
+:func:`finetune_qa` trains ``AutoModelForQuestionAnswering`` (a start/end head on the encoder) on
+:class:`~bertology.data.squad.SquadData` with the lab's loop (:mod:`bertology.training.loop`: AdamW,
+warm-up, gradient accumulation, early stopping, checkpoints and exact resumption) and its model
+surgery (``drop_layers`` / ``freeze_layers`` / ``freeze_embeddings``). The loop's items are the
+windows of the questions (:mod:`bertology.data.qa_features`); the evaluation folds them back into
+questions (:meth:`bertology.tasks.qa.QuestionAnswering.example_records`) and reports F1, exact match
+and the span loss over questions.
+
+Without an eval file, a seeded share (``eval_fraction``) of the training data is held out, whole
+articles at a time by default (``qa_split="article"``: questions about one paragraph never sit on both
+sides) or by question (``"question"``, stratified by answerable / unanswerable).
+
+Word filters (``exclude_words`` / ``slice_words``) are a classification experiment and are refused here.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bertology.config import FinetuneConfig
+from bertology.data.batching import collate, length_batches
+from bertology.data.qa_features import QAFeatures, encode_squad
+from bertology.data.squad import SquadData
+from bertology.errors import BertologyError
+from bertology.models.device import resolve_device
+from bertology.models.sites import uses_token_types
+from bertology.tasks.base import head_logits
+from bertology.tasks.catalog import get_task
+from bertology.training.common import (
+    FinetuneResult, check_config, checkpoint_folder, loop_config, make_table, outcome_record, padding_id, plan_schedule,
+    prepare_model, save_atomically, schedule_record, surgery_record,
+)
+from bertology.training.data import SLICE_ALL
+from bertology.training.loop import LOG_EVERY, seed_everything, train_loop
+
+logger = logging.getLogger(__name__)
+
+
+def split_questions(data: SquadData, fraction: float, seed: int, by: str = "article") -> tuple[np.ndarray, np.ndarray, dict]:
+    """Seeded train / held-out question indices: whole articles (``by="article"``) or single questions."""
+    from sklearn.model_selection import GroupShuffleSplit, train_test_split
+
+    if not 0 < fraction < 1:
+        raise BertologyError(f"eval_fraction must be between 0 and 1 (exclusive) when no eval data is given, not {fraction!r}.")
+    idx = np.arange(len(data))
+    if by == "article":
+        groups = np.array([ex.article for ex in data])
+        if len(np.unique(groups)) < 2:
+            raise BertologyError(f"{data.source} has a single article; split by question instead (--qa-split question).")
+        tr, ev = next(GroupShuffleSplit(n_splits=1, test_size=fraction, random_state=seed).split(idx, groups=groups))
+        record = {"unit": "article", "n_articles_eval": int(len(np.unique(groups[ev])))}
+    elif by == "question":
+        strata = [ex.is_impossible for ex in data]
+        try:
+            tr, ev = train_test_split(idx, test_size=fraction, random_state=seed, stratify=strata)
+        except ValueError:
+            tr, ev = train_test_split(idx, test_size=fraction, random_state=seed)
+        record = {"unit": "question"}
+    else:
+        raise BertologyError(f"--qa-split must be article or question, not {by!r}.")
+    if len(tr) == 0 or len(ev) == 0:
+        raise BertologyError(f"eval_fraction={fraction} leaves {len(tr)} training and {len(ev)} held-out questions; "
+                             "use more data or a different --eval-fraction.")
+    return np.sort(tr), np.sort(ev), record
+
+
+class QAHead:
+    """The training loop's view of a question-answering head: span loss on windows; F1 / EM over questions."""
+
+    def __init__(self, tokenizer, train: QAFeatures, evaluation: QAFeatures, *, batch_size: int, pad_id: int,
+                 use_token_types: bool, device: torch.device) -> None:
+        self.task = get_task("qa")
+        self.tokenizer, self.train, self.eval = tokenizer, train, evaluation
+        self.batch_size, self.pad_id, self.use_token_types, self.device = batch_size, pad_id, use_token_types, device
+        self.n_items = len(train.items)
+        self.last_records: dict[str, np.ndarray] | None = None
+
+    def _run(self, model: torch.nn.Module, items) -> tuple[torch.Tensor, torch.Tensor]:
+        t = collate(items, self.pad_id)
+        kwargs = {"input_ids": t["input_ids"].to(self.device), "attention_mask": t["attention_mask"].to(self.device)}
+        if self.use_token_types:
+            kwargs["token_type_ids"] = t["token_type_ids"].to(self.device)
+        targets = self.task.collate_targets(items, [(it.start, it.end) for it in items]).to(self.device)
+        return head_logits(model(**kwargs)), targets
+
+    def loss(self, model: torch.nn.Module, indices: list[int]) -> torch.Tensor:
+        outputs, targets = self._run(model, [self.train.items[i] for i in indices])
+        return self.task.loss(outputs, targets)
+
+    def evaluate(self, model: torch.nn.Module) -> tuple[dict, list[dict]]:
+        was_training = model.training
+        model.eval()
+        per_item: dict[str, np.ndarray] = {}
+        try:
+            with torch.inference_mode():
+                for items in length_batches(self.eval.items, self.batch_size):
+                    outputs, targets = self._run(model, items)
+                    pos = np.array([it.index for it in items])
+                    for k, v in self.task.record(outputs, targets).items():
+                        per_item.setdefault(k, np.empty(len(self.eval.items), dtype=v.dtype))[pos] = v
+        finally:
+            model.train(was_training)
+        records = self.task.example_records(per_item, self.eval)
+        self.last_records = records
+        y = self.task.example_targets(np.empty(0), self.eval)
+        metrics = {**self.task.point_scores({m: records[m] for m in self.task.metrics}, y), "n_eval": len(y)}
+        rows = [{"split": "eval", "metric": m, "value": float(metrics[m]), "slice": SLICE_ALL} for m in self.task.metrics]
+        return metrics, rows
+
+    def save(self, model: torch.nn.Module, folder: Path) -> None:
+        model.save_pretrained(folder, safe_serialization=True)
+        self.tokenizer.save_pretrained(folder)
+
+
+def predictions_table(data: SquadData, records: dict[str, np.ndarray]) -> pd.DataFrame:
+    """One row per held-out question: its id, the predicted answer ("" = no answer), the gold answers and the scores."""
+    pred = [ex.context[s:e] if s >= 0 else "" for ex, s, e in zip(data, records["pred"], records["pred_end"])]
+    return pd.DataFrame({
+        "id": [ex.id for ex in data], "question": [ex.question for ex in data], "prediction": pred,
+        "answers": [json.dumps(ex.answer_texts) for ex in data], "is_impossible": [ex.is_impossible for ex in data],
+        "exact_match": records["exact_match"], "f1": records["f1"], "null_margin": records["null_margin"],
+    })
+
+
+def _load_qa_model(config: FinetuneConfig):
+    """The model with a start/end head: the checkpoint's own when it has one, else a fresh (seeded) one."""
+    from transformers import AutoConfig
+
+    from bertology.models.loading import load_model
+
+    loaded = load_model(config.model, kind="qa", trust_remote_code=config.trust_remote_code)
+    archs = getattr(AutoConfig.from_pretrained(loaded.path, trust_remote_code=config.trust_remote_code), "architectures", None) or []
+    return loaded, any(a.endswith("ForQuestionAnswering") for a in archs)
+
+
+def finetune_qa(config: FinetuneConfig, train: SquadData, eval: SquadData | None = None,  # noqa: A002
+                progress: bool = False, *, resume: bool = True, on_step=None) -> FinetuneResult:
+    """Fine-tune ``config.model`` for extractive QA on ``train`` (SQuAD data); evaluate on ``eval`` or a held-out split.
+
+    Saves the model and tokenizer to ``Path(config.out) / "model"``; the ``finetune`` table has the
+    eval rows ``f1``, ``exact_match``, ``loss`` (over questions) and the train rows of the loop; the
+    predictions table has one row per held-out question.
+    """
+    t0 = time.perf_counter()
+    check_config(config)
+    task = get_task("qa")
+    for data, role in ((train, "training"), (eval, "eval")):
+        if data is not None and not isinstance(data, SquadData):
+            raise BertologyError(f"--task qa reads SQuAD JSON files; the {role} data {getattr(data, 'source', data)!r} is not one.")
+    if config.exclude_words or config.slice_words:
+        raise BertologyError("--exclude-words / --eval-slices are not available for --task qa.")
+    if config.early_stopping_metric is not None and config.early_stopping_metric not in task.metrics:
+        raise BertologyError(f"--early-stopping-metric {config.early_stopping_metric!r} is not a metric of the "
+                             f"qa task; choose from {', '.join(task.metrics)}.")
+    if config.data.max_examples is not None and len(train) > config.data.max_examples:
+        train = train.stratified_sample(config.data.max_examples, config.seed)
+    if eval is None:
+        tr, ev, how = split_questions(train, config.eval_fraction, config.seed, config.qa_split)
+        eval_data = train.subset([int(i) for i in ev], name=f"{train.name} (held out)")
+        train = train.subset([int(i) for i in tr], name=f"{train.name} (train)")
+        split = {"source": "split", "eval_fraction": config.eval_fraction, "seed": config.seed, **how}
+    else:
+        eval_data, split = eval, {"source": "eval_data"}
+    split.update(n_train=len(train), n_eval=len(eval_data))
+
+    device = resolve_device(config.device)
+    seed_everything(config.seed)
+    loaded, reused_head = _load_qa_model(config)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    surgery = prepare_model(model, config, device)
+    settings = dict(max_length=config.data.max_length, doc_stride=config.doc_stride,
+                    max_answer_length=config.max_answer_length, null_threshold=config.null_threshold)
+    feats_train = encode_squad(train, tokenizer, **settings)
+    feats_eval = encode_squad(eval_data, tokenizer, **settings)
+
+    schedule = plan_schedule(config, len(feats_train.items))
+    logger.info("Fine-tuning %s (qa) on %d questions (%d windows), %d held out: %d steps", loaded.name, len(train),
+                len(feats_train.items), len(eval_data), schedule.total_steps)
+    head = QAHead(tokenizer, feats_train, feats_eval, batch_size=config.batch_size, pad_id=padding_id(tokenizer),
+                  use_token_types=uses_token_types(model), device=device)
+    metric = config.early_stopping_metric or task.primary
+    checkpoint_dir = checkpoint_folder(config, train, eval_data, resume)
+    outcome = train_loop(model, head, loop_config(config, schedule, metric, checkpoint_dir, resume), progress=progress,
+                         on_step=on_step)
+    final_metrics = outcome.metrics
+    if head.last_records is None or (outcome.best_step is not None and outcome.best_step != outcome.last_step):
+        final_metrics, _ = head.evaluate(model)
+    model_dir = save_atomically(model, tokenizer, Path(config.out))
+    details = {
+        "objective": "classification", "task": task.name, "task_choice": "qa (--task)", "split": split,
+        "labels": None, "reused_checkpoint_head": reused_head,
+        **schedule_record(config, schedule, outcome),
+        "effective_batch_size": config.batch_size * config.grad_accum, "log_every": LOG_EVERY,
+        "max_grad_norm": config.max_grad_norm, "device": str(device), "token_type_ids": head.use_token_types,
+        **surgery_record(model, config, surgery),
+        **outcome_record(config, metric, outcome),
+        "qa": {"decoding": "best start+end logit span over the question's windows, start <= end, at most "
+                           f"{config.max_answer_length} tokens; no answer when null - best > {config.null_threshold} "
+                           "(SQuAD v2.0 data only); null = smallest [CLS] score over the windows",
+               "metrics": "official SQuAD normalisation (lower-case, no punctuation, no a/an/the, single spaces); max over gold answers",
+               "eval_no_answer_allowed": feats_eval.with_negative},
+        "tokenisation": {"train": feats_train.describe(), "eval": feats_eval.describe()},
+        "base_model": loaded.describe(),
+    }
+    wall = time.perf_counter() - t0
+    return FinetuneResult(
+        model_dir=model_dir, table=make_table(outcome.rows), metrics=final_metrics, n_train=len(train),
+        n_eval=len(eval_data), wall_time_s=wall, label2id={},
+        predictions=predictions_table(eval_data, head.last_records), details=details,
+    )
