@@ -26,6 +26,7 @@ from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.errors import BertologyError
 from bertology.metrics.trees import tree_problem
 from bertology.models.device import resolve_device
+from bertology.models.precision import resolve_dtype
 from bertology.models.pair import ModelPair
 from bertology.results import Result, read_table, write_table
 from bertology.runs import RunDirectory, manifest_header, open_run
@@ -183,8 +184,11 @@ def compare(
     t0 = time.perf_counter()
     config = resolve_conventions(config)  # the paper conventions, set once for every analysis
     selection = select(config.analyses)  # unknown names fail before anything is loaded
-    resolve_device(config.device)  # before any model is loaded
-    pair = pair or ModelPair.load(config.base, config.tuned, trust_remote_code=config.trust_remote_code)
+    dtype = resolve_dtype(config.dtype, resolve_device(config.device))  # before any model is loaded
+    pair = pair or ModelPair.load(config.base, config.tuned, trust_remote_code=config.trust_remote_code, dtype=dtype)
+    for m in (pair.base, pair.tuned):  # a pair passed in runs in the configured dtype too
+        if next(m.model.parameters()).dtype != dtype:
+            m.model.to(dtype)
     corpus = corpus if corpus is not None else load_data(config.data)
     if len(corpus) == 0:
         raise BertologyError("The corpus has no examples.")

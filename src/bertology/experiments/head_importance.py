@@ -97,12 +97,12 @@ def gradient_pass(
         with ablate_heads(model, removed, mode, exclude_special=exclude_special, special_ids=special_ids, means=means):
             if not gradients:
                 with torch.inference_mode():
-                    logits_all = [model(**inp).logits for inp in batches.inputs]
+                    logits_all = [model(**inp).logits.float() for inp in batches.inputs]
             else:
                 with head_gates(model) as gates, torch.enable_grad():
                     for inp, y in zip(batches.inputs, batches.labels):
                         gates.prepare(len(y), device=y.device)
-                        logits = model(**inp).logits
+                        logits = model(**inp).logits.float()  # float32 loss for a bfloat16/float16 model
                         batches.task.loss(logits, y, reduction="sum").backward()
                         g = gates.grad.detach().abs().sum(0).double().cpu()
                         total = g if total is None else total + g
