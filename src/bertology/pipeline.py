@@ -1,6 +1,8 @@
 """The Python API behind ``bertology compare``: load, extract once, analyse, write the run directory."""
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import json
 import logging
@@ -184,7 +186,10 @@ def compare(
     t0 = time.perf_counter()
     config = resolve_conventions(config)  # the paper conventions, set once for every analysis
     selection = select(config.analyses)  # unknown names fail before anything is loaded
-    dtype = resolve_dtype(config.dtype, resolve_device(config.device))  # before any model is loaded
+    device = resolve_device(config.device)  # before any model is loaded
+    if config.device == "auto":  # torch.device("auto") does not exist: record and use what it chose
+        config = dataclasses.replace(config, device=str(device))
+    dtype = resolve_dtype(config.dtype, device)
     pair = pair or ModelPair.load(config.base, config.tuned, trust_remote_code=config.trust_remote_code, dtype=dtype)
     for m in (pair.base, pair.tuned):  # a pair passed in runs in the configured dtype too
         if next(m.model.parameters()).dtype != dtype:

@@ -256,3 +256,15 @@ def test_patterns_export_without_a_gpu_is_one_clear_error(tmp_path):
     result = invoke("patterns", "export", "--model", tmp_path / "never-loaded", "--data", data, "--device", "cuda",
                     "--out", tmp_path / "o")
     assert_user_error(result, "CUDA is not available")
+
+
+@pytest.mark.parametrize("command", ["compare", "ablate"])
+def test_device_auto_runs_on_what_the_machine_has_and_records_it(command, planted, tmp_path):
+    base, tuned, data, _ = planted
+    out = tmp_path / "o"
+    args = (["compare", "--base", base, "--tuned", tuned, "--analyses", "attention_change"] if command == "compare"
+            else ["ablate", "--model", tuned, "--bootstrap", 0, "--no-importance", "--layers", 1])
+    result = invoke(*args, "--data", data, "--out", out, "--no-report", "--device", "auto")
+    assert result.exit_code == 0, result.output
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert json.loads((out / "manifest.json").read_text())["device"] == expected

@@ -70,7 +70,9 @@ def ablate_command(
     from bertology.models.precision import resolve_dtype
 
     check_mode(mode, "--mode")
-    torch_dtype = resolve_dtype(dtype, resolve_device(device))  # a missing GPU or dtype is an error now, not after loading
+    resolved = resolve_device(device)  # a missing GPU or dtype is an error now, not after loading
+    torch_dtype = resolve_dtype(dtype, resolved)
+    device = str(resolved)  # "auto" -> what it chose
     from bertology.experiments.ablation import AblationSettings, run_ablation_study, sample_examples
     from bertology.tasks.catalog import task_of_model
     from bertology.data.loaders import load_corpus

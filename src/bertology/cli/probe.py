@@ -83,7 +83,9 @@ def probe_command(
     from bertology.models.device import resolve_device
     from bertology.models.precision import resolve_dtype
 
-    torch_dtype = resolve_dtype(dtype, resolve_device(device))  # a missing GPU or dtype is an error now, not after loading
+    resolved = resolve_device(device)  # a missing GPU or dtype is an error now, not after loading
+    torch_dtype = resolve_dtype(dtype, resolved)
+    device = str(resolved)  # "auto" -> what it chose
     from bertology.conventions import choose, record
     from bertology.experiments.probe import ProbeSettings, random_init_model, run_probes
     from bertology.models.loading import load_model
