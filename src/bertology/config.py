@@ -44,6 +44,7 @@ class CompareConfig:
     batch_size: int = 32
     seed: int = 0
     device: str = "cpu"
+    dtype: str = "float32"  # what the models run in (bertology.models.precision.DTYPES); statistics stay float64
     # paper conventions (bertology.conventions): a preset, and the conventions it sets unless given here (None)
     conventions: str = "bertology"
     punctuation: Literal["unicode", "clark2019"] | None = None  # attention_targets
@@ -100,6 +101,8 @@ class CompareConfig:
         d = self.to_dict()
         d.pop("out", None)
         d.pop("store", None)
+        if d.get("dtype") == "float32":  # the default: fingerprints of runs made before --dtype existed still match
+            d.pop("dtype")
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -119,6 +122,9 @@ class FinetuneConfig:
     warmup_ratio: float = 0.1
     seed: int = 0
     device: str = "cpu"
+    # float32, or mixed precision: the forward under torch.autocast in bfloat16 / float16 (with a loss
+    # scaler), weights, optimiser and gradients kept in float32
+    dtype: str = "float32"
     trust_remote_code: bool = False
     # --- the fine-tuning lab (issue 6) ---
     # objective: a classification head, or a contrastive (SimCSE) sentence encoder without a head

@@ -1,6 +1,8 @@
 """The Python API behind ``bertology compare``: load, extract once, analyse, write the run directory."""
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import json
 import logging
@@ -26,6 +28,7 @@ from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.errors import BertologyError
 from bertology.metrics.trees import tree_problem
 from bertology.models.device import resolve_device
+from bertology.models.precision import resolve_dtype
 from bertology.models.pair import ModelPair
 from bertology.results import Result, read_table, write_table
 from bertology.runs import RunDirectory, manifest_header, open_run
@@ -183,8 +186,14 @@ def compare(
     t0 = time.perf_counter()
     config = resolve_conventions(config)  # the paper conventions, set once for every analysis
     selection = select(config.analyses)  # unknown names fail before anything is loaded
-    resolve_device(config.device)  # before any model is loaded
-    pair = pair or ModelPair.load(config.base, config.tuned, trust_remote_code=config.trust_remote_code)
+    device = resolve_device(config.device)  # before any model is loaded
+    if config.device == "auto":  # torch.device("auto") does not exist: record and use what it chose
+        config = dataclasses.replace(config, device=str(device))
+    dtype = resolve_dtype(config.dtype, device)
+    pair = pair or ModelPair.load(config.base, config.tuned, trust_remote_code=config.trust_remote_code, dtype=dtype)
+    for m in (pair.base, pair.tuned):  # a pair passed in runs in the configured dtype too
+        if next(m.model.parameters()).dtype != dtype:
+            m.model.to(dtype)
     corpus = corpus if corpus is not None else load_data(config.data)
     if len(corpus) == 0:
         raise BertologyError("The corpus has no examples.")

@@ -5,6 +5,8 @@ adapter path or value projection makes these tests fail.
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from torch import nn
@@ -20,6 +22,8 @@ from bertology.testing import FAMILY_CONFIGS, SENTENCES, save_tiny_family, tiny_
 
 # float32 sums of 32-wide dot products in a different order: a few ulps of values of size ~1.
 ATOL = 1e-5
+#: ``BERTOLOGY_TEST_DEVICE=cuda`` checks the captures on a GPU too.
+DEVICE = os.environ.get("BERTOLOGY_TEST_DEVICE", "cpu")
 
 #: model_type -> (block path, out-projection path in a block, value vectors from the attention input)
 HAND: dict[str, tuple[str, str, callable]] = {
@@ -80,8 +84,8 @@ def _inputs(model, batch):
 
 @pytest.mark.parametrize("name,model_type", FAMILIES)
 def test_captured_equals_the_models_own_outputs(models, batch, name, model_type):
-    model = load_model(models[name][0]).model
-    inputs = _inputs(model, batch)
+    model = load_model(models[name][0]).model.to(DEVICE)
+    inputs = sites.model_inputs(model, batch, DEVICE)
     real = inputs["attention_mask"].bool()
     with torch.inference_mode():
         ref = model(**inputs, output_attentions=True, output_hidden_states=True)

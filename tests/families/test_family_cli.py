@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -26,6 +27,8 @@ TOKENIZER = {
 }
 # Cosine of identical maps and CKA of identical features: 1 up to float32 rounding of sums over tokens.
 ONE = 1e-5
+#: ``BERTOLOGY_TEST_DEVICE=cuda`` runs the commands below on a GPU.
+DEV = ("--device", os.environ.get("BERTOLOGY_TEST_DEVICE", "cpu"))
 
 
 def _conllu(sentences) -> str:
@@ -68,7 +71,7 @@ def family(request, tmp_path_factory):
 def test_self_compare_gives_cosine_one_and_cka_one(family, data, tmp_path):
     mt, base, _ = family
     out = tmp_path / "cmp"
-    result = invoke("compare", "--base", base, "--tuned", base, "--data", data[0], "--out", out, "--no-report")
+    result = invoke("compare", "--base", base, "--tuned", base, "--data", data[0], "--out", out, "--no-report", *DEV)
     assert result.exit_code == 0, result.output
     change = pd.read_parquet(out / "tables/attention_change.parquet")
     assert len(change) == FAMILY_CONFIGS[mt][1].get("num_hidden_layers", 2) * 4
@@ -83,7 +86,7 @@ def test_self_compare_gives_cosine_one_and_cka_one(family, data, tmp_path):
 def test_ablate_with_head_importance(family, data, tmp_path):
     mt, _, clf = family
     out = tmp_path / "abl"
-    result = invoke("ablate", "--model", clf, "--data", data[0], "--out", out, "--bootstrap", 50, "--no-report")
+    result = invoke("ablate", "--model", clf, "--data", data[0], "--out", out, "--bootstrap", 50, "--no-report", *DEV)
     assert result.exit_code == 0, result.output
     table = pd.read_parquet(out / "tables/ablation.parquet")
     n_layers = FAMILY_CONFIGS[mt][1].get("num_hidden_layers", FAMILY_CONFIGS[mt][1].get("n_layers", 2))
@@ -95,7 +98,7 @@ def test_ablate_with_head_importance(family, data, tmp_path):
 def test_probe(family, data, tmp_path):
     _, base, _ = family
     out = tmp_path / "probe"
-    result = invoke("probe", "--base", base, "--random-control", "--train", data[1], "--test", data[1], "--rank", 4,
+    result = invoke("probe", "--base", base, "--random-control", "--train", data[1], "--test", data[1], "--rank", 4, *DEV,
                     "--epochs", 1, "--out", out, "--no-report")
     assert result.exit_code == 0, result.output
     table = pd.read_parquet(out / "tables/probe.parquet")
@@ -109,7 +112,7 @@ def test_finetune_drop_and_freeze_then_track(family, data, tmp_path):
     out = tmp_path / "ft"
     n = FAMILY_CONFIGS[mt][1].get("num_hidden_layers", 2)
     freeze = n if mt == "albert" else 1  # ALBERT shares its layer: all or nothing
-    result = invoke("finetune", "--model", base, "--data", data[0], "--epochs", 1, "--batch-size", 4,
+    result = invoke("finetune", "--model", base, "--data", data[0], "--epochs", 1, "--batch-size", 4, *DEV,
                     "--drop-layers", 1, "--freeze-layers", freeze - (mt == "albert"), "--out", out)
     assert result.exit_code == 0, result.output
     manifest = json.loads((out / "manifest.json").read_text())
@@ -120,10 +123,10 @@ def test_finetune_drop_and_freeze_then_track(family, data, tmp_path):
     saved = json.loads((out / "model" / "config.json").read_text())
     assert saved["model_type"] == mt
     out = tmp_path / "ft-checkpoints"
-    result = invoke("finetune", "--model", base, "--data", data[0], "--epochs", 1, "--batch-size", 4,
+    result = invoke("finetune", "--model", base, "--data", data[0], "--epochs", 1, "--batch-size", 4, *DEV,
                     "--freeze-layers", freeze, "--save-every", 2, "--out", out)
     assert result.exit_code == 0, result.output
-    tracked = invoke("track", out, "--max-examples", 8)
+    tracked = invoke("track", out, "--max-examples", 8, *DEV)
     assert tracked.exit_code == 0, tracked.output
     change = pd.read_parquet(out / "tables" / "track_attention_change.parquet")
     assert change["cosine"].between(-1, 1 + ONE).all() and change["checkpoint"].nunique() >= 2

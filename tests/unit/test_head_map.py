@@ -8,11 +8,19 @@ from scipy.spatial.distance import jensenshannon, pdist, squareform
 from scipy.stats import pearsonr, spearmanr
 
 from bertology.activations.extract import run_analyses
-from bertology.analyses.head_map import HeadMap, example_keys, head_index, mds_embedding, most_moved
+from bertology.analyses.head_map import (
+    HeadMap,
+    example_keys,
+    head_index,
+    mds_embedding,
+    most_moved,
+    unchanged_heads,
+)
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.metrics.head_distance import (
     classical_mds,
+    expand_pairs,
     pair_indices,
     paired_js_sums,
     pairwise_js,
@@ -86,6 +94,38 @@ def test_padded_masked_batch_equals_an_unpadded_loop_and_blocks_do_not_matter():
     np.testing.assert_allclose(paired, fast[:, pos], atol=1e-10)
 
 
+def test_copied_heads_take_their_originals_pairs_bit_for_bit():
+    """Pairs computed once over distinct heads and expanded == all heads computed together (float64)."""
+    rng = np.random.default_rng(7)
+    p = torch.tensor(_maps(rng, 5, 4, 6))
+    full = torch.cat([p[:3], p[[0, 1]] , p[3:]])  # heads 3 and 4 are copies of heads 0 and 1
+    rep = torch.tensor([0, 1, 2, 0, 1, 3, 4])
+    fast = expand_pairs(pairwise_js_sums(p[[0, 1, 2, 3, 4]]), rep)
+    np.testing.assert_allclose(fast.numpy(), pairwise_js_sums(full).numpy(), atol=1e-12)
+    sq = square(fast, 7)
+    np.testing.assert_array_equal(sq[0], sq[3])
+    np.testing.assert_array_equal(sq[1], sq[4])
+    assert sq[0, 3] == 0 and sq[0, 1] > 0
+    # the representatives of a base/tuned stack: tuned head 1 equals base head 1
+    base, tuned = p[:3], p[2:5].clone()
+    tuned[1] = base[1]
+    rep, distinct = unchanged_heads(base, tuned)
+    assert rep.tolist() == [0, 1, 2, 3, 1, 4] and distinct.tolist() == [True] * 4 + [False, True]
+    assert expand_pairs(torch.zeros(0), torch.zeros(3, dtype=torch.long)).tolist() == [0.0] * 3
+
+
+def test_points_with_identical_distance_rows_coincide_exactly_from_the_classical_start():
+    rng = np.random.default_rng(11)
+    z = rng.normal(size=(12, 5))
+    z = np.vstack([z, z[[2, 7]]])  # points 12 and 13 are copies of 2 and 7
+    d = squareform(pdist(z))
+    xy, stress = mds_embedding(d, seed=0)
+    np.testing.assert_array_equal(xy[12], xy[2])
+    np.testing.assert_array_equal(xy[13], xy[7])
+    assert np.all(squareform(pdist(xy[:12])) + np.eye(12) > 0)  # distinct points stay apart
+    assert stress == stress1(d, xy)
+
+
 def test_square_and_classical_mds_recover_a_planar_configuration():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(12, 2))
@@ -141,10 +181,12 @@ def test_identical_models_have_zero_moved_everywhere(identical_pair):
     assert len(table) == 2 * 2 * 4
     assert (table.moved == 0).all()
     base, tuned = table[table.model == "base"], table[table.model == "tuned"]
-    # the two copies of each head have identical distance rows, so SMACOF keeps them together up to the
-    # rounding it amplifies before stopping (relative stress change eps=1e-6): compare at 1e-6 of the map's size
+    # the two copies of each head get identical distance rows (computed once) and so the same point
+    d = a.distance_matrix()
+    np.testing.assert_array_equal(d[:8], d[8:])
     xy_base, xy_tuned = base[["x", "y"]].to_numpy(), tuned[["x", "y"]].to_numpy()
-    np.testing.assert_allclose(xy_base, xy_tuned, atol=1e-6 * np.abs(xy_base).max())
+    np.testing.assert_array_equal(xy_base, xy_tuned)
+    assert np.abs(xy_base).max() > 0  # a map, not all points at the origin
     assert not [t for t in head_map_figure(table).axes[0].texts if t.get_text()]  # nothing moved: no labels
 
 
@@ -165,6 +207,12 @@ def test_planted_head_moves_most_and_no_other_head_moves(planted):
     i = k.index[(k.model == "base") & (k.layer == 2) & (k["head"] == 1)][0]
     j = k.index[(k.model == "tuned") & (k.layer == 2) & (k["head"] == 1)][0]
     assert d[i, j] == pytest.approx(top.loc[0, "moved"])
+    # on the map, every unchanged head sits exactly on its base version; the moved one does not
+    xy = table.set_index(["model", "layer", "head"])[["x", "y"]]
+    gap = np.linalg.norm(xy.loc["base"].to_numpy() - xy.loc["tuned"].to_numpy(), axis=1)
+    moved_row = list(xy.loc["base"].index).index((2, 1))
+    assert np.all(np.delete(gap, moved_row) == 0)
+    assert gap[moved_row] > 0.1 * top.loc[0, "moved"]
 
 
 def test_whole_pipeline_equals_a_per_sentence_unpadded_computation(planted):

@@ -22,12 +22,23 @@ logger = logging.getLogger(__name__)
 
 
 def capture_forward(model: torch.nn.Module, tensors: dict, want: frozenset[str], device: torch.device) -> Captured:
-    """Run one model on a collated batch with hooks capturing ``want`` (hidden states and/or attention maps)."""
+    """Run one model on a collated batch with hooks capturing ``want`` (hidden states and/or attention maps).
+
+    A model run in bfloat16 or float16 (``--dtype``) has its activations widened to float32 here, so
+    every analysis does the same arithmetic as in a float32 run; float32 ones are returned as they are.
+    """
     encoder = sites.encoder(model)
     inputs = sites.model_inputs(encoder, tensors, device)
     with capture(encoder, hidden_states="hidden_states" in want, attentions="attentions" in want) as cap:
         encoder(**inputs)
+    cap.hidden_states = [widen(h) for h in cap.hidden_states]
+    cap.attentions = [widen(a) for a in cap.attentions]
     return cap
+
+
+def widen(t: torch.Tensor | None) -> torch.Tensor | None:
+    """A reduced-precision float tensor as float32 (the same tensor when it is float32 or float64)."""
+    return t.float() if t is not None and t.dtype in (torch.bfloat16, torch.float16) else t
 
 
 def iter_pair_batches(

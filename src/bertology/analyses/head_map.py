@@ -22,7 +22,9 @@ depends only on which examples exist, never on batching or sharding.
 
 MDS runs on the JS *distance* (square root of the mean divergence, a metric) by default, starting
 from classical scaling (deterministic) and then SMACOF with ``random_state=seed``; the map is
-rotated to its principal axes and oriented so that ``x`` and ``y`` grow with the layer.
+rotated to its principal axes and oriented so that ``x`` and ``y`` grow with the layer. A head whose
+maps fine-tuning left unchanged gets its base version's distances bit for bit (they are computed once)
+and, from the classical start, the same point on the map.
 
 ``distance="clark2019"`` (the ``head_map_distance`` convention) is Clark et al. (2019)'s own map
 (their ``head_distances.py`` and General_Analysis notebook): every map is smoothed to
@@ -51,6 +53,7 @@ from bertology.analyses.representation_similarity import token_keys
 from bertology.metrics.head_distance import (
     BLOCK_ELEMENTS,
     classical_mds,
+    expand_pairs,
     pair_indices,
     paired_js_sums,
     pairwise_js_sums,
@@ -80,6 +83,21 @@ def example_keys(seed: int, example: np.ndarray) -> np.ndarray:
     return token_keys(seed, example, np.full(example.shape, _SALT, dtype=np.int64))
 
 
+def unchanged_heads(base: torch.Tensor, tuned: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which tuned heads equal their base version exactly on one example (``[H, T, T]`` each).
+
+    Returns ``(representative [2 H], distinct [2 H] bool)`` for :func:`expand_pairs`: base heads
+    represent themselves, an unchanged tuned head is represented by its base version, and only the
+    ``distinct`` heads' pairs need computing.
+    """
+    h = base.shape[0]
+    same = (base == tuned).flatten(1).all(1)
+    distinct = torch.cat([torch.ones_like(same), ~same])
+    rep = torch.cumsum(distinct, 0) - 1
+    rep[h:][same] = torch.arange(h, device=rep.device)[same]
+    return rep, distinct
+
+
 def head_index(num_layers: int, num_heads: int) -> pd.DataFrame:
     """Row ``k`` of the distance matrix: ``model`` (base first), ``layer`` (1..L), ``head`` (0-based)."""
     model, layer, head = np.meshgrid(np.arange(2), np.arange(1, num_layers + 1), np.arange(num_heads), indexing="ij")
@@ -100,7 +118,9 @@ def mds_embedding(
 
     ``init="classical"`` starts from Torgerson scaling (one run, deterministic); ``"random"`` takes
     the best of ``n_init`` seeded random starts. The result is centred, rotated to its principal axes
-    and each axis' sign fixed (growing with ``layers`` when given), so reruns draw the same picture.
+    and each axis' sign fixed (growing with ``layers`` when given), so reruns draw the same picture;
+    from the classical start, points with identical distance rows (heads fine-tuning left unchanged)
+    coincide exactly.
     """
     from sklearn.manifold import MDS
 
@@ -124,7 +144,29 @@ def mds_embedding(
         warnings.simplefilter("ignore", FutureWarning)  # parameter renames across sklearn versions
         x = MDS(**kw).fit_transform(d, init=start)
     x = _orient(x, layers)
+    if init == "classical":
+        x = _coincide(x, d)
     return x, stress1(d, x)
+
+
+def _coincide(x: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Put points with identical rows of ``d`` (distance 0 to each other, the same to every other
+    point) at their mean, so they coincide exactly.
+
+    SMACOF in exact arithmetic keeps such points together from the classical start (their Guttman
+    updates are equal); in floating point each row of its matrix product sums in another order, so
+    they end about one ulp apart (2e-18 on a 4e-3 map). Averaging removes that and changes nothing
+    else. Only for the classical start: from random starts (``clark2019``, Clark et al.'s own map)
+    such points need not meet, and their map is kept as SMACOF leaves it.
+    """
+    _, group = np.unique(d, axis=0, return_inverse=True)
+    group = group.ravel()
+    if group.max() + 1 == len(group):
+        return x
+    means = np.zeros((group.max() + 1, x.shape[1]))
+    np.add.at(means, group, x)
+    means /= np.bincount(group)[:, None]
+    return means[group]
 
 
 def _orient(x: np.ndarray, layers: np.ndarray | None) -> np.ndarray:
@@ -229,13 +271,18 @@ class HeadMap(Analysis):
         """One example's JS sums over its tokens for every pair of heads (:func:`pair_indices` order).
 
         The base-vs-tuned pairs of the same head are recomputed in the precise float64 form, so an
-        unchanged head has ``moved == 0`` exactly and small moves are not float32 noise.
+        unchanged head has ``moved == 0`` exactly and small moves are not float32 noise. A tuned head
+        whose map equals its base version's (a frozen layer, an identical model) is not computed again
+        but takes its base version's sums: float32 sums reduced in another block would differ by
+        rounding (3e-7 in JS distance on a tiny random model, 1e-4 of its map), and the two copies
+        would then sit apart on the map.
         """
         p = self._stack(batch, row, length)
         if self.distance == "clark2019":  # their smoothing, over the example's own tokens
             p = p * (1.0 - CLARK_JS_SMOOTHING) + CLARK_JS_SMOOTHING / length
-        sums = pairwise_js_sums(p, block_elements=self.block_elements)
         half = self.num_layers * self.num_heads
+        rep, distinct = unchanged_heads(p[:half], p[half:])
+        sums = expand_pairs(pairwise_js_sums(p[distinct], block_elements=self.block_elements), rep)
         sums[self._moved_pairs.to(sums.device)] = paired_js_sums(p[:half], p[half:]).to(sums.device)
         return sums.cpu().numpy()
 

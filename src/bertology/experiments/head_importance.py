@@ -103,7 +103,7 @@ def gradient_pass(
                 with head_gates(model) as gates, torch.enable_grad():
                     for inp, y in zip(batches.inputs, batches.labels):
                         gates.prepare(len(y), device=y.device)
-                        logits = _logits(model, inp)
+                        logits = _logits(model, inp)  # float32 loss for a bfloat16/float16 model
                         batches.task.loss(logits, y, reduction="sum").backward()
                         g = gates.grad.detach().abs().sum(0).double().cpu()
                         total = g if total is None else total + g

@@ -210,7 +210,7 @@ def fingerprint_of(model: torch.nn.Module, batches: Batches, settings: dict) -> 
     digest = hashlib.sha256()
     for name, t in sorted(model.state_dict().items()):
         digest.update(name.encode())
-        digest.update(t.detach().cpu().contiguous().numpy().tobytes())
+        digest.update(_raw_bytes(t))
     for inp, pos in zip(batches.inputs, batches.positions):
         for k in sorted(inp):
             digest.update(inp[k].cpu().numpy().tobytes())
@@ -219,6 +219,11 @@ def fingerprint_of(model: torch.nn.Module, batches: Batches, settings: dict) -> 
         digest.update(lab.cpu().numpy().tobytes())
     digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
     return digest.hexdigest()[:16]
+
+
+def _raw_bytes(t: torch.Tensor) -> bytes:
+    """A tensor's memory as bytes, for any dtype (numpy has no bfloat16); the same bytes as ``.numpy().tobytes()``."""
+    return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
 def _record(batches: Batches, logits: list[torch.Tensor]) -> dict[str, np.ndarray]:
@@ -234,7 +239,9 @@ def _record(batches: Batches, logits: list[torch.Tensor]) -> dict[str, np.ndarra
 
 
 def _logits(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    return head_logits(model(**inputs))
+    """The task head's output (QA: start/end stacked), widened to float32 when the model runs in a reduced dtype
+    (losses and metrics in float32)."""
+    return head_logits(model(**inputs)).float()
 
 
 class _MeanAccumulator:

@@ -113,6 +113,27 @@ def paired_js_sums(p: torch.Tensor, q: torch.Tensor, rows: torch.Tensor | None =
     return js.sum(-1) / math.log(2.0)
 
 
+def expand_pairs(values: torch.Tensor, representative: torch.Tensor) -> torch.Tensor:
+    """Pair values of ``K`` heads from those of their distinct representatives: ``[..., K' (K' - 1) / 2] -> [..., K (K - 1) / 2]``.
+
+    ``representative[k]`` (``[K]``, integers in ``0..K'-1``) is head ``k``'s index among the ``K'``
+    distinct heads whose pairs ``values`` holds (:func:`pair_indices` order). Two heads with the same
+    representative get 0; every other pair takes its representatives' value, so heads with identical
+    maps get identical rows bit for bit, whatever block or position their pairs would have had.
+    """
+    rep = representative.to(torch.long)
+    kd = int(rep.max()) + 1 if rep.numel() else 0
+    ia, ib = (torch.from_numpy(x).to(rep.device) for x in pair_indices(rep.numel()))
+    if kd < 2:  # every head the same: all pairs 0
+        return values.new_zeros((*values.shape[:-1], len(ia)))
+    lo, hi = torch.minimum(rep[ia], rep[ib]), torch.maximum(rep[ia], rep[ib])
+    same = lo == hi
+    # Row-major position of (lo, hi), lo < hi, among the K' (K' - 1) / 2 pairs.
+    pos = lo * kd - lo * (lo + 1) // 2 + (hi - lo - 1)
+    out = values[..., pos.clamp_min(0).to(values.device)]
+    return out.masked_fill(same.to(values.device), 0)
+
+
 def square(pairs: np.ndarray | torch.Tensor, k: int) -> np.ndarray:
     """Symmetric ``[K, K]`` matrix with a zero diagonal from values in :func:`pair_indices` order."""
     values = np.asarray(pairs.cpu() if isinstance(pairs, torch.Tensor) else pairs, dtype=np.float64)

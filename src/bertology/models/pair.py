@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from bertology.errors import BertologyError
 from bertology.models.loading import LoadedModel, load_model
 
@@ -57,11 +59,11 @@ class ModelPair:
         check_compatible(self.base, self.tuned)
 
     @classmethod
-    def load(cls, base: str, tuned: str, *, trust_remote_code: bool = False) -> "ModelPair":
-        """Load both models (each as its classifier when it has one) and check them."""
+    def load(cls, base: str, tuned: str, *, trust_remote_code: bool = False, dtype: torch.dtype = torch.float32) -> "ModelPair":
+        """Load both models (each as its classifier when it has one, in ``dtype``) and check them."""
         return cls(
-            load_model(base, trust_remote_code=trust_remote_code),
-            load_model(tuned, trust_remote_code=trust_remote_code),
+            load_model(base, trust_remote_code=trust_remote_code, dtype=dtype),
+            load_model(tuned, trust_remote_code=trust_remote_code, dtype=dtype),
         )
 
     @property

@@ -192,6 +192,7 @@ def loop_config(config: FinetuneConfig, schedule: Schedule, metric: str, checkpo
         weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, seed=config.seed,
         eval_every=config.eval_every, early_stopping=config.early_stopping, metric=metric,
         greater_is_better=higher_is_better().get(metric, metric != "loss"), save_every=config.save_every, checkpoint_dir=checkpoint_dir, resume=resume,
+        dtype=config.dtype,
     )
 
 

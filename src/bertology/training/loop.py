@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from bertology.errors import BertologyError
+from bertology.training.precision import MixedPrecision
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class LoopConfig:
     save_every: int | None = None
     checkpoint_dir: Path | None = None
     resume: bool = True
+    dtype: str = "float32"  # the training forward's autocast type (bertology.training.precision)
 
     @property
     def effective_batch(self) -> int:
@@ -232,6 +234,7 @@ def train_loop(
     optimizer = _optimizer(model, cfg)
     scheduler = get_linear_schedule_with_warmup(optimizer, cfg.warmup_steps, cfg.total_steps)
     device = next(model.parameters()).device
+    precision = MixedPrecision.create(cfg.dtype, device)
 
     rows: list[dict] = []
     window: list[float] = []
@@ -249,6 +252,7 @@ def train_loop(
             model.to(device)
             optimizer.load_state_dict(state["optimizer"])
             scheduler.load_state_dict(state["scheduler"])
+            precision.load_state_dict(state.get("scaler"))
             set_rng_state(state["rng"])
             rows, window, running = state["rows"], state["window"], state["running"]
             best = state["best"]
@@ -277,6 +281,7 @@ def train_loop(
             "step": step,
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
+            "scaler": precision.state_dict(),
             "rng": rng_state(),
             "rows": rows,
             "window": window,
@@ -307,11 +312,12 @@ def train_loop(
                 step += 1
                 indices = next(batches)
                 optimizer.zero_grad(set_to_none=True)
-                total = accumulate_gradients(model, task, indices, cfg.batch_size, step, cfg.learning_rate)
+                total = accumulate_gradients(model, task, indices, cfg.batch_size, step, cfg.learning_rate, precision=precision)
                 if cfg.max_grad_norm and cfg.max_grad_norm > 0:
+                    precision.unscale(optimizer)
                     torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
                 lr = scheduler.get_last_lr()[0]
-                optimizer.step()
+                precision.step(optimizer)
                 scheduler.step()
                 window.append(total)
                 running = total if running is None else 0.9 * running + 0.1 * total
@@ -372,22 +378,27 @@ def train_loop(
 
 def accumulate_gradients(
     model: torch.nn.Module, task: TrainTask, indices: list[int], batch_size: int, step: int = 0, learning_rate: float = 0.0,
+    *, precision: MixedPrecision | None = None,
 ) -> float:
     """Add the gradient of the mean loss over ``indices`` to ``.grad``, in micro-batches of ``batch_size``.
 
     Each micro-batch's mean loss is weighted by its share of the items, so the accumulated gradient
     is the gradient of the whole batch's mean loss (equal to one big batch up to float rounding).
-    Returns that mean loss. A non-finite loss is one clear error naming the step.
+    Returns that mean loss. A non-finite loss is one clear error naming the step. With ``precision``
+    the forward runs under its autocast and the backward through its loss scaler (the gradients are
+    then scaled until :meth:`MixedPrecision.unscale`).
     """
+    precision = precision or MixedPrecision("cpu")
     total = 0.0
     for j in range(0, len(indices), batch_size):
         micro = indices[j : j + batch_size]
-        loss = task.loss(model, micro)
+        with precision.autocast():
+            loss = task.loss(model, micro)
         if not torch.isfinite(loss):
             raise BertologyError(
                 f"The training loss became {float(loss)} at step {step}; lower the learning rate (now {learning_rate})."
             )
-        (loss * (len(micro) / len(indices))).backward()
+        precision.backward(loss * (len(micro) / len(indices)))
         total += float(loss.detach()) * len(micro) / len(indices)
     return total
 

@@ -19,6 +19,7 @@ import pandas as pd
 from bertology.config import FinetuneConfig
 from bertology.data.corpus import Corpus
 from bertology.models.device import resolve_device
+from bertology.models.precision import resolve_dtype
 from bertology.models.loading import resolve_model, weights_fingerprint
 from bertology.metrics.chance import above_chance
 from bertology.results import now_iso, read_table, write_table
@@ -61,7 +62,7 @@ _NEW_DEFAULTS = {
     "positive_label": "entailment", "negative_label": "contradiction", "sts_data": None, "anisotropy_sentences": 500,
     "anisotropy_pairs": 2000, "drop_layers": (), "freeze_layers": 0, "freeze_embeddings": False,
     "exclude_words": (), "slice_words": (), "grad_accum": 1, "eval_every": None, "early_stopping": None,
-    "early_stopping_metric": None, "max_grad_norm": 1.0,
+    "early_stopping_metric": None, "max_grad_norm": 1.0, "dtype": "float32",
     "doc_stride": 128, "max_answer_length": 30, "null_threshold": 0.0, "qa_split": "article",
 }
 
@@ -93,7 +94,7 @@ def finetune_to_dir(
     """
     from bertology.training.finetune import finetune
 
-    resolve_device(config.device)  # a missing GPU is an error before the run folder or model is touched
+    resolve_dtype(config.dtype, resolve_device(config.device))  # a missing GPU or dtype: an error before the run folder is touched
     fingerprint = run_fingerprint(config, train, evaluation)
     # another run (allowed by --overwrite) or a retrain: nothing of the old one may remain
     with open_run(config.out, KIND, fingerprint, overwrite=overwrite, fresh=retrain, scratch=("checkpoints", "model")) as opened:
@@ -132,7 +133,9 @@ def finetune_to_dir(
                 "config": config.to_dict(),
                 "seed": config.seed,
                 "device": _device_info(config.device),
-                "dtype": "float32",
+                "dtype": config.dtype,
+                "precision": "float32" if config.dtype == "float32" else f"mixed: forward under autocast({config.dtype})"
+                + (" with a GradScaler" if config.dtype == "float16" else "") + "; weights, gradients, optimiser and evaluation float32",
                 "attn_implementation": "eager",
                 "models": {
                     "base": details.pop("base_model", None),
