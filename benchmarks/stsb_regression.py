@@ -58,6 +58,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="interleaved sweep rounds (0: fine-tune only)")
     ap.add_argument("--epochs", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sweep-only", action="store_true", help="reuse the fine-tuned model in --out/run (no training)")
     args = ap.parse_args()
 
     from bertology.config import DataConfig, FinetuneConfig
@@ -68,6 +69,11 @@ def main() -> None:
     train_path, eval_path = _split(Path(args.stsb), out / "data", args.n_train, args.n_eval, args.seed)
     config = FinetuneConfig(model="minilm", out=str(out / "run"), epochs=args.epochs, seed=args.seed,
                             data=DataConfig(max_examples=None, overlong="truncate"))
+    if args.sweep_only:
+        result = _sweep_ratio(out / "run" / "model", eval_path, args)
+        print(json.dumps(result, indent=2))
+        (ROOT / "benchmarks" / "results" / "stsb_regression_sweep.json").write_text(json.dumps(result, indent=2))
+        return
     t0 = time.perf_counter()
     run = finetune_to_dir(config, load_corpus(str(train_path)), load_corpus(str(eval_path)), overwrite=True, retrain=True)
     finetune_s = time.perf_counter() - t0
