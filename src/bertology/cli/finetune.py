@@ -32,6 +32,11 @@ def _summary(metrics: dict, n_train, model_dir, wall, reused: bool = False) -> s
             f"held-out accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} "
             f"(n={metrics.get('n_eval')}, {n_train} training examples"
         )
+    elif "uas" in metrics:  # dependency parsing
+        line = (
+            f"held-out UAS {metrics['uas']:.4f}, LAS {metrics['las']:.4f} (punctuation excluded; "
+            f"n={metrics.get('n_eval')} sentences, {n_train} training sentences"
+        )
     elif "pearson" in metrics:  # regression
         line = (
             f"held-out Pearson {metrics['pearson']:.4f}, Spearman {metrics['spearman']:.4f}, MSE {metrics['mse']:.4f} "
@@ -52,7 +57,7 @@ def _details(manifest: dict) -> list[str]:
         ex = s["excluded_words"]
         lines.append(f"dropped {ex['n_dropped']} of {ex['n_before']} training examples mentioning {', '.join(ex['words'])}")
     for name, m in (s.get("slices") or {}).items():
-        main = "accuracy" if "accuracy" in m else "pearson"
+        main = next(k for k in ("accuracy", "uas", "pearson") if k in m)
         lines.append(f"  slice {name}: {main} {m[main]:.4f} (n={m['n_eval']})")
     if s.get("layers"):
         lines.append(f"removed layer(s) {', '.join(map(str, s['layers']['dropped']))}; {s['layers']['remaining']} remain")
@@ -122,7 +127,8 @@ def finetune_command(
     objective: str = typer.Option("classification", "--objective", help="classification (a supervised head for --task), or contrastive (SimCSE; saves an encoder without a head)."),
     task: str = typer.Option(
         "auto", "--task",
-        help="The head's task: classification, regression (one output, MSE; Pearson/Spearman), or auto "
+        help="The head's task: classification, regression (one output, MSE; Pearson/Spearman), parsing (a biaffine "
+             "dependency parser on a CoNLL-U file's trees; UAS/LAS without punctuation), or auto "
              "(regression for numeric labels with decimals or more than 20 values, e.g. GLUE STS-B's score).",
     ),
     contrastive: str = typer.Option(
@@ -152,8 +158,8 @@ def finetune_command(
 
     if objective not in ("classification", "contrastive"):
         raise BertologyError(f"--objective must be classification or contrastive, not {objective!r}.")
-    if task not in ("auto", "classification", "regression"):
-        raise BertologyError(f"--task must be auto, classification or regression, not {task!r}.")
+    if task not in ("auto", "classification", "regression", "parsing"):
+        raise BertologyError(f"--task must be auto, classification, regression or parsing, not {task!r}.")
     if contrastive not in ("auto", "unsupervised", "supervised"):
         raise BertologyError(f"--contrastive must be auto, unsupervised or supervised, not {contrastive!r}.")
     if pooling not in ("cls", "mean"):

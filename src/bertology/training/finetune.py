@@ -44,6 +44,7 @@ from bertology.training.common import (  # TABLE_COLUMNS, FinetuneResult: also i
     padding_id, plan_schedule, prepare_model, save_atomically, schedule_record, surgery_record,
 )
 from bertology.training.contrastive import contrastive_finetune
+from bertology.training.parser import finetune_parser
 from bertology.training.data import SLICE_ALL, SLICE_WITH, SLICE_WITHOUT, exclude_examples, mention_mask, parse_word_list
 from bertology.training.loop import LOG_EVERY, seed_everything, train_loop
 from bertology.tasks.base import Task
@@ -344,6 +345,8 @@ def finetune(
         return contrastive_finetune(config, train, eval, progress=progress, resume=resume, on_step=on_step)
     if config.objective != "classification":
         raise BertologyError(f"Unknown objective {config.objective!r}; use classification or contrastive.")
+    if config.task == "parsing":
+        return finetune_parser(config, train, eval, progress=progress, resume=resume, on_step=on_step)
     t0 = time.perf_counter()
     check_config(config)
     if len(train) == 0:

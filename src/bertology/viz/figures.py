@@ -47,6 +47,8 @@ METRIC_LABELS: dict[str, str] = {
     "pearson": "Pearson r",
     "spearman": "Spearman rho",
     "mse": "mean squared error",
+    "uas": "UAS",
+    "las": "LAS",
 }
 
 # A calm, print-friendly style applied only inside our own rc_context blocks.
