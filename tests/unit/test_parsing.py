@@ -2,6 +2,7 @@
 excluded), the loss against a slow per-word loop, bootstrap weights = a resampled corpus, save -> reload, the
 encoder of a saved parser loads as a plain encoder, cached == naive sweep, head importance, CoNLL-U edge cases."""
 import numpy as np
+import pandas.testing as pd_testing
 import pytest
 import torch
 import torch.nn.functional as F
@@ -241,3 +242,48 @@ def test_a_head_outside_the_sentence_names_file_and_line(tmp_path):
     path.write_text("# text = the cat\n1\tthe\tthe\tDET\t_\t_\t2\tdet\t_\t_\n2\tcat\tcat\tNOUN\t_\t_\t7\troot\t_\t_\n\n")
     with pytest.raises(BertologyError, match=r"bad.conllu, line 3: .*HEAD 7 points past the last word \(2\)"):
         load_corpus(path)
+
+
+def test_head_importance_resumes_from_its_saved_parsing_records(parser, tmp_path):
+    corpus = _corpus(SENTENCES * 2)
+    enc = encode_corpus(corpus, tiny_tokenizer())
+    y = TASK.targets(corpus, parser)
+    first = run_head_importance(parser, enc, y, HeadScoring(batch_size=4), step_fraction=0.5, progress_dir=tmp_path)
+    again = run_head_importance(parser, enc, y, HeadScoring(batch_size=4), step_fraction=0.5, progress_dir=tmp_path)
+    pd_testing.assert_frame_equal(first.curve, again.curve)
+
+
+def _state(folder) -> dict:
+    from safetensors.torch import load_file
+
+    return {**load_file(str(folder / "model.safetensors")), **{f"head.{k}": v for k, v in load_file(str(folder / HEAD_WEIGHTS)).items()}}
+
+
+def test_an_interrupted_parser_run_resumes_to_the_same_weights(tmp_path):
+    from bertology.config import DataConfig, FinetuneConfig
+    from bertology.training.finetune import finetune
+    from bertology.training.run import finetune_to_dir
+
+    base = save_tiny_bert(tmp_path / "m", hidden_dropout_prob=0.1)  # dropout on: the RNG state must be restored too
+    data = tmp_path / "t.conllu"
+    data.write_text(_conllu(SENTENCES * 4))
+    train = load_corpus(data)
+
+    def cfg(out):
+        return FinetuneConfig(model=str(base), data=DataConfig(path=str(data)), out=str(out), task="parsing", epochs=2,
+                              batch_size=2, grad_accum=2, save_every=2, learning_rate=1e-3, seed=0)
+
+    full = finetune(cfg(tmp_path / "full"), train)
+
+    def stop(step):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        finetune_to_dir(cfg(tmp_path / "cut"), train, on_step=stop)
+    run = finetune_to_dir(cfg(tmp_path / "cut"), train)
+    assert run.metrics["uas"] == pytest.approx(full.metrics["uas"])
+    a, b = _state(full.model_dir), _state(run.model_dir)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
