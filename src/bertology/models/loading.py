@@ -177,8 +177,9 @@ def load_model(
 
     ``kind="auto"`` loads a sequence classifier when the checkpoint has one (its config names a
     ``*ForSequenceClassification`` architecture), a dependency parser when a local folder holds a parser
-    head beside its encoder (:mod:`bertology.models.parser`), and the bare encoder otherwise. ``kind="classifier"``
-    with ``num_labels`` creates a fresh classification head on top of an encoder (for fine-tuning).
+    head beside its encoder (:mod:`bertology.models.parser`), and the bare encoder otherwise.
+    ``kind="classifier"`` with ``num_labels`` creates a fresh classification head on top of an encoder (for
+    fine-tuning).
     """
     source, where = resolve_model(name_or_path)
     hub_kwargs: dict = {"trust_remote_code": trust_remote_code}

@@ -325,7 +325,8 @@ def finetune(
     """Fine-tune ``config.model`` on ``train``; evaluate on ``eval`` or a held-out split.
 
     With ``config.objective == "contrastive"`` this is :func:`bertology.training.contrastive.contrastive_finetune`
-    (a SimCSE sentence encoder). Otherwise a sequence classifier: returns a :class:`FinetuneResult`; the
+    (a SimCSE sentence encoder); with ``config.task == "parsing"`` it is
+    :func:`bertology.training.parser.finetune_parser` (a biaffine dependency parser). Otherwise a sequence classifier: returns a :class:`FinetuneResult`; the
     model and tokenizer are saved (safetensors) to ``Path(config.out) / "model"``. The ``finetune`` table
     has columns ``step, epoch, split, metric, value, slice``: ``split="train"`` rows carry the mean
     training loss over each logging window (every :data:`LOG_EVERY` steps and at each epoch end) and
