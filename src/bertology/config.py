@@ -131,7 +131,7 @@ class FinetuneConfig:
     objective: Literal["classification", "contrastive"] = "classification"
     # the head's task when objective is "classification" (a supervised head): auto = regression for numeric
     # labels with decimals or many values (GLUE STS-B), classification otherwise (bertology.tasks.catalog)
-    task: Literal["auto", "classification", "regression", "qa"] = "auto"
+    task: Literal["auto", "classification", "regression", "qa", "parsing"] = "auto"  # parsing: a biaffine parser on CoNLL-U trees
     contrastive: Literal["unsupervised", "supervised"] = "unsupervised"
     temperature: float = 0.05
     pooling: Literal["cls", "mean"] = "cls"

@@ -113,7 +113,7 @@ def ablate_command(
         encoded = encode_squad(corpus, loaded.tokenizer, max_length, **qa)
     else:
         corpus = load_corpus(data, text_column=text_column, pair_column=pair_column, label_column=label_column)
-        if not any(ex.label is not None for ex in corpus):
+        if not any(ex.label is not None for ex in corpus) and not corpus.has_trees:  # a parser scores trees, not labels
             raise BertologyError(
                 f"{data} has no labels; ablation measures a task and needs labelled data. "
                 "Name the label column with --label-column."

@@ -37,6 +37,11 @@ def _summary(metrics: dict, n_train, model_dir, wall, reused: bool = False) -> s
             f"held-out F1 {metrics['f1']:.4f}, exact match {metrics['exact_match']:.4f} "
             f"(n={metrics.get('n_eval')} questions, {n_train} training questions"
         )
+    elif "uas" in metrics:  # dependency parsing
+        line = (
+            f"held-out UAS {metrics['uas']:.4f}, LAS {metrics['las']:.4f} (punctuation excluded; "
+            f"n={metrics.get('n_eval')} sentences, {n_train} training sentences"
+        )
     elif "pearson" in metrics:  # regression
         line = (
             f"held-out Pearson {metrics['pearson']:.4f}, Spearman {metrics['spearman']:.4f}, MSE {metrics['mse']:.4f} "
@@ -57,7 +62,7 @@ def _details(manifest: dict) -> list[str]:
         ex = s["excluded_words"]
         lines.append(f"dropped {ex['n_dropped']} of {ex['n_before']} training examples mentioning {', '.join(ex['words'])}")
     for name, m in (s.get("slices") or {}).items():
-        main = "accuracy" if "accuracy" in m else "pearson"
+        main = next(k for k in ("accuracy", "uas", "pearson") if k in m)
         lines.append(f"  slice {name}: {main} {m[main]:.4f} (n={m['n_eval']})")
     if s.get("layers"):
         lines.append(f"removed layer(s) {', '.join(map(str, s['layers']['dropped']))}; {s['layers']['remaining']} remain")
@@ -131,7 +136,8 @@ def finetune_command(
     task: str = typer.Option(
         "auto", "--task",
         help="The head's task: classification, regression (one output, MSE; Pearson/Spearman), qa (extractive "
-             "question answering on SQuAD v1.1/v2.0 JSON; F1 / exact match), or auto "
+             "question answering on SQuAD v1.1/v2.0 JSON; F1 / exact match), parsing (a biaffine dependency parser "
+             "on a CoNLL-U file's trees; UAS/LAS without punctuation), or auto "
              "(regression for numeric labels with decimals or more than 20 values, e.g. GLUE STS-B's score).",
     ),
     doc_stride: int = typer.Option(128, "--doc-stride", help="QA: context tokens shared by consecutive windows of a long context.", min=0),
@@ -166,8 +172,8 @@ def finetune_command(
 
     if objective not in ("classification", "contrastive"):
         raise BertologyError(f"--objective must be classification or contrastive, not {objective!r}.")
-    if task not in ("auto", "classification", "regression", "qa"):
-        raise BertologyError(f"--task must be auto, classification, regression or qa, not {task!r}.")
+    if task not in ("auto", "classification", "regression", "qa", "parsing"):
+        raise BertologyError(f"--task must be auto, classification, regression, qa or parsing, not {task!r}.")
     if task != "qa" and objective == "classification" and str(data).lower().endswith(".json"):
         raise BertologyError(f"{data} is a SQuAD .json file (questions over contexts, no labels); pass --task qa to train a QA head.")
     if qa_split not in ("article", "question"):

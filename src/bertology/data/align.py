@@ -189,3 +189,23 @@ def annotated_word_ids(word_ids, segment, n_first_words: int | None) -> np.ndarr
         second = (s == 1) & (w >= 0)
         out[second] = w[second] + int(n_first_words)
     return out
+
+
+def first_pieces(word_ids, n_words: int, shared: dict[int, int] | None = None) -> np.ndarray:
+    """Position of each word's first piece ``[n_words]`` (-1: the word has no token of its own).
+
+    Token-level heads (tagging, parsing) read a word from its first sub-word piece (Devlin et al. 2019;
+    Dozat & Manning-style parsers on BERT). ``word_ids`` is one sentence's token -> word map (-1 for
+    special tokens, :class:`~bertology.data.encode.EncodedExample.word_ids`). A word without a token of
+    its own (it shares a surface form's token, ``EncodedExample.shared_words``; or truncation cut it off)
+    is -1, unless ``shared`` is given: then such a word gets the token it shares.
+    """
+    w = _as_index(word_ids, "word_ids")
+    out = np.full(int(n_words), -1, dtype=np.int64)
+    keep = (w >= 0) & (w < n_words)
+    words, first = np.unique(w[keep], return_index=True)
+    out[words] = np.flatnonzero(keep)[first]
+    for word, token in (shared or {}).items():
+        if 0 <= word < n_words and out[word] < 0:
+            out[word] = int(token)
+    return out

@@ -296,7 +296,10 @@ class _Sweep:
 
     # ------------------------------------------------------------------ cached
     def _first_token_shortcut_ok(self) -> bool:
-        """Whether the logits depend on the last layer's first token only (checked on the first batch)."""
+        """Whether the logits depend on the last layer's first token only (checked on the first batch;
+        never for a token-level head, whose logits are per token)."""
+        if self.batches.task.token_level:
+            return False
         inp = self.batches.inputs[0]
         full = _logits(self.model, inp)
         with keep_first_token(self.model):
@@ -561,14 +564,7 @@ def degeneracy_record(table: pd.DataFrame, intact_pred: np.ndarray, config) -> d
     verdict = table_degeneracy(table)
     if verdict is None:
         raise ValueError("the ablation table lacks the intact primary-metric row or the check's columns")
-    own = task_of_table(table).predictions_record(intact_pred)
-    if own is not None:
-        return {**verdict.to_dict(), **own}
-    if task_of_table(table).name == "regression":
-        return {**verdict.to_dict(), "predicted_range": [float(np.min(intact_pred)), float(np.max(intact_pred))]}
-    id2label = getattr(config, "id2label", None) or {}
-    names = [str(id2label.get(int(c), int(c))) for c in np.unique(intact_pred)]
-    return {**verdict.to_dict(), "predicted_classes": names}
+    return {**verdict.to_dict(), **task_of_table(table).prediction_summary(intact_pred, config)}
 
 
 def head_deltas(table: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
@@ -780,7 +776,7 @@ def skip_reason(ctx: ExperimentContext) -> str | None:
         except BertologyError:
             return "the tuned model has no classification or regression head"
         return f"the tuned model's head ({other.name}) is ablated by `bertology ablate` on its own data (qa: a SQuAD JSON file)"
-    if not any(ex.label is not None for ex in ctx.corpus):
+    if not any(ex.label is not None for ex in ctx.corpus) and not ctx.corpus.has_trees:  # a parser scores trees
         return f"{ctx.corpus.source} has no labels (name the label column with --label-column)"
     try:
         task = task_of_model(ctx.pair.tuned.model, name="The tuned model")

@@ -27,6 +27,7 @@ from transformers import (
 
 from bertology.errors import BertologyError
 from bertology.models.adapters import adapter_for
+from bertology.models.parser import attach_saved_head, is_parser_folder
 
 logger = logging.getLogger(__name__)
 
@@ -201,7 +202,8 @@ def load_model(
 
     ``kind="auto"`` loads a sequence classifier when the checkpoint has one (its config names a
     ``*ForSequenceClassification`` architecture), a question-answering model when it has a
-    ``*ForQuestionAnswering`` one, and the bare encoder otherwise. ``kind="classifier"`` with
+    ``*ForQuestionAnswering`` one, a dependency parser when a local folder holds a parser head beside its
+    encoder (:mod:`bertology.models.parser`), and the bare encoder otherwise. ``kind="classifier"`` with
     ``num_labels`` creates a fresh classification head on top of an encoder (for fine-tuning), ``kind="qa"``
     a fresh start/end head (or keeps the checkpoint's).
     """
@@ -238,6 +240,9 @@ def load_model(
     except (OSError, ValueError) as err:
         raise BertologyError(f"Could not load model {where!r}: {err}") from err
     check_tokenizer(tokenizer, where)
+    if kind == "auto" and not want_classifier and source != "hub" and is_parser_folder(where):
+        model = attach_saved_head(model, where)  # a dependency parser: the encoder plus its saved head
+        want_classifier = True  # a task head bertology can score
     model.eval()
     limit_to_positions(model, tokenizer)
     name = str(name_or_path)

@@ -14,6 +14,7 @@ TASKS: Mapping[str, str] = {
     "classification": "bertology.tasks.classification",
     "regression": "bertology.tasks.regression",
     "qa": "bertology.tasks.qa",
+    "parsing": "bertology.tasks.parsing",
 }
 
 
@@ -39,6 +40,10 @@ def higher_is_better() -> dict[str, bool]:
 
 def task_of_model(model: torch.nn.Module, name: str = "the model") -> Task:
     """The task a fine-tuned model's head was trained for; one clear error for a model with no task head."""
+    from bertology.models.parser import BiaffineParser
+
+    if isinstance(model, BiaffineParser):  # a dependency parser (an encoder plus a biaffine head)
+        return get_task("parsing")
     from bertology.tasks.regression import is_regressor
 
     if type(model).__name__.endswith("ForSequenceClassification"):

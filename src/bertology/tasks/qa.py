@@ -185,7 +185,7 @@ class QuestionAnswering(Task):
             what="question-answering model",
         )
 
-    def predictions_record(self, pred: np.ndarray) -> dict:
+    def prediction_summary(self, pred: np.ndarray, config: Any) -> dict:
         """The manifest's word on the intact predictions: how many questions got an answer."""
         pred = np.asarray(pred)
         return {"answered": int((pred >= 0).sum()), "no_answer": int((pred < 0).sum())}

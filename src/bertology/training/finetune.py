@@ -44,6 +44,7 @@ from bertology.training.common import (  # TABLE_COLUMNS, FinetuneResult: also i
     padding_id, plan_schedule, prepare_model, save_atomically, schedule_record, surgery_record,
 )
 from bertology.training.contrastive import contrastive_finetune
+from bertology.training.parser import finetune_parser
 from bertology.training.data import SLICE_ALL, SLICE_WITH, SLICE_WITHOUT, exclude_examples, mention_mask, parse_word_list
 from bertology.training.loop import LOG_EVERY, seed_everything, train_loop
 from bertology.tasks.base import Task
@@ -342,7 +343,8 @@ def finetune(
     """Fine-tune ``config.model`` on ``train``; evaluate on ``eval`` or a held-out split.
 
     With ``config.objective == "contrastive"`` this is :func:`bertology.training.contrastive.contrastive_finetune`
-    (a SimCSE sentence encoder). Otherwise a sequence classifier: returns a :class:`FinetuneResult`; the
+    (a SimCSE sentence encoder); with ``config.task == "parsing"`` it is
+    :func:`bertology.training.parser.finetune_parser` (a biaffine dependency parser). Otherwise a sequence classifier: returns a :class:`FinetuneResult`; the
     model and tokenizer are saved (safetensors) to ``Path(config.out) / "model"``. The ``finetune`` table
     has columns ``step, epoch, split, metric, value, slice``: ``split="train"`` rows carry the mean
     training loss over each logging window (every :data:`LOG_EVERY` steps and at each epoch end) and
@@ -366,6 +368,8 @@ def finetune(
         from bertology.training.qa import finetune_qa
 
         return finetune_qa(config, train, eval, progress=progress, resume=resume, on_step=on_step)
+    if config.task == "parsing":
+        return finetune_parser(config, train, eval, progress=progress, resume=resume, on_step=on_step)
     t0 = time.perf_counter()
     check_config(config)
     if len(train) == 0:

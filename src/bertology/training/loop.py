@@ -195,6 +195,10 @@ def _atomic_dir(final: Path, write: Callable[[Path], None]) -> None:
 def _load_weights(model: torch.nn.Module, folder: Path) -> None:
     from safetensors.torch import load_file
 
+    if hasattr(model, "load_folder_weights"):  # a model saved as several parts (the parser: encoder + head)
+        model.load_folder_weights(folder)
+        return
+
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise BertologyError(f"Checkpoint {folder} has no safetensors weights.")

@@ -49,6 +49,8 @@ METRIC_LABELS: dict[str, str] = {
     "mse": "mean squared error",
     "f1": "F1 (SQuAD)",
     "exact_match": "exact match",
+    "uas": "UAS",
+    "las": "LAS",
 }
 
 # A calm, print-friendly style applied only inside our own rc_context blocks.

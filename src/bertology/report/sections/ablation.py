@@ -15,7 +15,8 @@ from bertology.tasks.catalog import task_of_table
 
 #: How the section's prose names each metric.
 _WHAT = {"accuracy": "accuracy", "loss": "cross-entropy loss", "macro_f1": "macro-F1", "pearson": "Pearson r",
-         "spearman": "Spearman rho", "mse": "mean squared error", "f1": "SQuAD F1", "exact_match": "exact match"}
+         "spearman": "Spearman rho", "mse": "mean squared error", "f1": "SQuAD F1", "exact_match": "exact match",
+         "uas": "UAS (punctuation excluded)", "las": "LAS (punctuation excluded)"}
 
 
 def _needed_head_card(t: pd.DataFrame, mode: str) -> dict | None:
