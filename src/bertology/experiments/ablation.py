@@ -296,7 +296,10 @@ class _Sweep:
 
     # ------------------------------------------------------------------ cached
     def _first_token_shortcut_ok(self) -> bool:
-        """Whether the logits depend on the last layer's first token only (checked on the first batch)."""
+        """Whether the logits depend on the last layer's first token only (checked on the first batch;
+        never for a token-level head, whose logits are per token)."""
+        if self.batches.task.token_level:
+            return False
         inp = self.batches.inputs[0]
         full = _logits(self.model, inp)
         with keep_first_token(self.model):
@@ -561,11 +564,7 @@ def degeneracy_record(table: pd.DataFrame, intact_pred: np.ndarray, config) -> d
     verdict = table_degeneracy(table)
     if verdict is None:
         raise ValueError("the ablation table lacks the intact primary-metric row or the check's columns")
-    if task_of_table(table).name == "regression":
-        return {**verdict.to_dict(), "predicted_range": [float(np.min(intact_pred)), float(np.max(intact_pred))]}
-    id2label = getattr(config, "id2label", None) or {}
-    names = [str(id2label.get(int(c), int(c))) for c in np.unique(intact_pred)]
-    return {**verdict.to_dict(), "predicted_classes": names}
+    return {**verdict.to_dict(), **task_of_table(table).prediction_summary(intact_pred, config)}
 
 
 def head_deltas(table: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
@@ -772,11 +771,11 @@ def _tables(config: CompareConfig) -> tuple[str, ...]:
 def skip_reason(ctx: ExperimentContext) -> str | None:
     """Why the tuned model cannot be ablated on this corpus (None when it can)."""
     if not ctx.pair.tuned.is_classifier:
-        return "the tuned model has no classification or regression head"
-    if not any(ex.label is not None for ex in ctx.corpus):
-        return "the data has no labels (name the label column with --label-column)"
+        return "the tuned model has no classification or regression head, nor a tagging head"
     try:
         task = task_of_model(ctx.pair.tuned.model, name="The tuned model")
+        if not task.token_level and not any(ex.label is not None for ex in ctx.corpus):
+            return "the data has no labels (name the label column with --label-column)"
         task.targets(ctx.corpus, ctx.pair.tuned.model)
     except BertologyError as err:
         return str(err).rstrip(".")

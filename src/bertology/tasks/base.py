@@ -43,7 +43,7 @@ class Degeneracy:
     n_predicted: int  # distinct predictions (classes, or values for regression)
     constant_predictions: bool  # one prediction for every example
     at_chance: bool  # the interval reaches down to chance: not shown to beat it
-    what: str = "classifier"  # "classifier" / "regressor": how the note names the model
+    what: str = "classifier"  # "classifier" / "regressor" / "tagger": how the note names the model
 
     @property
     def flagged(self) -> bool:
@@ -56,7 +56,7 @@ class Degeneracy:
         facts = (f"{self.metric} {self.value:.3f}, 95% CI [{self.ci[0]:.3f}, {self.ci[1]:.3f}], n={self.n}; "
                  f"chance {self.chance:.3f}")
         if self.constant_predictions:
-            one = "one class" if self.what == "classifier" else "one value"
+            one = {"classifier": "one class", "tagger": "one tag"}.get(self.what, "one value")
             return f"the tuned model predicts {one} for every example ({facts}); no head or layer can be called needed"
         if self.at_chance:
             return f"the tuned model's {self.metric} is not above chance ({facts}); no head or layer can be called needed"
@@ -85,11 +85,23 @@ class Task(ABC):
     problem_type: str
     #: dtype of the target tensors the loss takes.
     target_dtype: torch.dtype
+    #: Whether the head scores every token (targets per word): the ablation sweep then never runs the last
+    #: block on the first token alone.
+    token_level: bool = False
 
     @property
     def primary(self) -> str:
         """The metric headlines, early stopping and the degenerate check use."""
         return self.metrics[0]
+
+    def for_model(self, model: torch.nn.Module) -> "Task":
+        """This task bound to ``model``'s own labels, where :meth:`record` needs them (default: the task itself)."""
+        return self
+
+    def prediction_summary(self, pred: np.ndarray, config: Any) -> dict:
+        """What the manifest's ``degenerate`` section says the intact model predicted: the class names of ``pred``."""
+        id2label = getattr(config, "id2label", None) or {}
+        return {"predicted_classes": [str(id2label.get(int(c), int(c))) for c in np.unique(pred)]}
 
     @abstractmethod
     def check_model(self, model: torch.nn.Module, name: str = "the model") -> None:

@@ -13,6 +13,8 @@ from bertology.tasks.base import Task
 TASKS: Mapping[str, str] = {
     "classification": "bertology.tasks.classification",
     "regression": "bertology.tasks.regression",
+    "tagging": "bertology.tasks.tagging",
+    "bio_tagging": "bertology.tasks.bio_tagging",
 }
 
 
@@ -40,14 +42,21 @@ def task_of_model(model: torch.nn.Module, name: str = "the model") -> Task:
     """The task a fine-tuned model's head was trained for; one clear error for a model with no task head."""
     from bertology.tasks.regression import is_regressor
 
-    if type(model).__name__.endswith("ForSequenceClassification"):
+    from bertology.tasks.tagging import is_bio
+
+    kind = type(model).__name__
+    if kind.endswith("ForSequenceClassification"):
         task = get_task("regression" if is_regressor(model) else "classification")
-        task.check_model(model, name)
-        return task
-    raise BertologyError(
-        f"{name} has no task head bertology can score ({type(model).__name__}); pass a fine-tuned classifier or "
-        "regressor (e.g. from `bertology finetune`)."
-    )
+    elif kind.endswith("ForTokenClassification"):
+        labels = (getattr(model.config, "id2label", None) or {}).values()
+        task = get_task("bio_tagging" if is_bio(labels) else "tagging")
+    else:
+        raise BertologyError(
+            f"{name} has no task head bertology can score ({kind}); pass a fine-tuned classifier or regressor, "
+            "or a tagger (e.g. from `bertology finetune`)."
+        )
+    task.check_model(model, name)
+    return task.for_model(model)
 
 
 def task_of_table(table) -> Task:

@@ -84,6 +84,9 @@ class Regression(Task):
     def chance(self, y: np.ndarray) -> float:
         return 0.0
 
+    def prediction_summary(self, pred: np.ndarray, config) -> dict:
+        return {"predicted_range": [float(np.min(pred)), float(np.max(pred))]}
+
     def degeneracy(self, value: float, n: int, n_predicted: int, chance: float) -> Degeneracy:
         lo, hi = pearson_interval(value, n)
         return Degeneracy(

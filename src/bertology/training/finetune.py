@@ -163,7 +163,8 @@ def _evaluate(
                 batch = _collate(items, label_ids, pad_id, use_token_types, device, task)
                 for k, v in task.record(_forward(model, batch), batch.labels).items():
                     if k not in records:
-                        records[k] = np.full(len(label_ids), -1 if v.dtype.kind in "iu" else np.nan, dtype=v.dtype)
+                        records[k] = np.full((len(label_ids), *v.shape[1:]), -1 if v.dtype.kind in "iu" else np.nan,
+                                             dtype=v.dtype)
                     records[k][batch.index] = v
     finally:
         model.train(was_training)
