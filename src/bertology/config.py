@@ -125,7 +125,9 @@ class FinetuneConfig:
     objective: Literal["classification", "contrastive"] = "classification"
     # the head's task when objective is "classification" (a supervised head): auto = regression for numeric
     # labels with decimals or many values (GLUE STS-B), classification otherwise (bertology.tasks.catalog)
-    task: Literal["auto", "classification", "regression"] = "auto"
+    task: Literal["auto", "classification", "regression", "tagging"] = "auto"
+    # tagging: which CoNLL-U column holds the tags to learn (a CoNLL-2003-style tag file brings its own tags)
+    tag_column: Literal["upos", "xpos"] = "upos"
     contrastive: Literal["unsupervised", "supervised"] = "unsupervised"
     temperature: float = 0.05
     pooling: Literal["cls", "mean"] = "cls"

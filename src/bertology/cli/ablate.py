@@ -63,7 +63,7 @@ def ablate_command(
     trust_remote_code: bool = TRUST_REMOTE_CODE_OPT,
     no_report: bool = no_report_option(),
 ) -> None:
-    """Disable every head and layer of a fine-tuned classifier or regressor; report what the task loses (or gains)."""
+    """Disable every head and layer of a fine-tuned classifier, regressor or tagger; report what the task loses (or gains)."""
     from bertology.models.ablate import check_mode
     from bertology.models.device import resolve_device
 
@@ -92,20 +92,20 @@ def ablate_command(
         pruning_recompute=recompute,
     )
     corpus = load_corpus(data, text_column=text_column, pair_column=pair_column, label_column=label_column)
-    if not any(ex.label is not None for ex in corpus):
+    loaded = load_model(model, kind="auto", trust_remote_code=trust_remote_code)
+    task = task_of_model(loaded.model, name=f"Model {model!r}")
+    if not task.token_level and not any(ex.label is not None for ex in corpus):  # a tagger reads word tags instead
         raise BertologyError(
             f"{data} has no labels; ablation measures a task and needs labelled data. "
             "Name the label column with --label-column."
         )
-    loaded = load_model(model, kind="auto", trust_remote_code=trust_remote_code)
-    task = task_of_model(loaded.model, name=f"Model {model!r}")
     task.targets(corpus, loaded.model)
     corpus = sample_examples(corpus, settings.max_examples, settings.seed)
 
     d = settings.to_dict()
     d.pop("device")  # results agree across devices to float rounding; a run may resume on another
     weights = loaded.weights_sha256 or loaded.path
-    fingerprint = hashlib.sha256(json.dumps([d, corpus.fingerprint(), weights], sort_keys=True, default=str).encode()).hexdigest()[:16]
+    fingerprint = hashlib.sha256(json.dumps([d, corpus.fingerprint(word_tags=task.token_level), weights], sort_keys=True, default=str).encode()).hexdigest()[:16]
     with open_run(out, KIND, fingerprint, overwrite=overwrite) as opened:
         run_dir = opened.dir
         if opened.resumed and (run_dir.path / "partial").exists():

@@ -27,7 +27,11 @@ from bertology.errors import BertologyError
 
 
 def _summary(metrics: dict, n_train, model_dir, wall, reused: bool = False) -> str:
-    if "accuracy" in metrics:
+    if "accuracy" in metrics and "macro_f1" not in metrics:  # a tagger: word accuracy (+ entity F1 for BIO tags)
+        entity = f", entity F1 {metrics['entity_f1']:.4f}" if "entity_f1" in metrics else ""
+        line = (f"held-out word accuracy {metrics['accuracy']:.4f}{entity} "
+                f"(n={metrics.get('n_eval')} sentences, {n_train} training sentences")
+    elif "accuracy" in metrics:
         line = (
             f"held-out accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} "
             f"(n={metrics.get('n_eval')}, {n_train} training examples"
@@ -122,8 +126,15 @@ def finetune_command(
     objective: str = typer.Option("classification", "--objective", help="classification (a supervised head for --task), or contrastive (SimCSE; saves an encoder without a head)."),
     task: str = typer.Option(
         "auto", "--task",
-        help="The head's task: classification, regression (one output, MSE; Pearson/Spearman), or auto "
-             "(regression for numeric labels with decimals or more than 20 values, e.g. GLUE STS-B's score).",
+        help="The head's task: classification, regression (one output, MSE; Pearson/Spearman), tagging (one tag per "
+             "word on its first piece; accuracy, and entity F1 for BIO tags), or auto (regression for numeric labels "
+             "with decimals or more than 20 values, e.g. GLUE STS-B's score; tagging for data with word tags and no "
+             "sentence labels: a .conllu or a .conll/.bio/.iob tag file).",
+    ),
+    tag_column: str = typer.Option(
+        "upos", "--tag-column",
+        help="Tagging on CoNLL-U: learn the upos or xpos column. (A .conll/.bio/.iob tag file brings its own tags: "
+             "the last column, or the 0-based column given by --label-column.)",
     ),
     contrastive: str = typer.Option(
         "auto", "--contrastive",
@@ -152,8 +163,10 @@ def finetune_command(
 
     if objective not in ("classification", "contrastive"):
         raise BertologyError(f"--objective must be classification or contrastive, not {objective!r}.")
-    if task not in ("auto", "classification", "regression"):
-        raise BertologyError(f"--task must be auto, classification or regression, not {task!r}.")
+    if task not in ("auto", "classification", "regression", "tagging"):
+        raise BertologyError(f"--task must be auto, classification, regression or tagging, not {task!r}.")
+    if tag_column not in ("upos", "xpos"):
+        raise BertologyError(f"--tag-column must be upos or xpos, not {tag_column!r}.")
     if contrastive not in ("auto", "unsupervised", "supervised"):
         raise BertologyError(f"--contrastive must be auto, unsupervised or supervised, not {contrastive!r}.")
     if pooling not in ("cls", "mean"):
@@ -190,6 +203,7 @@ def finetune_command(
         trust_remote_code=trust_remote_code,
         objective=objective,  # type: ignore[arg-type]
         task=task,  # type: ignore[arg-type]
+        tag_column=tag_column,  # type: ignore[arg-type]
         temperature=temperature,
         pooling=pooling,  # type: ignore[arg-type]
         sts_data=sts_data,

@@ -345,6 +345,9 @@ def finetune(
         return contrastive_finetune(config, train, eval, progress=progress, resume=resume, on_step=on_step)
     if config.objective != "classification":
         raise BertologyError(f"Unknown objective {config.objective!r}; use classification or contrastive.")
+    if config.task == "tagging":
+        raise BertologyError("finetune() trains sequence heads; a tagger is trained by "
+                             "bertology.training.tagging.finetune_tagger (finetune_to_dir chooses it).")
     t0 = time.perf_counter()
     check_config(config)
     if len(train) == 0:
