@@ -15,7 +15,7 @@ def _slices_table(sl: pd.DataFrame) -> dict | None:
     if last.empty:
         return None
     wide = last.pivot_table(index="slice", columns="metric", values="value", aggfunc="first")
-    metrics = [m for m in ("accuracy", "macro_f1", "loss", "pearson", "spearman", "mse", "n_eval") if m in wide.columns]
+    metrics = [m for m in ("accuracy", "macro_f1", "entity_f1", "loss", "pearson", "spearman", "mse", "n_eval") if m in wide.columns]
     return sortable([("slice", "Slice", "text")] + [(m, METRIC_LABELS.get(m, m.replace("_", " ")), "num") for m in metrics],
                     [[str(i)] + [r[m] for m in metrics] for i, r in wide.iterrows()])
 
@@ -68,7 +68,7 @@ def finetune_section(df: pd.DataFrame, figs: Figures, derived: list[dict],
         "rows": rows,
     }
     evals = last[last["split"] == "eval"]
-    for metric in ("accuracy", "macro_f1", "pearson", "spearman"):  # classification, regression
+    for metric in ("accuracy", "macro_f1", "entity_f1", "pearson", "spearman"):  # classification, tagging, regression
         hit = evals[evals["metric"] == metric]
         if len(hit):
             derived.append({"label": f"Final eval {METRIC_LABELS.get(metric, metric)}",
