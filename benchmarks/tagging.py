@@ -48,7 +48,7 @@ def finetune(out: Path, args) -> dict:
             "train_time_s": manifest["result"]["train_time_s"]}
 
 
-def sweep_times(tagger_dir: Path, args) -> dict:
+def sweep_times(tagger_dir: Path | None, args) -> dict:
     from transformers import AutoModelForSequenceClassification
 
     from bertology.data.encode import encode_corpus
@@ -60,7 +60,18 @@ def sweep_times(tagger_dir: Path, args) -> dict:
     corpus = load_corpus(UD / "en_ewt-ud-test.conllu")
     rng = np.random.default_rng(0)
     corpus = corpus.subset(sorted(rng.choice(len(corpus), size=args.n, replace=False).tolist()))
-    tagger = load_model(tagger_dir)
+    if tagger_dir is None:  # timing only: MiniLM with a fresh UPOS head (the cost does not depend on the weights)
+        from transformers import AutoModelForTokenClassification
+
+        tags = sorted({t for ex in corpus for t in ex.upos})
+        tagger = load_model("minilm")
+        torch.manual_seed(0)
+        tagger.model = AutoModelForTokenClassification.from_pretrained(
+            tagger.path, num_labels=len(tags), id2label=dict(enumerate(tags)), label2id={t: i for i, t in enumerate(tags)},
+            attn_implementation="eager").eval()
+        tagger.model.config.bertology_tag_field = "upos"
+    else:
+        tagger = load_model(tagger_dir)
     enc = encode_corpus(corpus, tagger.tokenizer, 128, overlong="truncate")
     y_tag = task_of_model(tagger.model).targets(corpus, tagger.model)
     torch.manual_seed(0)
@@ -69,6 +80,7 @@ def sweep_times(tagger_dir: Path, args) -> dict:
     y_clf = rng.integers(0, 2, size=len(corpus))
     scoring = HeadScoring.for_tokenizer(tagger.tokenizer, batch_size=32)
     out = {"n_sentences": len(corpus), "n_tokens": enc.n_tokens, "torch_threads": torch.get_num_threads()}
+    print(f"sweeping {len(corpus)} sentences, {enc.n_tokens} tokens", flush=True)
     for rep in range(args.repeats):
         for name, model, y in (("classifier", clf, y_clf), ("tagger", tagger.model, y_tag)):
             res = run_ablation(model, enc, y, scoring, layer_modes=(), n_bootstrap=0)
@@ -89,14 +101,19 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("/tmp/bertology-bench-tagging"))
     ap.add_argument("--skip-finetune", action="store_true")
+    ap.add_argument("--fresh-tagger", action="store_true", help="time a fresh UPOS head on MiniLM, not the trained tagger")
     args = ap.parse_args()
     record: dict = {"machine": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
                     "git": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                           cwd=ROOT).stdout.strip()}
+    previous = RESULTS / "tagging.json"
+    if args.skip_finetune and previous.exists():  # keep the fine-tuning numbers of an earlier run
+        record["finetune"] = json.loads(previous.read_text()).get("finetune")
     if not args.skip_finetune:
         record["finetune"] = finetune(args.out, args)
         print(json.dumps(record["finetune"], indent=1), flush=True)
-    record["sweep"] = sweep_times(args.out / "model", args)
+    record["sweep"] = sweep_times(None if args.fresh_tagger else args.out / "model", args)
+    record["sweep"]["tagger_model"] = "fresh UPOS head on MiniLM" if args.fresh_tagger else str(args.out / "model")
     print(json.dumps(record["sweep"], indent=1), flush=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "tagging.json").write_text(json.dumps(record, indent=1, default=float))
