@@ -131,7 +131,9 @@ class FinetuneConfig:
     objective: Literal["classification", "contrastive"] = "classification"
     # the head's task when objective is "classification" (a supervised head): auto = regression for numeric
     # labels with decimals or many values (GLUE STS-B), classification otherwise (bertology.tasks.catalog)
-    task: Literal["auto", "classification", "regression", "qa", "parsing"] = "auto"  # parsing: a biaffine parser on CoNLL-U trees
+    task: Literal["auto", "classification", "regression", "tagging", "qa", "parsing"] = "auto"  # parsing: a biaffine parser on CoNLL-U trees
+    # tagging: which CoNLL-U column holds the tags to learn (a CoNLL-2003-style tag file brings its own tags)
+    tag_column: Literal["upos", "xpos"] = "upos"
     contrastive: Literal["unsupervised", "supervised"] = "unsupervised"
     temperature: float = 0.05
     pooling: Literal["cls", "mean"] = "cls"

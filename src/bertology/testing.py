@@ -12,6 +12,7 @@ from transformers import (
     AlbertConfig,
     AutoModel,
     AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
     BertConfig,
     BertForSequenceClassification,
     BertModel,
@@ -143,6 +144,36 @@ def save_tiny_family(
     else:
         model = AutoModel.from_config(cfg, attn_implementation="eager")
     model.eval()
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def save_tiny_tagger(
+    folder: str | Path,
+    tags: list[str],
+    model_type: str = "bert",
+    *,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    seed: int = 0,
+    tag_field: str | None = None,
+    **config_overrides,
+) -> Path:
+    """Save a tiny random token classifier (a tagger whose tag id ``i`` is ``tags[i]``) plus its tokenizer.
+
+    ``tag_field`` (``upos``/``xpos``/``tags``) is recorded in the config as ``bertology finetune`` does.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = tokenizer if tokenizer is not None else tiny_tokenizer()
+    cfg = tiny_family_config(model_type, tok, **config_overrides)
+    cfg.num_labels = len(tags)
+    cfg.id2label = dict(enumerate(tags))
+    cfg.label2id = {t: i for i, t in enumerate(tags)}
+    if tag_field is not None:
+        cfg.bertology_tag_field = tag_field
+    torch.manual_seed(seed)
+    model = AutoModelForTokenClassification.from_config(cfg, attn_implementation="eager").eval()
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder

@@ -69,7 +69,7 @@ def ablate_command(
     null_threshold: float = typer.Option(
         0.0, "--null-threshold", help="QA model, SQuAD v2.0 data: answer 'no answer' when the null score beats the best span's by more than this."),
 ) -> None:
-    """Disable every head and layer of a fine-tuned classifier or regressor; report what the task loses (or gains)."""
+    """Disable every head and layer of a fine-tuned classifier, regressor or tagger; report what the task loses (or gains)."""
     from bertology.models.ablate import check_mode
     from bertology.models.device import resolve_device
     from bertology.models.precision import resolve_dtype
@@ -113,7 +113,8 @@ def ablate_command(
         encoded = encode_squad(corpus, loaded.tokenizer, max_length, **qa)
     else:
         corpus = load_corpus(data, text_column=text_column, pair_column=pair_column, label_column=label_column)
-        if not any(ex.label is not None for ex in corpus) and not corpus.has_trees:  # a parser scores trees, not labels
+        # a parser scores trees and a tagger word tags, not sentence labels
+        if not task.token_level and not any(ex.label is not None for ex in corpus):
             raise BertologyError(
                 f"{data} has no labels; ablation measures a task and needs labelled data. "
                 "Name the label column with --label-column."
@@ -124,7 +125,8 @@ def ablate_command(
     d = {**settings.to_dict(), **qa}
     d.pop("device")  # results agree across devices to float rounding; a run may resume on another
     weights = loaded.weights_sha256 or loaded.path
-    parts = [d, corpus.fingerprint(), weights] + ([dtype] if dtype != "float32" else [])  # float32 runs keep their old fingerprints
+    parts = [d, corpus.fingerprint(word_tags=task.token_level) if task.name != "qa" else corpus.fingerprint(), weights]
+    parts += [dtype] if dtype != "float32" else []  # float32 runs keep their old fingerprints
     fingerprint = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
     with open_run(out, KIND, fingerprint, overwrite=overwrite) as opened:
         run_dir = opened.dir

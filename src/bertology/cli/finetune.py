@@ -27,7 +27,11 @@ from bertology.errors import BertologyError
 
 
 def _summary(metrics: dict, n_train, model_dir, wall, reused: bool = False) -> str:
-    if "accuracy" in metrics:
+    if "accuracy" in metrics and "macro_f1" not in metrics:  # a tagger: word accuracy (+ entity F1 for BIO tags)
+        entity = f", entity F1 {metrics['entity_f1']:.4f}" if "entity_f1" in metrics else ""
+        line = (f"held-out word accuracy {metrics['accuracy']:.4f}{entity} "
+                f"(n={metrics.get('n_eval')} sentences, {n_train} training sentences")
+    elif "accuracy" in metrics:
         line = (
             f"held-out accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} "
             f"(n={metrics.get('n_eval')}, {n_train} training examples"
@@ -135,10 +139,17 @@ def finetune_command(
     objective: str = typer.Option("classification", "--objective", help="classification (a supervised head for --task), or contrastive (SimCSE; saves an encoder without a head)."),
     task: str = typer.Option(
         "auto", "--task",
-        help="The head's task: classification, regression (one output, MSE; Pearson/Spearman), qa (extractive "
-             "question answering on SQuAD v1.1/v2.0 JSON; F1 / exact match), parsing (a biaffine dependency parser "
-             "on a CoNLL-U file's trees; UAS/LAS without punctuation), or auto "
-             "(regression for numeric labels with decimals or more than 20 values, e.g. GLUE STS-B's score).",
+        help="The head's task: classification, regression (one output, MSE; Pearson/Spearman), tagging (one tag per "
+             "word on its first piece; accuracy, and entity F1 for BIO tags), qa (extractive question answering on "
+             "SQuAD v1.1/v2.0 JSON; F1 / exact match), parsing (a biaffine dependency parser on a CoNLL-U file's trees; "
+             "UAS/LAS without punctuation), or auto (regression for numeric labels with decimals or more than 20 "
+             "values, e.g. GLUE STS-B's score; tagging for data with word tags and no sentence labels: a .conllu or a "
+             ".conll/.bio/.iob tag file).",
+    ),
+    tag_column: str = typer.Option(
+        "upos", "--tag-column",
+        help="Tagging on CoNLL-U: learn the upos or xpos column. (A .conll/.bio/.iob tag file brings its own tags: "
+             "the last column, or the 0-based column given by --label-column.)",
     ),
     doc_stride: int = typer.Option(128, "--doc-stride", help="QA: context tokens shared by consecutive windows of a long context.", min=0),
     max_answer_length: int = typer.Option(30, "--max-answer-length", help="QA: the longest predicted answer, in tokens.", min=1),
@@ -172,12 +183,14 @@ def finetune_command(
 
     if objective not in ("classification", "contrastive"):
         raise BertologyError(f"--objective must be classification or contrastive, not {objective!r}.")
-    if task not in ("auto", "classification", "regression", "qa", "parsing"):
-        raise BertologyError(f"--task must be auto, classification, regression, qa or parsing, not {task!r}.")
+    if task not in ("auto", "classification", "regression", "tagging", "qa", "parsing"):
+        raise BertologyError(f"--task must be auto, classification, regression, tagging, qa or parsing, not {task!r}.")
     if task != "qa" and objective == "classification" and str(data).lower().endswith(".json"):
         raise BertologyError(f"{data} is a SQuAD .json file (questions over contexts, no labels); pass --task qa to train a QA head.")
     if qa_split not in ("article", "question"):
         raise BertologyError(f"--qa-split must be article or question, not {qa_split!r}.")
+    if tag_column not in ("upos", "xpos"):
+        raise BertologyError(f"--tag-column must be upos or xpos, not {tag_column!r}.")
     if contrastive not in ("auto", "unsupervised", "supervised"):
         raise BertologyError(f"--contrastive must be auto, unsupervised or supervised, not {contrastive!r}.")
     if pooling not in ("cls", "mean"):
@@ -215,6 +228,7 @@ def finetune_command(
         trust_remote_code=trust_remote_code,
         objective=objective,  # type: ignore[arg-type]
         task=task,  # type: ignore[arg-type]
+        tag_column=tag_column,  # type: ignore[arg-type]
         temperature=temperature,
         pooling=pooling,  # type: ignore[arg-type]
         sts_data=sts_data,

@@ -12,7 +12,7 @@ from typing import Any
 import typer
 
 #: The corpus formats every ``--data``-like flag accepts.
-DATA_FORMATS = ".txt/.csv/.tsv/.jsonl/.conllu/.json (SQuAD) file or hf:NAME[:CONFIG]:SPLIT"
+DATA_FORMATS = ".txt/.csv/.tsv/.jsonl/.conllu/.json (SQuAD) file, a .conll/.bio/.iob tag file, or hf:NAME[:CONFIG]:SPLIT"
 
 
 def data_option(default: Any = ..., help: str = f"A {DATA_FORMATS}.") -> Any:  # noqa: A002 - typer's keyword

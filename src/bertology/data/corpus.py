@@ -36,6 +36,7 @@ class Example:
     deprels: tuple[str, ...] | None = None
     n_first_words: int | None = None
     xpos: tuple[str, ...] | None = None  # language-specific tags (PTB for English: CoNLL-U XPOS, spaCy tag_)
+    tags: tuple[str, ...] | None = None  # one tag per word from a tag file (CoNLL-2003 BIO): a tagging task's targets
 
 
 @dataclass
@@ -83,13 +84,21 @@ class Corpus:
             return labels
         return f"{len(labels)} distinct numbers from {min(values):g} to {max(values):g}"
 
-    def fingerprint(self) -> str:
-        """SHA-256 of the examples' content: equal corpora give equal fingerprints."""
+    def fingerprint(self, word_tags: bool = False) -> str:
+        """SHA-256 of the examples' content: equal corpora give equal fingerprints.
+
+        ``word_tags`` also hashes the UPOS/XPOS tags (a tagging run's targets; off by default so older
+        fingerprints hold). A tag file's ``tags`` are always hashed.
+        """
         digest = hashlib.sha256()
         for ex in self.examples:
             fields = [ex.text, ex.text_pair, ex.label, ex.words, ex.heads, ex.deprels]
             if ex.n_first_words is not None:  # only pairs annotated over both texts: older fingerprints hold
                 fields.append(ex.n_first_words)
+            if ex.tags is not None:
+                fields.append(ex.tags)
+            if word_tags:
+                fields += [ex.upos, ex.xpos]
             digest.update(json.dumps(fields).encode())
         return digest.hexdigest()
 

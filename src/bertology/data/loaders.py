@@ -44,11 +44,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertology.data.corpus import Corpus, Example
+from bertology.data.tagfile import TAG_FILE_EXTENSIONS, read_tag_file
 from bertology.errors import BertologyError
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_EXTENSIONS = (".txt", ".csv", ".tsv", ".jsonl", ".conllu", ".json")
+SUPPORTED_EXTENSIONS = (".txt", ".csv", ".tsv", ".jsonl", ".conllu", ".json") + TAG_FILE_EXTENSIONS
 
 PAIR_COLUMNS: tuple[tuple[str, str], ...] = (
     ("sentence1", "sentence2"),
@@ -183,6 +184,8 @@ def _load_file(path: Path, flags: dict) -> tuple[list[Example], dict]:
         if any(v is not None for v in flags.values()):
             raise BertologyError(f"{path}: column flags do not apply to a SQuAD .json file")
         return squad_pairs(read_squad(path))
+    if ext in TAG_FILE_EXTENSIONS:  # CoNLL-2003-style word/tag columns (bertology.data.tagfile)
+        return read_tag_file(path, text, flags)
     given = [k for k, v in flags.items() if v is not None]
     if given:
         raise BertologyError(f"{path}: column flags ({', '.join(given)}) do not apply to a .conllu file")

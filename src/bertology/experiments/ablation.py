@@ -776,10 +776,11 @@ def skip_reason(ctx: ExperimentContext) -> str | None:
         except BertologyError:
             return "the tuned model has no classification or regression head"
         return f"the tuned model's head ({other.name}) is ablated by `bertology ablate` on its own data (qa: a SQuAD JSON file)"
-    if not any(ex.label is not None for ex in ctx.corpus) and not ctx.corpus.has_trees:  # a parser scores trees
-        return f"{ctx.corpus.source} has no labels (name the label column with --label-column)"
     try:
         task = task_of_model(ctx.pair.tuned.model, name="The tuned model")
+        # a tagger reads word tags and a parser trees (token-level targets), not sentence labels
+        if not task.token_level and not any(ex.label is not None for ex in ctx.corpus):
+            return f"{ctx.corpus.source} has no labels (name the label column with --label-column)"
         task.targets(ctx.corpus, ctx.pair.tuned.model)
     except BertologyError as err:
         return str(err).rstrip(".")

@@ -233,7 +233,7 @@ def _record(batches: Batches, logits: list[torch.Tensor]) -> dict[str, np.ndarra
     for pos, lg, y in zip(batches.positions, logits, batches.labels):
         for k, v in batches.task.record(lg, y).items():
             if k not in out:
-                out[k] = np.empty(batches.n, dtype=v.dtype)
+                out[k] = np.empty((batches.n, *v.shape[1:]), dtype=v.dtype)  # per-example rows (a tagger's tag counts: 2-D)
             out[k][pos] = v
     return batches.task.example_records(out, batches.encoded)
 

