@@ -125,7 +125,7 @@ def ablate_command(
     d = {**settings.to_dict(), **qa}
     d.pop("device")  # results agree across devices to float rounding; a run may resume on another
     weights = loaded.weights_sha256 or loaded.path
-    parts = [d, corpus.fingerprint(word_tags=task.token_level) if task.name != "qa" else corpus.fingerprint(), weights]
+    parts = [d, corpus.fingerprint(word_tags=task.token_level), weights]
     parts += [dtype] if dtype != "float32" else []  # float32 runs keep their old fingerprints
     fingerprint = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
     with open_run(out, KIND, fingerprint, overwrite=overwrite) as opened:

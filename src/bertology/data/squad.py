@@ -66,8 +66,9 @@ class SquadData:
         """Whether questions may have no answer (SQuAD v2.0): then a model may predict no answer."""
         return self.version.startswith("v2") or any(ex.is_impossible for ex in self.examples)
 
-    def fingerprint(self) -> str:
-        """SHA-256 of the questions' content: equal data give equal fingerprints."""
+    def fingerprint(self, word_tags: bool = False) -> str:
+        """SHA-256 of the questions' content: equal data give equal fingerprints (``word_tags``, as
+        :meth:`Corpus.fingerprint` takes it, changes nothing: questions carry no word tags)."""
         digest = hashlib.sha256()
         for ex in self.examples:
             digest.update(json.dumps([ex.id, ex.question, ex.context, ex.answers, ex.is_impossible, ex.article]).encode())

@@ -56,8 +56,10 @@ def is_tagging_run(config: FinetuneConfig, train: Corpus) -> bool:
         return False
     if config.task == "tagging":
         return True
+    if config.task != "auto":  # another task named explicitly (qa data has no word tags to look at)
+        return False
     field = tag_field(config, train)
-    return config.task == "auto" and not train.has_labels and len(train) > 0 and all(
+    return not train.has_labels and len(train) > 0 and all(
         getattr(ex, field) is not None for ex in train)
 
 
