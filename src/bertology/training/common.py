@@ -26,7 +26,7 @@ from bertology.config import FinetuneConfig
 from bertology.data.corpus import Corpus
 from bertology.errors import BertologyError
 from bertology.training.data import SLICE_ALL
-from bertology.training.loop import LoopConfig, LoopOutcome, plan_steps
+from bertology.training.loop import LOG_EVERY, LoopConfig, LoopOutcome, plan_steps
 from bertology.training.surgery import drop_layers, freeze, layers_record, num_blocks, parameter_counts
 
 logger = logging.getLogger(__name__)
@@ -216,6 +216,28 @@ def outcome_record(config: FinetuneConfig, metric: str, outcome: LoopOutcome) ->
                            "best_step": outcome.best_step} if config.early_stopping else None,
         "checkpoints": {"every": config.save_every, "resumed_from_step": outcome.resumed_from} if config.save_every else None,
         "train_time_s": round(outcome.train_time_s, 3),
+    }
+
+
+def training_record(config: FinetuneConfig, schedule: Schedule, outcome: LoopOutcome, metric: str,
+                    model: torch.nn.Module, surgery: Surgery, *, device: torch.device, token_types: bool,
+                    exclusion: dict | None, slicing: dict | None, encoded: tuple) -> dict:
+    """The manifest entries every supervised head's run shares, in this order: steps and batches, the
+    model surgery, the biased-data exclusion and eval slices, early stopping and timing, and the
+    tokenisation of the training and eval sets (``encoded``)."""
+    enc_train, enc_eval = encoded
+    return {
+        **schedule_record(config, schedule, outcome),
+        "effective_batch_size": config.batch_size * config.grad_accum,
+        "log_every": LOG_EVERY,
+        "max_grad_norm": config.max_grad_norm,
+        "device": str(device),
+        "token_type_ids": token_types,
+        **surgery_record(model, config, surgery),
+        "excluded_words": exclusion,
+        "eval_slices": slicing,
+        **outcome_record(config, metric, outcome),
+        "tokenisation": {"train": enc_train.describe(), "eval": enc_eval.describe()},
     }
 
 

@@ -40,13 +40,13 @@ from bertology.errors import BertologyError
 from bertology.models.device import resolve_device
 from bertology.models.sites import uses_token_types
 from bertology.training.common import (  # TABLE_COLUMNS, FinetuneResult: also importable from here
-    TABLE_COLUMNS, FinetuneResult, check_config, checkpoint_folder, loop_config, make_table, outcome_record,
-    padding_id, plan_schedule, prepare_model, save_atomically, schedule_record, surgery_record,
+    TABLE_COLUMNS, check_config, checkpoint_folder, FinetuneResult, loop_config, make_table, padding_id,
+    plan_schedule, prepare_model, save_atomically, training_record,
 )
 from bertology.training.contrastive import contrastive_finetune
 from bertology.training.parser import finetune_parser
 from bertology.training.data import SLICE_ALL, SLICE_WITH, SLICE_WITHOUT, exclude_examples, mention_mask, parse_word_list
-from bertology.training.loop import LOG_EVERY, seed_everything, train_loop
+from bertology.training.loop import seed_everything, train_loop
 from bertology.tasks.base import Task
 from bertology.tasks.catalog import choose_task
 from bertology.tasks.regression import regression_targets
@@ -348,7 +348,7 @@ def finetune(
     :func:`bertology.training.parser.finetune_parser` (a biaffine dependency parser). Otherwise a sequence classifier: returns a :class:`FinetuneResult`; the
     model and tokenizer are saved (safetensors) to ``Path(config.out) / "model"``. The ``finetune`` table
     has columns ``step, epoch, split, metric, value, slice``: ``split="train"`` rows carry the mean
-    training loss over each logging window (every :data:`LOG_EVERY` steps and at each epoch end) and
+    training loss over each logging window (every :data:`~bertology.training.loop.LOG_EVERY` steps and at each epoch end) and
     the learning rate; ``split="eval"`` rows carry ``accuracy``, ``macro_f1`` and ``loss`` on the
     held-out set (``slice="all"``) before training (step 0), every ``eval_every`` steps, at the end of
     every epoch and at the last step. With ``exclude_words`` the eval rows are repeated for the
@@ -519,17 +519,8 @@ def finetune(
         "split": split,
         "labels": None if regression else labels,
         "reused_checkpoint_head": reused_head,
-        **schedule_record(config, schedule, outcome),
-        "effective_batch_size": config.batch_size * config.grad_accum,
-        "log_every": LOG_EVERY,
-        "max_grad_norm": config.max_grad_norm,
-        "device": str(device),
-        "token_type_ids": use_token_types,
-        **surgery_record(model, config, surgery),
-        "excluded_words": exclusion,
-        "eval_slices": slicing,
-        **outcome_record(config, metric, outcome),
-        "tokenisation": {"train": enc_train.describe(), "eval": enc_eval.describe()},
+        **training_record(config, schedule, outcome, metric, model, surgery, device=device, token_types=use_token_types,
+                          exclusion=exclusion, slicing=slicing, encoded=(enc_train, enc_eval)),
         **({"targets": {"train": _target_stats(y_train), "eval": _target_stats(y_eval)},
             "head_bias_start": head_start} if regression else {
             "label_counts": {

@@ -30,11 +30,11 @@ from bertology.models.sites import encoder, uses_token_types
 from bertology.tasks.catalog import get_task
 from bertology.tasks.parsing import PUNCT_UPOS, check_trees, coverage, deprel_set, predicted_trees, word_targets
 from bertology.training.common import (
-    FinetuneResult, check_config, checkpoint_folder, loop_config, make_table, outcome_record, padding_id, plan_schedule,
-    prepare_model, save_atomically, schedule_record, surgery_record,
+    check_config, checkpoint_folder, FinetuneResult, loop_config, make_table, padding_id, plan_schedule,
+    prepare_model, save_atomically, training_record,
 )
 from bertology.training.data import SLICE_ALL, SLICE_WITH, SLICE_WITHOUT, exclude_examples, mention_mask, parse_word_list
-from bertology.training.loop import LOG_EVERY, seed_everything, train_loop
+from bertology.training.loop import seed_everything, train_loop
 
 logger = logging.getLogger(__name__)
 
@@ -247,17 +247,8 @@ def finetune_parser(
                    "reused_checkpoint_head": reused_head},
         "words": cover,
         "reused_checkpoint_head": reused_head,
-        **schedule_record(config, schedule, outcome),
-        "effective_batch_size": config.batch_size * config.grad_accum,
-        "log_every": LOG_EVERY,
-        "max_grad_norm": config.max_grad_norm,
-        "device": str(device),
-        "token_type_ids": use_token_types,
-        **surgery_record(model, config, surgery),
-        "excluded_words": exclusion,
-        "eval_slices": slicing,
-        **outcome_record(config, metric, outcome),
-        "tokenisation": {"train": enc_train.describe(), "eval": enc_eval.describe()},
+        **training_record(config, schedule, outcome, metric, model, surgery, device=device, token_types=use_token_types,
+                          exclusion=exclusion, slicing=slicing, encoded=(enc_train, enc_eval)),
         "base_model": base_record,
     }
     wall = time.perf_counter() - t0

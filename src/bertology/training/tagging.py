@@ -34,12 +34,12 @@ from bertology.tasks.base import Task
 from bertology.tasks.bio_tagging import TASK as BIO_TAGGING
 from bertology.tasks.tagging import CONFIG_KEY, TASK as TAGGING, check_tags, first_pieces, is_bio
 from bertology.training.common import (
-    FinetuneResult, check_config, checkpoint_folder, loop_config, make_table, outcome_record, padding_id,
-    plan_schedule, prepare_model, save_atomically, schedule_record, surgery_record,
+    check_config, checkpoint_folder, FinetuneResult, loop_config, make_table, padding_id, plan_schedule,
+    prepare_model, save_atomically, training_record,
 )
 from bertology.training.data import SLICE_WITH, SLICE_WITHOUT, exclude_examples, mention_mask, parse_word_list
 from bertology.training.finetune import HeadTask
-from bertology.training.loop import LOG_EVERY, seed_everything, train_loop
+from bertology.training.loop import seed_everything, train_loop
 
 logger = logging.getLogger(__name__)
 
@@ -267,17 +267,8 @@ def finetune_tagger(
         "split": split,
         "labels": tag_set,
         "reused_checkpoint_head": reused_head,
-        **schedule_record(config, schedule, outcome),
-        "effective_batch_size": config.batch_size * config.grad_accum,
-        "log_every": LOG_EVERY,
-        "max_grad_norm": config.max_grad_norm,
-        "device": str(device),
-        "token_type_ids": use_token_types,
-        **surgery_record(model, config, surgery),
-        "excluded_words": exclusion,
-        "eval_slices": slicing,
-        **outcome_record(config, metric, outcome),
-        "tokenisation": {"train": enc_train.describe(), "eval": enc_eval.describe()},
+        **training_record(config, schedule, outcome, metric, model, surgery, device=device, token_types=use_token_types,
+                          exclusion=exclusion, slicing=slicing, encoded=(enc_train, enc_eval)),
         "label_placement": "each word's first piece; -100 on its other pieces, special tokens and padding",
         "words": {"train": _scored_words(enc_train, train), "eval": _scored_words(enc_eval, eval_corpus)},
         "label_counts": {"train": dict(sorted(Counter(t for s in train_tags for t in s).items())),
