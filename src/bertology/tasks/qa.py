@@ -191,15 +191,4 @@ class QuestionAnswering(Task):
         return {"answered": int((pred >= 0).sum()), "no_answer": int((pred < 0).sum())}
 
 
-def question_interval(values: np.ndarray, n_resamples: int = 1000, seed: int = 0) -> tuple[float, float, float]:
-    """The mean of per-question scores and its 95% percentile-bootstrap interval over questions (scipy)."""
-    from scipy.stats import bootstrap
-
-    v = np.asarray(values, dtype=np.float64)
-    if v.size < 2 or np.all(v == v[0]):
-        return float(v.mean()) if v.size else float("nan"), float("nan"), float("nan")
-    ci = bootstrap((v,), np.mean, n_resamples=n_resamples, method="percentile", random_state=seed).confidence_interval
-    return float(v.mean()), float(ci.low), float(ci.high)
-
-
 TASK = QuestionAnswering()
