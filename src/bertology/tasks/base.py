@@ -98,6 +98,8 @@ class Task(ABC):
     #: Whether the head scores every token (targets per word): the ablation sweep then never runs the last
     #: block on the first token alone.
     token_level: bool = False
+    #: What one example is (what the metrics count and the bootstrap resamples), as the report words it.
+    example_unit: str = "examples"
 
     @property
     def primary(self) -> str:

@@ -78,6 +78,7 @@ def best_span(start: torch.Tensor, end: torch.Tensor, context: torch.Tensor, max
 
 class QuestionAnswering(Task):
     name = "qa"
+    example_unit = "questions"
     metrics = ("f1", "exact_match", "loss")
     higher_is_better = {"f1": True, "exact_match": True, "loss": False}
     loss_metric = "loss"

@@ -8,9 +8,6 @@ from bertology.report.sections.base import Figures, Section, SectionInput
 
 #: The table of final held-out metrics with bootstrap intervals (``training.common.INTERVALS_TABLE``).
 INTERVALS = "finetune_intervals"
-#: What one resampled held-out example is, by task: the intervals resample these, never tokens or windows.
-RESAMPLED_UNIT = {"tagging": "sentences", "bio_tagging": "sentences", "parsing": "sentences", "qa": "questions"}
-
 
 def _slices_table(sl: pd.DataFrame) -> dict | None:
     """Final evaluation per slice (e.g. with / without the words a bias experiment removed)."""
@@ -110,9 +107,11 @@ def build(inp: SectionInput) -> dict | None:
     df = inp.table("finetune")
     if df is None:
         return None
+    from bertology.tasks.catalog import TASKS, get_task
+
     task = (inp.manifest.get("result") or {}).get("task")
-    return finetune_section(df, inp.figures, inp.derived, inp.table("anisotropy"), inp.table(INTERVALS),
-                            RESAMPLED_UNIT.get(task, "examples"))
+    unit = get_task(task).example_unit if task in TASKS else "examples"  # what the intervals resample, never tokens
+    return finetune_section(df, inp.figures, inp.derived, inp.table("anisotropy"), inp.table(INTERVALS), unit)
 
 
 SECTION = Section(
