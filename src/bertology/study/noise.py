@@ -493,3 +493,31 @@ def study_tables(
         "study_counts": _counts(effects),
         "study_task_differences": _task_differences(changes, alpha),
     }
+
+
+# ---------------------------------------------------------------------------------- study directory
+def read_study_tables(study_dir) -> tuple[dict[str, pd.DataFrame], dict[str, pd.DataFrame]]:
+    """The base-vs-tuned tables and the ``seedpair_*`` tables under ``STUDY/tables/`` (Parquet)."""
+    from pathlib import Path
+
+    folder = Path(study_dir) / "tables"
+    base = {name: pd.read_parquet(folder / f"{name}.parquet") for name in CHANGES
+            if (folder / f"{name}.parquet").exists()}
+    seeds = {f"seedpair_{name}": pd.read_parquet(folder / f"seedpair_{name}.parquet") for name in CHANGES
+             if (folder / f"seedpair_{name}.parquet").exists()}
+    return base, seeds
+
+
+def write_study_tables(study_dir, *, alpha: float = ALPHA) -> dict[str, pd.DataFrame]:
+    """Compute :func:`study_tables` from ``STUDY/tables/`` and write ``study_*.parquet``/``.csv`` beside them."""
+    from bertology.results import write_table
+
+    base, seeds = read_study_tables(study_dir)
+    if not base:
+        raise BertologyError(
+            f"{study_dir}/tables holds none of the study's pair tables ({', '.join(CHANGES)}); nothing to summarise."
+        )
+    tables = study_tables(base, seeds, alpha=alpha)
+    for name, df in tables.items():
+        write_table(study_dir, name, df)
+    return tables
