@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import combinations
 from math import comb
 
@@ -82,6 +83,7 @@ def min_p(m: int, n: int, two_sided: bool = False) -> float:
     return min(1.0, 2 * p) if two_sided else p
 
 
+@lru_cache(maxsize=256)
 def u_distribution(m: int, n: int) -> np.ndarray:
     """Null probabilities of the Mann-Whitney U statistic (0..m*n) for samples of m and n untied values.
 
@@ -95,9 +97,12 @@ def u_distribution(m: int, n: int) -> np.ndarray:
         for j in range(1, n + 1):
             f[i, j, j:] += f[i - 1, j, : m * n + 1 - j]
             f[i, j, :] += f[i, j - 1, :]
-    return f[m, n] / comb(m + n, m)
+    out = f[m, n] / comb(m + n, m)
+    out.flags.writeable = False  # cached: callers must not change it
+    return out
 
 
+@lru_cache(maxsize=1024)
 def attained_level(m: int, n: int, alpha: float = ALPHA, two_sided: bool = False) -> float:
     """The exact false-positive rate of "p <= alpha" for the exact Mann-Whitney test with m and n values.
 
@@ -169,7 +174,7 @@ def _per_model(df: pd.DataFrame, keys: list[str], index: list[str], value: str) 
     """``tuned - base`` of ``value`` per key and index; keeps ``base`` and ``tuned`` beside it."""
     wide = (
         df[df["model"].isin(["base", "tuned"])]
-        .pivot_table(index=[*keys, *index], columns="model", values=value, aggfunc="mean", dropna=False)
+        .pivot_table(index=[*keys, *index], columns="model", values=value, aggfunc="mean")
         .reset_index()
     )
     wide.columns.name = None
