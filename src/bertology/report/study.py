@@ -141,8 +141,8 @@ def _noise_rule(tables: Mapping[str, pd.DataFrame], manifest: Mapping) -> dict:
                     cells.append("—")
                     continue
                 r = r.iloc[0]
-                cells.append(f"{int(r['n_beyond'])} of {int(r['n_tested'])} "
-                             f"(chance {fmt_value(float(r['expected_false']), 2)}; BH {int(r['n_beyond_fdr'])})")
+                cells.append(f"{int(r['n_beyond'])}/{int(r['n_tested'])} "
+                             f"({fmt_value(float(r['expected_false']), 2)}; BH {int(r['n_beyond_fdr'])})")
             count_rows.append([*(str(k) for k in key), *cells])
     count_table = sortable([("table", "Table", "text"), ("metric", "Metric", "text"), ("level", "Level", "text"),
                             *((f"t{i}", t, "text") for i, t in enumerate(tasks))], count_rows)
@@ -171,7 +171,7 @@ def _attention(tables: Mapping[str, pd.DataFrame], figs: Figures) -> dict | None
             "it, n/a: one seed, no noise estimate.",
             f"Heatmap of attention change ({label}) per task and layer",
         ))
-    return {"figures": [f for f in figures if f]}
+    return {"figures": [f for f in figures if f], "one_column": eff["layer"].nunique() > 6}
 
 
 def _similarity(tables: Mapping[str, pd.DataFrame], figs: Figures) -> dict | None:
@@ -252,8 +252,8 @@ def _ablation(tables: Mapping[str, pd.DataFrame], figs: Figures) -> dict | None:
     fig = figs.make(
         "study_ablation", lambda: study_ablation_figure(heads, title="Disabling one head at a time"),
         "Change of each task's metric when one head is disabled (Kovaleva et al. 2019, Figs. 8-9), mean over "
-        "seeds; the grey line spans the seeds' minimum to maximum, the pale blue bar the bootstrap interval over "
-        "examples (mean of the seeds' bounds). Red: beyond seed noise (labelled).",
+        "seeds; the grey line spans the seeds' minimum to maximum, red: beyond seed noise (the three largest "
+        "labelled), with the bootstrap interval over examples as a pale blue bar (mean of the seeds' bounds).",
         "Ablation deltas of every head per task",
     )
     flagged = heads[heads["beyond_noise"].fillna(False).astype(bool)].sort_values("mean")

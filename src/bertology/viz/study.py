@@ -177,7 +177,8 @@ def study_ablation_figure(heads: pd.DataFrame, *, title: str | None = None) -> F
 
     ``heads``: columns ``task, metric, unit, mean, min, max, beyond_noise`` (one row per head and
     task; each task may have its own metric, named under the task); optional ``ci_low, ci_high``
-    (the bootstrap interval over examples, mean over seeds) drawn as a wide pale bar.
+    (the bootstrap interval over examples, mean over seeds) drawn as a wide pale bar on the flagged
+    heads; the three largest flagged heads of each task are labelled.
     """
     _require(heads, ["task", "metric", "mean", "min", "max", "beyond_noise"], "study_ablation_figure")
     if heads.empty:
@@ -189,17 +190,20 @@ def study_ablation_figure(heads: pd.DataFrame, *, title: str | None = None) -> F
         ax = fig.add_subplot()
         for i, task in enumerate(tasks):
             g = heads[heads["task"] == task]
-            x = i + rng.uniform(-0.22, 0.22, size=len(g))
+            x = i + rng.uniform(-0.3, 0.3, size=len(g))
             flag = g["beyond_noise"].fillna(False).astype(bool).to_numpy()
             mean, lo, hi = (g[c].to_numpy(float) for c in ("mean", "min", "max"))
-            ax.vlines(x, lo, hi, color="#bbbbbb", linewidth=0.8, zorder=1)
-            if {"ci_low", "ci_high"} <= set(g.columns):
-                ax.vlines(x, g["ci_low"].to_numpy(float), g["ci_high"].to_numpy(float), color="#1f5aa6",
-                          linewidth=2.2, alpha=0.35, zorder=1)
-            ax.scatter(x[~flag], mean[~flag], s=10, color="#8a919c", zorder=2)
+            ax.vlines(x, lo, hi, color="#cccccc", linewidth=0.7, zorder=1)
+            if {"ci_low", "ci_high"} <= set(g.columns):  # only where it matters: the flagged heads
+                ax.vlines(x[flag], g["ci_low"].to_numpy(float)[flag], g["ci_high"].to_numpy(float)[flag],
+                          color="#1f5aa6", linewidth=2.2, alpha=0.35, zorder=1)
+            ax.scatter(x[~flag], mean[~flag], s=9, color="#8a919c", zorder=2)
             ax.scatter(x[flag], mean[flag], s=22, color="#d1495b", zorder=3, edgecolor="#111111", linewidth=0.4)
-            for xi, yi, u in zip(x[flag], mean[flag], g.loc[flag, "unit"] if "unit" in g else []):
-                ax.annotate(_plain(u), (xi, yi), xytext=(4, 0), textcoords="offset points", fontsize=6.5)
+            if "unit" in g:
+                top = np.argsort(-np.abs(np.where(flag, mean, 0.0)))[: min(3, int(flag.sum()))]
+                for j in top:  # the three largest flagged heads of the task, so labels stay legible
+                    ax.annotate(_plain(g["unit"].iloc[j]), (x[j], mean[j]), xytext=(4, 0),
+                                textcoords="offset points", fontsize=6.5)
         ax.axhline(0.0, color="#999999", linewidth=0.8, linestyle="--", zorder=0)
         ax.set_xticks(range(len(tasks)))
         metrics = heads.groupby("task", sort=False)["metric"].first()
@@ -210,7 +214,7 @@ def study_ablation_figure(heads: pd.DataFrame, *, title: str | None = None) -> F
         ax.legend([Line2D([], [], marker="o", color="#d1495b", linestyle="", markeredgecolor="#111111"),
                    Line2D([], [], marker="o", color="#8a919c", linestyle=""),
                    Line2D([], [], color="#bbbbbb"), Line2D([], [], color="#1f5aa6", alpha=0.35, linewidth=2.2)],
-                  ["beyond seed noise", "within noise / untested", "seed min-max", "CI over examples"],
+                  ["beyond seed noise", "within noise / untested", "seed min-max", "CI over examples (flagged)"],
                   loc="center left", bbox_to_anchor=(1.01, 0.5))
         if title:
             ax.set_title(_plain(title), loc="left")
