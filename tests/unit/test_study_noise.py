@@ -212,3 +212,24 @@ def test_bad_input_is_a_clear_error(study):
         study_tables({"attention_change": broken}, seeds)
     with pytest.raises(BertologyError, match="alpha"):
         study_tables(base, seeds, alpha=1.5)
+
+
+def test_seed_pairs_computed_both_ways_count_once(study):
+    base, seeds, out = study
+    sp = seeds["seedpair_attention_change"]
+    both = pd.concat([sp, sp.rename(columns={"seed_a": "seed_b", "seed_b": "seed_a"})], ignore_index=True)
+    again = study_tables(base, {"seedpair_attention_change": both,
+                                "seedpair_representation_similarity": seeds["seedpair_representation_similarity"]})
+    pd.testing.assert_frame_equal(again["study_effects"], out["study_effects"])
+
+
+def test_missing_or_clashing_seeds_are_errors(study):
+    base, seeds, _ = study
+    att = base["attention_change"].copy()
+    att.loc[att.index[0], "seed"] = None
+    with pytest.raises(BertologyError, match="rows without seed"):
+        study_tables({"attention_change": att}, seeds)
+    att = base["attention_change"].copy()
+    att.loc[(att["task"] == "sst2") & (att["seed"] == 1), "seed"] = 0
+    with pytest.raises(BertologyError, match="several tuned models"):
+        study_tables({"attention_change": att}, seeds)

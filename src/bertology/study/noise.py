@@ -262,6 +262,26 @@ def _finish(frame: pd.DataFrame, table: str, keys: list[str]) -> pd.DataFrame:
     return frame[[*keys, *_CHANGE_COLS]]
 
 
+def _check_keys(df: pd.DataFrame, table: str, keys: list[str]) -> None:
+    """Every row names its task and seed(s), and one tuned model per (task, seed): else rows would merge."""
+    missing = [k for k in keys if df[k].isna().any()]
+    if missing:
+        raise BertologyError(
+            f"Study table {table!r} has rows without {', '.join(missing)}; every tuned model of a study needs its "
+            "task and seed (the manifest's tasks[].seeds)."
+        )
+    if "tuned" in df and keys == ["task", "seed"]:
+        clash = df.groupby(keys)["tuned"].nunique()
+        clash = clash[clash > 1]
+        if len(clash):
+            (task, seed), _ = next(iter(clash.items()))
+            raise BertologyError(
+                f"Study table {table!r}: task {task!r} seed {seed!r} holds several tuned models "
+                f"({', '.join(map(str, df.loc[(df['task'] == task) & (df['seed'] == seed), 'tuned'].unique()))}); "
+                "give each its own seed."
+            )
+
+
 def seed_changes(base_tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """The base-vs-tuned change of every seed: ``task, seed`` + unit columns + ``change, base, tuned``.
 
@@ -273,6 +293,7 @@ def seed_changes(base_tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
         if df is None or df.empty:
             continue
         _need(df, name, ("task", "seed"))
+        _check_keys(df, name, ["task", "seed"])
         frames.append(_finish(spec.extract(df, ["task", "seed"]), name, ["task", "seed"]))
     if not frames:
         return pd.DataFrame(columns=["task", "seed", *_CHANGE_COLS])
@@ -294,9 +315,14 @@ def seed_distances(
             if df is None or df.empty:
                 continue
             _need(df, f"seedpair_{name}", ("task", "seed_a", "seed_b"))
+            _check_keys(df, f"seedpair_{name}", ["task", "seed_a", "seed_b"])
             d = _finish(spec.extract(df, ["task", "seed_a", "seed_b"]), name, ["task", "seed_a", "seed_b"])
-            d = d[d["seed_a"] != d["seed_b"]]
+            d = d[d["seed_a"] != d["seed_b"]].copy()
+            # (a, b) and (b, a) are one pair of seeds: count it once (the mean when both were computed)
+            lo, hi = d[["seed_a", "seed_b"]].min(axis=1), d[["seed_a", "seed_b"]].max(axis=1)
+            d["seed_a"], d["seed_b"] = lo, hi
             d["distance"] = d["change"].abs()
+            d = d.groupby(["task", "seed_a", "seed_b", *UNIT_COLUMNS], dropna=False, as_index=False)["distance"].mean()
             frames.append(d)
         else:
             part = changes[changes["table"] == name]
