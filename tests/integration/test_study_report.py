@@ -12,9 +12,10 @@ import pandas as pd
 import pytest
 
 from bertology.errors import BertologyError
-from bertology.report.study import main, render_study_report
+from bertology.report.study import render_study_report
 from bertology.study.noise import STUDY_TABLES
-from bertology.testing_study import synthetic_study
+from bertology.study.summarise import main, summarise_study
+from bertology.study.synthetic import synthetic_study
 
 SECTIONS = ("overview", "noise", "attention", "similarity", "patterns", "ablation", "probe", "differences",
             "jobs", "tables")
@@ -42,7 +43,7 @@ def parse(html: str) -> _Page:
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
     folder = synthetic_study(tmp_path_factory.mktemp("study"), {"sst2": 3, "mrpc": 3, "rte": 1})
-    out = render_study_report(folder)
+    out = summarise_study(folder)
     return folder, out, out.read_text(encoding="utf-8")
 
 
@@ -100,7 +101,7 @@ def test_absent_tables_leave_their_sections_out_and_bad_links_unlinked(tmp_path)
     manifest["pairs"][1]["report"] = "https://example.org/x.html"
     manifest["jobs"] = []
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    html = render_study_report(folder).read_text()
+    html = summarise_study(folder).read_text()
     ids = {a.get("id") for t, a in parse(html).tags if t == "section"}
     assert {"overview", "noise", "attention", "tables"} <= ids
     assert not ids & {"similarity", "patterns", "ablation", "probe", "jobs"}
@@ -108,15 +109,13 @@ def test_absent_tables_leave_their_sections_out_and_bad_links_unlinked(tmp_path)
     assert html.count('class="pair-report"') == 1
 
 
-def test_existing_study_tables_are_reused_and_alpha_recomputes(tmp_path):
+def test_alpha_reaches_the_tables_and_the_page(tmp_path):
     folder = synthetic_study(tmp_path, {"a": 3, "b": 3}, planted={"a": 2}, n_layers=3, n_heads=2,
                              tables=("attention_change",))
-    render_study_report(folder)
-    eff = pd.read_parquet(folder / "tables" / "study_effects.parquet")
-    assert (eff["alpha"] == 0.05).all()
-    render_study_report(folder, alpha=0.1)
+    assert main([str(folder), "--alpha", "0.1"]) == 0
     diff = pd.read_parquet(folder / "tables" / "study_task_differences.parquet")
     assert (diff["alpha"] == 0.1).all() and diff["beyond_noise"].notna().any()  # 3 vs 3 testable at 0.1
+    assert "p ≤ 0.1" in (folder / "report.html").read_text()
 
 
 def test_errors_are_clear(tmp_path, capsys):
@@ -125,6 +124,8 @@ def test_errors_are_clear(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main([str(tmp_path / "empty")]) == 1
     assert "none of the study's pair tables" in capsys.readouterr().err
+    with pytest.raises(BertologyError, match="no study_effects table"):
+        render_study_report(tmp_path / "empty")
 
 
 # --------------------------------------------------------------------------------------- browser

@@ -10,8 +10,9 @@ import pytest
 from scipy.stats import mannwhitneyu
 
 from bertology.errors import BertologyError
-from bertology.study.noise import attained_level, min_p, read_study_tables, study_tables, u_distribution
-from bertology.testing_study import synthetic_study
+from bertology.study.noise import attained_level, min_p, study_tables, u_distribution
+from bertology.study.summarise import read_study_tables
+from bertology.study.synthetic import synthetic_study
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +86,8 @@ def test_false_positive_rate_matches_the_derived_level(k):
     # the counts table's expectation is the same number
     row = _one(out["study_counts"], metric="cosine_distance", level="head")
     assert row["expected_false"] == pytest.approx(level * 2000)
+    rule = _one(out["study_rule"], n_seeds=k)
+    assert rule["false_positive_rate"] == pytest.approx(level) and rule["smallest_p"] == pytest.approx(1 / comb(k + comb(k, 2), k))
 
 
 # --------------------------------------------------------------------------------- planted effects

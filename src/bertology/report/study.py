@@ -1,13 +1,12 @@
 """Render a study directory (one base, several tasks x seeds) into one offline HTML page.
 
-``render_study_report(study_dir)`` reads ``STUDY/manifest.json`` and the ``study_*`` tables (computing
-and writing them with :func:`bertology.study.noise.write_study_tables` when they are missing, or when
-``alpha`` is given), draws the figures (also written to ``STUDY/figures/study_*.svg``) and writes
-``STUDY/report.html`` atomically. Sections whose tables are absent are left out. Like the pair report
-the page inlines everything, forbids network loads with a Content-Security-Policy, and escapes every
-string from data (Jinja2 autoescaping); links to the pair reports are relative paths only.
-
-Run it as ``python -m bertology.report.study STUDY_DIR [--alpha 0.05]``.
+``render_study_report(study_dir)`` reads ``STUDY/manifest.json`` and the ``study_*`` tables that
+:mod:`bertology.study.noise` computed (``bertology.study.summarise.summarise_study`` computes them and
+calls this), draws the figures (also written to ``STUDY/figures/study_*.svg``) and writes
+``STUDY/report.html`` atomically. It computes no statistic. Sections whose tables are absent are left
+out. Like the pair report the page inlines everything, forbids network loads with a
+Content-Security-Policy, and escapes every string from data (Jinja2 autoescaping); links to the pair
+reports are relative paths only.
 """
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ import datetime as _dt
 import json
 import logging
 import re
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,10 @@ from bertology.errors import BertologyError
 from bertology.report.format import fmt_value, mapping, sortable
 from bertology.report.sections.base import Figures
 from bertology.results import atomic_write_text
-from bertology.study.noise import ALPHA, STUDY_TABLES, attained_level, min_p, write_study_tables
+
+#: The seed-noise tables the page reads (written by ``bertology.study.noise.study_tables``).
+STUDY_TABLES = ("study_summary", "study_seed_noise", "study_effects", "study_counts", "study_rule",
+                "study_task_differences")
 
 logger = logging.getLogger(__name__)
 
@@ -54,13 +55,20 @@ def _manifest(study_dir: Path, warnings: list[str]) -> dict:
     return data
 
 
-def _study_tables(study_dir: Path, alpha: float | None) -> dict[str, pd.DataFrame]:
-    """The ``study_*`` tables: read when all are there (and no alpha is asked for), else computed and written."""
+def _study_tables(study_dir: Path, warnings: list[str]) -> dict[str, pd.DataFrame]:
+    """The ``study_*`` tables present under ``STUDY/tables/`` (study_effects is required)."""
     folder = study_dir / "tables"
-    paths = {name: folder / f"{name}.parquet" for name in STUDY_TABLES}
-    if alpha is None and all(p.exists() for p in paths.values()):
-        return {name: pd.read_parquet(p) for name, p in paths.items()}
-    return write_study_tables(study_dir, alpha=ALPHA if alpha is None else alpha)
+    tables = {name: pd.read_parquet(folder / f"{name}.parquet") for name in STUDY_TABLES
+              if (folder / f"{name}.parquet").exists()}
+    if "study_effects" not in tables:
+        raise BertologyError(
+            f"{folder} has no study_effects table: compute the seed-noise tables first "
+            f"(bertology.study.summarise.summarise_study, or python -m bertology.study.summarise {study_dir})."
+        )
+    absent = [n for n in STUDY_TABLES if n not in tables]
+    if absent:
+        warnings.append(f"Table(s) {', '.join(absent)} are missing: their parts of the page are left out.")
+    return tables
 
 
 def _rows(df: pd.DataFrame | None, **where: Any) -> pd.DataFrame:
@@ -120,15 +128,16 @@ def _overview(manifest: Mapping, study_dir: Path, tables: Mapping[str, pd.DataFr
 
 def _noise_rule(tables: Mapping[str, pd.DataFrame], manifest: Mapping) -> dict:
     """The rule's error rate for the seed counts present, and the counts of units beyond noise."""
-    effects = tables.get("study_effects")
-    alpha = float(effects["alpha"].iloc[0]) if effects is not None and not effects.empty else ALPHA
-    ks = sorted({int(k) for k in effects["n_seeds"]}) if effects is not None and not effects.empty else []
-    levels = [[k, k * (k - 1) // 2, min_p(k, k * (k - 1) // 2) if k > 1 else None,
-               attained_level(k, k * (k - 1) // 2, alpha) if k > 1 else None,
-               attained_level(k, k, alpha, two_sided=True) if k > 1 else None] for k in ks]
-    level_table = sortable([("k", "Seeds per task", "num"), ("n", "Seed pairs", "num"),
-                            ("minp", "Smallest p", "num"), ("rate", "False-positive rate (change)", "num"),
-                            ("rate2", "False-positive rate (task difference, k vs k)", "num")], levels)
+    effects = tables["study_effects"]
+    alpha = float(effects["alpha"].iloc[0]) if not effects.empty else float("nan")
+    rule = tables.get("study_rule")
+    levels = [] if rule is None else [
+        [int(r["n_seeds"]), int(r["n_seed_pairs"]), str(r["tasks"]), r["smallest_p"], r["false_positive_rate"],
+         r["task_difference_smallest_p"], r["task_difference_rate"]] for _, r in rule.iterrows()]
+    level_table = sortable([("k", "Seeds per task", "num"), ("n", "Seed pairs", "num"), ("tasks", "Tasks", "text"),
+                            ("minp", "Smallest p", "num"), ("rate", "False-positive rate", "num"),
+                            ("minp2", "Smallest p, task difference (k vs k)", "num"),
+                            ("rate2", "False-positive rate, task difference", "num")], levels)
     counts = tables.get("study_counts")
     count_rows, tasks = [], []
     if counts is not None and not counts.empty:
@@ -329,14 +338,14 @@ def _listing(study_dir: Path) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------- render
-def build_study_context(study_dir: str | Path, *, alpha: float | None = None) -> dict:
-    """Everything the study template needs (also writes the figures and, when missing, the study tables)."""
+def build_study_context(study_dir: str | Path) -> dict:
+    """Everything the study template needs (also writes the figures)."""
     study_dir = Path(study_dir).expanduser()
     if not study_dir.is_dir():
         raise BertologyError(f"Study directory {study_dir} does not exist or is not a folder.")
     warnings: list[str] = []
     manifest = _manifest(study_dir, warnings)
-    tables = _study_tables(study_dir, alpha)
+    tables = _study_tables(study_dir, warnings)
     figs = Figures(study_dir, warnings)
     sections: list[dict] = []
 
@@ -369,14 +378,10 @@ def build_study_context(study_dir: str | Path, *, alpha: float | None = None) ->
     }
 
 
-def render_study_report(study_dir: str | Path, *, alpha: float | None = None) -> Path:
-    """Write ``STUDY/report.html`` (and ``STUDY/figures/study_*.svg``); return its path.
-
-    The ``study_*`` tables are read from ``STUDY/tables/`` when all are present; otherwise (or when
-    ``alpha`` is given) they are computed from the pair tables and written there first.
-    """
+def render_study_report(study_dir: str | Path) -> Path:
+    """Write ``STUDY/report.html`` (and ``STUDY/figures/study_*.svg``) from the ``study_*`` tables; return its path."""
     study_dir = Path(study_dir).expanduser()
-    context = build_study_context(study_dir, alpha=alpha)
+    context = build_study_context(study_dir)
     env = Environment(loader=PackageLoader("bertology.report", "templates"), autoescape=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["num"] = fmt_value
@@ -385,23 +390,3 @@ def render_study_report(study_dir: str | Path, *, alpha: float | None = None) ->
     atomic_write_text(out, page)
     logger.info("wrote %s", out)
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m bertology.report.study STUDY_DIR [--alpha A]``: render the study report."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m bertology.report.study", description=main.__doc__)
-    parser.add_argument("study_dir")
-    parser.add_argument("--alpha", type=float, default=None, help="recompute the study tables at this level")
-    args = parser.parse_args(argv)
-    try:
-        print(render_study_report(args.study_dir, alpha=args.alpha))
-    except BertologyError as err:
-        print(f"Error: {err}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

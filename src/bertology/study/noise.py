@@ -69,7 +69,8 @@ ALPHA = 0.05
 #: Columns naming one unit of one metric of one table (tidy key of every ``study_*`` table).
 UNIT_COLUMNS = ("table", "metric", "level", "unit", "layer", "head")
 #: The tables :func:`study_tables` returns.
-STUDY_TABLES = ("study_summary", "study_seed_noise", "study_effects", "study_counts", "study_task_differences")
+STUDY_TABLES = ("study_summary", "study_seed_noise", "study_effects", "study_counts", "study_rule",
+                "study_task_differences")
 
 _PROBE_METRICS = {"distance": ("uuas", "dspr"), "depth": ("root_acc", "nspr")}
 
@@ -452,6 +453,24 @@ def _counts(effects: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
+def _rule(effects: pd.DataFrame, alpha: float) -> pd.DataFrame:
+    """The rule's smallest p and exact false-positive rate for each seed count of the study."""
+    cols = ["n_seeds", "n_seed_pairs", "tasks", "alpha", "smallest_p", "false_positive_rate",
+            "task_difference_smallest_p", "task_difference_rate"]
+    if effects.empty:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for k, g in effects.groupby("n_seeds", sort=True):
+        k = int(k)
+        n = k * (k - 1) // 2
+        rows.append({"n_seeds": k, "n_seed_pairs": n, "tasks": ", ".join(sorted(map(str, g["task"].unique()))),
+                     "alpha": alpha, "smallest_p": min_p(k, n) if n else np.nan,
+                     "false_positive_rate": attained_level(k, n, alpha) if n else np.nan,
+                     "task_difference_smallest_p": min_p(k, k, two_sided=True) if k > 1 else np.nan,
+                     "task_difference_rate": attained_level(k, k, alpha, two_sided=True) if k > 1 else np.nan})
+    return pd.DataFrame(rows, columns=cols)
+
+
 def _task_differences(changes: pd.DataFrame, alpha: float) -> pd.DataFrame:
     """Task A vs task B per unit: difference of mean changes, two-sided exact Mann-Whitney over seeds."""
     key = ["table", "metric", "level", "unit", "layer", "head"]
@@ -509,8 +528,8 @@ def study_tables(
     (``attention_change``, ``representation_similarity``, ``attention_patterns``, ``probe``,
     ``geometry``, ``ablation``; absent ones are skipped). ``seed_tables``: ``{seedpair_<name>: table}``
     with ``task, seed_a, seed_b`` first (only the pairwise tables need them). Returns
-    ``study_summary``, ``study_seed_noise``, ``study_effects``, ``study_counts`` and
-    ``study_task_differences`` (schemas in the README's "Seed noise" section).
+    ``study_summary``, ``study_seed_noise``, ``study_effects``, ``study_counts``, ``study_rule``
+    and ``study_task_differences`` (schemas in the README's "Seed noise" section).
     """
     if not 0 < alpha < 1:
         raise BertologyError(f"alpha must be between 0 and 1, not {alpha}.")
@@ -522,33 +541,6 @@ def study_tables(
         "study_seed_noise": _noise(distances),
         "study_effects": effects,
         "study_counts": _counts(effects),
+        "study_rule": _rule(effects, alpha),
         "study_task_differences": _task_differences(changes, alpha),
     }
-
-
-# ---------------------------------------------------------------------------------- study directory
-def read_study_tables(study_dir) -> tuple[dict[str, pd.DataFrame], dict[str, pd.DataFrame]]:
-    """The base-vs-tuned tables and the ``seedpair_*`` tables under ``STUDY/tables/`` (Parquet)."""
-    from pathlib import Path
-
-    folder = Path(study_dir) / "tables"
-    base = {name: pd.read_parquet(folder / f"{name}.parquet") for name in CHANGES
-            if (folder / f"{name}.parquet").exists()}
-    seeds = {f"seedpair_{name}": pd.read_parquet(folder / f"seedpair_{name}.parquet") for name in CHANGES
-             if (folder / f"seedpair_{name}.parquet").exists()}
-    return base, seeds
-
-
-def write_study_tables(study_dir, *, alpha: float = ALPHA) -> dict[str, pd.DataFrame]:
-    """Compute :func:`study_tables` from ``STUDY/tables/`` and write ``study_*.parquet``/``.csv`` beside them."""
-    from bertology.results import write_table
-
-    base, seeds = read_study_tables(study_dir)
-    if not base:
-        raise BertologyError(
-            f"{study_dir}/tables holds none of the study's pair tables ({', '.join(CHANGES)}); nothing to summarise."
-        )
-    tables = study_tables(base, seeds, alpha=alpha)
-    for name, df in tables.items():
-        write_table(study_dir, name, df)
-    return tables
