@@ -16,7 +16,16 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from bertology.viz.figures import _STYLE, _grid_heatmap, _label, _new_figure, _plain, _require, _tidy_colorbar
+from bertology.viz.figures import (
+    _STYLE,
+    _grid_heatmap,
+    _ink_for,
+    _label,
+    _new_figure,
+    _plain,
+    _require,
+    _tidy_colorbar,
+)
 from bertology.viz.patterns import PATTERN_COLORS
 
 __all__ = [
@@ -55,14 +64,16 @@ def task_layer_heatmap(effects: pd.DataFrame, *, title: str | None = None, color
         for i, task in enumerate(matrix.index):
             for j, layer in enumerate(matrix.columns):
                 v = verdict.get((task, layer), pd.NA)
+                value = matrix.iat[i, j]
+                ink = _ink_for(mesh.cmap(mesh.norm(value))) if np.isfinite(value) else "#777777"
                 if pd.isna(v):
-                    ax.text(j + 0.5, i + 0.85, "n/a", ha="center", va="center", fontsize=5.5, color="#777777")
+                    ax.text(j + 0.5, i + 0.85, "n/a", ha="center", va="center", fontsize=5.5, color=ink, alpha=0.8)
                 elif not bool(v):
                     ax.add_patch(Rectangle((j, i), 1, 1, fill=False, hatch="////", edgecolor="#9a9a9a",
                                            linewidth=0))
                 else:
-                    ax.add_patch(Rectangle((j + 0.04, i + 0.04), 0.92, 0.92, fill=False,
-                                           edgecolor="#1f5aa6", linewidth=1.6))
+                    ax.add_patch(Rectangle((j + 0.05, i + 0.05), 0.9, 0.9, fill=False,
+                                           edgecolor="#00b4d8", linewidth=2.0))
         ax.set_xlabel("layer")
         ax.set_ylabel("task")
         ax.set_title(_plain(title) if title else "Change per layer", loc="left")
