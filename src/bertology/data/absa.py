@@ -130,7 +130,7 @@ class AbsaPairs:
     def corpus(self, name: str = "absa", source: str = "absa") -> Corpus:
         """The pairs as a labelled sentence-pair corpus (review first, question second)."""
         examples = [Example(text=p.text, text_pair=p.question, label=p.label) for p in self.pairs]
-        return Corpus(examples, name=name, source=source, stats={"absa": dict(self.counts)})
+        return Corpus(examples, name=name, source=source)
 
 
 def _attr(el: ET.Element, key: str, where: str) -> str:

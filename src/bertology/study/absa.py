@@ -147,7 +147,7 @@ def run_absa(config: AbsaConfig, *, overwrite: bool = False, progress: bool = Fa
                                data=DataConfig(max_length=config.max_length, overlong="truncate"), seed=config.seed,
                                device=config.device, view_examples=0)
     cmp = compare(cmp_config, corpus=corpus, pair=pair, overwrite=overwrite, progress=progress, report=False,
-                  extra_results=extra, summary={"absa_heldout": metrics})
+                  extra_results=extra, summary={"held-out pairs": {k: metrics[k] for k in ("accuracy", "macro_f1") if k in metrics}})
     views = _write_views(cmp.out, pair, corpus, view_indices(instances, encoded, config.view_examples), warnings)
     from bertology.runs import RunDirectory
 

@@ -27,8 +27,8 @@ def top_rows(heads: pd.DataFrame, k: int = TOP) -> list[list]:
         b = float(base.get((r.relation, r.direction, r.layer, r.head), float("nan")))
         which = max((("offset", r.baseline_accuracy), ("review position", r.position_accuracy), ("chance", r.chance)),
                     key=lambda kv: kv[1])
-        rows.append([r.relation, int(r.rank), _label(r.layer, r.head), r.direction, b, float(r.accuracy),
-                     float(r.best_baseline), which[0], int(r.n),
+        rows.append([r.relation, _label(r.layer, r.head), r.direction, b, float(r.accuracy),
+                     f"{r.best_baseline:.3f} ({which[0]})", int(r.n),
                      "yes" if b <= r.best_baseline < r.accuracy else "no"])
     return rows
 
@@ -55,10 +55,10 @@ def build(inp: SectionInput) -> dict | None:
     absa = inp.manifest.get("absa") or {}
     metrics = absa.get("heldout_metrics") or {}
     rows = top_rows(heads)
-    table = sortable([("relation", "Relation", "text"), ("rank", "Rank", "num"), ("head", "Head", "text"),
-                      ("direction", "Direction", "text"), ("base", "base accuracy", "num"),
-                      ("tuned", "tuned accuracy", "num"), ("bl", "best baseline", "num"), ("which", "baseline", "text"),
-                      ("n", "Pairs", "num"), ("created", "created by fine-tuning", "text")], rows)
+    table = sortable([("relation", "Relation", "text"), ("head", "Head", "text"),
+                      ("direction", "Direction", "text"), ("base", "base", "num"),
+                      ("tuned", "tuned", "num"), ("bl", "best baseline", "text"),
+                      ("n", "Pairs", "num"), ("created", "created", "text")], rows)
     sep = inp.table("absa_sep_share")
     sep_table = None
     if sep is not None and sep["sep_absent"].notna().any() and sep["sep_present"].notna().any():
@@ -71,15 +71,16 @@ def build(inp: SectionInput) -> dict | None:
         if len(sub):
             heatmaps.append(inp.figures.make(
                 f"absa_aspect_{model}",
-                lambda sub=sub, model=model: head_heatmap(sub, value="accuracy", title=f"Aspect heads, question aspect → review terms ({model})",
+                lambda sub=sub, model=model: head_heatmap(sub, value="accuracy", title=f"Aspect heads ({model})",
                                                          cmap="viridis", vmin=0.0, colorbar_label="accuracy"),
                 f"Share of pairs whose question aspect attends most to an aspect term of the review, per head ({model}).",
                 f"Aspect-head accuracy per head, {model}"))
     named = [r for r in rows if r[0] == "aspect"]
     if named:
-        inp.derived.append({"label": "Top aspect head (tuned)", "text": named[0][2],
-                            "note": f"{named[0][5]:.3f} vs best baseline {named[0][6]:.3f} (base {named[0][4]:.3f})"})
-    facts = [("Pairs analysed", str(int(heads["n"].max()) if len(heads) else 0))]
+        inp.derived.append({"label": "Top aspect head (tuned)", "text": named[0][1],
+                            "note": f"{named[0][4]:.3f} vs best baseline {named[0][5]} (base {named[0][3]:.3f})"})
+    analysed = (absa.get("analysed") or {}).get("n_pairs")
+    facts = [("Pairs analysed", str(analysed) if analysed is not None else "—")]
     if absa.get("config"):
         facts.insert(0, ("Task", f"{absa['config'].get('style')} from {absa['config'].get('data')}"))
     if "accuracy" in metrics:
