@@ -15,6 +15,11 @@ word, for ``k > 0`` the word ``k`` after its last word; a hit when that word is 
 same prediction for both directions). Instances whose span or every target lost its tokens to
 truncation are not scored (``n_unscored``).
 
+Sentence pairs: a :class:`~bertology.data.spans.SpanRelation` with ``n_first_words`` set numbers the
+words of both texts (the second's after the first's), so a span in one text can point into the other
+(the aspect word of an auxiliary question and the review's terms, :mod:`bertology.analyses.absa_heads`);
+without it only the first text's words count, as before.
+
 The table has the columns of ``relation_heads`` (``kind = "span"``) so both can be shown together.
 """
 from __future__ import annotations
