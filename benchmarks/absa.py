@@ -25,11 +25,15 @@ def main() -> None:
     ap.add_argument("--max-sentences", type=int, default=600)
     ap.add_argument("--epochs", type=float, default=1.0)
     ap.add_argument("--analysis-pairs", type=int, default=0)
+    ap.add_argument("--learning-rate", type=float, default=5e-5)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     t0 = time.perf_counter()
     run = run_absa(AbsaConfig(data=args.data, out=args.out, max_sentences=args.max_sentences, epochs=args.epochs,
-                              analysis_pairs=args.analysis_pairs or None), overwrite=True)
+                              analysis_pairs=args.analysis_pairs or None, learning_rate=args.learning_rate,
+                              batch_size=args.batch_size, max_length=args.max_length), overwrite=True)
     wall = time.perf_counter() - t0
     heads = run.tables["absa_heads"]
     best = top_heads(heads, 3)
@@ -40,6 +44,7 @@ def main() -> None:
     labels = Counter(manifest["absa"]["held_out"]["labels"])
     out = {
         "wall_s": round(wall, 1),
+        "args": vars(args),
         "held_out": run.counts["held_out"],
         "train": run.counts["train"],
         "metrics": {k: v for k, v in run.metrics.items() if isinstance(v, (int, float))},

@@ -254,7 +254,9 @@ def absa_pairs(data: AbsaData, style: PairStyle = "qa_m", conflict: Literal["kee
             pairs.append(AbsaPair(s.id, s.text, question, label, aspect, span, mine, others, present))
     counts["n_pairs"] = len(pairs)
     if not pairs:
-        raise BertologyError(f"{Path(data.path).name}: no {style} pair could be built (no terms or categories?)")
+        which = "its sentences" if wanted is None else f"the {counts['n_sentences']} sentence(s) of this split"
+        raise BertologyError(f"{Path(data.path).name}: no {style} pair could be built from {which} (no aspect terms?); "
+                             "use more sentences or another --seed.")
     labels = Counter(p.label for p in pairs)
     out = {"file": data.path, "file_sha256": data.sha256, "style": style, "conflict": conflict,
            "categories": list(data.categories), **{k: int(v) for k, v in counts.items()},
