@@ -28,12 +28,13 @@ def main() -> None:
     ap.add_argument("--learning-rate", type=float, default=5e-5)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--max-length", type=int, default=128)
+    ap.add_argument("--style", default="qa_m")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     t0 = time.perf_counter()
     run = run_absa(AbsaConfig(data=args.data, out=args.out, max_sentences=args.max_sentences, epochs=args.epochs,
                               analysis_pairs=args.analysis_pairs or None, learning_rate=args.learning_rate,
-                              batch_size=args.batch_size, max_length=args.max_length), overwrite=True)
+                              batch_size=args.batch_size, max_length=args.max_length, style=args.style), overwrite=True)
     wall = time.perf_counter() - t0
     heads = run.tables["absa_heads"]
     best = top_heads(heads, 3)

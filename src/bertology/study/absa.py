@@ -68,7 +68,12 @@ def _sample(pairs: AbsaPairs, n: int | None, seed: int) -> tuple[AbsaPairs, list
     if n is None or n >= len(pairs.pairs):
         return pairs, list(range(len(pairs.pairs)))
     keep = sorted(int(i) for i in np.random.default_rng(seed).permutation(len(pairs.pairs))[:n])
-    return AbsaPairs([pairs.pairs[i] for i in keep], pairs.style, {**pairs.counts, "analysed_sample": n}), keep
+    from collections import Counter
+
+    kept = [pairs.pairs[i] for i in keep]
+    labels = dict(sorted(Counter(p.label for p in kept).items()))
+    return AbsaPairs(kept, pairs.style, {**pairs.counts, "n_pairs": len(kept), "labels": labels,
+                                         "sampled_from": len(pairs.pairs)}), keep
 
 
 def _seen_labels_only(held: AbsaPairs, seen: set[str], warnings: list[str]) -> AbsaPairs:
