@@ -33,6 +33,19 @@ def top_rows(heads: pd.DataFrame, k: int = TOP) -> list[list]:
     return rows
 
 
+def created_lines(heads: pd.DataFrame, k: int = 4) -> list[str]:
+    """Per relation, the heads fine-tuning created (at or below the best baseline before, above it after)."""
+    from bertology.analyses.absa_heads import head_change
+
+    change = head_change(heads)
+    out = []
+    for rel, sub in change[change.created].groupby("relation", sort=True):
+        sub = sub.sort_values("tuned", ascending=False).drop_duplicates(["layer", "head"]).head(k)
+        shown = ", ".join(f"{_label(r.layer, r.head)} {r.direction} {r.base:.2f} → {r.tuned:.2f}" for r in sub.itertuples())
+        out.append(f"{rel} (best baseline {sub.best_baseline.iloc[0]:.2f}): {shown}")
+    return out
+
+
 def sep_rows(sep: pd.DataFrame, k: int = 5) -> list[list]:
     """The ``k`` heads whose [SEP] share rises most when the aspect is absent (tuned), beside the base model's."""
     tuned = sep[sep.model == "tuned"].sort_values("difference", ascending=False).head(k)
@@ -89,7 +102,7 @@ def build(inp: SectionInput) -> dict | None:
     if held:
         facts.append(("Held-out pairs", f"{held.get('n_pairs')} from {held.get('n_sentences')} sentences; "
                                         f"{held.get('n_conflict', 0)} conflict, {held.get('n_terms_ambiguous_category', 0)} terms of no clear category"))
-    return {"table": table, "sep": sep_table, "heatmaps": [h for h in heatmaps if h], "facts": facts,
+    return {"table": table, "created": created_lines(heads), "sep": sep_table, "heatmaps": [h for h in heatmaps if h], "facts": facts,
             "relations": RELATION_TEXT}
 
 
