@@ -29,6 +29,7 @@ from bertology.activations.extract import run_shared_analyses
 from bertology.config import CompareConfig
 from bertology.data.corpus import Corpus
 from bertology.errors import BertologyError
+from bertology.metrics.similarity import reused_signatures
 from bertology.models.loading import load_model
 from bertology.models.pair import ModelPair
 from bertology.pipeline import CompareRun, PairJob, in_dtype, prepare_inputs, progress_bar, resolve_settings
@@ -198,7 +199,9 @@ def _run_pairs(config: CompareConfig, todo: list[tuple[TunedModel, PairJob]], re
                     streaming[0][1].pair.base.model, [j.pair.tuned.model for _, j in streaming],
                     streaming[0][1].pair.tokenizer.pad_token_id or 0, encoded, [j.todo for _, j in streaming],
                     batch_size=config.batch_size, device=config.device, on_batch=on_batch)
-        return {t.name: job.finish(report=report) for t, job in todo}
+        # the base's RSA signatures are the same for every pair: computed once (the base's and one pair's layers kept)
+        with reused_signatures(2 * (todo[0][1].pair.num_layers + 1)):
+            return {t.name: job.finish(report=report) for t, job in todo}
 
 
 def combine(tuned: Sequence[TunedModel], runs: dict[str, CompareRun]) -> dict[str, pd.DataFrame]:

@@ -70,9 +70,13 @@ def _count_forwards(monkeypatch, calls: dict) -> None:
 @pytest.fixture(scope="module")
 def many_run(models, tmp_path_factory):
     base, tuned, data = models
-    calls: dict[str, int] = {}
+    calls: dict[str, int] = {"rsa": 0}
     with pytest.MonkeyPatch.context() as mp:
         _count_forwards(mp, calls)
+        import bertology.metrics.similarity as sim
+
+        real = sim.cosine_similarity_upper
+        mp.setattr(sim, "cosine_similarity_upper", lambda x: calls.__setitem__("rsa", calls["rsa"] + 1) or real(x))
         run = compare_many(_config(base, data, tmp_path_factory.mktemp("out") / "many"),
                            [TunedModel(n, str(p)) for n, p in tuned.items()], report=False)
     return run, calls
@@ -105,6 +109,10 @@ def test_the_base_forward_runs_once_per_batch(models, many_run):
     assert calls[str(base)] == n_batches + views * len(tuned)  # the shared pass, then one view per pair
     for path in tuned.values():
         assert calls[str(path)] == n_batches + views
+    layers = 2 + 1  # hidden states of the tiny BERT: embeddings and 2 layers
+    # RSA signatures once per distinct layer sample: the base's once for all pairs; a tuned copy's hidden states
+    # below its planted layer equal the base's (the same bytes), so only those from that layer up are new
+    assert calls["rsa"] == layers + sum(layers - layer for layer, _ in PLANTED.values())
 
 
 def test_combined_tables_stack_the_pairs_with_tuned_task_seed(models, many_run):
@@ -202,4 +210,8 @@ def test_cli_repeated_tuned_writes_combined_tables_and_pair_reports(models, tmp_
     dup = invoke("compare", "--base", base, "--tuned", f"a={tuned['a/s0']}", "--tuned", f"a={tuned['a/s1']}",
                  "--data", data, "--out", tmp_path / "dup")
     assert_user_error(dup, "'a' given more than once")
+    (out / "report.html").unlink()
+    again = invoke("report", out)  # re-renders the index page and each pair's report
+    assert again.exit_code == 0, again.output
+    assert (out / "report.html").read_text() == page
     assert not (tmp_path / "dup").exists()

@@ -229,6 +229,17 @@ def report_command(run_dir: Path = typer.Argument(..., help="A run directory wri
 
     if not (run_dir / "manifest.json").exists():
         raise BertologyError(f"{run_dir} is not a bertology run directory (no manifest.json).")
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    if isinstance(manifest, dict) and manifest.get("kind") == "compare_many":  # the index page, then each pair's report
+        from bertology.report.many import render_many_index
+        from bertology.results import read_table
+
+        for pair in manifest.get("pairs", []):
+            render_report(run_dir / pair["dir"])
+        manifest["pairs"] = [{**p, "report": f"{p['dir']}/report.html"} for p in manifest.get("pairs", [])]
+        tables = {name: read_table(run_dir, name) for name in manifest.get("tables", [])}
+        console.print(f"report: [bold]{escape(str(render_many_index(run_dir, manifest, tables)))}[/]")
+        return
     console.print(f"report: [bold]{escape(str(render_report(run_dir)))}[/]")
 
 
