@@ -141,7 +141,7 @@ def compare_many(
         [config.fingerprint(), [[t.name, t.task, t.seed, j.fingerprint] for t, j in zip(tuned, jobs)]]).encode()
     ).hexdigest()[:16]
     with open_run(out, "compare_many", fingerprint, overwrite=overwrite, scratch=("pairs",)) as top:
-        finished = {t.name: _finished_pair(j) for t, j in zip(tuned, jobs)} if top.resumed else {}
+        finished = {t.name: _finished_pair(j, report) for t, j in zip(tuned, jobs)} if top.resumed else {}
         runs = _run_pairs(config, [(t, j) for t, j in zip(tuned, jobs) if finished.get(t.name) is None], report, progress)
         runs = {t.name: runs.get(t.name) or finished[t.name] for t in tuned}
         tables = combine(tuned, runs)
@@ -169,8 +169,11 @@ def compare_many(
         return ManyCompareRun(top.path, runs, tables, manifest, report_path, manifest["skipped_pairs"])
 
 
-def _finished_pair(job: PairJob) -> CompareRun | None:
-    """The pair's earlier run read back, when it finished with this pair's fingerprint (else None: run it)."""
+def _finished_pair(job: PairJob, report: bool) -> CompareRun | None:
+    """The pair's earlier run read back, when it finished with this pair's fingerprint (else None: run it).
+
+    A finished pair without a report (an earlier ``--no-report`` run) gets one when ``report`` asks for it.
+    """
     run_dir = RunDirectory(job.config.out)
     manifest = run_dir.read_manifest() if run_dir.path.is_dir() else None
     if not manifest or manifest.get("status") != "complete" or manifest.get("fingerprint") != job.fingerprint:
@@ -178,8 +181,12 @@ def _finished_pair(job: PairJob) -> CompareRun | None:
     if not all(run_dir.has_table(n) for n in manifest.get("tables", [])):
         return None
     results = {n: Result(n, read_table(run_dir.path, n)) for n in manifest.get("tables", [])}
-    report = run_dir.path / "report.html"
-    return CompareRun(run_dir.path, results, manifest, report if report.exists() else None, list(results))
+    page = run_dir.path / "report.html"
+    if report and not page.exists():
+        from bertology.report.render import render_report
+
+        render_report(run_dir.path)
+    return CompareRun(run_dir.path, results, manifest, page if page.exists() else None, list(results))
 
 
 def _run_pairs(config: CompareConfig, todo: list[tuple[TunedModel, PairJob]], report: bool,

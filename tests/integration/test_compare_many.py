@@ -148,6 +148,10 @@ def test_a_second_run_skips_the_finished_pairs(models, many_run, monkeypatch):
     assert calls[str(base)] == 0 and all(calls[str(p)] == 0 for p in tuned.values())
     assert before == {n: (r.out / "tables/attention_change.parquet").stat().st_mtime_ns for n, r in again.pairs.items()}
     pd.testing.assert_frame_equal(again.tables["attention_change"], run.tables["attention_change"])
+    assert not (run.out / "pairs/b/report.html").exists()
+    with_report = compare_many(_config(base, data, run.out), [TunedModel(n, str(p)) for n, p in tuned.items()])
+    assert with_report.skipped == list(tuned) and (run.out / "pairs/b/report.html").exists()  # made for a finished pair
+    assert 'href="pairs/b/report.html"' in (run.out / "report.html").read_text()
     with pytest.raises(BertologyError, match="holds another run"):
         compare_many(_config(base, data, run.out), [TunedModel("a/s0", str(tuned["a/s0"]))])
 
