@@ -46,7 +46,8 @@ def _parse_analyses(text: str) -> tuple[str, ...]:
 def compare_command(
     tuned: list[str] = tuned_option(
         ..., help="Fine-tuned model: hub id, local folder, or 'minilm'. Repeat as --tuned NAME=PATH (NAME may be task/sN, "
-                  "e.g. sst2/s0) to compare several with one base in one run (README: Several fine-tunes in one run)."),
+                  "e.g. sst2/s0) to compare several with one base in one run (README: Several fine-tunes in one run).",
+        metavar="PATH|NAME=PATH"),
     data: str = DATA_OPT,
     base: str = base_option(),
     out: Path = out_option(Path("runs/compare"), help="Run directory to write."),
