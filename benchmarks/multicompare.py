@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -84,24 +85,25 @@ def child(args) -> None:
 
     out = work / ("shared" if args.child == "shared" else args.child)
     shutil.rmtree(out, ignore_errors=True)  # a fresh run each time, never a resumed one
-    t0 = time.perf_counter()  # after the imports: "api" is the run itself
+    t0, c0 = time.perf_counter(), time.process_time()  # after the imports: "api" is the run itself
     if args.child == "shared":
         compare_many(config(args, out), [TunedModel(f"m{i}", str(work / f"tuned{i}")) for i in range(args.k)], report=False)
     else:
         i = int(args.child.removeprefix("separate"))
         compare(config(args, out, str(work / f"tuned{i}")), report=False)
-    print(json.dumps({"api_s": time.perf_counter() - t0, "peak_mib": vm_hwm_mib()}))
+    print(json.dumps({"api_s": time.perf_counter() - t0, "api_cpu_s": time.process_time() - c0, "peak_mib": vm_hwm_mib()}))
 
 
 def run_child(args, which: str) -> dict:
     cmd = [sys.executable, str(HERE), "--child", which, "--workdir", args.workdir, "--k", str(args.k), "--n", str(args.n),
            "--data", args.data, "--noise", str(args.noise)]
-    t0 = time.perf_counter()
+    t0, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
-    wall = time.perf_counter() - t0
+    wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)  # the process's user + system time
     if done.returncode:
         raise SystemExit(f"{which} failed:\n{done.stderr[-3000:]}")
-    return {**json.loads(done.stdout.strip().splitlines()[-1]), "wall_s": wall} if which != "make" else {}
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "wall_s": wall, "cpu_s": cpu} if which != "make" else {}
 
 
 def check_same_tables(work: Path, k: int) -> bool:
@@ -139,23 +141,29 @@ def main() -> None:
         separate = [run_child(args, f"separate{i}") for i in range(args.k)]
         row = {"shared": shared, "separate": separate,
                "separate_wall_s": sum(s["wall_s"] for s in separate), "separate_api_s": sum(s["api_s"] for s in separate),
+               "separate_cpu_s": sum(s["cpu_s"] for s in separate), "separate_api_cpu_s": sum(s["api_cpu_s"] for s in separate),
                "separate_peak_mib": max(s["peak_mib"] for s in separate)}
         rounds.append(row)
-        print(f"round {r + 1}: shared {shared['wall_s']:.1f} s (api {shared['api_s']:.1f}), peak {shared['peak_mib']:.0f} MiB; "
-              f"{args.k} separate {row['separate_wall_s']:.1f} s (api {row['separate_api_s']:.1f}), "
-              f"peak {row['separate_peak_mib']:.0f} MiB", flush=True)
+        print(f"round {r + 1}: shared {shared['wall_s']:.1f} s (api {shared['api_s']:.1f}; cpu {shared['cpu_s']:.1f}), "
+              f"peak {shared['peak_mib']:.0f} MiB; {args.k} separate {row['separate_wall_s']:.1f} s "
+              f"(api {row['separate_api_s']:.1f}; cpu {row['separate_cpu_s']:.1f}), peak {row['separate_peak_mib']:.0f} MiB",
+              flush=True)
     med = {
         "shared_wall_s": statistics.median(r["shared"]["wall_s"] for r in rounds),
         "shared_api_s": statistics.median(r["shared"]["api_s"] for r in rounds),
         "separate_wall_s": statistics.median(r["separate_wall_s"] for r in rounds),
         "separate_api_s": statistics.median(r["separate_api_s"] for r in rounds),
+        "shared_cpu_s": statistics.median(r["shared"]["cpu_s"] for r in rounds),
+        "separate_cpu_s": statistics.median(r["separate_cpu_s"] for r in rounds),
         "shared_peak_mib": statistics.median(r["shared"]["peak_mib"] for r in rounds),
         "separate_peak_mib": statistics.median(r["separate_peak_mib"] for r in rounds),
     }
     med["ratio_wall"] = med["shared_wall_s"] / med["separate_wall_s"]
     med["ratio_api"] = med["shared_api_s"] / med["separate_api_s"]
+    med["ratio_cpu"] = med["shared_cpu_s"] / med["separate_cpu_s"]
     same = check_same_tables(Path(args.workdir), args.k)
-    print(f"median of {args.rounds}: shared / separate = {med['ratio_wall']:.2f}x wall ({med['ratio_api']:.2f}x inside the API); "
+    print(f"median of {args.rounds}: shared / separate = {med['ratio_wall']:.2f}x wall ({med['ratio_api']:.2f}x inside the API, "
+          f"{med['ratio_cpu']:.2f}x CPU time); "
           f"peak {med['shared_peak_mib']:.0f} vs {med['separate_peak_mib']:.0f} MiB; tables identical: {same}")
     import torch
 
