@@ -105,3 +105,25 @@ def test_cka_grid_equals_pairwise_calls():
         for j, y in enumerate(ys):
             assert grid["cka_linear"][i, j] == pytest.approx(linear_cka(x, y), rel=1e-12)
             assert grid["cka_debiased"][i, j] == pytest.approx(debiased_cka(x, y), rel=1e-12)
+
+
+def test_reused_signatures_compute_an_array_once_and_keep_the_most_recent(monkeypatch):
+    import bertology.metrics.similarity as sim
+
+    calls = []
+    real = sim.cosine_similarity_upper
+    monkeypatch.setattr(sim, "cosine_similarity_upper", lambda x: calls.append(1) or real(x))
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.normal(size=(12, 5)).astype(np.float32) for _ in range(3))
+    fresh = sim.rsa_signatures(a)
+    with sim.reused_signatures(2):
+        first = sim.rsa_signatures(a)
+        again = sim.rsa_signatures(a.copy())  # same bytes, another array: reused
+        assert again is first and len(calls) == 2
+        sim.rsa_signatures(b)
+        sim.rsa_signatures(c)  # evicts a (the least recently used of a, b)
+        sim.rsa_signatures(a)
+        assert len(calls) == 5
+    assert all(np.array_equal(first[k], fresh[k]) for k in ("pearson", "spearman"))
+    sim.rsa_signatures(a)
+    assert len(calls) == 6  # outside the block nothing is kept
