@@ -136,7 +136,7 @@ class CompareJob:
 
         tuned = [TunedModel(name, path, task, seed) for name, path, task, seed in self.tuned]
         # the study owns this folder: a changed set of models replaces it, identical settings resume it
-        run = compare_many(self.config(), tuned, overwrite=True, progress=progress, report=True)
+        run = compare_many(self.config(), tuned, overwrite=True, progress=progress, report=self.compare.report)
         return {"tables": sorted(run.tables)}
 
     def finished(self) -> bool:

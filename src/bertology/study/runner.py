@@ -188,7 +188,7 @@ def run_study(spec: StudySpec | str | Path, out: str | Path | None = None, *, ex
                    "models": {str(s): _rel(study, models[(t.name, s)][0]) for s in t.seeds if (t.name, s) in models}}
                   for t in spec.tasks],
         "pairs": [{"tuned": name, "task": task, "seed": seed,
-                   "report": f"compare/pairs/{name.replace('/', '~')}/report.html"}
+                   "report": f"compare/pairs/{name.replace('/', '~')}/report.html" if spec.compare.report else None}
                   for name, _, task, seed in (main.tuned if main is not None and main.id in ok else ())],
         "seed_pairs": [p for p in seed_pairs if f"seed_compare:{p['task']}/s{p['seed_a']}" in ok],
         "jobs": [j.to_dict() for j in jobs],

@@ -25,7 +25,8 @@ The schema (every table refuses keys it does not know, naming them and the keys 
     data = "shared.tsv"            # the comparison corpus shared by every task (required)
     ood_data = "other.txt"         # optional out-of-domain corpus (RSA/CKA on it too; Merchant et al. 2020)
     analyses = ["attention_change", "representation_similarity"]
-    # also: text_column, pair_column, label_column, ood_text_column, max_examples, max_length, batch_size, seed
+    # also: text_column, pair_column, label_column, ood_text_column, max_examples (500), max_length (128),
+    #       batch_size (32), seed (0), report (true: each pair's report.html; false: tables only)
 
 Relative paths resolve against the spec file's folder. :func:`load_spec` checks the schema and that
 every file exists; :func:`check_models` loads the given fine-tunes and checks them against the base
@@ -50,7 +51,7 @@ LAB_KEYS = {
 }
 TASK_KEYS = ("name", "type", "data", "eval_data", "text_column", "pair_column", "label_column", "seeds", "models")
 COMPARE_KEYS = ("data", "text_column", "pair_column", "label_column", "ood_data", "ood_text_column", "analyses",
-                "max_examples", "max_length", "batch_size", "seed")
+                "max_examples", "max_length", "batch_size", "seed", "report")
 TASK_TYPES = ("auto", "classification", "regression", "tagging", "qa", "parsing")
 DEFAULT_ANALYSES = ("attention_change", "representation_similarity")
 NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -90,6 +91,7 @@ class CompareSpec:
     max_length: int = 128
     batch_size: int = 32
     seed: int = 0
+    report: bool = True  # each pair's report.html (false: tables only, faster)
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,8 @@ def _compare(raw, root: Path) -> CompareSpec:
     for k in ("max_examples", "max_length", "batch_size", "seed"):
         if k in raw:
             kw[k] = _typed(raw[k], int, k, where, "an integer")
+    if "report" in raw:
+        kw["report"] = _typed(raw["report"], bool, "report", where, "true or false")
     if "analyses" in raw:
         analyses = raw["analyses"]
         if isinstance(analyses, str):
