@@ -128,6 +128,11 @@ def test_tiny_study_end_to_end_then_a_rerun_trains_nothing(tmp_path):
     assert set(again.statuses().values()) == {"cached"}
     pd.testing.assert_frame_equal(pd.read_parquet(out / "tables" / "attention_change.parquet"), table)
 
+    shutil.rmtree(out / "finetune/b/s1/model")  # killed before its model was saved: only that fine-tune runs again
+    again = run_study(spec)
+    assert [k for k, v in again.statuses().items() if v != "cached"] == ["finetune:b/s1"]
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "tables" / "attention_change.parquet"), table)
+
 
 def test_a_failing_task_is_reported_the_rest_completes_and_a_rerun_retries_it(tmp_path):
     spec = tiny_study(tmp_path, extra=NO_REPORT)

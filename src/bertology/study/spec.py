@@ -9,7 +9,7 @@ The schema (every table refuses keys it does not know, naming them and the keys 
 
     [lab]                          # fine-tuning settings shared by every task (bertology finetune's options)
     epochs = 1                     # also: batch_size, lr, weight_decay, warmup_ratio, max_examples,
-                                   #       max_length, eval_fraction, grad_accum, dtype
+                                   #       max_length, eval_fraction, grad_accum, dtype, save_every (checkpoints: a killed fine-tune resumes)
 
     [[task]]
     name = "sst2"                  # unique; letters, digits, '_', '-', '.'
@@ -47,7 +47,7 @@ TOP_KEYS = ("base", "seeds", "out", "device", "lab", "task", "compare")
 LAB_KEYS = {
     "epochs": "epochs", "batch_size": "batch_size", "lr": "learning_rate", "weight_decay": "weight_decay",
     "warmup_ratio": "warmup_ratio", "max_examples": "max_examples", "max_length": "max_length",
-    "eval_fraction": "eval_fraction", "grad_accum": "grad_accum", "dtype": "dtype",
+    "eval_fraction": "eval_fraction", "grad_accum": "grad_accum", "dtype": "dtype", "save_every": "save_every",
 }
 TASK_KEYS = ("name", "type", "data", "eval_data", "text_column", "pair_column", "label_column", "seeds", "models")
 COMPARE_KEYS = ("data", "text_column", "pair_column", "label_column", "ood_data", "ood_text_column", "analyses",
@@ -217,7 +217,7 @@ def _lab(raw) -> dict[str, Any]:
         raise BertologyError(f"[lab] must be a table of fine-tuning settings ({', '.join(LAB_KEYS)}).")
     _check_keys(raw, LAB_KEYS, "[lab]")
     for k, v in raw.items():
-        want = (str,) if k == "dtype" else (int,) if k in ("batch_size", "max_examples", "max_length", "grad_accum") else (int, float)
+        want = (str,) if k == "dtype" else (int,) if k in ("batch_size", "max_examples", "max_length", "grad_accum", "save_every") else (int, float)
         if not isinstance(v, want) or isinstance(v, bool):
             raise BertologyError(f"[lab]: {k} must be {'a string' if want == (str,) else 'a number'}, not {v!r}.")
     return dict(raw)
