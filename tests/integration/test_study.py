@@ -167,3 +167,29 @@ def test_executor_ray_without_ray_names_the_extra(tmp_path, monkeypatch):
     result = invoke([str(spec), "--executor", "dask"])
     assert "Unknown executor 'dask'; choose from: local, ray" in result.output
     shutil.rmtree(tmp_path / "out", ignore_errors=True)
+
+
+def test_a_study_killed_before_its_end_resumes_and_a_foreign_folder_is_refused(tmp_path):
+    from bertology.study import runner
+
+    spec = tiny_study(tmp_path / "s", seeds=(0,), extra=NO_REPORT)
+    calls = []
+
+    class KilledAfterFinetunes(runner.LocalExecutor):
+        def run(self, jobs):
+            if jobs and jobs[0].kind != "finetune":
+                raise KeyboardInterrupt  # killed once the fine-tunes are done
+            calls.append([j.id for j in jobs])
+            return super().run(jobs)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_study(spec, executor=KilledAfterFinetunes())
+    assert json.loads((tmp_path / "s/out/manifest.json").read_text())["status"] == "running"
+    again = run_study(spec)
+    assert again.statuses() == {"finetune:a/s0": "cached", "finetune:b/s0": "cached", "compare": "done"}
+
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(BertologyError, match="is not empty and holds no study"):
+        run_study(spec, tmp_path / "other")
+    assert (tmp_path / "other" / "notes.txt").read_text() == "mine"

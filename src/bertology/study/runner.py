@@ -117,6 +117,14 @@ def prepare_folder(study: Path, spec: StudySpec, overwrite: bool) -> None:
             shutil.rmtree(study)
     study.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(spec.path, study / "study.toml")
+    previous = {}
+    if manifest.exists():
+        try:
+            previous = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            previous = {}
+    # marked as a study from the start, so a rerun after a kill recognises the folder and resumes it
+    atomic_write_text(manifest, json.dumps({**previous, "kind": KIND, "status": "running", "started": now_iso()}, indent=2))
 
 
 def run_study(spec: StudySpec | str | Path, out: str | Path | None = None, *, executor: Executor | None = None,
