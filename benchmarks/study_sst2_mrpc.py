@@ -3,8 +3,8 @@
 Samples (seeded) ``--n-eval`` rows of each GLUE dev file as held-out data, ``--n-compare`` SST-2 dev
 sentences as the shared comparison corpus and as many MRPC dev sentences as the out-of-domain corpus,
 writes ``STUDY/../study.toml`` (400 training examples per task, 1 epoch) and runs it with the chosen
-executor, twice: the first run does all 14 jobs (6 fine-tunes, 1 base-vs-6 comparison, 2 x 3 seed
-pairs); the second must find everything cached.
+executor, twice: the first run does all 11 jobs (6 fine-tunes, 1 comparison of the base with the 6
+models, 4 seed comparisons holding the 3 seed pairs of each task); the second must find everything cached.
 
     PYTHONPATH=src .venv/bin/python benchmarks/study_sst2_mrpc.py [--glue /work/shared/data/glue] [--out /tmp/study-bench] [--executor local|ray]
 
