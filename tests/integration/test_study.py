@@ -193,3 +193,17 @@ def test_a_study_killed_before_its_end_resumes_and_a_foreign_folder_is_refused(t
     with pytest.raises(BertologyError, match="is not empty and holds no study"):
         run_study(spec, tmp_path / "other")
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
+
+
+def test_existing_fine_tunes_are_compared_without_training(tmp_path):
+    spec = tiny_study(tmp_path, extra=NO_REPORT)
+    m0 = save_tiny_bert(tmp_path / "given0", seed=10, classifier=True)
+    m1 = save_tiny_bert(tmp_path / "given1", seed=11, classifier=True)
+    _edit(spec, 'data = "b_train.tsv"\neval_data = "b_dev.tsv"', 'models = { 0 = "given0", 1 = "given1" }')
+    result = run_study(spec)
+    assert result.statuses() == {"finetune:a/s0": "done", "finetune:a/s1": "done", "compare": "done",
+                                 "seed_compare:a/s0": "done", "seed_compare:b/s0": "done"}
+    assert result.manifest["tasks"][1]["models"] == {"0": str(m0), "1": str(m1)}
+    assert not (tmp_path / "out" / "finetune" / "b").exists()
+    table = pd.read_parquet(result.out / "tables" / "seedpair_attention_change.parquet")
+    assert set(map(tuple, table[["task", "seed_a", "seed_b"]].drop_duplicates().values.tolist())) == {("a", 0, 1), ("b", 0, 1)}
