@@ -6,6 +6,7 @@ from bertology.cli import ablate, commands, finetune, patterns, view  # noqa: F4
 from bertology.cli import track  # noqa: F401,E402  (bertology track)
 from bertology.cli import probe  # noqa: F401,E402  (bertology probe)
 from bertology.cli import absa  # noqa: F401,E402  (bertology absa)
+from bertology.cli import study  # noqa: F401,E402  (bertology study)
 
 __all__ = ["app", "main"]
 
