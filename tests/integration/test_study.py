@@ -105,6 +105,12 @@ def test_tiny_study_end_to_end_then_a_rerun_trains_nothing(tmp_path):
     # the combined table holds, for a/s1, exactly what a separate compare of base vs that model gives
     table = pd.read_parquet(out / "tables" / "attention_change.parquet")
     assert list(table.columns[:3]) == ["tuned", "task", "seed"]
+    # the seed-noise tables and the study report come with every study; two seeds cannot reach alpha 0.05
+    effects = pd.read_parquet(out / "tables" / "study_effects.parquet")
+    assert set(effects["task"]) == {"a", "b"} and effects["beyond_noise"].isna().all()
+    assert effects["reason"].str.contains("2 seeds").all()
+    html = (out / "report.html").read_text()
+    assert "Seed noise" in html and "2 seeds: the smallest possible p" in html
     assert set(table["tuned"]) == {"a/s0", "a/s1", "b/s0", "b/s1"}
     cfg = CompareConfig(base=str(tmp_path / "base"), tuned=str(out / "finetune/a/s1/model"),
                         data=DataConfig(str(tmp_path / "shared.tsv"), text_column="sentence", max_examples=10, max_length=16),
