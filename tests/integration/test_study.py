@@ -111,6 +111,11 @@ def test_tiny_study_end_to_end_then_a_rerun_trains_nothing(tmp_path):
     assert effects["reason"].str.contains("2 seeds").all()
     html = (out / "report.html").read_text()
     assert "Seed noise" in html and "2 seeds: the smallest possible p" in html
+    # each fine-tune's own warnings (these tiny models do not beat chance on 8 examples) head the study
+    want = [f"{t}/s{s}: {w}" for t in ("a", "b") for s in (0, 1)
+            for w in json.loads((out / f"finetune/{t}/s{s}/manifest.json").read_text())["warnings"]]
+    assert want and m["warnings"] == want
+    assert want[0] in html
     assert set(table["tuned"]) == {"a/s0", "a/s1", "b/s0", "b/s1"}
     cfg = CompareConfig(base=str(tmp_path / "base"), tuned=str(out / "finetune/a/s1/model"),
                         data=DataConfig(str(tmp_path / "shared.tsv"), text_column="sentence", max_examples=10, max_length=16),

@@ -345,6 +345,7 @@ def build_study_context(study_dir: str | Path) -> dict:
         raise BertologyError(f"Study directory {study_dir} does not exist or is not a folder.")
     warnings: list[str] = []
     manifest = _manifest(study_dir, warnings)
+    warnings += [str(w) for w in manifest.get("warnings", [])]  # e.g. a fine-tuned seed that did not beat chance
     tables = _study_tables(study_dir, warnings)
     figs = Figures(study_dir, warnings)
     sections: list[dict] = []

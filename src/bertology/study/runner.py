@@ -204,12 +204,31 @@ def run_study(spec: StudySpec | str | Path, out: str | Path | None = None, *, ex
         "compare": {"data": spec.compare.data, "ood_data": spec.compare.ood_data, "analyses": list(spec.compare.analyses),
                     "max_examples": spec.compare.max_examples},
         "lab": spec.lab,
+        "warnings": finetune_warnings(ft_jobs, records),
         "tables": sorted(tables),
         "wall_time_s": round(time.perf_counter() - t0, 2),
     }
     atomic_write_text(study / "manifest.json", json.dumps(manifest, indent=2, default=str))
     report = _study_report(study)
     return StudyResult(study, jobs, manifest, tables, report)
+
+
+def finetune_warnings(ft_jobs: list[FinetuneJob], records: dict[str, JobRecord]) -> list[str]:
+    """Each finished fine-tune's own warnings (a model at chance, truncated inputs), named by task and seed.
+
+    A seed whose model did not learn the task makes its comparisons say nothing about the task: the
+    study report repeats these at the top instead of leaving them inside each run folder.
+    """
+    out = []
+    for job in ft_jobs:
+        if records[job.id].status not in ("done", "cached"):
+            continue
+        try:
+            found = json.loads((Path(job.out) / "manifest.json").read_text()).get("warnings", [])
+        except (OSError, ValueError):
+            continue
+        out += [f"{job.task.name}/s{job.seed}: {w}" for w in found]
+    return out
 
 
 def _rel(study: Path, path: str) -> str:
