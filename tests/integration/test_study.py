@@ -93,7 +93,8 @@ def test_tiny_study_end_to_end_then_a_rerun_trains_nothing(tmp_path):
     assert m["kind"] == "study" and m["status"] == "complete" and m["executor"] == "local"
     assert {j["id"]: j["status"] for j in m["jobs"]} == {
         "finetune:a/s0": "done", "finetune:a/s1": "done", "finetune:b/s0": "done", "finetune:b/s1": "done",
-        "compare": "done", "seed_compare:a/s0": "done", "seed_compare:b/s0": "done"}
+        "compare": "done", "compare_own:a": "done", "compare_own:b": "done",
+        "seed_compare:a/s0": "done", "seed_compare:b/s0": "done"}
     assert m["tasks"][0] == {"name": "a", "task": "classification", "seeds": [0, 1],
                              "models": {"0": "finetune/a/s0/model", "1": "finetune/a/s1/model"}}
     assert [p["tuned"] for p in m["pairs"]] == ["a/s0", "a/s1", "b/s0", "b/s1"]
@@ -157,14 +158,16 @@ def test_a_failing_task_is_reported_the_rest_completes_and_a_rerun_retries_it(tm
     status = {j["id"]: (j["status"], j["error"]) for j in m["jobs"]}
     assert status["finetune:b/s0"][0] == "failed" and "BertologyError" in status["finetune:b/s0"][1]
     assert status["seed_compare:b/s0"] == ("skipped", "needs the model of b/s0, b/s1, which did not finish")
-    assert status["compare"][0] == status["seed_compare:a/s0"][0] == "done"
+    assert status["compare"][0] == status["seed_compare:a/s0"][0] == status["compare_own:a"][0] == "done"
+    assert status["compare_own:b"] == ("skipped", "no fine-tuned model of b finished")
     assert m["status"] == "incomplete" and [p["tuned"] for p in m["pairs"]] == ["a/s0", "a/s1"]
 
     (tmp_path / "b_train.tsv").write_text(good)
     again = run_study(spec)
     assert again.statuses() == {
         "finetune:a/s0": "cached", "finetune:a/s1": "cached", "finetune:b/s0": "done", "finetune:b/s1": "done",
-        "compare": "done", "seed_compare:a/s0": "cached", "seed_compare:b/s0": "done"}
+        "compare": "done", "compare_own:a": "cached", "compare_own:b": "done",
+        "seed_compare:a/s0": "cached", "seed_compare:b/s0": "done"}
     assert again.manifest["status"] == "complete"
     assert set(pd.read_parquet(again.out / "tables/attention_change.parquet")["tuned"]) == {"a/s0", "a/s1", "b/s0", "b/s1"}
 
@@ -197,7 +200,8 @@ def test_a_study_killed_before_its_end_resumes_and_a_foreign_folder_is_refused(t
         run_study(spec, executor=KilledAfterFinetunes())
     assert json.loads((tmp_path / "s/out/manifest.json").read_text())["status"] == "running"
     again = run_study(spec)
-    assert again.statuses() == {"finetune:a/s0": "cached", "finetune:b/s0": "cached", "compare": "done"}
+    assert again.statuses() == {"finetune:a/s0": "cached", "finetune:b/s0": "cached", "compare": "done",
+                                "compare_own:a": "done", "compare_own:b": "done"}
 
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
@@ -213,8 +217,59 @@ def test_existing_fine_tunes_are_compared_without_training(tmp_path):
     _edit(spec, 'data = "b_train.tsv"\neval_data = "b_dev.tsv"', 'models = { 0 = "given0", 1 = "given1" }')
     result = run_study(spec)
     assert result.statuses() == {"finetune:a/s0": "done", "finetune:a/s1": "done", "compare": "done",
-                                 "seed_compare:a/s0": "done", "seed_compare:b/s0": "done"}
+                                 "compare_own:a": "done", "seed_compare:a/s0": "done", "seed_compare:b/s0": "done"}
     assert result.manifest["tasks"][1]["models"] == {"0": str(m0), "1": str(m1)}
     assert not (tmp_path / "out" / "finetune" / "b").exists()
     table = pd.read_parquet(result.out / "tables" / "seedpair_attention_change.parquet")
     assert set(map(tuple, table[["task", "seed_a", "seed_b"]].drop_duplicates().values.tolist())) == {("a", 0, 1), ("b", 0, 1)}
+
+
+def test_each_task_is_also_compared_on_its_own_dev_data(tmp_path):
+    """[compare] own_data (the default): base vs each task's models on that task's eval_data (Merchant et al. 2020)."""
+    from bertology.config import CompareConfig, DataConfig
+    from bertology.pipeline import compare
+
+    spec = tiny_study(tmp_path, seeds=(0,))
+    result = run_study(spec)
+    out = result.out
+    assert result.statuses()["compare_own:a"] == result.statuses()["compare_own:b"] == "done"
+    assert result.manifest["own_pairs"] == [
+        {"tuned": f"{t}/s0", "task": t, "seed": 0, "report": f"compare_own/{t}/pairs/{t}~s0/report.html"} for t in "ab"]
+    assert all((out / p["report"]).is_file() for p in result.manifest["own_pairs"])
+    for name in ("attention_change", "representation_similarity"):
+        table = pd.read_parquet(out / "tables" / f"own_{name}.parquet")
+        assert list(table.columns[:3]) == ["tuned", "task", "seed"] and set(table["tuned"]) == {"a/s0", "b/s0"}
+        # b/s0's rows are exactly a separate compare of base vs that model on b's dev file
+        cfg = CompareConfig(base=str(tmp_path / "base"), tuned=str(out / "finetune/b/s0/model"),
+                            data=DataConfig(str(tmp_path / "b_dev.tsv"), text_column="sentence", max_examples=10,
+                                            max_length=16),
+                            out=str(tmp_path / f"alone_{name}"), analyses=(name,))
+        alone = compare(cfg, report=False).table(name)
+        mine = table[table["tuned"] == "b/s0"].drop(columns=["tuned", "task", "seed"]).reset_index(drop=True)
+        mine = mine.rename(columns={f"{name}_seed": "seed"})  # a pair table's own seed, kept apart from the keys
+        pd.testing.assert_frame_equal(mine, alone.reset_index(drop=True), check_dtype=False)
+        shared = pd.read_parquet(out / "tables" / f"{name}.parquet")
+        assert not shared[shared["tuned"] == "b/s0"].drop(columns=["tuned", "task", "seed"]).reset_index(drop=True).equals(mine)
+    html = (out / "report.html").read_text()
+    assert "own dev data" in html and "each task is measured on its own dev data" in html
+    assert (out / "figures" / "study_similarity_own_cka_linear.svg").is_file()
+    # the figure's per-layer values are the seed-noise module's same-layer changes of the own-data table
+    from bertology.report.study import _seed_range
+    from bertology.study.noise import seed_changes
+
+    own = pd.read_parquet(out / "tables" / "own_representation_similarity.parquet")
+    drawn = _seed_range(own, "cka_linear")
+    want = seed_changes({"representation_similarity": own}).query("metric == 'cka_linear'")
+    both = drawn.merge(want.astype({"layer": int}), on=["task", "layer"], validate="one_to_one")
+    assert len(both) == len(drawn) == 2 * 3  # two tasks, embeddings + two layers; one seed: mean = min = max
+    assert (both["mean"] - both["change"]).abs().max() < 1e-12 and (both["min"] == both["max"]).all()
+    assert "out-of-domain corpus" not in html  # no ood_data in this spec
+
+    spec2 = tiny_study(tmp_path / "off", seeds=(0,), extra=NO_REPORT + "own_data = false\n")
+    off = run_study(spec2)
+    assert not any(k.startswith("compare_own") for k in off.statuses())
+    assert off.manifest["own_pairs"] == [] and not (off.out / "compare_own").exists()
+    assert not list((off.out / "tables").glob("own_*"))
+    _edit(spec2, "own_data = false", "own_data = 1")
+    with pytest.raises(BertologyError, match=r"\[compare\]: own_data must be true or false, not 1"):
+        load_spec(spec2)

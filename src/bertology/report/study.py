@@ -35,6 +35,10 @@ logger = logging.getLogger(__name__)
 __all__ = ["build_study_context", "render_study_report"]
 
 _SIMILARITY_ORDER = ("cka_linear", "rsa_pearson", "cka_debiased", "rsa_spearman")
+_SIMILARITY_LABELS = {"cka_linear": "linear CKA", "rsa_pearson": "RSA (Pearson)", "cka_debiased": "debiased CKA",
+                      "rsa_spearman": "RSA (Spearman)"}
+#: Pair tables on other corpora the page draws when present (read as they are; see :func:`_other_corpora`).
+OTHER_TABLES = ("own_representation_similarity", "representation_similarity_ood")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
@@ -65,6 +69,8 @@ def _study_tables(study_dir: Path, warnings: list[str]) -> dict[str, pd.DataFram
             f"{folder} has no study_effects table: compute the seed-noise tables first "
             f"(bertology.study.summarise.summarise_study, or python -m bertology.study.summarise {study_dir})."
         )
+    tables.update({name: pd.read_parquet(folder / f"{name}.parquet") for name in OTHER_TABLES
+                   if (folder / f"{name}.parquet").exists()})
     absent = [n for n in STUDY_TABLES if n not in tables]
     if absent:
         warnings.append(f"Table(s) {', '.join(absent)} are missing: their parts of the page are left out.")
@@ -195,8 +201,7 @@ def _similarity(tables: Mapping[str, pd.DataFrame], figs: Figures) -> dict | Non
     for metric in present:
         part = summ[summ["metric"] == metric]
         n_part = noise[noise["metric"] == metric] if not noise.empty else None
-        label = {"cka_linear": "linear CKA", "rsa_pearson": "RSA (Pearson)", "cka_debiased": "debiased CKA",
-                 "rsa_spearman": "RSA (Spearman)"}[metric]
+        label = _SIMILARITY_LABELS[metric]
         figures.append(figs.make(
             f"study_similarity_{metric}",
             lambda part=part, n_part=n_part, label=label: study_layer_curves(
@@ -208,7 +213,50 @@ def _similarity(tables: Mapping[str, pd.DataFrame], figs: Figures) -> dict | Non
             "dashed line changed more than seeds differ.",
             f"{label} per layer, one line per task",
         ))
+    figures += _other_corpora(tables, figs, present)
     return {"figures": [f for f in figures if f]}
+
+
+#: Per-pair similarity tables on other corpora than the shared one: (table, figure key, caption words).
+_OTHER_CORPORA = (
+    ("own_representation_similarity", "own", "each task is measured on its own dev data (its eval_data; "
+     "Merchant et al. 2020 compare on the task's own data as well as on a shared corpus)"),
+    ("representation_similarity_ood", "ood", "measured on the out-of-domain corpus ([compare] ood_data)"),
+)
+
+
+def _seed_range(table: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per task and layer: the mean, min and max over seeds of 1 - same-layer similarity (as study_summary has it)."""
+    diag = table[(table["layer_base"] == table["layer_tuned"]) & (table["metric"] == metric)]
+    per_seed = diag.groupby(["task", "seed", "layer_base"], as_index=False)["value"].mean()
+    per_seed = per_seed.assign(change=1.0 - per_seed["value"]).rename(columns={"layer_base": "layer"})
+    return per_seed.groupby(["task", "layer"], as_index=False)["change"].agg(["mean", "min", "max"])
+
+
+def _other_corpora(tables: Mapping[str, pd.DataFrame], figs: Figures, metrics: list[str]) -> list:
+    """The same-layer similarity figure on each task's own dev data and on the out-of-domain corpus, when present."""
+    from bertology.viz.study import study_layer_curves
+
+    figures = []
+    for name, key, words in _OTHER_CORPORA:
+        table = tables.get(name)
+        if table is None or table.empty or "task" not in table:
+            continue
+        metric = next((m for m in metrics if m in set(table["metric"])), None)
+        if metric is None:
+            continue
+        part = _seed_range(table, metric)
+        label = _SIMILARITY_LABELS[metric]
+        corpus = "own dev data" if key == "own" else "out-of-domain corpus"
+        figures.append(figs.make(
+            f"study_similarity_{key}_{metric}",
+            lambda part=part, label=label, corpus=corpus: study_layer_curves(
+                part, similarity=True, ylabel=f"{label}, base vs tuned", title=f"{label} of the same layer, {corpus}"),
+            f"{label} between each layer of the base and the same layer of the tuned model; here {words}. One line "
+            "per task (mean over seeds), the band spans the seeds' minimum to maximum.",
+            f"{label} per layer on the {corpus}, one line per task",
+        ))
+    return figures
 
 
 def _patterns(tables: Mapping[str, pd.DataFrame], figs: Figures) -> dict | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -110,7 +110,8 @@ class CompareJob:
     """``compare_many``: ``base`` against every model of ``tuned`` (name, path, task, seed) into ``out``."""
 
     id: str
-    kind: str  # "compare" (base vs every tuned model) or "seed_compare" (seed a vs later seeds of one task)
+    kind: str  # "compare" (base vs every tuned model), "compare_own" (base vs one task's models on its eval data)
+    #            or "seed_compare" (seed a vs later seeds of one task)
     base: str
     tuned: tuple[tuple[str, str, str | None, int | None], ...]
     compare: CompareSpec
@@ -164,11 +165,16 @@ def finetune_jobs(spec: StudySpec, study: Path) -> list[FinetuneJob]:
 
 
 def compare_job(spec: StudySpec, job_id: str, kind: str, base: str, base_id: str,
-                tuned: list[tuple[str, str, str | None, int | None, str]], out: Path) -> CompareJob:
-    """A comparison job; ``tuned`` rows are (name, path, task, seed, identity) — the identity goes into the fingerprint."""
-    c = spec.compare
+                tuned: list[tuple[str, str, str | None, int | None, str]], out: Path,
+                compare: CompareSpec | None = None) -> CompareJob:
+    """A comparison job; ``tuned`` rows are (name, path, task, seed, identity) — the identity goes into the fingerprint.
+
+    ``compare``: other comparison settings than the spec's (a task's own eval data).
+    """
+    c = compare or spec.compare
     data = [file_sha256(p) for p in (c.data, c.ood_data) if p]
-    fp = fingerprint(kind, base_id, [(n, t, s, ident) for n, _, t, s, ident in tuned], c, data, spec.device)
+    fp = fingerprint(kind, base_id, [(n, t, s, ident) for n, _, t, s, ident in tuned],
+                     replace(c, own_data=True), data, spec.device)  # own_data adds jobs; it changes no comparison
     cpus, gpus = _resources(spec.device)
     return CompareJob(job_id, kind, base, tuple((n, p, t, s) for n, p, t, s, _ in tuned), c, spec.device, str(out), fp,
                       num_cpus=cpus, num_gpus=gpus)

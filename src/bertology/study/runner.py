@@ -6,9 +6,11 @@ The study folder::
     manifest.json                   kind "study": tasks, models, pairs, seed_pairs, jobs (status, error, wall time)
     finetune/<task>/s<seed>/        a bertology finetune run folder (model/ inside)
     compare/                        compare_many: the base against every tuned model ("<task>/s<seed>")
+    compare_own/<task>/             compare_many on the task's own eval_data ([compare] own_data; Merchant et al. 2020)
     seeds/<task>/s<a>/              compare_many: seed a's model against every later seed b of the task
     tables/<table>.parquet          the base-vs-tuned tables (tuned, task, seed first)
     tables/seedpair_<table>.parquet the seed-vs-seed tables (task, seed_a, seed_b first)
+    tables/own_<table>.parquet      every task's own-data tables, concatenated (tuned, task, seed first)
     tables/study_*.parquet          the seed-noise statistics (bertology.study.noise, when present)
     jobs/<job>.json                 each finished job's fingerprint: a rerun skips it ("cached")
 
@@ -160,6 +162,8 @@ def run_study(spec: StudySpec | str | Path, out: str | Path | None = None, *, ex
         cmp_jobs.append(compare_job(spec, "compare", "compare", spec.base, base_id, tuned, study / "compare"))
     else:
         skipped["compare"] = JobRecord("compare", "compare", "skipped", "no fine-tuned model finished")
+    own_jobs = own_compare_jobs(spec, study, base_id, models, skipped)
+    cmp_jobs += own_jobs
     seed_pairs = []
     for task in spec.tasks:
         for i, a in enumerate(task.seeds[:-1]):
@@ -183,7 +187,8 @@ def run_study(spec: StudySpec | str | Path, out: str | Path | None = None, *, ex
     tables.update(_noise_tables(tables))
     for name, table in tables.items():
         write_table(study, name, table)
-    order = [j.id for j in ft_jobs] + ["compare"] + [k for k in records if k.startswith("seed_compare:")]
+    order = [j.id for j in ft_jobs] + ["compare"] + [f"compare_own:{t.name}" for t in spec.tasks] \
+        + [k for k in records if k.startswith("seed_compare:")]
     jobs = [records[k] for k in dict.fromkeys(order) if k in records]
     main = next((j for j in cmp_jobs if j.id == "compare"), None)
     manifest = {
@@ -198,11 +203,14 @@ def run_study(spec: StudySpec | str | Path, out: str | Path | None = None, *, ex
         "pairs": [{"tuned": name, "task": task, "seed": seed,
                    "report": f"compare/pairs/{name.replace('/', '~')}/report.html" if spec.compare.report else None}
                   for name, _, task, seed in (main.tuned if main is not None and main.id in ok else ())],
+        "own_pairs": [{"tuned": name, "task": task, "seed": seed,
+                       "report": f"compare_own/{task}/pairs/{name.replace('/', '~')}/report.html" if spec.compare.report else None}
+                      for j in own_jobs if j.id in ok for name, _, task, seed in j.tuned],
         "seed_pairs": [p for p in seed_pairs if f"seed_compare:{p['task']}/s{p['seed_a']}" in ok],
         "jobs": [j.to_dict() for j in jobs],
         "executor": getattr(executor, "name", type(executor).__name__),
         "compare": {"data": spec.compare.data, "ood_data": spec.compare.ood_data, "analyses": list(spec.compare.analyses),
-                    "max_examples": spec.compare.max_examples},
+                    "max_examples": spec.compare.max_examples, "own_data": spec.compare.own_data},
         "lab": spec.lab,
         "warnings": finetune_warnings(ft_jobs, records),
         "tables": sorted(tables),
@@ -211,6 +219,30 @@ def run_study(spec: StudySpec | str | Path, out: str | Path | None = None, *, ex
     atomic_write_text(study / "manifest.json", json.dumps(manifest, indent=2, default=str))
     report = _study_report(study)
     return StudyResult(study, jobs, manifest, tables, report)
+
+
+def own_compare_jobs(spec: StudySpec, study: Path, base_id: str, models: dict[tuple[str, int], tuple[str, str]],
+                     skipped: dict[str, JobRecord]) -> list[CompareJob]:
+    """With ``[compare] own_data``: per task with eval data, the base against the task's models on that eval data.
+
+    Merchant et al. (2020) measure each task on its own dev data as well as on a shared corpus. A seed
+    whose fine-tune failed is left out; a task with no finished model is ``skipped``.
+    """
+    if not spec.compare.own_data:
+        return []
+    jobs = []
+    for task in spec.tasks:
+        if not task.eval_data:
+            continue
+        job_id = f"compare_own:{task.name}"
+        rows = [(f"{task.name}/s{s}", models[(task.name, s)][0], task.name, s, models[(task.name, s)][1])
+                for s in task.seeds if (task.name, s) in models]
+        if not rows:
+            skipped[job_id] = JobRecord(job_id, "compare_own", "skipped", f"no fine-tuned model of {task.name} finished")
+            continue
+        jobs.append(compare_job(spec, job_id, "compare_own", spec.base, base_id, rows, study / "compare_own" / task.name,
+                                compare=spec.compare.on_own_data(task)))
+    return jobs
 
 
 def finetune_warnings(ft_jobs: list[FinetuneJob], records: dict[str, JobRecord]) -> list[str]:
@@ -242,6 +274,7 @@ def collect_tables(study: Path, jobs: list[CompareJob]) -> dict[str, pd.DataFram
     """The base-vs-tuned tables as compare_many combined them, and the seed-vs-seed ones with task, seed_a, seed_b first."""
     tables: dict[str, pd.DataFrame] = {}
     seed_parts: dict[str, list[pd.DataFrame]] = {}
+    own_parts: dict[str, list[pd.DataFrame]] = {}
     for job in jobs:
         folder = Path(job.out) / "tables"
         for path in sorted(folder.glob("*.parquet")):
@@ -249,12 +282,17 @@ def collect_tables(study: Path, jobs: list[CompareJob]) -> dict[str, pd.DataFram
             if job.kind == "compare":
                 tables[path.stem] = df
                 continue
+            if job.kind == "compare_own":
+                own_parts.setdefault(path.stem, []).append(df)
+                continue
             seed_a = int(Path(job.out).name.removeprefix("s"))
             keys = pd.DataFrame({"task": df["task"], "seed_a": pd.array([seed_a] * len(df), dtype="Int64"),
                                  "seed_b": df["seed"].astype("Int64")})
             seed_parts.setdefault(path.stem, []).append(pd.concat([keys, df.drop(columns=["tuned", "task", "seed"])], axis=1))
     for name, parts in seed_parts.items():
         tables[f"seedpair_{name}"] = pd.concat(parts, ignore_index=True)
+    for name, parts in own_parts.items():
+        tables[f"own_{name}"] = pd.concat(parts, ignore_index=True)
     return tables
 
 
@@ -262,7 +300,7 @@ def _noise_tables(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     """The seed-noise statistics (``study_*`` tables) of the base-vs-tuned and seed-vs-seed tables."""
     from bertology.study.noise import study_tables
 
-    base = {k: v for k, v in tables.items() if not k.startswith("seedpair_")}
+    base = {k: v for k, v in tables.items() if not k.startswith(("seedpair_", "own_"))}
     seeds = {k.removeprefix("seedpair_"): v for k, v in tables.items() if k.startswith("seedpair_")}
     return study_tables(base, seeds) if base else {}
 

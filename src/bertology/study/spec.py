@@ -27,6 +27,8 @@ The schema (every table refuses keys it does not know, naming them and the keys 
     analyses = ["attention_change", "representation_similarity"]
     # also: text_column, pair_column, label_column, ood_text_column, max_examples (500), max_length (128),
     #       batch_size (32), seed (0), report (true: each pair's report.html; false: tables only)
+    own_data = true                # also compare each task's models on the task's own eval_data (Merchant et al.
+                                   # 2020): STUDY/compare_own/<task>/, tables own_<table>; false: the shared corpus only
 
 Relative paths resolve against the spec file's folder. :func:`load_spec` checks the schema and that
 every file exists; :func:`check_models` loads the given fine-tunes and checks them against the base
@@ -51,7 +53,7 @@ LAB_KEYS = {
 }
 TASK_KEYS = ("name", "type", "data", "eval_data", "text_column", "pair_column", "label_column", "seeds", "models")
 COMPARE_KEYS = ("data", "text_column", "pair_column", "label_column", "ood_data", "ood_text_column", "analyses",
-                "max_examples", "max_length", "batch_size", "seed", "report")
+                "max_examples", "max_length", "batch_size", "seed", "report", "own_data")
 TASK_TYPES = ("auto", "classification", "regression", "tagging", "qa", "parsing")
 DEFAULT_ANALYSES = ("attention_change", "representation_similarity")
 NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -92,6 +94,14 @@ class CompareSpec:
     batch_size: int = 32
     seed: int = 0
     report: bool = True  # each pair's report.html (false: tables only, faster)
+    own_data: bool = True  # also compare each task with eval_data on that eval_data (compare_own/<task>/)
+
+    def on_own_data(self, task: TaskSpec) -> CompareSpec:
+        """These settings on ``task``'s eval data, read with the task's text/pair columns (no out-of-domain part)."""
+        from dataclasses import replace
+
+        return replace(self, data=task.eval_data, text_column=task.text_column, pair_column=task.pair_column,
+                       label_column=None, ood_data=None, ood_text_column=None)
 
 
 @dataclass(frozen=True)
@@ -196,8 +206,9 @@ def _compare(raw, root: Path) -> CompareSpec:
     for k in ("max_examples", "max_length", "batch_size", "seed"):
         if k in raw:
             kw[k] = _typed(raw[k], int, k, where, "an integer")
-    if "report" in raw:
-        kw["report"] = _typed(raw["report"], bool, "report", where, "true or false")
+    for k in ("report", "own_data"):
+        if k in raw:
+            kw[k] = _typed(raw[k], bool, k, where, "true or false")
     if "analyses" in raw:
         analyses = raw["analyses"]
         if isinstance(analyses, str):
