@@ -265,6 +265,11 @@ def test_each_task_is_also_compared_on_its_own_dev_data(tmp_path):
     assert (both["mean"] - both["change"]).abs().max() < 1e-12 and (both["min"] == both["max"]).all()
     assert "out-of-domain corpus" not in html  # no ood_data in this spec
 
+    spec.write_text(spec.read_text() + "own_data = false\n")  # turned off: the shared comparison stays cached
+    off = run_study(spec)
+    assert set(off.statuses().values()) == {"cached"} and "compare_own:a" not in off.statuses()
+    assert not list((out / "tables").glob("own_*")) and "own dev data" not in (out / "report.html").read_text()
+
     spec2 = tiny_study(tmp_path / "off", seeds=(0,), extra=NO_REPORT + "own_data = false\n")
     off = run_study(spec2)
     assert not any(k.startswith("compare_own") for k in off.statuses())

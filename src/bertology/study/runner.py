@@ -187,6 +187,9 @@ def run_study(spec: StudySpec | str | Path, out: str | Path | None = None, *, ex
     tables.update(_noise_tables(tables))
     for name, table in tables.items():
         write_table(study, name, table)
+    for stale in (study / "tables").glob("own_*.*"):  # own_data turned off, or a task gone: not drawn from old runs
+        if stale.stem not in tables:
+            stale.unlink()
     order = [j.id for j in ft_jobs] + ["compare"] + [f"compare_own:{t.name}" for t in spec.tasks] \
         + [k for k in records if k.startswith("seed_compare:")]
     jobs = [records[k] for k in dict.fromkeys(order) if k in records]
