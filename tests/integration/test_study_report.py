@@ -169,3 +169,15 @@ def test_study_report_in_chromium(rendered):
             assert problems == []
         finally:
             browser.close()
+
+
+def test_out_of_domain_similarity_is_drawn_when_the_study_has_it(rendered, tmp_path):
+    folder, _, html = rendered
+    assert "out-of-domain corpus" not in html and "own dev data" not in html
+    copy = shutil.copytree(folder, tmp_path / "study")
+    shared = pd.read_parquet(copy / "tables" / "representation_similarity.parquet")
+    shared.assign(value=shared["value"] * 0.5).to_parquet(copy / "tables" / "representation_similarity_ood.parquet")
+    page = render_study_report(copy).read_text(encoding="utf-8")
+    assert (copy / "figures" / "study_similarity_ood_cka_linear.svg").is_file()
+    assert 'id="fig-study_similarity_ood_cka_linear"' in page and "measured on the out-of-domain corpus" in page
+    assert "own dev data" not in page
