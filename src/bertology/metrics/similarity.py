@@ -103,6 +103,51 @@ def cosine_similarity_upper(x: np.ndarray) -> np.ndarray:
     return sim[iu]
 
 
+def _order_keys(v: np.ndarray) -> np.ndarray:
+    """uint64 keys in the order of the float64 values ``v`` (the IEEE-754 sign-flip trick; -0.0 sorts just
+    before +0.0, which the equality pass of :func:`average_ranks` then treats as one tie)."""
+    u = np.ascontiguousarray(v, dtype=np.float64).view(np.uint64)
+    return np.where(u >> np.uint64(63), ~u, u | np.uint64(1 << 63))
+
+
+def average_ranks(v: np.ndarray) -> np.ndarray:
+    """``scipy.stats.rankdata(v)`` ('average': ties share their mean rank), equal to the last bit, about
+    twice as fast on millions of values.
+
+    Why: the RSA Spearman signatures rank 2 M cosines per layer and model, and scipy's stable
+    ``argsort`` was most of ``representation_similarity``'s time. Here one *value* sort of packed
+    uint64 keys (the top ``64 - b`` bits of the order-preserving key of each value, the index in the
+    low ``b = ceil(log2 n)`` bits) gives the order; the few neighbours that share a truncated key are
+    re-sorted by their full value; tie groups (equal float64 values) then get ``(first + last) / 2``
+    ranks, exact in float64 (integers below 2**53). NaN or more than 2**40 values: scipy.
+    """
+    v = np.asarray(v, dtype=np.float64).ravel()
+    n = v.size
+    bits = max(1, (n - 1).bit_length())
+    if n == 0 or bits > 40 or np.isnan(v).any():
+        return rankdata(v)
+    low = np.uint64((1 << bits) - 1)
+    packed = (_order_keys(v) & ~low) | np.arange(n, dtype=np.uint64)
+    packed.sort()
+    order = (packed & low).astype(np.intp)
+    s = v[order]
+    prefix = packed & ~low
+    same = prefix[1:] == prefix[:-1]
+    if same.any():  # runs sharing a truncated key: order them by the full value
+        pos = np.flatnonzero(np.concatenate([same, [False]]) | np.concatenate([[False], same]))
+        sub = np.lexsort((s[pos], prefix[pos]))
+        order[pos] = order[pos][sub]
+        s[pos] = s[pos][sub]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], n)
+    ranks = np.empty(n)
+    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
+    return ranks
+
+
 def _zscore(v: np.ndarray) -> np.ndarray:
     v = v - v.mean()
     n = np.linalg.norm(v)
@@ -114,7 +159,7 @@ def rsa(x: np.ndarray, y: np.ndarray, method: str = "pearson") -> float:
     _check_pair(_as64(x), _as64(y))
     a, b = cosine_similarity_upper(x), cosine_similarity_upper(y)
     if method == "spearman":
-        a, b = rankdata(a), rankdata(b)
+        a, b = average_ranks(a), average_ranks(b)
     elif method != "pearson":
         raise ValueError(f"method must be 'pearson' or 'spearman', not {method!r}")
     return float(_zscore(a) @ _zscore(b))
@@ -123,4 +168,4 @@ def rsa(x: np.ndarray, y: np.ndarray, method: str = "pearson") -> float:
 def rsa_signatures(x: np.ndarray) -> dict[str, np.ndarray]:
     """Normalised similarity vectors of one layer, so a layer x layer RSA grid is just dot products."""
     upper = cosine_similarity_upper(x)
-    return {"pearson": _zscore(upper), "spearman": _zscore(rankdata(upper))}
+    return {"pearson": _zscore(upper), "spearman": _zscore(average_ranks(upper))}
