@@ -98,13 +98,16 @@ def test_mismatched_rows_raise():
 def test_cka_grid_equals_pairwise_calls():
     from bertology.metrics.similarity import cka_grid
 
-    xs = [_rand(20, 4, s) for s in range(3)]
-    ys = [_rand(20, 6, s + 10) for s in range(2)]
-    grid = cka_grid(xs, ys)
-    for i, x in enumerate(xs):
-        for j, y in enumerate(ys):
-            assert grid["cka_linear"][i, j] == pytest.approx(linear_cka(x, y), rel=1e-12)
-            assert grid["cka_debiased"][i, j] == pytest.approx(debiased_cka(x, y), rel=1e-12)
+    # Gram inner products instead of feature-space products: the same sums in another order, so 1e-12
+    # (relative; debiased CKA near 0 absolute); several row blocks, the last one short (n = 45, block 16)
+    xs = [_rand(45, 4, s) for s in range(3)] + [_rand(45, 4, 7) + 100.0]  # a far offset: centring matters
+    ys = [_rand(45, 6, s + 10) for s in range(2)] + [xs[0] @ _rand(4, 6, 20)]
+    for block in (16, 128):
+        grid = cka_grid(xs, ys, block=block)
+        for i, x in enumerate(xs):
+            for j, y in enumerate(ys):
+                assert grid["cka_linear"][i, j] == pytest.approx(linear_cka(x, y), rel=1e-12)
+                assert grid["cka_debiased"][i, j] == pytest.approx(debiased_cka(x, y), rel=1e-12, abs=1e-13)
 
 
 def test_average_ranks_equal_scipy_to_the_last_bit():

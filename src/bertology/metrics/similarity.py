@@ -77,19 +77,40 @@ def debiased_cka(x: np.ndarray, y: np.ndarray) -> float:
     return _cka_from_terms(_hsic_unbiased_terms(x, y), _hsic_unbiased_terms(x, x), _hsic_unbiased_terms(y, y))
 
 
-def cka_grid(xs: list[np.ndarray], ys: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """Linear and debiased CKA for every pair (xs[i], ys[j]), computing each layer's self terms once."""
-    xs = [center(x) for x in xs]
-    ys = [center(y) for y in ys]
-    self_lin = ([_linear_hsic(x, x) for x in xs], [_linear_hsic(y, y) for y in ys])
-    self_deb = ([_hsic_unbiased_terms(x, x) for x in xs], [_hsic_unbiased_terms(y, y) for y in ys])
-    lin = np.empty((len(xs), len(ys)))
-    deb = np.empty((len(xs), len(ys)))
-    for i, x in enumerate(xs):
-        for j, y in enumerate(ys):
-            _check_pair(x, y)
-            lin[i, j] = _cka_from_terms(_linear_hsic(x, y), self_lin[0][i], self_lin[1][j])
-            deb[i, j] = _cka_from_terms(_hsic_unbiased_terms(x, y), self_deb[0][i], self_deb[1][j])
+def cka_grid(xs: list[np.ndarray], ys: list[np.ndarray], block: int = 128) -> dict[str, np.ndarray]:
+    """Linear and debiased CKA for every pair (xs[i], ys[j]), from the inner products of Gram matrices.
+
+    Every term of both estimators is a function of ``<K_a, K_b> = ||Xc_b' Xc_a||_F^2`` (``K = Xc Xc'``)
+    and of O(n d) vectors (the diagonal of ``K``, ``K 1``). The feature-space form computes a
+    ``d x d`` product per pair and estimator, ``2 P n d^2`` flops for ``P`` pairs (13 x 13 layers of
+    BERT-base on 2,000 tokens: 800 Gflop); here each layer's Gram matrix is built once, a block of
+    ``block`` rows at a time (memory ``L x block x n``, not ``L x n x n``), and all the inner products of
+    one block are one matrix product: ``L n^2 d`` flops (160 Gflop). Same values to rounding as
+    :func:`linear_cka` and :func:`debiased_cka` (tested to 1e-12).
+    """
+    mats = [center(x) for x in [*xs, *ys]]
+    n = mats[0].shape[0]
+    for m in mats[1:]:
+        _check_pair(mats[0], m)
+    if n < 4:
+        raise ValueError("debiased CKA needs at least 4 items")
+    inner = np.zeros((len(mats), len(mats)))  # <K_a, K_b>
+    for start in range(0, n, block):
+        rows = np.stack([(m[start:start + block] @ m.T).ravel() for m in mats])  # [L, block * n]
+        inner += rows @ rows.T
+    diag = np.stack([np.einsum("ij,ij->i", m, m) for m in mats])  # diag(K_a): [L, n]
+    k1 = np.stack([m @ m.sum(0) for m in mats]) - diag  # K~_a 1 (zero diagonal)
+    sums = k1.sum(1)
+    # unbiased HSIC (Song et al. 2012) of every pair, as in _hsic_unbiased_terms
+    hsic = (inner - diag @ diag.T + np.outer(sums, sums) / ((n - 1) * (n - 2)) - 2.0 / (n - 2) * (k1 @ k1.T)) / (n * (n - 3))
+    nx = len(xs)
+    lin = np.empty((nx, len(ys)))
+    deb = np.empty((nx, len(ys)))
+    for i in range(nx):
+        for j in range(len(ys)):
+            b = nx + j
+            lin[i, j] = _cka_from_terms(inner[i, b], inner[i, i], inner[b, b])
+            deb[i, j] = _cka_from_terms(hsic[i, b], hsic[i, i], hsic[b, b])
     return {"cka_linear": lin, "cka_debiased": deb}
 
 
