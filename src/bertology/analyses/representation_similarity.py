@@ -11,8 +11,11 @@ per layer, and ``merge`` of two shards gives exactly the sample of the whole cor
 from __future__ import annotations
 
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pandas as pd
+import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
@@ -126,8 +129,10 @@ class RepresentationSimilarity(Analysis):
         if self.base is None or len(self.keys) < 4:
             raise ValueError("representation_similarity needs at least 4 content tokens")
         n = len(self.keys)
-        sig_b = [rsa_signatures(x) for x in self.base]
-        sig_t = [rsa_signatures(y) for y in self.tuned]
+        # The signatures' sorts are single-threaded NumPy that releases the GIL: one per thread torch may use.
+        with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
+            sig_b = list(pool.map(rsa_signatures, self.base))
+            sig_t = list(pool.map(rsa_signatures, self.tuned))
         cka = cka_grid(self.base, self.tuned)
         records = []
         for lb in range(self.num_layers + 1):
