@@ -49,8 +49,9 @@ def read_sentences(path: Path, n: int) -> list[str]:
     return [str(s) for s in df["sentence"].tolist()]
 
 
-#: (layers, heads, hidden) of each --size; "small" only checks that the script runs.
-SIZES = {"base": (12, 12, 768), "large": (24, 16, 1024), "small": (2, 4, 64)}
+#: (layers, heads, hidden) of each --size; "small" only checks that the script runs; "base-2layers" is
+#: BERT-base width (12 heads, 768, FFN 3072) with 2 layers, for memory runs on a loaded CPU.
+SIZES = {"base": (12, 12, 768), "large": (24, 16, 1024), "small": (2, 4, 64), "base-2layers": (2, 12, 768)}
 
 
 def save_bert(folder: Path, tokenizer_dir: Path, seed: int, size: str = "base") -> Path:
