@@ -40,6 +40,17 @@ def split_heldout(corpus: Corpus, fraction: float, seed: int) -> tuple[Corpus, C
     return corpus.subset(sorted(train_idx), corpus.name + "-train"), corpus.subset(sorted(held_idx), corpus.name + "-heldout")
 
 
+def _intervals_of(run_dir: Path) -> list[Result]:
+    """The fine-tuning run's final held-out metrics with their intervals (none for a run made before they existed)."""
+    from bertology.results import read_table
+    from bertology.runs import RunDirectory
+    from bertology.training.common import INTERVALS_TABLE
+
+    if not RunDirectory(run_dir).has_table(INTERVALS_TABLE):
+        return []
+    return [Result(INTERVALS_TABLE, read_table(run_dir, INTERVALS_TABLE))]
+
+
 def run_demo(
     out: str | Path = "runs/demo",
     *,
@@ -93,7 +104,8 @@ def run_demo(
         corpus=heldout.stratified_sample(compare_examples, seed),
         overwrite=overwrite or own_run,
         progress=progress,
-        extra_results=[Result("finetune", ft_table, dataclasses.asdict(ft_config))],
+        extra_results=[Result("finetune", ft_table, dataclasses.asdict(ft_config)),
+                       *_intervals_of(Path(ft_config.out))],
         summary=summary,
     )
     return DemoResult(run, metrics, model_dir, reused)

@@ -1,13 +1,13 @@
 """The Python API behind ``bertology compare``: load, extract once, analyse, write the run directory."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,6 +164,163 @@ def run_fingerprint(
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
+@dataclass
+class Inputs:
+    """What every pair of a run shares: the resolved settings, the selection and the data (annotated, encoded).
+
+    Built once by :func:`prepare_inputs`; ``compare`` has one pair, ``compare_many`` several over the
+    same inputs, so each pair sees exactly the examples, batches and settings of a run of its own.
+    """
+
+    config: CompareConfig
+    selection: Selection
+    specs: tuple[AnalysisSpec, ...]
+    corpus: Corpus
+    raw_corpus: Corpus
+    encoded: EncodedCorpus
+    max_length: int
+    spans: tuple | None
+    ood: Corpus | None
+    warnings: list[str]
+
+
+def resolve_settings(config: CompareConfig) -> tuple[CompareConfig, Selection, torch.dtype]:
+    """The config with paper conventions and the device resolved, the selection, and the model dtype.
+
+    Unknown names and devices fail here, before anything is loaded.
+    """
+    torch.manual_seed(config.seed)
+    config = resolve_conventions(config)  # the paper conventions, set once for every analysis
+    selection = select(config.analyses)  # unknown names fail before anything is loaded
+    device = resolve_device(config.device)  # before any model is loaded
+    if config.device == "auto":  # torch.device("auto") does not exist: record and use what it chose
+        config = dataclasses.replace(config, device=str(device))
+    return config, selection, resolve_dtype(config.dtype, device)
+
+
+def in_dtype(pair: ModelPair, dtype: torch.dtype) -> ModelPair:
+    """The pair with both models in ``dtype`` (a pair passed in runs in the configured dtype too)."""
+    for m in (pair.base, pair.tuned):
+        if next(m.model.parameters()).dtype != dtype:
+            m.model.to(dtype)
+    return pair
+
+
+def prepare_inputs(config: CompareConfig, selection: Selection, corpus: Corpus | None, tokenizer) -> Inputs:
+    """Read, annotate and encode the data, and read the relations and OOD files: everything before the run folder."""
+    corpus = corpus if corpus is not None else load_data(config.data)
+    if len(corpus) == 0:
+        raise BertologyError("The corpus has no examples.")
+    warnings: list[str] = []
+    raw_corpus = corpus  # the experiments tokenise the original texts, not the parser's words
+    corpus, specs = annotate_if_needed(config, corpus, selection.analyses, warnings)
+    selected = {s.name for s in specs}
+    max_length = config.data.max_length
+    if config.attention_mode == "padded" and max_length > config.pad_length:
+        max_length = config.pad_length
+    encoded = encode_corpus(corpus, tokenizer, max_length, config.data.overlong)
+    spans = load_relations(config.relations) if config.relations else None
+    if spans is not None and "relation_heads" in selected:
+        _check_relation_names(corpus, spans[1])
+    ood = load_ood(config) if config.ood_data and "representation_similarity" in selected else None
+    return Inputs(config, selection, specs, corpus, raw_corpus, encoded, max_length, spans, ood, warnings)
+
+
+class PairJob:
+    """One pair's run folder, from its fingerprint to its manifest, in three steps around the streaming pass.
+
+    ``open`` takes the folder (resuming finished tables) and builds the analyses still to stream
+    (``todo``); the caller streams the main corpus into them (alone, or beside other pairs over one
+    shared base forward); ``finish`` writes everything else. ``compare`` is one job; the many-model
+    driver runs several over one :class:`Inputs`.
+    """
+
+    def __init__(self, inputs: Inputs, pair: ModelPair, *, out: str | Path | None = None, overwrite: bool = False,
+                 progress: bool = False, t0: float | None = None):
+        self.inputs, self.pair, self.overwrite, self.progress = inputs, pair, overwrite, progress
+        self.config = inputs.config if out is None else dataclasses.replace(inputs.config, out=str(out))
+        self.t0 = time.perf_counter() if t0 is None else t0
+        self.warnings = list(inputs.warnings)
+        spans = inputs.spans
+        self.fingerprint = run_fingerprint(self.config, pair, inputs.corpus, spans[0] if spans else None, inputs.ood)
+        refuse_unrunnable(inputs.selection, self._context(Path(self.config.out) / "partial"))
+        self.todo: list[Analysis] = []
+
+    def _context(self, partial: Path) -> ExperimentContext:
+        return ExperimentContext(self.config, self.pair, self.inputs.raw_corpus, partial, self.progress)
+
+    def open(self):
+        """Take the run folder (see :func:`open_run`) and build the analyses; a context manager for the run."""
+        inputs = self.inputs
+        self.opened = open_run(self.config.out, "compare", self.fingerprint, overwrite=self.overwrite)
+        try:
+            self.run_dir, self.resuming = self.opened.dir, self.opened.resumed
+            self.analyses = build_analyses(self.config, self.pair, inputs.corpus, inputs.encoded, inputs.specs)
+            # the file's own trees, not spaCy's parses
+            self.warnings += encoding_warnings(inputs.encoded, inputs.corpus) + tree_warnings(inputs.raw_corpus)
+            self.results, self.done = _resumed_streams(inputs.specs, self.run_dir, self.resuming)
+            self.todo = [a for a in self.analyses if a.name not in self.done]
+        except BaseException as exc:
+            self.opened.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        return self.opened
+
+    def finish(self, *, report: bool = True, extra_results: list[Result] | None = None,
+               summary: dict | None = None) -> CompareRun:
+        """After the main corpus has streamed into ``todo``: write the tables, experiments, views, manifest and report."""
+        config, pair, inputs, run_dir = self.config, self.pair, self.inputs, self.run_dir
+        results, done, warnings = self.results, self.done, self.warnings
+        span_params = _finish_streams(config, pair, inputs.spans, inputs.max_length, self.todo, run_dir, done, results,
+                                      self.progress)
+        for res in extra_results or []:
+            write_table(run_dir.path, res.name, res.table)
+            results[res.name] = res
+        ood = inputs.ood
+        if ood is not None:
+            if self.resuming and run_dir.has_table(OOD_TABLE):
+                results[OOD_TABLE] = Result(OOD_TABLE, read_table(run_dir.path, OOD_TABLE))
+                done.append(OOD_TABLE)
+            else:
+                res = _ood_similarity(config, pair, ood, inputs.max_length, warnings, self.progress)
+                write_table(run_dir.path, res.name, res.table)
+                results[res.name] = res
+        context = self._context(run_dir.path / "partial")
+        sections = {a.name: a.params() for a in self.analyses} | ({"user_relations": span_params} if span_params else {})
+        for spec in inputs.selection.experiments:
+            section = _experiment(spec, context, inputs.selection, run_dir, self.resuming, warnings, results, done)
+            if section is not None:
+                sections[spec.name] = section
+        views = write_views(run_dir.path, pair, inputs.corpus, inputs.encoded, config.view_examples, warnings)
+
+        manifest = {
+            **manifest_header("compare", self.fingerprint),
+            "status": "complete",
+            "config": config.to_dict(),
+            "conventions": describe_conventions(config),
+            "models": pair.describe(),
+            "data": {**inputs.corpus.describe(), "encoding": inputs.encoded.describe()},
+            **({"ood_data": ood.describe()} if ood is not None else {}),
+            "analyses": sections,
+            "seed": config.seed,
+            "device": config.device,
+            "dtype": str(next(pair.base.model.parameters()).dtype).replace("torch.", ""),
+            "attn_implementation": "eager",
+            "tables": sorted(results),
+            "warnings": warnings,
+            "wall_time_s": round(time.perf_counter() - self.t0, 2),
+            "resumed_tables": done,
+            "views": views,
+            "summary": summary or {},
+        }
+        run_dir.write_manifest(manifest)
+        report_path = None
+        if report:
+            from bertology.report.render import render_report
+
+            report_path = render_report(run_dir.path)
+        return CompareRun(run_dir.path, results, manifest, report_path, done)
+
+
 def compare(
     config: CompareConfig,
     *,
@@ -182,89 +339,16 @@ def compare(
     ``extra_results`` (e.g. the fine-tuning curve) are written beside the analyses' tables and shown in
     the report; ``summary`` holds headline numbers for the report's overview.
     """
-    torch.manual_seed(config.seed)
     t0 = time.perf_counter()
-    config = resolve_conventions(config)  # the paper conventions, set once for every analysis
-    selection = select(config.analyses)  # unknown names fail before anything is loaded
-    device = resolve_device(config.device)  # before any model is loaded
-    if config.device == "auto":  # torch.device("auto") does not exist: record and use what it chose
-        config = dataclasses.replace(config, device=str(device))
-    dtype = resolve_dtype(config.dtype, device)
-    pair = pair or ModelPair.load(config.base, config.tuned, trust_remote_code=config.trust_remote_code, dtype=dtype)
-    for m in (pair.base, pair.tuned):  # a pair passed in runs in the configured dtype too
-        if next(m.model.parameters()).dtype != dtype:
-            m.model.to(dtype)
-    corpus = corpus if corpus is not None else load_data(config.data)
-    if len(corpus) == 0:
-        raise BertologyError("The corpus has no examples.")
-    warnings: list[str] = []
-    raw_corpus = corpus  # the experiments tokenise the original texts, not the parser's words
-    corpus, specs = annotate_if_needed(config, corpus, selection.analyses, warnings)
-    selected = {s.name for s in specs}
-    max_length = config.data.max_length
-    if config.attention_mode == "padded" and max_length > config.pad_length:
-        max_length = config.pad_length
-    encoded = encode_corpus(corpus, pair.tokenizer, max_length, config.data.overlong)
-    spans = load_relations(config.relations) if config.relations else None
-    if spans is not None and "relation_heads" in selected:
-        _check_relation_names(corpus, spans[1])
-    ood = load_ood(config) if config.ood_data and "representation_similarity" in selected else None
-    fingerprint = run_fingerprint(config, pair, corpus, spans[0] if spans else None, ood)
-    refuse_unrunnable(selection, ExperimentContext(config, pair, raw_corpus, Path(config.out) / "partial", progress))
-    with open_run(config.out, "compare", fingerprint, overwrite=overwrite) as opened:
-        run_dir, resuming = opened.dir, opened.resumed
-
-        analyses = build_analyses(config, pair, corpus, encoded, specs)
-        warnings += encoding_warnings(encoded, corpus) + tree_warnings(raw_corpus)  # the file's own trees, not spaCy's parses
-        results, done, span_params = _stream(config, pair, encoded, analyses, specs, spans, max_length, run_dir, resuming,
-                                             progress)
-
-        for res in extra_results or []:
-            write_table(run_dir.path, res.name, res.table)
-            results[res.name] = res
-        if ood is not None:
-            if resuming and run_dir.has_table(OOD_TABLE):
-                results[OOD_TABLE] = Result(OOD_TABLE, read_table(run_dir.path, OOD_TABLE))
-                done.append(OOD_TABLE)
-            else:
-                res = _ood_similarity(config, pair, ood, max_length, warnings, progress)
-                write_table(run_dir.path, res.name, res.table)
-                results[res.name] = res
-        context = ExperimentContext(config, pair, raw_corpus, run_dir.path / "partial", progress)
-        sections = {a.name: a.params() for a in analyses} | ({"user_relations": span_params} if span_params else {})
-        for spec in selection.experiments:
-            section = _experiment(spec, context, selection, run_dir, resuming, warnings, results, done)
-            if section is not None:
-                sections[spec.name] = section
-        views = write_views(run_dir.path, pair, corpus, encoded, config.view_examples, warnings)
-
-        manifest = {
-            **manifest_header("compare", fingerprint),
-            "status": "complete",
-            "config": config.to_dict(),
-            "conventions": describe_conventions(config),
-            "models": pair.describe(),
-            "data": {**corpus.describe(), "encoding": encoded.describe()},
-            **({"ood_data": ood.describe()} if ood is not None else {}),
-            "analyses": sections,
-            "seed": config.seed,
-            "device": config.device,
-            "dtype": str(next(pair.base.model.parameters()).dtype).replace("torch.", ""),
-            "attn_implementation": "eager",
-            "tables": sorted(results),
-            "warnings": warnings,
-            "wall_time_s": round(time.perf_counter() - t0, 2),
-            "resumed_tables": done,
-            "views": views,
-            "summary": summary or {},
-        }
-        run_dir.write_manifest(manifest)
-        report_path = None
-        if report:
-            from bertology.report.render import render_report
-
-            report_path = render_report(run_dir.path)
-        return CompareRun(run_dir.path, results, manifest, report_path, done)
+    config, selection, dtype = resolve_settings(config)
+    pair = in_dtype(pair or ModelPair.load(config.base, config.tuned, trust_remote_code=config.trust_remote_code,
+                                           dtype=dtype), dtype)
+    inputs = prepare_inputs(config, selection, corpus, pair.tokenizer)
+    job = PairJob(inputs, pair, overwrite=overwrite, progress=progress, t0=t0)
+    with job.open():
+        if job.todo:
+            _extract(pair, inputs.encoded, job.todo, config, progress)
+        return job.finish(report=report, extra_results=extra_results, summary=summary)
 
 
 def encoding_warnings(encoded: EncodedCorpus, corpus: Corpus) -> list[str]:
@@ -292,38 +376,40 @@ def tree_warnings(corpus: Corpus, show: int = 5) -> list[str]:
             f"form one tree, so the structural probes drop them ({named}{more})."]
 
 
-def _stream(
-    config: CompareConfig, pair: ModelPair, encoded: EncodedCorpus, analyses: list[Analysis], specs: Sequence[AnalysisSpec],
-    spans, max_length: int, run_dir: RunDirectory, resuming: bool, progress: bool,
-) -> tuple[dict[str, Result], list[str], dict | None]:
-    """The streaming analyses: finished tables read back, the rest computed in one pass and written.
-
-    Returns the results by table name, the analyses resumed, and the user relations' manifest
-    section (their texts are a corpus of their own, streamed after the main one).
-    """
+def _resumed_streams(specs: Sequence[AnalysisSpec], run_dir: RunDirectory, resuming: bool) -> tuple[dict[str, Result], list[str]]:
+    """The streaming analyses' finished tables read back from a resumed run, and their names."""
     results: dict[str, Result] = {}
     done = [spec.name for spec in specs if resuming and run_dir.has_table(spec.name)]
     for spec in specs:
         if spec.name in done:
             logger.info("resuming: %s already computed in %s", spec.name, run_dir.path)
             results.update(_read_back(run_dir, spec.tables))
-    todo = [a for a in analyses if a.name not in done]
+    return results, done
+
+
+def _finish_streams(
+    config: CompareConfig, pair: ModelPair, spans, max_length: int, todo: list[Analysis], run_dir: RunDirectory,
+    done: list[str], results: dict[str, Result], progress: bool,
+) -> dict | None:
+    """The streamed analyses' tables (``todo`` has seen the main corpus), the user relations streamed and merged.
+
+    Writes the tables into ``results`` and the run; returns the user relations' manifest section
+    (their texts are a corpus of their own, streamed after the main one).
+    """
     span_params = None
     if spans is not None:
         span_analysis, span_encoded = _span_analysis(config, pair, spans, max_length)
         span_params = {**span_analysis.params(), "file": config.relations, **spans[0].stats}
     computed: dict[str, Result] = {}
-    if todo:
-        _extract(pair, encoded, todo, config, progress)
-        for a in todo:
-            computed.update((res.name, res) for res in a.results())
+    for a in todo:
+        computed.update((res.name, res) for res in a.results())
     if spans is not None and "relation_heads" not in done:
         _extract(pair, span_encoded, [span_analysis], config, progress, label="user relations")
         computed["relation_heads"] = _with_user_relations(computed.get("relation_heads"), span_analysis.compute())
     for res in computed.values():
         write_table(run_dir.path, res.name, res.table)
         results[res.name] = res
-    return results, done, span_params
+    return span_params
 
 
 def _read_back(run_dir: RunDirectory, tables: Sequence[str]) -> dict[str, Result]:
@@ -479,19 +565,24 @@ def _extract(
         from bertology.activations.store import ActivationStore
 
         store = ActivationStore.create(config.store, pair, encoded, overwrite=True)
-    if not progress:
-        run_analyses(pair, encoded, analyses, batch_size=config.batch_size, device=config.device, store=store)
-    else:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        with Progress(
-            TextColumn(f"[bold]{label}[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("examples"),
-            TimeRemainingColumn(), transient=False,
-        ) as bar:
-            task = bar.add_task("extract", total=len(encoded.items))
-            run_analyses(
-                pair, encoded, analyses, batch_size=config.batch_size, device=config.device, store=store,
-                on_batch=lambda n: bar.advance(task, n),
-            )
+    with progress_bar(label, len(encoded.items), progress) as on_batch:
+        run_analyses(pair, encoded, analyses, batch_size=config.batch_size, device=config.device, store=store,
+                     on_batch=on_batch)
     if store is not None:
         store.close()
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, total: int, show: bool) -> Iterator[Callable[[int], None] | None]:
+    """A rich progress bar over ``total`` examples, as the ``on_batch`` callback of the extraction loop (None when hidden)."""
+    if not show:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn(f"[bold]{label}[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("examples"),
+        TimeRemainingColumn(), transient=False,
+    ) as bar:
+        task = bar.add_task("extract", total=total)
+        yield lambda n: bar.advance(task, n)

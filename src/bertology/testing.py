@@ -5,6 +5,7 @@ milliseconds, and check that an analysis finds a change that was put there on pu
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -316,3 +317,30 @@ def save_tiny_qa(folder: str | Path, *, seed: int = 0, model_type: str = "bert",
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+
+
+def check_final_intervals(run_dir: str | Path, metrics: Sequence[str]) -> "pd.DataFrame":
+    """Assert a fine-tuning run's ``finetune_intervals`` table agrees with its ``finetune`` table; return it.
+
+    Each listed metric's value must equal the last eval row of ``finetune`` (the same records, the same
+    arithmetic), have a finite interval, and be counted over the run's held-out examples.
+    """
+    import json
+
+    import numpy as np
+    import pandas as pd
+
+    run_dir = Path(run_dir)
+    ci = pd.read_parquet(run_dir / "tables" / "finetune_intervals.parquet").set_index("metric")
+    table = pd.read_parquet(run_dir / "tables" / "finetune.parquet")
+    last = table[(table["split"] == "eval") & (table["slice"] == "all")].sort_values("step").groupby("metric").tail(1)
+    last = last.set_index("metric")["value"]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert "finetune_intervals" in manifest["tables"]
+    for m in metrics:
+        row = ci.loc[m]
+        assert np.isclose(row["value"], last[m], rtol=1e-12, atol=1e-12), (m, row["value"], last[m])
+        # a percentile interval need not contain the point value of a skewed statistic: only its order is asserted
+        assert np.isfinite(row["ci_low"]) and row["ci_low"] <= row["ci_high"], (m, row.to_dict())
+        assert row["n_eval"] > 1 and row["n_bootstrap"] == 1000
+    return ci.reset_index()

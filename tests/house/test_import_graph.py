@@ -14,6 +14,7 @@ LAYERS: list[str | set[str]] = [
     "cli",
     "demo",
     "study",
+    "multicompare",
     "pipeline",
     "report",
     "viz",

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bertology.models.loading import load_model
-from bertology.testing import TINY_WORDS, save_tiny_bert
+from bertology.testing import TINY_WORDS, check_final_intervals, save_tiny_bert
 
 FILLER = [w for w in TINY_WORDS if w not in {"good", "bad", "woman", "girl"}]
 
@@ -59,6 +59,8 @@ def test_lab_flags_write_a_smaller_model_slices_checkpoints_and_a_summary(tmp_pa
     assert manifest["status"] == "done"
     html = (out / "report.html").read_text(encoding="utf-8")  # every run command ends with its report
     assert 'id="finetune"' in html and "report: " in result.output
+    ci = check_final_intervals(out, ["accuracy", "macro_f1"])
+    assert (ci["n_eval"] == 16).all() and "Final held-out metrics with 95% intervals" in html
     s = manifest["summary"]
     assert s["excluded_words"]["n_dropped"] == 10 and s["n_train"] == 30
     assert s["slices"]["with_words"]["n_eval"] == 4 and s["slices"]["without_words"]["n_eval"] == 12

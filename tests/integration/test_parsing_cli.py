@@ -9,7 +9,7 @@ from transformers import AutoConfig
 
 from bertology.models.loading import load_model
 from bertology.models.parser import HEAD_CONFIG, HEAD_WEIGHTS, BiaffineParser
-from bertology.testing import save_tiny_bert
+from bertology.testing import check_final_intervals, save_tiny_bert
 from cli_checks import assert_user_error, invoke
 
 TREES = [
@@ -62,6 +62,7 @@ def test_finetune_trains_a_parser_and_reports_uas_las(run):
     preds = pd.read_parquet(root / "ft" / "tables" / "finetune_predictions.parquet")
     assert len(preds) == 6 and (preds["correct"] <= preds["n_scored"]).all()
     assert preds["correct"].sum() / preds["n_scored"].sum() == pytest.approx(final["uas"])
+    assert (check_final_intervals(root / "ft", ["uas", "las"])["n_eval"] == 6).all()  # over sentences
 
 
 def test_ablate_scores_the_parser_in_uas_and_las(run):

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from transformers import AutoConfig
 
-from bertology.testing import save_tiny_qa, squad_fixture
+from bertology.testing import check_final_intervals, save_tiny_qa, squad_fixture
 from cli_checks import assert_user_error, invoke
 
 QA_FLAGS = ("--max-length", "40", "--doc-stride", "12")
@@ -46,7 +46,10 @@ def test_finetune_trains_a_qa_head_and_holds_out_whole_articles(run):
     assert result["split"]["n_articles_eval"] == len(held)
     assert result["split"]["n_train"] + result["split"]["n_eval"] == 27
     html = (root / "ft" / "report.html").read_text()
-    assert "F1 (SQuAD)" in html and "95% bootstrap CI over questions" in html
+    ci = check_final_intervals(root / "ft", ["f1", "exact_match"])
+    assert (ci["n_eval"] == len(preds)).all()  # resampled over questions, not windows
+    assert "F1 (SQuAD)" in html and "Final held-out metrics with 95% intervals" in html
+    assert f"over {len(preds):,} questions" in html
 
 
 def test_ablate_scores_the_qa_model_over_questions(run):

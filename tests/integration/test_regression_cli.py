@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from transformers import AutoConfig
 
-from bertology.testing import SENTENCES, save_tiny_bert
+from bertology.testing import SENTENCES, check_final_intervals, save_tiny_bert
 from cli_checks import invoke
 
 
@@ -44,6 +44,8 @@ def test_finetune_chooses_regression_and_saves_a_one_output_regressor(run):
     assert {"pearson", "spearman", "mse"} <= set(table[table["split"] == "eval"]["metric"])
     preds = pd.read_parquet(root / "ft" / "tables" / "finetune_predictions.parquet")
     assert np.allclose(preds["error"], preds["predicted"] - preds["label"])
+    ci = check_final_intervals(root / "ft", ["pearson", "spearman", "mse"])
+    assert ci["n_eval"].iloc[0] == preds["predicted"].notna().sum()
 
 
 def test_ablate_scores_the_regressor_in_its_own_metrics(run):

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_report import parse  # noqa: E402
 
 PAGE_ORDER = (
-    "attention-change", "attention-patterns", "representation-similarity", "attention-targets", "relation-heads",
+    "attention-change", "attention-patterns", "representation-similarity", "attention-targets", "relation-heads", "absa",
     "head-map", "geometry", "pca-views", "probe", "ablation", "attention-viewer", "finetune",
 )
 

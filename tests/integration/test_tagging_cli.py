@@ -9,7 +9,7 @@ from transformers import AutoConfig
 
 from bertology.data.loaders import load_corpus
 from bertology.errors import BertologyError
-from bertology.testing import SENTENCES, save_tiny_bert
+from bertology.testing import SENTENCES, check_final_intervals, save_tiny_bert
 from cli_checks import assert_user_error, invoke
 
 RULE = {"the": ("DET", "DT"), "a": ("DET", "DT"), ".": ("PUNCT", "."), ",": ("PUNCT", ","), "!": ("PUNCT", "."),
@@ -82,6 +82,8 @@ def test_finetune_chooses_tagging_and_saves_a_token_classifier(run):
     assert len(preds) == r["words"]["eval"]["n_words"]
     final = table[(table["split"] == "eval") & (table["metric"] == "accuracy")].sort_values("step")["value"].iloc[-1]
     assert preds["correct"].mean() == pytest.approx(final, abs=1e-12)  # the table's accuracy is over these words
+    ci = check_final_intervals(root / "ft", ["accuracy"])
+    assert ci["n_eval"].iloc[0] == preds["index"].nunique()  # resampled over sentences, not words
     # the multi-word token line and the empty node are not words: the first sentence keeps its own words
     corpus = load_corpus(conllu)
     assert corpus[0].words == tuple(SENTENCES[0].split()) and corpus.stats["n_multiword_tokens"] == 1
@@ -106,6 +108,7 @@ def test_bio_file_trains_a_bio_tagger_with_entity_scores(run):
     table = pd.read_parquet(root / "ftbio" / "tables" / "finetune.parquet")
     assert {"entity_f1", "entity_precision", "entity_recall"} <= set(table["metric"])
     assert manifest["data"]["train"]["n_docstart_lines"] == 1
+    check_final_intervals(root / "ftbio", ["entity_f1", "accuracy"])
 
 
 @pytest.mark.parametrize("which", ["ft", "ftbio"])

@@ -129,3 +129,25 @@ def test_average_ranks_equal_scipy_to_the_last_bit():
         rng.shuffle(v)
         np.testing.assert_array_equal(average_ranks(v), rankdata(v))
     assert average_ranks(np.zeros(0)).shape == (0,)
+
+
+def test_reused_signatures_compute_an_array_once_and_keep_the_most_recent(monkeypatch):
+    import bertology.metrics.similarity as sim
+
+    calls = []
+    real = sim.cosine_similarity_upper
+    monkeypatch.setattr(sim, "cosine_similarity_upper", lambda x: calls.append(1) or real(x))
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.normal(size=(12, 5)).astype(np.float32) for _ in range(3))
+    fresh = sim.rsa_signatures(a)
+    with sim.reused_signatures(2):
+        first = sim.rsa_signatures(a)
+        again = sim.rsa_signatures(a.copy())  # same bytes, another array: reused
+        assert again is first and len(calls) == 2
+        sim.rsa_signatures(b)
+        sim.rsa_signatures(c)  # evicts a (the least recently used of a, b)
+        sim.rsa_signatures(a)
+        assert len(calls) == 5
+    assert all(np.array_equal(first[k], fresh[k]) for k in ("pearson", "spearman"))
+    sim.rsa_signatures(a)
+    assert len(calls) == 6  # outside the block nothing is kept

@@ -74,18 +74,66 @@ def run_analyses(
     store=None,
 ) -> None:
     """Stream the corpus once through both models and feed every analysis (and the optional store)."""
-    requires: frozenset[str] = frozenset().union(*(a.requires for a in analyses)) if analyses else frozenset()
-    if store is not None:
-        requires = requires | store.requires
+    consumers: list = list(analyses) + ([_StoreConsumer(store)] if store is not None else [])
+    run_shared_analyses(pair.base.model, [pair.tuned.model], pair.tokenizer.pad_token_id or 0, encoded, [consumers],
+                        batch_size=batch_size, device=device, on_batch=on_batch)
+
+
+class _StoreConsumer:
+    """An activation store seen as a consumer of the loop (it takes batches with ``add``)."""
+
+    def __init__(self, store) -> None:
+        self.store, self.requires = store, store.requires
+
+    def extraction_options(self) -> dict:
+        return {}
+
+    def update(self, batch: PairBatch) -> None:
+        self.store.add(batch)
+
+
+def run_shared_analyses(
+    base: torch.nn.Module,
+    tuned: Sequence[torch.nn.Module],
+    pad_id: int,
+    encoded: EncodedCorpus,
+    consumers: Sequence[Sequence[Consumer]],
+    *,
+    batch_size: int = 32,
+    device: str = "cpu",
+    on_batch: Callable[[int], None] | None = None,
+) -> None:
+    """Stream the corpus once: per length batch the base forward runs once and is shared by every tuned model.
+
+    ``consumers[i]`` are fed ``PairBatch(base, tuned[i])``. Per batch at most two models' activations
+    are alive: the base's, and one tuned model's (dropped before the next tuned forward); every model's
+    weights stay resident. The batches, padding and arithmetic are those of a single pair's loop, so a
+    pair's numbers are the same whether it streams alone or beside others. ``on_batch`` gets the
+    examples of each batch once it has been through every model.
+    """
+    if len(consumers) != len(tuned):
+        raise ValueError(f"{len(tuned)} tuned models but {len(consumers)} consumer lists")
+    dev = torch.device(device)
+    wants = [frozenset().union(*(c.requires for c in cs)) if cs else frozenset() for cs in consumers]
+    base_wants = frozenset().union(*wants)
     pad_to = None
-    for a in analyses:
-        opt = a.extraction_options().get("pad_to")
+    for c in (c for cs in consumers for c in cs):
+        opt = c.extraction_options().get("pad_to")
         if opt is not None:
             pad_to = max(pad_to or 0, opt)
-    for batch in iter_pair_batches(pair, encoded, batch_size=batch_size, requires=requires, pad_to=pad_to, device=device):
-        for a in analyses:
-            a.update(batch)
-        if store is not None:
-            store.add(batch)
-        if on_batch is not None:
-            on_batch(batch.size)
+    active = [i for i, cs in enumerate(consumers) if cs]
+    for model in (base, *(tuned[i] for i in active)):
+        model.to(dev).eval()
+    with torch.inference_mode():
+        for items in length_batches(encoded.items, batch_size):
+            t = collate(items, pad_id, pad_to)
+            mask, content = t["mask"].to(dev), t["content"].to(dev)
+            base_cap = capture_forward(base, t, base_wants, dev)
+            for i in active:
+                batch = PairBatch(items, t["input_ids"], mask, content, t["lengths"], base_cap,
+                                  capture_forward(tuned[i], t, wants[i], dev))
+                for c in consumers[i]:
+                    c.update(batch)
+                del batch  # this tuned model's activations go before the next one's forward
+            if on_batch is not None:
+                on_batch(len(items))

@@ -15,6 +15,11 @@ word, for ``k > 0`` the word ``k`` after its last word; a hit when that word is 
 same prediction for both directions). Instances whose span or every target lost its tokens to
 truncation are not scored (``n_unscored``).
 
+Sentence pairs: a :class:`~bertology.data.spans.SpanRelation` with ``n_first_words`` set numbers the
+words of both texts (the second's after the first's), so a span in one text can point into the other
+(the aspect word of an auxiliary question and the review's terms, :mod:`bertology.analyses.absa_heads`);
+without it only the first text's words count, as before.
+
 The table has the columns of ``relation_heads`` (``kind = "span"``) so both can be shown together.
 """
 from __future__ import annotations
@@ -26,11 +31,31 @@ import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.relation_heads import ArgmaxHeads
-from bertology.data.align import Pooling, word_attention
+from bertology.data.align import Pooling, annotated_word_ids, word_attention
 from bertology.data.spans import SpanRelation
 from bertology.results import Result
 
 DIRECTIONS = ("from->to", "to->from")
+
+
+def instance_words(item, T: int, n_first_words: int | None, n_words: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per token its word in the relation's numbering, and which words have all their pieces.
+
+    Single texts number the first text's words only; a pair annotated over both texts
+    (``n_first_words`` set) numbers the second text's words after the first's
+    (:func:`~bertology.data.align.annotated_word_ids`). In a truncated example the last word present
+    of each text may have lost pieces, so it is not counted as present.
+    """
+    seg = np.asarray(item.segment)[:T]
+    wid = annotated_word_ids(np.asarray(item.word_ids)[:T], seg, n_first_words)
+    n_words = max(n_words, int(wid.max()) + 1 if wid.size else 0)
+    present = np.bincount(wid[wid >= 0], minlength=n_words) > 0
+    if getattr(item, "truncated", False):
+        for s in (0, 1):
+            mine = wid[(seg == s) & (wid >= 0)]
+            if mine.size:
+                present[int(mine.max())] = False
+    return wid, present
 
 
 def span_units(word_ids: np.ndarray, source: Sequence[int], n_words: int) -> tuple[np.ndarray, int, np.ndarray]:
@@ -100,12 +125,9 @@ class SpanRelationHeads(ArgmaxHeads):
                 continue
             self.n_examples += 1
             T = int(batch.mask[b].sum())
-            wid = np.where(np.asarray(item.segment)[:T] == 0, np.asarray(item.word_ids)[:T], -1)
             n_words = int(max(max(max(r.source), max(r.targets)) for r in instances)) + 1
-            n_words = max(n_words, int(wid.max()) + 1 if wid.size else 0)
-            present = np.bincount(wid[wid >= 0], minlength=n_words) > 0
-            if getattr(item, "truncated", False) and present.any():
-                present[int(wid.max())] = False  # the last word present may have lost pieces
+            wid, present = instance_words(item, T, instances[0].n_first_words, n_words)
+            n_words = len(present)
             maps = [
                 torch.stack([cap.attentions[layer][b, :, :T, :T] for layer in range(1, self.num_layers + 1)]).double().cpu()
                 for cap in (batch.base, batch.tuned)

@@ -44,7 +44,10 @@ def _parse_analyses(text: str) -> tuple[str, ...]:
 @app.command("compare")
 @user_errors
 def compare_command(
-    tuned: str = tuned_option(..., help="Fine-tuned model: hub id, local folder, or 'minilm'."),
+    tuned: list[str] = tuned_option(
+        ..., help="Fine-tuned model: hub id, local folder, or 'minilm'. Repeat as --tuned NAME=PATH (NAME may be task/sN, "
+                  "e.g. sst2/s0) to compare several with one base in one run (README: Several fine-tunes in one run).",
+        metavar="PATH|NAME=PATH"),
     data: str = DATA_OPT,
     base: str = base_option(),
     out: Path = out_option(Path("runs/compare"), help="Run directory to write."),
@@ -115,9 +118,10 @@ def compare_command(
         raise BertologyError("--overlong must be 'skip' or 'truncate'.")
     check_mode(ablation_mode, "--ablation-mode")
     pca_idx, pca_n = _parse_pca_examples(pca_examples)
+    many = len(tuned) > 1 or any("=" in t and not Path(t).expanduser().exists() for t in tuned)
     config = CompareConfig(
         base=base,
-        tuned=tuned,
+        tuned="" if many else tuned[0],
         data=DataConfig(data, text_column, pair_column, label_column, max_examples or None, max_length, overlong),  # type: ignore[arg-type]
         out=str(out),
         analyses=_parse_analyses(analyses),
@@ -159,8 +163,34 @@ def compare_command(
         trust_remote_code=trust_remote_code,
         store=str(store) if store else None,
     )
+    if many:
+        from bertology.multicompare import compare_many, parse_tuned
+
+        _print_many_summary(compare_many(config, parse_tuned(tuned), overwrite=overwrite, progress=True,
+                                         report=not no_report))
+        return
     run = compare(config, overwrite=overwrite, progress=True, report=not no_report)
     _print_compare_summary(run)
+
+
+def _print_many_summary(run) -> None:
+    """Per pair: its warnings and where its run is; then the combined tables and the index page."""
+    if run.skipped:
+        console.print(f"resumed: pairs {', '.join(run.skipped)} were finished in {run.out} and were not run again",
+                      markup=False, highlight=False)
+    from bertology.pipeline import select
+
+    for name, pair in run.pairs.items():
+        console.print(f"[bold]{escape(name)}[/]: {escape(str(pair.out))}")
+        for w in pair.manifest.get("warnings", []):
+            console.print("[yellow]warning:[/] ", end="")
+            console.print(w, markup=False, highlight=False)
+        tables = {n: res.table for n, res in pair.results.items()}
+        for spec in select(pair.manifest["config"]["analyses"]).analyses:
+            _print_summary_of(spec, tables)
+    console.print(f"tables (every pair, with tuned/task/seed columns): {escape(str(run.out / 'tables'))}")
+    if run.report:
+        console.print(f"report: [bold]{escape(str(run.report))}[/]")
 
 
 def _print_compare_summary(run) -> None:
@@ -200,6 +230,17 @@ def report_command(run_dir: Path = typer.Argument(..., help="A run directory wri
 
     if not (run_dir / "manifest.json").exists():
         raise BertologyError(f"{run_dir} is not a bertology run directory (no manifest.json).")
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    if isinstance(manifest, dict) and manifest.get("kind") == "compare_many":  # the index page, then each pair's report
+        from bertology.report.many import render_many_index
+        from bertology.results import read_table
+
+        for pair in manifest.get("pairs", []):
+            render_report(run_dir / pair["dir"])
+        manifest["pairs"] = [{**p, "report": f"{p['dir']}/report.html"} for p in manifest.get("pairs", [])]
+        tables = {name: read_table(run_dir, name) for name in manifest.get("tables", [])}
+        console.print(f"report: [bold]{escape(str(render_many_index(run_dir, manifest, tables)))}[/]")
+        return
     console.print(f"report: [bold]{escape(str(render_report(run_dir)))}[/]")
 
 

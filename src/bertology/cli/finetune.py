@@ -62,6 +62,12 @@ def _details(manifest: dict) -> list[str]:
     """Extra summary lines: slices, dropped examples, removed/frozen layers, early stopping, resumption."""
     s = manifest.get("summary") or {}
     lines = []
+    ci = s.get("intervals") or {}
+    shown = [(m, ci[m]) for m in ("accuracy", "macro_f1", "entity_f1", "f1", "exact_match", "uas", "las", "pearson",
+                                   "spearman", "mse") if m in ci]
+    if shown:
+        lines.append(f"95% bootstrap intervals (resampling the {ci['n_eval']} held-out {ci['unit']}): "
+                     + ", ".join(f"{m} [{lo:.4f}, {hi:.4f}]" for m, (lo, hi) in shown))
     if s.get("excluded_words"):
         ex = s["excluded_words"]
         lines.append(f"dropped {ex['n_dropped']} of {ex['n_before']} training examples mentioning {', '.join(ex['words'])}")

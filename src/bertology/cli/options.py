@@ -44,9 +44,9 @@ def base_option(default: Any = "minilm", help: str = "Pretrained model: hub id, 
     return typer.Option(default, "--base", help=help)
 
 
-def tuned_option(default: Any, help: str) -> Any:  # noqa: A002
-    """``--tuned``: the fine-tuned side of a comparison."""
-    return typer.Option(default, "--tuned", help=help)
+def tuned_option(default: Any, help: str, metavar: str | None = None) -> Any:  # noqa: A002
+    """``--tuned``: the fine-tuned side of a comparison (``compare`` takes it repeatedly, as NAME=PATH)."""
+    return typer.Option(default, "--tuned", help=help, metavar=metavar)
 
 
 def out_option(default: Any, help: str) -> Any:  # noqa: A002

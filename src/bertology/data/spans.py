@@ -40,6 +40,9 @@ class SpanRelation:
     relation: str
     source: tuple[int, ...]
     targets: tuple[int, ...]
+    #: For a sentence pair whose spans may lie in either text: the first text's word count; word indices
+    #: then run over both texts, the second's after the first's (None: the first text only).
+    n_first_words: int | None = None
 
 
 def split_words(text: str) -> tuple[list[str], list[tuple[int, int]]]:

@@ -52,6 +52,7 @@ import torch
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus
 from bertology.errors import BertologyError
+from bertology.metrics.bootstrap import bootstrap_counts  # noqa: F401  (re-exported: tests and the ablation API)
 from bertology.models import sites
 from bertology.models.hooks import block_input
 from bertology.models.ablate import (
@@ -485,12 +486,6 @@ def run_ablation(
 # --------------------------------------------------------------------------------------------------
 # Scoring: metrics and paired bootstrap intervals
 # --------------------------------------------------------------------------------------------------
-
-
-def bootstrap_counts(n: int, n_bootstrap: int, seed: int) -> np.ndarray:
-    """``[n_bootstrap, n]`` multinomial counts: how often each example is drawn in each resample."""
-    rng = np.random.default_rng(seed)
-    return rng.multinomial(n, np.full(n, 1.0 / n), size=n_bootstrap).astype(np.float32)
 
 
 def score_units(

@@ -98,6 +98,8 @@ class Task(ABC):
     #: Whether the head scores every token (targets per word): the ablation sweep then never runs the last
     #: block on the first token alone.
     token_level: bool = False
+    #: What one example is (what the metrics count and the bootstrap resamples), as the report words it.
+    example_unit: str = "examples"
 
     @property
     def primary(self) -> str:
@@ -166,6 +168,29 @@ class Task(ABC):
     def example_targets(self, y: np.ndarray, encoded: EncodedCorpus | None) -> np.ndarray:
         """The targets :meth:`scores` takes, per example, from the targets per item (identity for most tasks)."""
         return y
+
+    def intervals(self, records: Mapping[str, np.ndarray], y: np.ndarray, *, n_bootstrap: int = 1000, seed: int = 0,
+                  level: float = 0.95, chunk: int = 100) -> dict[str, tuple[float, float, float]]:
+        """Each metric's plain value over the examples and its percentile-bootstrap interval over examples.
+
+        The resamples are the ablation's (:func:`~bertology.metrics.bootstrap.bootstrap_counts` through
+        :meth:`scores`), so a fine-tuned model's final metric and an ablation delta are resampled the
+        same way: per example (a sentence for tagging and parsing, a question for QA), never per token.
+        With fewer than two examples or ``n_bootstrap == 0`` the interval is NaN, not a point.
+        """
+        from bertology.metrics.bootstrap import bootstrap_counts, percentile_interval
+
+        n = len(y)
+        point = self.point_scores(records, y)
+        if n < 2 or n_bootstrap <= 0:
+            return {m: (point[m], float("nan"), float("nan")) for m in self.metrics}
+        stacked = {k: np.asarray(v)[None, :] for k, v in records.items()}
+        counts = bootstrap_counts(n, n_bootstrap, seed)
+        boot: dict[str, list[np.ndarray]] = {m: [] for m in self.metrics}
+        for s in range(0, n_bootstrap, chunk):
+            for m, v in self.scores(counts[s:s + chunk], stacked, y).items():
+                boot[m].append(v[:, 0])
+        return {m: (point[m], *percentile_interval(np.concatenate(boot[m]), level)) for m in self.metrics}
 
     def point_scores(self, records: Mapping[str, np.ndarray], y: np.ndarray) -> dict[str, float]:
         """The plain metrics of one unit's records ``[n]`` (weights all one)."""

@@ -154,6 +154,7 @@ def _tree_code(rel: np.ndarray) -> int:
 
 class Parsing(Task):
     name = "parsing"
+    example_unit = "sentences"
     metrics = ("uas", "las", "loss")
     higher_is_better = {"uas": True, "las": True, "loss": False}
     loss_metric = "loss"

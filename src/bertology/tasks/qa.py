@@ -78,6 +78,7 @@ def best_span(start: torch.Tensor, end: torch.Tensor, context: torch.Tensor, max
 
 class QuestionAnswering(Task):
     name = "qa"
+    example_unit = "questions"
     metrics = ("f1", "exact_match", "loss")
     higher_is_better = {"f1": True, "exact_match": True, "loss": False}
     loss_metric = "loss"
@@ -189,17 +190,6 @@ class QuestionAnswering(Task):
         """The manifest's word on the intact predictions: how many questions got an answer."""
         pred = np.asarray(pred)
         return {"answered": int((pred >= 0).sum()), "no_answer": int((pred < 0).sum())}
-
-
-def question_interval(values: np.ndarray, n_resamples: int = 1000, seed: int = 0) -> tuple[float, float, float]:
-    """The mean of per-question scores and its 95% percentile-bootstrap interval over questions (scipy)."""
-    from scipy.stats import bootstrap
-
-    v = np.asarray(values, dtype=np.float64)
-    if v.size < 2 or np.all(v == v[0]):
-        return float(v.mean()) if v.size else float("nan"), float("nan"), float("nan")
-    ci = bootstrap((v,), np.mean, n_resamples=n_resamples, method="percentile", random_state=seed).confidence_interval
-    return float(v.mean()), float(ci.low), float(ci.high)
 
 
 TASK = QuestionAnswering()

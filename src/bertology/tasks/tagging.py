@@ -106,6 +106,7 @@ def first_pieces(item: EncodedExample, n_words: int) -> np.ndarray:
 
 class Tagging(Task):
     name = "tagging"
+    example_unit = "sentences"
     metrics: tuple[str, ...] = ("accuracy", "loss")
     higher_is_better = {"accuracy": True, "loss": False}
     loss_metric = "loss"

@@ -18,9 +18,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
+from bertology.tasks.base import Task
 from bertology.tasks.catalog import higher_is_better
 from bertology.config import FinetuneConfig
 from bertology.data.corpus import Corpus
@@ -90,6 +92,29 @@ def make_table(rows: list[dict]) -> pd.DataFrame:
     table["step"] = table["step"].astype("int64")
     table["value"] = table["value"].astype("float64")
     return table.reset_index(drop=True)
+
+
+#: The table of the final held-out metrics with their bootstrap intervals, beside ``finetune``.
+INTERVALS_TABLE = "finetune_intervals"
+INTERVAL_COLUMNS = ["split", "metric", "value", "ci_low", "ci_high", "n_eval", "n_bootstrap", "ci_method"]
+
+
+def interval_table(task: Task, scored: tuple[dict[str, np.ndarray], np.ndarray] | None, *, seed: int,
+                   n_bootstrap: int = 1000) -> pd.DataFrame:
+    """``finetune_intervals``: each final held-out metric with its 95% percentile-bootstrap interval over examples.
+
+    ``scored`` is the head's ``last_scored`` (per-example records and targets of the saved weights'
+    evaluation); the values equal the ``finetune`` table's last eval rows, and the resamples are the
+    ablation's (:meth:`Task.intervals`). Without a held-out set the table is empty.
+    """
+    if scored is None or len(scored[1]) == 0:
+        return pd.DataFrame(columns=INTERVAL_COLUMNS)
+    records, y = scored
+    method = f"percentile bootstrap over held-out examples ({task.name}), {n_bootstrap} resamples, seed {seed}"
+    rows = [{"split": "eval", "metric": m, "value": v, "ci_low": lo, "ci_high": hi, "n_eval": int(len(y)),
+             "n_bootstrap": int(n_bootstrap), "ci_method": method}
+            for m, (v, lo, hi) in task.intervals(records, y, n_bootstrap=n_bootstrap, seed=seed).items()]
+    return pd.DataFrame(rows, columns=INTERVAL_COLUMNS)
 
 
 # --------------------------------------------------------------------------------------------------

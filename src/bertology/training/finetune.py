@@ -40,8 +40,8 @@ from bertology.errors import BertologyError
 from bertology.models.device import resolve_device
 from bertology.models.sites import uses_token_types
 from bertology.training.common import (  # TABLE_COLUMNS, FinetuneResult: also importable from here
-    TABLE_COLUMNS, check_config, checkpoint_folder, FinetuneResult, loop_config, make_table, padding_id,
-    plan_schedule, prepare_model, save_atomically, training_record,
+    INTERVALS_TABLE, TABLE_COLUMNS, check_config, checkpoint_folder, FinetuneResult, interval_table, loop_config,
+    make_table, padding_id, plan_schedule, prepare_model, save_atomically, training_record,
 )
 from bertology.training.contrastive import contrastive_finetune
 from bertology.training.parser import finetune_parser
@@ -148,9 +148,9 @@ def _evaluate(
     use_token_types: bool,
     device: torch.device,
     slices: dict[str, np.ndarray] | None = None,
-) -> tuple[dict, np.ndarray]:
+) -> tuple[dict, dict[str, np.ndarray]]:
     """The task's metrics on a held-out set (accuracy, macro-F1, loss; Pearson, Spearman, MSE); also the
-    predictions by corpus index (-1 / NaN for examples the tokeniser skipped).
+    per-example records by corpus index (``pred`` -1 / NaN for examples the tokeniser skipped).
 
     ``slices`` maps a slice name to a boolean mask over the corpus; each slice gets the same metrics
     (over its kept examples) under ``metrics["slices"][name]``.
@@ -173,7 +173,7 @@ def _evaluate(
     metrics = _scores(task, records, label_ids, kept)
     if slices:
         metrics["slices"] = {name: _scores(task, records, label_ids, kept[mask[kept]]) for name, mask in slices.items()}
-    return metrics, records.get("pred", np.full(len(label_ids), -1))
+    return metrics, records
 
 
 def _scores(task: Task, records: dict[str, np.ndarray], y: np.ndarray, sel: np.ndarray) -> dict:
@@ -312,6 +312,8 @@ class HeadTask:
         self.slices = slices
         self.n_items = len(enc_train.items)
         self.last_preds: np.ndarray | None = None
+        #: the records and targets of the held-out examples scored at the last evaluation (skipped ones left out)
+        self.last_scored: tuple[dict[str, np.ndarray], np.ndarray] | None = None
 
     def loss(self, model: torch.nn.Module, indices: list[int]) -> torch.Tensor:
         items = [self.enc_train.items[i] for i in indices]
@@ -319,9 +321,11 @@ class HeadTask:
         return self.task.loss(_forward(model, batch), batch.labels)
 
     def evaluate(self, model: torch.nn.Module) -> tuple[dict, list[dict]]:
-        metrics, preds = _evaluate(model, self.task, self.enc_eval, self.y_eval, self.batch_size, self.pad_id,
-                                   self.use_token_types, self.device, self.slices)
-        self.last_preds = preds
+        metrics, records = _evaluate(model, self.task, self.enc_eval, self.y_eval, self.batch_size, self.pad_id,
+                                     self.use_token_types, self.device, self.slices)
+        self.last_preds = records.get("pred", np.full(len(self.y_eval), -1))
+        kept = np.array([it.index for it in self.enc_eval.items], dtype=np.int64)
+        self.last_scored = ({k: v[kept] for k, v in records.items()}, self.y_eval[kept])
         rows = [{"split": "eval", "metric": m, "value": float(metrics[m]), "slice": SLICE_ALL} for m in self.task.metrics]
         for name, sm in metrics.get("slices", {}).items():
             rows += [{"split": "eval", "metric": m, "value": float(sm[m]), "slice": name} for m in (*self.task.metrics, "n_eval")]
@@ -541,5 +545,6 @@ def finetune(
         label2id=label2id,
         predictions=predictions,
         details=details,
+        extra_tables={INTERVALS_TABLE: interval_table(task, head.last_scored, seed=config.seed)},
     )
 

@@ -30,8 +30,8 @@ from bertology.models.sites import encoder, uses_token_types
 from bertology.tasks.catalog import get_task
 from bertology.tasks.parsing import PUNCT_UPOS, check_trees, coverage, deprel_set, predicted_trees, word_targets
 from bertology.training.common import (
-    check_config, checkpoint_folder, FinetuneResult, loop_config, make_table, padding_id, plan_schedule,
-    prepare_model, save_atomically, training_record,
+    INTERVALS_TABLE, check_config, checkpoint_folder, FinetuneResult, interval_table, loop_config, make_table,
+    padding_id, plan_schedule, prepare_model, save_atomically, training_record,
 )
 from bertology.training.data import SLICE_ALL, SLICE_WITH, SLICE_WITHOUT, exclude_examples, mention_mask, parse_word_list
 from bertology.training.loop import seed_everything, train_loop
@@ -81,6 +81,8 @@ class ParserTraining:
         self.batch_size, self.pad_id, self.use_token_types, self.device = batch_size, pad_id, use_token_types, device
         self.slices = slices
         self.n_items = len(enc_train.items)
+        #: the records and targets of the held-out sentences scored at the last evaluation (skipped ones left out)
+        self.last_scored: tuple[dict[str, np.ndarray], np.ndarray] | None = None
 
     def _outputs(self, model: torch.nn.Module, items, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         t = collate(items, self.pad_id)
@@ -119,6 +121,7 @@ class ParserTraining:
             return {**self.task.point_scores({k: v[sel] for k, v in rec.items()}, self.y_eval[sel]), "n_eval": int(len(sel))}
 
         metrics = scores(kept)
+        self.last_scored = ({k: v[kept] for k, v in rec.items()}, self.y_eval[kept])
         rows = [{"split": "eval", "metric": m, "value": float(metrics[m]), "slice": SLICE_ALL} for m in self.task.metrics]
         if self.slices:
             metrics["slices"] = {name: scores(kept[mask[kept]]) for name, mask in self.slices.items()}
@@ -233,6 +236,8 @@ def finetune_parser(
     outcome = train_loop(model, head, loop_config(config, schedule, metric, checkpoint_dir, resume),
                          progress=progress, on_step=on_step)
     final_metrics = outcome.metrics  # of the saved weights (the best evaluation's when early stopping restored them)
+    if head.last_scored is None or (outcome.best_step is not None and outcome.best_step != outcome.last_step):
+        final_metrics, _ = head.evaluate(model)  # the records of the weights that are saved, for the intervals
     predictions = head.predictions(model, eval_corpus, labels)
     model_dir = save_atomically(model, tokenizer, Path(config.out))
     details = {
@@ -255,4 +260,5 @@ def finetune_parser(
     logger.info("Saved the parser to %s (%.1f s)", model_dir, wall)
     return FinetuneResult(model_dir=model_dir, table=make_table(outcome.rows), metrics=final_metrics, n_train=len(train),
                           n_eval=len(eval_corpus), wall_time_s=wall, label2id={lab: i for i, lab in enumerate(labels)},
-                          predictions=predictions, details=details)
+                          predictions=predictions, details=details,
+                          extra_tables={INTERVALS_TABLE: interval_table(task, head.last_scored, seed=config.seed)})

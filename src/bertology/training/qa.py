@@ -35,7 +35,7 @@ from bertology.models.sites import uses_token_types
 from bertology.tasks.base import head_logits
 from bertology.tasks.catalog import get_task
 from bertology.training.common import (
-    FinetuneResult, check_config, checkpoint_folder, loop_config, make_table, outcome_record, padding_id, plan_schedule,
+    INTERVALS_TABLE, FinetuneResult, check_config, interval_table, checkpoint_folder, loop_config, make_table, outcome_record, padding_id, plan_schedule,
     prepare_model, save_atomically, schedule_record, surgery_record,
 )
 from bertology.training.data import SLICE_ALL
@@ -82,6 +82,8 @@ class QAHead:
         self.batch_size, self.pad_id, self.use_token_types, self.device = batch_size, pad_id, use_token_types, device
         self.n_items = len(train.items)
         self.last_records: dict[str, np.ndarray] | None = None
+        #: the per-question records and targets of the last evaluation (what the final intervals resample)
+        self.last_scored: tuple[dict[str, np.ndarray], np.ndarray] | None = None
 
     def _run(self, model: torch.nn.Module, items) -> tuple[torch.Tensor, torch.Tensor]:
         t = collate(items, self.pad_id)
@@ -111,6 +113,7 @@ class QAHead:
         records = self.task.example_records(per_item, self.eval)
         self.last_records = records
         y = self.task.example_targets(np.empty(0), self.eval)
+        self.last_scored = ({m: records[m] for m in self.task.metrics}, y)
         metrics = {**self.task.point_scores({m: records[m] for m in self.task.metrics}, y), "n_eval": len(y)}
         rows = [{"split": "eval", "metric": m, "value": float(metrics[m]), "slice": SLICE_ALL} for m in self.task.metrics]
         return metrics, rows
@@ -215,4 +218,5 @@ def finetune_qa(config: FinetuneConfig, train: SquadData, eval: SquadData | None
         model_dir=model_dir, table=make_table(outcome.rows), metrics=final_metrics, n_train=len(train),
         n_eval=len(eval_data), wall_time_s=wall, label2id={},
         predictions=predictions_table(eval_data, head.last_records), details=details,
+        extra_tables={INTERVALS_TABLE: interval_table(task, head.last_scored, seed=config.seed)},
     )

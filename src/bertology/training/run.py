@@ -24,6 +24,7 @@ from bertology.models.loading import resolve_model, weights_fingerprint
 from bertology.metrics.chance import above_chance
 from bertology.results import now_iso, read_table, write_table
 from bertology.runs import manifest_header, open_run
+from bertology.training.common import INTERVALS_TABLE
 
 KIND = "finetune"
 
@@ -235,6 +236,13 @@ def summary_of(result) -> dict:
         "train_time_s": d.get("train_time_s"),
         "steps": d.get("steps_done", d.get("steps")),
     }
+    ci = result.extra_tables.get(INTERVALS_TABLE)
+    if ci is not None and len(ci):
+        from bertology.tasks.catalog import TASKS, get_task
+
+        unit = get_task(d["task"]).example_unit if d.get("task") in TASKS else "examples"
+        out["intervals"] = {"n_eval": int(ci["n_eval"].iloc[0]), "unit": unit,
+                            **{r.metric: [float(r.ci_low), float(r.ci_high)] for r in ci.itertuples()}}
     if result.metrics.get("slices"):
         out["slices"] = result.metrics["slices"]
     if d.get("excluded_words"):

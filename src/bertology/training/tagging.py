@@ -34,8 +34,8 @@ from bertology.tasks.base import Task
 from bertology.tasks.bio_tagging import TASK as BIO_TAGGING
 from bertology.tasks.tagging import CONFIG_KEY, TASK as TAGGING, check_tags, first_pieces, is_bio
 from bertology.training.common import (
-    check_config, checkpoint_folder, FinetuneResult, loop_config, make_table, padding_id, plan_schedule,
-    prepare_model, save_atomically, training_record,
+    INTERVALS_TABLE, check_config, checkpoint_folder, FinetuneResult, interval_table, loop_config, make_table,
+    padding_id, plan_schedule, prepare_model, save_atomically, training_record,
 )
 from bertology.training.data import SLICE_WITH, SLICE_WITHOUT, exclude_examples, mention_mask, parse_word_list
 from bertology.training.finetune import HeadTask
@@ -279,4 +279,5 @@ def finetune_tagger(
     return FinetuneResult(
         model_dir=model_dir, table=make_table(outcome.rows), metrics=final_metrics, n_train=len(train),
         n_eval=len(eval_corpus), wall_time_s=wall, label2id=label2id, predictions=predictions, details=details,
+        extra_tables={INTERVALS_TABLE: interval_table(task, head.last_scored, seed=config.seed)},
     )

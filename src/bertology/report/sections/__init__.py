@@ -22,6 +22,7 @@ _MODULES = (
     "representation_similarity",
     "attention_targets",
     "relation_heads",
+    "absa",
     "head_map",
     "geometry",
     "pca_views",

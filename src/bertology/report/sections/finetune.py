@@ -6,6 +6,8 @@ import pandas as pd
 from bertology.report.format import fmt_value, sort_key, sortable
 from bertology.report.sections.base import Figures, Section, SectionInput
 
+#: The table of final held-out metrics with bootstrap intervals (``training.common.INTERVALS_TABLE``).
+INTERVALS = "finetune_intervals"
 
 def _slices_table(sl: pd.DataFrame) -> dict | None:
     """Final evaluation per slice (e.g. with / without the words a bias experiment removed)."""
@@ -21,17 +23,17 @@ def _slices_table(sl: pd.DataFrame) -> dict | None:
                     [[str(i)] + [r[m] for m in metrics] for i, r in wide.iterrows()])
 
 
-def _question_intervals(predictions: pd.DataFrame | None) -> dict[str, tuple[float, float, float]]:
-    """QA runs: each held-out metric's mean over questions with its 95% bootstrap interval (from the predictions)."""
-    if predictions is None or not {"f1", "exact_match"} <= set(predictions.columns):
+def _final_intervals(intervals: pd.DataFrame | None) -> dict[str, tuple[float, float, float, int]]:
+    """Each final held-out metric: (value, 95% CI low, high, examples), from the ``finetune_intervals`` table."""
+    if intervals is None or intervals.empty:
         return {}
-    from bertology.tasks.qa import question_interval
-
-    return {m: question_interval(predictions[m].to_numpy()) for m in ("f1", "exact_match")}
+    ev = intervals[intervals["split"] == "eval"]
+    return {str(r.metric): (float(r.value), float(r.ci_low), float(r.ci_high), int(r.n_eval)) for r in ev.itertuples()}
 
 
 def finetune_section(df: pd.DataFrame, figs: Figures, derived: list[dict],
-                      anisotropy: pd.DataFrame | None = None, predictions: pd.DataFrame | None = None) -> dict:
+                      anisotropy: pd.DataFrame | None = None, intervals: pd.DataFrame | None = None,
+                      unit: str = "examples") -> dict:
     """Training curves, final metrics per split, evaluation slices and (contrastive runs) anisotropy."""
     from bertology.viz.figures import METRIC_LABELS, training_curve
 
@@ -78,30 +80,38 @@ def finetune_section(df: pd.DataFrame, figs: Figures, derived: list[dict],
         "rows": rows,
     }
     evals = last[last["split"] == "eval"]
-    intervals = _question_intervals(predictions)
+    cis = _final_intervals(intervals)
     for metric in ("accuracy", "macro_f1", "entity_f1", "pearson", "spearman", "f1", "exact_match", "uas", "las"):
         hit = evals[evals["metric"] == metric]
         if len(hit):
-            ci = intervals.get(metric)
+            ci = cis.get(metric)
             derived.append({"label": f"Final eval {METRIC_LABELS.get(metric, metric)}",
                             "text": fmt_value(hit["value"].iloc[0]),
                             "note": f"step {fmt_value(hit['step'].iloc[0])}"
-                            + (f"; 95% CI [{fmt_value(ci[1])}, {fmt_value(ci[2])}] over {len(predictions)} questions"
+                            + (f"; 95% CI [{fmt_value(ci[1])}, {fmt_value(ci[2])}] over {ci[3]:,} {unit}"
                                if ci is not None else "")})
     facts = [("Steps logged", f"{int(df['step'].max()):,}" if len(df) else "—")]
-    for metric, (mean, lo, hi) in intervals.items():
-        facts.append((f"Held-out {METRIC_LABELS.get(metric, metric)} (95% bootstrap CI over questions)",
-                       f"{fmt_value(mean)} [{fmt_value(lo)}, {fmt_value(hi)}]"))
+    ci_rows = [[METRIC_LABELS.get(m, m), v, lo, hi, n] for m, (v, lo, hi, n) in cis.items()]
+    ci_table = sortable([("metric", "Metric", "text"), ("value", "Final held-out value", "num"),
+                         ("ci_low", "95% CI low", "num"), ("ci_high", "95% CI high", "num"),
+                         ("n", f"Held-out {unit}", "num")], ci_rows) if ci_rows else None
     if "epoch" in df:
         facts.append(("Epochs", fmt_value(pd.to_numeric(df["epoch"], errors="coerce").max())))
-    return {"curve": curve, "table": table, "facts": facts, "slices": slices, "anisotropy": aniso_fig}
+    return {"curve": curve, "table": table, "facts": facts, "slices": slices, "anisotropy": aniso_fig,
+            "intervals": ci_table, "interval_unit": unit,
+            "interval_method": None if intervals is None or intervals.empty else str(intervals["ci_method"].iloc[0])}
 
 
 def build(inp: SectionInput) -> dict | None:
     """The section's dict, or None when the run lacks its table."""
     df = inp.table("finetune")
-    return None if df is None else finetune_section(df, inp.figures, inp.derived, inp.table("anisotropy"),
-                                                    inp.table("finetune_predictions"))
+    if df is None:
+        return None
+    from bertology.tasks.catalog import TASKS, get_task
+
+    task = (inp.manifest.get("result") or {}).get("task")
+    unit = get_task(task).example_unit if task in TASKS else "examples"  # what the intervals resample, never tokens
+    return finetune_section(df, inp.figures, inp.derived, inp.table("anisotropy"), inp.table(INTERVALS), unit)
 
 
 SECTION = Section(
@@ -110,7 +120,7 @@ SECTION = Section(
     tables={
         "finetune": ("step", "split", "metric", "value"),
         "anisotropy": ("model", "layer", "metric", "value"),
-        "finetune_predictions": (),  # QA: per-question f1 / exact_match give the final metrics' intervals
+        INTERVALS: ("split", "metric", "value", "ci_low", "ci_high", "n_eval"),
     },
     build=build,
     template="sections/finetune.html.j2",

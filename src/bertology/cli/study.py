@@ -1,0 +1,53 @@
+"""``bertology study STUDY.toml``: fine-tune every task x seed that is missing, then compare them all with the base."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from bertology.cli.app import app, console, user_errors
+from bertology.cli.options import overwrite_option
+
+STATUS_STYLE = {"done": "green", "cached": "cyan", "failed": "bold red", "skipped": "yellow"}
+
+
+@app.command("study")
+@user_errors
+def study_command(
+    spec: Path = typer.Argument(..., help="The study spec (TOML): base, seeds, the lab and compare tables and the tasks; see README 'Studies'."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Study folder (default: the spec's out = ...)."),
+    executor: str = typer.Option("local", "--executor", help="local (sequential, this process) or ray (each job a Ray task; pip install 'bertology\\[ray]')."),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray). The study folder must be on a filesystem every node sees."),
+    overwrite: bool = overwrite_option(help="Delete the study folder and run every job again."),
+) -> None:
+    """Run a study: one base, many fine-tunes (tasks x seeds), compared with the base and with each other in one pass.
+    Finished jobs are reused (a rerun does only what is missing or failed)."""
+    from bertology.study.executors import make_executor
+    from bertology.study.runner import run_study
+    from bertology.study.spec import check_models, load_spec
+
+    study = load_spec(spec)
+    check_models(study)  # before a Ray cluster is started or joined
+    runner = make_executor(executor, ray_address=ray_address, progress=executor == "local")
+    try:
+        result = run_study(study, out, executor=runner, overwrite=overwrite, progress=executor == "local")
+    finally:
+        runner.close()
+    table = Table(title=f"study jobs ({result.manifest['executor']} executor)")
+    for col in ("job", "status", "wall time", "error"):
+        table.add_column(col)
+    for job in result.jobs:
+        style = STATUS_STYLE.get(job.status, "")
+        wall = f"{job.wall_time_s:.1f} s" if job.status == "done" else ""
+        table.add_row(escape(job.id), f"[{style}]{job.status}[/]", wall, escape(job.error or ""))
+    console.print(table)
+    console.print(f"study: [bold]{escape(str(result.out))}[/] (tables/, manifest.json)")
+    if result.report:
+        console.print(f"report: [bold]{escape(str(result.report))}[/]")
+    if result.failed:
+        console.print(f"[bold red]{len(result.failed)} job(s) failed[/]; run the same command again to retry them.")
+        raise typer.Exit(code=1)

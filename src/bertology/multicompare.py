@@ -1,0 +1,237 @@
+"""One base against many tuned models in one run: ``bertology compare --tuned NAME=PATH --tuned NAME=PATH ...``.
+
+The base model runs once per length batch and its activations are shared by every tuned model;
+each pair still gets a complete run folder of its own (``OUT/pairs/<slug>/``, the same tables as
+``compare --tuned PATH`` alone), and ``OUT/tables/`` holds every pair table stacked with ``tuned``,
+``task`` and ``seed`` columns first.
+
+Memory: every model's weights stay resident for the whole streaming pass (the base forward can only be
+shared by models that are loaded), while per batch at most two models' activations are alive, the
+base's and one tuned model's (:func:`bertology.activations.extract.run_shared_analyses`). Activations
+are what grows with the data (attention maps are ``[batch, heads, T, T]`` per layer); weights are a
+fixed cost of one model file each. benchmarks/README.md has the time and peak memory measured.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from bertology.activations.extract import run_shared_analyses
+from bertology.config import CompareConfig
+from bertology.data.corpus import Corpus
+from bertology.errors import BertologyError
+from bertology.metrics.similarity import reused_signatures
+from bertology.models.loading import load_model
+from bertology.models.pair import ModelPair
+from bertology.pipeline import CompareRun, PairJob, in_dtype, prepare_inputs, progress_bar, resolve_settings
+from bertology.results import Result, read_table, write_table
+from bertology.runs import RunDirectory, manifest_header, open_run
+
+#: ``task/sN`` names give the task and the seed (``sst2/s0``: task sst2, seed 0).
+TASK_SEED = re.compile(r"^(?P<task>[^/]+)/s(?P<seed>\d+)$")
+#: Characters kept in a pair's folder name; every other one becomes ``_`` (``/`` becomes ``~`` first).
+UNSAFE = re.compile(r"[^A-Za-z0-9._~+=-]")
+#: Columns that lead every combined table.
+KEYS = ("tuned", "task", "seed")
+
+
+@dataclass(frozen=True)
+class TunedModel:
+    """One fine-tuned model of a many-model run: its unique name, where it is, and its task and seed when known."""
+
+    name: str  # e.g. "sst2/s0" or "mnli"; unique in a run
+    path: str  # hub id, folder, or built-in name
+    task: str | None = None  # parsed from "task/sN" names when not given
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.path:
+            raise BertologyError(f"A tuned model needs a name and a path (got name {self.name!r}, path {self.path!r}).")
+        m = TASK_SEED.match(self.name)
+        if m and self.task is None and self.seed is None:
+            object.__setattr__(self, "task", m["task"])
+            object.__setattr__(self, "seed", int(m["seed"]))
+
+    @property
+    def slug(self) -> str:
+        """The pair's folder name under ``pairs/``: ``/`` as ``~``, other unsafe characters as ``_``."""
+        slug = UNSAFE.sub("_", self.name.replace("/", "~"))
+        return "_" + slug if slug in ("", ".", "..") else slug
+
+
+def parse_tuned(values: Sequence[str]) -> list[TunedModel]:
+    """``--tuned`` values as models: ``NAME=PATH``, or a plain ``PATH`` (named ``tuned`` when it is the only one).
+
+    A value that is an existing folder is a plain path even if it holds ``=``. Several plain paths are
+    named by their last path component. Names must be unique (checked here, before anything loads).
+    """
+    values = list(values)
+    out = []
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or Path(value).expanduser().exists():
+            name, path = ("tuned" if len(values) == 1 else Path(value.rstrip("/\\")).name or value), value
+        elif not name.strip() or not path.strip():
+            raise BertologyError(f"--tuned {value!r}: write NAME=PATH (e.g. sst2/s0=runs/sst2-s0/model) or a plain PATH.")
+        out.append(TunedModel(name.strip(), path.strip()))
+    check_names(out)
+    return out
+
+
+def check_names(tuned: Sequence[TunedModel]) -> None:
+    """One error for an empty list, repeated names, or names whose folders would collide."""
+    if not tuned:
+        raise BertologyError("No tuned model given: pass --tuned PATH or --tuned NAME=PATH (repeatable).")
+    names = [t.name for t in tuned]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise BertologyError(f"Tuned model name(s) {', '.join(map(repr, dup))} given more than once; each --tuned NAME must be unique.")
+    slugs: dict[str, str] = {}
+    for t in tuned:
+        if t.slug in slugs:
+            raise BertologyError(f"Tuned models {slugs[t.slug]!r} and {t.name!r} would share the folder pairs/{t.slug}; rename one.")
+        slugs[t.slug] = t.name
+
+
+@dataclass
+class ManyCompareRun:
+    """What ``compare_many`` produced: the run folder, each pair's run by tuned name, the combined tables, the manifest."""
+
+    out: Path
+    pairs: dict[str, CompareRun]
+    tables: dict[str, pd.DataFrame]
+    manifest: dict
+    report: Path | None = None
+    skipped: list[str] = dataclasses.field(default_factory=list)  # pairs finished by an earlier run, read back
+
+
+def compare_many(
+    config: CompareConfig, tuned: Sequence[TunedModel], *, corpus: Corpus | None = None, overwrite: bool = False,
+    progress: bool = False, report: bool = True,
+) -> ManyCompareRun:
+    """Compare ``config.base`` with every tuned model on one corpus, the base forward shared; write ``config.out``.
+
+    Every bad input (repeated names, a model of another shape or tokenizer, an experiment that cannot
+    run) is refused before anything is written. Re-running with the same settings into the same folder
+    skips the finished pairs; other settings are refused unless ``overwrite``.
+    """
+    t0 = time.perf_counter()
+    tuned = list(tuned)
+    check_names(tuned)
+    if config.store:
+        raise BertologyError("--store saves one pair's hidden states; run compare with a single --tuned PATH to use it.")
+    config, selection, dtype = resolve_settings(config)
+    base = load_model(config.base, trust_remote_code=config.trust_remote_code, dtype=dtype)
+    pairs = [in_dtype(ModelPair(base, load_model(t.path, trust_remote_code=config.trust_remote_code, dtype=dtype)), dtype)
+             for t in tuned]  # ModelPair checks shape and tokenizer: one error before any work
+    inputs = prepare_inputs(config, selection, corpus, base.tokenizer)
+    out = Path(config.out).expanduser()
+    jobs = [PairJob(inputs, pair, out=out / "pairs" / t.slug, overwrite=overwrite, progress=progress, t0=t0)
+            for t, pair in zip(tuned, pairs)]
+    fingerprint = hashlib.sha256(json.dumps(
+        [config.fingerprint(), [[t.name, t.task, t.seed, j.fingerprint] for t, j in zip(tuned, jobs)]]).encode()
+    ).hexdigest()[:16]
+    with open_run(out, "compare_many", fingerprint, overwrite=overwrite, scratch=("pairs",)) as top:
+        finished = {t.name: _finished_pair(j, report) for t, j in zip(tuned, jobs)} if top.resumed else {}
+        runs = _run_pairs(config, [(t, j) for t, j in zip(tuned, jobs) if finished.get(t.name) is None], report, progress)
+        runs = {t.name: runs.get(t.name) or finished[t.name] for t in tuned}
+        tables = combine(tuned, runs)
+        for name, table in tables.items():
+            write_table(top.path, name, table)
+        manifest = {
+            **manifest_header("compare_many", fingerprint),
+            "status": "complete",
+            "base": base.describe(),
+            "pairs": [{"tuned": t.name, "task": t.task, "seed": t.seed, "path": t.path, "dir": f"pairs/{t.slug}",
+                       "report": f"pairs/{t.slug}/report.html" if runs[t.name].report else None} for t in tuned],
+            "slugs": {t.name: t.slug for t in tuned},
+            "config": {**config.to_dict(), "tuned": {t.name: t.path for t in tuned}},
+            "tables": sorted(tables),
+            "skipped_pairs": [n for n, r in finished.items() if r is not None],
+            "memory": "all models' weights resident; per batch the activations of the base and one tuned model",
+            "wall_time_s": round(time.perf_counter() - t0, 2),
+        }
+        top.dir.write_manifest(manifest)
+        report_path = None
+        if report:
+            from bertology.report.many import render_many_index
+
+            report_path = render_many_index(top.path, manifest, tables)
+        return ManyCompareRun(top.path, runs, tables, manifest, report_path, manifest["skipped_pairs"])
+
+
+def _finished_pair(job: PairJob, report: bool) -> CompareRun | None:
+    """The pair's earlier run read back, when it finished with this pair's fingerprint (else None: run it).
+
+    A finished pair without a report (an earlier ``--no-report`` run) gets one when ``report`` asks for it.
+    """
+    run_dir = RunDirectory(job.config.out)
+    manifest = run_dir.read_manifest() if run_dir.path.is_dir() else None
+    if not manifest or manifest.get("status") != "complete" or manifest.get("fingerprint") != job.fingerprint:
+        return None
+    if not all(run_dir.has_table(n) for n in manifest.get("tables", [])):
+        return None
+    results = {n: Result(n, read_table(run_dir.path, n)) for n in manifest.get("tables", [])}
+    page = run_dir.path / "report.html"
+    if report and not page.exists():
+        from bertology.report.render import render_report
+
+        render_report(run_dir.path)
+    return CompareRun(run_dir.path, results, manifest, page if page.exists() else None, list(results))
+
+
+def _run_pairs(config: CompareConfig, todo: list[tuple[TunedModel, PairJob]], report: bool,
+               progress: bool) -> dict[str, CompareRun]:
+    """Open every pair's folder, stream the corpus once through the shared base and each tuned model, finish each pair."""
+    if not todo:
+        return {}
+    with contextlib.ExitStack() as stack:
+        for _, job in todo:
+            stack.enter_context(job.open())
+        streaming = [(t, j) for t, j in todo if j.todo]
+        if streaming:
+            encoded = streaming[0][1].inputs.encoded
+            label = f"extracting (base + {len(streaming)} tuned)"
+            with progress_bar(label, len(encoded.items), progress) as on_batch:
+                run_shared_analyses(
+                    streaming[0][1].pair.base.model, [j.pair.tuned.model for _, j in streaming],
+                    streaming[0][1].pair.tokenizer.pad_token_id or 0, encoded, [j.todo for _, j in streaming],
+                    batch_size=config.batch_size, device=config.device, on_batch=on_batch)
+        # the base's RSA signatures are the same for every pair: computed once (the base's and one pair's layers kept)
+        with reused_signatures(2 * (todo[0][1].pair.num_layers + 1)):
+            return {t.name: job.finish(report=report) for t, job in todo}
+
+
+def combine(tuned: Sequence[TunedModel], runs: dict[str, CompareRun]) -> dict[str, pd.DataFrame]:
+    """Every pair table stacked, with ``tuned``, ``task`` and ``seed`` first (task and seed null when unknown).
+
+    Tables are in the order they first appear; a table some pairs lack (an experiment skipped for one
+    model) holds the rows of those that have it. A pair table's own column of one of those names (the
+    geometry table's sampling ``seed``) is kept as ``<table>_<column>`` (``geometry_seed``).
+    """
+    names: list[str] = []
+    for t in tuned:
+        names += [n for n in runs[t.name].results if n not in names]
+    out = {}
+    for name in names:
+        parts = []
+        for t in tuned:
+            res = runs[t.name].results.get(name)
+            if res is None:
+                continue
+            df = res.table.copy()
+            keys = pd.DataFrame({"tuned": [t.name] * len(df), "task": pd.Series([t.task] * len(df), dtype="string"),
+                                 "seed": pd.array([t.seed] * len(df), dtype="Int64")}, index=df.index)
+            df = df.rename(columns={c: f"{name}_{c}" for c in KEYS if c in df.columns})
+            parts.append(pd.concat([keys, df], axis=1))
+        out[name] = pd.concat(parts, ignore_index=True)
+    return out

@@ -1,0 +1,57 @@
+"""The index page of a many-model run (``compare --tuned NAME=PATH ...``): links to each pair's report and
+a compact side-by-side per table (rows: layers, columns: tuned models).
+
+Offline and escaped like the pair reports (inline CSS, a Content-Security-Policy, Jinja2 autoescaping).
+The richer study report (seed spread, task vs task) is the ``study`` room's; this page only points the way.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import pandas as pd
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from bertology.results import atomic_write_text
+
+
+def _attention_change(t: pd.DataFrame) -> pd.DataFrame:
+    return t.assign(change=1 - t["cosine"]).pivot_table(index="layer", columns="tuned", values="change", aggfunc="mean", sort=False)
+
+
+def _representation_similarity(t: pd.DataFrame) -> pd.DataFrame:
+    same = t[(t["layer_base"] == t["layer_tuned"]) & (t["metric"] == "cka_linear")]
+    return same.pivot_table(index="layer_base", columns="tuned", values="value", aggfunc="mean", sort=False)
+
+
+#: Table -> (caption, the side-by-side it is shown as). Tables not listed are linked, not shown.
+VIEWS: dict[str, tuple[str, Callable[[pd.DataFrame], pd.DataFrame]]] = {
+    "attention_change": ("Attention change: mean 1 - cosine(base, tuned) over the heads of each layer", _attention_change),
+    "representation_similarity": ("Representation similarity: linear CKA of base and tuned at the same layer",
+                                  _representation_similarity),
+}
+
+
+def side_by_side(tables: Mapping[str, pd.DataFrame]) -> list[dict]:
+    """The compact views of the tables that have one: caption, column names, rows of formatted numbers."""
+    out = []
+    for name, (caption, view) in VIEWS.items():
+        if name not in tables or tables[name].empty:
+            continue
+        wide = view(tables[name])
+        rows = [[str(idx), *(f"{v:.4f}" if pd.notna(v) else "" for v in row)] for idx, row in zip(wide.index, wide.to_numpy())]
+        out.append({"table": name, "caption": caption, "index": wide.index.name, "columns": [str(c) for c in wide.columns],
+                    "rows": rows})
+    return out
+
+
+def render_many_index(out: str | Path, manifest: Mapping, tables: Mapping[str, pd.DataFrame]) -> Path:
+    """Write ``out/report.html``: the base, each pair (task, seed, model, link to its report), the side-by-sides."""
+    env = Environment(loader=PackageLoader("bertology.report", "templates"), autoescape=True, undefined=StrictUndefined)
+    html = env.get_template("many.html.j2").render(
+        manifest=manifest, pairs=manifest.get("pairs", []), views=side_by_side(tables), tables=sorted(tables),
+        base=manifest.get("base", {}),
+    )
+    path = Path(out) / "report.html"
+    atomic_write_text(path, html)
+    return path

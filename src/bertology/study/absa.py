@@ -1,0 +1,195 @@
+"""The aspect-based sentiment study end to end: SemEval-2014 XML -> pairs -> fine-tune -> task heads -> report.
+
+``run_absa`` reads the file (:mod:`bertology.data.absa`), splits its *sentences* into train and held
+out (so the pairs of one review never straddle the split), fine-tunes a sequence-pair classifier on
+the training pairs (:func:`bertology.training.run.finetune_to_dir`, reused when identical) unless a
+tuned model is given, then streams the held-out pairs through base and tuned model once for
+:class:`bertology.analyses.absa_heads.AbsaHeads` and writes a compare run (attention change, the
+ABSA tables, the fine-tuning curve, attention views of a few pairs and the report).
+
+Layout under ``out``: ``finetune/`` (the fine-tuning run, ``model/`` inside) and ``study/`` (the
+compare run: ``tables/absa_heads``, ``absa_head_change``, ``absa_sep_share``, ``report.html``).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bertology.config import CompareConfig, DataConfig, FinetuneConfig
+from bertology.data.absa import AbsaPairs, absa_pairs, opinion_spans, read_absa, split_sentences
+from bertology.errors import BertologyError
+from bertology.results import Result
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AbsaConfig:
+    """``bertology absa``: the study's settings (the fine-tuning ones are passed to ``finetune``)."""
+
+    data: str
+    out: str = "runs/absa"
+    base: str = "minilm"
+    tuned: str | None = None  # a model already fine-tuned on these pairs: skip fine-tuning
+    style: str = "qa_m"
+    conflict: str = "keep"
+    max_sentences: int | None = None  # a seeded sample of the file's sentences
+    eval_fraction: float = 0.2
+    analysis_pairs: int | None = None  # at most this many held-out pairs are analysed (seeded)
+    epochs: float = 1.0
+    batch_size: int = 32
+    learning_rate: float = 5e-5
+    max_length: int = 128
+    seed: int = 0
+    device: str = "cpu"
+    spacy_model: str | None = None
+    opinions: bool = True  # the aspect_opinion relation needs spaCy
+    view_examples: int = 3
+    report: bool = True
+
+
+@dataclass
+class AbsaRun:
+    """What the study produced: the compare run folder, its tables, the held-out scores and the report."""
+
+    out: Path
+    tables: dict[str, object]
+    metrics: dict
+    counts: dict
+    report: Path | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _sample(pairs: AbsaPairs, n: int | None, seed: int) -> tuple[AbsaPairs, list[int]]:
+    """A seeded sample of ``n`` pairs kept in order (all when ``n`` is None or large)."""
+    import numpy as np
+
+    if n is None or n >= len(pairs.pairs):
+        return pairs, list(range(len(pairs.pairs)))
+    keep = sorted(int(i) for i in np.random.default_rng(seed).permutation(len(pairs.pairs))[:n])
+    from collections import Counter
+
+    kept = [pairs.pairs[i] for i in keep]
+    labels = dict(sorted(Counter(p.label for p in kept).items()))
+    return AbsaPairs(kept, pairs.style, {**pairs.counts, "n_pairs": len(kept), "labels": labels,
+                                         "sampled_from": len(pairs.pairs)}), keep
+
+
+def _seen_labels_only(held: AbsaPairs, seen: set[str], warnings: list[str]) -> AbsaPairs:
+    """The held-out pairs whose label occurs in training (a classifier cannot predict the others); counted."""
+    kept = [p for p in held.pairs if p.label in seen]
+    dropped = len(held.pairs) - len(kept)
+    if not dropped:
+        return held
+    unseen = sorted({p.label for p in held.pairs} - seen)
+    warnings.append(f"{dropped} held-out pair(s) with label(s) never seen in training ({', '.join(unseen)}) were left out.")
+    if not kept:
+        raise BertologyError("No held-out pair has a label seen in training; use more sentences or another --seed.")
+    return AbsaPairs(kept, held.style, {**held.counts, "n_pairs": len(kept), "n_unseen_label_dropped": dropped})
+
+
+def view_indices(instances, encoded, n: int, max_tokens: int = 48) -> list[int]:
+    """Pairs worth looking at: short ones whose aspect has review terms, then one whose aspect is absent."""
+    length = {it.index: len(it) for it in encoded.items}
+    short = [x for x in instances if length.get(x.example, max_tokens + 1) <= max_tokens]
+    with_terms = [x.example for x in short if x.present and "aspect" in x.targets]
+    absent = [x.example for x in short if not x.present]
+    chosen = with_terms[: max(n - 1, 1)] + absent[:1]
+    return chosen[:n] if n else []
+
+
+def run_absa(config: AbsaConfig, *, overwrite: bool = False, progress: bool = False) -> AbsaRun:
+    """Run the study (see the module docstring) and return its tables and held-out scores."""
+    from bertology.activations.extract import run_analyses
+    from bertology.analyses.absa_heads import AbsaHeads, absa_instances
+    from bertology.data.encode import encode_corpus
+    from bertology.models.pair import ModelPair
+    from bertology.pipeline import compare
+    from bertology.training.run import finetune_to_dir
+
+    data = read_absa(config.data)
+    train_ids, eval_ids = split_sentences(data, config.eval_fraction, config.seed, config.max_sentences)
+    train = absa_pairs(data, config.style, config.conflict, train_ids)
+    held = absa_pairs(data, config.style, config.conflict, eval_ids)
+    warnings: list[str] = []
+    held = _seen_labels_only(held, {p.label for p in train.pairs}, warnings)
+    out = Path(config.out).expanduser()
+    train_corpus = train.corpus(name=f"{Path(data.path).stem} {config.style} (train)", source=data.path)
+    held_corpus = held.corpus(name=f"{Path(data.path).stem} {config.style} (held out)", source=data.path)
+    extra: list[Result] = []
+    metrics: dict = {}
+    tuned = config.tuned
+    if tuned is None:
+        ft = FinetuneConfig(model=config.base, out=str(out / "finetune"), epochs=config.epochs,
+                            batch_size=config.batch_size, learning_rate=config.learning_rate, seed=config.seed,
+                            device=config.device, task="classification",
+                            data=DataConfig(max_examples=None, overlong="truncate", max_length=config.max_length))
+        run = finetune_to_dir(ft, train_corpus, held_corpus, overwrite=overwrite, progress=progress)
+        tuned, metrics = str(run.model_dir), dict(run.metrics)
+        warnings += run.warnings
+        extra.append(Result("finetune", run.table, {}))
+
+    analysed, _ = _sample(held, config.analysis_pairs, config.seed)
+    opinions = None
+    if config.opinions:
+        try:
+            opinions = opinion_spans(analysed.pairs, nlp_name=config.spacy_model)
+        except BertologyError as err:
+            warnings.append(f"No aspect_opinion relation (opinion words need spaCy): {err}")
+    instances = absa_instances(analysed.pairs, opinions)
+    corpus = analysed.corpus(name=held_corpus.name, source=data.path)
+    pair = ModelPair.load(config.base, tuned)
+    sep = pair.tokenizer.sep_token_id
+    if sep is None:
+        raise BertologyError(f"The tokenizer of {config.base} has no separator token; the [SEP] share needs one.")
+    encoded = encode_corpus(corpus, pair.tokenizer, config.max_length, "truncate")
+    analysis = AbsaHeads(instances, pair.num_layers, pair.num_heads, sep)
+    run_analyses(pair, encoded, [analysis], batch_size=config.batch_size, device=config.device)
+    results = analysis.results()
+    extra += results
+    cmp_config = CompareConfig(base=config.base, tuned=tuned, out=str(out / "study"), analyses=("attention_change",),
+                               data=DataConfig(max_length=config.max_length, overlong="truncate"), seed=config.seed,
+                               device=config.device, view_examples=0)
+    cmp = compare(cmp_config, corpus=corpus, pair=pair, overwrite=overwrite, progress=progress, report=False,
+                  extra_results=extra, summary={"held-out pairs": {k: metrics[k] for k in ("accuracy", "macro_f1") if k in metrics}})
+    views = _write_views(cmp.out, pair, corpus, view_indices(instances, encoded, config.view_examples), warnings)
+    from bertology.runs import RunDirectory
+
+    run_dir = RunDirectory(cmp.out)
+    manifest = run_dir.read_manifest() or {}
+    manifest["views"] = views
+    manifest["warnings"] = list(manifest.get("warnings", [])) + warnings
+    manifest["absa"] = {"config": {k: v for k, v in vars(config).items()}, "train": train.counts,
+                        "held_out": held.counts, "analysed": analysed.counts, "heldout_metrics": metrics,
+                        "analysis": {r.name: r.params for r in results}, "tuned": tuned}
+    run_dir.write_manifest(manifest)
+    report = None
+    if config.report:
+        from bertology.report.render import render_report
+
+        report = render_report(cmp.out)
+    return AbsaRun(cmp.out, {r.name: r.table for r in results}, metrics,
+                   {"train": train.counts, "held_out": held.counts}, report, warnings)
+
+
+def _write_views(run_dir: Path, pair, corpus, indices: list[int], warnings: list[str]) -> list[str]:
+    """Attention views (base, tuned, difference) of the chosen pairs, as ``views/example-<i>.json``."""
+    from bertology.activations.views import compute_view
+    from bertology.results import atomic_write_text
+    from bertology.viz.viewer import json_for_script
+
+    written = []
+    for index in indices:
+        ex = corpus[index]
+        try:
+            view = compute_view([pair.base, pair.tuned], ex.text, ex.text_pair)
+        except BertologyError as err:
+            warnings.append(f"No attention view of pair {index}: {err}")
+            continue
+        view["example"] = index
+        name = f"views/example-{index}.json"
+        atomic_write_text(Path(run_dir) / name, json_for_script(view))
+        written.append(name)
+    return written
+

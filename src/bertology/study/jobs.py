@@ -1,0 +1,174 @@
+"""The jobs of a study: each fine-tune and each comparison, picklable, with a fingerprint and resource needs.
+
+A job is a frozen dataclass with ``id``, ``kind``, ``fingerprint`` (what makes its output what it is:
+settings, data file hashes, the identity of its input models), ``num_cpus``/``num_gpus`` (what a Ray
+task declares) and ``run(progress) -> dict``. Jobs write into the study folder themselves (the study
+folder must be on a filesystem every worker sees; see :mod:`bertology.study.executors`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from bertology.study.spec import CompareSpec, StudySpec, TaskSpec
+
+
+@lru_cache(maxsize=256)
+def file_sha256(path: str) -> str:
+    """A data file's contents as a hash (``hf:`` specs and folders hash their name)."""
+    p = Path(path)
+    if not p.is_file():
+        return path
+    h = hashlib.sha256()
+    with p.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def model_identity(name: str) -> str:
+    """A model's identity for fingerprints: its weights' hash for a local folder, else its name."""
+    from bertology.models.loading import resolve_model, weights_fingerprint
+
+    source, where = resolve_model(name)
+    return (weights_fingerprint(where) if source != "hub" else None) or str(where)
+
+
+def fingerprint(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _resources(device: str) -> tuple[float, float]:
+    return 1.0, (1.0 if device.startswith("cuda") or device == "auto" and _has_cuda() else 0.0)
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@dataclass(frozen=True)
+class FinetuneJob:
+    """Fine-tune the base on one task with one seed into ``out`` (a normal ``bertology finetune`` run folder)."""
+
+    id: str
+    task: TaskSpec
+    seed: int
+    base: str
+    lab: tuple[tuple[str, Any], ...]
+    device: str
+    out: str
+    fingerprint: str
+    kind: str = "finetune"
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+
+    @property
+    def model_dir(self) -> Path:
+        return Path(self.out) / "model"
+
+    def config(self):
+        from bertology.config import DataConfig, FinetuneConfig
+
+        lab = dict(self.lab)
+        data = DataConfig(path=self.task.data or "", max_examples=lab.pop("max_examples", None),
+                          max_length=lab.pop("max_length", 128), overlong="truncate", **self.task.columns)
+        fields = {"learning_rate" if k == "lr" else k: v for k, v in lab.items()}
+        return FinetuneConfig(model=self.base, data=data, out=self.out, eval_data=self.task.eval_data, seed=self.seed,
+                              device=self.device, task=self.task.type, **fields)  # type: ignore[arg-type]
+
+    def run(self, progress: bool = False) -> dict:
+        """Train (or resume, or reuse the identical finished run in ``out``); the held-out metrics."""
+        from bertology.data.loaders import load_corpus
+        from bertology.training.run import finetune_to_dir
+
+        config = self.config()
+        if self.task.type == "qa":
+            from bertology.data.squad import read_squad
+
+            train = read_squad(self.task.data)
+            evaluation = read_squad(self.task.eval_data) if self.task.eval_data else None
+        else:
+            train = load_corpus(self.task.data, **self.task.columns)
+            evaluation = load_corpus(self.task.eval_data, **self.task.columns) if self.task.eval_data else None
+        # the study owns its finetune/ folders: other settings replace a run, identical ones resume it
+        run = finetune_to_dir(config, train, evaluation, overwrite=True, progress=progress)
+        return {"metrics": {k: v for k, v in run.metrics.items() if isinstance(v, (int, float))},
+                "model": str(run.model_dir), "reused": run.reused}
+
+    def finished(self) -> bool:
+        return (self.model_dir / "config.json").exists()
+
+
+@dataclass(frozen=True)
+class CompareJob:
+    """``compare_many``: ``base`` against every model of ``tuned`` (name, path, task, seed) into ``out``."""
+
+    id: str
+    kind: str  # "compare" (base vs every tuned model) or "seed_compare" (seed a vs later seeds of one task)
+    base: str
+    tuned: tuple[tuple[str, str, str | None, int | None], ...]
+    compare: CompareSpec
+    device: str
+    out: str
+    fingerprint: str
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+
+    def config(self):
+        from bertology.config import CompareConfig, DataConfig
+
+        c = self.compare
+        data = DataConfig(path=c.data, text_column=c.text_column, pair_column=c.pair_column, label_column=c.label_column,
+                          max_examples=c.max_examples, max_length=c.max_length)
+        return CompareConfig(base=self.base, tuned="", data=data, out=self.out, analyses=c.analyses,
+                             batch_size=c.batch_size, seed=c.seed, device=self.device, ood_data=c.ood_data,
+                             ood_text_column=c.ood_text_column)
+
+    def run(self, progress: bool = False) -> dict:
+        """Compare and write ``out`` (pairs/, tables/, manifest.json, report.html); the tables' names."""
+        from bertology.multicompare import TunedModel, compare_many
+
+        tuned = [TunedModel(name, path, task, seed) for name, path, task, seed in self.tuned]
+        # the study owns this folder: a changed set of models replaces it, identical settings resume it
+        run = compare_many(self.config(), tuned, overwrite=True, progress=progress, report=self.compare.report)
+        return {"tables": sorted(run.tables)}
+
+    def finished(self) -> bool:
+        return (Path(self.out) / "manifest.json").exists()
+
+
+Job = FinetuneJob | CompareJob
+
+
+def finetune_jobs(spec: StudySpec, study: Path) -> list[FinetuneJob]:
+    """One job per (task with data, seed), fingerprinted by the base, the task, the lab settings, the seed and the data."""
+    base_id = model_identity(spec.base)
+    lab = tuple(sorted(spec.lab.items()))
+    cpus, gpus = _resources(spec.device)
+    jobs = []
+    for task in spec.tasks:
+        if task.models:
+            continue
+        data = {k: file_sha256(v) for k, v in (("data", task.data), ("eval_data", task.eval_data)) if v}
+        for seed in task.seeds:
+            fp = fingerprint("finetune", base_id, task.type, task.columns, data, lab, seed, spec.device)
+            jobs.append(FinetuneJob(f"finetune:{task.name}/s{seed}", task, seed, spec.base, lab, spec.device,
+                                    str(study / "finetune" / task.name / f"s{seed}"), fp, num_cpus=cpus, num_gpus=gpus))
+    return jobs
+
+
+def compare_job(spec: StudySpec, job_id: str, kind: str, base: str, base_id: str,
+                tuned: list[tuple[str, str, str | None, int | None, str]], out: Path) -> CompareJob:
+    """A comparison job; ``tuned`` rows are (name, path, task, seed, identity) — the identity goes into the fingerprint."""
+    c = spec.compare
+    data = [file_sha256(p) for p in (c.data, c.ood_data) if p]
+    fp = fingerprint(kind, base_id, [(n, t, s, ident) for n, _, t, s, ident in tuned], c, data, spec.device)
+    cpus, gpus = _resources(spec.device)
+    return CompareJob(job_id, kind, base, tuple((n, p, t, s) for n, p, t, s, _ in tuned), c, spec.device, str(out), fp,
+                      num_cpus=cpus, num_gpus=gpus)

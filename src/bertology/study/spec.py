@@ -1,0 +1,268 @@
+"""``STUDY.toml``: one base, many tasks x seeds, one comparison corpus — read and checked before any work.
+
+The schema (every table refuses keys it does not know, naming them and the keys it allows)::
+
+    base = "minilm"                # the pretrained encoder every model is compared with
+    seeds = [0, 1, 2]              # fine-tuning seeds (a task may set its own)
+    out = "study-out"              # optional; ``--out`` overrides; relative to the spec's folder
+    device = "cpu"                 # optional: cpu, cuda, cuda:N, mps, auto
+
+    [lab]                          # fine-tuning settings shared by every task (bertology finetune's options)
+    epochs = 1                     # also: batch_size, lr, weight_decay, warmup_ratio, max_examples,
+                                   #       max_length, eval_fraction, grad_accum, dtype, save_every (checkpoints: a killed fine-tune resumes)
+
+    [[task]]
+    name = "sst2"                  # unique; letters, digits, '_', '-', '.'
+    type = "classification"        # auto, classification, regression, tagging, qa or parsing
+    data = "train.tsv"             # training data (any format finetune reads)
+    eval_data = "dev.tsv"          # optional held-out data
+    text_column = "sentence"       # optional columns: text_column, pair_column, label_column
+    seeds = [0, 1]                 # optional: this task's seeds instead of the top-level ones
+    # or, instead of data: existing fine-tunes by seed (no training)
+    # models = { 0 = "path/to/seed0", 1 = "path/to/seed1" }
+
+    [compare]
+    data = "shared.tsv"            # the comparison corpus shared by every task (required)
+    ood_data = "other.txt"         # optional out-of-domain corpus (RSA/CKA on it too; Merchant et al. 2020)
+    analyses = ["attention_change", "representation_similarity"]
+    # also: text_column, pair_column, label_column, ood_text_column, max_examples (500), max_length (128),
+    #       batch_size (32), seed (0), report (true: each pair's report.html; false: tables only)
+
+Relative paths resolve against the spec file's folder. :func:`load_spec` checks the schema and that
+every file exists; :func:`check_models` loads the given fine-tunes and checks them against the base
+(layers, heads, tokenizer) — both before any job runs.
+"""
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertology.errors import BertologyError
+
+TOP_KEYS = ("base", "seeds", "out", "device", "lab", "task", "compare")
+#: ``[lab]`` key -> FinetuneConfig field (``max_examples``/``max_length`` go to its DataConfig).
+LAB_KEYS = {
+    "epochs": "epochs", "batch_size": "batch_size", "lr": "learning_rate", "weight_decay": "weight_decay",
+    "warmup_ratio": "warmup_ratio", "max_examples": "max_examples", "max_length": "max_length",
+    "eval_fraction": "eval_fraction", "grad_accum": "grad_accum", "dtype": "dtype", "save_every": "save_every",
+}
+TASK_KEYS = ("name", "type", "data", "eval_data", "text_column", "pair_column", "label_column", "seeds", "models")
+COMPARE_KEYS = ("data", "text_column", "pair_column", "label_column", "ood_data", "ood_text_column", "analyses",
+                "max_examples", "max_length", "batch_size", "seed", "report")
+TASK_TYPES = ("auto", "classification", "regression", "tagging", "qa", "parsing")
+DEFAULT_ANALYSES = ("attention_change", "representation_similarity")
+NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of a study: data to fine-tune on (per seed), or existing fine-tunes by seed."""
+
+    name: str
+    type: str = "auto"
+    data: str | None = None
+    eval_data: str | None = None
+    text_column: str | None = None
+    pair_column: str | None = None
+    label_column: str | None = None
+    seeds: tuple[int, ...] = ()
+    models: dict[int, str] = field(default_factory=dict)  # seed -> existing fine-tuned model
+
+    @property
+    def columns(self) -> dict[str, str | None]:
+        return {"text_column": self.text_column, "pair_column": self.pair_column, "label_column": self.label_column}
+
+
+@dataclass(frozen=True)
+class CompareSpec:
+    """The comparison every model goes through: one shared corpus (and an optional out-of-domain one)."""
+
+    data: str
+    text_column: str | None = None
+    pair_column: str | None = None
+    label_column: str | None = None
+    ood_data: str | None = None
+    ood_text_column: str | None = None
+    analyses: tuple[str, ...] = DEFAULT_ANALYSES
+    max_examples: int | None = 500
+    max_length: int = 128
+    batch_size: int = 32
+    seed: int = 0
+    report: bool = True  # each pair's report.html (false: tables only, faster)
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """A whole study, paths resolved: what :func:`bertology.study.runner.run_study` runs."""
+
+    path: Path  # the spec file
+    base: str
+    tasks: tuple[TaskSpec, ...]
+    compare: CompareSpec
+    lab: dict[str, Any] = field(default_factory=dict)
+    out: Path | None = None
+    device: str = "cpu"
+
+
+def _check_keys(table: dict, allowed, where: str) -> None:
+    unknown = [k for k in table if k not in allowed]
+    if unknown:
+        raise BertologyError(f"Unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} in {where}; "
+                             f"allowed: {', '.join(allowed)}.")
+
+
+def _typed(value, types, key: str, where: str, what: str):
+    types = types if isinstance(types, tuple) else (types,)
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        raise BertologyError(f"{where}: {key} must be {what}, not {value!r}.")
+    return value
+
+
+def _seeds(value, where: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(s, int) and not isinstance(s, bool) for s in value):
+        raise BertologyError(f"{where}: seeds must be a non-empty list of integers, not {value!r}.")
+    if len(set(value)) != len(value):
+        raise BertologyError(f"{where}: seeds {value} repeat a seed; each seed once.")
+    return tuple(value)
+
+
+def _file(value, key: str, where: str, root: Path, required: bool = False) -> str | None:
+    """A data or model path resolved against the spec's folder; hub-style ``hf:`` data is left as it is."""
+    if value is None:
+        if required:
+            raise BertologyError(f"{where}: {key} is required.")
+        return None
+    _typed(value, str, key, where, "a path (string)")
+    if value.startswith("hf:"):
+        return value
+    path = (root / value).expanduser()
+    if not path.exists():
+        raise BertologyError(f"{where}: {key} {value!r} does not exist ({path}).")
+    return str(path)
+
+
+def _model(value: str, root: Path) -> str:
+    """A model name: a local path when it exists relative to the spec, else a hub id or built-in name as given."""
+    candidate = (root / value).expanduser()
+    return str(candidate) if candidate.exists() else value
+
+
+def _task(raw: dict, i: int, top_seeds: tuple[int, ...] | None, root: Path) -> TaskSpec:
+    where = f"[[task]] #{i + 1}" + (f" ({raw['name']!r})" if isinstance(raw.get("name"), str) else "")
+    _check_keys(raw, TASK_KEYS, where)
+    name = _typed(raw.get("name"), str, "name", where, "a string")
+    if not NAME.match(name):
+        raise BertologyError(f"{where}: name {name!r} may hold only letters, digits, '_', '-' and '.'.")
+    kind = raw.get("type", "auto")
+    if kind not in TASK_TYPES:
+        raise BertologyError(f"{where}: type must be one of {', '.join(TASK_TYPES)}, not {kind!r}.")
+    columns = {k: _typed(raw[k], str, k, where, "a column name") for k in ("text_column", "pair_column", "label_column") if k in raw}
+    if "models" in raw:
+        if "data" in raw or "eval_data" in raw:
+            raise BertologyError(f"{where}: give either data (to fine-tune) or models (existing fine-tunes), not both.")
+        models = raw["models"]
+        if not isinstance(models, dict) or not models:
+            raise BertologyError(f"{where}: models must be a table of seed = path, e.g. models = {{ 0 = \"run/model\" }}.")
+        parsed: dict[int, str] = {}
+        for seed, path in models.items():
+            try:
+                s = int(seed)
+            except ValueError:
+                raise BertologyError(f"{where}: models keys are seeds (integers), not {seed!r}.") from None
+            parsed[s] = _model(_typed(path, str, f"models.{seed}", where, "a path"), root)
+            local = Path(parsed[s])
+            if not local.exists() and ("/" in path or path.startswith(".")):
+                raise BertologyError(f"{where}: models.{seed} {path!r} does not exist ({local}).")
+        if "seeds" in raw and sorted(_seeds(raw["seeds"], where)) != sorted(parsed):
+            raise BertologyError(f"{where}: seeds {raw['seeds']} differ from the seeds of models {sorted(parsed)}.")
+        return TaskSpec(name, kind, seeds=tuple(sorted(parsed)), models=parsed, **columns)
+    seeds = _seeds(raw["seeds"], where) if "seeds" in raw else top_seeds
+    if seeds is None:
+        raise BertologyError(f"{where}: no seeds: set seeds = [...] at the top of the spec or in the task.")
+    return TaskSpec(name, kind, data=_file(raw.get("data"), "data", where, root, required=True),
+                    eval_data=_file(raw.get("eval_data"), "eval_data", where, root), seeds=seeds, **columns)
+
+
+def _compare(raw, root: Path) -> CompareSpec:
+    where = "[compare]"
+    if not isinstance(raw, dict):
+        raise BertologyError("The spec needs a [compare] table with data = the comparison corpus.")
+    _check_keys(raw, COMPARE_KEYS, where)
+    kw: dict[str, Any] = {k: _typed(raw[k], str, k, where, "a column name")
+                          for k in ("text_column", "pair_column", "label_column", "ood_text_column") if k in raw}
+    for k in ("max_examples", "max_length", "batch_size", "seed"):
+        if k in raw:
+            kw[k] = _typed(raw[k], int, k, where, "an integer")
+    if "report" in raw:
+        kw["report"] = _typed(raw["report"], bool, "report", where, "true or false")
+    if "analyses" in raw:
+        analyses = raw["analyses"]
+        if isinstance(analyses, str):
+            analyses = [analyses]
+        if not isinstance(analyses, list) or not all(isinstance(a, str) for a in analyses):
+            raise BertologyError(f"{where}: analyses must be a list of names, not {analyses!r}.")
+        from bertology.pipeline import select
+
+        select(analyses)  # unknown names: one error naming the known ones
+        kw["analyses"] = tuple(analyses)
+    return CompareSpec(data=_file(raw.get("data"), "data", where, root, required=True),
+                       ood_data=_file(raw.get("ood_data"), "ood_data", where, root), **kw)
+
+
+def _lab(raw) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise BertologyError(f"[lab] must be a table of fine-tuning settings ({', '.join(LAB_KEYS)}).")
+    _check_keys(raw, LAB_KEYS, "[lab]")
+    for k, v in raw.items():
+        want = (str,) if k == "dtype" else (int,) if k in ("batch_size", "max_examples", "max_length", "grad_accum", "save_every") else (int, float)
+        if not isinstance(v, want) or isinstance(v, bool):
+            raise BertologyError(f"[lab]: {k} must be {'a string' if want == (str,) else 'a number'}, not {v!r}.")
+    return dict(raw)
+
+
+def load_spec(path: str | Path) -> StudySpec:
+    """Read and check ``STUDY.toml`` (schema, names, seeds, files); one clear error for the first problem."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise BertologyError(f"Study spec {path} does not exist.")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise BertologyError(f"{path} is not valid TOML: {err}") from None
+    root = path.parent.resolve()
+    _check_keys(raw, TOP_KEYS, f"the top level of {path.name}")
+    base = _model(_typed(raw.get("base", "minilm"), str, "base", path.name, "a model name or path"), root)
+    top_seeds = _seeds(raw["seeds"], path.name) if "seeds" in raw else None
+    tasks_raw = raw.get("task")
+    if not isinstance(tasks_raw, list) or not tasks_raw:
+        raise BertologyError(f"{path.name} has no [[task]] tables; add at least one.")
+    tasks = tuple(_task(t, i, top_seeds, root) for i, t in enumerate(tasks_raw))
+    names = [t.name for t in tasks]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise BertologyError(f"Two tasks are called {', '.join(map(repr, repeated))}; task names must be unique "
+                             "(they name the tuned models: <task>/s<seed>).")
+    out = raw.get("out")
+    device = _typed(raw.get("device", "cpu"), str, "device", path.name, "a string")
+    return StudySpec(path=path.resolve(), base=base, tasks=tasks, compare=_compare(raw.get("compare"), root),
+                     lab=_lab(raw.get("lab", {})), out=(root / _typed(out, str, "out", path.name, "a path")) if out else None,
+                     device=device)
+
+
+def check_models(spec: StudySpec) -> None:
+    """Load the base and every given fine-tune; one clear error for a model of another shape or tokenizer."""
+    given = [(t, s, p) for t in spec.tasks for s, p in sorted(t.models.items())]
+    if not given:
+        return
+    from bertology.models.loading import load_model
+    from bertology.models.pair import check_compatible
+
+    base = load_model(spec.base)
+    for task, seed, path in given:
+        try:
+            check_compatible(base, load_model(path))
+        except BertologyError as err:
+            raise BertologyError(f"task {task.name!r}, seed {seed}: {err}") from None

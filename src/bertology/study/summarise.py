@@ -1,0 +1,78 @@
+"""Summarise a study directory: the ``study_*`` tables and the study report, in one call.
+
+``summarise_study(STUDY)`` reads the study's pair tables (``STUDY/tables/<table>.parquet``) and
+seed-vs-seed tables (``STUDY/tables/seedpair_<table>.parquet``), computes the seed-noise tables with
+:func:`bertology.study.noise.study_tables`, writes them beside the others (``study_*.parquet`` and
+``.csv``) and renders ``STUDY/report.html`` with :func:`bertology.report.study.render_study_report`.
+From a shell: ``python -m bertology.study.summarise STUDY [--alpha 0.05]``.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from bertology.errors import BertologyError
+from bertology.results import write_table
+from bertology.study.noise import ALPHA, CHANGES, study_tables
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["read_study_tables", "summarise_study", "write_study_tables"]
+
+
+def read_study_tables(study_dir: str | Path) -> tuple[dict[str, pd.DataFrame], dict[str, pd.DataFrame]]:
+    """The base-vs-tuned tables and the ``seedpair_*`` tables under ``STUDY/tables/`` (Parquet)."""
+    folder = Path(study_dir) / "tables"
+    base = {name: pd.read_parquet(folder / f"{name}.parquet") for name in CHANGES
+            if (folder / f"{name}.parquet").exists()}
+    seeds = {f"seedpair_{name}": pd.read_parquet(folder / f"seedpair_{name}.parquet") for name in CHANGES
+             if (folder / f"seedpair_{name}.parquet").exists()}
+    return base, seeds
+
+
+def write_study_tables(study_dir: str | Path, *, alpha: float = ALPHA) -> dict[str, pd.DataFrame]:
+    """Compute :func:`~bertology.study.noise.study_tables` from ``STUDY/tables/`` and write them there."""
+    study_dir = Path(study_dir)
+    if not study_dir.is_dir():
+        raise BertologyError(f"Study directory {study_dir} does not exist or is not a folder.")
+    base, seeds = read_study_tables(study_dir)
+    if not base:
+        raise BertologyError(
+            f"{study_dir / 'tables'} holds none of the study's pair tables ({', '.join(CHANGES)}); nothing to summarise."
+        )
+    tables = study_tables(base, seeds, alpha=alpha)
+    for name, df in tables.items():
+        write_table(study_dir, name, df)
+    return tables
+
+
+def summarise_study(study_dir: str | Path, *, alpha: float = ALPHA) -> Path:
+    """Write the ``study_*`` tables and ``STUDY/report.html``; return the report's path."""
+    from bertology.report.study import render_study_report
+
+    write_study_tables(study_dir, alpha=alpha)
+    return render_study_report(study_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bertology.study.summarise STUDY [--alpha A]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bertology.study.summarise",
+                                     description="Seed-noise tables and the study report of a study directory.")
+    parser.add_argument("study_dir")
+    parser.add_argument("--alpha", type=float, default=ALPHA, help="level of the seed-noise rule (default 0.05)")
+    args = parser.parse_args(argv)
+    try:
+        print(summarise_study(args.study_dir, alpha=args.alpha))
+    except BertologyError as err:
+        print(f"Error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

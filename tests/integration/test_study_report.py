@@ -1,0 +1,171 @@
+"""The study report: rendered from a synthetic study directory, offline, escaped, linked to the pair reports."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bertology.errors import BertologyError
+from bertology.report.study import render_study_report
+from bertology.study.noise import STUDY_TABLES
+from bertology.study.summarise import main, summarise_study
+from bertology.study.synthetic import synthetic_study
+
+SECTIONS = ("overview", "noise", "attention", "similarity", "patterns", "ablation", "probe", "differences",
+            "jobs", "tables")
+
+
+class _Page(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def parse(html: str) -> _Page:
+    page = _Page()
+    page.feed(html)
+    return page
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    folder = synthetic_study(tmp_path_factory.mktemp("study"), {"sst2": 3, "mrpc": 3, "rte": 1})
+    out = summarise_study(folder)
+    return folder, out, out.read_text(encoding="utf-8")
+
+
+def test_sections_figures_and_tables(rendered):
+    folder, out, html = rendered
+    assert out == folder / "report.html"
+    page = parse(html)
+    ids = {a.get("id") for t, a in page.tags if t == "section"}
+    assert set(SECTIONS) <= ids
+    assert {f"#{s}" for s in SECTIONS} <= {a.get("href") for t, a in page.tags if t == "a"}
+    for name in ("study_attention_cosine_distance", "study_attention_js_divergence", "study_similarity_cka_linear",
+                 "study_pattern_shares", "study_ablation", "study_probe_uuas"):
+        assert (folder / "figures" / f"{name}.svg").is_file()
+        assert f'id="fig-{name}"' in html
+    # the study tables were computed and written for notebooks
+    for name in STUDY_TABLES:
+        assert (folder / "tables" / f"{name}.parquet").is_file() and (folder / "tables" / f"{name}.csv").is_file()
+        assert f"tables/{name}.parquet" in html
+    text = " ".join(" ".join(page.text).split())
+    assert "rte has a single seed" in text
+    assert "3 vs 3 seeds: the smallest possible p is 0.1 > alpha 0.05" in text
+    # the planted head is listed beyond noise in the ablation table
+    assert "L5H0" in text
+
+
+def test_links_to_every_pair_report(rendered):
+    folder, _, html = rendered
+    page = parse(html)
+    links = [a["href"] for t, a in page.tags if t == "a" and "pair-report" in (a.get("class") or "")]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert sorted(links) == sorted(p["report"] for p in manifest["pairs"])
+    assert all((folder / href).is_file() for href in links)
+
+
+def test_nothing_on_the_network_and_data_escaped(rendered):
+    _, _, html = rendered
+    page = parse(html)
+    for tag, attrs in page.tags:
+        for name in ("src", "href", "xlink:href", "action"):
+            assert not re.match(r"\s*(https?:)?//", attrs.get(name) or "", re.I), (tag, attrs)
+        if tag == "script":
+            assert "src" not in attrs
+    leftovers = re.sub(r'xmlns(:\w+)?="http://www\.w3\.org/[^"]*"', "", html)
+    assert "http://" not in leftovers and "https://" not in leftovers
+    # the failed job's error holds markup: shown as text, never as a tag
+    assert "<script>alert(1)</script>" not in html
+    assert "CUDA out of memory <script>alert(1)</script>" in " ".join(page.text)
+    assert sum(t == "script" for t, _ in page.tags) == 1
+
+
+def test_absent_tables_leave_their_sections_out_and_bad_links_unlinked(tmp_path):
+    folder = synthetic_study(tmp_path, {"a": 3}, planted={"a": 2}, tables=("attention_change",), failed_job=False)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["pairs"][0]["report"] = "javascript:alert(1)"
+    manifest["pairs"][1]["report"] = "https://example.org/x.html"
+    manifest["jobs"] = []
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    html = summarise_study(folder).read_text()
+    ids = {a.get("id") for t, a in parse(html).tags if t == "section"}
+    assert {"overview", "noise", "attention", "tables"} <= ids
+    assert not ids & {"similarity", "patterns", "ablation", "probe", "jobs"}
+    assert "javascript:" not in html and "example.org" not in html
+    assert html.count('class="pair-report"') == 1
+
+
+def test_alpha_reaches_the_tables_and_the_page(tmp_path):
+    folder = synthetic_study(tmp_path, {"a": 3, "b": 3}, planted={"a": 2}, n_layers=3, n_heads=2,
+                             tables=("attention_change",))
+    assert main([str(folder), "--alpha", "0.1"]) == 0
+    diff = pd.read_parquet(folder / "tables" / "study_task_differences.parquet")
+    assert (diff["alpha"] == 0.1).all() and diff["beyond_noise"].notna().any()  # 3 vs 3 testable at 0.1
+    assert "p ≤ 0.1" in (folder / "report.html").read_text()
+
+
+def test_errors_are_clear(tmp_path, capsys):
+    with pytest.raises(BertologyError, match="does not exist"):
+        render_study_report(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    assert main([str(tmp_path / "empty")]) == 1
+    assert "none of the study's pair tables" in capsys.readouterr().err
+    with pytest.raises(BertologyError, match="no study_effects table"):
+        render_study_report(tmp_path / "empty")
+
+
+# --------------------------------------------------------------------------------------- browser
+def _chromium() -> str | None:
+    for c in (os.environ.get("BERTOLOGY_CHROMIUM"), shutil.which("chromium"), shutil.which("chromium-browser")):
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+@pytest.mark.browser
+def test_study_report_in_chromium(rendered):
+    playwright = pytest.importorskip("playwright.sync_api")
+    chromium = _chromium()
+    if chromium is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("no Chromium in CI")
+        pytest.skip("no Chromium executable")
+    folder, out, _ = rendered
+    with playwright.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            problems: list[str] = []
+            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: problems.append(str(e)))
+            page.on("request", lambda r: problems.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
+            page.goto(out.resolve().as_uri(), wait_until="load")
+            assert page.locator("section#attention svg").count() == 2
+            # sorting a table by a numeric column reorders it
+            header = page.locator("section#jobs thead th", has_text="Wall time")
+            header.click()
+            header.click()  # descending: the failed job (3 s) moves from the top to the bottom
+            cells = page.locator("section#jobs tbody tr td:nth-child(4)").all_inner_texts()
+            assert cells[0] == "12.5" and cells[-1] == "3"
+            # a pair-report link opens the pair's own page
+            page.locator("a.pair-report").first.click()
+            page.wait_for_load_state("load")
+            assert page.url.endswith("/report.html") and "pair report" in page.content()
+            assert problems == []
+        finally:
+            browser.close()
