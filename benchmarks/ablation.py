@@ -36,6 +36,8 @@ import numpy as np
 import torch
 
 from bertology.experiments.ablation import HeadScoring, label_ids_for, run_ablation, sample_examples
+from bertology.experiments.head_importance import gradient_pass
+from bertology.experiments.scoring import classifier_batches
 from bertology.assets import polarity_path
 from bertology.data.encode import encode_corpus
 from bertology.data.loaders import load_corpus
@@ -131,6 +133,17 @@ def main() -> None:
     deltas_identical = bool(np.array_equal(delta_a, delta_b, equal_nan=True))
     max_delta_diff = float(np.nanmax(np.abs(delta_a - delta_b))) if len(delta_a) else 0.0
     cached, naive = float(np.median(times["cached"])), float(np.median(times["naive"]))
+
+    # head importance (Michel et al.): one forward + backward per batch with per-example gates, against
+    # the plain forward of the same batches (gradients=False)
+    batches = classifier_batches(loaded.model, enc, y, kw["scoring"])
+    hi_s: dict[str, float] = {}
+    for what, grads in (("forward", False), ("importance", True)):
+        t = time.perf_counter()
+        gradient_pass(loaded.model, batches, mode=args.mode, gradients=grads)
+        hi_s[what] = time.perf_counter() - t
+    print(f"head importance {hi_s['importance']:.1f} s (one forward+backward per batch); "
+          f"plain forward {hi_s['forward']:.1f} s", flush=True)
     ratio = cached / naive
     intact = b.table[(b.table.target == "intact")].set_index("metric")["value"]
     out = {
@@ -154,6 +167,8 @@ def main() -> None:
         "identical_losses": losses_identical,
         "identical_deltas": deltas_identical,
         "max_abs_delta_difference": max_delta_diff,
+        "head_importance_s": round(hi_s["importance"], 2),
+        "forward_s": round(hi_s["forward"], 2),
         "data": args.data or "polarity held-out",
         "intact": {k: float(v) for k, v in intact.items()},
     }
@@ -172,6 +187,9 @@ def main() -> None:
             f"max |Δ per-example loss| cached vs naive: {max_diff:.1e}; identical predictions: {same}. "
             f"Machine: {os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads, "
             f"load average {load_before:.2f} before. Commit {out['git_head']}.",
+            "",
+            f"head importance (one forward + backward per batch): {hi_s['importance']:.1f} s; "
+            f"the plain forward of the same batches: {hi_s['forward']:.1f} s.",
         ]
         (RESULTS / f"{args.out_name}.md").write_text("\n".join(md) + "\n", encoding="utf-8")
 
