@@ -13,6 +13,12 @@ Model: the demo's fine-tuned MiniLM (``runs/demo-model/model``, else ``/tmp/*/ru
 
     BERTOLOGY_CACHE=/work/main/.cache .venv/bin/python benchmarks/ablation.py [--n 500] [--repeats 1] [--tuned DIR]
 
+At BERT-base size (issue 18, item 3): ``--random-bert-base`` builds a random-init
+``BertForSequenceClassification`` (12 x 12 heads, hidden 768, 2 labels, seed 0, the packaged MiniLM
+tokenizer) and ``--data SST-2/dev.tsv`` takes the sentences and labels of a labelled file (a seeded
+stratified sample of ``--n``). Besides per-example losses, the script then says whether every delta of
+the ``ablation`` table (``n_bootstrap=0``) is bit-identical between the two methods.
+
 Writes ``benchmarks/results/ablation.json`` and ``ablation.md``.
 """
 from __future__ import annotations
@@ -30,6 +36,8 @@ import numpy as np
 import torch
 
 from bertology.experiments.ablation import HeadScoring, label_ids_for, run_ablation, sample_examples
+from bertology.experiments.head_importance import gradient_pass
+from bertology.experiments.scoring import classifier_batches
 from bertology.assets import polarity_path
 from bertology.data.encode import encode_corpus
 from bertology.data.loaders import load_corpus
@@ -54,6 +62,23 @@ def _git_head() -> str | None:
         return None
 
 
+def _random_bert_base() -> str:
+    """A random-init BERT-base sentence classifier (2 labels, seed 0) with the packaged tokenizer, in a temp folder."""
+    import tempfile
+
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from bertology.models.loading import builtin_model_path
+
+    folder = Path(tempfile.mkdtemp()) / "bert-base-random"
+    tok = AutoTokenizer.from_pretrained(builtin_model_path("minilm"))
+    cfg = BertConfig(vocab_size=len(tok), num_labels=2, id2label={0: "0", 1: "1"}, label2id={"0": 0, "1": 1})
+    torch.manual_seed(0)
+    BertForSequenceClassification(cfg).eval().save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=500)
@@ -62,13 +87,21 @@ def main() -> None:
     ap.add_argument("--tuned", default=None)
     ap.add_argument("--mode", default="uniform")
     ap.add_argument("--no-save", action="store_true")
+    ap.add_argument("--data", default=None, help="A labelled file (e.g. SST-2 dev.tsv) instead of the demo's held-out split.")
+    ap.add_argument("--random-bert-base", action="store_true", help="A random-init BERT-base classifier instead of --tuned.")
+    ap.add_argument("--out-name", default="ablation", help="Results file stem under benchmarks/results.")
     args = ap.parse_args()
 
-    tuned = args.tuned or _default_tuned()
+    if args.random_bert_base:
+        tuned = _random_bert_base()
+    else:
+        tuned = args.tuned or _default_tuned()
     loaded = load_model(tuned)
-    corpus = load_corpus(polarity_path())
-    _, heldout = split_heldout(corpus, 0.2, 0)
-    sample = sample_examples(heldout, args.n, 0)
+    if args.data:
+        sample = sample_examples(load_corpus(args.data), args.n, 0)
+    else:
+        _, heldout = split_heldout(load_corpus(polarity_path()), 0.2, 0)
+        sample = sample_examples(heldout, args.n, 0)
     enc = encode_corpus(sample, loaded.tokenizer, overlong="truncate")
     y = label_ids_for(sample, loaded.model)
     kw = dict(scoring=HeadScoring(mode=args.mode, batch_size=args.batch_size, pad_id=loaded.tokenizer.pad_token_id or 0),
@@ -93,7 +126,24 @@ def main() -> None:
     a, b = results["naive"], results["cached"]
     max_diff = max(float(np.abs(a.per_example[k]["loss"] - b.per_example[k]["loss"]).max()) for k in a.per_example)
     same = all(bool((a.per_example[k]["pred"] == b.per_example[k]["pred"]).all()) for k in a.per_example)
+    losses_identical = all(np.array_equal(a.per_example[k]["loss"], b.per_example[k]["loss"]) for k in a.per_example)
+    keys = ["target", "layer", "head", "layer_mode", "metric"]
+    ta, tb = a.table.sort_values(keys), b.table.sort_values(keys)
+    delta_a, delta_b = ta["delta"].to_numpy(), tb["delta"].to_numpy()
+    deltas_identical = bool(np.array_equal(delta_a, delta_b, equal_nan=True))
+    max_delta_diff = float(np.nanmax(np.abs(delta_a - delta_b))) if len(delta_a) else 0.0
     cached, naive = float(np.median(times["cached"])), float(np.median(times["naive"]))
+
+    # head importance (Michel et al.): one forward + backward per batch with per-example gates, against
+    # the plain forward of the same batches (gradients=False)
+    batches = classifier_batches(loaded.model, enc, y, kw["scoring"])
+    hi_s: dict[str, float] = {}
+    for what, grads in (("forward", False), ("importance", True)):
+        t = time.perf_counter()
+        gradient_pass(loaded.model, batches, mode=args.mode, gradients=grads)
+        hi_s[what] = time.perf_counter() - t
+    print(f"head importance {hi_s['importance']:.1f} s (one forward+backward per batch); "
+          f"plain forward {hi_s['forward']:.1f} s", flush=True)
     ratio = cached / naive
     intact = b.table[(b.table.target == "intact")].set_index("metric")["value"]
     out = {
@@ -114,13 +164,20 @@ def main() -> None:
         "target_ratio": 0.6,
         "max_abs_loss_difference": max_diff,
         "identical_predictions": same,
+        "identical_losses": losses_identical,
+        "identical_deltas": deltas_identical,
+        "max_abs_delta_difference": max_delta_diff,
+        "head_importance_s": round(hi_s["importance"], 2),
+        "forward_s": round(hi_s["forward"], 2),
+        "data": args.data or "polarity held-out",
         "intact": {k: float(v) for k, v in intact.items()},
     }
     print(json.dumps(out["median_s"]), f"ratio {ratio:.3f} (target <= 0.6); max |Δloss| {max_diff:.2e}; "
-          f"identical predictions {same}", flush=True)
+          f"identical predictions {same}; losses bit-identical {losses_identical}; deltas bit-identical "
+          f"{deltas_identical} (max |Δdelta| {max_delta_diff:.1e})", flush=True)
     if not args.no_save:
         RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "ablation.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+        (RESULTS / f"{args.out_name}.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
         md = [
             "| method | sentences | tokens | ablations | seconds | ratio |",
             "|---|---:|---:|---:|---:|---:|",
@@ -130,8 +187,11 @@ def main() -> None:
             f"max |Δ per-example loss| cached vs naive: {max_diff:.1e}; identical predictions: {same}. "
             f"Machine: {os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads, "
             f"load average {load_before:.2f} before. Commit {out['git_head']}.",
+            "",
+            f"head importance (one forward + backward per batch): {hi_s['importance']:.1f} s; "
+            f"the plain forward of the same batches: {hi_s['forward']:.1f} s.",
         ]
-        (RESULTS / "ablation.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+        (RESULTS / f"{args.out_name}.md").write_text("\n".join(md) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,10 @@ Methods, timed per dtype on the same corpus (interleaved rounds, median reported
   no report, no viewer examples. attention_targets and relation_heads need POS tags and trees
   (spaCy or CoNLL-U) and are left out. Model loading is outside the clock for both methods.
 
-Peak device memory (``torch.cuda.max_memory_allocated``) is recorded per method. Usage::
+Peak device memory (``torch.cuda.max_memory_allocated``) is recorded per method, and the process's
+peak resident memory (``ru_maxrss``) at the end. ``--methods compare --repeats 1 --no-warmup`` in a
+fresh process per corpus size measures what ``compare`` alone needs (issue 18, item 2);
+``--keep-tables DIR`` keeps each round's tables (to compare the numbers of two trees). Usage::
 
     PYTHONPATH=src python benchmarks/scale_gpu.py --data SST-2/dev.tsv --n 500 --device cuda --out results/scale_gpu.json
 """
@@ -26,7 +29,10 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import platform
+import resource
+import shutil
 import statistics
 import tempfile
 import time
@@ -43,8 +49,9 @@ def read_sentences(path: Path, n: int) -> list[str]:
     return [str(s) for s in df["sentence"].tolist()]
 
 
-#: (layers, heads, hidden) of each --size; "small" only checks that the script runs.
-SIZES = {"base": (12, 12, 768), "large": (24, 16, 1024), "small": (2, 4, 64)}
+#: (layers, heads, hidden) of each --size; "small" only checks that the script runs; "base-2layers" is
+#: BERT-base width (12 heads, 768, FFN 3072) with 2 layers, for memory runs on a loaded CPU.
+SIZES = {"base": (12, 12, 768), "large": (24, 16, 1024), "small": (2, 4, 64), "base-2layers": (2, 12, 768)}
 
 
 def save_bert(folder: Path, tokenizer_dir: Path, seed: int, size: str = "base") -> Path:
@@ -112,6 +119,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--size", choices=sorted(SIZES), default="base")
     ap.add_argument("--profile", type=int, default=0, help="Also profile one compare per dtype and print this many functions.")
+    ap.add_argument("--methods", default="bare,compare", help="Which methods to time (comma list of bare, compare).")
+    ap.add_argument("--no-warmup", action="store_true", help="Skip the 64-sentence warm-up (a memory-only run).")
+    ap.add_argument("--keep-tables", type=Path, default=None, help="Copy each compare round's tables to DIR/<dtype>-<round>.")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/scale_gpu.json"))
     args = ap.parse_args()
 
@@ -134,19 +144,26 @@ def main() -> None:
             m.to(device).eval()
         encoded = encode_corpus(corpus, pair.tokenizer, max_length=128, overlong="skip")
         n_tokens = int(sum(len(it.input_ids) for it in encoded.items))
-        warm = Corpus.from_list(texts[:64])
-        bare(pair, encode_corpus(warm, pair.tokenizer, max_length=128, overlong="skip"), args.batch_size, device)
-        bertology_compare(pair, warm, tmp / "warm", args.batch_size, args.device, dtype)
-        times: dict[str, list[float]] = {"bare": [], "compare": []}
-        peaks: dict[str, float | None] = {}
+        methods = args.methods.split(",")
+        if not args.no_warmup:
+            warm = Corpus.from_list(texts[:64])
+            bare(pair, encode_corpus(warm, pair.tokenizer, max_length=128, overlong="skip"), args.batch_size, device)
+            bertology_compare(pair, warm, tmp / "warm", args.batch_size, args.device, dtype)
+        times: dict[str, list[float]] = {m: [] for m in methods}
+        peaks: dict[str, float | None] = {m: None for m in methods}
         for i in range(args.repeats):
             # a fresh folder per round: the same folder would resume the finished tables instead of computing them
             for method, fn in (("bare", lambda: bare(pair, encoded, args.batch_size, device)),
                                ("compare", lambda: bertology_compare(pair, corpus, tmp / f"run-{dtype}-{i}", args.batch_size,
                                                                      args.device, dtype))):
+                if method not in methods:
+                    continue
                 dt, peak = timed(fn, device)
                 times[method].append(dt)
                 peaks[method] = peak
+                print(f"round {i + 1} {dtype} {method}: {dt:.1f} s", flush=True)
+            if args.keep_tables is not None and "compare" in methods:
+                shutil.copytree(tmp / f"run-{dtype}-{i}" / "tables", args.keep_tables / f"{dtype}-{i}", dirs_exist_ok=True)
         if args.profile:  # where one compare's time goes (cumulative and own time, top functions)
             import cProfile
             import io
@@ -162,9 +179,12 @@ def main() -> None:
                 print(buf.getvalue(), flush=True)
         med = {k: statistics.median(v) for k, v in times.items()}
         row = {"dtype": dtype, "n_examples": len(encoded.items), "n_tokens": n_tokens,
-               "bare_s": med["bare"], "compare_s": med["compare"], "ratio": med["compare"] / med["bare"],
-               "bare_all_s": times["bare"], "compare_all_s": times["compare"],
-               "peak_mib_bare": peaks["bare"], "peak_mib_compare": peaks["compare"]}
+               "bare_s": med.get("bare"), "compare_s": med.get("compare"),
+               "ratio": med["compare"] / med["bare"] if len(med) == 2 else None,
+               "bare_all_s": times.get("bare"), "compare_all_s": times.get("compare"),
+               "peak_mib_bare": peaks.get("bare"), "peak_mib_compare": peaks.get("compare"),
+               "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+               "load_average": os.getloadavg()}
         rows.append(row)
         print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items() if not k.endswith("all_s")}),
               flush=True)

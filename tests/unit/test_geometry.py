@@ -18,6 +18,7 @@ from bertology.data.encode import EncodedCorpus, EncodedExample, encode_corpus
 from bertology.metrics.geometry import (
     chain_pairs,
     intra_similarity,
+    masked_intra_similarity,
     max_explainable_variance,
     mean_offdiagonal_cosine,
     mean_pair_cosine,
@@ -46,6 +47,29 @@ def test_mean_pair_cosine_matches_a_loop_and_handles_zero_rows():
         mean_pair_cosine(x, y[:3])
     # float32 input is computed in float64
     assert isinstance(mean_pair_cosine(x.astype(np.float32), y.astype(np.float32)), float)
+
+
+def test_masked_intra_similarity_equals_the_per_sentence_numpy_version():
+    """The batched torch form: every row's tokens under the mask, as intra_similarity of that row's
+    float32 vectors in float64 (same arithmetic, another summation order: 1e-14); NaN for an empty row;
+    a zero vector has cosine 0; leading (layer) dimensions are kept."""
+    rng = np.random.default_rng(4)
+    h = torch.from_numpy(rng.normal(size=(3, 5, 7, 16)).astype(np.float32) + 0.3)  # [layers, B, T, D]
+    h[:, 1, 2] = 0.0
+    mask = torch.from_numpy(rng.random((5, 7)) < 0.6)
+    mask[3] = False
+    mask[1, 2] = True
+    mask[4] = False
+    mask[4, 6] = True
+    got = masked_intra_similarity(h, mask).numpy()
+    assert got.shape == (3, 5) and got.dtype == np.float64
+    for b in range(5):
+        pos = np.nonzero(mask[b].numpy())[0]
+        for l in range(3):
+            if pos.size == 0:
+                assert np.isnan(got[l, b])
+            else:
+                assert got[l, b] == pytest.approx(intra_similarity(h[l, b, pos].numpy()), abs=1e-14)
 
 
 @pytest.mark.parametrize("n", [2, 3, 9])

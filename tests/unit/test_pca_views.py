@@ -172,3 +172,25 @@ def test_pca_grid_is_layers_by_models_with_a_legend(planted, corpus, encoded):
     assert pca_grid(table, rasterize_above=1).axes[0].collections[0].get_rasterized()
     with pytest.raises(ValueError):
         pca_grid(table, fit="nope")
+
+
+@pytest.mark.parametrize("n, dim", [(40, 64), (200, 64), (3, 5), (64, 64)])
+def test_leading_pca_equals_sklearn_full_svd(n, dim):
+    """The subset eigh gives sklearn's full-SVD PCA: mean, axes (with svd_flip's signs), variance ratios and
+    coordinates to 1e-10 of the data's scale. The data has a clear spectral gap (sd 3, 2, then <= 1), so the
+    axes are determined to ~eps * sigma_1^2 / gap; a rank-1 cloud's second axis is zeros (coordinates 0 either way)."""
+    from bertology.analyses.pca_views import leading_pca
+
+    rng = np.random.default_rng(n + dim)
+    scale = np.r_[3.0, 2.0, np.linspace(1.0, 0.1, dim - 2)]
+    x = rng.standard_normal((n, dim)) * scale + 5 * rng.standard_normal(dim)
+    p = PCA(2, svd_solver="full").fit(x)
+    mean, comps, ratio = leading_pca(x)
+    np.testing.assert_allclose(mean, p.mean_, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(comps, p.components_, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(ratio, p.explained_variance_ratio_, rtol=1e-10)
+    np.testing.assert_allclose((x - mean) @ comps.T, p.transform(x), rtol=0, atol=1e-10 * np.abs(x).max())
+    line = np.outer(rng.standard_normal(n), rng.standard_normal(dim)) + 1.0  # rank 1 after centring
+    mean, comps, ratio = leading_pca(line)
+    assert ratio[0] == pytest.approx(1.0) and ratio[1] == pytest.approx(0.0, abs=1e-12)
+    np.testing.assert_allclose((line - mean) @ comps.T, PCA(2, svd_solver="full").fit(line).transform(line), atol=1e-9)

@@ -98,13 +98,37 @@ def test_mismatched_rows_raise():
 def test_cka_grid_equals_pairwise_calls():
     from bertology.metrics.similarity import cka_grid
 
-    xs = [_rand(20, 4, s) for s in range(3)]
-    ys = [_rand(20, 6, s + 10) for s in range(2)]
-    grid = cka_grid(xs, ys)
-    for i, x in enumerate(xs):
-        for j, y in enumerate(ys):
-            assert grid["cka_linear"][i, j] == pytest.approx(linear_cka(x, y), rel=1e-12)
-            assert grid["cka_debiased"][i, j] == pytest.approx(debiased_cka(x, y), rel=1e-12)
+    # Gram inner products instead of feature-space products: the same sums in another order, so 1e-12
+    # (relative; debiased CKA near 0 absolute); several row blocks, the last one short (n = 45, block 16)
+    xs = [_rand(45, 4, s) for s in range(3)] + [_rand(45, 4, 7) + 100.0]  # a far offset: centring matters
+    ys = [_rand(45, 6, s + 10) for s in range(2)] + [xs[0] @ _rand(4, 6, 20)]
+    for block in (16, 128):
+        grid = cka_grid(xs, ys, block=block)
+        for i, x in enumerate(xs):
+            for j, y in enumerate(ys):
+                assert grid["cka_linear"][i, j] == pytest.approx(linear_cka(x, y), rel=1e-12)
+                assert grid["cka_debiased"][i, j] == pytest.approx(debiased_cka(x, y), rel=1e-12, abs=1e-13)
+
+
+def test_average_ranks_equal_scipy_to_the_last_bit():
+    """The packed-key sort gives scipy's 'average' ranks exactly: ties (repeated tokens give identical
+    cosines), -0.0 beside +0.0, neighbours one ulp apart (they share the truncated key), tiny values."""
+    from scipy.stats import rankdata
+
+    from bertology.metrics.similarity import average_ranks, cosine_similarity_upper
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((300, 16))
+    x[5] = x[7] = x[9]  # identical rows: whole tie groups in the upper triangle
+    x[11] = -x[3]
+    cases = [cosine_similarity_upper(x),
+             np.concatenate([np.round(rng.standard_normal(5000), 2), np.zeros(7), -np.zeros(5)]),
+             0.5 + np.arange(3000) * np.spacing(0.5) * rng.integers(0, 3, 3000),
+             rng.standard_normal(999) * 1e-300, np.array([2.0]), np.array([1.0, np.nan, 0.0])]
+    for v in cases:
+        rng.shuffle(v)
+        np.testing.assert_array_equal(average_ranks(v), rankdata(v))
+    assert average_ranks(np.zeros(0)).shape == (0,)
 
 
 def test_reused_signatures_compute_an_array_once_and_keep_the_most_recent(monkeypatch):

@@ -72,7 +72,7 @@ from bertology.analyses.representation_similarity import token_keys
 from bertology.data.align import global_word_ids, pool_words
 from bertology.metrics.geometry import (
     chain_pairs,
-    intra_similarity,
+    masked_intra_similarity,
     max_explainable_variance,
     mean_offdiagonal_cosine,
     pair_cosines,
@@ -283,9 +283,17 @@ class Geometry(Analysis):
         # Per model and layer, [B, T, D] float32 on the CPU (no copy when it already is); one example's
         # [T, 2, L + 1, D] block is stacked from these at a time, so the batch is never duplicated.
         hs = [[cap.hidden_states[l].float().cpu().numpy() for l in range(n_layers)] for cap in (batch.base, batch.tuned)]
-        eligible = (batch.mask if self.include_special else batch.content).cpu().numpy()
+        eligible_t = batch.mask if self.include_special else batch.content
+        eligible = eligible_t.cpu().numpy()
         idx = batch.example_indices
         self.n_seen += len(idx)
+        # Intra-sentence similarity of every sentence of the batch at once, per model and layer: [2, L + 1, B]
+        intra = np.stack([np.stack([masked_intra_similarity(cap.hidden_states[l], eligible_t).cpu().numpy()
+                                    for l in range(n_layers)]) for cap in (batch.base, batch.tuned)])
+        has = eligible.any(axis=1)
+        self.intra_sum += intra[..., has].sum(-1)
+        self.intra_sq += (intra[..., has] ** 2).sum(-1)
+        self.n_sentences += int(has.sum())
         ekeys = example_keys(self.seed ^ _SALT_BASELINE, idx)
         cand_keys, cand_ex, cand_pos, cand_vec = [], [], [], []
         limit = self.base_keys[-1] if len(self.base_keys) >= self.n_pairs else None
@@ -295,11 +303,6 @@ class Geometry(Analysis):
             block = np.stack([np.stack([h[row, :length] for h in layers], axis=1) for layers in hs], axis=1)
             pos = np.nonzero(eligible[row])[0]
             if pos.size:
-                x = block[pos].astype(np.float64)  # [n, 2, L + 1, D]
-                intra = intra_similarity(np.moveaxis(x, 0, 2))  # [2, L + 1]
-                self.intra_sum += intra
-                self.intra_sq += intra**2
-                self.n_sentences += 1
                 if limit is None or ekeys[row] <= limit:
                     pk = token_keys(self.seed ^ _SALT_POSITION, np.full(pos.size, index), pos)
                     p = int(pos[np.argmin(pk)])

@@ -1,8 +1,10 @@
 """2-D PCA views of token representations per layer, base and tuned side by side (van Aken et al. 2019).
 
 For a few examples (chosen by index, or a seeded sample of the corpus) every token's representation
-at every layer is kept; :meth:`PCAViews.compute` projects them to two dimensions with scikit-learn's
-``PCA`` (``svd_solver="full"``: deterministic, signs fixed by sklearn's ``svd_flip``) in two ways:
+at every layer is kept; :meth:`PCAViews.compute` projects them to two dimensions (:func:`leading_pca`:
+the two leading eigenvectors of the smaller of the centred Gram and covariance matrices, what
+scikit-learn's ``PCA(2, svd_solver="full")`` gives to rounding, with its ``svd_flip`` sign rule, at a
+fraction of the cost of a full SVD) in two ways:
 
 - ``per_layer``: one PCA per model and layer (each panel in its own axes: the shape of each model's
   token cloud);
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import scipy.linalg
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.attention_targets import is_punct_token
@@ -49,6 +52,44 @@ COARSE_POS = {
 _SALT = 0x706361  # "pca": keeps this sample apart from head_map's with the same seed
 COLUMNS = ["model", "layer", "fit", "example", "token_index", "token", "category", "label", "x", "y",
            "explained_variance", "explained_variance_x", "explained_variance_y", "n_tokens"]
+
+
+def leading_pca(x: np.ndarray, k: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``k`` leading principal axes of ``x`` ``[n, dim]``: ``(mean [dim], components [k, dim], ratio [k])``.
+
+    Equal, to rounding, to ``sklearn.decomposition.PCA(k, svd_solver="full")``'s ``mean_``,
+    ``components_`` and ``explained_variance_ratio_`` (tested): the ``k`` top eigenpairs of the centred
+    Gram matrix ``Xc Xc'`` (``n <= dim``) or covariance ``Xc' Xc`` (``n > dim``) by LAPACK's subset
+    ``eigh``, instead of the full SVD, which costs ~10x more and computes ``min(n, dim)`` axes to show two;
+    the total variance is ``||Xc||_F^2`` (the sum of all squared singular values). Signs follow
+    sklearn's ``svd_flip(u_based_decision=False)``: each axis's largest-magnitude coordinate is positive.
+    An axis with zero variance (rank below ``k``) is returned as zeros: it projects every point to 0,
+    as any null-space axis does. Accuracy: eigenvalues to ``eps * sigma_1^2``, so an axis to about
+    ``eps * sigma_1^2 / gap`` (its gap to the next eigenvalue); axes of near-equal variance are not
+    determined by either method.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    n, dim = x.shape
+    if not 1 <= k <= min(n, dim):
+        raise ValueError(f"cannot fit {k} components to {n} points of dimension {dim}")
+    mean = x.mean(axis=0)
+    xc = x - mean
+    if n <= dim:
+        w, u = scipy.linalg.eigh(xc @ xc.T, subset_by_index=[n - k, n - 1])
+        w, u = np.clip(w[::-1], 0.0, None), u[:, ::-1]
+        # an eigenvalue at rounding level (rank below k) has no axis: Xc' u / sqrt(w) would be noise
+        real = w > max(n, dim) * np.finfo(float).eps * w[0]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            vt = np.where(real[:, None], (xc.T @ u).T / np.sqrt(np.where(real, w, 1.0))[:, None], 0.0)
+    else:
+        w, v = scipy.linalg.eigh(xc.T @ xc, subset_by_index=[dim - k, dim - 1])
+        w, vt = np.clip(w[::-1], 0.0, None), v[:, ::-1].T
+    top = np.argmax(np.abs(vt), axis=1)
+    vt = vt * np.where(vt[np.arange(k), top] < 0, -1.0, 1.0)[:, None]
+    total = float(np.einsum("ij,ij->", xc, xc))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = w / total
+    return mean, np.ascontiguousarray(vt), ratio
 
 
 @dataclass
@@ -101,7 +142,7 @@ class PCAViews(Analysis):
             "n_examples": self.n_examples, "seed": self.seed, "layers": list(self.layers), "fits": list(self.fits),
             "include_special": self.include_special,
             "sample": "the given examples" if self.examples is not None else "bottom-k of hash(seed, example index)",
-            "pca": "sklearn PCA(n_components=2, svd_solver='full'), tokens in (example, position) order",
+            "pca": "2 leading axes (= sklearn PCA(n_components=2, svd_solver='full') to rounding), tokens in (example, position) order",
             "num_layers": self.num_layers,
         }
 
@@ -190,8 +231,6 @@ class PCAViews(Analysis):
 
     def compute(self) -> Result:
         """The ``pca_views`` table: one row per model, layer, fit and token."""
-        from sklearn.decomposition import PCA
-
         ex = sorted(self.kept, key=lambda e: e.index)
         n = sum(len(e.positions) for e in ex)
         if n < 3:
@@ -211,20 +250,19 @@ class PCAViews(Analysis):
                                explained_variance=float(ratio.sum()), explained_variance_x=float(ratio[0]),
                                explained_variance_y=float(ratio[1]), n_tokens=n)
 
-        def pca(x: np.ndarray):
-            p = PCA(n_components=2, svd_solver="full").fit(x)
-            return p, p.explained_variance_ratio_
+        def project(x: np.ndarray, fit: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+            return (x - fit[0]) @ fit[1].T
 
         for layer in self.layers:
             xs = [self.token_matrix(m, layer) for m in range(2)]
             if "per_layer" in self.fits:
                 for m, model in enumerate(MODELS):
-                    p, ratio = pca(xs[m])
-                    parts.append(frame(model, layer, "per_layer", p.transform(xs[m]), ratio))
+                    fit = leading_pca(xs[m])
+                    parts.append(frame(model, layer, "per_layer", project(xs[m], fit), fit[2]))
             if "shared" in self.fits:
-                p, ratio = pca(np.concatenate(xs))
+                fit = leading_pca(np.concatenate(xs))
                 for m, model in enumerate(MODELS):
-                    parts.append(frame(model, layer, "shared", p.transform(xs[m]), ratio))
+                    parts.append(frame(model, layer, "shared", project(xs[m], fit), fit[2]))
         df = pd.concat(parts, ignore_index=True)[COLUMNS]
         df["n_examples_seen"] = self.n_seen
         return Result(self.name, df, self.params())

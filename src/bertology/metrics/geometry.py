@@ -21,6 +21,7 @@ Definitions (Ethayarajh 2019, §3):
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 __all__ = [
     "unit_rows",
@@ -28,6 +29,7 @@ __all__ = [
     "mean_pair_cosine",
     "mean_offdiagonal_cosine",
     "intra_similarity",
+    "masked_intra_similarity",
     "max_explainable_variance",
     "chain_pairs",
 ]
@@ -97,6 +99,28 @@ def intra_similarity(x: np.ndarray) -> np.ndarray | float:
         mean = x.mean(axis=-2, keepdims=True)
         out = pair_cosines(x, np.broadcast_to(mean, x.shape)).mean(axis=-1)
     return float(out) if np.ndim(out) == 0 else out
+
+
+def masked_intra_similarity(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """:func:`intra_similarity` of every row of a padded batch at once: ``h`` ``[..., B, T, D]``, ``mask``
+    ``[B, T]`` (the tokens that count): ``[..., B]`` float64, NaN for a row with no token.
+
+    Why: the per-sentence NumPy version costs a float64 copy and several passes per sentence, layer and
+    model; this is one pass over the batch (float64 in torch, on the tensors' device). The same
+    arithmetic (mean of the row's tokens, cosine of each with it, mean over the row), summed in another
+    order: equal to :func:`intra_similarity` to ~1e-15 (tested).
+    """
+    x = h.to(torch.float64)
+    m = mask.to(device=x.device, dtype=torch.float64)[..., None]  # [B, T, 1]
+    count = m.sum(-2)  # [B, 1]
+    mean = (x * m).sum(-2) / count.clamp_min(1.0)  # [..., B, D]
+    xn = x.norm(dim=-1)  # [..., B, T]
+    mn = mean.norm(dim=-1, keepdim=True)  # [..., B, 1]
+    dots = (x * mean[..., None, :]).sum(-1)  # [..., B, T]
+    denom = xn * mn
+    cos = torch.where(denom > 0, dots / torch.where(denom > 0, denom, 1.0), 0.0)
+    out = (cos * m[..., 0]).sum(-1) / count[..., 0].clamp_min(1.0)
+    return torch.where(count[..., 0] > 0, out, torch.nan)
 
 
 def max_explainable_variance(x: np.ndarray, center: bool = True) -> np.ndarray | float:

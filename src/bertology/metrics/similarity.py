@@ -86,19 +86,40 @@ def debiased_cka(x: np.ndarray, y: np.ndarray) -> float:
     return _cka_from_terms(_hsic_unbiased_terms(x, y), _hsic_unbiased_terms(x, x), _hsic_unbiased_terms(y, y))
 
 
-def cka_grid(xs: list[np.ndarray], ys: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """Linear and debiased CKA for every pair (xs[i], ys[j]), computing each layer's self terms once."""
-    xs = [center(x) for x in xs]
-    ys = [center(y) for y in ys]
-    self_lin = ([_linear_hsic(x, x) for x in xs], [_linear_hsic(y, y) for y in ys])
-    self_deb = ([_hsic_unbiased_terms(x, x) for x in xs], [_hsic_unbiased_terms(y, y) for y in ys])
-    lin = np.empty((len(xs), len(ys)))
-    deb = np.empty((len(xs), len(ys)))
-    for i, x in enumerate(xs):
-        for j, y in enumerate(ys):
-            _check_pair(x, y)
-            lin[i, j] = _cka_from_terms(_linear_hsic(x, y), self_lin[0][i], self_lin[1][j])
-            deb[i, j] = _cka_from_terms(_hsic_unbiased_terms(x, y), self_deb[0][i], self_deb[1][j])
+def cka_grid(xs: list[np.ndarray], ys: list[np.ndarray], block: int = 128) -> dict[str, np.ndarray]:
+    """Linear and debiased CKA for every pair (xs[i], ys[j]), from the inner products of Gram matrices.
+
+    Every term of both estimators is a function of ``<K_a, K_b> = ||Xc_b' Xc_a||_F^2`` (``K = Xc Xc'``)
+    and of O(n d) vectors (the diagonal of ``K``, ``K 1``). The feature-space form computes a
+    ``d x d`` product per pair and estimator, ``2 P n d^2`` flops for ``P`` pairs (13 x 13 layers of
+    BERT-base on 2,000 tokens: 800 Gflop); here each layer's Gram matrix is built once, a block of
+    ``block`` rows at a time (memory ``L x block x n``, not ``L x n x n``), and all the inner products of
+    one block are one matrix product: ``L n^2 d`` flops (160 Gflop). Same values to rounding as
+    :func:`linear_cka` and :func:`debiased_cka` (tested to 1e-12).
+    """
+    mats = [center(x) for x in [*xs, *ys]]
+    n = mats[0].shape[0]
+    for m in mats[1:]:
+        _check_pair(mats[0], m)
+    if n < 4:
+        raise ValueError("debiased CKA needs at least 4 items")
+    inner = np.zeros((len(mats), len(mats)))  # <K_a, K_b>
+    for start in range(0, n, block):
+        rows = np.stack([(m[start:start + block] @ m.T).ravel() for m in mats])  # [L, block * n]
+        inner += rows @ rows.T
+    diag = np.stack([np.einsum("ij,ij->i", m, m) for m in mats])  # diag(K_a): [L, n]
+    k1 = np.stack([m @ m.sum(0) for m in mats]) - diag  # K~_a 1 (zero diagonal)
+    sums = k1.sum(1)
+    # unbiased HSIC (Song et al. 2012) of every pair, as in _hsic_unbiased_terms
+    hsic = (inner - diag @ diag.T + np.outer(sums, sums) / ((n - 1) * (n - 2)) - 2.0 / (n - 2) * (k1 @ k1.T)) / (n * (n - 3))
+    nx = len(xs)
+    lin = np.empty((nx, len(ys)))
+    deb = np.empty((nx, len(ys)))
+    for i in range(nx):
+        for j in range(len(ys)):
+            b = nx + j
+            lin[i, j] = _cka_from_terms(inner[i, b], inner[i, i], inner[b, b])
+            deb[i, j] = _cka_from_terms(hsic[i, b], hsic[i, i], hsic[b, b])
     return {"cka_linear": lin, "cka_debiased": deb}
 
 
@@ -112,6 +133,51 @@ def cosine_similarity_upper(x: np.ndarray) -> np.ndarray:
     return sim[iu]
 
 
+def _order_keys(v: np.ndarray) -> np.ndarray:
+    """uint64 keys in the order of the float64 values ``v`` (the IEEE-754 sign-flip trick; -0.0 sorts just
+    before +0.0, which the equality pass of :func:`average_ranks` then treats as one tie)."""
+    u = np.ascontiguousarray(v, dtype=np.float64).view(np.uint64)
+    return np.where(u >> np.uint64(63), ~u, u | np.uint64(1 << 63))
+
+
+def average_ranks(v: np.ndarray) -> np.ndarray:
+    """``scipy.stats.rankdata(v)`` ('average': ties share their mean rank), equal to the last bit, about
+    twice as fast on millions of values.
+
+    Why: the RSA Spearman signatures rank 2 M cosines per layer and model, and scipy's stable
+    ``argsort`` was most of ``representation_similarity``'s time. Here one *value* sort of packed
+    uint64 keys (the top ``64 - b`` bits of the order-preserving key of each value, the index in the
+    low ``b = ceil(log2 n)`` bits) gives the order; the few neighbours that share a truncated key are
+    re-sorted by their full value; tie groups (equal float64 values) then get ``(first + last) / 2``
+    ranks, exact in float64 (integers below 2**53). NaN or more than 2**40 values: scipy.
+    """
+    v = np.asarray(v, dtype=np.float64).ravel()
+    n = v.size
+    bits = max(1, (n - 1).bit_length())
+    if n == 0 or bits > 40 or np.isnan(v).any():
+        return rankdata(v)
+    low = np.uint64((1 << bits) - 1)
+    packed = (_order_keys(v) & ~low) | np.arange(n, dtype=np.uint64)
+    packed.sort()
+    order = (packed & low).astype(np.intp)
+    s = v[order]
+    prefix = packed & ~low
+    same = prefix[1:] == prefix[:-1]
+    if same.any():  # runs sharing a truncated key: order them by the full value
+        pos = np.flatnonzero(np.concatenate([same, [False]]) | np.concatenate([[False], same]))
+        sub = np.lexsort((s[pos], prefix[pos]))
+        order[pos] = order[pos][sub]
+        s[pos] = s[pos][sub]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], n)
+    ranks = np.empty(n)
+    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
+    return ranks
+
+
 def _zscore(v: np.ndarray) -> np.ndarray:
     v = v - v.mean()
     n = np.linalg.norm(v)
@@ -123,7 +189,7 @@ def rsa(x: np.ndarray, y: np.ndarray, method: str = "pearson") -> float:
     _check_pair(_as64(x), _as64(y))
     a, b = cosine_similarity_upper(x), cosine_similarity_upper(y)
     if method == "spearman":
-        a, b = rankdata(a), rankdata(b)
+        a, b = average_ranks(a), average_ranks(b)
     elif method != "pearson":
         raise ValueError(f"method must be 'pearson' or 'spearman', not {method!r}")
     return float(_zscore(a) @ _zscore(b))
@@ -143,7 +209,7 @@ def rsa_signatures(x: np.ndarray) -> dict[str, np.ndarray]:
             _REUSE.move_to_end(key)
             return _REUSE[key]
     upper = cosine_similarity_upper(x)
-    sig = {"pearson": _zscore(upper), "spearman": _zscore(rankdata(upper))}
+    sig = {"pearson": _zscore(upper), "spearman": _zscore(average_ranks(upper))}
     if _REUSE is not None and key is not None:
         _REUSE[key] = sig
         while len(_REUSE) > _REUSE_SIZE:
