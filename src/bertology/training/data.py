@@ -68,6 +68,20 @@ def mention_mask(corpus: Corpus, words: Sequence[str]) -> np.ndarray:
     return np.array([mentions(ex, pattern) for ex in corpus], dtype=bool)
 
 
+def eval_slices(eval_corpus: Corpus, words: Sequence[str], exclusion: dict | None = None
+                ) -> tuple[dict[str, np.ndarray] | None, dict | None]:
+    """The held-out examples with / without ``words`` (masks by slice name) and the manifest's ``slicing``
+    record; ``(None, None)`` without words. ``exclusion`` (the training-side record), when given, gains the
+    eval counts so a bias experiment's manifest says how many held-out examples each slice scores."""
+    if not words:
+        return None, None
+    with_words = mention_mask(eval_corpus, words)
+    slicing = {"words": list(words), SLICE_WITH: int(with_words.sum()), SLICE_WITHOUT: int((~with_words).sum())}
+    if exclusion is not None:
+        exclusion["eval_with_words"], exclusion["eval_without_words"] = slicing[SLICE_WITH], slicing[SLICE_WITHOUT]
+    return {SLICE_WITH: with_words, SLICE_WITHOUT: ~with_words}, slicing
+
+
 def exclude_examples(corpus: Corpus, words: Sequence[str]) -> tuple[Corpus, dict]:
     """The corpus without the examples that mention any of ``words``, and what was dropped.
 

@@ -45,7 +45,7 @@ from bertology.training.common import (  # TABLE_COLUMNS, FinetuneResult: also i
 )
 from bertology.training.contrastive import contrastive_finetune
 from bertology.training.parser import finetune_parser
-from bertology.training.data import SLICE_ALL, SLICE_WITH, SLICE_WITHOUT, exclude_examples, mention_mask, parse_word_list
+from bertology.training.data import SLICE_ALL, SLICE_WITH, SLICE_WITHOUT, eval_slices, exclude_examples, mention_mask, parse_word_list
 from bertology.training.loop import seed_everything, train_loop
 from bertology.tasks.base import Task
 from bertology.tasks.catalog import choose_task
@@ -421,7 +421,6 @@ def finetune(
     # biased data: drop the training examples that mention any of the words; slice the eval set by them
     # (or by ``slice_words``, which slices without dropping anything: the control run of a bias experiment)
     exclusion: dict | None = None
-    slices: dict[str, np.ndarray] | None = None
     if config.exclude_words:
         words = parse_word_list(list(config.exclude_words))
         kept_idx = np.flatnonzero(~mention_mask(train, words))
@@ -431,15 +430,7 @@ def finetune(
         if len(train) == 0:
             raise BertologyError(f"Every training example mentions one of {', '.join(words)}; nothing is left to train on.")
         logger.info("Dropped %d of %d training examples that mention %s", exclusion["n_dropped"], exclusion["n_before"], ", ".join(words))
-    slice_words = parse_word_list(list(config.slice_words or config.exclude_words))
-    slicing: dict | None = None
-    if slice_words:
-        with_words = mention_mask(eval_corpus, slice_words)
-        slices = {SLICE_WITH: with_words, SLICE_WITHOUT: ~with_words}
-        slicing = {"words": list(slice_words), SLICE_WITH: int(with_words.sum()), SLICE_WITHOUT: int((~with_words).sum())}
-        if exclusion is not None:
-            exclusion["eval_with_words"] = slicing[SLICE_WITH]
-            exclusion["eval_without_words"] = slicing[SLICE_WITHOUT]
+    slices, slicing = eval_slices(eval_corpus, parse_word_list(list(config.slice_words or config.exclude_words)), exclusion)
 
     labels = sorted(set(train_labels))
     if len(labels) < 2:

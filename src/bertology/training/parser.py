@@ -33,7 +33,7 @@ from bertology.training.common import (
     INTERVALS_TABLE, check_config, checkpoint_folder, FinetuneResult, interval_table, loop_config, make_table,
     padding_id, plan_schedule, prepare_model, save_atomically, training_record,
 )
-from bertology.training.data import SLICE_ALL, SLICE_WITH, SLICE_WITHOUT, exclude_examples, mention_mask, parse_word_list
+from bertology.training.data import SLICE_ALL, eval_slices, exclude_examples, parse_word_list
 from bertology.training.loop import seed_everything, train_loop
 
 logger = logging.getLogger(__name__)
@@ -203,12 +203,7 @@ def finetune_parser(
         train, exclusion = exclude_examples(train, words)
         if len(train) == 0:
             raise BertologyError(f"Every training sentence mentions one of {', '.join(words)}; nothing is left to train on.")
-    slice_words = parse_word_list(list(config.slice_words or config.exclude_words))
-    slices = slicing = None
-    if slice_words:
-        with_words = mention_mask(eval_corpus, slice_words)
-        slices = {SLICE_WITH: with_words, SLICE_WITHOUT: ~with_words}
-        slicing = {"words": list(slice_words), SLICE_WITH: int(with_words.sum()), SLICE_WITHOUT: int((~with_words).sum())}
+    slices, slicing = eval_slices(eval_corpus, parse_word_list(list(config.slice_words or config.exclude_words)))
     split.update(n_train=len(train), n_eval=len(eval_corpus))
 
     labels = deprel_set(train)

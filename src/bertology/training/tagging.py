@@ -37,7 +37,7 @@ from bertology.training.common import (
     INTERVALS_TABLE, check_config, checkpoint_folder, FinetuneResult, interval_table, loop_config, make_table,
     padding_id, plan_schedule, prepare_model, save_atomically, training_record,
 )
-from bertology.training.data import SLICE_WITH, SLICE_WITHOUT, exclude_examples, mention_mask, parse_word_list
+from bertology.training.data import SLICE_WITH, SLICE_WITHOUT, eval_slices, exclude_examples, parse_word_list
 from bertology.training.finetune import HeadTask
 from bertology.training.loop import seed_everything, train_loop
 
@@ -202,20 +202,12 @@ def finetune_tagger(
         eval_corpus, split = eval, {"source": "eval_data"}
 
     exclusion: dict | None = None
-    slices: dict[str, np.ndarray] | None = None
     if config.exclude_words:
         words = parse_word_list(list(config.exclude_words))
         train, exclusion = exclude_examples(train, words)
         if len(train) == 0:
             raise BertologyError(f"Every training sentence mentions one of {', '.join(words)}; nothing is left to train on.")
-    slice_words = parse_word_list(list(config.slice_words or config.exclude_words))
-    slicing: dict | None = None
-    if slice_words:
-        with_words = mention_mask(eval_corpus, slice_words)
-        slices = {SLICE_WITH: with_words, SLICE_WITHOUT: ~with_words}
-        slicing = {"words": list(slice_words), SLICE_WITH: int(with_words.sum()), SLICE_WITHOUT: int((~with_words).sum())}
-        if exclusion is not None:
-            exclusion["eval_with_words"], exclusion["eval_without_words"] = slicing[SLICE_WITH], slicing[SLICE_WITHOUT]
+    slices, slicing = eval_slices(eval_corpus, parse_word_list(list(config.slice_words or config.exclude_words)), exclusion)
 
     train_tags = check_tags(train, field, "training data")
     eval_tags = check_tags(eval_corpus, field, "eval data")
