@@ -493,21 +493,31 @@ def write_views(run_dir: Path, pair: ModelPair, corpus: Corpus, encoded: Encoded
     The report embeds them; each holds both models' attention for every layer and head (about
     0.5 MB for a 24-token sentence in a 6 x 12 model), so only short examples are chosen.
     """
-    from bertology.results import atomic_write_text
-    from bertology.activations.views import compute_view
-    from bertology.viz.viewer import json_for_script
-
     folder = Path(run_dir) / "views"
     if folder.exists():
         for old in folder.glob("example-*.json"):
             old.unlink()
+    return write_view_files(run_dir, pair, corpus, view_candidates(encoded, n), warnings)
+
+
+def write_view_files(run_dir: Path, pair: ModelPair, corpus: Corpus, indices: Sequence[int], warnings: list[str],
+                     what: str = "example") -> list[str]:
+    """The attention views of the corpus examples ``indices``, as ``views/example-<i>.json``; their names.
+
+    An example the viewer cannot show (e.g. a text the tokenizer splits differently from its words) is
+    left out with a warning naming it (``what``: how the warning calls an example).
+    """
+    from bertology.results import atomic_write_text
+    from bertology.activations.views import compute_view
+    from bertology.viz.viewer import json_for_script
+
     written = []
-    for index in view_candidates(encoded, n):
+    for index in indices:
         ex = corpus[index]
         try:
             data = compute_view([pair.base, pair.tuned], ex.text, ex.text_pair)
-        except BertologyError as err:  # e.g. a text the tokenizer splits differently from its words
-            warnings.append(f"No attention view of example {index}: {err}")
+        except BertologyError as err:
+            warnings.append(f"No attention view of {what} {index}: {err}")
             continue
         data["example"] = index
         name = f"views/example-{index}.json"

@@ -105,7 +105,7 @@ def run_absa(config: AbsaConfig, *, overwrite: bool = False, progress: bool = Fa
     from bertology.analyses.absa_heads import AbsaHeads, absa_instances
     from bertology.data.encode import encode_corpus
     from bertology.models.pair import ModelPair
-    from bertology.pipeline import compare
+    from bertology.pipeline import compare, write_view_files
     from bertology.training.run import finetune_to_dir
 
     data = read_absa(config.data)
@@ -153,7 +153,8 @@ def run_absa(config: AbsaConfig, *, overwrite: bool = False, progress: bool = Fa
                                device=config.device, view_examples=0)
     cmp = compare(cmp_config, corpus=corpus, pair=pair, overwrite=overwrite, progress=progress, report=False,
                   extra_results=extra, summary={"held-out pairs": {k: metrics[k] for k in ("accuracy", "macro_f1") if k in metrics}})
-    views = _write_views(cmp.out, pair, corpus, view_indices(instances, encoded, config.view_examples), warnings)
+    views = write_view_files(cmp.out, pair, corpus, view_indices(instances, encoded, config.view_examples), warnings,
+                             what="pair")
     from bertology.runs import RunDirectory
 
     run_dir = RunDirectory(cmp.out)
@@ -171,25 +172,3 @@ def run_absa(config: AbsaConfig, *, overwrite: bool = False, progress: bool = Fa
         report = render_report(cmp.out)
     return AbsaRun(cmp.out, {r.name: r.table for r in results}, metrics,
                    {"train": train.counts, "held_out": held.counts}, report, warnings)
-
-
-def _write_views(run_dir: Path, pair, corpus, indices: list[int], warnings: list[str]) -> list[str]:
-    """Attention views (base, tuned, difference) of the chosen pairs, as ``views/example-<i>.json``."""
-    from bertology.activations.views import compute_view
-    from bertology.results import atomic_write_text
-    from bertology.viz.viewer import json_for_script
-
-    written = []
-    for index in indices:
-        ex = corpus[index]
-        try:
-            view = compute_view([pair.base, pair.tuned], ex.text, ex.text_pair)
-        except BertologyError as err:
-            warnings.append(f"No attention view of pair {index}: {err}")
-            continue
-        view["example"] = index
-        name = f"views/example-{index}.json"
-        atomic_write_text(Path(run_dir) / name, json_for_script(view))
-        written.append(name)
-    return written
-
