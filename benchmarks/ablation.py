@@ -62,7 +62,7 @@ def _git_head() -> str | None:
         return None
 
 
-def _random_bert_base() -> str:
+def _random_bert_base(tokenizer: str | None = None) -> str:
     """A random-init BERT-base sentence classifier (2 labels, seed 0) with the packaged tokenizer, in a temp folder."""
     import tempfile
 
@@ -71,12 +71,18 @@ def _random_bert_base() -> str:
     from bertology.models.loading import builtin_model_path
 
     folder = Path(tempfile.mkdtemp()) / "bert-base-random"
-    tok = AutoTokenizer.from_pretrained(builtin_model_path("minilm"))
+    tok = AutoTokenizer.from_pretrained(tokenizer or builtin_model_path("minilm"))
     cfg = BertConfig(vocab_size=len(tok), num_labels=2, id2label={0: "0", 1: "1"}, label2id={"0": 0, "1": 1})
     torch.manual_seed(0)
     BertForSequenceClassification(cfg).eval().save_pretrained(folder)
     tok.save_pretrained(folder)
     return str(folder)
+
+
+def _sync(device: str) -> None:
+    """Wait for queued GPU work so the clock stops at the end of it."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
 
 
 def main() -> None:
@@ -90,10 +96,13 @@ def main() -> None:
     ap.add_argument("--data", default=None, help="A labelled file (e.g. SST-2 dev.tsv) instead of the demo's held-out split.")
     ap.add_argument("--random-bert-base", action="store_true", help="A random-init BERT-base classifier instead of --tuned.")
     ap.add_argument("--out-name", default="ablation", help="Results file stem under benchmarks/results.")
+    ap.add_argument("--tokenizer", default=None, help="Tokenizer folder for --random-bert-base (default: the packaged MiniLM's).")
+    ap.add_argument("--device", default="cpu", help="Where both sweeps run (cpu, cuda).")
+    ap.add_argument("--out-dir", type=Path, default=RESULTS, help="Folder for the results files.")
     args = ap.parse_args()
 
     if args.random_bert_base:
-        tuned = _random_bert_base()
+        tuned = _random_bert_base(args.tokenizer)
     else:
         tuned = args.tuned or _default_tuned()
     loaded = load_model(tuned)
@@ -104,7 +113,8 @@ def main() -> None:
         sample = sample_examples(heldout, args.n, 0)
     enc = encode_corpus(sample, loaded.tokenizer, overlong="truncate")
     y = label_ids_for(sample, loaded.model)
-    kw = dict(scoring=HeadScoring(mode=args.mode, batch_size=args.batch_size, pad_id=loaded.tokenizer.pad_token_id or 0),
+    kw = dict(scoring=HeadScoring(mode=args.mode, batch_size=args.batch_size, pad_id=loaded.tokenizer.pad_token_id or 0,
+                                      device=args.device),
               n_bootstrap=0)
     load_before = os.getloadavg()[0]
     print(f"model {tuned}; {len(enc.items)} sentences, {enc.n_tokens} tokens; torch threads {torch.get_num_threads()}; "
@@ -121,6 +131,7 @@ def main() -> None:
         for method in ("cached", "naive") if r % 2 == 0 else ("naive", "cached"):
             t = time.perf_counter()
             results[method] = run_ablation(loaded.model, enc, y, method=method, **kw)
+            _sync(args.device)
             times[method].append(time.perf_counter() - t)
             print(f"round {r + 1}: {method} {times[method][-1]:.1f} s", flush=True)
     a, b = results["naive"], results["cached"]
@@ -141,6 +152,7 @@ def main() -> None:
     for what, grads in (("forward", False), ("importance", True)):
         t = time.perf_counter()
         gradient_pass(loaded.model, batches, mode=args.mode, gradients=grads)
+        _sync(args.device)
         hi_s[what] = time.perf_counter() - t
     print(f"head importance {hi_s['importance']:.1f} s (one forward+backward per batch); "
           f"plain forward {hi_s['forward']:.1f} s", flush=True)
@@ -150,7 +162,9 @@ def main() -> None:
         "benchmark": "ablation sweep: cached vs naive",
         "git_head": _git_head(),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
-                    "threads": torch.get_num_threads(), "load_average_before": round(load_before, 2),
+                    "threads": torch.get_num_threads(), "device": args.device,
+                    "gpu": torch.cuda.get_device_name() if torch.device(args.device).type == "cuda" else None,
+                    "load_average_before": round(load_before, 2),
                     "load_average_after": round(os.getloadavg()[0], 2)},
         "model": tuned,
         "mode": args.mode,
@@ -176,8 +190,8 @@ def main() -> None:
           f"identical predictions {same}; losses bit-identical {losses_identical}; deltas bit-identical "
           f"{deltas_identical} (max |Δdelta| {max_delta_diff:.1e})", flush=True)
     if not args.no_save:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / f"{args.out_name}.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        (args.out_dir / f"{args.out_name}.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
         md = [
             "| method | sentences | tokens | ablations | seconds | ratio |",
             "|---|---:|---:|---:|---:|---:|",
@@ -191,7 +205,7 @@ def main() -> None:
             f"head importance (one forward + backward per batch): {hi_s['importance']:.1f} s; "
             f"the plain forward of the same batches: {hi_s['forward']:.1f} s.",
         ]
-        (RESULTS / f"{args.out_name}.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+        (args.out_dir / f"{args.out_name}.md").write_text("\n".join(md) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -339,3 +339,72 @@ def test_figure_labels_the_moved_head(planted):
     assert "stress" in fig.axes[0].get_title(loc="left")
     with pytest.raises(ValueError):
         head_map_figure(pd.DataFrame({"layer": [1]}))
+
+
+# ------------------------------------------------------------------- the CPU kernel (float32 maps)
+def _entropy_bound(p: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """Rounding bound of each float32 pair's JS sum, in bits: per query row, three entropies of ``n``
+    float32 terms, each within (n + 3) u of the sum of |m ln m| (a sum of n terms, one product, a log
+    within 1 ulp; u = 2^-24); the row sums themselves are float64."""
+    k, r, n = p.shape
+    half = np.maximum(0.5 * p, np.finfo(np.float32).tiny)
+    ia, ib = pair_indices(k)
+    m = half[ia] + half[ib]
+    mix = np.abs(m * np.log(m)).sum(-1)  # [pairs, R]
+    own = np.abs(2 * half * np.log(2 * half)).sum(-1)  # [K, R]
+    per_row = mix + 0.5 * (own[ia] + own[ib])
+    if rows is not None:
+        per_row = per_row * rows
+    return (n + 3) * 2.0**-24 * per_row.sum(-1) / np.log(2.0)
+
+
+@pytest.mark.parametrize("k", [5, 40])
+def test_cpu_kernel_for_float32_maps_equals_float64_within_its_rounding_bound(k):
+    rng = np.random.default_rng(k)
+    p = _maps(rng, k, 9, 11)
+    exact = pairwise_js_sums(torch.tensor(p)).numpy()  # float64: torch ops
+    p32 = p.astype(np.float32)
+    fast = pairwise_js_sums(torch.tensor(p32)).numpy()  # float32 on the CPU: the Numba kernel
+    bound = _entropy_bound(p32.astype(np.float64)) + np.abs(exact) * 2.0**-24  # + the input's own rounding
+    assert np.all(np.abs(fast - exact) <= bound)
+    assert np.abs(fast - exact).max() > 0  # the two paths really differ (float32 vs float64)
+
+
+def test_cpu_kernel_gives_exactly_zero_for_copies_in_the_vector_body_and_the_remainder():
+    """Copies at both ends and in the middle of a 40-head row (AVX vector body and scalar tail)."""
+    rng = np.random.default_rng(3)
+    p = _maps(rng, 40, 6, 7).astype(np.float32)
+    copies = [(0, 39), (3, 21), (17, 38), (36, 37)]
+    for a, b in copies:
+        p[b] = p[a]
+    d = pairwise_js(torch.tensor(p))
+    for a, b in copies:
+        assert d[a, b] == 0.0
+    assert np.all(d[np.triu_indices(40, 1)][d[np.triu_indices(40, 1)] != 0] > 1e-3)
+
+
+def test_cpu_kernel_padding_rows_are_skipped_and_threads_do_not_change_a_bit():
+    import numba
+
+    rng = np.random.default_rng(9)
+    k, width, lengths = 24, 8, [8, 3, 6]
+    batch = np.zeros((len(lengths), k, width, width), dtype=np.float32)
+    rows = np.zeros((len(lengths), width), dtype=bool)
+    for b, n in enumerate(lengths):
+        batch[b, :, :n, :n] = _maps(rng, k, n, n)
+        batch[b, :, n:, :] = np.nan  # padding query rows: garbage that must not reach the sums
+        rows[b, :n] = True
+    loop = np.stack([pairwise_js_sums(torch.tensor(batch[b, :, :n, :n])).numpy() for b, n in enumerate(lengths)])
+    before = numba.get_num_threads()
+    try:
+        outs = []
+        for threads in sorted({1, before}):
+            numba.set_num_threads(threads)
+            outs.append(pairwise_js_sums(torch.tensor(batch), torch.tensor(rows)).numpy())
+    finally:
+        numba.set_num_threads(before)
+    assert np.isfinite(outs[0]).all()
+    for out in outs:
+        np.testing.assert_array_equal(out, outs[0])
+    # cropping the keys changes nothing (padding keys hold 0, clamped alike); rows are float64 sums
+    np.testing.assert_allclose(outs[0], loop, rtol=1e-12, atol=1e-12)
