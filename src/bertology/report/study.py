@@ -193,7 +193,8 @@ def _noise_rule(tables: Mapping[str, pd.DataFrame], manifest: Mapping) -> dict:
                             *((f"t{i}", t, "text") for i, t in enumerate(tasks))], count_rows)
     single = [str(t.get("name")) for t in manifest.get("tasks", []) if isinstance(t, Mapping)
               and isinstance(t.get("seeds"), list) and len(t["seeds"]) < 2]
-    return {"alpha": alpha, "levels": level_table, "counts": count_table, "single": single}
+    corpora = [words for *_, words in CORPORA if counts is not None and words in set(counts["corpus"])]
+    return {"alpha": alpha, "levels": level_table, "counts": count_table, "single": single, "corpora": corpora}
 
 
 def _attention(tables: Mapping[str, pd.DataFrame], figs: Figures) -> dict | None:
@@ -403,7 +404,8 @@ def _listing(study_dir: Path) -> list[dict]:
     folder = study_dir / "tables"
     names = sorted({p.stem for p in folder.glob("*.parquet")} | {p.stem for p in folder.glob("*.csv")})
     return [{"name": n, "files": [f"tables/{n}.{ext}" for ext in ("parquet", "csv") if (folder / f"{n}.{ext}").exists()],
-             "study": "study_" in n} for n in names]
+             "study": "study_" in n,
+             "own": n.startswith("own_"), "ood": n.endswith("_ood")} for n in names]
 
 
 # ------------------------------------------------------------------------------------------- render
