@@ -4,7 +4,8 @@
 :mod:`bertology.study.noise` computed (``bertology.study.summarise.summarise_study`` computes them and
 calls this), draws the figures (also written to ``STUDY/figures/study_*.svg``) and writes
 ``STUDY/report.html`` atomically. It computes no statistic. Sections whose tables are absent are left
-out. Like the pair report the page inlines everything, forbids network loads with a
+out. The seed-noise tables of the other corpora (``own_study_*`` on each task's own dev data,
+``study_*_ood`` on the out-of-domain corpus) add their CKA/RSA figures, verdicts and counts. Like the pair report the page inlines everything, forbids network loads with a
 Content-Security-Policy, and escapes every string from data (Jinja2 autoescaping); links to the pair
 reports are relative paths only.
 """
