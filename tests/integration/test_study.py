@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 
@@ -45,6 +46,7 @@ def _edit(spec, old, new):
     ("seeds = [0, 1]", "seeds = [0, 1, 0]", "seeds [0, 1, 0] repeat a seed"),
     ('type = "classification"', 'type = "summarisation"', "type must be one of auto, classification"),
     ('"representation_similarity"]', '"representation_similarity", "nope"]', "Unknown analysis nope"),
+    ("max_examples = 10", "max_examples = 10\nown_seed_noise = 'yes'", "[compare]: own_seed_noise must be true or false"),
 ])
 def test_a_bad_spec_is_one_clear_error_before_any_work(tmp_path, old, new, message):
     spec = tiny_study(tmp_path)
@@ -84,6 +86,7 @@ def test_a_given_model_with_other_layers_or_tokenizer_is_refused_before_any_work
 def test_tiny_study_end_to_end_then_a_rerun_trains_nothing(tmp_path):
     from bertology.config import CompareConfig, DataConfig
     from bertology.pipeline import compare
+    from bertology.report.format import fmt_value
 
     spec = tiny_study(tmp_path, extra=NO_REPORT)
     result = invoke([str(spec)])
@@ -94,9 +97,13 @@ def test_tiny_study_end_to_end_then_a_rerun_trains_nothing(tmp_path):
     assert {j["id"]: j["status"] for j in m["jobs"]} == {
         "finetune:a/s0": "done", "finetune:a/s1": "done", "finetune:b/s0": "done", "finetune:b/s1": "done",
         "compare": "done", "compare_own:a": "done", "compare_own:b": "done",
-        "seed_compare:a/s0": "done", "seed_compare:b/s0": "done"}
-    assert m["tasks"][0] == {"name": "a", "task": "classification", "seeds": [0, 1],
+        "seed_compare:a/s0": "done", "seed_compare:b/s0": "done",
+        "seed_compare_own:a/s0": "done", "seed_compare_own:b/s0": "done"}
+    assert m["tasks"][0] == {"name": "a", "task": "classification", "type": "classification", "seeds": [0, 1],
                              "models": {"0": "finetune/a/s0/model", "1": "finetune/a/s1/model"}}
+    # b's spec leaves the type out: the manifest says what its fine-tunes chose, as each run's own manifest does
+    chosen = {json.loads((out / f"finetune/b/s{s}/manifest.json").read_text())["summary"]["task"] for s in (0, 1)}
+    assert chosen == {"classification"} and (m["tasks"][1]["task"], m["tasks"][1]["type"]) == ("classification", "auto")
     assert [p["tuned"] for p in m["pairs"]] == ["a/s0", "a/s1", "b/s0", "b/s1"]
     assert m["seed_pairs"] == [{"task": "a", "seed_a": 0, "seed_b": 1, "dir": "seeds/a/s0"},
                                {"task": "b", "seed_a": 0, "seed_b": 1, "dir": "seeds/b/s0"}]
@@ -136,9 +143,55 @@ def test_tiny_study_end_to_end_then_a_rerun_trains_nothing(tmp_path):
     mine = mine.rename(columns={"representation_similarity_seed": "seed"})  # a pair table's own seed, kept apart from the keys
     pd.testing.assert_frame_equal(mine, alone.reset_index(drop=True), check_dtype=False)
 
-    again = run_study(spec)
-    assert set(again.statuses().values()) == {"cached"}
+    # seed vs seed on each task's own dev data: b/s1 against b/s0 as the base on b_dev.tsv, as a separate compare
+    own_seeds = pd.read_parquet(out / "tables" / "own_seedpair_representation_similarity.parquet")
+    assert list(own_seeds.columns[:3]) == ["task", "seed_a", "seed_b"]
+    assert m["own_seed_pairs"] == [{"task": t, "seed_a": 0, "seed_b": 1, "dir": f"seeds_own/{t}/s0"} for t in "ab"]
+    cfg = CompareConfig(base=str(out / "finetune/b/s0/model"), tuned=str(out / "finetune/b/s1/model"),
+                        data=DataConfig(str(tmp_path / "b_dev.tsv"), text_column="sentence", max_examples=10, max_length=16),
+                        out=str(tmp_path / "alone3"), analyses=("representation_similarity",))
+    alone_own = compare(cfg, report=False).table("representation_similarity")
+    mine = own_seeds[own_seeds["task"] == "b"].drop(columns=["task", "seed_a", "seed_b"]).reset_index(drop=True)
+    mine = mine.rename(columns={"representation_similarity_seed": "seed"})
+    pd.testing.assert_frame_equal(mine, alone_own.reset_index(drop=True), check_dtype=False)
+    assert not mine.equals(seeds[seeds["task"] == "b"].drop(columns=["task", "seed_a", "seed_b"]).reset_index(drop=True))
+    # its seed noise is 1 - the same-layer similarity of that compare, per layer and metric
+    noise = pd.read_parquet(out / "tables" / "own_study_seed_noise.parquet")
+    noise = noise[(noise["table"] == "representation_similarity") & (noise["task"] == "b")]
+    diag = alone_own[alone_own["layer_base"] == alone_own["layer_tuned"]]
+    want = (1 - diag.groupby(["metric", "layer_base"])["value"].mean()).abs()
+    got = noise.set_index(["metric", noise["layer"].astype(int).rename("layer_base")])["mean"]
+    assert len(got) == len(want) > 0 and (got.sort_index() - want.sort_index()).abs().max() < 1e-12
+    own_effects = pd.read_parquet(out / "tables" / "own_study_effects.parquet")
+    pairwise = own_effects[own_effects["table"].isin(["attention_change", "representation_similarity"])]
+    assert len(pairwise) and (pairwise["n_seed_pairs"] == 1).all() and pairwise["reason"].str.contains("2 seeds").all()
+    assert not (out / "tables" / "own_study_task_differences.parquet").exists()  # each task on other data
+
+    again = invoke([str(spec)])  # nothing to do: every job keeps the time it took when it ran
+    assert again.exit_code == 0, again.output
+    m2 = json.loads((out / "manifest.json").read_text())
+    assert {j["status"] for j in m2["jobs"]} == {"cached"}
+    first = {j["id"]: (j["wall_time_s"], j["finished"]) for j in m["jobs"]}
+    assert {j["id"]: (j["wall_time_s"], j["finished"]) for j in m2["jobs"]} == first
+    assert all(w > 0 for w, _ in first.values())
+    for job in m["jobs"]:  # jobs/<id>.json holds the same time
+        marker = json.loads((out / "jobs" / (job["id"].replace(":", "__").replace("/", "~") + ".json")).read_text())
+        assert (marker["wall_time_s"], marker["finished"]) == first[job["id"]]
+    wall = first["compare"][0]
+    assert f"{wall:.1f} s (earlier run)" in " ".join(again.output.split())
+    jobs_html = (out / "report.html").read_text().split('id="jobs"')[1]
+    assert f'data-value="{float(wall)!r}">{fmt_value(wall)} (cached)</td>' in jobs_html
     pd.testing.assert_frame_equal(pd.read_parquet(out / "tables" / "attention_change.parquet"), table)
+
+    # own_seed_noise = false: the own-data seed jobs and tables go; own-data verdicts say why there are none
+    spec.write_text(spec.read_text() + "own_seed_noise = false\n")
+    off = run_study(spec)
+    assert set(off.statuses().values()) == {"cached"} and not any("seed_compare_own" in k for k in off.statuses())
+    assert not list((out / "tables").glob("own_seedpair_*")) and off.manifest["own_seed_pairs"] == []
+    own_effects = pd.read_parquet(out / "tables" / "own_study_effects.parquet")
+    pairwise = own_effects[own_effects["table"].isin(["attention_change", "representation_similarity"])]
+    assert (pairwise["reason"] == "no seed-vs-seed comparison for this unit").all()
+    spec.write_text(spec.read_text().replace("own_seed_noise = false\n", ""))
 
     shutil.rmtree(out / "finetune/b/s1/model")  # killed before its model was saved: only that fine-tune runs again
     again = run_study(spec)
@@ -160,6 +213,8 @@ def test_a_failing_task_is_reported_the_rest_completes_and_a_rerun_retries_it(tm
     assert status["seed_compare:b/s0"] == ("skipped", "needs the model of b/s0, b/s1, which did not finish")
     assert status["compare"][0] == status["seed_compare:a/s0"][0] == status["compare_own:a"][0] == "done"
     assert status["compare_own:b"] == ("skipped", "no fine-tuned model of b finished")
+    assert status["seed_compare_own:b/s0"] == ("skipped", "needs the model of b/s0, b/s1, which did not finish")
+    assert status["seed_compare_own:a/s0"][0] == "done"
     assert m["status"] == "incomplete" and [p["tuned"] for p in m["pairs"]] == ["a/s0", "a/s1"]
 
     (tmp_path / "b_train.tsv").write_text(good)
@@ -167,7 +222,8 @@ def test_a_failing_task_is_reported_the_rest_completes_and_a_rerun_retries_it(tm
     assert again.statuses() == {
         "finetune:a/s0": "cached", "finetune:a/s1": "cached", "finetune:b/s0": "done", "finetune:b/s1": "done",
         "compare": "done", "compare_own:a": "cached", "compare_own:b": "done",
-        "seed_compare:a/s0": "cached", "seed_compare:b/s0": "done"}
+        "seed_compare:a/s0": "cached", "seed_compare:b/s0": "done",
+        "seed_compare_own:a/s0": "cached", "seed_compare_own:b/s0": "done"}
     assert again.manifest["status"] == "complete"
     assert set(pd.read_parquet(again.out / "tables/attention_change.parquet")["tuned"]) == {"a/s0", "a/s1", "b/s0", "b/s1"}
 
@@ -217,8 +273,10 @@ def test_existing_fine_tunes_are_compared_without_training(tmp_path):
     _edit(spec, 'data = "b_train.tsv"\neval_data = "b_dev.tsv"', 'models = { 0 = "given0", 1 = "given1" }')
     result = run_study(spec)
     assert result.statuses() == {"finetune:a/s0": "done", "finetune:a/s1": "done", "compare": "done",
-                                 "compare_own:a": "done", "seed_compare:a/s0": "done", "seed_compare:b/s0": "done"}
+                                 "compare_own:a": "done", "seed_compare:a/s0": "done", "seed_compare:b/s0": "done",
+                                 "seed_compare_own:a/s0": "done"}  # b has no eval data: no own-data jobs
     assert result.manifest["tasks"][1]["models"] == {"0": str(m0), "1": str(m1)}
+    assert result.manifest["tasks"][1]["task"] is None  # type auto and nothing fine-tuned: no kind to state
     assert not (tmp_path / "out" / "finetune" / "b").exists()
     table = pd.read_parquet(result.out / "tables" / "seedpair_attention_change.parquet")
     assert set(map(tuple, table[["task", "seed_a", "seed_b"]].drop_duplicates().values.tolist())) == {("a", 0, 1), ("b", 0, 1)}
@@ -253,16 +311,19 @@ def test_each_task_is_also_compared_on_its_own_dev_data(tmp_path):
     html = (out / "report.html").read_text()
     assert "own dev data" in html and "each task is measured on its own dev data" in html
     assert (out / "figures" / "study_similarity_own_cka_linear.svg").is_file()
-    # the figure's per-layer values are the seed-noise module's same-layer changes of the own-data table
-    from bertology.report.study import _seed_range
-    from bertology.study.noise import seed_changes
-
+    # the overview links each task's own-data pair reports beside its shared-corpus ones
+    own_links = re.findall(r'<a class="own-pair-report" href="([^"]+)">([^<]+)</a>', html)
+    assert own_links == [(p["report"], p["tuned"]) for p in result.manifest["own_pairs"]]
+    # the figure draws own_study_summary: 1 - the same-layer similarity of the own-data table, per task and layer
     own = pd.read_parquet(out / "tables" / "own_representation_similarity.parquet")
-    drawn = _seed_range(own, "cka_linear")
-    want = seed_changes({"representation_similarity": own}).query("metric == 'cka_linear'")
-    both = drawn.merge(want.astype({"layer": int}), on=["task", "layer"], validate="one_to_one")
-    assert len(both) == len(drawn) == 2 * 3  # two tasks, embeddings + two layers; one seed: mean = min = max
-    assert (both["mean"] - both["change"]).abs().max() < 1e-12 and (both["min"] == both["max"]).all()
+    diag = own[(own["layer_base"] == own["layer_tuned"]) & (own["metric"] == "cka_linear")]
+    want = 1 - diag.groupby(["task", "layer_base"])["value"].mean()
+    summary = pd.read_parquet(out / "tables" / "own_study_summary.parquet")
+    drawn = summary.query("table == 'representation_similarity' and metric == 'cka_linear' and quantity == 'change'")
+    got = drawn.set_index(["task", drawn["layer"].astype(int).rename("layer_base")])["mean"]
+    assert len(got) == len(want) == 2 * 3  # two tasks, embeddings + two layers
+    assert (got.sort_index() - want.sort_index()).abs().max() < 1e-12 and (drawn["min"] == drawn["max"]).all()
+    assert "No seed-vs-seed comparison on this corpus" in html  # one seed: no dashed line to draw
     assert "out-of-domain corpus" not in html  # no ood_data in this spec
 
     spec.write_text(spec.read_text() + "own_data = false\n")  # turned off: the shared comparison stays cached

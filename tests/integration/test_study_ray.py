@@ -33,7 +33,7 @@ def test_ray_executor_gives_the_local_executors_tables(tmp_path, local_ray):
     assert result.exit_code == 0, result.output
     assert ray.is_initialized()  # a Ray the caller started is left running
     m = json.loads((tmp_path / "ray" / "manifest.json").read_text())
-    assert m["executor"] == "ray" and {j["status"] for j in m["jobs"]} == {"done"} and len(m["jobs"]) == 9
+    assert m["executor"] == "ray" and {j["status"] for j in m["jobs"]} == {"done"} and len(m["jobs"]) == 11  # 4 fine-tunes, 7 comparisons
 
     from bertology.study.runner import run_study
 
@@ -41,7 +41,7 @@ def test_ray_executor_gives_the_local_executors_tables(tmp_path, local_ray):
     assert local.manifest["executor"] == "local"
     names = sorted(p.stem for p in (tmp_path / "local" / "tables").glob("*.parquet"))
     assert names == sorted(p.stem for p in (tmp_path / "ray" / "tables").glob("*.parquet"))
-    assert "seedpair_attention_change" in names and "own_attention_change" in names
+    assert {"seedpair_attention_change", "own_attention_change", "own_seedpair_attention_change", "own_study_effects"} <= set(names)
     for name in names:
         pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "ray" / "tables" / f"{name}.parquet"),
                                       pd.read_parquet(tmp_path / "local" / "tables" / f"{name}.parquet"))

@@ -72,7 +72,7 @@ def test_sections_figures_and_tables(rendered):
 def test_links_to_every_pair_report(rendered):
     folder, _, html = rendered
     page = parse(html)
-    links = [a["href"] for t, a in page.tags if t == "a" and "pair-report" in (a.get("class") or "")]
+    links = [a["href"] for t, a in page.tags if t == "a" and a.get("class") == "pair-report"]
     manifest = json.loads((folder / "manifest.json").read_text())
     assert sorted(links) == sorted(p["report"] for p in manifest["pairs"])
     assert all((folder / href).is_file() for href in links)
@@ -171,13 +171,71 @@ def test_study_report_in_chromium(rendered):
             browser.close()
 
 
-def test_out_of_domain_similarity_is_drawn_when_the_study_has_it(rendered, tmp_path):
+def _beyond_by_hand(base: pd.DataFrame, pairs: pd.DataFrame, metric: str) -> dict:
+    """Per (task, layer): the 3-seed rule done by hand, from the raw tables (no study code).
+
+    With 3 seeds and 3 seed pairs the exact one-sided Mann-Whitney p is <= 0.05 only at its smallest
+    value, 1/20, reached when every seed's |1 - same-layer similarity| exceeds every seed pair's.
+    """
+    same = base[(base["layer_base"] == base["layer_tuned"]) & (base["metric"] == metric)]
+    change = (1 - same.groupby(["task", "seed", "layer_base"])["value"].mean()).abs()
+    same = pairs[(pairs["layer_base"] == pairs["layer_tuned"]) & (pairs["metric"] == metric)]
+    dist = (1 - same.groupby(["task", "seed_a", "seed_b", "layer_base"])["value"].mean()).abs()
+    out = {}
+    for (task, layer), c in change.groupby(level=["task", "layer_base"]):
+        d = dist[(dist.index.get_level_values("task") == task) & (dist.index.get_level_values("layer_base") == layer)]
+        out[(task, int(layer))] = None if len(c) < 3 else bool(c.min() > d.max())
+    return out
+
+
+def test_own_data_and_out_of_domain_get_seed_noise_lines_verdicts_and_links(rendered, tmp_path):
     folder, _, html = rendered
     assert "out-of-domain corpus" not in html and "own dev data" not in html
     copy = shutil.copytree(folder, tmp_path / "study")
-    shared = pd.read_parquet(copy / "tables" / "representation_similarity.parquet")
-    shared.assign(value=shared["value"] * 0.5).to_parquet(copy / "tables" / "representation_similarity_ood.parquet")
-    page = render_study_report(copy).read_text(encoding="utf-8")
-    assert (copy / "figures" / "study_similarity_ood_cka_linear.svg").is_file()
-    assert 'id="fig-study_similarity_ood_cka_linear"' in page and "measured on the out-of-domain corpus" in page
-    assert "own dev data" not in page
+    t = copy / "tables"
+    shared = pd.read_parquet(t / "representation_similarity.parquet")
+    seeds = pd.read_parquet(t / "seedpair_representation_similarity.parquet")
+    # out of domain: fine-tuning moved every layer far (half the similarity), the seeds as close as before
+    ood = shared.assign(value=shared["value"] * 0.5)
+    ood.to_parquet(t / "representation_similarity_ood.parquet")
+    seeds.to_parquet(t / "seedpair_representation_similarity_ood.parquet")
+    # own dev data: base vs tuned as on the shared corpus, seeds three times as far apart
+    own_seeds = seeds.assign(value=1 - 3 * (1 - seeds["value"]))
+    shared.to_parquet(t / "own_representation_similarity.parquet")
+    own_seeds.to_parquet(t / "own_seedpair_representation_similarity.parquet")
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["own_pairs"] = [{**p, "report": p["report"].replace("compare/", "compare_own/")} for p in manifest["pairs"]
+                             if p["task"] == "sst2"]
+    for p in manifest["own_pairs"]:
+        (copy / p["report"]).parent.mkdir(parents=True)
+        (copy / p["report"]).write_text("<p>own</p>")
+    manifest["tasks"][0]["type"] = "auto"  # the spec left sst2's type to its fine-tunes
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    page = summarise_study(copy).read_text(encoding="utf-8")
+
+    for corpus, base, pairs, table in (("ood", ood, seeds, "study_effects_ood"),
+                                       ("own", shared, own_seeds, "own_study_effects")):
+        svg = (copy / "figures" / f"study_similarity_{corpus}_cka_linear.svg").read_text()
+        assert "seed vs seed" in svg  # the dashed line's legend entry
+        assert f'id="fig-study_similarity_{corpus}_cka_linear"' in page
+        eff = pd.read_parquet(t / f"{table}.parquet").query("table == 'representation_similarity' and metric == 'cka_linear'")
+        got = {(r.task, int(r.layer)): None if pd.isna(r.beyond_noise) else bool(r.beyond_noise) for r in eff.itertuples()}
+        assert got == _beyond_by_hand(base, pairs, "cka_linear")
+    ood_verdicts = set(_beyond_by_hand(ood, seeds, "cka_linear").values())
+    own_verdicts = set(_beyond_by_hand(shared, own_seeds, "cka_linear").values())
+    assert ood_verdicts == {True, None} and False in own_verdicts  # rte: 1 seed; own: seeds too far apart to tell
+    assert "measured on the out-of-domain corpus" in page and "each task is measured on its own dev data" in page
+    assert not (t / "own_study_task_differences.parquet").exists() and (t / "study_task_differences_ood.parquet").exists()
+    # the verdicts are in the page: the similarity table per corpus, and the counts per corpus
+    rows = [[c.strip() for c in re.findall(r"<td[^>]*>([^<]*)</td>", r)] for r in
+            re.findall(r"<tr>(.*?)</tr>", page.split('aria-label="Representation similarity"')[1].split("</table>")[0], re.S)]
+    ood_rows = [r for r in rows if r and r[0] == "out-of-domain corpus" and r[2] == "linear CKA"]
+    assert {(r[1], int(r[3])): r[-1] for r in ood_rows} == {
+        k: {True: "beyond noise", None: "no estimate"}[v] for k, v in _beyond_by_hand(ood, seeds, "cka_linear").items()}
+    counts = pd.read_parquet(t / "study_counts_ood.parquet").query("metric == 'cka_linear' and task == 'sst2'")
+    assert int(counts["n_beyond"].iloc[0]) == int(counts["n_tested"].iloc[0]) == shared["layer_base"].nunique()
+    assert "own dev data" in page.split('id="noise"')[1].split('id="attention"')[0]
+    # the overview links the own-data pair reports and says what "auto" became
+    links = re.findall(r'<a class="own-pair-report" href="([^"]+)">([^<]+)</a>', page)
+    assert links == [(p["report"], p["tuned"]) for p in manifest["own_pairs"]]
+    assert "<td>classification (auto)</td>" in page and "<td>classification</td>" in page

@@ -236,3 +236,29 @@ def test_missing_or_clashing_seeds_are_errors(study):
     att.loc[(att["task"] == "sst2") & (att["seed"] == 1), "seed"] = 0
     with pytest.raises(BertologyError, match="several tuned models"):
         study_tables({"attention_change": att}, seeds)
+
+
+def test_every_corpus_gets_its_own_tables_named_like_its_inputs(study):
+    """corpus_study_tables: own_<table> -> own_study_*, <table>_ood -> study_*_ood, each from its own inputs only."""
+    from bertology.study.noise import corpus_study_tables
+
+    base, seeds, shared = study
+    rs = base["representation_similarity"]
+    far = rs.assign(value=rs["value"] * 0.5)  # another corpus: every change larger
+    tables = {**base, **seeds, "own_representation_similarity": far,
+              "own_seedpair_representation_similarity": seeds["seedpair_representation_similarity"],
+              "representation_similarity_ood": far}  # no seed pairs out of domain
+    out = corpus_study_tables(tables)
+    names = ("study_summary", "study_seed_noise", "study_effects", "study_counts")
+    assert set(out) == {*shared, *(f"own_{n}" for n in names), *(f"{n}_ood" for n in names),
+                        "study_task_differences_ood"}
+    for name in shared:  # the shared corpus is untouched by the others
+        pd.testing.assert_frame_equal(out[name], shared[name])
+    alone = study_tables({"representation_similarity": far},
+                         {"seedpair_representation_similarity": seeds["seedpair_representation_similarity"]})
+    for name in names:
+        pd.testing.assert_frame_equal(out[f"own_{name}"], alone[name])
+    ood = out["study_effects_ood"]
+    assert set(ood["table"]) == {"representation_similarity"} and (ood["n_seed_pairs"] == 0).all()
+    assert ood["beyond_noise"].isna().all() and set(ood["reason"]) <= {"no seed-vs-seed comparison for this unit",
+                                                                       "1 seed: no seed-noise estimate"}

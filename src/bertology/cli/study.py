@@ -42,7 +42,9 @@ def study_command(
         table.add_column(col)
     for job in result.jobs:
         style = STATUS_STYLE.get(job.status, "")
-        wall = f"{job.wall_time_s:.1f} s" if job.status == "done" else ""
+        wall = "" if job.status not in ("done", "cached") or job.wall_time_s is None else f"{job.wall_time_s:.1f} s"
+        if wall and job.status == "cached":
+            wall += " (earlier run)"  # a cached job did not run now: the time it took when it did
         table.add_row(escape(job.id), f"[{style}]{job.status}[/]", wall, escape(job.error or ""))
     console.print(table)
     console.print(f"study: [bold]{escape(str(result.out))}[/] (tables/, manifest.json)")

@@ -4,7 +4,8 @@
 :mod:`bertology.study.noise` computed (``bertology.study.summarise.summarise_study`` computes them and
 calls this), draws the figures (also written to ``STUDY/figures/study_*.svg``) and writes
 ``STUDY/report.html`` atomically. It computes no statistic. Sections whose tables are absent are left
-out. Like the pair report the page inlines everything, forbids network loads with a
+out. The seed-noise tables of the other corpora (``own_study_*`` on each task's own dev data,
+``study_*_ood`` on the out-of-domain corpus) add their CKA/RSA figures, verdicts and counts. Like the pair report the page inlines everything, forbids network loads with a
 Content-Security-Policy, and escapes every string from data (Jinja2 autoescaping); links to the pair
 reports are relative paths only.
 """
@@ -37,8 +38,11 @@ __all__ = ["build_study_context", "render_study_report"]
 _SIMILARITY_ORDER = ("cka_linear", "rsa_pearson", "cka_debiased", "rsa_spearman")
 _SIMILARITY_LABELS = {"cka_linear": "linear CKA", "rsa_pearson": "RSA (Pearson)", "cka_debiased": "debiased CKA",
                       "rsa_spearman": "RSA (Spearman)"}
-#: Pair tables on other corpora the page draws when present (read as they are; see :func:`_other_corpora`).
-OTHER_TABLES = ("own_representation_similarity", "representation_similarity_ood")
+#: The corpora a study measures on: (key, table-name prefix, suffix, words). The seed-noise tables of each
+#: are named as ``bertology.study.noise.CORPORA`` says (``study_effects``, ``own_study_effects``,
+#: ``study_effects_ood``); this page may not import study, so the names are repeated here.
+CORPORA = (("shared", "", "", "shared corpus"), ("own", "own_", "", "own dev data"),
+           ("ood", "", "_ood", "out-of-domain corpus"))
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
@@ -59,8 +63,14 @@ def _manifest(study_dir: Path, warnings: list[str]) -> dict:
     return data
 
 
+def _named(name: str, corpus: str) -> str:
+    """``study_effects`` on ``corpus``: ``own_study_effects``, ``study_effects_ood`` (see :data:`CORPORA`)."""
+    _, prefix, suffix, _ = next(c for c in CORPORA if c[0] == corpus)
+    return f"{prefix}{name}{suffix}"
+
+
 def _study_tables(study_dir: Path, warnings: list[str]) -> dict[str, pd.DataFrame]:
-    """The ``study_*`` tables present under ``STUDY/tables/`` (study_effects is required)."""
+    """The ``study_*`` tables present under ``STUDY/tables/`` (study_effects is required), on every corpus."""
     folder = study_dir / "tables"
     tables = {name: pd.read_parquet(folder / f"{name}.parquet") for name in STUDY_TABLES
               if (folder / f"{name}.parquet").exists()}
@@ -69,7 +79,8 @@ def _study_tables(study_dir: Path, warnings: list[str]) -> dict[str, pd.DataFram
             f"{folder} has no study_effects table: compute the seed-noise tables first "
             f"(bertology.study.summarise.summarise_study, or python -m bertology.study.summarise {study_dir})."
         )
-    tables.update({name: pd.read_parquet(folder / f"{name}.parquet") for name in OTHER_TABLES
+    others = [_named(n, c) for c, *_ in CORPORA[1:] for n in STUDY_TABLES]
+    tables.update({name: pd.read_parquet(folder / f"{name}.parquet") for name in others
                    if (folder / f"{name}.parquet").exists()})
     absent = [n for n in STUDY_TABLES if n not in tables]
     if absent:
@@ -108,28 +119,43 @@ def _safe_href(path: Any) -> str | None:
 def _overview(manifest: Mapping, study_dir: Path, tables: Mapping[str, pd.DataFrame]) -> dict:
     tasks = [mapping(t) for t in manifest.get("tasks", []) if isinstance(t, Mapping)]
     pairs = [mapping(p) for p in manifest.get("pairs", []) if isinstance(p, Mapping)]
+    own_pairs = [mapping(p) for p in manifest.get("own_pairs", []) or [] if isinstance(p, Mapping)]
     rows = []
     names = [str(t.get("name")) for t in tasks] or sorted({str(p.get("task")) for p in pairs})
     for name in names:
         task = next((t for t in tasks if str(t.get("name")) == name), {})
-        links = []
-        for p in pairs:
-            if str(p.get("task")) != name:
-                continue
-            href = _safe_href(p.get("report"))
-            exists = href is not None and (study_dir / href).is_file()
-            links.append({"label": str(p.get("tuned", p.get("seed"))), "href": href if exists else None})
         seeds = task.get("seeds", [])
-        rows.append({"name": name, "kind": str(task.get("task", "—")),
+        rows.append({"name": name, "kind": _kind(task),
                      "seeds": ", ".join(str(s) for s in seeds) if isinstance(seeds, list) else str(seeds),
-                     "n_seeds": len(seeds) if isinstance(seeds, list) else None, "links": links})
+                     "n_seeds": len(seeds) if isinstance(seeds, list) else None,
+                     "links": _links(pairs, name, study_dir), "own_links": _links(own_pairs, name, study_dir)})
     effects = tables.get("study_effects")
     facts = [("Base", str(manifest.get("base", "—"))), ("Tasks", str(len(names))),
              ("Tuned models", str(len(pairs))), ("Seed pairs", str(len(manifest.get("seed_pairs", []) or []))),
              ("Status", str(manifest.get("status", "—"))), ("Executor", str(manifest.get("executor", "—")))]
     if effects is not None and not effects.empty:
         facts.append(("Alpha", fmt_value(float(effects["alpha"].iloc[0]))))
-    return {"facts": facts, "tasks": rows}
+    return {"facts": facts, "tasks": rows, "own": any(r["own_links"] for r in rows)}
+
+
+def _kind(task: Mapping) -> str:
+    """What the task's fine-tunes did; "(auto)" when the spec left the choice to them."""
+    kind = task.get("task")
+    if not kind or kind == "auto":
+        return "—"
+    return f"{kind} (auto)" if task.get("type") == "auto" else str(kind)
+
+
+def _links(pairs: list[dict], task: str, study_dir: Path) -> list[dict]:
+    """The pair reports of ``task`` (label = the tuned model); no href when the report is not there."""
+    links = []
+    for p in pairs:
+        if str(p.get("task")) != task:
+            continue
+        href = _safe_href(p.get("report"))
+        exists = href is not None and (study_dir / href).is_file()
+        links.append({"label": str(p.get("tuned", p.get("seed"))), "href": href if exists else None})
+    return links
 
 
 def _noise_rule(tables: Mapping[str, pd.DataFrame], manifest: Mapping) -> dict:
@@ -144,11 +170,15 @@ def _noise_rule(tables: Mapping[str, pd.DataFrame], manifest: Mapping) -> dict:
                             ("minp", "Smallest p", "num"), ("rate", "False-positive rate", "num"),
                             ("minp2", "Smallest p, task difference (k vs k)", "num"),
                             ("rate2", "False-positive rate, task difference", "num")], levels)
-    counts = tables.get("study_counts")
+    parts = [tables[_named("study_counts", c)].assign(corpus=words) for c, _, _, words in CORPORA
+             if _named("study_counts", c) in tables and not tables[_named("study_counts", c)].empty]
+    counts = pd.concat(parts, ignore_index=True) if parts else None
     count_rows, tasks = [], []
-    if counts is not None and not counts.empty:
+    if counts is not None:
         tasks = sorted(counts["task"].astype(str).unique())
-        for key, g in counts.groupby(["table", "metric", "level"], sort=True):
+        order = {words: i for i, (*_, words) in enumerate(CORPORA)}
+        for key, g in sorted(counts.groupby(["corpus", "table", "metric", "level"], sort=False),
+                             key=lambda kg: (order[kg[0][0]], *kg[0][1:])):
             cells = []
             for task in tasks:
                 r = g[g["task"].astype(str) == task]
@@ -159,11 +189,13 @@ def _noise_rule(tables: Mapping[str, pd.DataFrame], manifest: Mapping) -> dict:
                 cells.append(f"{int(r['n_beyond'])}/{int(r['n_tested'])} "
                              f"({fmt_value(float(r['expected_false']), 2)}; BH {int(r['n_beyond_fdr'])})")
             count_rows.append([*(str(k) for k in key), *cells])
-    count_table = sortable([("table", "Table", "text"), ("metric", "Metric", "text"), ("level", "Level", "text"),
+    count_table = sortable([("corpus", "Corpus", "text"), ("table", "Table", "text"), ("metric", "Metric", "text"),
+                            ("level", "Level", "text"),
                             *((f"t{i}", t, "text") for i, t in enumerate(tasks))], count_rows)
     single = [str(t.get("name")) for t in manifest.get("tasks", []) if isinstance(t, Mapping)
               and isinstance(t.get("seeds"), list) and len(t["seeds"]) < 2]
-    return {"alpha": alpha, "levels": level_table, "counts": count_table, "single": single}
+    corpora = [words for *_, words in CORPORA if counts is not None and words in set(counts["corpus"])]
+    return {"alpha": alpha, "levels": level_table, "counts": count_table, "single": single, "corpora": corpora}
 
 
 def _attention(tables: Mapping[str, pd.DataFrame], figs: Figures) -> dict | None:
@@ -189,74 +221,60 @@ def _attention(tables: Mapping[str, pd.DataFrame], figs: Figures) -> dict | None
     return {"figures": [f for f in figures if f], "one_column": eff["layer"].nunique() > 6}
 
 
+#: What each corpus's similarity figure was measured on (caption words).
+_CORPUS_WORDS = {
+    "shared": "on the shared comparison corpus",
+    "own": "each task is measured on its own dev data (its eval_data; Merchant et al. 2020 compare on the task's "
+           "own data as well as on a shared corpus), so each task's line comes from other sentences",
+    "ood": "measured on the out-of-domain corpus ([compare] ood_data)",
+}
+
+
 def _similarity(tables: Mapping[str, pd.DataFrame], figs: Figures) -> dict | None:
+    """Same-layer CKA/RSA per task on each corpus, with the seed-vs-seed level dashed, and the layers' verdicts."""
     from bertology.viz.study import study_layer_curves
 
     summ = _rows(tables.get("study_summary"), table="representation_similarity", quantity="change")
     if summ.empty:
         return None
-    noise = _rows(tables.get("study_seed_noise"), table="representation_similarity")
     present = [m for m in _SIMILARITY_ORDER if m in set(summ["metric"])][:2]
-    figures = []
-    for metric in present:
-        part = summ[summ["metric"] == metric]
-        n_part = noise[noise["metric"] == metric] if not noise.empty else None
-        label = _SIMILARITY_LABELS[metric]
-        figures.append(figs.make(
-            f"study_similarity_{metric}",
-            lambda part=part, n_part=n_part, label=label: study_layer_curves(
-                part, noise=n_part, similarity=True, ylabel=f"{label}, base vs tuned",
-                title=f"{label} of the same layer"),
-            f"{label} between each layer of the base and the same layer of the tuned model, one line per task "
-            "(mean over seeds), the band spans the seeds' minimum to maximum (Merchant et al. 2020, Fig. 1). "
-            "Dashed: the same measure between two seeds of the task (seed vs seed); a task's line far below its "
-            "dashed line changed more than seeds differ.",
-            f"{label} per layer, one line per task",
-        ))
-    figures += _other_corpora(tables, figs, present)
-    return {"figures": [f for f in figures if f]}
-
-
-#: Per-pair similarity tables on other corpora than the shared one: (table, figure key, caption words).
-_OTHER_CORPORA = (
-    ("own_representation_similarity", "own", "each task is measured on its own dev data (its eval_data; "
-     "Merchant et al. 2020 compare on the task's own data as well as on a shared corpus)"),
-    ("representation_similarity_ood", "ood", "measured on the out-of-domain corpus ([compare] ood_data)"),
-)
-
-
-def _seed_range(table: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Per task and layer: the mean, min and max over seeds of 1 - same-layer similarity (as study_summary has it)."""
-    diag = table[(table["layer_base"] == table["layer_tuned"]) & (table["metric"] == metric)]
-    per_seed = diag.groupby(["task", "seed", "layer_base"], as_index=False)["value"].mean()
-    per_seed = per_seed.assign(change=1.0 - per_seed["value"]).rename(columns={"layer_base": "layer"})
-    return per_seed.groupby(["task", "layer"], as_index=False)["change"].agg(["mean", "min", "max"])
-
-
-def _other_corpora(tables: Mapping[str, pd.DataFrame], figs: Figures, metrics: list[str]) -> list:
-    """The same-layer similarity figure on each task's own dev data and on the out-of-domain corpus, when present."""
-    from bertology.viz.study import study_layer_curves
-
-    figures = []
-    for name, key, words in _OTHER_CORPORA:
-        table = tables.get(name)
-        if table is None or table.empty or "task" not in table:
+    figures, rows = [], []
+    for corpus, _, _, where in CORPORA:
+        part = _rows(tables.get(_named("study_summary", corpus)), table="representation_similarity", quantity="change")
+        if part.empty:
             continue
-        metric = next((m for m in metrics if m in set(table["metric"])), None)
-        if metric is None:
-            continue
-        part = _seed_range(table, metric)
-        label = _SIMILARITY_LABELS[metric]
-        corpus = "own dev data" if key == "own" else "out-of-domain corpus"
-        figures.append(figs.make(
-            f"study_similarity_{key}_{metric}",
-            lambda part=part, label=label, corpus=corpus: study_layer_curves(
-                part, similarity=True, ylabel=f"{label}, base vs tuned", title=f"{label} of the same layer, {corpus}"),
-            f"{label} between each layer of the base and the same layer of the tuned model; here {words}. One line "
-            "per task (mean over seeds), the band spans the seeds' minimum to maximum.",
-            f"{label} per layer on the {corpus}, one line per task",
-        ))
-    return figures
+        # the shared corpus: the first two metrics; the others, the first (their figures sit beside it)
+        metrics = [m for m in present if m in set(part["metric"])][:2 if corpus == "shared" else 1]
+        noise = _rows(tables.get(_named("study_seed_noise", corpus)), table="representation_similarity")
+        for metric in metrics:
+            label = _SIMILARITY_LABELS[metric]
+            n_part = noise[noise["metric"] == metric] if not noise.empty else None
+            key = f"study_similarity_{metric}" if corpus == "shared" else f"study_similarity_{corpus}_{metric}"
+            title = f"{label} of the same layer" + ("" if corpus == "shared" else f", {where}")
+            dashed = ("Dashed: the same measure between two seeds of the task (seed vs seed) on the same data; a task's "
+                      "line far below its dashed line changed more than seeds differ."
+                      if n_part is not None and not n_part.empty else
+                      "No seed-vs-seed comparison on this corpus (one seed, or [compare] own_seed_noise = false).")
+            figures.append(figs.make(
+                key,
+                lambda m=metric, part=part, n_part=n_part, label=label, title=title: study_layer_curves(
+                    part[part["metric"] == m], noise=n_part, similarity=True, ylabel=f"{label}, base vs tuned",
+                    title=title),
+                f"{label} between each layer of the base and the same layer of the tuned model, {_CORPUS_WORDS[corpus]}; "
+                "one line per task (mean over seeds), the band spans the seeds' minimum to maximum"
+                f"{' (Merchant et al. 2020, Fig. 1)' if corpus == 'shared' else ''}. {dashed}",
+                f"{label} per layer on the {where}, one line per task",
+            ))
+        eff = _rows(tables.get(_named("study_effects", corpus)), table="representation_similarity")
+        eff = eff[eff["metric"].isin(metrics)] if not eff.empty else eff
+        rows += [[where, str(r["task"]), _SIMILARITY_LABELS.get(str(r["metric"]), str(r["metric"])), int(r["layer"]),
+                  1.0 - float(r["change_mean"]), int(r["n_seeds"]),
+                  None if pd.isna(r["noise_max"]) else 1.0 - float(r["noise_max"]), r["p_value"],
+                  _verdict(r["beyond_noise"])] for _, r in eff.iterrows()]
+    table = sortable([("corpus", "Corpus", "text"), ("task", "Task", "text"), ("metric", "Metric", "text"),
+                      ("layer", "Layer", "num"), ("mean", "Base–tuned", "num"), ("n", "Seeds", "num"),
+                      ("noise", "Seed–seed, lowest", "num"), ("p", "p", "num"), ("verdict", "Verdict", "text")], rows)
+    return {"figures": [f for f in figures if f], "table": table}
 
 
 def _patterns(tables: Mapping[str, pd.DataFrame], figs: Figures) -> dict | None:
@@ -371,18 +389,24 @@ def _jobs(manifest: Mapping) -> dict | None:
         return None
     jobs.sort(key=lambda j: (j.get("status") != "failed", str(j.get("id"))))
     rows = [[str(j.get("id", "")), str(j.get("kind", "")), str(j.get("status", "")),
-             j.get("wall_time_s"), str(j.get("error") or "")] for j in jobs]
+             j.get("wall_time_s") if j.get("status") in ("done", "cached", "failed") else None,
+             str(j.get("finished") or ""), str(j.get("error") or "")] for j in jobs]
+    table = sortable([("id", "Job", "text"), ("kind", "Kind", "text"), ("status", "Status", "text"),
+                      ("wall", "Wall time (s)", "num"), ("finished", "Finished", "text"), ("error", "Error", "text")], rows)
+    for job, row in zip(jobs, table["rows"]):
+        if job.get("status") == "cached" and row[3]["value"] != "":
+            row[3]["text"] += " (cached)"  # not run now: the time it took in the run that finished it
     failed = sum(1 for j in jobs if j.get("status") == "failed")
-    return {"n": len(jobs), "failed": failed,
-            "table": sortable([("id", "Job", "text"), ("kind", "Kind", "text"), ("status", "Status", "text"),
-                               ("wall", "Wall time (s)", "num"), ("error", "Error", "text")], rows)}
+    cached = sum(1 for j in jobs if j.get("status") == "cached")
+    return {"n": len(jobs), "failed": failed, "cached": cached, "table": table}
 
 
 def _listing(study_dir: Path) -> list[dict]:
     folder = study_dir / "tables"
     names = sorted({p.stem for p in folder.glob("*.parquet")} | {p.stem for p in folder.glob("*.csv")})
     return [{"name": n, "files": [f"tables/{n}.{ext}" for ext in ("parquet", "csv") if (folder / f"{n}.{ext}").exists()],
-             "study": n.startswith("study_")} for n in names]
+             "study": "study_" in n,
+             "own": n.startswith("own_"), "ood": n.endswith("_ood")} for n in names]
 
 
 # ------------------------------------------------------------------------------------------- render

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from bertology.errors import BertologyError
+from bertology.results import now_iso
 from bertology.study.jobs import Job
 
 logger = logging.getLogger(__name__)
@@ -28,13 +29,14 @@ RAY_MISSING = "--executor ray needs Ray, an optional extra: pip install 'bertolo
 
 @dataclass
 class JobResult:
-    """How one job ended: ``done`` or ``failed`` (with the error), its wall time and its small return value."""
+    """How one job ended: ``done`` or ``failed`` (with the error), its wall time, when it ended and its small return value."""
 
     id: str
     status: str
     error: str | None = None
     wall_time_s: float = 0.0
     value: dict = field(default_factory=dict)
+    finished: str | None = None  # ISO time the job ended (on the machine that ran it)
 
 
 def execute(job: Job, progress: bool = False) -> JobResult:
@@ -47,8 +49,9 @@ def execute(job: Job, progress: bool = False) -> JobResult:
     except Exception as err:  # noqa: BLE001 - a failing job is reported, the study goes on
         logger.debug("job %s failed:\n%s", job.id, traceback.format_exc())
         message = " ".join(str(err).split())
-        return JobResult(job.id, "failed", f"{type(err).__name__}: {message}", round(time.perf_counter() - t0, 2))
-    return JobResult(job.id, "done", None, round(time.perf_counter() - t0, 2), value)
+        return JobResult(job.id, "failed", f"{type(err).__name__}: {message}", round(time.perf_counter() - t0, 2),
+                         finished=now_iso())
+    return JobResult(job.id, "done", None, round(time.perf_counter() - t0, 2), value, now_iso())
 
 
 class Executor(Protocol):
@@ -124,7 +127,8 @@ class RayExecutor:
             try:
                 results[job.id] = ray.get(ready[0])
             except Exception as err:  # noqa: BLE001 - the worker itself died (out of memory, killed)
-                results[job.id] = JobResult(job.id, "failed", f"{type(err).__name__}: {' '.join(str(err).split())[:500]}")
+                results[job.id] = JobResult(job.id, "failed", f"{type(err).__name__}: {' '.join(str(err).split())[:500]}",
+                                            finished=now_iso())
             logger.info("job %s: %s (%d of %d finished)", job.id, results[job.id].status, len(results), len(jobs))
         return [results[j.id] for j in jobs]
 

@@ -110,8 +110,8 @@ class CompareJob:
     """``compare_many``: ``base`` against every model of ``tuned`` (name, path, task, seed) into ``out``."""
 
     id: str
-    kind: str  # "compare" (base vs every tuned model), "compare_own" (base vs one task's models on its eval data)
-    #            or "seed_compare" (seed a vs later seeds of one task)
+    kind: str  # "compare" (base vs every tuned model), "compare_own" (base vs one task's models on its eval data),
+    #            "seed_compare" (seed a vs later seeds of one task) or "seed_compare_own" (the same on its eval data)
     base: str
     tuned: tuple[tuple[str, str, str | None, int | None], ...]
     compare: CompareSpec
@@ -174,7 +174,7 @@ def compare_job(spec: StudySpec, job_id: str, kind: str, base: str, base_id: str
     c = compare or spec.compare
     data = [file_sha256(p) for p in (c.data, c.ood_data) if p]
     fp = fingerprint(kind, base_id, [(n, t, s, ident) for n, _, t, s, ident in tuned],
-                     replace(c, own_data=True), data, spec.device)  # own_data adds jobs; it changes no comparison
+                     replace(c, own_data=True, own_seed_noise=True), data, spec.device)  # they add jobs, change none
     cpus, gpus = _resources(spec.device)
     return CompareJob(job_id, kind, base, tuple((n, p, t, s) for n, p, t, s, _ in tuned), c, spec.device, str(out), fp,
                       num_cpus=cpus, num_gpus=gpus)

@@ -61,7 +61,10 @@ __all__ = [
     "CHANGES",
     "STUDY_TABLES",
     "UNIT_COLUMNS",
+    "CORPORA",
     "attained_level",
+    "corpus_study_tables",
+    "corpus_table",
     "seed_changes",
     "seed_distances",
     "study_tables",
@@ -74,6 +77,13 @@ UNIT_COLUMNS = ("table", "metric", "level", "unit", "layer", "head")
 #: The tables :func:`study_tables` returns.
 STUDY_TABLES = ("study_summary", "study_seed_noise", "study_effects", "study_counts", "study_rule",
                 "study_task_differences")
+
+#: The corpora a study measures on, as (prefix, suffix) of their tables' names: the shared corpus
+#: (``attention_change``, ``seedpair_attention_change``, ``study_effects``), each task's own dev data
+#: (``own_attention_change``, ``own_seedpair_attention_change``, ``own_study_effects``) and the
+#: out-of-domain corpus (``representation_similarity_ood``, ``seedpair_representation_similarity_ood``,
+#: ``study_effects_ood``).
+CORPORA: dict[str, tuple[str, str]] = {"shared": ("", ""), "own": ("own_", ""), "ood": ("", "_ood")}
 
 _PROBE_METRICS = {"distance": ("uuas", "dspr"), "depth": ("root_acc", "nspr")}
 
@@ -547,3 +557,32 @@ def study_tables(
         "study_rule": _rule(effects, alpha),
         "study_task_differences": _task_differences(changes, alpha),
     }
+
+
+def corpus_table(name: str, corpus: str) -> str:
+    """The name of table ``name`` (as on the shared corpus) on ``corpus``: ``own_study_effects``, ``study_effects_ood``."""
+    prefix, suffix = CORPORA[corpus]
+    return f"{prefix}{name}{suffix}"
+
+
+def corpus_study_tables(tables: Mapping[str, pd.DataFrame], *, alpha: float = ALPHA) -> dict[str, pd.DataFrame]:
+    """:func:`study_tables` on every corpus present in ``tables`` (a study's tables by name), named per :data:`CORPORA`.
+
+    Each corpus gets the same rule from its own base-vs-tuned and seed-vs-seed tables (``own_attention_change``
+    with ``own_seedpair_attention_change`` give ``own_study_effects``). A corpus without seed-vs-seed tables
+    still gets its summary, and its pairwise units say "no seed-vs-seed comparison". Left out: ``study_rule``
+    off the shared corpus (it depends on the seed counts only, which are the same), and task differences on
+    the tasks' own data (each task is measured on other data there, so a difference would mix task and corpus).
+    """
+    out: dict[str, pd.DataFrame] = {}
+    for corpus in CORPORA:
+        base = {name: tables[corpus_table(name, corpus)] for name in CHANGES if corpus_table(name, corpus) in tables}
+        if not base:
+            continue
+        seeds = {f"seedpair_{name}": tables[corpus_table(f"seedpair_{name}", corpus)] for name in CHANGES
+                 if corpus_table(f"seedpair_{name}", corpus) in tables}
+        for name, table in study_tables(base, seeds, alpha=alpha).items():
+            if corpus != "shared" and (name == "study_rule" or (corpus == "own" and name == "study_task_differences")):
+                continue
+            out[corpus_table(name, corpus)] = table
+    return out

@@ -8,11 +8,14 @@ The study folder::
     compare/                        compare_many: the base against every tuned model ("<task>/s<seed>")
     compare_own/<task>/             compare_many on the task's own eval_data ([compare] own_data; Merchant et al. 2020)
     seeds/<task>/s<a>/              compare_many: seed a's model against every later seed b of the task
+    seeds_own/<task>/s<a>/          the same on the task's own eval_data ([compare] own_seed_noise)
     tables/<table>.parquet          the base-vs-tuned tables (tuned, task, seed first)
     tables/seedpair_<table>.parquet the seed-vs-seed tables (task, seed_a, seed_b first)
     tables/own_<table>.parquet      every task's own-data tables, concatenated (tuned, task, seed first)
-    tables/study_*.parquet          the seed-noise statistics (bertology.study.noise, when present)
-    jobs/<job>.json                 each finished job's fingerprint: a rerun skips it ("cached")
+    tables/own_seedpair_<table>     every task's own-data seed-vs-seed tables (task, seed_a, seed_b first)
+    tables/study_*.parquet          the seed-noise statistics (bertology.study.noise), on the shared corpus;
+                                    own_study_* on the tasks' own dev data, study_*_ood on the ood corpus
+    jobs/<job>.json                 each finished job's fingerprint and wall time: a rerun skips it ("cached")
 
 Two waves of jobs go through the executor: every fine-tune, then every comparison. A job whose
 fingerprint matches a finished one is ``cached`` and not run; a failed job is recorded with its error,
@@ -42,16 +45,22 @@ KIND = "study"
 
 @dataclass
 class JobRecord:
-    """One job's line in the manifest."""
+    """One job's line in the manifest.
+
+    ``wall_time_s`` is the time the job took when it ran: in this run, or for a ``cached`` job in the run
+    that ``finished`` it (from ``jobs/<id>.json``; None when that file predates the timing).
+    """
 
     id: str
     kind: str
     status: str  # done, cached, failed, skipped
     error: str | None = None
-    wall_time_s: float = 0.0
+    wall_time_s: float | None = 0.0
+    finished: str | None = None  # when the job finished (ISO time); for a cached job, in an earlier run
 
     def to_dict(self) -> dict:
-        return {"id": self.id, "kind": self.kind, "status": self.status, "error": self.error, "wall_time_s": self.wall_time_s}
+        return {"id": self.id, "kind": self.kind, "status": self.status, "error": self.error,
+                "wall_time_s": self.wall_time_s, "finished": self.finished}
 
 
 @dataclass
@@ -74,30 +83,35 @@ def _marker(study: Path, job_id: str) -> Path:
     return study / "jobs" / (job_id.replace(":", "__").replace("/", "~") + ".json")
 
 
-def _cached(study: Path, job: FinetuneJob | CompareJob) -> bool:
-    """A finished job with the same fingerprint whose output is still there."""
+def _cached(study: Path, job: FinetuneJob | CompareJob) -> JobRecord | None:
+    """A finished job with the same fingerprint whose output is still there: its record, with the original wall time."""
     path = _marker(study, job.id)
     try:
         done = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
-        return False
-    return done.get("fingerprint") == job.fingerprint and job.finished()
+        return None
+    if done.get("fingerprint") != job.fingerprint or not job.finished():
+        return None
+    wall = done.get("wall_time_s")
+    return JobRecord(job.id, job.kind, "cached", wall_time_s=float(wall) if isinstance(wall, (int, float)) else None,
+                     finished=done.get("finished"))
 
 
 def _record_done(study: Path, job: FinetuneJob | CompareJob, result: JobResult) -> None:
     atomic_write_text(_marker(study, job.id), json.dumps(
-        {"id": job.id, "fingerprint": job.fingerprint, "finished": now_iso(), "wall_time_s": result.wall_time_s,
+        {"id": job.id, "fingerprint": job.fingerprint, "finished": result.finished or now_iso(),
+         "wall_time_s": result.wall_time_s,
          "value": result.value}, indent=2, default=str))
 
 
 def _run_wave(study: Path, jobs: list, executor: Executor) -> dict[str, JobRecord]:
     """Run the jobs that are not cached; every job's record."""
-    records = {j.id: JobRecord(j.id, j.kind, "cached") for j in jobs if _cached(study, j)}
+    records = {j.id: rec for j in jobs if (rec := _cached(study, j)) is not None}
     todo = [j for j in jobs if j.id not in records]
     for j in todo:
         _marker(study, j.id).unlink(missing_ok=True)  # not finished until this run says so
     for job, res in zip(todo, executor.run(todo)):
-        records[job.id] = JobRecord(job.id, job.kind, res.status, res.error, res.wall_time_s)
+        records[job.id] = JobRecord(job.id, job.kind, res.status, res.error, res.wall_time_s, res.finished)
         if res.status == "done":
             _record_done(study, job, res)
     return {j.id: records[j.id] for j in jobs}
@@ -164,21 +178,9 @@ def run_study(spec: StudySpec | str | Path, out: str | Path | None = None, *, ex
         skipped["compare"] = JobRecord("compare", "compare", "skipped", "no fine-tuned model finished")
     own_jobs = own_compare_jobs(spec, study, base_id, models, skipped)
     cmp_jobs += own_jobs
-    seed_pairs = []
-    for task in spec.tasks:
-        for i, a in enumerate(task.seeds[:-1]):
-            job_id = f"seed_compare:{task.name}/s{a}"
-            later = [b for b in task.seeds[i + 1:]]
-            missing = [f"{task.name}/s{s}" for s in [a, *later] if (task.name, s) not in models]
-            if missing:
-                skipped[job_id] = JobRecord(job_id, "seed_compare", "skipped",
-                                            f"needs the model of {', '.join(missing)}, which did not finish")
-                continue
-            rows = [(f"{task.name}/s{b}", *models[(task.name, b)][:1], task.name, b, models[(task.name, b)][1]) for b in later]
-            path, ident = models[(task.name, a)]
-            cmp_jobs.append(compare_job(spec, job_id, "seed_compare", path, ident, rows,
-                                        study / "seeds" / task.name / f"s{a}"))
-            seed_pairs += [{"task": task.name, "seed_a": a, "seed_b": b, "dir": f"seeds/{task.name}/s{a}"} for b in later]
+    seed_jobs, seed_pairs = seed_compare_jobs(spec, study, models, skipped)
+    own_seed_jobs, own_seed_pairs = seed_compare_jobs(spec, study, models, skipped, own=True)
+    cmp_jobs += seed_jobs + own_seed_jobs
     records.update(_run_wave(study, cmp_jobs, executor))
     records.update(skipped)
 
@@ -187,20 +189,19 @@ def run_study(spec: StudySpec | str | Path, out: str | Path | None = None, *, ex
     tables.update(_noise_tables(tables))
     for name, table in tables.items():
         write_table(study, name, table)
-    for stale in (study / "tables").glob("own_*.*"):  # own_data turned off, or a task gone: not drawn from old runs
-        if stale.stem not in tables:
-            stale.unlink()
+    _remove_stale_tables(study, tables)
     order = [j.id for j in ft_jobs] + ["compare"] + [f"compare_own:{t.name}" for t in spec.tasks] \
-        + [k for k in records if k.startswith("seed_compare:")]
+        + [k for k in records if k.startswith("seed_compare:")] + [k for k in records if k.startswith("seed_compare_own:")]
     jobs = [records[k] for k in dict.fromkeys(order) if k in records]
     main = next((j for j in cmp_jobs if j.id == "compare"), None)
+    kinds = task_kinds(spec, ft_jobs, records)
     manifest = {
         "kind": KIND,
         "status": "complete" if all(j.status in ("done", "cached") for j in jobs) else "incomplete",
         "finished": now_iso(),
         "base": spec.base,
         "spec": str(spec.path),
-        "tasks": [{"name": t.name, "task": t.type, "seeds": list(t.seeds),
+        "tasks": [{"name": t.name, "task": kinds.get(t.name), "type": t.type, "seeds": list(t.seeds),
                    "models": {str(s): _rel(study, models[(t.name, s)][0]) for s in t.seeds if (t.name, s) in models}}
                   for t in spec.tasks],
         "pairs": [{"tuned": name, "task": task, "seed": seed,
@@ -209,11 +210,13 @@ def run_study(spec: StudySpec | str | Path, out: str | Path | None = None, *, ex
         "own_pairs": [{"tuned": name, "task": task, "seed": seed,
                        "report": f"compare_own/{task}/pairs/{name.replace('/', '~')}/report.html" if spec.compare.report else None}
                       for j in own_jobs if j.id in ok for name, _, task, seed in j.tuned],
-        "seed_pairs": [p for p in seed_pairs if f"seed_compare:{p['task']}/s{p['seed_a']}" in ok],
+        "seed_pairs": [_drop_job(p) for p in seed_pairs if p["job"] in ok],
+        "own_seed_pairs": [_drop_job(p) for p in own_seed_pairs if p["job"] in ok],
         "jobs": [j.to_dict() for j in jobs],
         "executor": getattr(executor, "name", type(executor).__name__),
         "compare": {"data": spec.compare.data, "ood_data": spec.compare.ood_data, "analyses": list(spec.compare.analyses),
-                    "max_examples": spec.compare.max_examples, "own_data": spec.compare.own_data},
+                    "max_examples": spec.compare.max_examples, "own_data": spec.compare.own_data,
+                    "own_seed_noise": spec.compare.own_data and spec.compare.own_seed_noise},
         "lab": spec.lab,
         "warnings": finetune_warnings(ft_jobs, records),
         "tables": sorted(tables),
@@ -248,6 +251,77 @@ def own_compare_jobs(spec: StudySpec, study: Path, base_id: str, models: dict[tu
     return jobs
 
 
+def seed_compare_jobs(spec: StudySpec, study: Path, models: dict[tuple[str, int], tuple[str, str]],
+                      skipped: dict[str, JobRecord], own: bool = False) -> tuple[list[CompareJob], list[dict]]:
+    """Each task's seeds against each other: seed a's model as the base against every later seed b.
+
+    On the shared corpus (``seed_compare:<task>/s<a>`` into ``seeds/``), or with ``own`` on the task's own
+    eval data (``seed_compare_own:<task>/s<a>`` into ``seeds_own/``; with ``[compare] own_data`` and
+    ``own_seed_noise``, for tasks with eval data): the seed noise the own-data changes are held against.
+    A task with k seeds gets k - 1 jobs, with k - 1 forward passes of a seed in the base role and
+    k(k - 1)/2 of the later seeds. Jobs that need a model that did not finish are ``skipped``. Returns
+    the jobs and the seed pairs (``task, seed_a, seed_b, dir, job``).
+    """
+    if own and not (spec.compare.own_data and spec.compare.own_seed_noise):
+        return [], []
+    kind, folder = ("seed_compare_own", "seeds_own") if own else ("seed_compare", "seeds")
+    jobs, pairs = [], []
+    for task in spec.tasks:
+        if own and not task.eval_data:
+            continue
+        compare = spec.compare.on_own_data(task) if own else None
+        for i, a in enumerate(task.seeds[:-1]):
+            job_id = f"{kind}:{task.name}/s{a}"
+            later = list(task.seeds[i + 1:])
+            missing = [f"{task.name}/s{s}" for s in [a, *later] if (task.name, s) not in models]
+            if missing:
+                skipped[job_id] = JobRecord(job_id, kind, "skipped",
+                                            f"needs the model of {', '.join(missing)}, which did not finish")
+                continue
+            rows = [(f"{task.name}/s{b}", models[(task.name, b)][0], task.name, b, models[(task.name, b)][1]) for b in later]
+            path, ident = models[(task.name, a)]
+            jobs.append(compare_job(spec, job_id, kind, path, ident, rows, study / folder / task.name / f"s{a}",
+                                    compare=compare))
+            pairs += [{"task": task.name, "seed_a": a, "seed_b": b, "dir": f"{folder}/{task.name}/s{a}", "job": job_id}
+                      for b in later]
+    return jobs, pairs
+
+
+def _drop_job(pair: dict) -> dict:
+    return {k: v for k, v in pair.items() if k != "job"}
+
+
+def _remove_stale_tables(study: Path, tables: dict[str, pd.DataFrame]) -> None:
+    """Delete tables an earlier run wrote that this one did not (own_data or ood_data turned off, an analysis
+    or a task gone): the report and ``summarise_study`` read every table there, and must not draw old ones."""
+    for stale in sorted((study / "tables").glob("*.*")):
+        if stale.suffix in (".parquet", ".csv") and stale.stem not in tables:
+            logger.info("removing %s: this run did not produce it", stale)
+            stale.unlink()
+
+
+def task_kinds(spec: StudySpec, ft_jobs: list[FinetuneJob], records: dict[str, JobRecord]) -> dict[str, str | None]:
+    """Per task, what its fine-tunes did (``classification`` for a spec's ``type = "auto"`` with 0/1 labels).
+
+    Read from each finished fine-tune's manifest (``summary.task``, as ``bertology finetune`` chose it); a
+    task given as existing models keeps the spec's type (None for ``auto``: nothing was chosen); seeds that
+    chose differently are listed together.
+    """
+    found: dict[str, set[str]] = {}
+    for job in ft_jobs:
+        if records[job.id].status not in ("done", "cached"):
+            continue
+        try:
+            summary = json.loads((Path(job.out) / "manifest.json").read_text()).get("summary") or {}
+        except (OSError, ValueError):
+            continue
+        kind = summary.get("task") or summary.get("objective")
+        if kind:
+            found.setdefault(job.task.name, set()).add(str(kind))
+    return {t.name: ", ".join(sorted(found[t.name])) if t.name in found else (None if t.type == "auto" else t.type)
+            for t in spec.tasks}
+
+
 def finetune_warnings(ft_jobs: list[FinetuneJob], records: dict[str, JobRecord]) -> list[str]:
     """Each finished fine-tune's own warnings (a model at chance, truncated inputs), named by task and seed.
 
@@ -274,10 +348,14 @@ def _rel(study: Path, path: str) -> str:
 
 
 def collect_tables(study: Path, jobs: list[CompareJob]) -> dict[str, pd.DataFrame]:
-    """The base-vs-tuned tables as compare_many combined them, and the seed-vs-seed ones with task, seed_a, seed_b first."""
+    """The base-vs-tuned tables as compare_many combined them, and the seed-vs-seed ones with task, seed_a, seed_b first.
+
+    Tables of the tasks' own dev data are concatenated over tasks as ``own_<table>`` and
+    ``own_seedpair_<table>``; the out-of-domain tables keep compare_many's ``_ood`` suffix.
+    """
     tables: dict[str, pd.DataFrame] = {}
-    seed_parts: dict[str, list[pd.DataFrame]] = {}
-    own_parts: dict[str, list[pd.DataFrame]] = {}
+    parts: dict[str, list[pd.DataFrame]] = {}  # table name -> its parts over jobs
+    prefix = {"compare_own": "own_", "seed_compare": "seedpair_", "seed_compare_own": "own_seedpair_"}
     for job in jobs:
         folder = Path(job.out) / "tables"
         for path in sorted(folder.glob("*.parquet")):
@@ -285,27 +363,22 @@ def collect_tables(study: Path, jobs: list[CompareJob]) -> dict[str, pd.DataFram
             if job.kind == "compare":
                 tables[path.stem] = df
                 continue
-            if job.kind == "compare_own":
-                own_parts.setdefault(path.stem, []).append(df)
-                continue
-            seed_a = int(Path(job.out).name.removeprefix("s"))
-            keys = pd.DataFrame({"task": df["task"], "seed_a": pd.array([seed_a] * len(df), dtype="Int64"),
-                                 "seed_b": df["seed"].astype("Int64")})
-            seed_parts.setdefault(path.stem, []).append(pd.concat([keys, df.drop(columns=["tuned", "task", "seed"])], axis=1))
-    for name, parts in seed_parts.items():
-        tables[f"seedpair_{name}"] = pd.concat(parts, ignore_index=True)
-    for name, parts in own_parts.items():
-        tables[f"own_{name}"] = pd.concat(parts, ignore_index=True)
+            if job.kind.startswith("seed_compare"):
+                seed_a = int(Path(job.out).name.removeprefix("s"))
+                keys = pd.DataFrame({"task": df["task"], "seed_a": pd.array([seed_a] * len(df), dtype="Int64"),
+                                     "seed_b": df["seed"].astype("Int64")})
+                df = pd.concat([keys, df.drop(columns=["tuned", "task", "seed"])], axis=1)
+            parts.setdefault(prefix[job.kind] + path.stem, []).append(df)
+    for name, frames in parts.items():
+        tables[name] = pd.concat(frames, ignore_index=True)
     return tables
 
 
 def _noise_tables(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """The seed-noise statistics (``study_*`` tables) of the base-vs-tuned and seed-vs-seed tables."""
-    from bertology.study.noise import study_tables
+    """The seed-noise statistics of every corpus: ``study_*`` (shared), ``own_study_*``, ``study_*_ood``."""
+    from bertology.study.noise import corpus_study_tables
 
-    base = {k: v for k, v in tables.items() if not k.startswith(("seedpair_", "own_"))}
-    seeds = {k.removeprefix("seedpair_"): v for k, v in tables.items() if k.startswith("seedpair_")}
-    return study_tables(base, seeds) if base else {}
+    return corpus_study_tables(tables)
 
 
 def _study_report(study: Path) -> Path:

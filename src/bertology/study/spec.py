@@ -29,6 +29,8 @@ The schema (every table refuses keys it does not know, naming them and the keys 
     #       batch_size (32), seed (0), report (true: each pair's report.html; false: tables only)
     own_data = true                # also compare each task's models on the task's own eval_data (Merchant et al.
                                    # 2020): STUDY/compare_own/<task>/, tables own_<table>; false: the shared corpus only
+    own_seed_noise = true          # with own_data: also each task's seeds against each other on that eval_data
+                                   # (STUDY/seeds_own/, tables own_seedpair_<table>; k-1 more jobs per task)
 
 Relative paths resolve against the spec file's folder. :func:`load_spec` checks the schema and that
 every file exists; :func:`check_models` loads the given fine-tunes and checks them against the base
@@ -53,7 +55,7 @@ LAB_KEYS = {
 }
 TASK_KEYS = ("name", "type", "data", "eval_data", "text_column", "pair_column", "label_column", "seeds", "models")
 COMPARE_KEYS = ("data", "text_column", "pair_column", "label_column", "ood_data", "ood_text_column", "analyses",
-                "max_examples", "max_length", "batch_size", "seed", "report", "own_data")
+                "max_examples", "max_length", "batch_size", "seed", "report", "own_data", "own_seed_noise")
 TASK_TYPES = ("auto", "classification", "regression", "tagging", "qa", "parsing")
 DEFAULT_ANALYSES = ("attention_change", "representation_similarity")
 NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -95,6 +97,7 @@ class CompareSpec:
     seed: int = 0
     report: bool = True  # each pair's report.html (false: tables only, faster)
     own_data: bool = True  # also compare each task with eval_data on that eval_data (compare_own/<task>/)
+    own_seed_noise: bool = True  # with own_data: the task's seeds against each other on that eval_data (seeds_own/)
 
     def on_own_data(self, task: TaskSpec) -> CompareSpec:
         """These settings on ``task``'s eval data, read with the task's text/pair columns (no out-of-domain part)."""
@@ -206,7 +209,7 @@ def _compare(raw, root: Path) -> CompareSpec:
     for k in ("max_examples", "max_length", "batch_size", "seed"):
         if k in raw:
             kw[k] = _typed(raw[k], int, k, where, "an integer")
-    for k in ("report", "own_data"):
+    for k in ("report", "own_data", "own_seed_noise"):
         if k in raw:
             kw[k] = _typed(raw[k], bool, k, where, "true or false")
     if "analyses" in raw:

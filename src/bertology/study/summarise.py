@@ -3,7 +3,8 @@
 ``summarise_study(STUDY)`` reads the study's pair tables (``STUDY/tables/<table>.parquet``) and
 seed-vs-seed tables (``STUDY/tables/seedpair_<table>.parquet``), computes the seed-noise tables with
 :func:`bertology.study.noise.study_tables`, writes them beside the others (``study_*.parquet`` and
-``.csv``) and renders ``STUDY/report.html`` with :func:`bertology.report.study.render_study_report`.
+``.csv``; the same on the tasks' own dev data, ``own_study_*``, and on the out-of-domain corpus,
+``study_*_ood``, when the study has those tables) and renders ``STUDY/report.html`` with :func:`bertology.report.study.render_study_report`.
 From a shell: ``python -m bertology.study.summarise STUDY [--alpha 0.05]``.
 """
 from __future__ import annotations
@@ -16,34 +17,45 @@ import pandas as pd
 
 from bertology.errors import BertologyError
 from bertology.results import write_table
-from bertology.study.noise import ALPHA, CHANGES, study_tables
+from bertology.study.noise import ALPHA, CHANGES, CORPORA, corpus_study_tables, corpus_table
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["read_study_tables", "summarise_study", "write_study_tables"]
 
 
-def read_study_tables(study_dir: str | Path) -> tuple[dict[str, pd.DataFrame], dict[str, pd.DataFrame]]:
-    """The base-vs-tuned tables and the ``seedpair_*`` tables under ``STUDY/tables/`` (Parquet)."""
+def read_study_tables(study_dir: str | Path, corpus: str = "shared") -> tuple[dict[str, pd.DataFrame], dict[str, pd.DataFrame]]:
+    """The base-vs-tuned tables and the ``seedpair_*`` tables of ``corpus`` under ``STUDY/tables/`` (Parquet).
+
+    Keyed by their shared-corpus names (``attention_change``, ``seedpair_attention_change``) whatever the
+    corpus (``own_attention_change`` on the tasks' own dev data; see :data:`~bertology.study.noise.CORPORA`).
+    """
     folder = Path(study_dir) / "tables"
-    base = {name: pd.read_parquet(folder / f"{name}.parquet") for name in CHANGES
-            if (folder / f"{name}.parquet").exists()}
-    seeds = {f"seedpair_{name}": pd.read_parquet(folder / f"seedpair_{name}.parquet") for name in CHANGES
-             if (folder / f"seedpair_{name}.parquet").exists()}
+    found = {name: folder / f"{corpus_table(name, corpus)}.parquet" for name in CHANGES}
+    base = {name: pd.read_parquet(path) for name, path in found.items() if path.exists()}
+    found = {f"seedpair_{name}": folder / f"{corpus_table(f'seedpair_{name}', corpus)}.parquet" for name in CHANGES}
+    seeds = {name: pd.read_parquet(path) for name, path in found.items() if path.exists()}
     return base, seeds
 
 
 def write_study_tables(study_dir: str | Path, *, alpha: float = ALPHA) -> dict[str, pd.DataFrame]:
-    """Compute :func:`~bertology.study.noise.study_tables` from ``STUDY/tables/`` and write them there."""
+    """Compute the seed-noise tables of every corpus from ``STUDY/tables/`` and write them there.
+
+    :func:`~bertology.study.noise.corpus_study_tables`: ``study_*`` on the shared corpus, ``own_study_*`` on
+    the tasks' own dev data and ``study_*_ood`` on the out-of-domain corpus, where the study has them.
+    """
     study_dir = Path(study_dir)
     if not study_dir.is_dir():
         raise BertologyError(f"Study directory {study_dir} does not exist or is not a folder.")
-    base, seeds = read_study_tables(study_dir)
-    if not base:
+    found: dict[str, pd.DataFrame] = {}
+    for corpus in CORPORA:
+        base, seeds = read_study_tables(study_dir, corpus)
+        found.update({corpus_table(name, corpus): df for name, df in {**base, **seeds}.items()})
+    if not any(name in found for name in CHANGES):
         raise BertologyError(
             f"{study_dir / 'tables'} holds none of the study's pair tables ({', '.join(CHANGES)}); nothing to summarise."
         )
-    tables = study_tables(base, seeds, alpha=alpha)
+    tables = corpus_study_tables(found, alpha=alpha)
     for name, df in tables.items():
         write_table(study_dir, name, df)
     return tables
