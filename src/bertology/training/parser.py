@@ -203,7 +203,8 @@ def finetune_parser(
         train, exclusion = exclude_examples(train, words)
         if len(train) == 0:
             raise BertologyError(f"Every training sentence mentions one of {', '.join(words)}; nothing is left to train on.")
-    slices, slicing = eval_slices(eval_corpus, parse_word_list(list(config.slice_words or config.exclude_words)))
+    slices, slicing = eval_slices(eval_corpus, parse_word_list(list(config.slice_words or config.exclude_words)),
+                                  exclusion)  # the record gains the held-out counts, as finetune's and tagging's
     split.update(n_train=len(train), n_eval=len(eval_corpus))
 
     labels = deprel_set(train)
