@@ -308,6 +308,7 @@ def test_the_parser_records_its_exclusion_with_the_eval_counts_of_finetune_and_t
     assert (ex["eval_with_words"], ex["eval_without_words"]) == (sum(mentions), len(mentions) - sum(mentions)) == (3, 5)
     dropped = sum(any(w == "john" for w, *_ in s) for s in train_sents)
     assert (ex["n_before"], ex["n_dropped"], ex["n_after"]) == (len(train_sents), dropped, len(train_sents) - dropped)
+    assert result.details["training_objective"] == "supervised (arc + label cross-entropy per word)"
     assert result.details["eval_slices"] == {"words": ["john"], "with_words": 3, "without_words": 5}
     from bertology.training.tagging import finetune_tagger  # the tagger's record has the same keys
     tag_cfg = FinetuneConfig(model=str(base), data=DataConfig(path=str(train_file)), out=str(tmp_path / "tag"),
