@@ -331,13 +331,17 @@ def compare(
     report: bool = True,
     extra_results: list[Result] | None = None,
     summary: dict | None = None,
+    extra_analyses: Sequence[Analysis] = (),
 ) -> CompareRun:
     """Compare a base and a tuned model on one corpus and write the run directory.
 
     ``corpus``/``pair`` may be passed directly (Python API); otherwise they are loaded from the config.
     Re-running with identical settings into the same folder resumes: finished tables are kept.
     ``extra_results`` (e.g. the fine-tuning curve) are written beside the analyses' tables and shown in
-    the report; ``summary`` holds headline numbers for the report's overview.
+    the report; ``summary`` holds headline numbers for the report's overview. ``extra_analyses`` are
+    streaming analyses built by the caller on the encoded ``corpus`` (items numbered as its examples,
+    e.g. the ABSA heads): they ride the same pass as the selected ones (one forward per model), always
+    (a resumed run still streams them), and their tables join ``extra_results``.
     """
     t0 = time.perf_counter()
     config, selection, dtype = resolve_settings(config)
@@ -346,9 +350,11 @@ def compare(
     inputs = prepare_inputs(config, selection, corpus, pair.tokenizer)
     job = PairJob(inputs, pair, overwrite=overwrite, progress=progress, t0=t0)
     with job.open():
-        if job.todo:
-            _extract(pair, inputs.encoded, job.todo, config, progress)
-        return job.finish(report=report, extra_results=extra_results, summary=summary)
+        streamed = [*job.todo, *extra_analyses]
+        if streamed:
+            _extract(pair, inputs.encoded, streamed, config, progress)
+        extra = [*(extra_results or []), *(res for a in extra_analyses for res in a.results())]
+        return job.finish(report=report, extra_results=extra, summary=summary)
 
 
 def encoding_warnings(encoded: EncodedCorpus, corpus: Corpus) -> list[str]:

@@ -64,3 +64,52 @@ def test_offset_mismatch_is_a_user_error(tmp_path):
     data = write_absa(tmp_path / "bad.xml", bad_offset="4")
     result = invoke("absa", "--data", data, "--out", tmp_path / "run")
     assert_user_error(result, "bad.xml", "sentence 4", "'price'")
+
+
+@pytest.mark.parametrize("batch_size", [32, 3])
+def test_one_pass_per_model_gives_the_tables_of_the_former_two_passes(tmp_path, monkeypatch, batch_size):
+    """run_absa streams the held-out pairs once for the ABSA heads and attention change together; its tables
+    equal (exactly) those of the former way: the ABSA heads in a pass of their own, then compare's own pass."""
+    import bertology.activations.extract as extract
+    from bertology.activations.extract import run_analyses
+    from bertology.analyses.absa_heads import TABLES, AbsaHeads, absa_instances
+    from bertology.config import CompareConfig, DataConfig
+    from bertology.data.absa import absa_pairs, read_absa, split_sentences
+    from bertology.data.encode import encode_corpus
+    from bertology.models.pair import ModelPair
+    from bertology.pipeline import compare
+    from bertology.study.absa import AbsaConfig, _seen_labels_only, run_absa
+    from bertology.testing import tiny_bert_pair
+
+    data = write_absa(tmp_path / "rest.xml")
+    base, tuned = tiny_bert_pair(tmp_path / "pair", planted=(1, 0), classifier=True)
+    cfg = AbsaConfig(data=str(data), out=str(tmp_path / "new"), base=str(base), tuned=str(tuned), eval_fraction=0.5,
+                     batch_size=batch_size, max_length=40, opinions=False, view_examples=0, report=False)
+    passes = []
+    real = extract.run_shared_analyses
+    monkeypatch.setattr(extract, "run_shared_analyses", lambda *a, **k: passes.append(1) or real(*a, **k))
+    new = run_absa(cfg)
+    assert len(passes) == 1  # one forward pass per model over the held-out pairs
+    monkeypatch.undo()
+
+    # the former way, step by step: the same held-out pairs, the ABSA heads alone, then compare
+    doc = read_absa(str(data))
+    train_ids, eval_ids = split_sentences(doc, cfg.eval_fraction, cfg.seed, None)
+    train = absa_pairs(doc, cfg.style, cfg.conflict, train_ids)
+    held = _seen_labels_only(absa_pairs(doc, cfg.style, cfg.conflict, eval_ids), {p.label for p in train.pairs}, [])
+    corpus = held.corpus(name="held", source=str(data))
+    pair = ModelPair.load(str(base), str(tuned))
+    old = AbsaHeads(absa_instances(held.pairs), pair.num_layers, pair.num_heads, pair.tokenizer.sep_token_id)
+    run_analyses(pair, encode_corpus(corpus, pair.tokenizer, cfg.max_length, "truncate"), [old], batch_size=batch_size)
+    old_tables = {r.name: r.table for r in old.results()}
+    change = compare(CompareConfig(base=str(base), tuned=str(tuned), out=str(tmp_path / "old"), analyses=("attention_change",),
+                                   data=DataConfig(max_length=cfg.max_length, overlong="truncate"), batch_size=batch_size,
+                                   view_examples=0), corpus=corpus, pair=pair, report=False)
+    assert set(old_tables) == set(TABLES) == set(new.tables)
+    for name in TABLES:
+        pd.testing.assert_frame_equal(new.tables[name], old_tables[name], check_exact=True)
+        pd.testing.assert_frame_equal(pd.read_parquet(new.out / "tables" / f"{name}.parquet"), old_tables[name],
+                                      check_exact=True)
+    pd.testing.assert_frame_equal(pd.read_parquet(new.out / "tables" / "attention_change.parquet"),
+                                  change.results["attention_change"].table, check_exact=True)
+    assert (change.results["attention_change"].table["js_divergence"] > 0).any()  # the planted head changed something

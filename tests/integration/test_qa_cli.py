@@ -33,6 +33,7 @@ def test_finetune_trains_a_qa_head_and_holds_out_whole_articles(run):
     manifest = json.loads((root / "ft" / "manifest.json").read_text())
     result = manifest["result"]
     assert result["task"] == "qa" and result["split"]["unit"] == "article"
+    assert manifest["summary"]["objective"] == "supervised (start + end cross-entropy)"
     assert result["effective_batch_size"] == 8 and result["early_stopping"]["metric"] == "f1"
     assert result["tokenisation"]["train"]["doc_stride"] == 12 and manifest["config"]["doc_stride"] == 12
     assert manifest["data"]["train"]["n_unanswerable"] == 9 and manifest["data"]["train"]["n_skipped_no_answer"] == 0

@@ -38,3 +38,24 @@ def test_slices_are_a_table_of_their_own_and_do_not_bend_the_final_metrics(tmp_p
 def test_without_slices_or_anisotropy_the_section_has_neither(tmp_path):
     html = render_report(_run(tmp_path, with_slices=False, with_anisotropy=False)).read_text(encoding="utf-8")
     assert 'id="finetune"' in html and "Evaluation slices" not in html and "fig-finetune_anisotropy" not in html
+
+
+def test_the_data_of_a_finetune_run_reads_as_named_fields_not_json(tmp_path):
+    """The overview's Data table shows each split's reader stats as named rows (thousands separators,
+    column roles spelt out, the hash shortened), escaped; no raw JSON of the stats."""
+    run = _run(tmp_path, with_slices=False, with_anisotropy=False)
+    train = {"name": "nli </script><b>x</b>", "source": "/d/train.tsv", "n_examples": 12340, "pairs": True,
+             "labels": "2 classes", "sha256": "ab" * 32, "columns": {"text": "premise", "label": "gold"},
+             "format": "tsv", "n_rows": 12345, "n_no_gold_label": 5, "label_warnings": ["one", "two"]}
+    (run / "manifest.json").write_text(json.dumps({"kind": "finetune", "data": {"train": train, "eval": None}}))
+    rows = build_context(run)["overview"]["data_rows"]
+    assert [r["group"] for r in rows if r["group"]] == ["Train data"]
+    text = {r["label"]: r["text"] for r in rows if not r["group"]}
+    assert text["Rows read"] == f"{12345:,}" == "12,345" and text["Examples read"] == "12,340"
+    assert text["Without a gold label"] == "5" and text["Columns used"] == "Text: premise; Label: gold"
+    assert text["Label warnings"] == "one, two" and text["Data SHA-256"] == "ab" * 6 + "…"
+    assert text["Eval data"] == "none given" and text["Name"] == train["name"]
+    html = render_report(run).read_text(encoding="utf-8")
+    data = html[html.index("<h3>Data</h3>"):html.index("<h3>Settings</h3>")]
+    assert "nli &lt;/script&gt;&lt;b&gt;x&lt;/b&gt;" in data and "<b>x</b>" not in data
+    assert '{"' not in data and "&#34;columns&#34;" not in data and "12,345" in data

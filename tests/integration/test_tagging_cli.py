@@ -105,6 +105,7 @@ def test_bio_file_trains_a_bio_tagger_with_entity_scores(run):
     assert "entity F1" in ftbio.output
     manifest = json.loads((root / "ftbio" / "manifest.json").read_text())
     assert manifest["result"]["task"] == "bio_tagging" and manifest["result"]["tag_field"] == "tags"
+    assert manifest["summary"]["objective"] == "supervised (cross-entropy per word)"
     table = pd.read_parquet(root / "ftbio" / "tables" / "finetune.parquet")
     assert {"entity_f1", "entity_precision", "entity_recall"} <= set(table["metric"])
     assert manifest["data"]["train"]["n_docstart_lines"] == 1

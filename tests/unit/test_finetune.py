@@ -66,6 +66,7 @@ def test_learns_a_separable_task_and_saves_a_reloadable_classifier(tiny, tmp_pat
     assert (result.n_train, result.n_eval) == (64, 16)
     assert result.details["split"]["stratified"] is True
     assert result.details["label_counts"]["eval"] == {"neg": 8, "pos": 8}
+    assert result.details["training_objective"] == "supervised (cross-entropy)"
     # chance is 0.5; the untrained model sits there (step 0), the trained one must be near perfect
     table = result.table
     start = table.query("split == 'eval' and step == 0 and metric == 'accuracy'")["value"].item()

@@ -114,6 +114,8 @@ def test_unsupervised_simcse_saves_an_encoder_with_anisotropy_and_sts(tmp_path):
                          anisotropy_sentences=20, anisotropy_pairs=200, pooling="mean")
     result = finetune(cfg, train)
     assert result.details["objective"] == "contrastive" and result.details["steps"] == 8
+    assert result.details["training_objective"] == ("contrastive (SimCSE InfoNCE, unsupervised: in-batch negatives, "
+                                                    "temperature 0.05)")
     reloaded = load_model(result.model_dir)
     assert not reloaded.is_classifier and not any(k.startswith("classifier") for k in reloaded.model.state_dict())
     assert (result.model_dir / "sentence_pooling.json").exists()

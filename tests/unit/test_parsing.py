@@ -287,3 +287,31 @@ def test_an_interrupted_parser_run_resumes_to_the_same_weights(tmp_path):
     assert a.keys() == b.keys()
     for name in a:
         assert torch.equal(a[name], b[name]), name
+
+
+def test_the_parser_records_its_exclusion_with_the_eval_counts_of_finetune_and_tagging(tmp_path):
+    """--exclude-words on a parser: the manifest's exclusion record carries the held-out slice counts, as
+    finetune and tagging do, and they equal a count of the held-out sentences' own words."""
+    from bertology.config import DataConfig, FinetuneConfig
+    from bertology.training.finetune import finetune
+
+    base = save_tiny_bert(tmp_path / "m")
+    train_file, eval_file = tmp_path / "t.conllu", tmp_path / "e.conllu"
+    train_sents, eval_sents = SENTENCES * 3, SENTENCES * 2 + SENTENCES[1:]
+    train_file.write_text(_conllu(train_sents))
+    eval_file.write_text(_conllu(eval_sents))
+    cfg = FinetuneConfig(model=str(base), data=DataConfig(path=str(train_file)), out=str(tmp_path / "run"),
+                         task="parsing", epochs=1, batch_size=4, seed=0, exclude_words=("John",))
+    result = finetune(cfg, load_corpus(train_file), load_corpus(eval_file))
+    ex = result.details["excluded_words"]
+    mentions = [any(w.lower() == "john" for w, *_ in s) for s in eval_sents]  # the words, not the regex
+    assert (ex["eval_with_words"], ex["eval_without_words"]) == (sum(mentions), len(mentions) - sum(mentions)) == (3, 5)
+    dropped = sum(any(w == "john" for w, *_ in s) for s in train_sents)
+    assert (ex["n_before"], ex["n_dropped"], ex["n_after"]) == (len(train_sents), dropped, len(train_sents) - dropped)
+    assert result.details["training_objective"] == "supervised (arc + label cross-entropy per word)"
+    assert result.details["eval_slices"] == {"words": ["john"], "with_words": 3, "without_words": 5}
+    from bertology.training.tagging import finetune_tagger  # the tagger's record has the same keys
+    tag_cfg = FinetuneConfig(model=str(base), data=DataConfig(path=str(train_file)), out=str(tmp_path / "tag"),
+                             epochs=1, batch_size=4, seed=0, exclude_words=("John",))
+    tagged = finetune_tagger(tag_cfg, load_corpus(train_file), load_corpus(eval_file)).details["excluded_words"]
+    assert tagged.keys() == ex.keys() and {k: tagged[k] for k in tagged} == {k: ex[k] for k in tagged}

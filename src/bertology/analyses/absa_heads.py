@@ -44,6 +44,8 @@ RELATIONS = ("aspect", "aspect_opinion", "other_aspect")
 #: Review positions of the position baseline: the k-th word from the start (k >= 0) or the end (k < 0).
 REVIEW_POSITIONS = (0, 1, 2, 3, 4, -1, -2, -3, -4, -5)
 CONDITIONS = ("present", "absent")
+#: The tables of :class:`AbsaHeads`, in the order of its ``results()``.
+TABLES = ("absa_heads", "absa_head_change", "absa_sep_share")
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,10 @@
 ``run_absa`` reads the file (:mod:`bertology.data.absa`), splits its *sentences* into train and held
 out (so the pairs of one review never straddle the split), fine-tunes a sequence-pair classifier on
 the training pairs (:func:`bertology.training.run.finetune_to_dir`, reused when identical) unless a
-tuned model is given, then streams the held-out pairs through base and tuned model once for
-:class:`bertology.analyses.absa_heads.AbsaHeads` and writes a compare run (attention change, the
-ABSA tables, the fine-tuning curve, attention views of a few pairs and the report).
+tuned model is given, then streams the held-out pairs through base and tuned model once for both
+:class:`bertology.analyses.absa_heads.AbsaHeads` and attention change (``compare``'s
+``extra_analyses``), and writes a compare run (attention change, the ABSA tables, the fine-tuning
+curve, attention views of a few pairs and the report).
 
 Layout under ``out``: ``finetune/`` (the fine-tuning run, ``model/`` inside) and ``study/`` (the
 compare run: ``tables/absa_heads``, ``absa_head_change``, ``absa_sep_share``, ``report.html``).
@@ -101,8 +102,7 @@ def view_indices(instances, encoded, n: int, max_tokens: int = 48) -> list[int]:
 
 def run_absa(config: AbsaConfig, *, overwrite: bool = False, progress: bool = False) -> AbsaRun:
     """Run the study (see the module docstring) and return its tables and held-out scores."""
-    from bertology.activations.extract import run_analyses
-    from bertology.analyses.absa_heads import AbsaHeads, absa_instances
+    from bertology.analyses.absa_heads import TABLES, AbsaHeads, absa_instances
     from bertology.data.encode import encode_corpus
     from bertology.models.pair import ModelPair
     from bertology.pipeline import compare, write_view_files
@@ -143,16 +143,16 @@ def run_absa(config: AbsaConfig, *, overwrite: bool = False, progress: bool = Fa
     sep = pair.tokenizer.sep_token_id
     if sep is None:
         raise BertologyError(f"The tokenizer of {config.base} has no separator token; the [SEP] share needs one.")
-    encoded = encode_corpus(corpus, pair.tokenizer, config.max_length, "truncate")
+    encoded = encode_corpus(corpus, pair.tokenizer, config.max_length, "truncate")  # compare's encoding too
     analysis = AbsaHeads(instances, pair.num_layers, pair.num_heads, sep)
-    run_analyses(pair, encoded, [analysis], batch_size=config.batch_size, device=config.device)
-    results = analysis.results()
-    extra += results
     cmp_config = CompareConfig(base=config.base, tuned=tuned, out=str(out / "study"), analyses=("attention_change",),
                                data=DataConfig(max_length=config.max_length, overlong="truncate"), seed=config.seed,
-                               device=config.device, view_examples=0)
+                               device=config.device, batch_size=config.batch_size, view_examples=0)
+    # one pass per model feeds both the ABSA heads and attention change
     cmp = compare(cmp_config, corpus=corpus, pair=pair, overwrite=overwrite, progress=progress, report=False,
-                  extra_results=extra, summary={"held-out pairs": {k: metrics[k] for k in ("accuracy", "macro_f1") if k in metrics}})
+                  extra_results=extra, extra_analyses=[analysis],
+                  summary={"held-out pairs": {k: metrics[k] for k in ("accuracy", "macro_f1") if k in metrics}})
+    results = [cmp.results[name] for name in TABLES]
     views = write_view_files(cmp.out, pair, corpus, view_indices(instances, encoded, config.view_examples), warnings,
                              what="pair")
     from bertology.runs import RunDirectory

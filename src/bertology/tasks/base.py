@@ -91,6 +91,8 @@ class Task(ABC):
     higher_is_better: Mapping[str, bool]
     #: The metric that is the mean of the per-example ``loss`` record (what training minimises).
     loss_metric: str
+    #: What :meth:`loss` is, as a person reads it (the manifest's and the report's training objective).
+    loss_name: str
     #: The ``problem_type`` a Hugging Face config of this task carries.
     problem_type: str
     #: dtype of the target tensors the loss takes.

@@ -51,6 +51,7 @@ class Classification(Task):
     metrics = ("accuracy", "macro_f1", "loss")
     higher_is_better = {"accuracy": True, "macro_f1": True, "loss": False}
     loss_metric = "loss"
+    loss_name = "cross-entropy"
     problem_type = "single_label_classification"
     target_dtype = torch.long
 

@@ -158,6 +158,7 @@ class Parsing(Task):
     metrics = ("uas", "las", "loss")
     higher_is_better = {"uas": True, "las": True, "loss": False}
     loss_metric = "loss"
+    loss_name = "arc + label cross-entropy per word"
     problem_type = "dependency_parsing"
     target_dtype = torch.long
     token_level = True

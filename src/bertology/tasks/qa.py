@@ -82,6 +82,7 @@ class QuestionAnswering(Task):
     metrics = ("f1", "exact_match", "loss")
     higher_is_better = {"f1": True, "exact_match": True, "loss": False}
     loss_metric = "loss"
+    loss_name = "start + end cross-entropy"
     problem_type = None  # type: ignore[assignment]  # Hugging Face's config knows no QA problem type
     target_dtype = torch.long
 

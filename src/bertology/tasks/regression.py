@@ -49,6 +49,7 @@ class Regression(Task):
     metrics = ("pearson", "spearman", "mse")
     higher_is_better = {"pearson": True, "spearman": True, "mse": False}
     loss_metric = "mse"
+    loss_name = "mean squared error"
     problem_type = "regression"
     target_dtype = torch.float32
 

@@ -110,6 +110,7 @@ class Tagging(Task):
     metrics: tuple[str, ...] = ("accuracy", "loss")
     higher_is_better = {"accuracy": True, "loss": False}
     loss_metric = "loss"
+    loss_name = "cross-entropy per word"
     problem_type = "single_label_classification"  # one tag per word (Hugging Face's token heads ignore it)
     target_dtype = torch.long
     token_level = True

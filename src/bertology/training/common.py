@@ -28,7 +28,7 @@ from bertology.config import FinetuneConfig
 from bertology.data.corpus import Corpus
 from bertology.errors import BertologyError
 from bertology.training.data import SLICE_ALL
-from bertology.training.loop import LOG_EVERY, LoopConfig, LoopOutcome, plan_steps
+from bertology.training.loop import LOG_EVERY, LoopConfig, LoopOutcome, TrainTask, plan_steps
 from bertology.training.surgery import drop_layers, freeze, layers_record, num_blocks, parameter_counts
 
 logger = logging.getLogger(__name__)
@@ -242,6 +242,14 @@ def outcome_record(config: FinetuneConfig, metric: str, outcome: LoopOutcome) ->
         "checkpoints": {"every": config.save_every, "resumed_from_step": outcome.resumed_from} if config.save_every else None,
         "train_time_s": round(outcome.train_time_s, 3),
     }
+
+
+def objective_record(config: FinetuneConfig, train_task: TrainTask) -> dict:
+    """What a run minimised, for the manifest: the ``--objective`` value (``objective``, kept as scripts read
+    it), the loss as the trainer that computes it names it (``loss``), and both as a person reads them
+    (``training_objective``, e.g. "supervised (cross-entropy)"; the summary's and the report's ``objective``)."""
+    return {"objective": config.objective, "loss": train_task.loss_name,
+            "training_objective": f"{train_task.objective} ({train_task.loss_name})"}
 
 
 def training_record(config: FinetuneConfig, schedule: Schedule, outcome: LoopOutcome, metric: str,

@@ -38,7 +38,7 @@ from bertology.errors import BertologyError
 from bertology.models.device import resolve_device
 from bertology.models.sites import uses_token_types
 from bertology.training.common import (
-    FinetuneResult, check_config, checkpoint_folder, loop_config, make_table, outcome_record, padding_id,
+    FinetuneResult, check_config, checkpoint_folder, loop_config, make_table, objective_record, outcome_record, padding_id,
     plan_schedule, prepare_model, save_atomically, schedule_record, surgery_record,
 )
 from bertology.training.loop import seed_everything, train_loop
@@ -267,6 +267,14 @@ def anisotropy_per_layer(model, encoder: _Encoder, enc: EncodedCorpus, pairs: np
 class ContrastiveTask:
     """The SimCSE objective over encoded sentences (unsupervised) or triplets (supervised)."""
 
+    objective = "contrastive"
+
+    @property
+    def loss_name(self) -> str:
+        """The loss of :func:`simcse_loss` / :func:`supervised_simcse_loss` by name, with its negatives and temperature."""
+        negatives = "in-batch negatives" if self.mode == "unsupervised" else "in-batch and hard negatives"
+        return f"SimCSE InfoNCE, {self.mode}: {negatives}, temperature {self.temperature:g}"
+
     def __init__(self, tokenizer, encoder: _Encoder, *, mode: str, temperature: float, items: list, sts=None,
                  batch_size: int = 32, pooling: str = "cls") -> None:
         self.tokenizer, self.encoder, self.mode, self.temperature = tokenizer, encoder, mode, temperature
@@ -407,7 +415,7 @@ def contrastive_finetune(
     model_dir = save_atomically(model, tokenizer, Path(config.out))
     (model_dir / "sentence_pooling.json").write_text(json.dumps({"pooling": config.pooling}), encoding="utf-8")
     details = {
-        "objective": "contrastive",
+        **objective_record(config, task),
         "contrastive": data_info,
         "temperature": config.temperature,
         "pooling": config.pooling,

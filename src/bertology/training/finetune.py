@@ -41,7 +41,7 @@ from bertology.models.device import resolve_device
 from bertology.models.sites import uses_token_types
 from bertology.training.common import (  # TABLE_COLUMNS, FinetuneResult: also importable from here
     INTERVALS_TABLE, TABLE_COLUMNS, check_config, checkpoint_folder, FinetuneResult, interval_table, loop_config,
-    make_table, padding_id, plan_schedule, prepare_model, save_atomically, training_record,
+    make_table, objective_record, padding_id, plan_schedule, prepare_model, save_atomically, training_record,
 )
 from bertology.training.contrastive import contrastive_finetune
 from bertology.training.parser import finetune_parser
@@ -302,6 +302,13 @@ def _progress(enabled: bool):
 class HeadTask:
     """The training loop's view of a supervised head: the task's loss; its metrics on the held-out set and slices."""
 
+    objective = "supervised"
+
+    @property
+    def loss_name(self) -> str:
+        """The task's loss by name."""
+        return self.task.loss_name
+
     def __init__(self, task: Task, tokenizer, enc_train, y_train, enc_eval, y_eval, *, batch_size, pad_id,
                  use_token_types, device, slices: dict[str, np.ndarray] | None = None) -> None:
         self.task = task
@@ -508,7 +515,7 @@ def finetune(
         predictions["slice"] = np.where(slices[SLICE_WITH], SLICE_WITH, SLICE_WITHOUT)
     table = make_table(outcome.rows)
     details = {
-        "objective": "classification",
+        **objective_record(config, head),
         "task": task.name,
         "task_choice": task_reason,
         "split": split,

@@ -51,6 +51,10 @@ class TrainTask(Protocol):
     """What the loop needs from an objective."""
 
     n_items: int
+    #: The kind of objective: ``supervised`` (a head fit to the data's targets) or ``contrastive``.
+    objective: str
+    #: What :meth:`loss` computes, by name (the manifest's ``loss``; see ``common.objective_record``).
+    loss_name: str
 
     def loss(self, model: torch.nn.Module, indices: list[int]) -> torch.Tensor:
         """Mean loss over the items at these positions (model in train mode)."""

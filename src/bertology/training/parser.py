@@ -30,7 +30,7 @@ from bertology.models.sites import encoder, uses_token_types
 from bertology.tasks.catalog import get_task
 from bertology.tasks.parsing import PUNCT_UPOS, check_trees, coverage, deprel_set, predicted_trees, word_targets
 from bertology.training.common import (
-    INTERVALS_TABLE, check_config, checkpoint_folder, FinetuneResult, interval_table, loop_config, make_table,
+    INTERVALS_TABLE, check_config, checkpoint_folder, FinetuneResult, interval_table, loop_config, make_table, objective_record,
     padding_id, plan_schedule, prepare_model, save_atomically, training_record,
 )
 from bertology.training.data import SLICE_ALL, eval_slices, exclude_examples, parse_word_list
@@ -71,6 +71,13 @@ def build_parser(config: FinetuneConfig, labels: list[str]) -> tuple[BiaffinePar
 class ParserTraining:
     """The training loop's view of the parser (:class:`bertology.training.loop.TrainTask`): the parsing task's
     loss on a micro-batch of sentences, UAS/LAS/loss on the held-out sentences (and slices), the folder save."""
+
+    objective = "supervised"
+
+    @property
+    def loss_name(self) -> str:
+        """The parsing task's loss by name."""
+        return self.task.loss_name
 
     def __init__(self, tokenizer, enc_train: EncodedCorpus, y_train: np.ndarray, enc_eval: EncodedCorpus,
                  y_eval: np.ndarray, *, batch_size: int, pad_id: int, use_token_types: bool, device: torch.device,
@@ -203,7 +210,8 @@ def finetune_parser(
         train, exclusion = exclude_examples(train, words)
         if len(train) == 0:
             raise BertologyError(f"Every training sentence mentions one of {', '.join(words)}; nothing is left to train on.")
-    slices, slicing = eval_slices(eval_corpus, parse_word_list(list(config.slice_words or config.exclude_words)))
+    slices, slicing = eval_slices(eval_corpus, parse_word_list(list(config.slice_words or config.exclude_words)),
+                                  exclusion)  # the record gains the held-out counts, as finetune's and tagging's
     split.update(n_train=len(train), n_eval=len(eval_corpus))
 
     labels = deprel_set(train)
@@ -236,7 +244,7 @@ def finetune_parser(
     predictions = head.predictions(model, eval_corpus, labels)
     model_dir = save_atomically(model, tokenizer, Path(config.out))
     details = {
-        "objective": "classification",
+        **objective_record(config, head),
         "task": task.name,
         "task_choice": "parsing (--task)",
         "split": split,

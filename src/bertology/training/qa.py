@@ -35,7 +35,7 @@ from bertology.models.sites import uses_token_types
 from bertology.tasks.base import head_logits
 from bertology.tasks.catalog import get_task
 from bertology.training.common import (
-    INTERVALS_TABLE, FinetuneResult, check_config, interval_table, checkpoint_folder, loop_config, make_table, outcome_record, padding_id, plan_schedule,
+    INTERVALS_TABLE, FinetuneResult, check_config, interval_table, checkpoint_folder, loop_config, make_table, objective_record, outcome_record, padding_id, plan_schedule,
     prepare_model, save_atomically, schedule_record, surgery_record,
 )
 from bertology.training.data import SLICE_ALL
@@ -74,6 +74,13 @@ def split_questions(data: SquadData, fraction: float, seed: int, by: str = "arti
 
 class QAHead:
     """The training loop's view of a question-answering head: span loss on windows; F1 / EM over questions."""
+
+    objective = "supervised"
+
+    @property
+    def loss_name(self) -> str:
+        """The QA task's loss by name."""
+        return self.task.loss_name
 
     def __init__(self, tokenizer, train: QAFeatures, evaluation: QAFeatures, *, batch_size: int, pad_id: int,
                  use_token_types: bool, device: torch.device) -> None:
@@ -198,7 +205,7 @@ def finetune_qa(config: FinetuneConfig, train: SquadData, eval: SquadData | None
         final_metrics, _ = head.evaluate(model)
     model_dir = save_atomically(model, tokenizer, Path(config.out))
     details = {
-        "objective": "classification", "task": task.name, "task_choice": "qa (--task)", "split": split,
+        **objective_record(config, head), "task": task.name, "task_choice": "qa (--task)", "split": split,
         "labels": None, "reused_checkpoint_head": reused_head,
         **schedule_record(config, schedule, outcome),
         "effective_batch_size": config.batch_size * config.grad_accum, "log_every": LOG_EVERY,

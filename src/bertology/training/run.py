@@ -227,7 +227,7 @@ def summary_of(result) -> dict:
     """The headline of a run for the manifest and the CLI: final metrics, slices, data and model changes, time."""
     d = result.details
     out = {
-        "objective": d.get("objective", "classification"),
+        "objective": d.get("training_objective", d.get("objective", "classification")),  # e.g. supervised (cross-entropy)
         "task": d.get("task"),
         "n_train": result.n_train,
         "n_eval": result.n_eval,

@@ -34,7 +34,7 @@ from bertology.tasks.base import Task
 from bertology.tasks.bio_tagging import TASK as BIO_TAGGING
 from bertology.tasks.tagging import CONFIG_KEY, TASK as TAGGING, check_tags, first_pieces, is_bio
 from bertology.training.common import (
-    INTERVALS_TABLE, check_config, checkpoint_folder, FinetuneResult, interval_table, loop_config, make_table,
+    INTERVALS_TABLE, check_config, checkpoint_folder, FinetuneResult, interval_table, loop_config, make_table, objective_record,
     padding_id, plan_schedule, prepare_model, save_atomically, training_record,
 )
 from bertology.training.data import SLICE_WITH, SLICE_WITHOUT, eval_slices, exclude_examples, parse_word_list
@@ -252,7 +252,7 @@ def finetune_tagger(
         predictions["slice"] = np.where(slices[SLICE_WITH][predictions["index"].to_numpy()], SLICE_WITH, SLICE_WITHOUT)
     model_dir = save_atomically(model, tokenizer, Path(config.out))
     details = {
-        "objective": "classification",
+        **objective_record(config, head),
         "task": task.name,
         "task_choice": reason,
         "tag_field": field,

@@ -33,8 +33,9 @@ def _final_intervals(intervals: pd.DataFrame | None) -> dict[str, tuple[float, f
 
 def finetune_section(df: pd.DataFrame, figs: Figures, derived: list[dict],
                       anisotropy: pd.DataFrame | None = None, intervals: pd.DataFrame | None = None,
-                      unit: str = "examples") -> dict:
-    """Training curves, final metrics per split, evaluation slices and (contrastive runs) anisotropy."""
+                      unit: str = "examples", objective: str | None = None) -> dict:
+    """Training curves, final metrics per split, evaluation slices and (contrastive runs) anisotropy;
+    ``objective`` (the manifest's ``training_objective``) names what the ``loss`` rows measure."""
     from bertology.viz.figures import METRIC_LABELS, training_curve
 
     df = df.copy()
@@ -90,7 +91,8 @@ def finetune_section(df: pd.DataFrame, figs: Figures, derived: list[dict],
                             "note": f"step {fmt_value(hit['step'].iloc[0])}"
                             + (f"; 95% CI [{fmt_value(ci[1])}, {fmt_value(ci[2])}] over {ci[3]:,} {unit}"
                                if ci is not None else "")})
-    facts = [("Steps logged", f"{int(df['step'].max()):,}" if len(df) else "—")]
+    facts = ([("Objective", objective)] if objective else []) + [
+        ("Steps logged", f"{int(df['step'].max()):,}" if len(df) else "—")]
     ci_rows = [[METRIC_LABELS.get(m, m), v, lo, hi, n] for m, (v, lo, hi, n) in cis.items()]
     ci_table = sortable([("metric", "Metric", "text"), ("value", "Final held-out value", "num"),
                          ("ci_low", "95% CI low", "num"), ("ci_high", "95% CI high", "num"),
@@ -109,9 +111,11 @@ def build(inp: SectionInput) -> dict | None:
         return None
     from bertology.tasks.catalog import TASKS, get_task
 
-    task = (inp.manifest.get("result") or {}).get("task")
+    result = inp.manifest.get("result") or {}
+    task = result.get("task")
     unit = get_task(task).example_unit if task in TASKS else "examples"  # what the intervals resample, never tokens
-    return finetune_section(df, inp.figures, inp.derived, inp.table("anisotropy"), inp.table(INTERVALS), unit)
+    return finetune_section(df, inp.figures, inp.derived, inp.table("anisotropy"), inp.table(INTERVALS), unit,
+                            result.get("training_objective"))
 
 
 SECTION = Section(

@@ -30,9 +30,16 @@ _MODEL_FIELDS = (
 _DATA_FIELDS = (
     ("name", "Name"),
     ("source", "Source"),
+    ("format", "Format"),
+    ("n_rows", "Rows read"),
+    ("n_sentences", "Sentences read"),
     ("n_examples", "Examples read"),
     ("pairs", "Sentence pairs"),
     ("labels", "Labels"),
+    ("columns", "Columns used"),
+    ("header", "Header row"),
+    ("n_empty_text", "Empty texts"),
+    ("n_no_gold_label", "Without a gold label"),
     ("sha256", "Data SHA-256"),
 )
 
@@ -89,33 +96,57 @@ def _model_rows(manifest: Mapping[str, Any]) -> tuple[list[str], list[dict]]:
     return model_names, model_rows
 
 
+def _field_text(value: Any) -> str:
+    """One recorded value as readable text: numbers with thousands separators, a mapping as "Name: value"
+    pairs, a list joined; never raw JSON (the template escapes it)."""
+    if isinstance(value, Mapping):
+        return "; ".join(f"{humanize(str(k))}: {_field_text(v)}" for k, v in value.items()) or "—"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_field_text(v) for v in value) or "—"
+    return fmt_value(value)
+
+
+def _row(label: str, value: Any, *, hashlike: bool = False, alert: bool = False) -> dict:
+    """A row of the data table; a long hash shows its first 12 characters (the whole in its title)."""
+    text = _field_text(value)
+    short = hashlike and isinstance(value, str) and len(value) > 16
+    return {"label": label, "text": value[:12] + "…" if short else text, "title": text if short else None,
+            "code": short, "alert": alert, "group": None}
+
+
+def _is_corpus(value: Any) -> bool:
+    """Whether a recorded value describes a corpus of its own (e.g. a fine-tuning run's ``train`` / ``eval``)."""
+    return isinstance(value, Mapping) and any(key in value for key in ("n_examples", "source", "sha256"))
+
+
 def _data_rows(manifest: Mapping[str, Any]) -> list[dict]:
-    """The data's provenance, then how it was encoded; skipped or truncated inputs are flagged."""
-    data = mapping(manifest.get("data"))
+    """The data's provenance, then how it was encoded; skipped or truncated inputs are flagged. A corpus
+    recorded inside the data (a fine-tuning run's ``train`` and ``eval``) gets a group of its own rows."""
+    return _corpus_rows(mapping(manifest.get("data")))
+
+
+def _corpus_rows(data: Mapping[str, Any]) -> list[dict]:
+    """Rows of one corpus description: known fields first, then the reader's other stats, then its encoding."""
     encoding = mapping(data.get("encoding"))
-    data_rows = []
-    for key, label in _DATA_FIELDS:
-        if key in data:
-            value = data[key]
-            hashlike = isinstance(value, str) and key == "sha256" and len(value) > 16
-            data_rows.append({"label": label, "text": value[:12] + "…" if hashlike else fmt_value(value),
-                              "title": fmt_value(value) if hashlike else None, "code": hashlike,
-                              "alert": False})
+    known = dict(_DATA_FIELDS)
+    rows = [_row(label, data[key], hashlike=key == "sha256") for key, label in _DATA_FIELDS if key in data]
+    groups = []
     for key, value in data.items():
-        if key not in dict(_DATA_FIELDS) and key != "encoding":
-            data_rows.append({"label": humanize(key), "text": fmt_value(value), "title": None,
-                              "code": False, "alert": False})
-    for key, label in _ENCODING_FIELDS:
-        if key in encoding:
-            value = encoding[key]
-            alert = key in ("n_skipped_overlong", "n_truncated") and bool(value)
-            data_rows.append({"label": label, "text": fmt_value(value), "title": None, "code": False,
-                              "alert": alert})
-    for key, value in encoding.items():
-        if key not in dict(_ENCODING_FIELDS):
-            data_rows.append({"label": humanize(key), "text": fmt_value(value), "title": None,
-                              "code": False, "alert": False})
-    return data_rows
+        if key in known or key == "encoding":
+            continue
+        if _is_corpus(value):
+            groups.append({"label": humanize(key), "text": "", "title": None, "code": False, "alert": False,
+                           "group": f"{humanize(key)} data"})
+            groups += _corpus_rows(value)
+        elif value is None and any(_is_corpus(v) for v in data.values()):  # e.g. no eval file: a split of train
+            groups.append(_row(f"{humanize(key)} data", "none given"))
+        else:
+            rows.append(_row(humanize(key), value))
+    enc_known = dict(_ENCODING_FIELDS)
+    rows += [_row(label, encoding[key], alert=key in ("n_skipped_overlong", "n_truncated") and bool(encoding[key]))
+             for key, label in _ENCODING_FIELDS if key in encoding]
+    rows += [_row(humanize(key), value) for key, value in encoding.items() if key not in enc_known]
+    return rows + groups
 
 
 def _settings(manifest: Mapping[str, Any]) -> list[dict]:
