@@ -150,6 +150,7 @@ def main() -> None:
             bare(pair, encode_corpus(warm, pair.tokenizer, max_length=128, overlong="skip"), args.batch_size, device)
             bertology_compare(pair, warm, tmp / "warm", args.batch_size, args.device, dtype)
         times: dict[str, list[float]] = {m: [] for m in methods}
+        stages: list[dict] = []  # each compare round's manifest timings (forward, update and compute per analysis)
         peaks: dict[str, float | None] = {m: None for m in methods}
         for i in range(args.repeats):
             # a fresh folder per round: the same folder would resume the finished tables instead of computing them
@@ -162,6 +163,11 @@ def main() -> None:
                 times[method].append(dt)
                 peaks[method] = peak
                 print(f"round {i + 1} {dtype} {method}: {dt:.1f} s", flush=True)
+                if method == "compare":
+                    manifest = json.loads((tmp / f"run-{dtype}-{i}" / "manifest.json").read_text())
+                    stages.append(manifest.get("timings", {}))
+                    print("  stages:", json.dumps(stages[-1].get("analyses", {})), "forward", stages[-1].get("forward_s"),
+                          flush=True)
             if args.keep_tables is not None and "compare" in methods:
                 shutil.copytree(tmp / f"run-{dtype}-{i}" / "tables", args.keep_tables / f"{dtype}-{i}", dirs_exist_ok=True)
         if args.profile:  # where one compare's time goes (cumulative and own time, top functions)
@@ -183,10 +189,11 @@ def main() -> None:
                "ratio": med["compare"] / med["bare"] if len(med) == 2 else None,
                "bare_all_s": times.get("bare"), "compare_all_s": times.get("compare"),
                "peak_mib_bare": peaks.get("bare"), "peak_mib_compare": peaks.get("compare"),
+               "compare_stages": stages,
                "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                "load_average": os.getloadavg()}
         rows.append(row)
-        print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items() if not k.endswith("all_s")}),
+        print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items() if not k.endswith("all_s") and k != "compare_stages"}),
               flush=True)
         del pair
         if device.type == "cuda":

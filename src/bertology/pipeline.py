@@ -245,6 +245,8 @@ class PairJob:
         self.fingerprint = run_fingerprint(self.config, pair, inputs.corpus, spans[0] if spans else None, inputs.ood)
         refuse_unrunnable(inputs.selection, self._context(Path(self.config.out) / "partial"))
         self.todo: list[Analysis] = []
+        #: seconds per stage: ``forward``, ``update:<analysis>`` (the streaming pass), ``compute:<analysis>``
+        self.timings: dict[str, float] = {}
 
     def _context(self, partial: Path) -> ExperimentContext:
         return ExperimentContext(self.config, self.pair, self.inputs.raw_corpus, partial, self.progress)
@@ -271,7 +273,7 @@ class PairJob:
         config, pair, inputs, run_dir = self.config, self.pair, self.inputs, self.run_dir
         results, done, warnings = self.results, self.done, self.warnings
         span_params = _finish_streams(config, pair, inputs.spans, inputs.max_length, self.todo, run_dir, done, results,
-                                      self.progress)
+                                      self.progress, self.timings)
         for res in extra_results or []:
             write_table(run_dir.path, res.name, res.table)
             results[res.name] = res
@@ -308,6 +310,7 @@ class PairJob:
             "tables": sorted(results),
             "warnings": warnings,
             "wall_time_s": round(time.perf_counter() - self.t0, 2),
+            "timings": stage_timings(self.timings),
             "resumed_tables": done,
             "views": views,
             "summary": summary or {},
@@ -352,7 +355,7 @@ def compare(
     with job.open():
         streamed = [*job.todo, *extra_analyses]
         if streamed:
-            _extract(pair, inputs.encoded, streamed, config, progress)
+            _extract(pair, inputs.encoded, streamed, config, progress, timings=job.timings)
         extra = [*(extra_results or []), *(res for a in extra_analyses for res in a.results())]
         return job.finish(report=report, extra_results=extra, summary=summary)
 
@@ -395,7 +398,7 @@ def _resumed_streams(specs: Sequence[AnalysisSpec], run_dir: RunDirectory, resum
 
 def _finish_streams(
     config: CompareConfig, pair: ModelPair, spans, max_length: int, todo: list[Analysis], run_dir: RunDirectory,
-    done: list[str], results: dict[str, Result], progress: bool,
+    done: list[str], results: dict[str, Result], progress: bool, timings: dict[str, float] | None = None,
 ) -> dict | None:
     """The streamed analyses' tables (``todo`` has seen the main corpus), the user relations streamed and merged.
 
@@ -408,7 +411,10 @@ def _finish_streams(
         span_params = {**span_analysis.params(), "file": config.relations, **spans[0].stats}
     computed: dict[str, Result] = {}
     for a in todo:
+        clock = time.perf_counter()
         computed.update((res.name, res) for res in a.results())
+        if timings is not None:
+            timings[f"compute:{a.name}"] = time.perf_counter() - clock
     if spans is not None and "relation_heads" not in done:
         _extract(pair, span_encoded, [span_analysis], config, progress, label="user relations")
         computed["relation_heads"] = _with_user_relations(computed.get("relation_heads"), span_analysis.compute())
@@ -573,8 +579,22 @@ def _with_user_relations(treebank: Result | None, user: Result) -> Result:
     return Result(treebank.name, table, {**treebank.params, "user_relations": user.params})
 
 
+def stage_timings(timings: dict[str, float]) -> dict:
+    """The manifest's ``timings``: the streaming pass's forward seconds, and per analysis its ``update``
+    (summed over batches) and ``compute`` seconds; what each analysis costs beyond the forward passes."""
+    per: dict[str, dict[str, float]] = {}
+    for key, seconds in timings.items():
+        if ":" in key:
+            stage, name = key.split(":", 1)
+            per.setdefault(name, {})[f"{stage}_s"] = round(seconds, 3)
+    forward = {"forward_s": round(timings["forward"], 3)} if "forward" in timings else {}
+    return {**forward, "analyses": per,
+            "note": "wall seconds on this process; on a GPU the queued forward is charged to the first update that waits"}
+
+
 def _extract(
-    pair: ModelPair, encoded, analyses: list[Analysis], config: CompareConfig, progress: bool, label: str = "extracting"
+    pair: ModelPair, encoded, analyses: list[Analysis], config: CompareConfig, progress: bool, label: str = "extracting",
+    timings: dict[str, float] | None = None,
 ) -> None:
     store = None
     if config.store and label == "extracting":  # the activation store holds the main corpus only
@@ -583,7 +603,7 @@ def _extract(
         store = ActivationStore.create(config.store, pair, encoded, overwrite=True)
     with progress_bar(label, len(encoded.items), progress) as on_batch:
         run_analyses(pair, encoded, analyses, batch_size=config.batch_size, device=config.device, store=store,
-                     on_batch=on_batch)
+                     on_batch=on_batch, timings=timings)
     if store is not None:
         store.close()
 

@@ -35,6 +35,12 @@ def test_compare_writes_tables_manifest_and_report(planted_pair, corpus_txt, tmp
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["models"]["base"]["weights_sha256"] and manifest["data"]["n_examples"] == len(SENTENCES)
     assert manifest["seed"] == 0 and manifest["attn_implementation"] == "eager"
+    # what each streamed analysis cost: its updates over the pass and its compute, beside the forward passes
+    timings = manifest["timings"]
+    assert {"attention_change", "representation_similarity"} <= set(timings["analyses"]) <= set(manifest["analyses"])
+    assert all(set(t) == {"update_s", "compute_s"} and min(t.values()) >= 0 for t in timings["analyses"].values())
+    staged = timings["forward_s"] + sum(sum(t.values()) for t in timings["analyses"].values())
+    assert 0 < staged <= manifest["wall_time_s"] + 0.01
     assert (out / "report.html").exists()
     assert "L2H1" in result.output  # the summary names the most changed head
 

@@ -6,6 +6,7 @@ bookkeeping; hooks capture only what the attached analyses require and are remov
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -72,15 +73,18 @@ def run_analyses(
     device: str = "cpu",
     on_batch: Callable[[int], None] | None = None,
     store=None,
+    timings: dict[str, float] | None = None,
 ) -> None:
     """Stream the corpus once through both models and feed every analysis (and the optional store)."""
     consumers: list = list(analyses) + ([_StoreConsumer(store)] if store is not None else [])
     run_shared_analyses(pair.base.model, [pair.tuned.model], pair.tokenizer.pad_token_id or 0, encoded, [consumers],
-                        batch_size=batch_size, device=device, on_batch=on_batch)
+                        batch_size=batch_size, device=device, on_batch=on_batch, timings=timings)
 
 
 class _StoreConsumer:
     """An activation store seen as a consumer of the loop (it takes batches with ``add``)."""
+
+    name = "activation_store"
 
     def __init__(self, store) -> None:
         self.store, self.requires = store, store.requires
@@ -90,6 +94,14 @@ class _StoreConsumer:
 
     def update(self, batch: PairBatch) -> None:
         self.store.add(batch)
+
+
+def _charge(timings: dict[str, float] | None, key: str, since: float) -> float:
+    """Add the seconds since ``since`` to ``timings[key]`` (when timing) and return the clock now."""
+    now = time.perf_counter()
+    if timings is not None:
+        timings[key] = timings.get(key, 0.0) + now - since
+    return now
 
 
 def run_shared_analyses(
@@ -102,6 +114,7 @@ def run_shared_analyses(
     batch_size: int = 32,
     device: str = "cpu",
     on_batch: Callable[[int], None] | None = None,
+    timings: dict[str, float] | None = None,
 ) -> None:
     """Stream the corpus once: per length batch the base forward runs once and is shared by every tuned model.
 
@@ -109,7 +122,9 @@ def run_shared_analyses(
     are alive: the base's, and one tuned model's (dropped before the next tuned forward); every model's
     weights stay resident. The batches, padding and arithmetic are those of a single pair's loop, so a
     pair's numbers are the same whether it streams alone or beside others. ``on_batch`` gets the
-    examples of each batch once it has been through every model.
+    examples of each batch once it has been through every model. ``timings``, when given, gains the
+    seconds spent in the forward passes (``forward``) and in each consumer's ``update`` (``update:<name>``);
+    on a GPU the forward is queued, so its time lands on the first update that waits for it.
     """
     if len(consumers) != len(tuned):
         raise ValueError(f"{len(tuned)} tuned models but {len(consumers)} consumer lists")
@@ -128,12 +143,15 @@ def run_shared_analyses(
         for items in length_batches(encoded.items, batch_size):
             t = collate(items, pad_id, pad_to)
             mask, content = t["mask"].to(dev), t["content"].to(dev)
+            clock = time.perf_counter()
             base_cap = capture_forward(base, t, base_wants, dev)
             for i in active:
                 batch = PairBatch(items, t["input_ids"], mask, content, t["lengths"], base_cap,
                                   capture_forward(tuned[i], t, wants[i], dev))
+                clock = _charge(timings, "forward", clock)
                 for c in consumers[i]:
                     c.update(batch)
+                    clock = _charge(timings, f"update:{getattr(c, 'name', type(c).__name__)}", clock)
                 del batch  # this tuned model's activations go before the next one's forward
             if on_batch is not None:
                 on_batch(len(items))
