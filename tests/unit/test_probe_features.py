@@ -164,14 +164,31 @@ def test_memory_mapped_features_give_the_numbers_of_memory(base, tmp_path):
     pd.testing.assert_frame_equal(again.table, in_memory.table)
 
 
-@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux /proc to see the mapping")
-def test_cached_features_are_served_from_the_file_mapping(tmp_path):
+def _mapped(path: Path) -> bool:
+    return str(path) in Path("/proc/self/maps").read_text()
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux /proc to see the mappings")
+def test_cached_features_are_written_and_served_through_file_mappings(tmp_path):
     x = torch.randn(3, 50, 8).half()
     path = tmp_path / "f.safetensors"
-    y, cached = probe._cached_features(path, "k1", lambda: x.clone())
-    assert not cached and torch.equal(y, x)
-    assert str(path) in Path("/proc/self/maps").read_text()  # a mapping of the file, not a copy
-    z, cached = probe._cached_features(path, "k1", lambda: pytest.fail("recomputed"))
-    assert cached and torch.equal(z, x) and z.dtype == torch.float16
-    w, cached = probe._cached_features(path, "k2", lambda: x.float())  # another fingerprint: recomputed
-    assert not cached and w.dtype == torch.float32
+
+    def fill(out):  # written batch by batch into the new file's mapping
+        assert out is not None and out.dtype == torch.float16 and _mapped(next(tmp_path.glob(".f.safetensors.*.tmp")))
+        for s in range(0, 50, 7):
+            out[:, s : s + 7] = x[:, s : s + 7]
+        return out
+
+    y, cached = probe._cached_features(path, "k1", fill, shape=(3, 50, 8), dtype=torch.float16)
+    assert not cached and torch.equal(y, x) and _mapped(path)  # served from the file, not a copy
+    assert not list(tmp_path.glob("*.tmp"))
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as fh:  # a valid safetensors file
+        assert fh.metadata() == {"fingerprint": "k1"} and torch.equal(fh.get_tensor("features"), x)
+    z, cached = probe._cached_features(path, "k1", lambda out: pytest.fail("recomputed"), shape=(3, 50, 8))
+    assert cached and torch.equal(z, x)
+    w, cached = probe._cached_features(path, "k2", lambda out: x.float())  # another fingerprint, computed in memory
+    assert not cached and w.dtype == torch.float32 and torch.equal(w, x.float())
+    v, cached = probe._cached_features(None, "k2", lambda out: x.float())  # no folder: in memory
+    assert not cached and torch.equal(v, x.float())

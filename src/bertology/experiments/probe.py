@@ -387,13 +387,15 @@ def extract_word_features(
     device: str = "cpu",
     on_batch: Callable[[int], None] | None = None,
     dtype: torch.dtype = torch.float32,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Word vectors ``[len(layers), n_words, hidden]`` (``dtype``, CPU) of every sentence, words concatenated.
 
     One forward per length-sorted batch under ``inference_mode``; each word is the mean of its
     sub-word pieces (the same numbers as :func:`bertology.data.align.pool_words` with ``"mean"``, tested),
     computed in float32 whatever the model runs in; only the stored result is rounded to ``dtype``.
-    Sentences must already fit (see :func:`encodable`).
+    Sentences must already fit (see :func:`encodable`). ``out``, when given, is filled instead of a new
+    tensor (of that shape and ``dtype``; e.g. a file mapping, so the features never sit in memory whole).
 
     Precision of ``torch.float16``: each value is the float32 one rounded to nearest (exactly
     ``x32.half()``, tested), a relative error of at most 2^-11 (4.9e-4) for ``|x| >= 2^-14``
@@ -413,7 +415,11 @@ def extract_word_features(
     items = [encode_example(tok, ex, i) for i, ex in enumerate(corpus)]
     offsets = trees.offsets
     hidden = encoder.config.hidden_size
-    out = torch.empty((len(layers), trees.n_words, hidden), dtype=dtype)
+    shape = (len(layers), trees.n_words, hidden)
+    if out is None:
+        out = torch.empty(shape, dtype=dtype)
+    elif tuple(out.shape) != shape or out.dtype != dtype:
+        raise ValueError(f"out is {tuple(out.shape)} {out.dtype}; the features are {shape} {dtype}")
     pad_id = getattr(tok, "pad_token_id", None) or 0
     with torch.inference_mode():
         for batch in length_batches(items, batch_size):
@@ -422,6 +428,8 @@ def extract_word_features(
             hs = torch.stack([cap.hidden_states[layer] for layer in layers])  # [L, B, T, H]
             pool = torch.from_numpy(_pooling_matrix(batch, [len(corpus[it.index].words) for it in batch], hs.shape[2]))
             words = torch.einsum("bwt,lbth->lbwh", pool.to(hs.device), hs.float()).cpu()  # [L, B, W, H], float32
+            if not torch.isfinite(words).all():
+                raise BertologyError("Non-finite word features (a word without sub-words slipped through alignment).")
             if dtype != torch.float32:
                 words = _rounded(words, dtype, layers, getattr(model, "name", None) or "the model")
             for row, it in enumerate(batch):
@@ -429,8 +437,6 @@ def extract_word_features(
                 out[:, offsets[it.index] : offsets[it.index] + n] = words[:, row, :n]
             if on_batch is not None:
                 on_batch(len(batch))
-    if not torch.isfinite(out).all():
-        raise BertologyError("Non-finite word features (a word without sub-words slipped through alignment).")
     return out
 
 
@@ -447,13 +453,41 @@ def _rounded(words: torch.Tensor, dtype: torch.dtype, layers: Sequence[int], mod
     return out
 
 
-def _cached_features(path: Path | None, key: str, compute: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, bool]:
+_SAFETENSORS_DTYPES = {torch.float16: ("F16", np.float16), torch.float32: ("F32", np.float32)}
+
+
+def _mapped_safetensors(path: Path, shape: tuple[int, ...], dtype: torch.dtype, metadata: dict[str, str]) -> np.memmap:
+    """A new safetensors file at ``path`` holding one tensor ``features`` of ``shape`` and ``dtype``, returned
+    as a writable shared mapping of its data (``torch.from_numpy`` of it is a tensor on the file): what is written to it lands in the file (through the
+    page cache) without a copy in memory. The layout is safetensors' own (an 8-byte little-endian header
+    length, the JSON header padded with spaces to 8 bytes, the raw little-endian data), so ``safe_open`` reads it.
+    """
+    import struct
+
+    code, np_dtype = _SAFETENSORS_DTYPES[dtype]
+    nbytes = int(np.prod(shape)) * np.dtype(np_dtype).itemsize
+    header = json.dumps({"features": {"dtype": code, "shape": list(shape), "data_offsets": [0, nbytes]},
+                         "__metadata__": metadata}, separators=(",", ":")).encode()
+    header += b" " * (-len(header) % 8)
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(header)) + header)
+        fh.truncate(8 + len(header) + nbytes)
+    return np.memmap(path, dtype=np_dtype, mode="r+", offset=8 + len(header), shape=shape)
+
+
+def _cached_features(
+    path: Path | None, key: str, compute: Callable[[torch.Tensor | None], torch.Tensor],
+    shape: tuple[int, ...] | None = None, dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, bool]:
     """Features from ``path`` when its fingerprint is ``key``; else computed and (atomically) saved there.
 
-    With a ``path`` the tensor returned is backed by the memory-mapped file (safetensors' ``load_file``
-    maps it and reads pages as they are touched): the features sit in the page cache, which the kernel
-    can drop and re-read, not in this process's anonymous memory (measured: benchmarks/README.md, item 4).
-    Freshly computed features are therefore freed once written and served from the file like cached ones.
+    ``compute(out)`` returns the features, filling ``out`` when it is a tensor. With a ``path`` and the
+    features' ``shape``, ``out`` is the new file's writable mapping (:func:`_mapped_safetensors`), so the
+    features are written to disk batch by batch and never held in memory whole; without a ``shape`` they
+    are computed in memory, then saved. Either way the tensor returned is backed by the memory-mapped file
+    (safetensors' ``load_file`` maps it and reads pages as they are touched): the features sit in the page
+    cache, which the kernel can drop and re-read, not in this process's anonymous memory (measured:
+    benchmarks/README.md, item 4).
     """
     from safetensors.torch import load_file, safe_open, save_file
 
@@ -465,11 +499,20 @@ def _cached_features(path: Path | None, key: str, compute: Callable[[], torch.Te
                 return load_file(str(path))["features"], True  # memory-mapped, not copied
         except Exception as err:  # a truncated or foreign file: recompute
             logger.warning("ignoring unreadable feature cache %s (%s)", path, err)
-    x = compute()
     if path is None:
-        return x, False
-    atomic_write(path, lambda p: save_file({"features": x.contiguous()}, str(p), metadata={"fingerprint": key}))
-    del x  # the only copy in memory: serve the file's mapping instead
+        return compute(None), False
+    if shape is None:
+        x = compute(None)
+        atomic_write(path, lambda p: save_file({"features": x.contiguous()}, str(p), metadata={"fingerprint": key}))
+        del x  # the only copy in memory: serve the file's mapping instead
+    else:
+        def write(p: Path) -> None:
+            mapped = _mapped_safetensors(p, shape, dtype, {"fingerprint": key})
+            compute(torch.from_numpy(mapped))
+            mapped.flush()
+            del mapped  # unmapped before the file is moved into place
+
+        atomic_write(path, write)
     return load_file(str(path))["features"], False
 
 
@@ -949,9 +992,10 @@ def run_probes(
             progress(stage, 0, len(ts))
             feats[split][name], cached[split][name] = _cached_features(
                 path, key,
-                lambda model=model, ts=ts, name=name, cb=on_batch: extract_word_features(
+                lambda out, model=model, ts=ts, name=name, cb=on_batch: extract_word_features(
                     model, ts, layer_numbers[name], batch_size=settings.extract_batch_size,
-                    device=settings.device, on_batch=cb, dtype=FEATURE_DTYPES[settings.feature_dtype]),
+                    device=settings.device, on_batch=cb, dtype=FEATURE_DTYPES[settings.feature_dtype], out=out),
+                shape=(len(layer_numbers[name]), ts.n_words, hidden[name]), dtype=FEATURE_DTYPES[settings.feature_dtype],
             )
             progress(stage, len(ts), len(ts))
             seconds[split][name] = time.perf_counter() - t0
