@@ -453,14 +453,15 @@ def _rounded(words: torch.Tensor, dtype: torch.dtype, layers: Sequence[int], mod
     return out
 
 
-_SAFETENSORS_DTYPES = {torch.float16: ("F16", np.float16), torch.float32: ("F32", np.float32)}
+_SAFETENSORS_DTYPES = {torch.float16: ("F16", "<f2"), torch.float32: ("F32", "<f4")}
 
 
 def _mapped_safetensors(path: Path, shape: tuple[int, ...], dtype: torch.dtype, metadata: dict[str, str]) -> np.memmap:
     """A new safetensors file at ``path`` holding one tensor ``features`` of ``shape`` and ``dtype``, returned
-    as a writable shared mapping of its data (``torch.from_numpy`` of it is a tensor on the file): what is written to it lands in the file (through the
-    page cache) without a copy in memory. The layout is safetensors' own (an 8-byte little-endian header
-    length, the JSON header padded with spaces to 8 bytes, the raw little-endian data), so ``safe_open`` reads it.
+    as a writable shared mapping of its data (``torch.from_numpy`` of it is a tensor on the file): what is
+    written to it lands in the file through the page cache, without a copy in memory. The layout is
+    safetensors' own (an 8-byte little-endian header length, the JSON header padded with spaces to a
+    multiple of 8 bytes, the raw little-endian data), so ``safe_open`` reads it (tested).
     """
     import struct
 
