@@ -127,14 +127,15 @@ def test_a_fixed_probe_moves_within_the_rounding_bound(base):
 
 
 def test_trained_float16_probes_score_like_float32(base):
-    """Both runs train deterministically on features that differ by <= 2^-11 relative.
+    """Both runs train deterministically on features that differ by <= 2^-11 relative (u).
 
-    A fixed probe's prediction |Bh|² moves by <= ~2u (u = 2^-11) relative, and so does its loss; the
-    losses of the trained probes are allowed 2 x 2u = 2^-9 (1.95e-3) relative for the training drift
-    (measured: 2.1e-4). UUAS, root accuracy and the Spearmans are decisions on predicted scores and
-    move only by whole steps where two scores tie within that; measured: no change in UUAS, root
-    accuracy or NSpr and 0.0017 in DSpr; allowed: 0.01 (a rank swap in one row of a 6-word sentence
-    moves that row's Spearman by 12/(6·35) = 0.057, averaged here over >= 10 rows).
+    What is derived: a fixed probe's prediction |Bh|² moves by about 2u relative (the test above). What is
+    measured, not derived: here every probe makes the same schedule decisions in both runs (learning-rate
+    drops, best epoch, stop), asserted; given that, the trained losses stay within 2 x 2u = 2^-9 (1.95e-3)
+    relative (measured 2.1e-4) and the scores within 0.01 (measured: UUAS, root accuracy and NSpr equal,
+    DSpr 0.0017: a rank swap in one row of a 6-word sentence moves that row's Spearman by 12/(6·35) = 0.057).
+    When a dev loss lands on the other side of a ``min_delta`` threshold the schedules part and the scores
+    differ by training noise instead: on UD EWT at MiniLM size, up to 0.013 UUAS (benchmarks/README.md).
     """
     models = {"base": base, "random": random_init_model(base, 0)}
     train, test = _corpus(SENTENCES * 4, 0), _corpus(SENTENCES, 1)
@@ -144,7 +145,8 @@ def test_trained_float16_probes_score_like_float32(base):
         assert res.params["features"]["dtype"] == dtype and res.params["features"]["memory_mapped"] is False
         tables[dtype] = res.table
     a, b = tables["float32"], tables["float16"]
-    assert list(a[["model", "layer", "probe", "split"]].itertuples()) == list(b[["model", "layer", "probe", "split"]].itertuples())
+    for col in ("model", "layer", "probe", "split", "epochs", "best_epoch"):
+        assert a[col].tolist() == b[col].tolist(), col
     rel = ((a["loss"] - b["loss"]).abs() / a["loss"].abs()).max()
     assert 0 < rel <= 2.0**-9
     for col in ("uuas", "dspr", "root_acc", "nspr"):
