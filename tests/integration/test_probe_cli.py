@@ -69,6 +69,8 @@ def test_probe_writes_table_figures_manifest(models, data, tmp_path):
     assert m["kind"] == "probe" and m["status"] == "complete" and m["pooling"] == "mean of sub-word pieces"
     assert set(m["models"]) == {"base", "tuned", "random"} and m["models"]["random"]["seed"] == 0
     assert m["probe"]["data"]["dev"]["n_sentences"] == 3 and m["probe"]["data"]["test"]["n_sentences"] == 6
+    assert m["feature_dtype"] == m["config"]["feature_dtype"] == m["probe"]["features"]["dtype"] == "float16"
+    assert m["probe"]["features"]["memory_mapped"] is True
     assert not (out / "partial").exists()  # features are dropped unless --keep-features
     html = (out / "report.html").read_text(encoding="utf-8")
     assert 'id="probe"' in html and "fig-probe_distance" in html and "Best UUAS, base" in html
@@ -163,6 +165,24 @@ def test_empty_corpus_and_bad_layers_are_refused(models, data, tmp_path):
                       "has no examples")
     assert_user_error(invoke("probe", "--base", base, "--train", data[0], "--test", data[1], "--layers", "0,9",
                              "--epochs", 1, "--out", tmp_path / "o2"), "out of range")
+    assert_user_error(invoke("probe", "--base", base, "--train", data[0], "--test", data[1], "--feature-dtype", "int8",
+                             "--epochs", 1, "--out", tmp_path / "o3"), "Unknown feature dtype")
+
+
+def test_feature_dtype_float32_is_recorded_and_holds_twice_the_bytes(models, data, tmp_path):
+    base, _ = models
+    runs = {}
+    for dtype in ("float16", "float32"):
+        out = tmp_path / dtype
+        result = invoke("probe", "--base", base, "--train", data[0], "--test", data[1], "--rank", 4, "--epochs", 1,
+                        "--feature-dtype", dtype, "--no-report", "--out", out)
+        assert result.exit_code == 0, result.output
+        runs[dtype] = json.loads((out / "manifest.json").read_text())
+    assert runs["float32"]["feature_dtype"] == runs["float32"]["config"]["feature_dtype"] == "float32"
+    assert runs["float16"]["fingerprint"] != runs["float32"]["fingerprint"]
+    b16, b32 = (runs[d]["probe"]["features"]["bytes"]["train"]["base"] for d in ("float16", "float32"))
+    n_words = runs["float16"]["probe"]["data"]["train"]["n_words"]
+    assert b32 == 2 * b16 == 4 * 3 * n_words * 32  # layers 0..2 x words x hidden 32 x 4 bytes
 
 
 @pytest.mark.real

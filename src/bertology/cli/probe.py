@@ -6,7 +6,8 @@ Writes, under ``--out``: ``tables/probe`` (``model, layer, probe, split, uuas, d
 ``figures/probe_depth.svg`` and ``manifest.json``. Word features and the training state are kept in
 ``partial/`` while the run lasts: after Ctrl-C or a kill, the same command continues where it
 stopped (features are not recomputed, training resumes after the last finished epoch). Different
-settings in the same folder are refused unless ``--overwrite``.
+settings in the same folder are refused unless ``--overwrite``. The word features are held in
+``--feature-dtype`` (float16 by default) and read from those memory-mapped files during training.
 """
 from __future__ import annotations
 
@@ -75,6 +76,9 @@ def probe_command(
     overwrite: bool = overwrite_option(),
     conventions: str = typer.Option("bertology", "--conventions", help="Paper conventions preset: bertology, clark2019, kovaleva2019 or hewitt2019 (README: Paper conventions); only probe_punctuation applies here."),
     probe_punctuation: Optional[str] = typer.Option(None, "--probe-punctuation", help="Words UUAS and root accuracy leave out: upos (UPOS PUNCT, bertology) or hewitt2019 (their PTB XPOS list); default: the preset's."),
+    feature_dtype: str = typer.Option(
+        "float16", "--feature-dtype",
+        help="How word features are held: float16 (half the memory, each value within 2^-11 relative) or float32; probes train in float32 either way."),
     keep_features: bool = typer.Option(False, "--keep-features", help="Keep the word features (partial/features/*.safetensors) after the run."),
     trust_remote_code: bool = TRUST_REMOTE_CODE_OPT,
     no_report: bool = no_report_option(),
@@ -96,7 +100,7 @@ def probe_command(
         rank=rank or None, layers=parse_layer_list(layers, "layer numbers (0 = embeddings)"), probes=_parse_probes(probes), epochs=epochs,
         batch_size=batch_size, extract_batch_size=extract_batch_size, lr=lr, patience=patience,
         seed=seed, device=device, max_length=max_length,
-        punctuation=choose(conventions, "probe_punctuation", probe_punctuation),
+        punctuation=choose(conventions, "probe_punctuation", probe_punctuation), feature_dtype=feature_dtype,
     )
     limit = max_sentences or None
     nlp_cache: dict = {}
@@ -113,6 +117,8 @@ def probe_command(
 
     d = settings.to_dict()
     d.pop("device")
+    if d["feature_dtype"] == "float32":
+        d.pop("feature_dtype")  # runs made before the option held float32 features: they keep their fingerprint
     ids = {name: (m.weights_sha256 or m.path) for name, m in models.items() if name != "random"}
     fingerprint = hashlib.sha256(json.dumps(
         [d, {k: c.fingerprint() for k, c in corpora.items()}, ids, random_control] + ([dtype] if dtype != "float32" else []),
@@ -139,6 +145,7 @@ def probe_command(
             "dtype": dtype,
             "attn_implementation": "eager",
             "pooling": "mean of sub-word pieces",
+            "feature_dtype": settings.feature_dtype,
             "models": {name: {**m.describe(), **({"seed": seed} if name == "random" else {})} for name, m in models.items()},
             "data": {k: c.describe() for k, c in corpora.items()},
         }

@@ -10,9 +10,12 @@ How it runs:
 
 1. **Features once.** Every model runs once per batch over each split (length-sorted batches,
    ``inference_mode``); the hidden states of layers 0..N (0 = embedding output) are mean-pooled over
-   each word's sub-word pieces (:func:`bertology.data.align.pool_words`) and kept as one
-   ``[layers, words, hidden]`` float32 tensor per model and split, optionally cached on disk
-   (safetensors, fingerprinted) so training never runs an encoder.
+   each word's sub-word pieces (:func:`bertology.data.align.pool_words`, in float32) and kept as one
+   ``[layers, words, hidden]`` tensor per model and split, in ``feature_dtype`` (float16 by default: half
+   the memory of float32; see :func:`extract_word_features` for its precision). With a work folder they
+   are cached on disk (safetensors, fingerprinted) and served from the memory-mapped file, so the
+   features live in the page cache, not in the process's own memory, and training never runs an encoder.
+   Probes always train in float32: each batch is widened on the device (:func:`_gather`).
 2. **All probes in one pass.** The probes of every (model, layer, kind) are one parameter tensor
    ``[n_probes, rank, hidden]``; the per-probe losses are summed, so gradients never mix. Adam is
    applied per probe with its own learning rate, which is divided by 10 when its dev loss does not
@@ -71,6 +74,8 @@ PUNCTUATION_RULES = ("upos", "hewitt2019")
 #: get_nopunct_argmin); HYPH, NFP, SYM, $ and # words stay in.
 HEWITT_PUNCT_XPOS = ("''", ",", ".", ":", "``", "-LRB-", "-RRB-")
 KINDS = ("distance", "depth")
+#: How word features may be held (``ProbeSettings.feature_dtype``, ``bertology probe --feature-dtype``).
+FEATURE_DTYPES = {"float16": torch.float16, "float32": torch.float32}
 COLUMNS = ["model", "layer", "probe", "split", "uuas", "dspr", "root_acc", "nspr", "loss", "n_sentences",
            "rank", "epochs", "best_epoch", "best_dev_loss"]
 
@@ -99,6 +104,7 @@ class ProbeSettings:
     punct_upos: tuple[str, ...] = ("PUNCT",)  # left out of UUAS and root accuracy
     punctuation: str = "upos"  # upos: punct_upos; hewitt2019: XPOS in HEWITT_PUNCT_XPOS (the probe_punctuation convention)
     init_scale: float = 0.05  # initial weights ~ U(-init_scale, init_scale), as Hewitt & Manning
+    feature_dtype: str = "float16"  # how word features are held (FEATURE_DTYPES); probes train in float32 either way
 
     def __post_init__(self) -> None:
         self.probes = tuple(self.probes)
@@ -114,6 +120,8 @@ class ProbeSettings:
             raise BertologyError("patience must be >= 1 and lr_patience >= 0.")
         if self.punctuation not in PUNCTUATION_RULES:
             raise BertologyError(f"Unknown probe punctuation {self.punctuation!r}; choose from: {', '.join(PUNCTUATION_RULES)}.")
+        if self.feature_dtype not in FEATURE_DTYPES:
+            raise BertologyError(f"Unknown feature dtype {self.feature_dtype!r}; choose from: {', '.join(FEATURE_DTYPES)}.")
         if not 0 < self.dev_fraction < 1:
             raise BertologyError(f"dev_fraction must be in (0, 1), not {self.dev_fraction}.")
         if self.layers is not None:
@@ -378,12 +386,23 @@ def extract_word_features(
     batch_size: int = 32,
     device: str = "cpu",
     on_batch: Callable[[int], None] | None = None,
+    dtype: torch.dtype = torch.float32,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Word vectors ``[len(layers), n_words, hidden]`` (float32, CPU) of every sentence, words concatenated.
+    """Word vectors ``[len(layers), n_words, hidden]`` (``dtype``, CPU) of every sentence, words concatenated.
 
     One forward per length-sorted batch under ``inference_mode``; each word is the mean of its
-    sub-word pieces (the same numbers as :func:`bertology.data.align.pool_words` with ``"mean"``, tested).
-    Sentences must already fit (see :func:`encodable`).
+    sub-word pieces (the same numbers as :func:`bertology.data.align.pool_words` with ``"mean"``, tested),
+    computed in float32 whatever the model runs in; only the stored result is rounded to ``dtype``.
+    Sentences must already fit (see :func:`encodable`). ``out``, when given, is filled instead of a new
+    tensor (of that shape and ``dtype``; e.g. a file mapping, so the features never sit in memory whole).
+
+    Precision of ``torch.float16``: each value is the float32 one rounded to nearest (exactly
+    ``x32.half()``, tested), a relative error of at most 2^-11 (4.9e-4) for ``|x| >= 2^-14``
+    (6.1e-5); smaller values are subnormal and carry an absolute error of at most 2^-25 (3e-8).
+    The range ends at 65504: a word vector beyond it would become ``inf``, so it is refused with a
+    :class:`BertologyError` naming the model and layer (re-run with float32 features) rather than
+    trained on or silently widened (which would double the memory the user chose to save).
     """
     from bertology.activations.extract import capture_forward
     from bertology.data.batching import collate, length_batches
@@ -396,7 +415,11 @@ def extract_word_features(
     items = [encode_example(tok, ex, i) for i, ex in enumerate(corpus)]
     offsets = trees.offsets
     hidden = encoder.config.hidden_size
-    out = torch.empty((len(layers), trees.n_words, hidden), dtype=torch.float32)
+    shape = (len(layers), trees.n_words, hidden)
+    if out is None:
+        out = torch.empty(shape, dtype=dtype)
+    elif tuple(out.shape) != shape or out.dtype != dtype:
+        raise ValueError(f"out is {tuple(out.shape)} {out.dtype}; the features are {shape} {dtype}")
     pad_id = getattr(tok, "pad_token_id", None) or 0
     with torch.inference_mode():
         for batch in length_batches(items, batch_size):
@@ -404,19 +427,69 @@ def extract_word_features(
             cap = capture_forward(encoder, t, frozenset({"hidden_states"}), dev)
             hs = torch.stack([cap.hidden_states[layer] for layer in layers])  # [L, B, T, H]
             pool = torch.from_numpy(_pooling_matrix(batch, [len(corpus[it.index].words) for it in batch], hs.shape[2]))
-            words = torch.einsum("bwt,lbth->lbwh", pool.to(hs.device, hs.dtype), hs).float().cpu()  # [L, B, W, H]
+            words = torch.einsum("bwt,lbth->lbwh", pool.to(hs.device), hs.float()).cpu()  # [L, B, W, H], float32
+            if not torch.isfinite(words).all():
+                raise BertologyError("Non-finite word features (a word without sub-words slipped through alignment).")
+            if dtype != torch.float32:
+                words = _rounded(words, dtype, layers, getattr(model, "name", None) or "the model")
             for row, it in enumerate(batch):
                 n = len(corpus[it.index].words)
                 out[:, offsets[it.index] : offsets[it.index] + n] = words[:, row, :n]
             if on_batch is not None:
                 on_batch(len(batch))
-    if not torch.isfinite(out).all():
-        raise BertologyError("Non-finite word features (a word without sub-words slipped through alignment).")
     return out
 
 
-def _cached_features(path: Path | None, key: str, compute: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, bool]:
-    """Load features from ``path`` when its fingerprint is ``key``; else compute and (atomically) save them."""
+def _rounded(words: torch.Tensor, dtype: torch.dtype, layers: Sequence[int], model_name: str) -> torch.Tensor:
+    """Finite float32 ``words`` ``[L, B, W, H]`` rounded to ``dtype``; a value beyond its range is an error."""
+    out = words.to(dtype)
+    inf = torch.isinf(out).flatten(1).any(1)
+    if inf.any():
+        k = int(inf.nonzero()[0, 0])
+        peak = float(words[k].abs().max())
+        raise BertologyError(
+            f"Word features of {model_name}, layer {layers[k]}, reach {peak:.4g}, beyond {str(dtype).removeprefix('torch.')}'s "
+            f"largest value {torch.finfo(dtype).max:.0f}; hold them in float32 (--feature-dtype float32) to probe this model.")
+    return out
+
+
+_SAFETENSORS_DTYPES = {torch.float16: ("F16", "<f2"), torch.float32: ("F32", "<f4")}
+
+
+def _mapped_safetensors(path: Path, shape: tuple[int, ...], dtype: torch.dtype, metadata: dict[str, str]) -> np.memmap:
+    """A new safetensors file at ``path`` holding one tensor ``features`` of ``shape`` and ``dtype``, returned
+    as a writable shared mapping of its data (``torch.from_numpy`` of it is a tensor on the file): what is
+    written to it lands in the file through the page cache, without a copy in memory. The layout is
+    safetensors' own (an 8-byte little-endian header length, the JSON header padded with spaces to a
+    multiple of 8 bytes, the raw little-endian data), so ``safe_open`` reads it (tested).
+    """
+    import struct
+
+    code, np_dtype = _SAFETENSORS_DTYPES[dtype]
+    nbytes = int(np.prod(shape)) * np.dtype(np_dtype).itemsize
+    header = json.dumps({"features": {"dtype": code, "shape": list(shape), "data_offsets": [0, nbytes]},
+                         "__metadata__": metadata}, separators=(",", ":")).encode()
+    header += b" " * (-len(header) % 8)
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(header)) + header)
+        fh.truncate(8 + len(header) + nbytes)
+    return np.memmap(path, dtype=np_dtype, mode="r+", offset=8 + len(header), shape=shape)
+
+
+def _cached_features(
+    path: Path | None, key: str, compute: Callable[[torch.Tensor | None], torch.Tensor],
+    shape: tuple[int, ...] | None = None, dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, bool]:
+    """Features from ``path`` when its fingerprint is ``key``; else computed and (atomically) saved there.
+
+    ``compute(out)`` returns the features, filling ``out`` when it is a tensor. With a ``path`` and the
+    features' ``shape``, ``out`` is the new file's writable mapping (:func:`_mapped_safetensors`), so the
+    features are written to disk batch by batch and never held in memory whole; without a ``shape`` they
+    are computed in memory, then saved. Either way the tensor returned is backed by the memory-mapped file
+    (safetensors' ``load_file`` maps it and reads pages as they are touched): the features sit in the page
+    cache, which the kernel can drop and re-read, not in this process's anonymous memory (measured:
+    benchmarks/README.md, item 4).
+    """
     from safetensors.torch import load_file, safe_open, save_file
 
     if path is not None and path.exists():
@@ -424,13 +497,24 @@ def _cached_features(path: Path | None, key: str, compute: Callable[[], torch.Te
             with safe_open(str(path), framework="pt") as fh:
                 meta = fh.metadata() or {}
             if meta.get("fingerprint") == key:
-                return load_file(str(path))["features"].clone(), True  # in memory, not a file mapping
+                return load_file(str(path))["features"], True  # memory-mapped, not copied
         except Exception as err:  # a truncated or foreign file: recompute
             logger.warning("ignoring unreadable feature cache %s (%s)", path, err)
-    x = compute()
-    if path is not None:
+    if path is None:
+        return compute(None), False
+    if shape is None:
+        x = compute(None)
         atomic_write(path, lambda p: save_file({"features": x.contiguous()}, str(p), metadata={"fingerprint": key}))
-    return x, False
+        del x  # the only copy in memory: serve the file's mapping instead
+    else:
+        def write(p: Path) -> None:
+            mapped = _mapped_safetensors(p, shape, dtype, {"fingerprint": key})
+            compute(torch.from_numpy(mapped))
+            mapped.flush()
+            del mapped  # unmapped before the file is moved into place
+
+        atomic_write(path, write)
+    return load_file(str(path))["features"], False
 
 
 # --------------------------------------------------------------------------------------------------
@@ -499,11 +583,15 @@ def _batch_tensors(trees: TreeSet, idx: Sequence[int], device) -> dict:
 
 
 def _gather(feats: Mapping[str, torch.Tensor], slots: Sequence[tuple[str, int]], words: torch.Tensor, device) -> torch.Tensor:
-    """Features of the batch's words for the given (model, layer index) slots: ``[S, N, H]``."""
+    """Features of the batch's words for the given (model, layer index) slots: ``[S, N, H]``, float32.
+
+    Features may be held in float16 (and memory-mapped); only this batch is copied, moved to the device
+    in the stored dtype and widened there, so the probes always train and score in float32.
+    """
     parts = []
     for m, li in slots:
         parts.append(feats[m][li].index_select(0, words))
-    return torch.stack(parts).to(device)
+    return torch.stack(parts).to(device).float()
 
 
 class _Layout:
@@ -831,7 +919,8 @@ def run_probes(
     ``spacy_model``). ``dev=None`` holds out a seeded ``dev_fraction`` of train. ``on_progress(stage,
     done, total)`` reports ``features <split> <model>`` (sentences), ``training`` (epochs) and
     ``scoring`` (splits). With ``work_dir``, word features are cached in ``work_dir/features`` and the
-    training state in ``work_dir/probe-training.pt``, so an interrupted run resumes.
+    training state in ``work_dir/probe-training.pt``, so an interrupted run resumes; the features are then
+    served from the memory-mapped cache files (see :func:`_cached_features`).
 
     Returns the ``probe`` table: one row per (model, layer, probe, split) for the dev and test splits.
     """
@@ -897,15 +986,17 @@ def run_probes(
                 done[0] += k
                 progress(stage, done[0], total)
 
-            key = hashlib.sha256(json.dumps([fps[name], ts.fingerprint(), layer_numbers[name], "mean"]).encode()).hexdigest()
+            key = hashlib.sha256(json.dumps([fps[name], ts.fingerprint(), layer_numbers[name], "mean",
+                                             settings.feature_dtype]).encode()).hexdigest()
             path = None if work is None else work / "features" / f"{split}-{name}.safetensors"
             t0 = time.perf_counter()
             progress(stage, 0, len(ts))
             feats[split][name], cached[split][name] = _cached_features(
                 path, key,
-                lambda model=model, ts=ts, name=name, cb=on_batch: extract_word_features(
+                lambda out, model=model, ts=ts, name=name, cb=on_batch: extract_word_features(
                     model, ts, layer_numbers[name], batch_size=settings.extract_batch_size,
-                    device=settings.device, on_batch=cb),
+                    device=settings.device, on_batch=cb, dtype=FEATURE_DTYPES[settings.feature_dtype], out=out),
+                shape=(len(layer_numbers[name]), ts.n_words, hidden[name]), dtype=FEATURE_DTYPES[settings.feature_dtype],
             )
             progress(stage, len(ts), len(ts))
             seconds[split][name] = time.perf_counter() - t0
@@ -935,6 +1026,8 @@ def run_probes(
         "n_probes": len(keys),
         "layers": {m: list(ls) for m, ls in layer_numbers.items()},
         "pooling": "mean of sub-word pieces",
+        "features": {"dtype": settings.feature_dtype, "memory_mapped": work is not None,
+                     "bytes": {s: {m: int(f.numel() * f.element_size()) for m, f in d.items()} for s, d in feats.items()}},
         "punctuation": (f"XPOS in {list(HEWITT_PUNCT_XPOS)} (Hewitt & Manning's reporter.py)" if rule == "hewitt2019"
                         else f"UPOS in {list(punct)}") + " left out of UUAS and root accuracy; DSpr/NSpr use every word",
         "spearman_lengths": [5, 50],
@@ -998,7 +1091,7 @@ def _run(ctx: ExperimentContext) -> ExperimentOutcome:
     with stage_bars(ctx.progress, lambda s: f"probe {s}") as on_progress:
         res = run_probes(models, train, dev, test, settings, on_progress, work_dir=work, spacy_model=config.spacy_model)
     shutil.rmtree(work, ignore_errors=True)  # cached word features: the table is done
-    keep = ("pooling", "punctuation", "spearman_lengths", "max_epoch_trained")
+    keep = ("pooling", "features", "punctuation", "spearman_lengths", "max_epoch_trained")
     data = {split: {k: v for k, v in d.items() if k in ("n_sentences", "n_words")}
             for split, d in (res.params.get("data") or {}).items()}
     return ExperimentOutcome({res.name: res}, jsonable({"settings": settings.to_dict(), "data": data,
