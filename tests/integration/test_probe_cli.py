@@ -69,7 +69,7 @@ def test_probe_writes_table_figures_manifest(models, data, tmp_path):
     assert m["kind"] == "probe" and m["status"] == "complete" and m["pooling"] == "mean of sub-word pieces"
     assert set(m["models"]) == {"base", "tuned", "random"} and m["models"]["random"]["seed"] == 0
     assert m["probe"]["data"]["dev"]["n_sentences"] == 3 and m["probe"]["data"]["test"]["n_sentences"] == 6
-    assert m["feature_dtype"] == m["config"]["feature_dtype"] == m["probe"]["features"]["dtype"] == "float16"
+    assert m["feature_dtype"] == m["config"]["feature_dtype"] == m["probe"]["features"]["dtype"] == "float32"
     assert m["probe"]["features"]["memory_mapped"] is True
     assert not (out / "partial").exists()  # features are dropped unless --keep-features
     html = (out / "report.html").read_text(encoding="utf-8")
@@ -169,7 +169,7 @@ def test_empty_corpus_and_bad_layers_are_refused(models, data, tmp_path):
                              "--epochs", 1, "--out", tmp_path / "o3"), "Unknown feature dtype")
 
 
-def test_feature_dtype_float32_is_recorded_and_holds_twice_the_bytes(models, data, tmp_path):
+def test_feature_dtype_is_recorded_and_float16_holds_half_the_bytes(models, data, tmp_path):
     base, _ = models
     runs = {}
     for dtype in ("float16", "float32"):

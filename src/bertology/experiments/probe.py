@@ -11,8 +11,8 @@ How it runs:
 1. **Features once.** Every model runs once per batch over each split (length-sorted batches,
    ``inference_mode``); the hidden states of layers 0..N (0 = embedding output) are mean-pooled over
    each word's sub-word pieces (:func:`bertology.data.align.pool_words`, in float32) and kept as one
-   ``[layers, words, hidden]`` tensor per model and split, in ``feature_dtype`` (float16 by default: half
-   the memory of float32; see :func:`extract_word_features` for its precision). With a work folder they
+   ``[layers, words, hidden]`` tensor per model and split, in ``feature_dtype`` (float32 by default; float16
+   halves their bytes, see :func:`extract_word_features` for its precision). With a work folder they
    are cached on disk (safetensors, fingerprinted) and served from the memory-mapped file, so the
    features live in the page cache, not in the process's own memory, and training never runs an encoder.
    Probes always train in float32: each batch is widened on the device (:func:`_gather`).
@@ -104,7 +104,7 @@ class ProbeSettings:
     punct_upos: tuple[str, ...] = ("PUNCT",)  # left out of UUAS and root accuracy
     punctuation: str = "upos"  # upos: punct_upos; hewitt2019: XPOS in HEWITT_PUNCT_XPOS (the probe_punctuation convention)
     init_scale: float = 0.05  # initial weights ~ U(-init_scale, init_scale), as Hewitt & Manning
-    feature_dtype: str = "float16"  # how word features are held (FEATURE_DTYPES); probes train in float32 either way
+    feature_dtype: str = "float32"  # how word features are held (FEATURE_DTYPES); probes train in float32 either way
 
     def __post_init__(self) -> None:
         self.probes = tuple(self.probes)
