@@ -264,7 +264,16 @@ class LayerTerms:
         return float(2.0 * (self.centred_upper @ other.centred_upper) + self.centred_diag @ other.centred_diag)
 
 
-def layer_terms(x: np.ndarray, iu: tuple[np.ndarray, np.ndarray] | None = None) -> LayerTerms:
+def upper_index(n: int) -> np.ndarray:
+    """Flat indices of the strict upper triangle of an ``n x n`` C-ordered matrix, row-major (the order of
+    ``np.triu_indices(n, 1)``): one int64 array, half the memory of that pair."""
+    rows, cols = np.triu_indices(n, k=1)
+    rows *= n
+    rows += cols
+    return rows
+
+
+def layer_terms(x: np.ndarray, upper: np.ndarray | None = None) -> LayerTerms:
     """RSA signatures and the centred Gram matrix of one layer from its one ``n x n`` product.
 
     Why: :func:`rsa_signatures` builds the cosine matrix ``C = Xn Xn'`` (unit rows) and :func:`cka_grid`
@@ -275,70 +284,81 @@ def layer_terms(x: np.ndarray, iu: tuple[np.ndarray, np.ndarray] | None = None) 
     entry of ``C`` is within a few ``eps sqrt(d)`` of the exact cosine, so ``K`` is within
     ``~eps sqrt(d) |x_i| |x_j|``, and ``Kc`` (entries of the size of the spread ``s^2``) carries that
     absolute error: ``eps sqrt(d) (|mean|^2 + s^2) / s^2`` relative, about 1e-13 for data whose mean is
-    10x its spread (BERT's hidden states are anisotropic like that). ``iu``: the upper-triangle indices,
-    shared by callers that do many layers of the same ``n``.
+    10x its spread (BERT's hidden states are anisotropic like that). ``upper``: :func:`upper_index` of
+    ``n``, shared by callers that do many layers. Memory in flight: the ``8 n^2`` Gram matrix, then the
+    three ``8 n (n - 1) / 2`` vectors and the rank transform's temporaries (freed before it starts).
     """
     x = _as64(x)
     n = x.shape[0]
-    if iu is None:
-        iu = np.triu_indices(n, k=1)
+    if upper is None:
+        upper = upper_index(n)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     xn = x / np.where(norms > 0, norms, 1.0)
     gram = xn @ xn.T  # the cosines, exactly as cosine_similarity_upper
     del xn
-    upper = gram[iu]
+    cos = np.take(gram, upper)  # == gram[np.triu_indices(n, 1)]
     gram *= norms  # K = X X', in place
     gram *= norms.T
     means = gram.mean(axis=1)
     gram -= means[:, None]
     gram -= means[None, :]
     gram += means.mean()
-    terms = LayerTerms({"pearson": _zscore(upper), "spearman": _zscore(average_ranks(upper))},
-                       gram[iu], gram.diagonal().copy())
-    return terms
+    centred, diag = np.take(gram, upper), gram.diagonal().copy()
+    del gram
+    pearson = _zscore(cos)
+    return LayerTerms({"pearson": pearson, "spearman": _zscore(average_ranks(cos))}, centred, diag)
 
 
 def similarity_grids(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], workers: int = 1) -> dict[str, np.ndarray]:
     """RSA (Pearson, Spearman) and CKA (linear, debiased) of every pair ``(xs[i], ys[j])``: ``[len(xs), len(ys)]`` each.
 
     Each layer's Gram matrix is built once (:func:`layer_terms`), ``workers`` layers at a time in threads
-    (NumPy's products and sorts release the GIL). The RSA values are those of :func:`rsa_signatures`'
+    (NumPy's products, sorts and dot products release the GIL). The RSA values are :func:`rsa_signatures`'
     dot products, bit for bit; CKA is :func:`cka_grid`'s formulas on the same ``<Kc_a, Kc_b>``, ``diag(Kc)``
     and ``K~ 1 = -diag(Kc)`` (``Kc 1 = 0`` exactly), equal to rounding (tested to 1e-10 relative on data
     with a mean 10x its spread). Inside :func:`reused_signatures` a layer seen before is not recomputed.
 
-    Memory: every ``xs`` layer's terms are kept and ``ys``'s ``workers`` at a time, so the peak is about
-    ``(len(xs) + workers) x 24 n^2`` bytes, plus ``workers x 8 n^2`` of Gram matrix and sort temporaries
-    in flight and ``8 n^2`` of shared indices: at 13 + 2 layers and 2,000 tokens about 1.5 GB (measured
-    with tracemalloc, see benchmarks/README.md).
+    Memory (``m = n (n - 1) / 2``): every ``xs`` layer's two signatures and centred triangle are kept
+    (``24 len(xs) m`` bytes: 624 MB at 13 layers and 2,000 tokens, the old signatures' 416 MB plus the
+    triangles), each ``ys`` layer is reduced to its row of dot products by the worker that made it, so
+    only ``workers`` are in flight (each ``8 n^2`` of Gram matrix, then ``24 m`` plus the rank transform's
+    temporaries, ~8 x ``8 m``), plus ``8 m`` of shared indices. Measured (tracemalloc, 13 + 13 layers,
+    2,000 tokens, 2 workers): see benchmarks/README.md, issue 18.
     """
     n = xs[0].shape[0] if len(xs) else 0
-    for m in [*xs, *ys]:
-        if m.ndim != 2 or m.shape[0] != n:
-            raise ValueError(f"every layer must be [{n}, dim], got shape {m.shape}")
+    for mat in [*xs, *ys]:
+        if mat.ndim != 2 or mat.shape[0] != n:
+            raise ValueError(f"every layer must be [{n}, dim], got shape {mat.shape}")
     if n < 4:
         raise ValueError("debiased CKA needs at least 4 items")
-    make = partial(layer_terms, iu=np.triu_indices(n, k=1))
-    terms = partial(_reused, "terms", make=make)
+    terms = partial(_reused, "terms", make=partial(layer_terms, upper=upper_index(n)))
     nx, ny = len(xs), len(ys)
-    rsa_grid = {kind: np.empty((nx, ny)) for kind in ("pearson", "spearman")}
-    inner = np.empty((nx, ny))  # <Kc_a, Kc_b>
-    own_y = np.empty(ny)
-    diag_y = np.empty((ny, n))
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        base = list(pool.map(terms, xs))
-        for start in range(0, ny, max(1, workers)):
-            for j, t in enumerate(pool.map(terms, ys[start:start + max(1, workers)]), start):
-                for kind, grid in rsa_grid.items():
-                    grid[:, j] = [float(b.signatures[kind] @ t.signatures[kind]) for b in base]
-                inner[:, j] = [b.centred_inner(t) for b in base]
-                own_y[j] = t.centred_inner(t)
-                diag_y[j] = t.centred_diag
-    own_x = np.array([b.centred_inner(b) for b in base])
-    diag_x = np.stack([b.centred_diag for b in base])
-    del base
-    return {"rsa_pearson": rsa_grid["pearson"], "rsa_spearman": rsa_grid["spearman"],
-            **_cka_from_gram_terms(inner, own_x, own_y, diag_x, diag_y)}
+    sig_x: list[dict[str, np.ndarray]] = []
+    centred_x = np.empty((nx, n * (n - 1) // 2))
+    diag_x = np.empty((nx, n))
+    workers = max(1, workers)
+
+    def against_base(y: np.ndarray) -> tuple[list[float], list[float], np.ndarray, float, np.ndarray]:
+        """One ``ys`` layer's RSA dot products with every base layer (as rsa_signatures' grid did), and its CKA terms."""
+        t = terms(y)
+        pearson = [float(b["pearson"] @ t.signatures["pearson"]) for b in sig_x]
+        spearman = [float(b["spearman"] @ t.signatures["spearman"]) for b in sig_x]
+        inner = 2.0 * (centred_x @ t.centred_upper) + diag_x @ t.centred_diag  # <Kc_a, Kc_b>
+        return pearson, spearman, inner, t.centred_inner(t), t.centred_diag
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for i, b in enumerate(pool.map(terms, xs)):
+            sig_x.append(b.signatures)
+            centred_x[i], diag_x[i] = b.centred_upper, b.centred_diag
+        own_x = np.array([2.0 * (c @ c) + d @ d for c, d in zip(centred_x, diag_x)])
+        cols = list(pool.map(against_base, ys))
+    del sig_x, centred_x
+    grid = {name: np.array([c[k] for c in cols]).T.reshape(nx, ny) for k, name in
+            ((0, "rsa_pearson"), (1, "rsa_spearman"), (2, "inner"))}
+    own_y = np.array([c[3] for c in cols])
+    diag_y = np.stack([c[4] for c in cols]) if cols else np.empty((0, n))
+    cka = _cka_from_gram_terms(grid.pop("inner"), own_x, own_y, diag_x, diag_y)
+    return {**grid, **cka}
 
 
 def _cka_from_gram_terms(inner: np.ndarray, own_x: np.ndarray, own_y: np.ndarray,
