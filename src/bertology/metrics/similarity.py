@@ -245,12 +245,13 @@ def _reused(kind: str, x: np.ndarray, make: Callable[[np.ndarray], object]):
 
 @contextlib.contextmanager
 def reused_signatures(size: int) -> Iterator[None]:
-    """Reuse RSA signatures of arrays seen again within the block, keeping the ``size`` most recent.
+    """Reuse RSA signatures (and :func:`layer_terms`) of arrays seen again within the block, keeping the ``size`` most recent.
 
     Several tuned models compared with one base sample the same base tokens (the sample depends on
     the seed and the token positions only), so the base layers' signatures, O(n^2) each with a rank
-    transform, are computed once instead of once per pair. Memory: ``size`` signatures of
-    ``n (n - 1)`` float64 values each (32 MB at the default 2,000 tokens), freed when the block ends.
+    transform, are computed once instead of once per pair. Memory: ``size`` entries of ``n (n - 1)``
+    float64 values each for :func:`rsa_signatures` (32 MB at the default 2,000 tokens), ``3 n (n - 1) / 2``
+    for :func:`layer_terms` (48 MB), freed when the block ends.
     """
     global _REUSE, _REUSE_SIZE
     before = (_REUSE, _REUSE_SIZE)
@@ -337,8 +338,11 @@ def similarity_grids(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], workers
     (``24 len(xs) m`` bytes: 624 MB at 13 layers and 2,000 tokens, the old signatures' 416 MB plus the
     triangles), each ``ys`` layer is reduced to its row of dot products by the worker that made it, so
     only ``workers`` are in flight (each ``8 n^2`` of Gram matrix, then ``24 m`` plus the rank transform's
-    temporaries, ~8 x ``8 m``), plus ``8 m`` of shared indices. Measured (tracemalloc, 13 + 13 layers,
-    2,000 tokens, 2 workers): see benchmarks/README.md, issue 18.
+    temporaries, ~5 x ``8 m``: 129 MB at 2,000 tokens), plus ``8 m`` of shared indices. Peak at 13 + 13
+    layers, 2,000 tokens, 2 workers: about ``624 + 16 + 2 x 129 = 898`` MB; measured (tracemalloc)
+    881,316,428 bytes, against 823,786,122 for the separate RSA signatures and :func:`cka_grid` (its
+    26 centred copies of the data and row blocks). Inside :func:`reused_signatures` the cached terms
+    are kept as well (48 MB per layer).
     """
     n = xs[0].shape[0] if len(xs) else 0
     for mat in [*xs, *ys]:
