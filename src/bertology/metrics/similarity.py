@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,7 @@ from scipy.stats import rankdata
 #: Signatures kept while :func:`reused_signatures` is active (None: off), by dtype, shape and content digest.
 _REUSE: OrderedDict | None = None
 _REUSE_SIZE = 0
+_REUSE_LOCK = threading.Lock()
 
 
 def _as64(x: np.ndarray) -> np.ndarray:
@@ -229,17 +231,20 @@ def _signatures(x: np.ndarray) -> dict[str, np.ndarray]:
 
 def _reused(kind: str, x: np.ndarray, make: Callable[[np.ndarray], object]):
     """``make(x)``, or inside :func:`reused_signatures` the object made before for the same ``kind`` and bytes."""
-    if _REUSE is None:
+    cache = _REUSE
+    if cache is None:
         return make(x)
     arr = np.ascontiguousarray(x)
     key = (kind, arr.dtype.str, arr.shape, hashlib.blake2b(arr.view(np.uint8).data, digest_size=16).hexdigest())
-    if key in _REUSE:
-        _REUSE.move_to_end(key)
-        return _REUSE[key]
+    with _REUSE_LOCK:  # layers are made in threads: a lookup must not race an eviction
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
     made = make(x)
-    _REUSE[key] = made
-    while len(_REUSE) > _REUSE_SIZE:
-        _REUSE.popitem(last=False)
+    with _REUSE_LOCK:
+        cache[key] = made
+        while len(cache) > _REUSE_SIZE:
+            cache.popitem(last=False)
     return made
 
 
