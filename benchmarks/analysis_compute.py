@@ -8,6 +8,9 @@ decaying per-dimension scales), with repeated rows so the RSA ranks have ties. R
 two trees can be timed alternately and their numbers compared::
 
     PYTHONPATH=<tree>/src python benchmarks/analysis_compute.py --out /tmp/x/<tree>
+
+``--only representation_similarity`` times that one; ``--trace-memory`` also records the peak of the
+bytes NumPy allocates during each compute() (tracemalloc; slower, so time without it).
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import argparse
 import json
 import os
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +35,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--only", choices=["representation_similarity", "pca_views"], default=None)
+    ap.add_argument("--trace-memory", action="store_true")
     args = ap.parse_args()
     import torch
 
@@ -50,13 +56,22 @@ def main() -> None:
         v = np.stack([np.stack([vectors(rng, 25) for _ in range(n_layers)], axis=1) for _ in range(2)], axis=1)
         pv.kept.append(_Example(np.uint64(i), i, ["t"] * 25, ["word"] * 25, np.arange(25), v))
     args.out.mkdir(parents=True, exist_ok=True)
-    times = {}
+    times, peaks = {}, {}
     for a in (rs, pv):
+        if args.only not in (None, a.name):
+            continue
+        if args.trace_memory:
+            tracemalloc.start()
         t0 = time.perf_counter()
         res = a.compute()
         times[a.name] = time.perf_counter() - t0
+        if args.trace_memory:
+            peaks[a.name] = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
         res.table.to_parquet(args.out / f"{a.name}.parquet")
     out = {"seconds": times, "torch_threads": torch.get_num_threads(), "load_average": os.getloadavg()}
+    if peaks:
+        out["peak_traced_bytes"] = peaks
     print(json.dumps(out))
     (args.out / "times.json").write_text(json.dumps(out, indent=2))
 

@@ -75,8 +75,8 @@ def many_run(models, tmp_path_factory):
         _count_forwards(mp, calls)
         import bertology.metrics.similarity as sim
 
-        real = sim.cosine_similarity_upper
-        mp.setattr(sim, "cosine_similarity_upper", lambda x: calls.__setitem__("rsa", calls["rsa"] + 1) or real(x))
+        real = sim.layer_terms
+        mp.setattr(sim, "layer_terms", lambda x, **kw: calls.__setitem__("rsa", calls["rsa"] + 1) or real(x, **kw))
         run = compare_many(_config(base, data, tmp_path_factory.mktemp("out") / "many"),
                            [TunedModel(n, str(p)) for n, p in tuned.items()], report=False)
     return run, calls

@@ -11,7 +11,6 @@ per layer, and ``merge`` of two shards gives exactly the sample of the whole cor
 from __future__ import annotations
 
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -21,7 +20,7 @@ from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
 from bertology.config import CompareConfig
-from bertology.metrics.similarity import cka_grid, rsa_signatures
+from bertology.metrics.similarity import similarity_grids
 from bertology.results import Result
 
 METRICS = ("rsa_pearson", "rsa_spearman", "cka_linear", "cka_debiased")
@@ -130,30 +129,15 @@ class RepresentationSimilarity(Analysis):
             raise ValueError("representation_similarity needs at least 4 content tokens")
         n = len(self.keys)
         layers = self.num_layers + 1
-        rsa = {kind: np.empty((layers, layers)) for kind in ("pearson", "spearman")}
-        # The signatures' sorts are single-threaded NumPy that releases the GIL: one per thread torch may use.
-        # Every base signature is kept (2 x 8 n(n-1)/2 bytes per layer: 416 MB at 13 layers and 2,000 tokens),
-        # the tuned ones only ``workers`` at a time, which halves the peak of holding both sides.
-        workers = max(1, torch.get_num_threads())
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            sig_b = list(pool.map(rsa_signatures, self.base))
-            for start in range(0, layers, workers):
-                for lt, sig in enumerate(pool.map(rsa_signatures, self.tuned[start:start + workers]), start):
-                    for kind, grid in rsa.items():
-                        grid[:, lt] = [float(b[kind] @ sig[kind]) for b in sig_b]
-        del sig_b
-        cka = cka_grid(self.base, self.tuned)
+        # One Gram matrix per model and layer serves RSA and CKA (similarity_grids); its products and sorts are
+        # NumPy that releases the GIL: one layer per thread torch may use. The base layers' terms are kept, the
+        # tuned ones ``workers`` at a time (memory: see similarity_grids).
+        grids = similarity_grids(self.base, self.tuned, workers=max(1, torch.get_num_threads()))
         records = []
         for lb in range(layers):
             for lt in range(layers):
-                values = {
-                    "rsa_pearson": float(rsa["pearson"][lb, lt]),
-                    "rsa_spearman": float(rsa["spearman"][lb, lt]),
-                    "cka_linear": float(cka["cka_linear"][lb, lt]),
-                    "cka_debiased": float(cka["cka_debiased"][lb, lt]),
-                }
                 for metric in METRICS:
-                    records.append((lb, lt, metric, values[metric], n, self.seed))
+                    records.append((lb, lt, metric, float(grids[metric][lb, lt]), n, self.seed))
         df = pd.DataFrame.from_records(records, columns=["layer_base", "layer_tuned", "metric", "value", "n_tokens", "seed"])
         df["n_tokens_seen"] = self.n_seen
         return Result(self.name, df, self.params())
