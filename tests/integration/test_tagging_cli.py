@@ -172,3 +172,14 @@ def test_tag_file_columns_by_flag(tmp_path):
     assert chunks[0].tags == ("B-NP", "B-VP") and chunks.stats["columns"]["tags"] == 2
     with pytest.raises(BertologyError, match=r"--label-column 7 is outside the file's 4 columns"):
         load_corpus(f, label_column="7")
+
+
+def test_unseen_eval_tags_name_the_tags_left_after_exclude_words(run, tmp_path):
+    """'good' is the only ADJ: excluding it from training leaves ADJ unseen, and the error lists what training kept."""
+    root, base, conllu, *_ = run
+    res = invoke("finetune", "--model", base, "--data", conllu, "--eval-data", conllu, "--exclude-words", "good",
+                 "--epochs", "1", "--out", tmp_path / "x", "--no-report")
+    n_good = sum("good" in words for words in _sentences())
+    assert_user_error(res, f"never seen in training once --exclude-words removed {n_good} training sentences: 'ADJ'")
+    listed = res.output.split("(training tags:")[1]
+    assert "'ADJ'" not in listed and "'DET'" in listed and "'NOUN'" in listed

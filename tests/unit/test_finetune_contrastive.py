@@ -167,5 +167,9 @@ def test_supervised_simcse_builds_triplets_and_trains(tmp_path):
     assert "anisotropy" not in result.extra_tables
     with pytest.raises(BertologyError, match="no 'contradiction'"):
         nli_triplets(Corpus.from_list(["a"], pairs=["b"], labels=["entailment"]), "entailment", "contradiction", 0)
+    scores = [f"{k / 10:.1f}" for k in range(60)]  # an STS-style file: 60 distinct scores, 10 of them named
+    with pytest.raises(BertologyError, match=r"labels: '0\.0', '0\.1', .*'0\.9', and 50 more\)") as err:
+        nli_triplets(Corpus.from_list(["a"] * 60, pairs=["b"] * 60, labels=scores), "entailment", "contradiction", 0)
+    assert "'1.0'" not in str(err.value)
     with pytest.raises(BertologyError, match="sentence pairs"):
         finetune(cfg, Corpus.from_list(["a b", "c d"]))

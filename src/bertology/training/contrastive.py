@@ -103,6 +103,13 @@ def sentences_of(corpus: Corpus) -> list[str]:
     return [s for s in out if s and s.strip()]
 
 
+def _some(labels: set, show: int = 10) -> str:
+    """Up to ``show`` labels, sorted, and how many more (a regression file has hundreds of distinct scores)."""
+    ordered = sorted(labels, key=str)
+    more = f", and {len(ordered) - show} more" if len(ordered) > show else ""
+    return ", ".join(repr(lab) for lab in ordered[:show]) + more
+
+
 def nli_triplets(corpus: Corpus, positive_label: str, negative_label: str, seed: int) -> tuple[list[tuple[str, str, str]], dict]:
     """``(premise, positive hypothesis, hard-negative hypothesis)`` triplets from labelled sentence pairs.
 
@@ -116,8 +123,8 @@ def nli_triplets(corpus: Corpus, positive_label: str, negative_label: str, seed:
     if missing:
         raise BertologyError(
             f"Supervised contrastive training needs pairs labelled {positive_label!r} (positive) and {negative_label!r} "
-            f"(hard negative); the data has no {', '.join(repr(m) for m in missing)} (labels: "
-            f"{', '.join(repr(lab) for lab in sorted(labels, key=str))}). Name them with positive_label / negative_label."
+            f"(hard negative); the data has no {', '.join(repr(m) for m in missing)} (labels: {_some(labels)}). "
+            "Name them with positive_label / negative_label."
         )
     pos: dict[str, list[str]] = {}
     neg: dict[str, list[str]] = {}

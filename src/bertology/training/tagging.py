@@ -211,10 +211,13 @@ def finetune_tagger(
 
     train_tags = check_tags(train, field, "training data")
     eval_tags = check_tags(eval_corpus, field, "eval data")
-    unseen = sorted({t for seq in eval_tags for t in seq} - {t for seq in train_tags for t in seq})
+    trained = sorted({t for seq in train_tags for t in seq})  # after the held-out split and --exclude-words
+    unseen = sorted({t for seq in eval_tags for t in seq} - set(trained))
     if unseen:
-        raise BertologyError(f"The eval data has {field} tags never seen in training: {', '.join(map(repr, unseen[:10]))} "
-                             f"(training tags: {', '.join(map(repr, tag_set))}).")
+        why = (f" once --exclude-words removed {exclusion['n_dropped']} training sentences" if exclusion and
+               exclusion.get("n_dropped") else "")
+        raise BertologyError(f"The eval data has {field} tags never seen in training{why}: {', '.join(map(repr, unseen[:10]))} "
+                             f"(training tags: {', '.join(map(repr, trained))}).")
     split.update(n_train=len(train), n_eval=len(eval_corpus))
 
     device = resolve_device(config.device)
