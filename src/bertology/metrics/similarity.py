@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
+import torch
 from scipy.stats import rankdata
 
 #: Signatures kept while :func:`reused_signatures` is active (None: off), by dtype, shape and content digest.
@@ -145,6 +146,19 @@ def _order_keys(v: np.ndarray) -> np.ndarray:
     return np.where(u >> np.uint64(63), ~u, u | np.uint64(1 << 63))
 
 
+_SIGN = np.uint64(1 << 63)
+
+
+def _sort_distinct(keys: np.ndarray) -> None:
+    """Sort distinct uint64 keys in place, with torch's sort (int64 keys with the sign bit flipped sort in
+    the same order). Why not ``ndarray.sort``: on 2 M keys NumPy's sort takes ~110 ms, torch's ~65 ms on
+    one thread; the keys are distinct, so every correct sort gives the same array."""
+    keys ^= _SIGN
+    signed = torch.from_numpy(keys.view(np.int64))
+    signed.copy_(torch.sort(signed).values)
+    keys ^= _SIGN
+
+
 def average_ranks(v: np.ndarray) -> np.ndarray:
     """``scipy.stats.rankdata(v)`` ('average': ties share their mean rank), equal to the last bit, about
     twice as fast on millions of values.
@@ -166,7 +180,7 @@ def average_ranks(v: np.ndarray) -> np.ndarray:
     packed = _order_keys(v)
     packed &= ~low
     packed |= np.arange(n, dtype=np.uint64)
-    packed.sort()
+    _sort_distinct(packed)
     order = (packed & low).view(np.intp)  # indices < 2**40: the same bits as int64
     s = v[order]
     prefix = packed
