@@ -237,6 +237,7 @@ def test_cached_sweep_equals_the_naive_full_rerun(clf, data, mode, exclude_speci
         np.testing.assert_allclose(cached.per_example[key]["loss"], ref["loss"], rtol=1e-6, atol=1e-6)
         np.testing.assert_array_equal(cached.per_example[key]["pred"], ref["pred"])
     pd.testing.assert_frame_equal(cached.table, naive.table, rtol=1e-5, atol=1e-6)
+    assert cached.params["first_token_shortcut"] is True and naive.params["first_token_shortcut"] is None
     # ablations really changed the model's outputs
     losses = np.array([r["loss"].mean() for r in cached.per_example.values()])
     assert np.ptp(losses) > 1e-3
@@ -252,6 +253,7 @@ def test_cached_sweep_without_the_first_token_shortcut(clf, data, monkeypatch):
         cached = run_ablation(model, enc, y, HeadScoring(batch_size=4), method="cached", n_bootstrap=0, layers=[3])
     finally:
         h.remove()
+    assert cached.params["first_token_shortcut"] is False
     for key, ref in naive.per_example.items():
         np.testing.assert_allclose(cached.per_example[key]["loss"], ref["loss"], rtol=1e-6, atol=1e-6)
 

@@ -257,6 +257,7 @@ class _Sweep:
         self.total, self.done = total, done
         self.n_layers = sites.num_layers(model)
         self.n_heads = sites.num_heads(model)
+        self.first_token_shortcut: bool | None = None  # whether the cached sweep ran the last block on [CLS] only
 
     # ------------------------------------------------------------------ shared
     def _heads_of(self, unit: Unit) -> list[tuple[int, int]]:
@@ -343,7 +344,7 @@ class _Sweep:
         top = max(tops)
         n_heads, head_size = sites.num_heads(model), sites.head_size(model)
         with torch.inference_mode():
-            shortcut = self._first_token_shortcut_ok()
+            shortcut = self.first_token_shortcut = self._first_token_shortcut_ok()
             # hidden states entering block 1 (hidden state 0; every block bypassed)
             cache: list[torch.Tensor] = []
             grab = sites.block(model, 1).register_forward_pre_hook(
@@ -463,6 +464,9 @@ def run_ablation(
         "n_bootstrap": n_bootstrap,
         "seed": seed,
         "method": method,
+        # the cached sweep's last block on the first token only: another matrix shape, so its numbers equal the
+        # naive re-run's to float rounding (bit for bit on some BLAS builds, not all); None when nothing ran
+        "first_token_shortcut": sweep.first_token_shortcut,
         "n_examples": len(batches.y_examples),
         "n_layers": n_layers,
         "n_heads": n_heads,
