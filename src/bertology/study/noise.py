@@ -393,6 +393,35 @@ def _mwu_by_size(x: list[np.ndarray], y: list[np.ndarray], alternative: str) -> 
     return p
 
 
+def _untested_effect(k: int, n_pairs: int, alpha: float) -> str:
+    """Why a task's change cannot be tested against its seed noise ("" when it can)."""
+    if k < 2:
+        return "1 seed: no seed-noise estimate"
+    if n_pairs == 0:
+        return "no seed-vs-seed comparison for this unit"
+    if min_p(k, n_pairs) > alpha:
+        return f"{k} seeds: the smallest possible p is {min_p(k, n_pairs):.3g} > alpha {alpha:g}"
+    return ""
+
+
+def _untested_difference(a: str, b: str, na: int, nb: int, alpha: float) -> str:
+    """Why tasks ``a`` and ``b`` (``na``, ``nb`` seeds) cannot be told apart by the two-sided test ("" when they can)."""
+    if min(na, nb) < 2:
+        return f"{a if na < 2 else b} has 1 seed: no seed-noise estimate"
+    if min_p(na, nb, two_sided=True) > alpha:
+        return f"{na} vs {nb} seeds: the smallest possible p is {min_p(na, nb, True):.3g} > alpha {alpha:g}"
+    return ""
+
+
+def _add_verdicts(frame: pd.DataFrame, untested: list[str], alpha: float) -> None:
+    """The ``alpha``, ``beyond_noise`` and ``reason`` columns: no verdict (null) where ``untested`` gives the
+    reason the test cannot decide, else whether ``p_value <= alpha``."""
+    frame["alpha"] = alpha
+    frame["beyond_noise"] = pd.Series([None if why else bool(p <= alpha) for why, p in zip(untested, frame["p_value"])],
+                                      index=frame.index, dtype="boolean")
+    frame["reason"] = untested
+
+
 def _effects(changes: pd.DataFrame, distances: pd.DataFrame, alpha: float) -> pd.DataFrame:
     """Per task and unit: the mean change, the seed-noise yardstick and the rule's verdict."""
     key = ["table", "task", "metric", "level", "unit", "layer", "head"]
@@ -417,23 +446,8 @@ def _effects(changes: pd.DataFrame, distances: pd.DataFrame, alpha: float) -> pd
     xs = [np.asarray(v, float) for v in out["magnitudes"]]
     ys = [np.asarray(v, float) if isinstance(v, list) else np.empty(0) for v in out["noises"]]
     out["p_value"] = _mwu_by_size(xs, ys, "greater")
-    verdict, reason = [], []
-    for k, n_pairs, p in zip(out["n_seeds"], out["n_seed_pairs"], out["p_value"]):
-        if k < 2:
-            verdict.append(None)
-            reason.append("1 seed: no seed-noise estimate")
-        elif n_pairs == 0:
-            verdict.append(None)
-            reason.append("no seed-vs-seed comparison for this unit")
-        elif min_p(k, n_pairs) > alpha:
-            verdict.append(None)
-            reason.append(f"{k} seeds: the smallest possible p is {min_p(k, n_pairs):.3g} > alpha {alpha:g}")
-        else:
-            verdict.append(bool(p <= alpha))
-            reason.append("")
-    out["alpha"] = alpha
-    out["beyond_noise"] = pd.Series(verdict, index=out.index, dtype="boolean")
-    out["reason"] = reason
+    _add_verdicts(out, [_untested_effect(k, n_pairs, alpha) for k, n_pairs in zip(out["n_seeds"], out["n_seed_pairs"])],
+                  alpha)
     out["q_value"] = np.nan
     fam = ["table", "task", "metric", "level"]
     for _, idx in out.groupby(fam, dropna=False).groups.items():
@@ -510,21 +524,7 @@ def _task_differences(changes: pd.DataFrame, alpha: float) -> pd.DataFrame:
         xs = [np.asarray(v, float) for v in m["values_a"]]
         ys = [np.asarray(v, float) for v in m["values_b"]]
         m["p_value"] = _mwu_by_size(xs, ys, "two-sided")
-        verdict, reason = [], []
-        for na, nb, p in zip(m["n_a"], m["n_b"], m["p_value"]):
-            if min(na, nb) < 2:
-                verdict.append(None)
-                reason.append(f"{a if na < 2 else b} has 1 seed: no seed-noise estimate")
-            elif min_p(na, nb, two_sided=True) > alpha:
-                verdict.append(None)
-                reason.append(f"{na} vs {nb} seeds: the smallest possible p is "
-                              f"{min_p(na, nb, True):.3g} > alpha {alpha:g}")
-            else:
-                verdict.append(bool(p <= alpha))
-                reason.append("")
-        m["alpha"] = alpha
-        m["beyond_noise"] = pd.Series(verdict, index=m.index, dtype="boolean")
-        m["reason"] = reason
+        _add_verdicts(m, [_untested_difference(a, b, na, nb, alpha) for na, nb in zip(m["n_a"], m["n_b"])], alpha)
         frames.append(m[cols])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
 
