@@ -41,6 +41,16 @@ PUNCT = [".", ",", "!", "?", "'", "-", ";", ":"]
 SUBWORDS = ["##s", "##ed", "##ing", "##ly", "##er"]
 
 
+def random_heads(rng, n: int) -> tuple[int, ...]:
+    """A random dependency tree of ``n`` words as CoNLL-U heads (1-based, 0 = root): word k's head is a
+    random earlier word of a seeded random order (``rng``: a NumPy ``Generator``)."""
+    perm = rng.permutation(n)
+    parent = {int(perm[0]): -1}
+    for k in range(1, n):
+        parent[int(perm[k])] = int(perm[rng.integers(0, k)])
+    return tuple(parent[i] + 1 for i in range(n))
+
+
 def tiny_vocab() -> dict[str, int]:
     """The WordPiece vocabulary of the tiny models: token -> id."""
     return {tok: i for i, tok in enumerate(SPECIALS + PUNCT + list(TINY_WORDS) + SUBWORDS)}

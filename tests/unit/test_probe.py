@@ -27,22 +27,15 @@ from bertology.data.corpus import Corpus, Example
 from bertology.errors import BertologyError
 from bertology.metrics.trees import tree_depths, tree_distances
 from bertology.models.loading import load_model
-from bertology.testing import SENTENCES, save_tiny_bert
+from bertology.testing import SENTENCES, random_heads, save_tiny_bert
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
-def _random_heads(rng, n):
-    perm = rng.permutation(n)
-    parent = {int(perm[0]): -1}
-    for k in range(1, n):
-        parent[int(perm[k])] = int(perm[rng.integers(0, k)])
-    return tuple(parent[i] + 1 for i in range(n))
-
 
 def _trees(rng, n_sent, max_len=9, name="split"):
-    heads = [np.array(_random_heads(rng, int(rng.integers(2, max_len + 1)))) for _ in range(n_sent)]
+    heads = [np.array(random_heads(rng, int(rng.integers(2, max_len + 1)))) for _ in range(n_sent)]
     words = [tuple(f"w{i}" for i in range(len(h))) for h in heads]
     keep = [np.array([i % 5 != 4 for i in range(len(h))]) for h in heads]
     return TreeSet(words, heads, keep, [tree_distances(h) for h in heads], [tree_depths(h) for h in heads], name)

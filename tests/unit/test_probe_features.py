@@ -22,7 +22,7 @@ from bertology.experiments.probe import (
     tree_set,
 )
 from bertology.models.loading import load_model
-from bertology.testing import SENTENCES, save_tiny_bert
+from bertology.testing import SENTENCES, random_heads, save_tiny_bert
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -35,13 +35,6 @@ def base(tmp_path_factory):
     return load_model(save_tiny_bert(tmp_path_factory.mktemp("probe16") / "base", seed=0))
 
 
-def _random_heads(rng, n):
-    perm = rng.permutation(n)
-    parent = {int(perm[0]): -1}
-    for k in range(1, n):
-        parent[int(perm[k])] = int(perm[rng.integers(0, k)])
-    return tuple(parent[i] + 1 for i in range(n))
-
 
 def _corpus(sentences, seed):
     """The sentences with seeded random trees (so UUAS and the Spearmans are not trivial)."""
@@ -50,7 +43,7 @@ def _corpus(sentences, seed):
     for s in sentences:
         w = tuple(s.split())
         out.append(Example(text=s, words=w, upos=tuple("PUNCT" if x in ".,!" else "X" for x in w),
-                           heads=_random_heads(rng, len(w)), deprels=tuple("dep" for _ in w)))
+                           heads=random_heads(rng, len(w)), deprels=tuple("dep" for _ in w)))
     return Corpus(out, name="random-trees", source="test")
 
 

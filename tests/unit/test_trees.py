@@ -20,6 +20,7 @@ from bertology.metrics.trees import (
     tree_distances,
     uuas_counts,
 )
+from bertology.testing import random_heads
 
 # "The old man ran fast to the house ." (UD-like): ran is the root, "." attaches to it.
 HEADS = (3, 3, 4, 0, 4, 8, 8, 4, 4)
@@ -58,14 +59,6 @@ def _slow_depths(heads):
     return np.array(out, dtype=float)
 
 
-def _random_heads(rng, n):
-    """A random tree: word k's head is a random earlier word (then the order is shuffled)."""
-    perm = rng.permutation(n)
-    parent = {int(perm[0]): -1}
-    for k in range(1, n):
-        parent[int(perm[k])] = int(perm[rng.integers(0, k)])
-    return tuple(parent[i] + 1 for i in range(n))
-
 
 def _brute_force_mst(d, keep):
     """Minimum spanning tree by trying every set of n-1 edges (tiny n only)."""
@@ -98,7 +91,7 @@ def test_distances_and_depths_match_slow_loops():
     rng = np.random.default_rng(0)
     for n in (1, 2, 5, 17, 40):
         for _ in range(5):
-            heads = _random_heads(rng, n)
+            heads = random_heads(rng, n)
             np.testing.assert_array_equal(tree_distances(heads), _bfs_distances(heads))
             np.testing.assert_array_equal(tree_depths(heads), _slow_depths(heads))
 
@@ -171,7 +164,7 @@ def test_root_accuracy_ignores_punctuation():
 def test_row_spearman_matches_scipy():
     rng = np.random.default_rng(2)
     for n in (3, 7, 20):
-        heads = _random_heads(rng, n)
+        heads = random_heads(rng, n)
         gold = tree_distances(heads)
         pred = rng.random((n, n))
         got = distance_spearman_per_word(pred, gold)
@@ -201,7 +194,7 @@ def test_spearman_by_length_averages_within_then_across_lengths():
 
 def test_corpus_scores_of_exact_trees_are_perfect_and_match_slow_loops():
     rng = np.random.default_rng(3)
-    trees = [_random_heads(rng, n) for n in (3, 5, 5, 8, 12, 30, 60)]
+    trees = [random_heads(rng, n) for n in (3, 5, 5, 8, 12, 30, 60)]
     keeps = [rng.random(len(h)) > 0.1 for h in trees]
     exact = score_distances([_bfs_distances(h) for h in trees], trees, keeps)
     assert exact["uuas"] == 1.0 and exact["dspr"] == pytest.approx(1.0)
