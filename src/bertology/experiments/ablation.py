@@ -26,9 +26,11 @@ it keeps the hidden states entering block ``l`` for every batch, runs each ablat
 from there (the blocks below are bypassed and block 1 receives the cached states), and
 advances the cache through the intact block ``l``. Skipping block ``l`` is starting at ``l + 1`` from
 the same cache. The ablated layer's own attention is replayed from the intact pass (only the
-ablated heads' outputs are recomputed), and when the classifier reads only the first token of the last layer (checked against a
-full forward on the first batch), the last block's feed-forward runs on that token only. The results
-equal the ``naive`` method (a full forward per ablation with the same hooks) to float rounding.
+ablated heads' outputs are recomputed), and when the logits of every batch are bit-identical with the last block's feed-forward on the first
+token only (the classifier reads only that token, and this machine's matrix kernels do not round the
+smaller product differently), the last block runs on that token only. The results equal the ``naive``
+method (a full forward per ablation with the same hooks) bit for bit: every matrix product has the
+shape it has in the naive re-run, or was checked to give the same bits.
 
 Resuming: with ``progress_dir``, every finished ablation is written there atomically as
 ``units/<key>.npz`` (per-example predictions and losses) next to ``progress.json`` (a fingerprint of
@@ -298,18 +300,39 @@ class _Sweep:
 
     # ------------------------------------------------------------------ cached
     def _first_token_shortcut_ok(self) -> bool:
-        """Whether the logits depend on the last layer's first token only (checked on the first batch;
-        never for a token-level head, whose logits are per token)."""
+        """Whether the last block may run its feed-forward on the first token only (never for a token-level
+        head): on every batch, the logits and the last block's first-token output must be bit-identical
+        with and without the shortcut.
+
+        Exactness, not closeness, is the test: the shortcut changes the shape of the feed-forward's
+        matrix products, and BLAS builds (MKL on some CPUs, cuBLAS) pick kernels, so summation orders,
+        by shape. Where one does, the sweep runs the full last block, and every unit runs the naive
+        re-run's products on the same shapes. The check costs two forwards of the corpus.
+        """
         if self.batches.task.token_level:
             return False
-        inp = self.batches.inputs[0]
-        full = _logits(self.model, inp)
-        with keep_first_token(self.model):
-            short = _logits(self.model, inp)
-        ok = full.shape == short.shape and bool(torch.allclose(full, short, rtol=1e-4, atol=1e-5))  # a token-level head: never
-        if not ok:
-            logger.info("the classifier reads more than the first token; the last block runs on every token")
-        return ok
+        last = sites.block(self.model, self.n_layers)
+        reads_more = rounds = 0.0
+        for inp in self.batches.inputs:
+            first: list[torch.Tensor] = []
+            handle = last.register_forward_hook(
+                lambda _m, _i, out: first.append((out[0] if isinstance(out, tuple) else out)[:, 0]))
+            try:
+                full = _logits(self.model, inp)
+                with keep_first_token(self.model):
+                    short = _logits(self.model, inp)
+            finally:
+                handle.remove()
+            if full.shape != short.shape or not torch.allclose(full, short, rtol=1e-4, atol=1e-5):
+                logger.info("the classifier reads more than the first token; the last block runs on every token")
+                return False
+            if not (torch.equal(full, short) and torch.equal(first[0], first[1])):
+                rounds = max(rounds, float((first[0] - first[1]).abs().max()), float((full - short).abs().max()))
+        if rounds > 0.0:
+            logger.info("this machine's matrix kernels round the one-token feed-forward differently (up to %.2g); "
+                        "the last block runs on every token, so the deltas equal a full re-run's bit for bit", rounds)
+            return False
+        return True
 
     def _run_from(self, start: int, cache: list[torch.Tensor], *, shortcut: bool, stop: int | None = None,
                   extra=None) -> list[torch.Tensor]:
@@ -464,8 +487,8 @@ def run_ablation(
         "n_bootstrap": n_bootstrap,
         "seed": seed,
         "method": method,
-        # the cached sweep's last block on the first token only: another matrix shape, so its numbers equal the
-        # naive re-run's to float rounding (bit for bit on some BLAS builds, not all); None when nothing ran
+        # whether the cached sweep ran the last block's feed-forward on the first token only (taken only where
+        # every batch's logits were bit-identical with it); None when nothing ran
         "first_token_shortcut": sweep.first_token_shortcut,
         "n_examples": len(batches.y_examples),
         "n_layers": n_layers,
