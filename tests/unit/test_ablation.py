@@ -260,7 +260,7 @@ def test_cached_sweep_without_the_first_token_shortcut(clf, data, monkeypatch):
         np.testing.assert_array_equal(cached.per_example[key]["loss"], ref["loss"])
 
 
-@pytest.mark.parametrize("rounding", ["same bits", "one ulp off"])
+@pytest.mark.parametrize("rounding", ["same bits", "one ulp off", "one ulp off on the short batch"])
 def test_the_shortcut_is_taken_only_where_it_gives_the_same_bits(clf, data, monkeypatch, rounding):
     """Some BLAS builds choose kernels by shape, so the one-token product may round differently: the sweep
     takes the shortcut only where every batch gives the same bits (simulated here: a first-token cut that
@@ -274,7 +274,10 @@ def test_the_shortcut_is_taken_only_where_it_gives_the_same_bits(clf, data, monk
     @contextlib.contextmanager
     def simulated_shortcut(model):
         last = model.bert.encoder.layer[-1].attention.output
-        bump = (lambda out: out) if rounding == "same bits" else (lambda out: torch.nextafter(out, torch.tensor(float("inf"))))
+        def bump(out):
+            if rounding == "same bits" or (rounding.endswith("short batch") and len(out) == 4):
+                return out
+            return torch.nextafter(out, torch.tensor(float("inf")))
         handle = last.register_forward_hook(lambda _m, _i, out: bump(out))
         try:
             yield
@@ -285,7 +288,10 @@ def test_the_shortcut_is_taken_only_where_it_gives_the_same_bits(clf, data, monk
     scoring = HeadScoring(batch_size=4)
     naive = run_ablation(clf.model, enc, y, scoring, method="naive", n_bootstrap=20)
     cached = run_ablation(clf.model, enc, y, scoring, method="cached", n_bootstrap=20)
-    assert cached.params["first_token_shortcut"] is (rounding == "same bits")
+    taken, n_batches = cached.params["first_token_shortcut_batches"]
+    assert len(y) % 4 and n_batches == len(y) // 4 + 1  # one short batch
+    assert taken == {"same bits": n_batches, "one ulp off": 0, "one ulp off on the short batch": n_batches - 1}[rounding]
+    assert cached.params["first_token_shortcut"] is (taken > 0)
     for key, ref in naive.per_example.items():
         np.testing.assert_array_equal(cached.per_example[key]["loss"], ref["loss"])
     pd.testing.assert_frame_equal(cached.table, naive.table, check_exact=True)

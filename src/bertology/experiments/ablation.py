@@ -26,9 +26,9 @@ it keeps the hidden states entering block ``l`` for every batch, runs each ablat
 from there (the blocks below are bypassed and block 1 receives the cached states), and
 advances the cache through the intact block ``l``. Skipping block ``l`` is starting at ``l + 1`` from
 the same cache. The ablated layer's own attention is replayed from the intact pass (only the
-ablated heads' outputs are recomputed), and when the logits of every batch are bit-identical with the last block's feed-forward on the first
-token only (the classifier reads only that token, and this machine's matrix kernels do not round the
-smaller product differently), the last block runs on that token only. The results equal the ``naive``
+ablated heads' outputs are recomputed), and on each batch whose logits and last-block first-token output are bit-identical with the last
+block's feed-forward on the first token only (the classifier reads only that token, and this machine's
+matrix kernels do not round the smaller product differently), the last block runs on that token only. The results equal the ``naive``
 method (a full forward per ablation with the same hooks) bit for bit: every matrix product has the
 shape it has in the naive re-run, or was checked to give the same bits.
 
@@ -259,7 +259,8 @@ class _Sweep:
         self.total, self.done = total, done
         self.n_layers = sites.num_layers(model)
         self.n_heads = sites.num_heads(model)
-        self.first_token_shortcut: bool | None = None  # whether the cached sweep ran the last block on [CLS] only
+        # (batches whose last block ran on [CLS] only, batches) in the cached sweep; None when it did not run
+        self.first_token_shortcut: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ shared
     def _heads_of(self, unit: Unit) -> list[tuple[int, int]]:
@@ -299,20 +300,22 @@ class _Sweep:
                 self._finish(unit, logits)
 
     # ------------------------------------------------------------------ cached
-    def _first_token_shortcut_ok(self) -> bool:
-        """Whether the last block may run its feed-forward on the first token only (never for a token-level
-        head): on every batch, the logits and the last block's first-token output must be bit-identical
+    def _first_token_shortcut_ok(self) -> list[bool]:
+        """Per batch, whether the last block may run its feed-forward on the first token only (never for a
+        token-level head): the batch's logits and the last block's first-token output must be bit-identical
         with and without the shortcut.
 
         Exactness, not closeness, is the test: the shortcut changes the shape of the feed-forward's
-        matrix products, and BLAS builds (MKL on some CPUs, cuBLAS) pick kernels, so summation orders,
-        by shape. Where one does, the sweep runs the full last block, and every unit runs the naive
-        re-run's products on the same shapes. The check costs two forwards of the corpus.
+        matrix products, and BLAS builds (MKL, cuBLAS) pick kernels, so summation orders, by shape (on
+        our development CPU a batch of 3 x 7 tokens rounds differently, larger ones do not). Where one
+        does, that batch runs the full last block, and every unit runs the naive re-run's products on
+        the same shapes. The check costs two forwards of the corpus.
         """
+        n = len(self.batches.inputs)
         if self.batches.task.token_level:
-            return False
+            return [False] * n
         last = sites.block(self.model, self.n_layers)
-        reads_more = rounds = 0.0
+        ok, rounds = [], 0.0
         for inp in self.batches.inputs:
             first: list[torch.Tensor] = []
             handle = last.register_forward_hook(
@@ -325,31 +328,34 @@ class _Sweep:
                 handle.remove()
             if full.shape != short.shape or not torch.allclose(full, short, rtol=1e-4, atol=1e-5):
                 logger.info("the classifier reads more than the first token; the last block runs on every token")
-                return False
-            if not (torch.equal(full, short) and torch.equal(first[0], first[1])):
+                return [False] * n
+            same = torch.equal(full, short) and torch.equal(first[0], first[1])
+            if not same:
                 rounds = max(rounds, float((first[0] - first[1]).abs().max()), float((full - short).abs().max()))
+            ok.append(same)
         if rounds > 0.0:
-            logger.info("this machine's matrix kernels round the one-token feed-forward differently (up to %.2g); "
-                        "the last block runs on every token, so the deltas equal a full re-run's bit for bit", rounds)
-            return False
-        return True
+            logger.info("on %d of %d batches this machine's matrix kernels round the one-token feed-forward "
+                        "differently (up to %.2g): those run the full last block, so the deltas equal a full "
+                        "re-run's bit for bit", n - sum(ok), n, rounds)
+        return ok
 
-    def _run_from(self, start: int, cache: list[torch.Tensor], *, shortcut: bool, stop: int | None = None,
-                  extra=None) -> list[torch.Tensor]:
+    def _run_from(self, start: int, cache: list[torch.Tensor], *, shortcut: Sequence[bool] | None = None,
+                  stop: int | None = None, extra=None) -> list[torch.Tensor]:
         """Logits of every batch for a forward that enters block ``start`` with the cached hidden states.
 
         Blocks before ``start`` (and after ``stop``) are bypassed; ``start = N + 1`` runs no block.
+        ``shortcut[b]``: batch ``b`` runs the last block's feed-forward on the first token only.
         """
         n = self.n_layers
         bypass = [l for l in range(1, n + 1) if l < start or (stop is not None and l > stop)]
+        runs_last = start <= n and (stop is None or stop >= n)
         out = []
         with replace_embeddings(self.model) as repl, bypass_blocks(self.model, bypass):
-            first = keep_first_token(self.model) if shortcut and start <= n and (stop is None or stop >= n) else _null()
-            with first:
-                for b, inp in enumerate(self.batches.inputs):
-                    repl.set(cache[b])
-                    if extra is not None:
-                        extra(b)
+            for b, inp in enumerate(self.batches.inputs):
+                repl.set(cache[b])
+                if extra is not None:
+                    extra(b)
+                with keep_first_token(self.model) if shortcut is not None and shortcut[b] and runs_last else _null():
                     out.append(_logits(self.model, inp))
         return out
 
@@ -367,7 +373,8 @@ class _Sweep:
         top = max(tops)
         n_heads, head_size = sites.num_heads(model), sites.head_size(model)
         with torch.inference_mode():
-            shortcut = self.first_token_shortcut = self._first_token_shortcut_ok()
+            shortcut = self._first_token_shortcut_ok()
+            self.first_token_shortcut = (sum(shortcut), len(shortcut))
             # hidden states entering block 1 (hidden state 0; every block bypassed)
             cache: list[torch.Tensor] = []
             grab = sites.block(model, 1).register_forward_pre_hook(
@@ -403,7 +410,7 @@ class _Sweep:
                             acc.mask = self.batches.mask[b]
 
                     try:
-                        logits = self._run_from(layer, cache, shortcut=False, stop=layer, extra=set_mask)
+                        logits = self._run_from(layer, cache, stop=layer, extra=set_mask)
                     finally:
                         for h in handles:
                             h.remove()
@@ -487,9 +494,10 @@ def run_ablation(
         "n_bootstrap": n_bootstrap,
         "seed": seed,
         "method": method,
-        # whether the cached sweep ran the last block's feed-forward on the first token only (taken only where
-        # every batch's logits were bit-identical with it); None when nothing ran
-        "first_token_shortcut": sweep.first_token_shortcut,
+        # whether the cached sweep ran the last block's feed-forward on the first token only, and on how many
+        # batches (taken only where a batch's outputs were bit-identical with it); None when it did not run
+        "first_token_shortcut": None if sweep.first_token_shortcut is None else sweep.first_token_shortcut[0] > 0,
+        "first_token_shortcut_batches": None if sweep.first_token_shortcut is None else list(sweep.first_token_shortcut),
         "n_examples": len(batches.y_examples),
         "n_layers": n_layers,
         "n_heads": n_heads,
