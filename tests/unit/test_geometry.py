@@ -314,6 +314,31 @@ def test_every_metric_equals_a_slow_per_sentence_computation(planted, encoded):
         assert abs(b[2] - t[2]) > 1e-6
 
 
+def test_stored_word_vectors_are_the_mean_of_their_pieces(planted, encoded):
+    """Each kept occurrence is the float16 of its pieces' mean: within one float16 rounding step of the
+    float64 mean of a per-sentence forward (float32 sums of a few pieces sit far inside that step)."""
+    corpus = _corpus()
+    g = _run(planted, encoded, n_pairs=10, min_contexts=2, max_contexts=1000, max_words=1000)
+    ref = _reference_states(planted, corpus)
+    checked, pieces_seen = 0, set()
+    for form, word in g.words.items():
+        if word.vectors is None:
+            continue
+        for example, stored in zip(word.occ_examples, word.vectors):
+            h, enc = ref[int(example)]
+            wid = enc.word_ids()
+            toks = planted.tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
+            groups = [[t for t, i in enumerate(wid) if i == w] for w in sorted({i for i in wid if i is not None})]
+            found = [pos for pos in groups if "".join(toks[t].removeprefix("##") for t in pos) == form]
+            assert len(found) == 1  # no word repeats within a sentence here
+            mean = h[:, :, found[0]].mean(2)  # [2, L + 1, D] float64
+            step = np.spacing(np.abs(mean).astype(np.float16)).astype(np.float64)
+            assert np.all(np.abs(stored.astype(np.float64) - mean) <= step + 1e-6), form
+            checked += 1
+            pieces_seen.add(len(found[0]))
+    assert checked > 50 and max(pieces_seen) >= 2
+
+
 def test_baseline_sample_is_the_documented_bottom_k_and_all_pairs_option(planted, encoded):
     g = _run(planted, encoded, n_pairs=6, seed=3)
     idx = np.array([it.index for it in encoded.items])
