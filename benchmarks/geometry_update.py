@@ -76,15 +76,11 @@ def main() -> None:
             print(f"round {r + 1} {name}: update {dt:.2f} s", flush=True)
     med = {k: float(np.median(v)) for k, v in times.items()}
     print(f"median update: old {med['old']:.2f} s, new {med['new']:.2f} s, new/old {med['new'] / med['old']:.3f}")
-    results = {}
-    for name in ("old", "new", "old", "new"):  # compute() and word_table() alternately, twice
-        t0 = time.perf_counter()
-        results[name] = (done[name].compute().table, done[name].word_table().table)
-        print(f"{name}: compute + word_table {time.perf_counter() - t0:.2f} s", flush=True)
-    (a, wa), (b, wb) = results["old"], results["new"]
+    a, b = done["old"].compute().table, done["new"].compute().table
     same_rows = a.drop(columns="value").equals(b.drop(columns="value"))
     diff = float(np.nanmax(np.abs(a["value"].to_numpy() - b["value"].to_numpy())))
     print(f"geometry tables: same rows {same_rows}; identical values {a.equals(b)}; largest |difference| {diff:.3g}")
+    wa, wb = done["old"].word_table().table, done["new"].word_table().table
     print(f"word tables: identical {wa.equals(wb)}; words {len(wa)} / {len(wb)}")
 
 

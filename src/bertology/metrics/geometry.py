@@ -21,7 +21,6 @@ Definitions (Ethayarajh 2019, §3):
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 import torch
 
 __all__ = [
@@ -124,34 +123,12 @@ def masked_intra_similarity(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor
     return torch.where(count[..., 0] > 0, out, torch.nan)
 
 
-#: Above this Gram side, only the top eigenvalue is computed (LAPACK ``evr`` on one index) instead of all.
-_ALL_EIGENVALUES_UP_TO = 64
-
-
-def _top_eigenvalue(g: np.ndarray) -> np.ndarray:
-    """Largest eigenvalue of each symmetric ``[..., k, k]`` matrix.
-
-    Small ones (a word's <= 10 occurrences) in one batched ``eigvalsh``; large ones (the 768 x 768 Gram of
-    1,000 baseline tokens) one at a time with SciPy's subset solver, which finds one eigenvalue for a
-    fraction of the full decomposition's cost (benchmarks/README.md, issue 18).
-    """
-    k = g.shape[-1]
-    if k == 0:
-        return np.zeros(g.shape[:-2])
-    if k <= _ALL_EIGENVALUES_UP_TO:
-        return np.linalg.eigvalsh(g)[..., -1]
-    flat = g.reshape(-1, k, k)
-    top = [scipy.linalg.eigh(m, eigvals_only=True, subset_by_index=[k - 1, k - 1], driver="evr")[0] for m in flat]
-    return np.asarray(top, dtype=np.float64).reshape(g.shape[:-2])
-
-
 def max_explainable_variance(x: np.ndarray, center: bool = True) -> np.ndarray | float:
     """Share of the variance of each ``[n, dim]`` stack explained by its first principal component.
 
-    ``lambda_max / trace`` of the (centred, with ``center``) Gram matrix ``X X'`` (its eigenvalues are the
-    squared singular values of ``X``, and its trace their sum). 1 when the stack has no variance at all
-    (identical rows, or a single row): a static vector explains it perfectly. A float for one stack, else
-    an array.
+    ``lambda_max / sum(lambda)`` of the (centred, with ``center``) Gram matrix ``X X'`` (its eigenvalues
+    are the squared singular values of ``X``). 1 when the stack has no variance at all (identical rows,
+    or a single row): a static vector explains it perfectly. A float for one stack, else an array.
     """
     x = _as64(x)
     # Size of the data before centring, to tell "no variance" from rounding noise.
@@ -160,8 +137,9 @@ def max_explainable_variance(x: np.ndarray, center: bool = True) -> np.ndarray |
         x = x - x.mean(axis=-2, keepdims=True)
     xt = np.swapaxes(x, -1, -2)
     g = x @ xt if x.shape[-2] <= x.shape[-1] else xt @ x  # the smaller Gram matrix (BLAS, not einsum loops)
-    total = np.trace(g, axis1=-2, axis2=-1)
-    top = np.clip(_top_eigenvalue(g), 0.0, None)
+    ev = np.clip(np.linalg.eigvalsh(g), 0.0, None)
+    total = ev.sum(axis=-1)
+    top = ev[..., -1] if ev.shape[-1] else np.zeros(total.shape)
     # Zero variance up to rounding (identical rows): the convention MEV = 1.
     flat = total <= 1e-12 * np.maximum(scale, np.finfo(float).tiny) * max(x.shape[-2], 1)
     with np.errstate(invalid="ignore", divide="ignore"):
