@@ -181,6 +181,7 @@ def main() -> None:
         "identical_losses": losses_identical,
         "identical_deltas": deltas_identical,
         "max_abs_delta_difference": max_delta_diff,
+        "first_token_shortcut_batches": b.params.get("first_token_shortcut_batches"),
         "head_importance_s": round(hi_s["importance"], 2),
         "forward_s": round(hi_s["forward"], 2),
         "data": args.data or "polarity held-out",
@@ -188,7 +189,8 @@ def main() -> None:
     }
     print(json.dumps(out["median_s"]), f"ratio {ratio:.3f} (target <= 0.6); max |Δloss| {max_diff:.2e}; "
           f"identical predictions {same}; losses bit-identical {losses_identical}; deltas bit-identical "
-          f"{deltas_identical} (max |Δdelta| {max_delta_diff:.1e})", flush=True)
+          f"{deltas_identical} (max |Δdelta| {max_delta_diff:.1e}); first-token shortcut on "
+          f"{b.params.get('first_token_shortcut_batches')} batches", flush=True)
     if not args.no_save:
         args.out_dir.mkdir(parents=True, exist_ok=True)
         (args.out_dir / f"{args.out_name}.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
