@@ -14,8 +14,7 @@ For every layer 0..N (0 = embedding output, HF ``hidden_states[i]``) and both mo
 - ``self_similarity``: for words seen in at least ``min_contexts`` sentences, the mean cosine between
   the word's representations in different sentences (all pairs of its kept occurrences), averaged
   over words (each word counts once). A word is its lower-cased form (pieces joined by the
-  tokenizer); its vector is the mean of its sub-word vectors (as :func:`bertology.data.align.pool_words`
-  "mean", summed in token order; only the candidate words of a sentence are pooled);
+  tokenizer); its vector is the mean of its sub-word vectors (:func:`bertology.data.align.pool_words`);
   words containing the unknown token are left out. At most one occurrence per sentence is kept (a
   hashed choice when the word repeats) and at most ``max_contexts`` sentences per word.
 - ``intra_similarity``: per sentence, the mean cosine between each token and the sentence's mean
@@ -56,7 +55,7 @@ occurrences are held: 13,000 with the defaults, i.e. <= 140 MB for MiniLM, <= 52
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 import hashlib
 from dataclasses import dataclass
 from typing import Literal
@@ -70,7 +69,7 @@ from bertology.analyses.registry import AnalysisSpec, BuildContext
 from bertology.config import CompareConfig
 from bertology.analyses.head_map import example_keys
 from bertology.analyses.representation_similarity import token_keys
-from bertology.data.align import global_word_ids
+from bertology.data.align import global_word_ids, pool_words
 from bertology.metrics.geometry import (
     chain_pairs,
     masked_intra_similarity,
@@ -240,38 +239,34 @@ class Geometry(Analysis):
             self.threshold = tau
             self.words = {f: w for f, w in self.words.items() if w.key <= tau}
 
-    def _add_words(self, index: int, item, gather: Callable[[np.ndarray], np.ndarray]) -> None:
-        """Keep one example's candidate words; ``gather(positions)`` gives those tokens' ``[k, 2, L + 1, D]``
-        float32 vectors.
-
-        Only the words kept (a selectable form, one occurrence per sentence) are pooled, so the cost follows
-        the few candidate words rather than every word of every sentence. A word's vector is the mean of its
-        pieces, summed in token order: for one or two pieces it is the same float32 as any other order.
-        """
+    def _add_words(self, index: int, item, hidden: np.ndarray) -> None:
+        """Pool one example's words (``hidden``: ``[T, 2, L + 1, D]`` float32) and keep the candidates."""
         gids = global_word_ids(item.word_ids, item.segment)  # a pair's second text numbered after the first
-        tokens = np.nonzero(gids >= 0)[0]
-        if tokens.size == 0:
+        if not (gids >= 0).any():
             return
-        tokens = tokens[np.argsort(gids[tokens], kind="stable")]  # grouped by word, each word's pieces in order
-        words, starts = np.unique(gids[tokens], return_index=True)
+        pooled = pool_words(hidden, gids, "mean")  # [W, 2, L + 1, D]
         ids = item.input_ids
-        by_form: dict[str, list[np.ndarray]] = {}
-        for pos in np.split(tokens, starts[1:]):  # word by word, ascending word id
+        by_form: dict[str, list[int]] = {}
+        first_pos: dict[int, int] = {}
+        for w in range(pooled.shape[0]):
+            pos = np.nonzero(gids == w)[0]
+            if pos.size == 0:
+                continue
             form = self._form(tuple(int(i) for i in ids[pos]))
-            if form is not None:
-                by_form.setdefault(form, []).append(pos)
-        for form, occurrences in by_form.items():
+            if form is None:
+                continue
+            by_form.setdefault(form, []).append(w)
+            first_pos[w] = int(pos[0])
+        for form, ws in by_form.items():
             entry = self._word(form)
             if entry is None:
                 continue
-            pos = occurrences[0]
-            if len(occurrences) > 1:  # the word repeats in this sentence: keep one occurrence, chosen by hash
-                pk = token_keys(self.seed ^ _SALT_POSITION, np.full(len(occurrences), index),
-                                np.array([p[0] for p in occurrences]))
-                pos = occurrences[int(np.argmin(pk))]
-            vector = gather(pos).sum(axis=0) / np.float32(len(pos))  # [2, L + 1, D]
+            if len(ws) > 1:  # the word repeats in this sentence: keep one occurrence, chosen by hash
+                pk = token_keys(self.seed ^ _SALT_POSITION, np.full(len(ws), index), np.array([first_pos[w] for w in ws]))
+                ws = [ws[int(np.argmin(pk))]]
             okey = token_keys(self.seed ^ _SALT_OCCURRENCE, np.array([index]), np.array([word_hash(form)]))
-            entry.add(okey, np.array([index], np.int64), vector[None].astype(np.float16), 1, self.max_contexts)
+            entry.add(okey, np.array([index], np.int64),
+                      pooled[ws[0]][None].astype(np.float16), 1, self.max_contexts)
 
     # ------------------------------------------------------------------------------ streaming
     def _keep_baseline(self, keys, examples, positions, vectors) -> None:
@@ -285,8 +280,8 @@ class Geometry(Analysis):
 
     def update(self, batch: PairBatch) -> None:
         n_layers = self.num_layers + 1
-        # Per model and layer, [B, T, D] float32 on the CPU (no copy when it already is); only the tokens an
-        # example needs (its baseline token, its candidate words' pieces) are stacked into [k, 2, L + 1, D].
+        # Per model and layer, [B, T, D] float32 on the CPU (no copy when it already is); one example's
+        # [T, 2, L + 1, D] block is stacked from these at a time, so the batch is never duplicated.
         hs = [[cap.hidden_states[l].float().cpu().numpy() for l in range(n_layers)] for cap in (batch.base, batch.tuned)]
         eligible_t = batch.mask if self.include_special else batch.content
         eligible = eligible_t.cpu().numpy()
@@ -304,11 +299,8 @@ class Geometry(Analysis):
         limit = self.base_keys[-1] if len(self.base_keys) >= self.n_pairs else None
         for row, item in enumerate(batch.items):
             index = int(item.index)
-
-            def gather(positions: np.ndarray, row: int = row) -> np.ndarray:
-                """Tokens ``positions`` of this example: ``[k, 2, L + 1, D]`` (model, layer)."""
-                return np.stack([np.stack([h[row, positions] for h in layers], axis=1) for layers in hs], axis=1)
-
+            length = len(item)
+            block = np.stack([np.stack([h[row, :length] for h in layers], axis=1) for layers in hs], axis=1)
             pos = np.nonzero(eligible[row])[0]
             if pos.size:
                 if limit is None or ekeys[row] <= limit:
@@ -317,8 +309,8 @@ class Geometry(Analysis):
                     cand_keys.append(ekeys[row])
                     cand_ex.append(index)
                     cand_pos.append(p)
-                    cand_vec.append(gather(np.array([p]))[0])
-            self._add_words(index, item, gather)
+                    cand_vec.append(block[p])
+            self._add_words(index, item, block)
         if cand_keys:
             self._keep_baseline(np.array(cand_keys, np.uint64), np.array(cand_ex, np.int64),
                                 np.array(cand_pos, np.int64), np.stack(cand_vec).astype(np.float32))
