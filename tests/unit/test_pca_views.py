@@ -228,6 +228,7 @@ def test_compute_fits_on_one_blas_thread_and_equals_sklearn():
         shared = PCA(2, svd_solver="full").fit(both)
         for model, x in (("base", xb), ("tuned", xt)):
             tol = 1e-10 * np.abs(both).max()
-            np.testing.assert_allclose(_rows(table, model, layer, "shared")[["x", "y"]].to_numpy(), shared.transform(x), rtol=0, atol=tol)
-            own = PCA(2, svd_solver="full").fit(x)
-            np.testing.assert_allclose(_rows(table, model, layer, "per_layer")[["x", "y"]].to_numpy(), own.transform(x), rtol=0, atol=tol)
+            got = _rows(table, model, layer, "shared")[["x", "y"]].to_numpy()
+            np.testing.assert_allclose(got, shared.transform(x), rtol=0, atol=tol)
+            got = _rows(table, model, layer, "per_layer")[["x", "y"]].to_numpy()
+            np.testing.assert_allclose(got, PCA(2, svd_solver="full").fit(x).transform(x), rtol=0, atol=tol)

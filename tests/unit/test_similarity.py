@@ -263,7 +263,8 @@ def test_average_ranks_ties_found_by_value_only_inside_shared_keys_and_across_si
     cases = [np.concatenate([np.repeat([-0.0], 3), np.zeros(2), tiny, near, near[::3], rng.standard_normal(50)]),
              np.concatenate([np.repeat([-0.0], 4), tiny[1:2], np.full(3, 1e-300), rng.standard_normal(20)]),
              np.concatenate([np.zeros(5), tiny[:1], -near]), np.array([-0.0, 0.0]), np.array([0.0, -0.0, 0.0]),
-             np.round(rng.standard_normal(200_000), 3), np.concatenate([rng.standard_normal(70_000), np.repeat(-0.0, 9), np.zeros(4)])]
+             np.round(rng.standard_normal(200_000), 3),
+             np.concatenate([rng.standard_normal(70_000), np.repeat(-0.0, 9), np.zeros(4)])]
     for v in cases:
         v = v.copy()
         rng.shuffle(v)

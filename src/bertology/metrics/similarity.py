@@ -198,7 +198,8 @@ def average_ranks(v: np.ndarray) -> np.ndarray:
         members = np.union1d(later - 1, later)  # every tied position; a group's members are contiguous
         firsts = np.flatnonzero(~np.isin(members, later, assume_unique=True))
         counts = np.diff(firsts, append=members.size)  # tie group sizes
-        mid = (2 * members[firsts] + counts).astype(np.float64)  # first + end; the mean 1-based rank is (first + end + 1) / 2
+        # first + end = 2 first + count; the mean 1-based rank is (first + end + 1) / 2, exact
+        mid = (2 * members[firsts] + counts).astype(np.float64)
         mid += 1.0
         mid /= 2.0
         sorted_ranks[members] = np.repeat(mid, counts)
@@ -387,8 +388,10 @@ def similarity_grids(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], workers
     """RSA (Pearson, Spearman) and CKA (linear, debiased) of every pair ``(xs[i], ys[j])``: ``[len(xs), len(ys)]`` each.
 
     Each layer's Gram matrix is built once (:func:`layer_terms`), ``workers`` layers at a time in threads
-    (NumPy's products, sorts and dot products release the GIL). The RSA values are :func:`rsa_signatures`'
-    dot products, bit for bit; CKA is :func:`cka_grid`'s formulas on the same ``<Kc_a, Kc_b>``, ``diag(Kc)``
+    (NumPy's products, sorts and dot products release the GIL), with BLAS on one thread while ``workers > 1``
+    (:func:`_blas_threads`). The RSA values are :func:`rsa_signatures`' dot products, bit for bit on the same
+    BLAS thread count (another count sums a dot product in another order: ~m eps apart at most); CKA is
+    :func:`cka_grid`'s formulas on the same ``<Kc_a, Kc_b>``, ``diag(Kc)``
     and ``K~ 1 = -diag(Kc)`` (``Kc 1 = 0`` exactly), equal to rounding (tested to 1e-10 relative on data
     with a mean 10x its spread). Inside :func:`reused_signatures` a layer seen before is not recomputed.
 
@@ -396,10 +399,10 @@ def similarity_grids(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], workers
     (``24 len(xs) m`` bytes: 624 MB at 13 layers and 2,000 tokens, the old signatures' 416 MB plus the
     triangles), each ``ys`` layer is reduced to its row of dot products by the worker that made it, so
     only ``workers`` are in flight (each ``8 n^2`` of Gram matrix, then ``24 m`` plus the rank transform's
-    temporaries, ~5 x ``8 m``: 129 MB at 2,000 tokens), plus ``8 m`` of shared indices. Peak at 13 + 13
-    layers, 2,000 tokens, 2 workers: about ``624 + 16 + 2 x 129 = 898`` MB; measured (tracemalloc)
-    881,316,428 bytes, against 823,786,122 for the separate RSA signatures and :func:`cka_grid` (its
-    26 centred copies of the data and row blocks). Inside :func:`reused_signatures` the cached terms
+    temporaries, ~4 x ``8 m``). Measured (tracemalloc, ``benchmarks/analysis_compute.py --trace-memory``) at
+    13 + 13 layers, 2,000 tokens, 2 workers: 777,562,538 bytes at the peak (864,901,894 before
+    :func:`strict_upper` and :func:`_tied_positions` dropped the 16 MB flat index and the full gathers), against
+    823,786,122 for the separate RSA signatures and :func:`cka_grid`. Inside :func:`reused_signatures` the cached terms
     are kept as well (48 MB per layer).
     """
     n = xs[0].shape[0] if len(xs) else 0
