@@ -306,3 +306,13 @@ def test_similarity_grids_match_scipy_with_blas_on_one_thread_in_the_workers(mon
             a, b = sim.cosine_similarity_upper(x), sim.cosine_similarity_upper(y)
             assert grids["rsa_pearson"][i, j] == pytest.approx(pearsonr(a, b)[0], rel=0, abs=tol)
             assert grids["rsa_spearman"][i, j] == pytest.approx(spearmanr(a, b)[0], rel=0, abs=tol)
+
+
+def test_with_previous_is_the_union_with_p_minus_1_and_the_chain_starts():
+    from bertology.metrics.similarity import _with_previous
+
+    rng = np.random.default_rng(1)
+    for p in (np.array([1, 2, 3, 7, 9, 10], dtype=np.intp), np.unique(rng.integers(1, 400, 250)), np.array([5])):
+        union, starts = _with_previous(p)
+        np.testing.assert_array_equal(union, np.union1d(p - 1, p))
+        np.testing.assert_array_equal(starts, np.flatnonzero(~np.isin(union, p)))

@@ -195,8 +195,7 @@ def average_ranks(v: np.ndarray) -> np.ndarray:
     del packed, prefix
     sorted_ranks = np.arange(1, n + 1, dtype=np.float64)  # p + 1: the mean rank of a group of one
     if later.size:
-        members = np.union1d(later - 1, later)  # every tied position; a group's members are contiguous
-        firsts = np.flatnonzero(~np.isin(members, later, assume_unique=True))
+        members, firsts = _with_previous(later)  # every tied position (a group's members are contiguous), group starts
         counts = np.diff(firsts, append=members.size)  # tie group sizes
         # first + end = 2 first + count; the mean 1-based rank is (first + end + 1) / 2, exact
         mid = (2 * members[firsts] + counts).astype(np.float64)
@@ -218,9 +217,11 @@ def _tied_positions(v: np.ndarray, order: np.ndarray, prefix: np.ndarray) -> np.
     same = np.flatnonzero(prefix[1:] == prefix[:-1])  # p - 1 for each p in a run after its first
     later = np.zeros(0, dtype=np.intp)
     if same.size:
-        pos = np.union1d(same, same + 1)  # the runs' positions
+        pos = _with_previous(same + 1)[0]  # the runs' positions
         s = v[order[pos]]
-        sub = np.lexsort((s, prefix[pos]))  # within each run, by the full value (index order kept on ties)
+        # within each run by the full value, ties in index order: as lexsort((s, prefix[pos])), since values in
+        # different runs are already in value order (the one equal pair, -0.0 before +0.0, kept by stability)
+        sub = np.argsort(s, kind="stable")
         order[pos] = order[pos][sub]
         s = s[sub]
         at = np.searchsorted(pos, same)  # p - 1 sits at pos[at], p at pos[at + 1]
@@ -229,6 +230,19 @@ def _tied_positions(v: np.ndarray, order: np.ndarray, prefix: np.ndarray) -> np.
     if 0 < zero < v.size and v[order[zero]] == 0.0 and v[order[zero - 1]] == 0.0:  # -0.0 then +0.0
         later = np.union1d(later, [zero])
     return later
+
+
+def _with_previous(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For ascending distinct positions ``p``: the ascending union of ``p - 1`` and ``p``, and the indices in it of
+    the ``p - 1`` not in ``p`` (where each chain of consecutive positions starts). In O(len(p)), without a sort:
+    interleaved, ``p0 - 1, p0, p1 - 1, p1, ...`` only repeats where ``p1 - 1 == p0``."""
+    both = np.empty(2 * p.size, dtype=p.dtype)
+    both[0::2] = p - 1
+    both[1::2] = p
+    keep = np.ones(both.size, dtype=bool)
+    np.not_equal(both[2::2], both[1:-1:2], out=keep[2::2])
+    at = np.cumsum(keep) - 1  # index in the union of each kept entry
+    return both[keep], at[0::2][keep[0::2]]
 
 
 def _zscore(v: np.ndarray) -> np.ndarray:
