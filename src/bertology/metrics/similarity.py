@@ -414,7 +414,7 @@ def similarity_grids(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], workers
     triangles), each ``ys`` layer is reduced to its row of dot products by the worker that made it, so
     only ``workers`` are in flight (each ``8 n^2`` of Gram matrix, then ``24 m`` plus the rank transform's
     temporaries, ~4 x ``8 m``). Measured (tracemalloc, ``benchmarks/analysis_compute.py --trace-memory``) at
-    13 + 13 layers, 2,000 tokens, 2 workers: 778-802 MB at the peak over four runs (the workers' timing decides which
+    13 + 13 layers, 2,000 tokens, 2 workers: 785-802 MB at the peak over three runs (the workers' timing decides which
     temporaries overlap), 865-881 MB before :func:`strict_upper` and :func:`_tied_positions` dropped the 16 MB flat
     index and the full-length gathers, 824 MB for the separate RSA signatures and :func:`cka_grid`. Inside :func:`reused_signatures` the cached terms
     are kept as well (48 MB per layer).
