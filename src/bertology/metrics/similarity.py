@@ -195,7 +195,7 @@ def average_ranks(v: np.ndarray) -> np.ndarray:
     del packed, prefix
     sorted_ranks = np.arange(1, n + 1, dtype=np.float64)  # p + 1: the mean rank of a group of one
     if later.size:
-        members, firsts = _with_previous(later)  # every tied position (a group's members are contiguous), group starts
+        members, firsts = _with_previous(later)  # every tied position (groups are contiguous), and group starts
         counts = np.diff(firsts, append=members.size)  # tie group sizes
         # first + end = 2 first + count; the mean 1-based rank is (first + end + 1) / 2, exact
         mid = (2 * members[firsts] + counts).astype(np.float64)
@@ -367,7 +367,8 @@ def layer_terms(x: np.ndarray) -> LayerTerms:
     ``~eps sqrt(d) |x_i| |x_j|``, and ``Kc`` (entries of the size of the spread ``s^2``) carries that
     absolute error: ``eps sqrt(d) (|mean|^2 + s^2) / s^2`` relative, about 1e-13 for data whose mean is
     10x its spread (BERT's hidden states are anisotropic like that). Memory in flight: the ``8 n^2`` Gram
-    matrix, then the three ``8 n (n - 1) / 2`` vectors and the rank transform's temporaries (freed before it starts).
+    matrix, then the three ``8 n (n - 1) / 2`` vectors and the rank transform's temporaries (the Gram matrix
+    freed before it starts).
     """
     x = _as64(x)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
@@ -404,20 +405,20 @@ def similarity_grids(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], workers
     Each layer's Gram matrix is built once (:func:`layer_terms`), ``workers`` layers at a time in threads
     (NumPy's products, sorts and dot products release the GIL), with BLAS on one thread while ``workers > 1``
     (:func:`_blas_threads`). The RSA values are :func:`rsa_signatures`' dot products, bit for bit on the same
-    BLAS thread count (another count sums a dot product in another order: ~m eps apart at most); CKA is
-    :func:`cka_grid`'s formulas on the same ``<Kc_a, Kc_b>``, ``diag(Kc)``
-    and ``K~ 1 = -diag(Kc)`` (``Kc 1 = 0`` exactly), equal to rounding (tested to 1e-10 relative on data
-    with a mean 10x its spread). Inside :func:`reused_signatures` a layer seen before is not recomputed.
+    BLAS thread count (another count sums a dot product in another order: within ``m eps`` of each other);
+    CKA is :func:`cka_grid`'s formulas on the same ``<Kc_a, Kc_b>``, ``diag(Kc)`` and ``K~ 1 = -diag(Kc)``
+    (``Kc 1 = 0`` exactly), equal to rounding (tested to 1e-10 relative on data with a mean 10x its spread).
+    Inside :func:`reused_signatures` a layer seen before is not recomputed.
 
     Memory (``m = n (n - 1) / 2``): every ``xs`` layer's two signatures and centred triangle are kept
     (``24 len(xs) m`` bytes: 624 MB at 13 layers and 2,000 tokens, the old signatures' 416 MB plus the
     triangles), each ``ys`` layer is reduced to its row of dot products by the worker that made it, so
     only ``workers`` are in flight (each ``8 n^2`` of Gram matrix, then ``24 m`` plus the rank transform's
-    temporaries, ~4 x ``8 m``). Measured (tracemalloc, ``benchmarks/analysis_compute.py --trace-memory``) at
-    13 + 13 layers, 2,000 tokens, 2 workers: 785-802 MB at the peak over three runs (the workers' timing decides which
-    temporaries overlap), 865-881 MB before :func:`strict_upper` and :func:`_tied_positions` dropped the 16 MB flat
-    index and the full-length gathers, 824 MB for the separate RSA signatures and :func:`cka_grid`. Inside :func:`reused_signatures` the cached terms
-    are kept as well (48 MB per layer).
+    temporaries, ~4 x ``8 m``). Measured (tracemalloc, ``benchmarks/analysis_compute.py --trace-memory``)
+    at 13 + 13 layers, 2,000 tokens, 2 workers: 785-802 MB at the peak over three runs (the workers' timing
+    decides which temporaries overlap); 865-881 MB before :func:`strict_upper` and :func:`_tied_positions`
+    dropped the 16 MB flat index and the full-length gathers; 824 MB for the separate RSA signatures and
+    :func:`cka_grid`. Inside :func:`reused_signatures` the cached terms are kept as well (48 MB per layer).
     """
     n = xs[0].shape[0] if len(xs) else 0
     for mat in [*xs, *ys]:
