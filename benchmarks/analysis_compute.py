@@ -5,7 +5,8 @@ No model: each analysis's accumulated state is set to seeded random vectors of B
 20 examples of 25 tokens for pca_views), anisotropic like real hidden states (a shared offset and
 decaying per-dimension scales), with repeated rows so the RSA ranks have ties. Run it with a tree's
 ``src`` on ``PYTHONPATH``; it prints the seconds of each compute() and saves the tables (``--out``), so
-two trees can be timed alternately and their numbers compared::
+two trees can be timed alternately and their numbers compared (``cpu_seconds``: the process's CPU time, all
+threads, during each compute(); spin-waiting BLAS threads count there too)::
 
     PYTHONPATH=<tree>/src python benchmarks/analysis_compute.py --out /tmp/x/<tree>
 
@@ -56,20 +57,21 @@ def main() -> None:
         v = np.stack([np.stack([vectors(rng, 25) for _ in range(n_layers)], axis=1) for _ in range(2)], axis=1)
         pv.kept.append(_Example(np.uint64(i), i, ["t"] * 25, ["word"] * 25, np.arange(25), v))
     args.out.mkdir(parents=True, exist_ok=True)
-    times, peaks = {}, {}
+    times, cpu, peaks = {}, {}, {}
     for a in (rs, pv):
         if args.only not in (None, a.name):
             continue
         if args.trace_memory:
             tracemalloc.start()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res = a.compute()
         times[a.name] = time.perf_counter() - t0
+        cpu[a.name] = time.process_time() - c0  # all threads' CPU time: steadier than wall time on a loaded machine
         if args.trace_memory:
             peaks[a.name] = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
         res.table.to_parquet(args.out / f"{a.name}.parquet")
-    out = {"seconds": times, "torch_threads": torch.get_num_threads(), "load_average": os.getloadavg()}
+    out = {"seconds": times, "cpu_seconds": cpu, "torch_threads": torch.get_num_threads(), "load_average": os.getloadavg()}
     if peaks:
         out["peak_traced_bytes"] = peaks
     print(json.dumps(out))

@@ -194,3 +194,41 @@ def test_leading_pca_equals_sklearn_full_svd(n, dim):
     mean, comps, ratio = leading_pca(line)
     assert ratio[0] == pytest.approx(1.0) and ratio[1] == pytest.approx(0.0, abs=1e-12)
     np.testing.assert_allclose((line - mean) @ comps.T, PCA(2, svd_solver="full").fit(line).transform(line), atol=1e-9)
+
+
+def test_compute_fits_on_one_blas_thread_and_equals_sklearn():
+    """compute() runs its fits with BLAS on one thread (restored after; two threads stall on a shared machine) and
+    gives sklearn's full-SVD PCA: data with a clear spectral gap (sd 3, 2, then <= 1), so the coordinates agree to
+    1e-10 of the data's scale, as for leading_pca alone."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    import bertology.analyses.pca_views as pv
+    from bertology.analyses.pca_views import _Example
+
+    def blas_threads():
+        return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+    rng = np.random.default_rng(4)
+    dim, layers = 48, 2
+    scale = np.r_[3.0, 2.0, np.linspace(1.0, 0.1, dim - 2)]
+    a = PCAViews(layers - 1)
+    for i in range(3):
+        v = rng.standard_normal((9, 2, layers, dim)) * scale + 5 * rng.standard_normal(dim)
+        a.kept.append(_Example(np.uint64(i), i, ["t"] * 9, ["word"] * 9, np.arange(9), v.astype(np.float32)))
+    seen = []
+    real = pv.leading_pca
+    with pytest.MonkeyPatch.context() as mp, threadpool_limits(2, user_api="blas"):
+        mp.setattr(pv, "leading_pca", lambda x: seen.append(blas_threads()) or real(x))
+        table = a.compute().table
+        assert blas_threads() == {2}
+    assert seen == [{1}] * (3 * layers)
+    for layer in range(layers):
+        xb, xt = a.token_matrix(0, layer), a.token_matrix(1, layer)
+        both = np.concatenate([xb, xt])
+        shared = PCA(2, svd_solver="full").fit(both)
+        for model, x in (("base", xb), ("tuned", xt)):
+            tol = 1e-10 * np.abs(both).max()
+            got = _rows(table, model, layer, "shared")[["x", "y"]].to_numpy()
+            np.testing.assert_allclose(got, shared.transform(x), rtol=0, atol=tol)
+            got = _rows(table, model, layer, "per_layer")[["x", "y"]].to_numpy()
+            np.testing.assert_allclose(got, PCA(2, svd_solver="full").fit(x).transform(x), rtol=0, atol=tol)

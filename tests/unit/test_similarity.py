@@ -246,3 +246,73 @@ def test_similarity_grids_cka_is_accurate_on_anisotropic_data(offset):
             lin, deb = _long_double_cka(x, y)
             assert grids["cka_linear"][i, j] == pytest.approx(lin, rel=1e-10)
             assert grids["cka_debiased"][i, j] == pytest.approx(deb, rel=1e-10)
+
+
+def test_average_ranks_ties_found_by_value_only_inside_shared_keys_and_across_signed_zeros():
+    """Ties are looked for by value only where neighbours share a truncated key (and at -0.0 | +0.0, whose keys
+    differ): scipy's ranks to the last bit on cases built to break that shortcut, at several sizes (so several
+    truncations): runs of ulp-close values, subnormals beside both zeros, a -0.0 group next to a +0.0 group,
+    -0.0 with no +0.0 (no false tie), many ties among rounded values."""
+    from scipy.stats import rankdata
+
+    from bertology.metrics.similarity import average_ranks
+
+    rng = np.random.default_rng(8)
+    tiny = np.array([5e-324, -5e-324, 1e-310, -1e-310])
+    near = 0.25 + np.arange(40) * np.spacing(0.25)
+    cases = [np.concatenate([np.repeat([-0.0], 3), np.zeros(2), tiny, near, near[::3], rng.standard_normal(50)]),
+             np.concatenate([np.repeat([-0.0], 4), tiny[1:2], np.full(3, 1e-300), rng.standard_normal(20)]),
+             np.concatenate([np.zeros(5), tiny[:1], -near]), np.array([-0.0, 0.0]), np.array([0.0, -0.0, 0.0]),
+             np.round(rng.standard_normal(200_000), 3),
+             np.concatenate([rng.standard_normal(70_000), np.repeat(-0.0, 9), np.zeros(4)])]
+    for v in cases:
+        v = v.copy()
+        rng.shuffle(v)
+        np.testing.assert_array_equal(average_ranks(v), rankdata(v))
+
+
+def test_strict_upper_is_the_row_major_upper_triangle():
+    from bertology.metrics.similarity import strict_upper
+
+    for n in (0, 1, 2, 7):
+        a = np.arange(n * n, dtype=float).reshape(n, n)
+        np.testing.assert_array_equal(strict_upper(a), a[np.triu_indices(n, 1)])
+
+
+def test_similarity_grids_match_scipy_with_blas_on_one_thread_in_the_workers(monkeypatch):
+    """With several workers the grids run on one BLAS thread each (restored after): RSA against scipy's pearsonr and
+    spearmanr of the upper triangles. Tolerance: each value is a dot product of two unit vectors of m = n (n - 1) / 2
+    entries, whose rounding is at most m eps in any summation order (scipy's too), so 2 m eps (3.2e-12 here)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    import bertology.metrics.similarity as sim
+
+    def blas_threads():
+        return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+    seen = []
+    real = sim.layer_terms
+    monkeypatch.setattr(sim, "layer_terms", lambda x: seen.append(blas_threads()) or real(x))
+    rng = np.random.default_rng(12)
+    xs = [_anisotropic(rng, 120, 24) for _ in range(2)]
+    ys = [_anisotropic(rng, 120, 16), xs[1] @ rng.standard_normal((24, 24)).astype(np.float32)]
+    with threadpool_limits(2, user_api="blas"):
+        grids = sim.similarity_grids(xs, ys, workers=2)
+        assert blas_threads() == {2}
+    assert seen == [{1}] * 4
+    tol = 2 * (120 * 119 // 2) * np.finfo(float).eps
+    for i, x in enumerate(xs):
+        for j, y in enumerate(ys):
+            a, b = sim.cosine_similarity_upper(x), sim.cosine_similarity_upper(y)
+            assert grids["rsa_pearson"][i, j] == pytest.approx(pearsonr(a, b)[0], rel=0, abs=tol)
+            assert grids["rsa_spearman"][i, j] == pytest.approx(spearmanr(a, b)[0], rel=0, abs=tol)
+
+
+def test_with_previous_is_the_union_with_p_minus_1_and_the_chain_starts():
+    from bertology.metrics.similarity import _with_previous
+
+    rng = np.random.default_rng(1)
+    for p in (np.array([1, 2, 3, 7, 9, 10], dtype=np.intp), np.unique(rng.integers(1, 400, 250)), np.array([5])):
+        union, starts = _with_previous(p)
+        np.testing.assert_array_equal(union, np.union1d(p - 1, p))
+        np.testing.assert_array_equal(starts, np.flatnonzero(~np.isin(union, p)))

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import scipy.linalg
+from threadpoolctl import threadpool_limits
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.attention_targets import is_punct_token
@@ -253,16 +254,21 @@ class PCAViews(Analysis):
         def project(x: np.ndarray, fit: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
             return (x - fit[0]) @ fit[1].T
 
-        for layer in self.layers:
-            xs = [self.token_matrix(m, layer) for m in range(2)]
-            if "per_layer" in self.fits:
-                for m, model in enumerate(MODELS):
-                    fit = leading_pca(xs[m])
-                    parts.append(frame(model, layer, "per_layer", project(xs[m], fit), fit[2]))
-            if "shared" in self.fits:
-                fit = leading_pca(np.concatenate(xs))
-                for m, model in enumerate(MODELS):
-                    parts.append(frame(model, layer, "shared", project(xs[m], fit), fit[2]))
+        # BLAS on one thread: the products and eighs are small (a few hundred rows), LAPACK's tridiagonal reduction
+        # synchronises its threads once per column, and on a shared 2-core machine BERT-base's 13 layers took
+        # 1.6 s to 57 s with two threads (the busier the cores elsewhere, the longer), 1.0 s with one
+        # (benchmarks/README.md, "Issue 18: fixed-size compute, this round"). Same fits to rounding.
+        with threadpool_limits(limits=1, user_api="blas"):
+            for layer in self.layers:
+                xs = [self.token_matrix(m, layer) for m in range(2)]
+                if "per_layer" in self.fits:
+                    for m, model in enumerate(MODELS):
+                        fit = leading_pca(xs[m])
+                        parts.append(frame(model, layer, "per_layer", project(xs[m], fit), fit[2]))
+                if "shared" in self.fits:
+                    fit = leading_pca(np.concatenate(xs))
+                    for m, model in enumerate(MODELS):
+                        parts.append(frame(model, layer, "shared", project(xs[m], fit), fit[2]))
         df = pd.concat(parts, ignore_index=True)[COLUMNS]
         df["n_examples_seen"] = self.n_seen
         return Result(self.name, df, self.params())

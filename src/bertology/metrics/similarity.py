@@ -21,6 +21,7 @@ from functools import partial
 import numpy as np
 import torch
 from scipy.stats import rankdata
+from threadpoolctl import threadpool_limits
 
 #: Signatures kept while :func:`reused_signatures` is active (None: off), by dtype, shape and content digest.
 _REUSE: OrderedDict | None = None
@@ -139,14 +140,18 @@ def cosine_similarity_upper(x: np.ndarray) -> np.ndarray:
     return sim[iu]
 
 
-def _order_keys(v: np.ndarray) -> np.ndarray:
-    """uint64 keys in the order of the float64 values ``v`` (the IEEE-754 sign-flip trick; -0.0 sorts just
-    before +0.0, which the equality pass of :func:`average_ranks` then treats as one tie)."""
-    u = np.ascontiguousarray(v, dtype=np.float64).view(np.uint64)
-    return np.where(u >> np.uint64(63), ~u, u | np.uint64(1 << 63))
-
-
 _SIGN = np.uint64(1 << 63)
+
+
+def _order_keys(v: np.ndarray) -> np.ndarray:
+    """uint64 keys in the order of the float64 values ``v`` (the IEEE-754 sign-flip trick: a negative value's bits
+    inverted, a positive one's sign bit set, as ``u ^ ((u >> 63 arithmetic) | 1 << 63)``: one new array, two in-place
+    passes). -0.0 gets the key just below +0.0's; :func:`average_ranks` then ties the two."""
+    u = np.ascontiguousarray(v, dtype=np.float64).view(np.uint64)
+    keys = (u.view(np.int64) >> 63).view(np.uint64)  # all ones for a negative value, else 0
+    keys |= _SIGN
+    keys ^= u
+    return keys
 
 
 def _sort_distinct(keys: np.ndarray) -> None:
@@ -161,14 +166,16 @@ def _sort_distinct(keys: np.ndarray) -> None:
 
 def average_ranks(v: np.ndarray) -> np.ndarray:
     """``scipy.stats.rankdata(v)`` ('average': ties share their mean rank), equal to the last bit, about
-    twice as fast on millions of values.
+    three times as fast on millions of values.
 
     Why: the RSA Spearman signatures rank 2 M cosines per layer and model, and scipy's stable
     ``argsort`` was most of ``representation_similarity``'s time. Here one *value* sort of packed
     uint64 keys (the top ``64 - b`` bits of the order-preserving key of each value, the index in the
-    low ``b = ceil(log2 n)`` bits) gives the order; the few neighbours that share a truncated key are
-    re-sorted by their full value; tie groups (equal float64 values) then get ``(first + last) / 2``
-    ranks, exact in float64 (integers below 2**53). NaN or more than 2**40 values: scipy.
+    low ``b = ceil(log2 n)`` bits) gives the order. Neighbours with different truncated keys differ in
+    value, so only the few runs that share one are looked at by value (:func:`_tied_positions`): re-sorted
+    by their full value, and their equal neighbours found. Sorted position ``p`` gets rank ``p + 1``, a tie
+    group (equal float64 values) ``(first + last) / 2``, exact in float64 (integers below 2**53). NaN or
+    more than 2**40 values: scipy.
     """
     v = np.asarray(v, dtype=np.float64).ravel()
     n = v.size
@@ -182,32 +189,60 @@ def average_ranks(v: np.ndarray) -> np.ndarray:
     packed |= np.arange(n, dtype=np.uint64)
     _sort_distinct(packed)
     order = (packed & low).view(np.intp)  # indices < 2**40: the same bits as int64
-    s = v[order]
     prefix = packed
     prefix &= ~low
-    same = prefix[1:] == prefix[:-1]
-    if same.any():  # runs sharing a truncated key: order them by the full value
-        pos = np.flatnonzero(np.concatenate([same, [False]]) | np.concatenate([[False], same]))
-        sub = np.lexsort((s[pos], prefix[pos]))
-        order[pos] = order[pos][sub]
-        s[pos] = s[pos][sub]
-    del packed, prefix, same
-    new = np.empty(n, dtype=bool)
-    new[0] = True
-    np.not_equal(s[1:], s[:-1], out=new[1:])
-    del s
-    starts = np.flatnonzero(new)
-    del new
-    counts = np.diff(starts, append=n)  # tie group sizes
-    starts *= 2
-    starts += counts  # first + end = 2 first + count; the mean 1-based rank is (first + end + 1) / 2, exact
-    mid = starts.astype(np.float64)
-    del starts
-    mid += 1.0
-    mid /= 2.0
+    later = _tied_positions(v, order, prefix)  # sorted positions equal in value to the one before
+    del packed, prefix
+    sorted_ranks = np.arange(1, n + 1, dtype=np.float64)  # p + 1: the mean rank of a group of one
+    if later.size:
+        members, firsts = _with_previous(later)  # every tied position (groups are contiguous), and group starts
+        counts = np.diff(firsts, append=members.size)  # tie group sizes
+        # first + end = 2 first + count; the mean 1-based rank is (first + end + 1) / 2, exact
+        mid = (2 * members[firsts] + counts).astype(np.float64)
+        mid += 1.0
+        mid /= 2.0
+        sorted_ranks[members] = np.repeat(mid, counts)
     ranks = np.empty(n)
-    ranks[order] = np.repeat(mid, counts)
+    ranks[order] = sorted_ranks
     return ranks
+
+
+def _tied_positions(v: np.ndarray, order: np.ndarray, prefix: np.ndarray) -> np.ndarray:
+    """Sorted positions ``p`` (ascending) whose value equals the one at ``p - 1``; ``order`` is fixed in place.
+
+    ``order`` sorts ``v`` by the truncated key ``prefix`` (sorted) only; runs that share a prefix are put in
+    the order of their full values here (reading ``v`` at those positions only, a few percent of ``n``).
+    Equal values share a prefix, except -0.0 and +0.0 (keys next to each other): that boundary is added.
+    """
+    same = np.flatnonzero(prefix[1:] == prefix[:-1])  # p - 1 for each p in a run after its first
+    later = np.zeros(0, dtype=np.intp)
+    if same.size:
+        pos = _with_previous(same + 1)[0]  # the runs' positions
+        s = v[order[pos]]
+        # within each run by the full value, ties in index order: as lexsort((s, prefix[pos])), since values in
+        # different runs are already in value order (the one equal pair, -0.0 before +0.0, kept by stability)
+        sub = np.argsort(s, kind="stable")
+        order[pos] = order[pos][sub]
+        s = s[sub]
+        at = np.searchsorted(pos, same)  # p - 1 sits at pos[at], p at pos[at + 1]
+        later = same[s[at] == s[at + 1]] + 1
+    zero = int(np.searchsorted(prefix, _SIGN))  # the first key at or above +0.0's
+    if 0 < zero < v.size and v[order[zero]] == 0.0 and v[order[zero - 1]] == 0.0:  # -0.0 then +0.0
+        later = np.union1d(later, [zero])
+    return later
+
+
+def _with_previous(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For ascending distinct positions ``p``: the ascending union of ``p - 1`` and ``p``, and the indices in it of
+    the ``p - 1`` not in ``p`` (where each chain of consecutive positions starts). In O(len(p)), without a sort:
+    interleaved, ``p0 - 1, p0, p1 - 1, p1, ...`` only repeats where ``p1 - 1 == p0``."""
+    both = np.empty(2 * p.size, dtype=p.dtype)
+    both[0::2] = p - 1
+    both[1::2] = p
+    keep = np.ones(both.size, dtype=bool)
+    np.not_equal(both[2::2], both[1:-1:2], out=keep[2::2])
+    at = np.cumsum(keep) - 1  # index in the union of each kept entry
+    return both[keep], at[0::2][keep[0::2]]
 
 
 def _zscore(v: np.ndarray) -> np.ndarray:
@@ -308,7 +343,19 @@ def upper_index(n: int) -> np.ndarray:
     return rows
 
 
-def layer_terms(x: np.ndarray, upper: np.ndarray | None = None) -> LayerTerms:
+def strict_upper(a: np.ndarray) -> np.ndarray:
+    """The strict upper triangle of a square matrix, row-major (``a[np.triu_indices(n, 1)]``), by row slices.
+
+    Why not ``np.take`` with :func:`upper_index`: the same speed (~3 ms at n = 2,000), but that needs
+    ``8 n (n - 1) / 2`` bytes of flat indices (16 MB) built first; the rows' tails are contiguous views.
+    """
+    n = a.shape[0]
+    if n < 2:
+        return np.empty(0, dtype=a.dtype)
+    return np.concatenate([a[i, i + 1:] for i in range(n - 1)])
+
+
+def layer_terms(x: np.ndarray) -> LayerTerms:
     """RSA signatures and the centred Gram matrix of one layer from its one ``n x n`` product.
 
     Why: :func:`rsa_signatures` builds the cosine matrix ``C = Xn Xn'`` (unit rows) and :func:`cka_grid`
@@ -319,49 +366,59 @@ def layer_terms(x: np.ndarray, upper: np.ndarray | None = None) -> LayerTerms:
     entry of ``C`` is within a few ``eps sqrt(d)`` of the exact cosine, so ``K`` is within
     ``~eps sqrt(d) |x_i| |x_j|``, and ``Kc`` (entries of the size of the spread ``s^2``) carries that
     absolute error: ``eps sqrt(d) (|mean|^2 + s^2) / s^2`` relative, about 1e-13 for data whose mean is
-    10x its spread (BERT's hidden states are anisotropic like that). ``upper``: :func:`upper_index` of
-    ``n``, shared by callers that do many layers. Memory in flight: the ``8 n^2`` Gram matrix, then the
-    three ``8 n (n - 1) / 2`` vectors and the rank transform's temporaries (freed before it starts).
+    10x its spread (BERT's hidden states are anisotropic like that). Memory in flight: the ``8 n^2`` Gram
+    matrix, then the three ``8 n (n - 1) / 2`` vectors and the rank transform's temporaries (the Gram matrix
+    freed before it starts).
     """
     x = _as64(x)
-    n = x.shape[0]
-    if upper is None:
-        upper = upper_index(n)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     xn = x / np.where(norms > 0, norms, 1.0)
     gram = xn @ xn.T  # the cosines, exactly as cosine_similarity_upper
     del x, xn
-    cos = np.take(gram, upper)  # == gram[np.triu_indices(n, 1)]
+    cos = strict_upper(gram)
     gram *= norms  # K = X X', in place
     gram *= norms.T
     means = gram.mean(axis=1)
     gram -= means[:, None]
     gram -= means[None, :]
     gram += means.mean()
-    centred, diag = np.take(gram, upper), gram.diagonal().copy()
+    centred, diag = strict_upper(gram), gram.diagonal().copy()
     del gram
     spearman = _zscore(average_ranks(cos))  # before the Pearson signature exists: one vector less at the peak
     return LayerTerms({"pearson": _zscore(cos), "spearman": spearman}, centred, diag)
+
+
+def _blas_threads(limit: int | None) -> contextlib.AbstractContextManager:
+    """BLAS (OpenBLAS, MKL) limited to ``limit`` threads inside the block (None: unchanged), restored after.
+
+    Why: :func:`similarity_grids` already runs one layer per core in threads; each of their products and
+    dot products asking BLAS for its own threads puts ``workers x cores`` threads on the cores, and OpenBLAS's
+    threaded ``ddot`` then spends most of its time waiting: 13 dot products of 2 M values took ~100 ms with two
+    BLAS threads against ~12 ms with one on a shared 2-core machine. The limit is process-wide while it holds.
+    """
+    return contextlib.nullcontext() if limit is None else threadpool_limits(limits=limit, user_api="blas")
 
 
 def similarity_grids(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], workers: int = 1) -> dict[str, np.ndarray]:
     """RSA (Pearson, Spearman) and CKA (linear, debiased) of every pair ``(xs[i], ys[j])``: ``[len(xs), len(ys)]`` each.
 
     Each layer's Gram matrix is built once (:func:`layer_terms`), ``workers`` layers at a time in threads
-    (NumPy's products, sorts and dot products release the GIL). The RSA values are :func:`rsa_signatures`'
-    dot products, bit for bit; CKA is :func:`cka_grid`'s formulas on the same ``<Kc_a, Kc_b>``, ``diag(Kc)``
-    and ``K~ 1 = -diag(Kc)`` (``Kc 1 = 0`` exactly), equal to rounding (tested to 1e-10 relative on data
-    with a mean 10x its spread). Inside :func:`reused_signatures` a layer seen before is not recomputed.
+    (NumPy's products, sorts and dot products release the GIL), with BLAS on one thread while ``workers > 1``
+    (:func:`_blas_threads`). The RSA values are :func:`rsa_signatures`' dot products, bit for bit on the same
+    BLAS thread count (another count sums a dot product in another order: within ``m eps`` of each other);
+    CKA is :func:`cka_grid`'s formulas on the same ``<Kc_a, Kc_b>``, ``diag(Kc)`` and ``K~ 1 = -diag(Kc)``
+    (``Kc 1 = 0`` exactly), equal to rounding (tested to 1e-10 relative on data with a mean 10x its spread).
+    Inside :func:`reused_signatures` a layer seen before is not recomputed.
 
     Memory (``m = n (n - 1) / 2``): every ``xs`` layer's two signatures and centred triangle are kept
     (``24 len(xs) m`` bytes: 624 MB at 13 layers and 2,000 tokens, the old signatures' 416 MB plus the
     triangles), each ``ys`` layer is reduced to its row of dot products by the worker that made it, so
     only ``workers`` are in flight (each ``8 n^2`` of Gram matrix, then ``24 m`` plus the rank transform's
-    temporaries, ~5 x ``8 m``: 129 MB at 2,000 tokens), plus ``8 m`` of shared indices. Peak at 13 + 13
-    layers, 2,000 tokens, 2 workers: about ``624 + 16 + 2 x 129 = 898`` MB; measured (tracemalloc)
-    881,316,428 bytes, against 823,786,122 for the separate RSA signatures and :func:`cka_grid` (its
-    26 centred copies of the data and row blocks). Inside :func:`reused_signatures` the cached terms
-    are kept as well (48 MB per layer).
+    temporaries, ~4 x ``8 m``). Measured (tracemalloc, ``benchmarks/analysis_compute.py --trace-memory``)
+    at 13 + 13 layers, 2,000 tokens, 2 workers: 785-802 MB at the peak over three runs (the workers' timing
+    decides which temporaries overlap); 865-881 MB before :func:`strict_upper` and :func:`_tied_positions`
+    dropped the 16 MB flat index and the full-length gathers; 824 MB for the separate RSA signatures and
+    :func:`cka_grid`. Inside :func:`reused_signatures` the cached terms are kept as well (48 MB per layer).
     """
     n = xs[0].shape[0] if len(xs) else 0
     for mat in [*xs, *ys]:
@@ -369,7 +426,7 @@ def similarity_grids(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], workers
             raise ValueError(f"every layer must be [{n}, dim], got shape {mat.shape}")
     if n < 4:
         raise ValueError("debiased CKA needs at least 4 items")
-    terms = partial(_reused, "terms", make=partial(layer_terms, upper=upper_index(n)))
+    terms = partial(_reused, "terms", make=layer_terms)
     nx, ny = len(xs), len(ys)
     sig_x: list[dict[str, np.ndarray]] = []
     centred_x = np.empty((nx, n * (n - 1) // 2))
@@ -384,7 +441,7 @@ def similarity_grids(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], workers
         inner = 2.0 * (centred_x @ t.centred_upper) + diag_x @ t.centred_diag  # <Kc_a, Kc_b>
         return pearson, spearman, inner, t.centred_inner(t), t.centred_diag
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    with _blas_threads(1 if workers > 1 else None), ThreadPoolExecutor(max_workers=workers) as pool:
         for i, b in enumerate(pool.map(terms, xs)):
             sig_x.append(b.signatures)
             centred_x[i], diag_x[i] = b.centred_upper, b.centred_diag
