@@ -339,6 +339,28 @@ def test_stored_word_vectors_are_the_mean_of_their_pieces(planted, encoded):
     assert checked > 50 and max(pieces_seen) >= 2
 
 
+def test_mev_fits_run_on_one_blas_thread_and_restore_it(planted, encoded, monkeypatch):
+    """Every MEV fit of compute() (the baseline's and each word's) runs with BLAS on one thread; the caller's
+    setting is back afterwards, and the table equals the one computed with BLAS left alone to rounding."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    import bertology.analyses.geometry as geometry_module
+
+    def blas_threads():
+        return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+    g = _run(planted, encoded, n_pairs=10, min_contexts=2)
+    free = g.compute().table
+    seen = []
+    real = geometry_module.max_explainable_variance
+    monkeypatch.setattr(geometry_module, "max_explainable_variance", lambda x, **kw: seen.append(blas_threads()) or real(x, **kw))
+    with threadpool_limits(2, user_api="blas"):
+        table = g.compute().table
+        assert blas_threads() == {2}
+    assert len(seen) == 1 + len(g.selected_words()) and all(s == {1} for s in seen)
+    pd.testing.assert_frame_equal(table, free, rtol=1e-12, atol=1e-12)
+
+
 def test_baseline_sample_is_the_documented_bottom_k_and_all_pairs_option(planted, encoded):
     g = _run(planted, encoded, n_pairs=6, seed=3)
     idx = np.array([it.index for it in encoded.items])

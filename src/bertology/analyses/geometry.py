@@ -62,6 +62,7 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
@@ -354,10 +355,11 @@ class Geometry(Analysis):
         n_layers = self.num_layers + 1
         ss = np.full((len(forms), 2, n_layers), np.nan)
         mev = np.full((len(forms), 2, n_layers), np.nan)
-        for i, f in enumerate(forms):
-            x = np.moveaxis(self.words[f].vectors.astype(np.float64), 0, 2)  # [2, L + 1, m, D]
-            ss[i] = mean_offdiagonal_cosine(x)
-            mev[i] = max_explainable_variance(x, center=self.mev_center)
+        with threadpool_limits(limits=1, user_api="blas"):  # small fits: see _baseline
+            for i, f in enumerate(forms):
+                x = np.moveaxis(self.words[f].vectors.astype(np.float64), 0, 2)  # [2, L + 1, m, D]
+                ss[i] = mean_offdiagonal_cosine(x)
+                mev[i] = max_explainable_variance(x, center=self.mev_center)
         return forms, ss, mev
 
     def _baseline(self) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
@@ -378,7 +380,11 @@ class Geometry(Analysis):
             iu = np.triu_indices(k, 1)
             cos = g[:, :, iu[0], iu[1]]
             aniso = (cos.mean(-1), cos.std(-1, ddof=1) if cos.shape[-1] > 1 else nan, cos.shape[-1])
-        mev = max_explainable_variance(v, center=self.mev_center)
+        # BLAS on one thread, as pca_views' fits: LAPACK's tridiagonal reduction of the 2 (L + 1) Grams (768 x 768
+        # at BERT-base) synchronises its threads per column, and two threads on a shared 2-core machine took
+        # 2.8-7.7 s against 1.5-2.3 s with one (benchmarks/README.md, issue 18). Values change by rounding only.
+        with threadpool_limits(limits=1, user_api="blas"):
+            mev = max_explainable_variance(v, center=self.mev_center)
         return {"anisotropy": aniso, "mev_baseline": (mev, nan, k)}
 
     def compute(self) -> Result:
