@@ -349,8 +349,8 @@ def test_mev_fits_run_on_one_blas_thread_and_restore_it(planted, encoded, monkey
     def blas_threads():
         return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
 
+    free = _run(planted, encoded, n_pairs=10, min_contexts=2).compute().table
     g = _run(planted, encoded, n_pairs=10, min_contexts=2)
-    free = g.compute().table
     seen = []
     real = geometry_module.max_explainable_variance
     monkeypatch.setattr(geometry_module, "max_explainable_variance", lambda x, **kw: seen.append(blas_threads()) or real(x, **kw))
@@ -359,6 +359,12 @@ def test_mev_fits_run_on_one_blas_thread_and_restore_it(planted, encoded, monkey
         assert blas_threads() == {2}
     assert len(seen) == 1 + len(g.selected_words()) and all(s == {1} for s in seen)
     pd.testing.assert_frame_equal(table, free, rtol=1e-12, atol=1e-12)
+    # word_table() reuses compute()'s fits; a later merge makes them again
+    words = g.word_table().table
+    assert len(seen) == 1 + len(g.selected_words()) and len(words) == len(g.selected_words()) * 2 * (planted.num_layers + 1)
+    g.merge(Geometry(planted.num_layers, tokenizer=planted.tokenizer, n_pairs=10, min_contexts=2))
+    g.word_table()
+    assert len(seen) == 2 * (1 + len(g.selected_words()))
 
 
 def test_baseline_sample_is_the_documented_bottom_k_and_all_pairs_option(planted, encoded):

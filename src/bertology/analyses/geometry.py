@@ -181,6 +181,9 @@ class Geometry(Analysis):
         self.threshold: np.uint64 | None = None  # words with a larger key can never be selected
         self.n_seen = 0
         self._forms: dict[tuple[int, ...], str | None] = {}
+        # compute() and word_table() share the baseline and the per-word statistics (the baseline's MEV is
+        # 2 (L + 1) eigensolves of hidden x hidden): made once after the last update or merge.
+        self._finished: dict[str, object] = {}
 
     def params(self) -> dict:
         return {
@@ -280,6 +283,7 @@ class Geometry(Analysis):
         self.base_vectors = v[order]
 
     def update(self, batch: PairBatch) -> None:
+        self._finished.clear()
         n_layers = self.num_layers + 1
         # Per model and layer, [B, T, D] float32 on the CPU (no copy when it already is); one example's
         # [T, 2, L + 1, D] block is stacked from these at a time, so the batch is never duplicated.
@@ -319,6 +323,7 @@ class Geometry(Analysis):
 
     def merge(self, other: "Geometry") -> "Geometry":
         self._check_mergeable(other)
+        self._finished.clear()
         if np.intersect1d(self.base_examples, other.base_examples).size:
             raise ValueError("geometry: the shards share examples")
         if other.base_vectors is not None:
@@ -351,6 +356,11 @@ class Geometry(Analysis):
 
     def _word_stats(self) -> tuple[list[str], np.ndarray, np.ndarray]:
         """Per selected word: ``(words, self-similarity [n, 2, L + 1], MEV [n, 2, L + 1])``."""
+        if "words" not in self._finished:
+            self._finished["words"] = self._compute_word_stats()
+        return self._finished["words"]
+
+    def _compute_word_stats(self) -> tuple[list[str], np.ndarray, np.ndarray]:
         forms = self.selected_words()
         n_layers = self.num_layers + 1
         ss = np.full((len(forms), 2, n_layers), np.nan)
@@ -364,6 +374,11 @@ class Geometry(Analysis):
 
     def _baseline(self) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
         """``anisotropy`` and ``mev_baseline``: (mean [2, L + 1], sd [2, L + 1], n)."""
+        if "baseline" not in self._finished:
+            self._finished["baseline"] = self._compute_baseline()
+        return dict(self._finished["baseline"])  # callers add metrics to their copy
+
+    def _compute_baseline(self) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
         n_layers = self.num_layers + 1
         nan = np.full((2, n_layers), np.nan)
         k = len(self.base_keys)
