@@ -302,3 +302,28 @@ def test_padding_changes_nothing_on_the_real_tokens(models, name, model_type):
                 assert to_padding.numel() == 0 or float(to_padding.abs().max()) == 0.0
             for got, ref in zip(batch_states, cap.hidden_states):
                 torch.testing.assert_close(got[row, :t], ref[0], rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("name,model_type", FAMILIES)
+def test_the_cached_ablation_sweep_equals_the_naive_rerun_bit_for_bit(models, name, model_type):
+    """Every family with the BERT block layout takes the cached sweep; its per-example losses and table equal
+    the naive full re-run's exactly (the last block's one-token shortcut only where it gives the same bits;
+    ``experiments.ablation``). Families without that layout run the plain sweep for both methods."""
+    import numpy as np
+    import pandas as pd
+
+    from bertology.data.corpus import Corpus, Example
+    from bertology.data.encode import encode_corpus
+    from bertology.experiments.ablation import HeadScoring, label_ids_for, run_ablation
+
+    loaded = load_model(models[name][1])
+    corpus = Corpus([Example(text=t, label=str(i % 3)) for i, t in enumerate(SENTENCES * 2)])
+    enc = encode_corpus(corpus, loaded.tokenizer)
+    y = label_ids_for(corpus, loaded.model)
+    scoring = HeadScoring(batch_size=3)
+    naive = run_ablation(loaded.model, enc, y, scoring, method="naive", n_bootstrap=10)
+    cached = run_ablation(loaded.model, enc, y, scoring, method="cached", n_bootstrap=10)
+    for key, ref in naive.per_example.items():
+        np.testing.assert_array_equal(cached.per_example[key]["loss"], ref["loss"])
+    pd.testing.assert_frame_equal(cached.table, naive.table, check_exact=True)
+    assert (cached.params["first_token_shortcut_batches"] is not None) == sites.adapter(loaded.model).cached_sweep
