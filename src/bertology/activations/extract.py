@@ -13,6 +13,7 @@ import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.activations.stream import Consumer
+from bertology.blas import one_blas_thread
 from bertology.data.batching import collate, length_batches
 from bertology.data.encode import EncodedCorpus
 from bertology.models import sites
@@ -139,7 +140,9 @@ def run_shared_analyses(
     active = [i for i, cs in enumerate(consumers) if cs]
     for model in (base, *(tuned[i] for i in active)):
         model.to(dev).eval()
-    with torch.inference_mode():
+    # NumPy's BLAS on one thread for the whole pass: the analyses' small products beside torch's threads
+    # (bertology.blas explains why)
+    with torch.inference_mode(), one_blas_thread():
         for items in length_batches(encoded.items, batch_size):
             t = collate(items, pad_id, pad_to)
             mask, content = t["mask"].to(dev), t["content"].to(dev)

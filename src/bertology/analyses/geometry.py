@@ -62,8 +62,8 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from threadpoolctl import threadpool_limits
 
+from bertology.blas import one_blas_thread
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
@@ -365,7 +365,7 @@ class Geometry(Analysis):
         n_layers = self.num_layers + 1
         ss = np.full((len(forms), 2, n_layers), np.nan)
         mev = np.full((len(forms), 2, n_layers), np.nan)
-        with threadpool_limits(limits=1, user_api="blas"):  # small fits: see _baseline
+        with one_blas_thread():  # small fits: see _baseline
             for i, f in enumerate(forms):
                 x = np.moveaxis(self.words[f].vectors.astype(np.float64), 0, 2)  # [2, L + 1, m, D]
                 ss[i] = mean_offdiagonal_cosine(x)
@@ -398,7 +398,7 @@ class Geometry(Analysis):
         # BLAS on one thread, as pca_views' fits: LAPACK's tridiagonal reduction of the 2 (L + 1) Grams (768 x 768
         # at BERT-base) synchronises its threads per column, and two threads on a shared 2-core machine took
         # 2.8-7.7 s against 1.5-2.3 s with one (benchmarks/README.md, issue 18). Values change by rounding only.
-        with threadpool_limits(limits=1, user_api="blas"):
+        with one_blas_thread():
             mev = max_explainable_variance(v, center=self.mev_center)
         return {"anisotropy": aniso, "mev_baseline": (mev, nan, k)}
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import scipy.linalg
-from threadpoolctl import threadpool_limits
 
+from bertology.blas import one_blas_thread
 from bertology.activations.batch import PairBatch
 from bertology.analyses.attention_targets import is_punct_token
 from bertology.analyses.base import Analysis
@@ -258,7 +258,7 @@ class PCAViews(Analysis):
         # synchronises its threads once per column, and on a shared 2-core machine BERT-base's 13 layers took
         # 1.6 s to 57 s with two threads (the busier the cores elsewhere, the longer), 1.0 s with one
         # (benchmarks/README.md, "Issue 18: fixed-size compute, this round"). Same fits to rounding.
-        with threadpool_limits(limits=1, user_api="blas"):
+        with one_blas_thread():
             for layer in self.layers:
                 xs = [self.token_matrix(m, layer) for m in range(2)]
                 if "per_layer" in self.fits:
