@@ -2,7 +2,6 @@
 import threading
 import time
 
-import numpy as np
 import pandas as pd
 import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
