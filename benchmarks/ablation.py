@@ -24,10 +24,12 @@ Writes ``benchmarks/results/ablation.json`` and ``ablation.md``.
 from __future__ import annotations
 
 import argparse
+import atexit
 import glob
 import json
 import os
 import platform
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -70,7 +72,9 @@ def _random_bert_base(tokenizer: str | None = None) -> str:
 
     from bertology.models.loading import builtin_model_path
 
-    folder = Path(tempfile.mkdtemp()) / "bert-base-random"
+    scratch = Path(tempfile.mkdtemp())
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)  # the models and runs are GBs
+    folder = scratch / "bert-base-random"
     tok = AutoTokenizer.from_pretrained(tokenizer or builtin_model_path("minilm"))
     cfg = BertConfig(vocab_size=len(tok), num_labels=2, id2label={0: "0", 1: "1"}, label2id={"0": 0, "1": 1})
     torch.manual_seed(0)

@@ -15,10 +15,12 @@ profiles that analysis's stage (``update`` or ``compute``, ``--stage``) in the l
 from __future__ import annotations
 
 import argparse
+import atexit
 import cProfile
 import io
 import json
 import pstats
+import shutil
 import sys
 import tempfile
 import time
@@ -56,6 +58,7 @@ def main() -> None:
     from bertology.pipeline import build_analyses, finish_analyses
 
     tmp = Path(tempfile.mkdtemp())
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # the saved models and runs are GBs
     paths = [save_bert(tmp / name, builtin_model_path("minilm"), seed, args.size) for seed, name in enumerate(("base", "tuned"))]
     pair = ModelPair(*(load_model(p) for p in paths))
     corpus = Corpus.from_list(read_sentences(args.data, args.n))

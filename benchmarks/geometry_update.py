@@ -13,7 +13,9 @@ identical). ``--old FILE`` is the other implementation's ``geometry.py`` (e.g. f
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib.util
+import shutil
 import sys
 import tempfile
 import time
@@ -60,6 +62,7 @@ def main() -> None:
 
     old = load_module(args.old, "geometry_old").Geometry
     tmp = Path(tempfile.mkdtemp())
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # the saved models and runs are GBs
     paths = [save_bert(tmp / name, builtin_model_path("minilm"), seed, args.size) for seed, name in enumerate(("base", "tuned"))]
     pair = ModelPair(*(load_model(p) for p in paths))
     encoded = encode_corpus(Corpus.from_list(read_sentences(args.data, args.n)), pair.tokenizer, max_length=128, overlong="skip")

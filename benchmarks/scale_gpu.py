@@ -27,6 +27,7 @@ fresh process per corpus size measures what ``compare`` alone needs (issue 18, i
 from __future__ import annotations
 
 import argparse
+import atexit
 import csv
 import json
 import os
@@ -136,6 +137,7 @@ def main() -> None:
     texts = read_sentences(args.data, args.n)
     corpus = Corpus.from_list(texts)
     tmp = Path(tempfile.mkdtemp())
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # the saved models and runs are GBs
     paths = [save_bert(tmp / name, tok_dir, seed, args.size) for seed, name in enumerate(("base", "tuned"))]
     rows = []
     for dtype in args.dtypes.split(","):

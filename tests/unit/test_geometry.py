@@ -508,3 +508,30 @@ def test_figure_has_one_panel_per_metric_and_both_models(planted, encoded):
     assert len([ax for ax in fig.axes if ax.get_visible()]) == 2
     with pytest.raises(ValueError):
         geometry_figure(table, metrics=["nope"])
+
+
+def test_rejected_occurrences_leave_the_word_store_as_adding_them_would():
+    """_Word.rejects is exact: skipping the occurrences it rejects keeps the same bottom-k (keys with ties and
+    examples out of order included) as adding every one, and the same count."""
+    from bertology.analyses.geometry import _Word
+
+    rng = np.random.default_rng(7)
+    cap = 4
+    keys = rng.integers(0, 6, 60).astype(np.uint64)  # few distinct keys: ties decided by the example
+    examples = rng.permutation(60)
+    every = _Word(np.uint64(0), 0, np.zeros(0, np.uint64), np.zeros(0, np.int64), None)
+    skipping = _Word(np.uint64(0), 0, np.zeros(0, np.uint64), np.zeros(0, np.int64), None)
+    rejected = 0
+    for k, e in zip(keys, examples):
+        v = np.full((1, 2, 1, 3), e, np.float16)
+        every.add(np.array([k]), np.array([e]), v, 1, cap)
+        if skipping.rejects(k, int(e), cap):
+            skipping.count += 1
+            rejected += 1
+        else:
+            skipping.add(np.array([k]), np.array([e]), v, 1, cap)
+    assert rejected > 30  # the shortcut is taken most of the time
+    assert every.count == skipping.count == 60
+    np.testing.assert_array_equal(every.occ_keys, skipping.occ_keys)
+    np.testing.assert_array_equal(every.occ_examples, skipping.occ_examples)
+    np.testing.assert_array_equal(every.vectors, skipping.vectors)

@@ -316,3 +316,27 @@ def test_with_previous_is_the_union_with_p_minus_1_and_the_chain_starts():
         union, starts = _with_previous(p)
         np.testing.assert_array_equal(union, np.union1d(p - 1, p))
         np.testing.assert_array_equal(starts, np.flatnonzero(~np.isin(union, p)))
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 2049, 50_000])
+def test_radix_sort_of_the_high_bits_equals_numpys_sort(n):
+    """_sort_above (average_ranks' sort): any uint64 keys sorted as np.sort does with low_bits=0 (the top and the
+    bottom of the range included); with low_bits=b, equal high bits keep their input order (stable), so keys
+    whose low bits ascend come out fully sorted, as average_ranks packs them (many equal high parts here)."""
+    from bertology.metrics.similarity import _sort_above
+
+    rng = np.random.default_rng(n)
+    keys = rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)
+    keys[: min(n, 2)] = [2**64 - 1, 0][: min(n, 2)]
+    full = keys.copy()
+    _sort_above(full, 0)
+    np.testing.assert_array_equal(full, np.sort(keys))
+    b = max(1, (n - 1).bit_length())
+    packed = (rng.integers(0, 5, n, dtype=np.uint64) << np.uint64(60)) | np.arange(n, dtype=np.uint64)
+    stable = packed.copy()
+    _sort_above(stable, b)
+    np.testing.assert_array_equal(stable, np.sort(packed))
+    shared = np.full(n, 7 << 40, dtype=np.uint64) | rng.permutation(n).astype(np.uint64)  # one digit all share
+    out = shared.copy()
+    _sort_above(out, 0)
+    np.testing.assert_array_equal(out, np.sort(shared))

@@ -116,6 +116,17 @@ class _Word:
     occ_examples: np.ndarray  # int64 [m]
     vectors: np.ndarray | None  # float16 [m, 2, L + 1, hidden]
 
+    def rejects(self, key: np.uint64, example: int, cap: int) -> bool:
+        """Whether an occurrence would fall outside the bottom ``cap`` by ``(key, example)``, as :meth:`add` orders them.
+
+        Why: most occurrences of a frequent word are dropped by :meth:`add` once ``cap`` are kept; seeing that
+        first spares pooling's float16 copy and the store's concatenation (exact: the kept ones are the same).
+        """
+        if len(self.occ_keys) < cap:
+            return False
+        last_key, last_example = self.occ_keys[-1], int(self.occ_examples[-1])
+        return bool(key > last_key or (key == last_key and example > last_example))
+
     def add(self, keys: np.ndarray, examples: np.ndarray, vectors: np.ndarray, count: int, cap: int) -> None:
         self.count += count
         k = np.concatenate([self.occ_keys, keys])
@@ -269,6 +280,9 @@ class Geometry(Analysis):
                 pk = token_keys(self.seed ^ _SALT_POSITION, np.full(len(ws), index), np.array([first_pos[w] for w in ws]))
                 ws = [ws[int(np.argmin(pk))]]
             okey = token_keys(self.seed ^ _SALT_OCCURRENCE, np.array([index]), np.array([word_hash(form)]))
+            if entry.rejects(okey[0], index, self.max_contexts):
+                entry.count += 1
+                continue
             entry.add(okey, np.array([index], np.int64),
                       pooled[ws[0]][None].astype(np.float16), 1, self.max_contexts)
 
