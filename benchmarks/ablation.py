@@ -27,6 +27,7 @@ import argparse
 import atexit
 import glob
 import json
+import logging
 import os
 import platform
 import shutil
@@ -124,10 +125,15 @@ def main() -> None:
     print(f"model {tuned}; {len(enc.items)} sentences, {enc.n_tokens} tokens; torch threads {torch.get_num_threads()}; "
           f"load average {load_before:.2f}", flush=True)
 
-    # warm-up (allocator, lazy init): one small sweep of one layer each way
+    # warm-up (allocator, lazy init): one small sweep of one layer each way; its verdicts on 32 sentences (e.g.
+    # "not above chance") are not about the measured run, so they are not logged
     small = encode_corpus(sample.head(32), loaded.tokenizer, overlong="truncate")
-    for method in ("cached", "naive"):
-        run_ablation(loaded.model, small, y, method=method, layers=[6], **kw)
+    logging.disable(logging.WARNING)
+    try:
+        for method in ("cached", "naive"):
+            run_ablation(loaded.model, small, y, method=method, layers=[6], **kw)
+    finally:
+        logging.disable(logging.NOTSET)
 
     times: dict[str, list[float]] = {"cached": [], "naive": []}
     results = {}

@@ -43,6 +43,7 @@ def main() -> None:
     ap.add_argument("--profile", default=None, help="An analysis to profile in the last round.")
     ap.add_argument("--stage", choices=["update", "compute"], default="compute")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--callers", default=None, help="With --profile: also print who calls functions matching this.")
     ap.add_argument("--threaded-blas", action="store_true",
                     help="Stream with NumPy's BLAS on its default threads (compare uses one: bertology.blas).")
     ap.add_argument("--out", type=Path, default=None, help="Write the timings (JSON) here.")
@@ -104,7 +105,10 @@ def main() -> None:
         if prof is not None:
             for key in ("cumulative", "tottime"):
                 buf = io.StringIO()
-                pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(args.top)
+                stats = pstats.Stats(prof, stream=buf).sort_stats(key)
+                stats.print_stats(args.top)
+                if key == "tottime" and args.callers:
+                    stats.print_callers(args.callers)
                 print(buf.getvalue(), flush=True)
     print("median total", float(np.median([r["total"] for r in rounds])))
     if args.out is not None:

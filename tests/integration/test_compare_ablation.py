@@ -58,6 +58,10 @@ def test_compare_includes_ablation_and_report_section(pair_dirs, labels, tmp_pat
     assert {"head_importance", "pruning_curve"} <= set(run.results)
     assert (tmp_path / "run/tables/ablation.parquet").exists()
     assert run.manifest["analyses"]["ablation"]["settings"]["mode"] == "uniform"
+    # how the sweep ran and what a delta means, as `bertology ablate` records them
+    swept = run.manifest["analyses"]["ablation"]["ablation"]
+    assert swept["method"] == "cached" and swept["first_token_shortcut"] is False and swept["delta"].startswith("ablated")
+    assert run.manifest["analyses"]["ablation"]["head_importance"] and run.manifest["analyses"]["ablation"]["tokenisation"]
     html = run.report.read_text(encoding="utf-8")
     assert 'id="ablation"' in html and "fig-ablation_heads_accuracy" in html and "fig-pruning_curve_accuracy" in html
     # the heatmap in the report is the table's numbers: the most harmful head is named in the overview

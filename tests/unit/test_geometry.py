@@ -535,3 +535,21 @@ def test_rejected_occurrences_leave_the_word_store_as_adding_them_would():
     np.testing.assert_array_equal(every.occ_keys, skipping.occ_keys)
     np.testing.assert_array_equal(every.occ_examples, skipping.occ_examples)
     np.testing.assert_array_equal(every.vectors, skipping.vectors)
+
+
+def test_float16_storage_rounds_as_numpy_does():
+    """geometry.float16 (torch's conversion) gives NumPy astype's bits: every 4099th float32 bit pattern that is
+    not NaN (overflow to inf, subnormals, signed zeros included), and NaN stays NaN; float64 input goes NumPy's way."""
+    from bertology.analyses.geometry import float16
+
+    bits = np.arange(0, 2**32, 4099, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    bits = np.concatenate([bits, np.array([65519.99, 65520.0, -65520.0, 2.0**-25, 2.0**-24, -0.0, 0.0], np.float32)])
+    finite = bits[~np.isnan(bits)]
+    with np.errstate(over="ignore"):
+        expected = finite.astype(np.float16)
+    np.testing.assert_array_equal(float16(finite).view(np.uint16), expected.view(np.uint16))
+    assert np.isnan(float16(bits[np.isnan(bits)])).all()
+    block = np.random.default_rng(0).standard_normal((3, 2, 4, 5)).astype(np.float32)
+    assert float16(block).shape == block.shape and float16(block).dtype == np.float16
+    wide = np.array([1.0 + 2.0**-11 + 2.0**-40])  # float64 just above a float16 tie: rounds up directly, down via float32
+    assert float16(wide)[0] == wide.astype(np.float16)[0] != wide.astype(np.float32).astype(np.float16)[0]

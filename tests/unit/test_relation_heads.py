@@ -372,3 +372,25 @@ def test_sentence_pair_annotated_over_both_texts_scores_both_trees():
         row = res.table[(res.table.relation == "all") & (res.table.direction == "dep->head") & (res.table.layer == 1)
                         & (res.table["head"] == 2) & (res.table.model == "base")]
         assert row.accuracy.iloc[0] == 1.0
+
+
+class _OnDevice(RelationHeads):
+    """The path --device cuda takes (word attention pooled and scored where the maps are), forced on the CPU."""
+
+    score_on_device = True
+
+
+@pytest.mark.parametrize("to_method,from_method", [("sum", "mean"), ("max", "first"), ("mean", "sum")])
+@pytest.mark.parametrize("reverse", ["transpose", "row"])
+def test_scoring_where_the_maps_are_counts_what_the_kernel_counts(pair, corpus, to_method, from_method, reverse):
+    enc = encode_corpus(corpus, pair.tokenizer)
+    kw = dict(min_count=1, to_method=to_method, from_method=from_method, reverse=reverse)
+    kernel = RelationHeads(corpus, pair.num_layers, pair.num_heads, **kw)
+    device = _OnDevice(corpus, pair.num_layers, pair.num_heads, **kw)
+    run_analyses(pair, enc, [kernel, device], batch_size=3)
+    assert kernel.relations == device.relations
+    np.testing.assert_array_equal(kernel.n, device.n)
+    np.testing.assert_array_equal(kernel.correct, device.correct)
+    np.testing.assert_array_equal(kernel.baseline_correct, device.baseline_correct)
+    assert device.correct[device.relations.index("all")].sum() > 0
+    pd.testing.assert_frame_equal(kernel.compute().table, device.compute().table, check_exact=True)

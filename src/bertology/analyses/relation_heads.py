@@ -116,6 +116,11 @@ class RelationHeads(ArgmaxHeads):
 
     name = "relation_heads"
     requires = frozenset({"attentions"})
+    #: Where word attention is pooled and scored: None (default) on the maps' device when they are not on the CPU
+    #: (``--device cuda``: the maps stay there, only argmax indices are copied), else the CPU's Numba kernel
+    #: (:func:`word_argmax_hits`, which reads the maps as NumPy arrays). True or False forces one; the counts are the
+    #: same either way (tested), except that ``word_attention="clark2019"`` always runs the kernel (its float16 maps).
+    score_on_device: ClassVar[bool | None] = None
 
     def __init__(
         self,
@@ -207,12 +212,13 @@ class RelationHeads(ArgmaxHeads):
     def _score(self, A: torch.Tensor, present: np.ndarray, dep, gov) -> np.ndarray:
         """Word attention ``[L, H, W, W]`` -> bool hits ``[2 directions, L, H, P]`` (argmax, self excluded)."""
         W = A.shape[-1]
-        absent = torch.as_tensor(~present)
-        A = A.masked_fill(absent[:, None] | absent[None, :] | torch.eye(W, dtype=torch.bool), float("-inf"))
-        from_d = A.argmax(-1).numpy()  # [L, H, W]: word most attended from each word
+        absent = torch.as_tensor(~present, device=A.device)
+        self_pair = torch.eye(W, dtype=torch.bool, device=A.device)
+        A = A.masked_fill(absent[:, None] | absent[None, :] | self_pair, float("-inf"))
+        from_d = A.argmax(-1).cpu().numpy()  # [L, H, W]: word most attended from each word
         dep_head = from_d[:, :, dep] == gov
         if self.reverse == "transpose":
-            to_d = A.argmax(-2).numpy()  # [L, H, W]: word attending most to each word
+            to_d = A.argmax(-2).cpu().numpy()  # [L, H, W]: word attending most to each word
             head_dep = to_d[:, :, dep] == gov
         else:
             head_dep = from_d[:, :, gov] == dep
@@ -267,16 +273,23 @@ class RelationHeads(ArgmaxHeads):
             n_pairs[b] = len(found_all[b][3])
         pair_start = np.r_[0, np.cumsum(n_pairs)]
         L, H = self.num_layers, self.num_heads
-        # Every layer of both models (base first): hits [2 L, 2 directions, H, P]
-        maps = [cap.attentions[layer].detach().cpu().numpy() for cap in (batch.base, batch.tuned)
-                for layer in range(1, L + 1)]
-        to_method, clark = self.to_method, self.word_attention == "clark2019"
-        if clark:  # their code: float16 maps, each word's summed column in its first piece's column
-            maps = [clark_float16_columns(a, word_ids) for a in maps]
-            to_method = "first"
-        hits = word_argmax_hits(maps, word_ids, n_words, allowed, pair_start, dep, gov, to_method=to_method,
-                                from_method=self.from_method, transpose=self.reverse == "transpose",
-                                self_as_zero=clark)
+        clark = self.word_attention == "clark2019"
+        on_device = self.score_on_device
+        if on_device is None:
+            on_device = batch.base.attentions[1].device.type != "cpu"
+        if on_device and not clark:
+            hits = self._hits_on_device(batch, scored, [found_all[b] for b in scored], [int(lengths[b]) for b in scored])
+        else:
+            # Every layer of both models (base first): hits [2 L, 2 directions, H, P]
+            maps = [cap.attentions[layer].detach().cpu().numpy() for cap in (batch.base, batch.tuned)
+                    for layer in range(1, L + 1)]
+            to_method = self.to_method
+            if clark:  # their code: float16 maps, each word's summed column in its first piece's column
+                maps = [clark_float16_columns(a, word_ids) for a in maps]
+                to_method = "first"
+            hits = word_argmax_hits(maps, word_ids, n_words, allowed, pair_start, dep, gov, to_method=to_method,
+                                    from_method=self.from_method, transpose=self.reverse == "transpose",
+                                    self_as_zero=clark)
         hits = hits.reshape(2, L, 2, H, P).transpose(0, 2, 1, 3, 4)  # [model, direction, L, H, P]
         for m in range(2):
             flat = hits[m].reshape(-1, P)
@@ -284,6 +297,23 @@ class RelationHeads(ArgmaxHeads):
             per_rel[:, rel_present] = np.add.reduceat(flat[:, by_rel], starts, axis=1, dtype=np.int64)
             per_rel[:, all_idx] = flat.sum(1)
             self.correct[:, m] += np.moveaxis(per_rel.reshape(2, L, H, R), -1, 0)
+
+    def _hits_on_device(self, batch: PairBatch, rows: list[int], found: list, lengths: list[int]) -> np.ndarray:
+        """Hits ``[2 L, 2 directions, H, P]`` (as :func:`word_argmax_hits` lays them out) scored where the maps are.
+
+        Each scored example's word attention is pooled and its argmaxes taken on the maps' device (:meth:`_hits`,
+        float64), so only the argmax indices come to the CPU, never the ``[B, H, T, T]`` maps of every layer.
+        ``rows``: the scored examples' rows in the batch, ``found`` their :meth:`_pairs`, ``lengths`` their real token
+        counts; the pairs come in that order, as the kernel's do.
+        """
+        L = self.num_layers
+        parts = []
+        for row, (wid, W, present, dep, gov, _rels), T in zip(rows, found, lengths):
+            per_model = [self._hits(torch.stack([cap.attentions[layer][row, :, :T, :T] for layer in range(1, L + 1)]),
+                                    wid, W, present, dep, gov) for cap in (batch.base, batch.tuned)]
+            parts.append(np.stack(per_model))  # [model, direction, L, H, pairs of this example]
+        hits = np.concatenate(parts, axis=-1)
+        return hits.transpose(0, 2, 1, 3, 4).reshape(2 * L, len(DIRECTIONS), self.num_heads, hits.shape[-1])
 
     def merge(self, other: "RelationHeads") -> "RelationHeads":
         self._check_mergeable(other)

@@ -836,8 +836,10 @@ def _run(ctx: ExperimentContext) -> ExperimentOutcome:
         study = run_ablation_study(ctx.pair.tuned.model, ctx.pair.tuned.tokenizer, ctx.corpus, settings, ctx.work_dir,
                                    on_progress=on_progress)
     results = {n: Result(n, table, study.summary.get("settings", {})) for n, table in study.tables.items()}
-    # the manifest keeps what a reader needs to trust the numbers; the tables hold the rest
-    keep = ("settings", "task", "intact", "degenerate", "n_examples", "timing_s", "importance_vs_ablation_spearman")
+    # the manifest keeps what a reader needs to trust the numbers (as `bertology ablate`'s does: how the sweep ran,
+    # what a delta is, the tokenisation, head importance's settings); the tables hold the rest
+    keep = ("settings", "ablation", "head_importance", "task", "intact", "degenerate", "n_examples", "tokenisation",
+            "timing_s", "importance_vs_ablation_spearman")
     return ExperimentOutcome(results, jsonable({k: v for k, v in study.summary.items() if k in keep}))
 
 
