@@ -24,7 +24,7 @@ LAYERS: list[str | set[str]] = [
     "activations",
     {"models", "data", "metrics"},
     {"runs", "conventions"},
-    {"results", "config", "progress", "assets", "catalog", "view_format"},
+    {"results", "config", "progress", "assets", "catalog", "view_format", "blas"},
     "errors",
 ]
 #: Rooms that compute: none of them may import the drawing or reporting rooms.
