@@ -394,3 +394,21 @@ def test_scoring_where_the_maps_are_counts_what_the_kernel_counts(pair, corpus, 
     np.testing.assert_array_equal(kernel.baseline_correct, device.baseline_correct)
     assert device.correct[device.relations.index("all")].sum() > 0
     pd.testing.assert_frame_equal(kernel.compute().table, device.compute().table, check_exact=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: checks the GPU path itself")
+def test_on_a_gpu_the_maps_are_scored_there_and_count_what_the_kernel_counts(pair, corpus):
+    enc = encode_corpus(corpus, pair.tokenizer)
+
+    class Kernel(RelationHeads):
+        score_on_device = False
+
+    kernel = Kernel(corpus, pair.num_layers, pair.num_heads, min_count=1)
+    device = RelationHeads(corpus, pair.num_layers, pair.num_heads, min_count=1)  # default: where the maps are
+    try:
+        run_analyses(pair, enc, [kernel, device], batch_size=3, device="cuda")
+    finally:  # the pair is shared with the other tests
+        pair.base.model.cpu()
+        pair.tuned.model.cpu()
+    np.testing.assert_array_equal(kernel.correct, device.correct)
+    np.testing.assert_array_equal(kernel.n, device.n)

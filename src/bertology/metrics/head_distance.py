@@ -119,7 +119,8 @@ def _cpu_mixture_sums(p: torch.Tensor, rows: torch.Tensor | None) -> torch.Tenso
 
     The torch form makes four passes over every mixture block (add, log, multiply, sum), ~8 ns per
     pair, key and row on two cores; the kernel keeps each key row of all heads in L1 and each pair's
-    running sum in a register lane: ~0.4 ns per element and core (:mod:`bertology.metrics.fast_log`).
+    running sum in a register lane: ~0.4-0.8 ns per element and core, depending on the CPU (0.8 on our 2 shared
+    AMD EPYC cores; :mod:`bertology.metrics.fast_log`).
     Sums over keys are float32 (as in the torch form), over rows float64. Each pair is summed by one
     thread in a fixed order, so the result does not depend on the number of threads.
     """
