@@ -128,8 +128,9 @@ class SpanRelationHeads(ArgmaxHeads):
             n_words = int(max(max(max(r.source), max(r.targets)) for r in instances)) + 1
             wid, present = instance_words(item, T, instances[0].n_first_words, n_words)
             n_words = len(present)
+            # kept where the model ran (a GPU's maps are pooled and argmaxed there; only the argmax indices come back)
             maps = [
-                torch.stack([cap.attentions[layer][b, :, :T, :T] for layer in range(1, self.num_layers + 1)]).double().cpu()
+                torch.stack([cap.attentions[layer][b, :, :T, :T] for layer in range(1, self.num_layers + 1)]).double()
                 for cap in (batch.base, batch.tuned)
             ]
             for rel in instances:
@@ -147,13 +148,13 @@ class SpanRelationHeads(ArgmaxHeads):
                 r = self._rel_index[rel.relation]
                 self.n[r] += 1
                 self.baseline_correct[r] += self._baseline(rel, n_words)[None, :]
-                excluded = torch.as_tensor(~candidate)
+                excluded = torch.as_tensor(~candidate, device=maps[0].device)
                 for m, att in enumerate(maps):
                     A = word_attention(att, units, self.to_method, self.from_method, n_words=U)  # [L, H, U, U]
                     out_row = A[:, :, src_u, :].masked_fill(excluded, float("-inf"))
                     in_col = A[:, :, :, src_u].masked_fill(excluded, float("-inf"))
-                    self.correct[r, m, 0] += target_u[out_row.argmax(-1).numpy()]
-                    self.correct[r, m, 1] += target_u[in_col.argmax(-1).numpy()]
+                    self.correct[r, m, 0] += target_u[out_row.argmax(-1).cpu().numpy()]
+                    self.correct[r, m, 1] += target_u[in_col.argmax(-1).cpu().numpy()]
 
     def merge(self, other: "SpanRelationHeads") -> "SpanRelationHeads":
         self._check_mergeable(other)
