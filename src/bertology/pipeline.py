@@ -7,8 +7,8 @@ import hashlib
 import json
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,10 +16,10 @@ import torch
 
 from bertology.activations.extract import run_analyses
 from bertology.analyses.base import Analysis
-from bertology.blas import one_blas_thread
 from bertology.analyses.catalog import ANALYSES
 from bertology.analyses.registry import AnalysisSpec, BuildContext
 from bertology.analyses.representation_similarity import OOD_TABLE, RepresentationSimilarity
+from bertology.blas import one_blas_thread
 from bertology.config import CompareConfig, DataConfig
 from bertology.conventions import describe as describe_conventions
 from bertology.conventions import resolve as resolve_conventions

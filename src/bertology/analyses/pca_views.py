@@ -31,11 +31,11 @@ import numpy as np
 import pandas as pd
 import scipy.linalg
 
-from bertology.blas import one_blas_thread
 from bertology.activations.batch import PairBatch
 from bertology.analyses.attention_targets import is_punct_token
 from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.blas import one_blas_thread
 from bertology.config import CompareConfig
 from bertology.errors import BertologyError
 from bertology.analyses.head_map import example_keys

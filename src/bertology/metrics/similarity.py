@@ -21,7 +21,8 @@ from functools import partial
 import numba
 import numpy as np
 from scipy.stats import rankdata
-from threadpoolctl import threadpool_limits
+
+from bertology.blas import one_blas_thread
 
 #: Signatures kept while :func:`reused_signatures` is active (None: off), by dtype, shape and content digest.
 _REUSE: OrderedDict | None = None
@@ -422,23 +423,14 @@ def layer_terms(x: np.ndarray) -> LayerTerms:
     return LayerTerms({"pearson": _zscore(cos), "spearman": spearman}, centred, diag)
 
 
-def _blas_threads(limit: int | None) -> contextlib.AbstractContextManager:
-    """BLAS (OpenBLAS, MKL) limited to ``limit`` threads inside the block (None: unchanged), restored after.
-
-    Why: :func:`similarity_grids` already runs one layer per core in threads; each of their products and
-    dot products asking BLAS for its own threads puts ``workers x cores`` threads on the cores, and OpenBLAS's
-    threaded ``ddot`` then spends most of its time waiting: 13 dot products of 2 M values took ~100 ms with two
-    BLAS threads against ~12 ms with one on a shared 2-core machine. The limit is process-wide while it holds.
-    """
-    return contextlib.nullcontext() if limit is None else threadpool_limits(limits=limit, user_api="blas")
-
-
 def similarity_grids(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], workers: int = 1) -> dict[str, np.ndarray]:
     """RSA (Pearson, Spearman) and CKA (linear, debiased) of every pair ``(xs[i], ys[j])``: ``[len(xs), len(ys)]`` each.
 
     Each layer's Gram matrix is built once (:func:`layer_terms`), ``workers`` layers at a time in threads
     (NumPy's products, sorts and dot products release the GIL), with BLAS on one thread while ``workers > 1``
-    (:func:`_blas_threads`). The RSA values are :func:`rsa_signatures`' dot products, bit for bit on the same
+    (:func:`bertology.blas.one_blas_thread`: each worker's products asking BLAS for threads of their own put
+    ``workers x cores`` threads on the cores, and OpenBLAS's threaded ``ddot`` then mostly waits: 13 dot
+    products of 2 M values took ~100 ms with two BLAS threads against ~12 ms with one on 2 shared cores). The RSA values are :func:`rsa_signatures`' dot products, bit for bit on the same
     BLAS thread count (another count sums a dot product in another order: within ``m eps`` of each other);
     CKA is :func:`cka_grid`'s formulas on the same ``<Kc_a, Kc_b>``, ``diag(Kc)`` and ``K~ 1 = -diag(Kc)``
     (``Kc 1 = 0`` exactly), equal to rounding (tested to 1e-10 relative on data with a mean 10x its spread).
@@ -475,7 +467,8 @@ def similarity_grids(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], workers
         inner = 2.0 * (centred_x @ t.centred_upper) + diag_x @ t.centred_diag  # <Kc_a, Kc_b>
         return pearson, spearman, inner, t.centred_inner(t), t.centred_diag
 
-    with _blas_threads(1 if workers > 1 else None), ThreadPoolExecutor(max_workers=workers) as pool:
+    blas = one_blas_thread() if workers > 1 else contextlib.nullcontext()
+    with blas, ThreadPoolExecutor(max_workers=workers) as pool:
         for i, b in enumerate(pool.map(terms, xs)):
             sig_x.append(b.signatures)
             centred_x[i], diag_x[i] = b.centred_upper, b.centred_diag
