@@ -55,7 +55,7 @@ occurrences are held: 13,000 with the defaults, i.e. <= 140 MB for MiniLM, <= 52
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 import hashlib
 from dataclasses import dataclass
 from typing import Literal
@@ -268,16 +268,22 @@ class Geometry(Analysis):
             self.threshold = tau
             self.words = {f: w for f, w in self.words.items() if w.key <= tau}
 
-    def _add_words(self, index: int, item, hidden: np.ndarray) -> None:
-        """Pool one example's words (``hidden``: ``[T, 2, L + 1, D]`` float32) and keep the candidates."""
+    def _add_words(self, index: int, item, tokens: Callable[[np.ndarray], np.ndarray]) -> None:
+        """Keep the candidate words of one example; ``tokens(positions)`` gives those tokens' ``[P, 2, L + 1, D]``
+        float32 vectors.
+
+        Only the words that are kept are pooled (:func:`bertology.data.align.pool_words`, from their own tokens):
+        most words of a sentence are not candidates, or fall outside their word's bottom ``max_contexts``, and
+        pooling every word of every sentence was a quarter of ``update`` at BERT-base. Each kept word's mean is of
+        the same pieces in the same order as when the whole sentence was pooled.
+        """
         gids = global_word_ids(item.word_ids, item.segment)  # a pair's second text numbered after the first
         if not (gids >= 0).any():
             return
-        pooled = pool_words(hidden, gids, "mean")  # [W, 2, L + 1, D]
         ids = item.input_ids
         by_form: dict[str, list[int]] = {}
-        first_pos: dict[int, int] = {}
-        for w in range(pooled.shape[0]):
+        positions: dict[int, np.ndarray] = {}
+        for w in range(int(gids.max()) + 1):
             pos = np.nonzero(gids == w)[0]
             if pos.size == 0:
                 continue
@@ -285,14 +291,15 @@ class Geometry(Analysis):
             if form is None:
                 continue
             by_form.setdefault(form, []).append(w)
-            first_pos[w] = int(pos[0])
+            positions[w] = pos
         chosen: list[tuple[str, _Word, int]] = []  # (form, its entry, the word kept for it) of the candidate words
         for form, ws in by_form.items():
             entry = self._word(form)
             if entry is None:
                 continue
             if len(ws) > 1:  # the word repeats in this sentence: keep one occurrence, chosen by hash
-                pk = token_keys(self.seed ^ _SALT_POSITION, np.full(len(ws), index), np.array([first_pos[w] for w in ws]))
+                pk = token_keys(self.seed ^ _SALT_POSITION, np.full(len(ws), index),
+                                np.array([positions[w][0] for w in ws]))
                 ws = [ws[int(np.argmin(pk))]]
             chosen.append((form, entry, ws[0]))
         if not chosen:
@@ -306,7 +313,11 @@ class Geometry(Analysis):
             else:
                 kept.append((i, entry, w))
         if kept:
-            stored = float16(pooled[[w for _, _, w in kept]])  # every kept occurrence of the sentence at once
+            pos = [positions[w] for _, _, w in kept]
+            local = np.repeat(np.arange(len(kept)), [len(p) for p in pos])  # kept word j's tokens -> word j
+            order = np.argsort(np.concatenate(pos), kind="stable")  # the tokens in sentence order
+            pooled = pool_words(tokens(np.concatenate(pos)[order]), local[order], "mean")  # [K, 2, L + 1, D]
+            stored = float16(pooled)  # every kept occurrence of the sentence at once
             for (i, entry, _), vectors in zip(kept, stored):
                 entry.add(okeys[i : i + 1], np.array([index], np.int64), vectors[None], 1, self.max_contexts)
 
@@ -329,8 +340,8 @@ class Geometry(Analysis):
     def _update(self, batch: PairBatch) -> None:
         self._finished.clear()
         n_layers = self.num_layers + 1
-        # Per model and layer, [B, T, D] float32 on the CPU (no copy when it already is); one example's
-        # [T, 2, L + 1, D] block is stacked from these at a time, so the batch is never duplicated.
+        # Per model and layer, [B, T, D] float32 on the CPU (no copy when it already is); only the tokens an
+        # example needs (its baseline token, its kept words' pieces) are stacked from these, never the whole batch.
         hs = [[cap.hidden_states[l].float().cpu().numpy() for l in range(n_layers)] for cap in (batch.base, batch.tuned)]
         eligible_t = batch.mask if self.include_special else batch.content
         eligible = eligible_t.cpu().numpy()
@@ -348,8 +359,11 @@ class Geometry(Analysis):
         limit = self.base_keys[-1] if len(self.base_keys) >= self.n_pairs else None
         for row, item in enumerate(batch.items):
             index = int(item.index)
-            length = len(item)
-            block = np.stack([np.stack([h[row, :length] for h in layers], axis=1) for layers in hs], axis=1)
+
+            def tokens(positions: np.ndarray | int, row: int = row) -> np.ndarray:
+                """The example's tokens at ``positions``: ``[..., 2, L + 1, D]``, copied from the batch's layers."""
+                return np.stack([np.stack([h[row, positions] for h in layers], axis=-2) for layers in hs], axis=-3)
+
             pos = np.nonzero(eligible[row])[0]
             if pos.size:
                 if limit is None or ekeys[row] <= limit:
@@ -358,8 +372,8 @@ class Geometry(Analysis):
                     cand_keys.append(ekeys[row])
                     cand_ex.append(index)
                     cand_pos.append(p)
-                    cand_vec.append(block[p])
-            self._add_words(index, item, block)
+                    cand_vec.append(tokens(p))
+            self._add_words(index, item, tokens)
         if cand_keys:
             self._keep_baseline(np.array(cand_keys, np.uint64), np.array(cand_ex, np.int64),
                                 np.array(cand_pos, np.int64), np.stack(cand_vec).astype(np.float32))
