@@ -2,9 +2,9 @@
 
 For a few examples (chosen by index, or a seeded sample of the corpus) every token's representation
 at every layer is kept; :meth:`PCAViews.compute` projects them to two dimensions (:func:`leading_pca`:
-the two leading eigenvectors of the smaller of the centred Gram and covariance matrices, what
-scikit-learn's ``PCA(2, svd_solver="full")`` gives to rounding, with its ``svd_flip`` sign rule, at a
-fraction of the cost of a full SVD) in two ways:
+the two leading eigenvectors of the centred data's covariance, by Lanczos iteration or a subset
+eigensolver, what scikit-learn's ``PCA(2, svd_solver="full")`` gives to rounding, with its ``svd_flip``
+sign rule, at a fraction of the cost of a full SVD) in two ways:
 
 - ``per_layer``: one PCA per model and layer (each panel in its own axes: the shape of each model's
   token cloud);
@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import scipy.linalg
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.attention_targets import is_punct_token
@@ -38,6 +37,7 @@ from bertology.analyses.registry import AnalysisSpec, BuildContext
 from bertology.blas import one_blas_thread
 from bertology.config import CompareConfig
 from bertology.errors import BertologyError
+from bertology.metrics.principal import top_eigenpairs
 from bertology.analyses.head_map import example_keys
 from bertology.data.align import annotated_word_ids
 from bertology.data.corpus import Corpus
@@ -59,15 +59,15 @@ def leading_pca(x: np.ndarray, k: int = 2) -> tuple[np.ndarray, np.ndarray, np.n
     """The ``k`` leading principal axes of ``x`` ``[n, dim]``: ``(mean [dim], components [k, dim], ratio [k])``.
 
     Equal, to rounding, to ``sklearn.decomposition.PCA(k, svd_solver="full")``'s ``mean_``,
-    ``components_`` and ``explained_variance_ratio_`` (tested): the ``k`` top eigenpairs of the centred
-    Gram matrix ``Xc Xc'`` (``n <= dim``) or covariance ``Xc' Xc`` (``n > dim``) by LAPACK's subset
-    ``eigh``, instead of the full SVD, which costs ~10x more and computes ``min(n, dim)`` axes to show two;
-    the total variance is ``||Xc||_F^2`` (the sum of all squared singular values). Signs follow
-    sklearn's ``svd_flip(u_based_decision=False)``: each axis's largest-magnitude coordinate is positive.
-    An axis with zero variance (rank below ``k``) is returned as zeros: it projects every point to 0,
-    as any null-space axis does. Accuracy: eigenvalues to ``eps * sigma_1^2``, so an axis to about
-    ``eps * sigma_1^2 / gap`` (its gap to the next eigenvalue); axes of near-equal variance are not
-    determined by either method.
+    ``components_`` and ``explained_variance_ratio_`` (tested): the ``k`` top eigenpairs of the centred data's
+    covariance (:func:`bertology.metrics.principal.top_eigenpairs`: Lanczos on ``Xc`` for large clouds, else
+    LAPACK's subset ``eigh`` of the smaller of ``Xc Xc'`` and ``Xc' Xc``) instead of the full SVD, which costs
+    ~10x more and computes ``min(n, dim)`` axes to show two; the total variance is ``||Xc||_F^2`` (the sum of
+    all squared singular values). Signs follow sklearn's ``svd_flip(u_based_decision=False)``: each axis's
+    largest-magnitude coordinate is positive. An axis with zero variance (rank below ``k``) is returned as
+    zeros: it projects every point to 0, as any null-space axis does. Accuracy: eigenvalues to
+    ``eps * sigma_1^2``, so an axis to about ``eps * sigma_1^2 / gap`` (its gap to the next eigenvalue); axes
+    of near-equal variance are not determined by either method.
     """
     x = np.asarray(x, dtype=np.float64)
     n, dim = x.shape
@@ -75,16 +75,7 @@ def leading_pca(x: np.ndarray, k: int = 2) -> tuple[np.ndarray, np.ndarray, np.n
         raise ValueError(f"cannot fit {k} components to {n} points of dimension {dim}")
     mean = x.mean(axis=0)
     xc = x - mean
-    if n <= dim:
-        w, u = scipy.linalg.eigh(xc @ xc.T, subset_by_index=[n - k, n - 1])
-        w, u = np.clip(w[::-1], 0.0, None), u[:, ::-1]
-        # an eigenvalue at rounding level (rank below k) has no axis: Xc' u / sqrt(w) would be noise
-        real = w > max(n, dim) * np.finfo(float).eps * w[0]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            vt = np.where(real[:, None], (xc.T @ u).T / np.sqrt(np.where(real, w, 1.0))[:, None], 0.0)
-    else:
-        w, v = scipy.linalg.eigh(xc.T @ xc, subset_by_index=[dim - k, dim - 1])
-        w, vt = np.clip(w[::-1], 0.0, None), v[:, ::-1].T
+    w, vt = top_eigenpairs(xc, k)
     top = np.argmax(np.abs(vt), axis=1)
     vt = vt * np.where(vt[np.arange(k), top] < 0, -1.0, 1.0)[:, None]
     total = float(np.einsum("ij,ij->", xc, xc))

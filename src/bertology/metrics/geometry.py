@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from bertology.metrics.principal import DENSE_UP_TO, top_eigenpairs
+
 __all__ = [
     "unit_rows",
     "pair_cosines",
@@ -129,19 +131,33 @@ def max_explainable_variance(x: np.ndarray, center: bool = True) -> np.ndarray |
     ``lambda_max / sum(lambda)`` of the (centred, with ``center``) Gram matrix ``X X'`` (its eigenvalues
     are the squared singular values of ``X``). 1 when the stack has no variance at all (identical rows,
     or a single row): a static vector explains it perfectly. A float for one stack, else an array.
+
+    Small stacks (a word's few occurrences) are solved together by a batched dense eigensolver, the sum of
+    the eigenvalues as the total. Stacks whose smaller side exceeds
+    :data:`bertology.metrics.principal.DENSE_UP_TO` (the baseline's hundreds of tokens) take ``lambda_max`` by
+    Lanczos (:func:`bertology.metrics.principal.top_eigenpairs`) and the total as the trace ``||X||_F^2``,
+    without forming or diagonalising the Gram matrix: equal to the dense route to rounding.
     """
     x = _as64(x)
     # Size of the data before centring, to tell "no variance" from rounding noise.
     scale = np.einsum("...nd,...nd->...n", x, x).max(axis=-1, initial=0.0)
     if center:
         x = x - x.mean(axis=-2, keepdims=True)
-    xt = np.swapaxes(x, -1, -2)
-    g = x @ xt if x.shape[-2] <= x.shape[-1] else xt @ x  # the smaller Gram matrix (BLAS, not einsum loops)
-    ev = np.clip(np.linalg.eigvalsh(g), 0.0, None)
-    total = ev.sum(axis=-1)
-    top = ev[..., -1] if ev.shape[-1] else np.zeros(total.shape)
+    floor = 1e-12 * np.maximum(scale, np.finfo(float).tiny) * max(x.shape[-2], 1)  # no variance below this
+    if min(x.shape[-2:]) > DENSE_UP_TO:
+        total = np.einsum("...nd,...nd->...", x, x)
+        top = np.zeros(total.shape)
+        for at in np.ndindex(total.shape):
+            if total[at] > floor[at]:  # a flat stack needs no eigenvalue (MEV 1 below)
+                top[at] = top_eigenpairs(x[at], 1, vectors=False)[0][0]
+    else:
+        xt = np.swapaxes(x, -1, -2)
+        g = x @ xt if x.shape[-2] <= x.shape[-1] else xt @ x  # the smaller Gram matrix (BLAS, not einsum loops)
+        ev = np.clip(np.linalg.eigvalsh(g), 0.0, None)
+        total = ev.sum(axis=-1)
+        top = ev[..., -1] if ev.shape[-1] else np.zeros(total.shape)
     # Zero variance up to rounding (identical rows): the convention MEV = 1.
-    flat = total <= 1e-12 * np.maximum(scale, np.finfo(float).tiny) * max(x.shape[-2], 1)
+    flat = total <= floor
     with np.errstate(invalid="ignore", divide="ignore"):
         out = np.where(flat, 1.0, top / np.where(flat, 1.0, total))
     return float(out) if out.ndim == 0 else out
