@@ -383,6 +383,20 @@ def test_cpu_kernel_gives_exactly_zero_for_copies_in_the_vector_body_and_the_rem
     assert np.all(d[np.triu_indices(40, 1)][d[np.triu_indices(40, 1)] != 0] > 1e-3)
 
 
+def test_cpu_kernel_pairs_do_not_depend_on_where_the_heads_sit():
+    """The kernel pads the head axis to whole vector registers and starts each pair row at a register boundary;
+    every pair still gets the same operations in the same order: 40 heads shifted by 1 to 17 places (other
+    heads in front, so their pairs fall in other lanes, before and after the padding) give the same sums to
+    the last bit."""
+    rng = np.random.default_rng(11)
+    p = _maps(rng, 40, 6, 7).astype(np.float32)
+    want = pairwise_js(torch.tensor(p))
+    for shift in (1, 5, 15, 16, 17):
+        front = _maps(rng, shift, 6, 7).astype(np.float32)
+        got = pairwise_js(torch.tensor(np.concatenate([front, p])))
+        np.testing.assert_array_equal(got[shift:, shift:], want)
+
+
 def test_cpu_kernel_padding_rows_are_skipped_and_threads_do_not_change_a_bit():
     import numba
 
