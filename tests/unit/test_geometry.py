@@ -340,8 +340,9 @@ def test_stored_word_vectors_are_the_mean_of_their_pieces(planted, encoded):
 
 
 def test_mev_fits_run_on_one_blas_thread_and_restore_it(planted, encoded, monkeypatch):
-    """Every MEV fit of compute() (the baseline's and each word's) runs with BLAS on one thread; the caller's
-    setting is back afterwards, and the table equals the one computed with BLAS left alone to rounding."""
+    """Every MEV fit of compute() (the baseline's, one per model and layer, and each word's) runs with BLAS on one
+    thread; the caller's setting is back afterwards, and the table equals the one computed with BLAS left alone to
+    rounding."""
     from threadpoolctl import threadpool_info, threadpool_limits
 
     import bertology.analyses.geometry as geometry_module
@@ -352,19 +353,20 @@ def test_mev_fits_run_on_one_blas_thread_and_restore_it(planted, encoded, monkey
     free = _run(planted, encoded, n_pairs=10, min_contexts=2).compute().table
     g = _run(planted, encoded, n_pairs=10, min_contexts=2)
     seen = []
+    baseline = 2 * (planted.num_layers + 1)  # one fit per model and layer
     real = geometry_module.max_explainable_variance
     monkeypatch.setattr(geometry_module, "max_explainable_variance", lambda x, **kw: seen.append(blas_threads()) or real(x, **kw))
     with threadpool_limits(2, user_api="blas"):
         table = g.compute().table
         assert blas_threads() == {2}
-    assert len(seen) == 1 + len(g.selected_words()) and all(s == {1} for s in seen)
+    assert len(seen) == baseline + len(g.selected_words()) and all(s == {1} for s in seen)
     pd.testing.assert_frame_equal(table, free, rtol=1e-12, atol=1e-12)
     # word_table() reuses compute()'s fits; a later merge makes them again
     words = g.word_table().table
-    assert len(seen) == 1 + len(g.selected_words()) and len(words) == len(g.selected_words()) * 2 * (planted.num_layers + 1)
+    assert len(seen) == baseline + len(g.selected_words()) and len(words) == len(g.selected_words()) * 2 * (planted.num_layers + 1)
     g.merge(Geometry(planted.num_layers, tokenizer=planted.tokenizer, n_pairs=10, min_contexts=2))
     g.word_table()
-    assert len(seen) == 2 * (1 + len(g.selected_words()))
+    assert len(seen) == 2 * (baseline + len(g.selected_words()))
 
 
 def test_baseline_sample_is_the_documented_bottom_k_and_all_pairs_option(planted, encoded):

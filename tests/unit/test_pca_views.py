@@ -176,8 +176,9 @@ def test_pca_grid_is_layers_by_models_with_a_legend(planted, corpus, encoded):
 
 @pytest.mark.parametrize("n, dim", [(40, 64), (200, 64), (3, 5), (64, 64)])
 def test_leading_pca_equals_sklearn_full_svd(n, dim):
-    """The subset eigh gives sklearn's full-SVD PCA: mean, axes (with svd_flip's signs), variance ratios and
-    coordinates to 1e-10 of the data's scale. The data has a clear spectral gap (sd 3, 2, then <= 1), so the
+    """On small clouds (the dense subset eigh; large ones take Lanczos: test_principal.py) leading_pca gives
+    sklearn's full-SVD PCA: mean, axes (with svd_flip's signs), variance ratios and coordinates to 1e-10 of
+    the data's scale. The data has a clear spectral gap (sd 3, 2, then <= 1), so the
     axes are determined to ~eps * sigma_1^2 / gap; a rank-1 cloud's second axis is zeros (coordinates 0 either way)."""
     from bertology.analyses.pca_views import leading_pca
 

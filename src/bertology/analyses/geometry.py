@@ -78,6 +78,7 @@ from bertology.metrics.geometry import (
     max_explainable_variance,
     mean_offdiagonal_cosine,
     pair_cosines,
+    unit_rows,
 )
 from bertology.results import Result
 
@@ -442,23 +443,34 @@ class Geometry(Analysis):
         k = len(self.base_keys)
         if k < 2:
             return {"anisotropy": (nan, nan, 0), "mev_baseline": (nan, nan, k)}
-        v = np.moveaxis(self.base_vectors.astype(np.float64), 0, 2)  # [2, L + 1, k, D]
+        aniso_mean, aniso_sd, mev = np.empty((2, n_layers)), np.empty((2, n_layers)), np.empty((2, n_layers))
         if self.baseline_pairs == "chain":
             a, b = chain_pairs(k)
-            cos = pair_cosines(v[:, :, a], v[:, :, b])  # [2, L + 1, pairs]
-            aniso = (cos.mean(-1), cos.std(-1, ddof=1) if len(a) > 1 else nan, len(a))
+            n_pairs = len(a)
         else:
-            u = v / np.where((nrm := np.linalg.norm(v, axis=-1, keepdims=True)) > 0, nrm, 1.0)
-            g = np.einsum("mlid,mljd->mlij", u, u)
             iu = np.triu_indices(k, 1)
-            cos = g[:, :, iu[0], iu[1]]
-            aniso = (cos.mean(-1), cos.std(-1, ddof=1) if cos.shape[-1] > 1 else nan, cos.shape[-1])
+            n_pairs = len(iu[0])
+        # One (model, layer) stack at a time, [k, D] float64 (3 MB at BERT-base), not all 2 (L + 1) at once: that
+        # was 80 MB, plus its gathers and unit-vector copies, ~500 MB of fresh pages per compute, whose zeroing
+        # took more kernel time than the arithmetic took user time (0.8 vs 0.4 s in a fresh process on our shared
+        # cores; now 0.1 s). The same formulas on the same rows; a mean over pairs sums in another order (the
+        # numbers moved by <= 1.2e-14).
         # BLAS on one thread, as pca_views' fits: LAPACK's tridiagonal reduction of the 2 (L + 1) Grams (768 x 768
         # at BERT-base) synchronises its threads per column, and two threads on a shared 2-core machine took
         # 2.8-7.7 s against 1.5-2.3 s with one (benchmarks/README.md, issue 18). Values change by rounding only.
         with one_blas_thread():
-            mev = max_explainable_variance(v, center=self.mev_center)
-        return {"anisotropy": aniso, "mev_baseline": (mev, nan, k)}
+            for m in range(2):
+                for layer in range(n_layers):
+                    v = self.base_vectors[:, m, layer].astype(np.float64)  # [k, D]
+                    if self.baseline_pairs == "chain":
+                        cos = pair_cosines(v[a], v[b])
+                    else:
+                        u = unit_rows(v)
+                        cos = np.einsum("id,jd->ij", u, u)[iu]
+                    aniso_mean[m, layer] = cos.mean()
+                    aniso_sd[m, layer] = cos.std(ddof=1) if n_pairs > 1 else np.nan
+                    mev[m, layer] = max_explainable_variance(v, center=self.mev_center)
+        return {"anisotropy": (aniso_mean, aniso_sd, n_pairs), "mev_baseline": (mev, nan, k)}
 
     def compute(self) -> Result:
         """The ``geometry`` table: ``model, layer, metric, value, n`` plus ``adjusted, sd, unit, seed``."""
