@@ -4,6 +4,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -184,3 +185,26 @@ def test_aspect_head_accuracy_and_sep_share_on_hand_built_maps(restaurant):
     change = head_change(table)
     c = change[(change.relation == "aspect") & (change.direction == "from->to") & (change["head"] == 0)].iloc[0]
     assert c.tuned == pytest.approx(4 / 7) and c.delta == pytest.approx(c.tuned - c.base)
+
+
+def test_sep_share_summed_where_the_maps_are_equals_numpy(restaurant):
+    """The [SEP] shares summed by torch where the maps are (the GPU path, forced here on the CPU) equal NumPy's
+    sums to float64 rounding, and the hand-built shares still come out (0.8 absent, 0.1 present)."""
+    pairs = [p for p in absa_pairs(restaurant, "qa_m").pairs if p.sentence_id in {"1", "2", "4", "6", "10"}]
+    instances = absa_instances(pairs)
+    batch, tok = _planted_batch(pairs, instances, {x.example for x in instances if "aspect" in x.targets})
+
+    class OnDevice(AbsaHeads):
+        sum_on_device = True
+
+    class OnCpu(AbsaHeads):
+        sum_on_device = False
+
+    tables = []
+    for cls in (OnDevice, OnCpu):
+        a = cls(instances, 1, 2, tok.sep_token_id)
+        a.update(batch)
+        tables.append(a.sep_table())
+    pd.testing.assert_frame_equal(tables[0], tables[1], rtol=1e-15, atol=1e-15)
+    s = tables[0][(tables[0].model == "tuned") & (tables[0]["head"] == 1)].iloc[0]
+    assert s.sep_absent == pytest.approx(0.8) and s.sep_present == pytest.approx(0.1)

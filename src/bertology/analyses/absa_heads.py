@@ -28,9 +28,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
+import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
@@ -94,6 +96,9 @@ class AbsaHeads(Analysis):
 
     name = "absa_heads"
     requires = frozenset({"attentions"})
+    #: Where the [SEP] shares are summed: None (default) where the maps are (``--device cuda``: on the GPU, only the
+    #: ``L x H`` sums copied), else NumPy on the CPU; True or False forces one (the same numbers to rounding, tested).
+    sum_on_device: ClassVar[bool | None] = None
 
     def __init__(self, instances: Sequence[AbsaInstance], num_layers: int, num_heads: int, sep_token_id: int,
                  offsets: Iterable[int] = range(-3, 3)):
@@ -138,8 +143,27 @@ class AbsaHeads(Analysis):
             c = CONDITIONS.index("present" if x.present else "absent")
             self.sep_n[c] += 1
             for m, cap in enumerate((batch.base, batch.tuned)):
-                att = np.stack([cap.attentions[layer][b, :, :T, :T].double().cpu().numpy() for layer in range(1, L + 1)])
-                self.sep_sum[m, c] += att[:, :, rows][..., sep].sum(-1).mean(-1)
+                self.sep_sum[m, c] += self._sep_share(cap, b, T, rows, np.flatnonzero(sep))
+
+    def _sep_share(self, cap, row: int, T: int, rows: np.ndarray, sep: np.ndarray) -> np.ndarray:
+        """``[L, H]`` float64: attention from the aspect word's pieces (``rows``) summed over the [SEP] tokens,
+        averaged over the pieces, for one example of one model's capture.
+
+        On a GPU (or with :attr:`sum_on_device`) the sums are taken where the maps are and only the ``L x H``
+        result is copied, never the example's ``[L, H, T, T]`` maps; on the CPU NumPy sums them (the numbers
+        of earlier runs, bit for bit). The two agree to float64 rounding (tested).
+        """
+        L = self.num_layers
+        att = [cap.attentions[layer][row, :, :T, :T] for layer in range(1, L + 1)]
+        on_device = self.sum_on_device
+        if on_device is None:
+            on_device = att[0].device.type != "cpu"
+        if on_device:
+            dev = att[0].device
+            picked = torch.stack(att).double()[:, :, torch.as_tensor(rows, device=dev)]
+            return picked[..., torch.as_tensor(sep, device=dev)].sum(-1).mean(-1).cpu().numpy()
+        full = np.stack([a.double().cpu().numpy() for a in att])
+        return full[:, :, rows][..., sep].sum(-1).mean(-1)
 
     def _baselines(self, x: AbsaInstance, wid: np.ndarray, present: np.ndarray) -> None:
         """Position baseline and chance for the relations of one instance that the span analysis scores."""
