@@ -126,7 +126,6 @@ class AbsaHeads(Analysis):
     def update(self, batch: PairBatch) -> None:
         if self.spans is not None:
             self.spans.update(batch)
-        L = self.num_layers
         for b, item in enumerate(batch.items):
             x = self.instances.get(item.index)
             if x is None:
