@@ -4,16 +4,17 @@ PCA views (van Aken et al.) and the MEV baseline (Ethayarajh) need the one or tw
 ``Xc' Xc`` for clouds of hundreds of tokens in hundreds of dimensions (768 at BERT-base). The dense route
 forms the smaller of ``Xc Xc'`` and ``Xc' Xc`` and tridiagonalises all of it, ``O(s^2 l + s^3)`` for sides
 ``s <= l``; Lanczos (``scipy.sparse.linalg.eigsh``, ARPACK) only multiplies by ``Xc`` and ``Xc'``, ``O(s l)`` per
-step. Measured on BERT-base clouds (500-900 tokens x 768, one BLAS thread): PCA views' 39 fits 0.87 -> 0.35 s,
-the MEV baseline's 26 stacks 0.43 -> 0.19 s (``benchmarks/README.md``, issue 18).
+step. Measured on captured BERT-base clouds (460-920 tokens x 768, one BLAS thread): PCA views' 39 fits
+0.87 -> 0.35 s, the MEV baseline's 26 stacks 0.43 -> 0.19 s; on synthetic ones of that shape 0.19x and 0.24x
+(``benchmarks/principal_axes.py``; ``benchmarks/README.md``, issue 18).
 
 Accuracy: ARPACK runs to ``tol=0``, i.e. a residual ``|A v - lambda v|`` of about machine epsilon times
 ``lambda``, as a dense solver's: eigenvalues to ``~eps sigma_1^2``, an axis to ``~eps sigma_1^2 / gap``. So the
 two routes agree to rounding wherever the axes are determined at all (tested against the dense route and
 scikit-learn's full SVD). The start vector is a fixed pseudo-random one, and restarts draw from a seeded
 generator, so a fit is deterministic (the all-ones start vector would be exactly in the null space of a
-centred Gram matrix). Small matrices (smaller side up to
-:data:`DENSE_UP_TO`), and any case ARPACK does not converge on, take the dense route.
+centred Gram matrix). Small matrices (smaller side up to :data:`DENSE_UP_TO`), and any case ARPACK does not
+converge on, take the dense route.
 """
 from __future__ import annotations
 
