@@ -321,14 +321,19 @@ class _PerExample(RelationHeads):
                 self.correct[:, m] += np.einsum("dlhp,pr->rdlh", hits, onehot)
 
 
+def _side_by_side(pair, corpus, classes, device: str = "cpu", **kw) -> list[RelationHeads]:
+    """One instance of each class, every other setting alike, fed the same batches of ``corpus`` (batch size 3)."""
+    enc = encode_corpus(corpus, pair.tokenizer)
+    made = [cls(corpus, pair.num_layers, pair.num_heads, min_count=1, **kw) for cls in classes]
+    run_analyses(pair, enc, made, batch_size=3, device=device)
+    return made
+
+
 @pytest.mark.parametrize("to_method,from_method", [("sum", "first"), ("max", "max"), ("mean", "sum")])
 @pytest.mark.parametrize("reverse", ["transpose", "row"])
 def test_batched_pooling_equals_per_example_for_every_method(pair, corpus, to_method, from_method, reverse):
-    enc = encode_corpus(corpus, pair.tokenizer)
-    kw = dict(min_count=1, to_method=to_method, from_method=from_method, reverse=reverse)
-    fast = RelationHeads(corpus, pair.num_layers, pair.num_heads, **kw)
-    slow = _PerExample(corpus, pair.num_layers, pair.num_heads, **kw)
-    run_analyses(pair, enc, [fast, slow], batch_size=3)
+    fast, slow = _side_by_side(pair, corpus, (RelationHeads, _PerExample), to_method=to_method,
+                               from_method=from_method, reverse=reverse)
     assert fast.relations == slow.relations
     np.testing.assert_array_equal(fast.n, slow.n)
     np.testing.assert_array_equal(fast.correct, slow.correct)
@@ -383,11 +388,8 @@ class _OnDevice(RelationHeads):
 @pytest.mark.parametrize("to_method,from_method", [("sum", "mean"), ("max", "first"), ("mean", "sum")])
 @pytest.mark.parametrize("reverse", ["transpose", "row"])
 def test_scoring_where_the_maps_are_counts_what_the_kernel_counts(pair, corpus, to_method, from_method, reverse):
-    enc = encode_corpus(corpus, pair.tokenizer)
-    kw = dict(min_count=1, to_method=to_method, from_method=from_method, reverse=reverse)
-    kernel = RelationHeads(corpus, pair.num_layers, pair.num_heads, **kw)
-    device = _OnDevice(corpus, pair.num_layers, pair.num_heads, **kw)
-    run_analyses(pair, enc, [kernel, device], batch_size=3)
+    kernel, device = _side_by_side(pair, corpus, (RelationHeads, _OnDevice), to_method=to_method,
+                                   from_method=from_method, reverse=reverse)
     assert kernel.relations == device.relations
     np.testing.assert_array_equal(kernel.n, device.n)
     np.testing.assert_array_equal(kernel.correct, device.correct)
@@ -398,15 +400,11 @@ def test_scoring_where_the_maps_are_counts_what_the_kernel_counts(pair, corpus, 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: checks the GPU path itself")
 def test_on_a_gpu_the_maps_are_scored_there_and_count_what_the_kernel_counts(pair, corpus):
-    enc = encode_corpus(corpus, pair.tokenizer)
-
     class Kernel(RelationHeads):
         score_on_device = False
 
-    kernel = Kernel(corpus, pair.num_layers, pair.num_heads, min_count=1)
-    device = RelationHeads(corpus, pair.num_layers, pair.num_heads, min_count=1)  # default: where the maps are
-    try:
-        run_analyses(pair, enc, [kernel, device], batch_size=3, device="cuda")
+    try:  # RelationHeads' default: where the maps are
+        kernel, device = _side_by_side(pair, corpus, (Kernel, RelationHeads), device="cuda")
     finally:  # the pair is shared with the other tests
         pair.base.model.cpu()
         pair.tuned.model.cpu()
