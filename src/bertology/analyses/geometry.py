@@ -112,8 +112,9 @@ def float16(x: np.ndarray) -> np.ndarray:
     """``x.astype(np.float16)``, the same bits, converted by torch.
 
     Why: both round to nearest even (identical on every 4099th float32 bit pattern in the tests, and on every
-    97th when this was written; infinities, overflow and subnormals included), but NumPy converts one value at a time and torch with the CPU's
-    vector instructions: ~57 us vs ~5 us for one word's ``[2, 13, 768]`` at BERT-base, thousands per corpus.
+    97th when this was written; infinities, overflow and subnormals included), but NumPy converts one value at a
+    time and torch with the CPU's vector instructions: ~57 us vs ~5 us for one word's ``[2, 13, 768]`` at
+    BERT-base, thousands per corpus.
     """
     x = np.ascontiguousarray(x)
     if x.dtype != np.float32:  # e.g. float64: one rounding, as NumPy does it (via float32 would round twice)

@@ -437,7 +437,7 @@ def layer_terms(x: np.ndarray) -> LayerTerms:
     gram += means.mean()
     centred, diag = strict_upper(gram), gram.diagonal().copy()
     del gram
-    spearman = _zscore(average_ranks(cos), in_place=True)  # before the Pearson signature: one vector less at the peak
+    spearman = _zscore(average_ranks(cos), in_place=True)  # ranks the raw cosines: before they are z-scored in place
     return LayerTerms({"pearson": _zscore(cos, in_place=True), "spearman": spearman}, centred, diag)
 
 
@@ -448,10 +448,11 @@ def similarity_grids(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], workers
     (NumPy's products, sorts and dot products release the GIL), with BLAS on one thread while ``workers > 1``
     (:func:`bertology.blas.one_blas_thread`: each worker's products asking BLAS for threads of their own put
     ``workers x cores`` threads on the cores, and OpenBLAS's threaded ``ddot`` then mostly waits: 13 dot
-    products of 2 M values took ~100 ms with two BLAS threads against ~12 ms with one on 2 shared cores). The RSA values are :func:`rsa_signatures`' dot products, bit for bit on the same
-    BLAS thread count (another count sums a dot product in another order: within ``m eps`` of each other);
-    CKA is :func:`cka_grid`'s formulas on the same ``<Kc_a, Kc_b>``, ``diag(Kc)`` and ``K~ 1 = -diag(Kc)``
-    (``Kc 1 = 0`` exactly), equal to rounding (tested to 1e-10 relative on data with a mean 10x its spread).
+    products of 2 M values took ~100 ms with two BLAS threads against ~12 ms with one on 2 shared cores). The
+    RSA values are :func:`rsa_signatures`' dot products, bit for bit on the same BLAS thread count (another
+    count sums a dot product in another order: within ``m eps`` of each other); CKA is :func:`cka_grid`'s
+    formulas on the same ``<Kc_a, Kc_b>``, ``diag(Kc)`` and ``K~ 1 = -diag(Kc)`` (``Kc 1 = 0`` exactly), equal
+    to rounding (tested to 1e-10 relative on data with a mean 10x its spread).
     Inside :func:`reused_signatures` a layer seen before is not recomputed.
 
     Memory (``m = n (n - 1) / 2``): every ``xs`` layer's two signatures and centred triangle are kept
