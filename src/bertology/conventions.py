@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from bertology.config import CompareConfig
 from bertology.errors import BertologyError
+from bertology.settings import Setting
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,16 @@ PRESETS: Mapping[str, Mapping[str, str]] = {
 _BY_FIELD: Mapping[str, Convention] = {c.field: c for c in CONVENTIONS}
 
 
+def setting(field: str, paper: str | None = None) -> Setting:
+    """The declaration of convention ``field`` for the spec that reads it: its choices come from :data:`CONVENTIONS`,
+    and its default is None ("the preset's"), so a value given explicitly wins over ``--conventions``."""
+    conv = _BY_FIELD[field]
+    what = conv.what.split(" (")[0]  # without the analysis it belongs to: the help groups flags by analysis
+    return Setting(field, None, f"{what[0].upper()}{what[1:]}: {' or '.join(conv.choices)}; "
+                                f"default: the --conventions preset's ({conv.default} in bertology's).",
+                   kind=str, choices=tuple(conv.choices), paper=paper)
+
+
 def choose(preset: str, field: str, value: str | None) -> str:
     """One convention's value: ``value`` if given, else the preset's, else bertology's; one clear error for bad names."""
     if preset not in PRESETS:
@@ -119,10 +130,10 @@ def record(preset: str, values: Mapping[str, str]) -> dict:
 
 def resolve(config: CompareConfig) -> CompareConfig:
     """``config`` with every open convention (``None``) set from its preset; one clear error for bad names."""
-    changes = {conv.field: choose(config.conventions, conv.field, getattr(config, conv.field)) for conv in CONVENTIONS}
+    changes = {conv.field: choose(config.conventions, conv.field, config.settings.get(conv.field)) for conv in CONVENTIONS}
     return dataclasses.replace(config, **changes)
 
 
 def describe(config: CompareConfig) -> dict:
     """The manifest's record: the preset, and each convention's value, the paper it comes from and its tables."""
-    return record(config.conventions, {conv.field: getattr(config, conv.field) for conv in CONVENTIONS})
+    return record(config.conventions, {conv.field: config.settings.get(conv.field) for conv in CONVENTIONS})

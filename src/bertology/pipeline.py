@@ -34,6 +34,9 @@ from bertology.models.precision import resolve_dtype
 from bertology.models.pair import ModelPair
 from bertology.results import Result, read_table, write_table
 from bertology.runs import RunDirectory, manifest_header, open_run
+from bertology.settings import Setting, compose, field_settings
+from bertology.settings import complete as complete_settings
+from bertology.settings import describe as describe_settings
 
 logger = logging.getLogger(__name__)
 
@@ -97,10 +100,42 @@ def select(names: Sequence[str]) -> Selection:
                      tuple(EXPERIMENTS.spec(n) for n in EXPERIMENTS.names() if n in chosen), named)
 
 
+def declared_settings() -> tuple[dict[str, Setting], dict[str, str]]:
+    """Every setting an analysis or experiment declares (``name -> Setting``), and which spec declares it."""
+    specs = (*ANALYSES.specs(), *EXPERIMENTS.specs())
+    owners: dict[str, str] = {}
+    for spec in specs:
+        for s in spec.settings:
+            owners.setdefault(s.name, spec.name)
+    return compose((spec.name, spec.settings) for spec in specs), owners
+
+
+def complete_config(config: CompareConfig) -> CompareConfig:
+    """``config`` with every declared setting checked (one clear line for a bad or unknown one) and its
+    default filled in: what the run, its manifest and its fingerprint use."""
+    declared, _ = declared_settings()
+    values = complete_settings(declared, config.settings, where="compare")
+    return dataclasses.replace(config, settings=values,
+                               not_fingerprinted=frozenset(n for n, s in declared.items() if not s.changes_numbers))
+
+
+def settings_record(config: CompareConfig) -> dict:
+    """The manifest's ``settings``: every setting of the run, its data and each spec, with value, default, flag,
+    help and paper, generated from the declarations (the report's settings table reads it)."""
+    declared, owners = declared_settings()
+    run = {s.name: s for s in field_settings(CompareConfig)}
+    data = {s.name: s for s in field_settings(DataConfig)}
+    return {
+        **describe_settings(run, {n: getattr(config, n) for n in run}, {n: "run" for n in run}),
+        **describe_settings(data, {n: getattr(config.data, n) for n in data}, {n: "data" for n in data}),
+        **describe_settings(declared, config.settings, owners),
+    }
+
+
 def build_analyses(config: CompareConfig, pair: ModelPair, corpus: Corpus, encoded: EncodedCorpus,
                    specs: Sequence[AnalysisSpec] | None = None) -> list[Analysis]:
     """Build the selected analyses (``specs``; default: those ``config.analyses`` selects) for this data."""
-    config = resolve_conventions(config)
+    config = resolve_conventions(complete_config(config))
     specs = select(config.analyses).analyses if specs is None else specs
     ctx = BuildContext(pair.num_layers, pair.num_heads, pair.tokenizer, corpus, encoded)
     return [spec.build(config, ctx) for spec in specs]
@@ -192,6 +227,7 @@ def resolve_settings(config: CompareConfig) -> tuple[CompareConfig, Selection, t
     Unknown names and devices fail here, before anything is loaded.
     """
     torch.manual_seed(config.seed)
+    config = complete_config(config)  # every declared setting checked and its default filled in
     config = resolve_conventions(config)  # the paper conventions, set once for every analysis
     selection = select(config.analyses)  # unknown names fail before anything is loaded
     device = resolve_device(config.device)  # before any model is loaded
@@ -300,6 +336,7 @@ class PairJob:
             **manifest_header("compare", self.fingerprint),
             "status": "complete",
             "config": config.to_dict(),
+            "settings": settings_record(config),
             "conventions": describe_conventions(config),
             "models": pair.describe(),
             "data": {**inputs.corpus.describe(), "encoding": inputs.encoded.describe()},
@@ -478,7 +515,7 @@ def _experiment(
     if resuming and all(run_dir.has_table(n) for n in tables):
         results.update(_read_back(run_dir, tables))
         done.append(spec.name)
-        return {"settings": spec.settings(ctx.config).to_dict(), "resumed": True}
+        return {"settings": spec.params(ctx.config).to_dict(), "resumed": True}
     outcome = spec.run(ctx)
     for res in outcome.results.values():
         write_table(run_dir.path, res.name, res.table)

@@ -25,6 +25,7 @@ LAYERS: list[str | set[str]] = [
     {"models", "data", "metrics"},
     {"runs", "conventions"},
     {"results", "config", "progress", "assets", "catalog", "view_format", "blas"},
+    "settings",
     "errors",
 ]
 #: Rooms that compute: none of them may import the drawing or reporting rooms.

@@ -19,7 +19,7 @@ from bertology.data.encode import encode_corpus
 from bertology.errors import BertologyError
 from bertology.experiments.catalog import EXPERIMENTS
 from bertology.models.pair import ModelPair
-from bertology.pipeline import build_analyses, compare, select, selectable
+from bertology.pipeline import build_analyses, compare, complete_config, select, selectable
 from bertology.testing import SENTENCES
 
 TOY = '''
@@ -142,7 +142,7 @@ def test_every_analysis_builds_and_writes_exactly_its_declared_tables(name, iden
     corpus = treebank
     encoded = encode_corpus(corpus, pair.tokenizer, 128, "skip")
     config = CompareConfig(base=str(identical_pair[0]), tuned=str(identical_pair[1]), geometry_min_contexts=2,
-                           relation_min_count=1, head_map_examples=4, pca_n_examples=2)
+                           relation_min_count=1, head_map_examples=4, pca_examples=2)
     (analysis,) = build_analyses(config, pair, corpus, encoded, [spec])
     assert analysis.name == name
     run_analyses(pair, encoded, [analysis], batch_size=4)
@@ -152,9 +152,9 @@ def test_every_analysis_builds_and_writes_exactly_its_declared_tables(name, iden
 @pytest.mark.parametrize("name", EXPERIMENTS.names())
 def test_every_experiment_declares_its_tables_and_settings(name):
     spec = EXPERIMENTS.spec(name)
-    config = CompareConfig()
+    config = complete_config(CompareConfig())  # every declared setting at its default
     assert spec.name == name and spec.tables(config) and spec.tables(config)[0] == name
-    assert isinstance(spec.settings(config).to_dict(), dict)
+    assert isinstance(spec.params(config).to_dict(), dict)
     assert spec.refusal("because").startswith("Cannot run ")
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bertology.config import CompareConfig
+from bertology.pipeline import complete_config
 from bertology.conventions import PRESETS, choose, resolve
 from bertology.data.corpus import Corpus, Example
 from bertology.errors import BertologyError
@@ -96,8 +97,8 @@ def test_uuas_and_root_accuracy_equal_their_reporter_and_spearman_keeps_every_wo
 def test_the_hewitt2019_preset_reaches_the_probe_settings_and_an_explicit_choice_wins():
     assert PRESETS["hewitt2019"] == {"probe_punctuation": "hewitt2019"}
     assert resolve(CompareConfig(conventions="hewitt2019")).probe_punctuation == "hewitt2019"
-    assert settings_from(CompareConfig(conventions="hewitt2019")).punctuation == "hewitt2019"
-    assert settings_from(CompareConfig()).punctuation == "upos"
+    assert settings_from(complete_config(CompareConfig(conventions="hewitt2019"))).punctuation == "hewitt2019"
+    assert settings_from(complete_config(CompareConfig())).punctuation == "upos"
     assert choose("hewitt2019", "probe_punctuation", "upos") == "upos"
     with pytest.raises(BertologyError, match="Unknown probe_punctuation 'ptb'; choose from: upos, hewitt2019"):
         choose("bertology", "probe_punctuation", "ptb")

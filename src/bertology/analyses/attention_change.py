@@ -20,6 +20,8 @@ import torch
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.settings import Setting
+from bertology.conventions import setting as convention
 from bertology.config import CompareConfig
 from bertology.metrics.attention import map_cosine
 from bertology.results import Result
@@ -121,4 +123,10 @@ def _build(config: CompareConfig, ctx: BuildContext) -> AttentionChange:
     return AttentionChange(ctx.num_layers, ctx.num_heads, config.attention_mode, config.pad_length)
 
 
-SPEC = AnalysisSpec("attention_change", _build, ("attention_change",), summary=summary)
+SETTINGS = (
+    convention("attention_mode", paper="Kovaleva et al. 2019"),
+    Setting("pad_length", 200, "Length of the padded maps in --attention-mode padded.", minimum=1,
+            paper="Kovaleva et al. 2019"),
+)
+
+SPEC = AnalysisSpec("attention_change", _build, ("attention_change",), summary=summary, settings=SETTINGS)

@@ -33,6 +33,7 @@ from bertology.activations.batch import PairBatch
 from bertology.analyses.attention_targets import PunctuationLookup
 from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.settings import Setting
 from bertology.config import CompareConfig
 from bertology.metrics.patterns import (
     FEATURE_COLUMNS,
@@ -248,4 +249,9 @@ def _build(config: CompareConfig, ctx: BuildContext) -> AttentionPatterns:
     return AttentionPatterns(ctx.tokenizer, ctx.num_layers, ctx.num_heads, classifier=classifier)
 
 
-SPEC = AnalysisSpec("attention_patterns", _build, ("attention_patterns",), summary=summary)
+SETTINGS = (
+    Setting("patterns_cnn", None, "Pattern classifier from 'bertology patterns train' (default: the feature rules).",
+            kind=str, paper="Kovaleva et al. 2019"),
+)
+
+SPEC = AnalysisSpec("attention_patterns", _build, ("attention_patterns",), summary=summary, settings=SETTINGS)

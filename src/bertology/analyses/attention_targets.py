@@ -62,6 +62,7 @@ import torch
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.conventions import setting as convention
 from bertology.config import CompareConfig
 from bertology.data.align import annotated_word_ids
 from bertology.data.corpus import Corpus, Example
@@ -508,4 +509,11 @@ def _build(config: CompareConfig, ctx: BuildContext) -> AttentionTargets:
                             entropy_smoothing=config.entropy_smoothing, word_categories=config.word_categories)
 
 
-SPEC = AnalysisSpec("attention_targets", _build, ("attention_targets",), needs=frozenset({"pos_tags"}), summary=summary)
+SETTINGS = (
+    convention("punctuation", paper="Clark et al. 2019"),
+    convention("word_categories", paper="Kovaleva et al. 2019"),
+    convention("entropy_smoothing", paper="Clark et al. 2019"),
+)
+
+SPEC = AnalysisSpec("attention_targets", _build, ("attention_targets",), needs=frozenset({"pos_tags"}), summary=summary,
+                    settings=SETTINGS)

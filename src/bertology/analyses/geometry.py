@@ -67,6 +67,7 @@ import torch
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.settings import Setting
 from bertology.blas import one_blas_thread
 from bertology.config import CompareConfig
 from bertology.analyses.head_map import example_keys
@@ -556,4 +557,11 @@ def _build(config: CompareConfig, ctx: BuildContext) -> Geometry:
                     seed=config.seed)
 
 
-SPEC = AnalysisSpec("geometry", _build, ("geometry", "geometry_words"), summary=summary)
+SETTINGS = (
+    Setting("geometry_pairs", 1000, "Random token pairs (from different sentences) for the anisotropy baseline.",
+            minimum=2, paper="Ethayarajh 2019"),
+    Setting("geometry_min_contexts", 5, "Contexts a word needs for its self-similarity and MEV.", minimum=2,
+            paper="Ethayarajh 2019"),
+)
+
+SPEC = AnalysisSpec("geometry", _build, ("geometry", "geometry_words"), summary=summary, settings=SETTINGS)

@@ -48,6 +48,8 @@ import torch
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.settings import Setting
+from bertology.conventions import setting as convention
 from bertology.config import CompareConfig
 from bertology.analyses.representation_similarity import token_keys
 from bertology.metrics.head_distance import (
@@ -428,4 +430,10 @@ def _build(config: CompareConfig, ctx: BuildContext) -> HeadMap:
                    distance=config.head_map_distance, example_indices=[it.index for it in ctx.encoded.items])
 
 
-SPEC = AnalysisSpec("head_map", _build, ("head_map", "head_distance"), summary=summary)
+SETTINGS = (
+    Setting("head_map_examples", 100, "Examples sampled for the all-pairs head distances.", minimum=1,
+            paper="Clark et al. 2019"),
+    convention("head_map_distance", paper="Clark et al. 2019"),
+)
+
+SPEC = AnalysisSpec("head_map", _build, ("head_map", "head_distance"), summary=summary, settings=SETTINGS)

@@ -34,6 +34,7 @@ from bertology.activations.batch import PairBatch
 from bertology.analyses.attention_targets import is_punct_token
 from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.settings import Setting, count_or_indices
 from bertology.blas import one_blas_thread
 from bertology.config import CompareConfig
 from bertology.errors import BertologyError
@@ -266,13 +267,25 @@ class PCAViews(Analysis):
 
 
 def _build(config: CompareConfig, ctx: BuildContext) -> PCAViews:
-    if config.pca_examples:
-        bad = [i for i in config.pca_examples if not 0 <= i < len(ctx.corpus)]
-        if bad:
+    """``pca_examples``: a count (a seeded sample) or the example indices themselves."""
+    chosen = config.pca_examples
+    if isinstance(chosen, int):
+        if chosen < 1:
+            raise BertologyError(f"--pca-examples (pca_examples) must be at least 1, not {chosen}.")
+        examples, n = None, chosen
+    else:
+        bad = [i for i in chosen if not 0 <= i < len(ctx.corpus)]
+        if bad or not chosen:
             raise BertologyError(f"PCA view example(s) {bad} are not in the corpus (0..{len(ctx.corpus) - 1}).")
-    return PCAViews(ctx.num_layers, tokenizer=ctx.tokenizer, corpus=ctx.corpus,
-                    examples=list(config.pca_examples) if config.pca_examples else None,
-                    n_examples=config.pca_n_examples, seed=config.seed)
+        examples, n = list(chosen), len(chosen)
+    return PCAViews(ctx.num_layers, tokenizer=ctx.tokenizer, corpus=ctx.corpus, examples=examples, n_examples=n,
+                    seed=config.seed)
 
 
-SPEC = AnalysisSpec("pca_views", _build, ("pca_views",))
+SETTINGS = (
+    Setting("pca_examples", 20, "A count (a seeded sample of that many examples) or a comma list of example "
+            "indices, e.g. 0,4,9.", kind=tuple, parse=count_or_indices, metavar="N|I,J,..",
+            paper="van Aken et al. 2019"),
+)
+
+SPEC = AnalysisSpec("pca_views", _build, ("pca_views",), settings=SETTINGS)

@@ -19,6 +19,8 @@ if TYPE_CHECKING:  # types only: the registry must not import what it registers
     from bertology.data.corpus import Corpus
     from bertology.data.encode import EncodedCorpus
 
+from bertology.settings import Setting
+
 #: What an analysis can need from the data (``AnalysisSpec.needs``).
 #: ``pos_tags``: uses POS tags and trees when there are any (CoNLL-U, else spaCy), runs without;
 #: ``trees``: cannot run without dependency trees.
@@ -41,7 +43,9 @@ class AnalysisSpec:
     """One streaming analysis, declared once.
 
     ``tables``: the tables it writes, its own (``name``) first; ``needs``: a subset of :data:`NEEDS`;
-    ``summary``: the command line's line(s) from the finished tables (None when there is nothing to say).
+    ``summary``: the command line's line(s) from the finished tables (None when there is nothing to say);
+    ``settings``: every setting ``build`` reads from the config besides the run's own (seed, batch size):
+    the command line's flags, the manifest, the fingerprint and the report are generated from them.
     """
 
     name: str
@@ -49,6 +53,7 @@ class AnalysisSpec:
     tables: tuple[str, ...]
     needs: frozenset[str] = frozenset()
     summary: Callable[[Mapping[str, "pd.DataFrame"]], str | None] | None = None
+    settings: tuple[Setting, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.tables or self.tables[0] != self.name:

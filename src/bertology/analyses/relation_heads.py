@@ -53,6 +53,8 @@ import torch
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.settings import Setting
+from bertology.conventions import setting as convention
 from bertology.config import CompareConfig
 from bertology.data.align import Pooling, annotated_word_ids, word_attention
 from bertology.data.corpus import Corpus
@@ -442,4 +444,12 @@ def _build(config: CompareConfig, ctx: BuildContext) -> RelationHeads:
                          word_attention=config.relation_word_attention)
 
 
-SPEC = AnalysisSpec("relation_heads", _build, ("relation_heads",), needs=frozenset({"trees"}), summary=summary)
+SETTINGS = (
+    Setting("relation_min_count", 20, "Leave out relations with fewer pairs.", minimum=1),
+    convention("relation_word_attention", paper="Clark et al. 2019"),
+    Setting("relations", None, "JSONL of user token relations (text, from span, to spans, relation) scored like "
+            "relation heads.", kind=str),
+)
+
+SPEC = AnalysisSpec("relation_heads", _build, ("relation_heads",), needs=frozenset({"trees"}), summary=summary,
+                    settings=SETTINGS)

@@ -19,6 +19,7 @@ import torch
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.settings import Setting
 from bertology.config import CompareConfig
 from bertology.metrics.similarity import similarity_grids
 from bertology.results import Result
@@ -168,4 +169,13 @@ def _build(config: CompareConfig, ctx: BuildContext) -> RepresentationSimilarity
     return RepresentationSimilarity(ctx.num_layers, config.rsa_tokens, config.seed)
 
 
-SPEC = AnalysisSpec("representation_similarity", _build, ("representation_similarity",), summary=summary)
+SETTINGS = (
+    Setting("rsa_tokens", 2000, "Size of the shared token sample for RSA/CKA.", minimum=4,
+            paper="Merchant et al. 2020"),
+    Setting("ood_data", None, "A second, out-of-domain corpus: RSA/CKA of base vs tuned on it too.", kind=str,
+            paper="Merchant et al. 2020"),
+    Setting("ood_text_column", None, "Text column of --ood-data (CSV/TSV/JSONL).", kind=str),
+)
+
+SPEC = AnalysisSpec("representation_similarity", _build, ("representation_similarity",), summary=summary,
+                    settings=SETTINGS)

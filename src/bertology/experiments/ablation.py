@@ -70,6 +70,8 @@ from bertology.config import CompareConfig
 from bertology.experiments.degenerate import chance_rate, table_degeneracy
 from bertology.experiments.head_importance import ImportanceResult, importance_vs_deltas, run_head_importance
 from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec, jsonable
+from bertology.config import MODES
+from bertology.settings import Setting
 from bertology.progress import stage_bars
 from bertology.results import Result
 from bertology.experiments.scoring import (  # noqa: F401  (re-exported: the ablation API)
@@ -843,7 +845,17 @@ def _run(ctx: ExperimentContext) -> ExperimentOutcome:
     return ExperimentOutcome(results, jsonable({k: v for k, v in study.summary.items() if k in keep}))
 
 
+SETTINGS = (
+    Setting("ablation_mode", "uniform", "How a head is disabled: uniform (1/L attention), zero, or mean (output).",
+            choices=MODES, paper="Kovaleva et al. 2019"),
+    Setting("ablation_examples", 500, "Seeded, label-stratified sample of this many examples (0 = all).", minimum=0),
+    Setting("ablation_exclude_special", False, "Uniform mode: leave [CLS]/[SEP] out of the 1/L average."),
+    Setting("ablation_bootstrap", 1000, "Bootstrap resamples for the 95% intervals.", minimum=0),
+    Setting("ablation_importance", True, "Also head importance and pruning curves.", paper="Michel et al. 2019",
+            flag="--importance"),
+)
+
 SPEC = ExperimentSpec(
     "ablation", "the ablation of the tuned classifier", _tables, settings_from, skip_reason, _run,
-    skipped_note="Ablation and head importance were skipped: {reason}.", summary=summary,
+    skipped_note="Ablation and head importance were skipped: {reason}.", summary=summary, settings=SETTINGS,
 )

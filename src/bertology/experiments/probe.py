@@ -64,6 +64,8 @@ from bertology.experiments.probe_features import (  # the word-feature store; re
     extract_word_features,
 )
 from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec, jsonable
+from bertology.conventions import setting as convention
+from bertology.settings import Setting
 from bertology.metrics.trees import check_heads, score_depths, score_distances, tree_depths, tree_distances
 from bertology.progress import stage_bars
 from bertology.results import atomic_write
@@ -951,5 +953,19 @@ def summary(tables: Mapping[str, pd.DataFrame]) -> str | None:
     return "\n".join(lines) or None
 
 
+SETTINGS = (
+    Setting("probe_train", None, "Training trees (CoNLL-U, or text parsed with spaCy).", kind=str,
+            paper="Hewitt & Manning 2019"),
+    Setting("probe_dev", None, "Dev trees for early stopping (default: 10% of --probe-train).", kind=str),
+    Setting("probe_test", None, "Test trees the scores come from.", kind=str),
+    Setting("probe_rank", 128, "Rank of the probe matrix (0 = full).", minimum=0, paper="Hewitt & Manning 2019"),
+    Setting("probe_epochs", 30, "Most training epochs of each probe (early stopping on dev loss).", minimum=1,
+            paper="Hewitt & Manning 2019"),
+    Setting("probe_random_control", True, "Also probe a random-init model of the same shape."),
+    Setting("probe_max_sentences", None, "Read at most this many sentences of each probe file.", kind=int,
+            minimum=1),
+    convention("probe_punctuation", paper="Hewitt & Manning 2019"),
+)
+
 SPEC = ExperimentSpec("probe", "the structural probes", lambda config: (TABLE,), settings_from, skip_reason, _run,
-                      summary=summary)
+                      summary=summary, settings=SETTINGS)

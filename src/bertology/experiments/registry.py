@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # types only: the registry must not import what it registers
     from bertology.models.pair import ModelPair
     from bertology.results import Result
 
+from bertology.settings import Setting
+
 
 class Settings(Protocol):
     """An experiment's settings object: what changes its numbers, recorded in the manifest."""
@@ -58,17 +60,20 @@ class ExperimentSpec:
     ``tables(config)``: the tables it writes with these settings (a run that has them all resumes
     without re-running); ``skip_reason(ctx)``: why it cannot run on this model and data (None when
     it can) — an error when the user named it, else a warning (``skipped_note``, formatted with the
-    reason) or nothing when ``skipped_note`` is None; ``settings(config)``: its settings object.
+    reason) or nothing when ``skipped_note`` is None; ``params(config)``: its settings object (what its
+    manifest section records); ``settings``: the declarations of the settings it reads from the config
+    (flags, manifest, fingerprint and report are generated from them).
     """
 
     name: str
     title: str
     tables: Callable[["CompareConfig"], tuple[str, ...]]
-    settings: Callable[["CompareConfig"], Settings]
+    params: Callable[["CompareConfig"], Settings]
     skip_reason: Callable[[ExperimentContext], str | None]
     run: Callable[[ExperimentContext], ExperimentOutcome]
     skipped_note: str | None = None
     summary: Callable[[Mapping[str, "pd.DataFrame"]], str | None] | None = None
+    settings: tuple[Setting, ...] = ()
 
     def refusal(self, reason: str) -> str:
         """The error when the user named the experiment and it cannot run."""

@@ -1,0 +1,199 @@
+"""Settings declared once: name, default, allowed values, help, the paper it follows.
+
+Each analysis, experiment and command declares the settings it reads as :class:`Setting` records (an
+analysis in its spec, the run itself as fields of :class:`~bertology.config.CompareConfig` made with
+:func:`setting_field`). Everything else is generated from those declarations: the command line's
+flags with their help and defaults (``bertology.cli.generated``), the validation a Python caller gets
+(:meth:`Setting.check`, so Python and the CLI refuse the same values with the same line), the
+manifest's ``settings`` section (:func:`describe`), the fingerprint (settings with
+``changes_numbers``) and the report's settings table.
+
+This module sits on the ground floor: it imports nothing of bertology but the error type, so the
+declarations can be read without torch.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bertology.errors import BertologyError
+
+#: The plain kinds a setting's value can have (a tuple is a comma list on the command line).
+KINDS = (bool, int, float, str, tuple)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One user-facing setting, declared where it is used and nowhere else.
+
+    ``kind``: bool, int, float, str or tuple (inferred from ``default`` when that is not None);
+    ``choices``: the allowed values of a str; ``minimum``/``maximum``: bounds of a number;
+    ``optional``: None is allowed (a None default implies it: "not given", e.g. "the preset's");
+    ``parse``: command-line text -> value, for values that are not one plain kind (its errors are
+    reported as this setting's); ``changes_numbers``: in the fingerprint (False: where or how results
+    are shown, never what they are); ``paper``: the publication the setting or its default follows;
+    ``flag``: the command-line spelling when it is not ``--`` + the name with dashes.
+    """
+
+    name: str
+    default: Any
+    help: str
+    kind: type | None = None
+    choices: tuple[str, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    optional: bool = False
+    parse: Callable[[str], Any] | None = None
+    changes_numbers: bool = True
+    paper: str | None = None
+    flag: str | None = None
+    metavar: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind is None:
+            if self.default is None:
+                raise ValueError(f"setting {self.name!r}: a None default needs an explicit kind")
+            object.__setattr__(self, "kind", tuple if isinstance(self.default, (tuple, list)) else type(self.default))
+        if self.kind not in KINDS:
+            raise ValueError(f"setting {self.name!r}: kind {self.kind!r} is not one of {KINDS}")
+        if self.default is None:
+            object.__setattr__(self, "optional", True)
+        if self.default is not None:
+            self.check(self.default)  # a declaration whose own default is invalid is a bug, caught at import
+
+    @property
+    def cli_flag(self) -> str:
+        """The flag, e.g. ``--rsa-tokens``."""
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    def _refuse(self, what: str, value: Any) -> BertologyError:
+        return BertologyError(f"{self.cli_flag} ({self.name}) {what}, not {value!r}.")
+
+    def check(self, value: Any) -> Any:
+        """``value`` made canonical (an int for a float setting stays exact, a list becomes a tuple), or one
+        :class:`BertologyError` line naming the flag and the Python name."""
+        if value is None:
+            if self.optional:
+                return None
+            raise self._refuse("needs a value", value)
+        if self.parse is not None and isinstance(value, str) and self.kind is not str:
+            try:
+                value = self.parse(value)
+            except (ValueError, TypeError) as err:
+                raise self._refuse(str(err).rstrip(".") or "cannot be read", value) from None
+        value = self._of_kind(value)
+        if self.choices is not None and value not in self.choices:
+            raise self._refuse(f"must be one of {', '.join(self.choices)}", value)
+        if self.kind in (int, float):
+            if self.minimum is not None and value < self.minimum:
+                raise self._refuse(f"must be at least {self.minimum:g}", value)
+            if self.maximum is not None and value > self.maximum:
+                raise self._refuse(f"must be at most {self.maximum:g}", value)
+        return value
+
+    def _of_kind(self, value: Any) -> Any:
+        kind = self.kind
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            raise self._refuse("must be true or false", value)
+        if kind is int:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return int(value)
+            raise self._refuse("must be a whole number", value)
+        if kind is float:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return value
+            raise self._refuse("must be a number", value)
+        if kind is str:
+            if isinstance(value, str):
+                return value
+            raise self._refuse("must be text", value)
+        if isinstance(value, (list, tuple)):
+            return tuple(value)
+        if self.parse is not None:  # e.g. a count where a list of indices is also accepted
+            return value
+        raise self._refuse("must be a list", value)
+
+    def describe(self, value: Any) -> dict:
+        """The manifest's record of this setting: its value beside its declaration."""
+        return {"value": list(value) if isinstance(value, tuple) else value,
+                "default": list(self.default) if isinstance(self.default, tuple) else self.default,
+                "flag": self.cli_flag, "help": self.help, "paper": self.paper, "changes_numbers": self.changes_numbers}
+
+
+def setting_field(default: Any, help: str, **declaration: Any) -> Any:  # noqa: A002 - the declaration's word
+    """A dataclass field that is also a :class:`Setting` (its name is the field's); see :func:`field_settings`."""
+    factory = (lambda: default) if isinstance(default, (list, dict)) else None
+    meta = {"setting": dict(default=default, help=help, **declaration)}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def field_settings(cls: type) -> tuple[Setting, ...]:
+    """The :class:`Setting` of every field of dataclass ``cls`` made with :func:`setting_field`, in field order."""
+    return tuple(Setting(f.name, **f.metadata["setting"]) for f in dataclasses.fields(cls) if "setting" in f.metadata)
+
+
+def check_fields(obj: Any) -> None:
+    """Validate every :func:`setting_field` of a dataclass instance in place (canonical values written back)."""
+    for s in field_settings(type(obj)):
+        object.__setattr__(obj, s.name, s.check(getattr(obj, s.name)))
+
+
+def compose(groups: Iterable[tuple[str, Iterable[Setting]]]) -> dict[str, Setting]:
+    """Settings of several owners (``(owner, settings)`` pairs) in one ``name -> Setting`` map.
+
+    Two owners may share a setting only by declaring the same record (a shared module constant);
+    two different declarations under one name are a bug, refused here.
+    """
+    out: dict[str, Setting] = {}
+    owners: dict[str, str] = {}
+    for owner, settings in groups:
+        for s in settings:
+            if s.name in out and out[s.name] != s:
+                raise ValueError(f"setting {s.name!r} is declared differently by {owners[s.name]} and {owner}")
+            out.setdefault(s.name, s)
+            owners.setdefault(s.name, owner)
+    return out
+
+
+def complete(declared: Mapping[str, Setting], given: Mapping[str, Any], *, where: str = "") -> dict[str, Any]:
+    """Every declared setting's value: the checked given value, else the default; unknown names refused."""
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        known = ", ".join(sorted(declared))
+        raise BertologyError(f"Unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}"
+                             f"{' for ' + where if where else ''}; known: {known}.")
+    return {name: s.check(given[name]) if name in given else s.default for name, s in declared.items()}
+
+
+def describe(declared: Mapping[str, Setting], values: Mapping[str, Any], owners: Mapping[str, str]) -> dict:
+    """The manifest's ``settings`` section: per owner (an analysis, an experiment, the run), each setting's record."""
+    out: dict[str, dict] = {}
+    for name, s in declared.items():
+        out.setdefault(owners.get(name, "run"), {})[name] = s.describe(values.get(name, s.default))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Parsers shared by several declarations (command-line text -> value)
+# --------------------------------------------------------------------------------------------------
+
+
+def comma_list(text: str) -> tuple[str, ...]:
+    """``"a, b"`` -> ``("a", "b")``."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def count_or_indices(text: str) -> int | tuple[int, ...]:
+    """``"20"`` -> 20 (a count); ``"0,4,9"`` -> (0, 4, 9) (indices)."""
+    try:
+        if "," not in text:
+            return int(text)
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError("takes a count (e.g. 20) or a comma list of example indices (e.g. 0,4,9)") from None
