@@ -1,8 +1,43 @@
-"""bertology: what fine-tuning changed inside a BERT-family encoder."""
+"""bertology: what fine-tuning changed inside a BERT-family encoder.
+
+One import is enough (``import bertology as bt``); it is light: torch and transformers are imported when
+a function that needs a model is first called.
+
+    run = bt.compare("minilm", "runs/demo-model/model", "reviews.txt", analyses=["attention_change"])
+    run.attention_change          # a DataFrame
+    bt.load_run("runs/demo")      # any run folder -> its result object
+"""
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from typing import TYPE_CHECKING, Any
 
 from bertology.errors import BertologyError
 
-__all__ = ["BertologyError", "__version__"]
+__version__ = "0.1.0"
+
+#: The public functions and types, and the module each lives in (imported on first use).
+_LAZY = {
+    "compare": "bertology.api",
+    "load_run": "bertology.api",
+    "Run": "bertology.api",
+}
+
+__all__ = ["BertologyError", "__version__", *_LAZY]
+
+if TYPE_CHECKING:
+    from bertology.api import Run, compare, load_run
+
+
+def __getattr__(name: str) -> Any:
+    """``bertology.compare`` and friends, imported when first used (PEP 562)."""
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'bertology' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

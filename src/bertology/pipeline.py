@@ -22,6 +22,8 @@ from bertology.analyses.representation_similarity import OOD_TABLE, Representati
 from bertology.blas import one_blas_thread
 from bertology.config import CompareConfig, DataConfig
 from bertology.conventions import describe as describe_conventions
+from bertology.conventions import CONVENTIONS
+from bertology.conventions import choose as choose_convention
 from bertology.conventions import resolve as resolve_conventions
 from bertology.experiments.catalog import EXPERIMENTS
 from bertology.experiments.registry import ExperimentContext, ExperimentSpec
@@ -119,17 +121,30 @@ def complete_config(config: CompareConfig) -> CompareConfig:
                                not_fingerprinted=frozenset(n for n, s in declared.items() if not s.changes_numbers))
 
 
+def make_config(data: str | DataConfig = "", **values) -> CompareConfig:
+    """A CompareConfig from settings by name, as the command line and ``bertology.compare`` take them: the data's
+    (``text_column``, ``max_examples``, ...) go to its DataConfig, the others to the run or the specs."""
+    data_names = {s.name for s in field_settings(DataConfig)}
+    if not isinstance(data, DataConfig):
+        data = DataConfig(str(data), **{k: values.pop(k) for k in list(values) if k in data_names})
+    return CompareConfig(data=data, **values)
+
+
 def settings_record(config: CompareConfig) -> dict:
     """The manifest's ``settings``: every setting of the run, its data and each spec, with value, default, flag,
     help and paper, generated from the declarations (the report's settings table reads it)."""
     declared, owners = declared_settings()
     run = {s.name: s for s in field_settings(CompareConfig)}
     data = {s.name: s for s in field_settings(DataConfig)}
-    return {
+    record = {
         **describe_settings(run, {n: getattr(config, n) for n in run}, {n: "run" for n in run}),
         **describe_settings(data, {n: getattr(config.data, n) for n in data}, {n: "data" for n in data}),
         **describe_settings(declared, config.settings, owners),
     }
+    for conv in CONVENTIONS:  # declared "not given: the preset's": the default this run had is the preset's choice
+        if conv.field in owners:
+            record[owners[conv.field]][conv.field]["default"] = choose_convention(config.conventions, conv.field, None)
+    return record
 
 
 def build_analyses(config: CompareConfig, pair: ModelPair, corpus: Corpus, encoded: EncodedCorpus,

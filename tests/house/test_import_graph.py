@@ -12,6 +12,7 @@ import pytest
 #: Top to bottom. Rooms on one line (a set) are independent siblings: neither may import the other.
 LAYERS: list[str | set[str]] = [
     "cli",
+    "api",
     "demo",
     "study",
     "multicompare",

@@ -6,6 +6,7 @@ summarised on the command line — nothing else in the package had to change.
 """
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 
@@ -31,21 +32,26 @@ import pandas as pd
 from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
 from bertology.results import Result
+from bertology.settings import Setting
 
 
 class TokenCount(Analysis):
     name = "toy_token_count"
     requires = frozenset({"attentions"})
 
-    def __init__(self, num_layers: int) -> None:
-        self.num_layers = num_layers
+    def __init__(self, num_layers: int, scale: int = 1, label: str = "tokens") -> None:
+        self.num_layers, self.scale, self.label = num_layers, scale, label
         self.tokens = 0
+
+    def params(self) -> dict:
+        return {"scale": self.scale, "label": self.label}
 
     def update(self, batch) -> None:
         self.tokens += int(batch.mask.sum())
 
     def compute(self) -> Result:
-        return Result(self.name, pd.DataFrame({"layer": range(1, self.num_layers + 1), "tokens": self.tokens}))
+        return Result(self.name, pd.DataFrame({"layer": range(1, self.num_layers + 1), "tokens": self.tokens * self.scale,
+                                               "label": self.label}))
 
     def merge(self, other):
         self.tokens += other.tokens
@@ -56,8 +62,13 @@ def summary(tables: Mapping[str, pd.DataFrame]) -> str:
     return f"toy: {int(tables['toy_token_count']['tokens'].iloc[0])} tokens"
 
 
-SPEC = AnalysisSpec("toy_token_count", lambda config, ctx: TokenCount(ctx.num_layers), ("toy_token_count",),
-                    summary=summary)
+SETTINGS = (
+    Setting("toy_scale", 1, "Multiply the token count by this.", minimum=1, paper="Toy et al. 2026"),
+    Setting("toy_label", "tokens", "What the count is called.", choices=("tokens", "pieces"), changes_numbers=False),
+)
+
+SPEC = AnalysisSpec("toy_token_count", lambda config, ctx: TokenCount(ctx.num_layers, config.toy_scale, config.toy_label),
+                    ("toy_token_count",), summary=summary, settings=SETTINGS)
 '''
 
 
@@ -156,6 +167,53 @@ def test_every_experiment_declares_its_tables_and_settings(name):
     assert spec.name == name and spec.tables(config) and spec.tables(config)[0] == name
     assert isinstance(spec.params(config).to_dict(), dict)
     assert spec.refusal("because").startswith("Cannot run ")
+
+
+def test_a_toy_analysis_s_settings_reach_flags_help_manifest_fingerprint_and_report(toy_registered, identical_pair,
+                                                                                 tmp_path):
+    """Two settings declared in the toy's spec, nowhere else: they become flags with their help and defaults,
+    the library checks them, the manifest records them, the fingerprint follows the one that changes numbers,
+    and the report's settings table shows them."""
+    from typer.testing import CliRunner
+
+    from bertology.cli import app
+
+    runner = CliRunner()
+    shown = " ".join(runner.invoke(app, ["compare", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "--toy-scale" in shown and "Multiply the token count by this. (Toy et al. 2026) (default: 1)" in shown
+    assert "--toy-label [tokens|pieces]" in shown and "What the count is called. (default: tokens)" in shown
+    data = tmp_path / "d.txt"
+    data.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    base, tuned = identical_pair
+    args = ["compare", "--base", str(base), "--tuned", str(tuned), "--data", str(data), "--analyses", "toy_token_count",
+            "--view-examples", "0"]
+    result = runner.invoke(app, [*args, "--out", str(tmp_path / "cli"), "--toy-scale", "3", "--toy-label", "pieces"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "cli/manifest.json").read_text(encoding="utf-8"))
+    record = manifest["settings"]["toy_token_count"]
+    assert record["toy_scale"] == {"value": 3, "default": 1, "flag": "--toy-scale", "help": "Multiply the token count by this.",
+                                   "paper": "Toy et al. 2026", "changes_numbers": True}
+    assert record["toy_label"]["value"] == "pieces" and record["toy_label"]["changes_numbers"] is False
+    assert manifest["config"]["toy_scale"] == 3 and manifest["analyses"]["toy_token_count"] == {"scale": 3, "label": "pieces"}
+    html = (tmp_path / "cli/report.html").read_text(encoding="utf-8")
+    assert "Settings: toy_token_count" in html and "<code>--toy-scale</code>" in html
+    assert "3 (default 1); Toy et al. 2026" in html
+    # Python and the command line: the same run, the same fingerprint; toy_label does not change the numbers
+    config = _config(identical_pair, tmp_path / "py", ["toy_token_count"], toy_scale=3, toy_label="pieces")
+    config.data = DataConfig(path=str(data))
+    py = compare(config, report=False)
+    assert py.manifest["fingerprint"] == manifest["fingerprint"]
+    fp = complete_config(_config(identical_pair, tmp_path / "py", ["toy_token_count"], toy_scale=3,
+                                 toy_label="pieces")).fingerprint()
+    assert complete_config(_config(identical_pair, tmp_path / "py", ["toy_token_count"], toy_scale=3)).fingerprint() == fp
+    assert complete_config(_config(identical_pair, tmp_path / "py", ["toy_token_count"], toy_scale=2)).fingerprint() != fp
+    # one clear line for a bad value, from the CLI and from Python alike
+    bad = runner.invoke(app, [*args, "--out", str(tmp_path / "bad"), "--toy-scale", "0"])
+    assert bad.exit_code == 2 and "--toy-scale (toy_scale) must be at least 1, not 0." in bad.output
+    with pytest.raises(BertologyError, match="--toy-label \\(toy_label\\) must be one of tokens, pieces, not 'words'"):
+        complete_config(_config(identical_pair, tmp_path / "py", ["toy_token_count"], toy_label="words"))
+    with pytest.raises(BertologyError, match="Unknown setting toy_scal for compare"):
+        complete_config(_config(identical_pair, tmp_path / "py", ["toy_token_count"], toy_scal=2))
 
 
 def test_selection_has_one_source_of_names():

@@ -32,13 +32,6 @@ def compare_settings() -> list[tuple[str, tuple[Setting, ...]]]:
             *((owner, tuple(group)) for owner, group in groups.items())]
 
 
-def config_from_flags(given: dict, **fixed) -> CompareConfig:
-    """A CompareConfig from the generated flags the user gave (``given``) and the command's own (``fixed``)."""
-    data_names = {s.name for s in field_settings(DataConfig)}
-    data = DataConfig(fixed.pop("data"), **{k: v for k, v in given.items() if k in data_names})
-    return CompareConfig(data=data, **fixed, **{k: v for k, v in given.items() if k not in data_names})
-
-
 @app.command("compare", cls=settings_command(compare_settings))
 @user_errors
 def compare_command(
@@ -56,10 +49,10 @@ def compare_command(
 
     Every analysis's settings are flags below, grouped by analysis (generated from their declarations).
     """
-    from bertology.pipeline import compare
+    from bertology.pipeline import compare, make_config
 
     many = len(tuned) > 1 or any("=" in t and not Path(t).expanduser().exists() for t in tuned)
-    config = config_from_flags(given_settings(ctx), data=data, tuned="" if many else tuned[0], out=str(out))
+    config = make_config(data, tuned="" if many else tuned[0], out=str(out), **given_settings(ctx))
     if many:
         from bertology.multicompare import compare_many, parse_tuned
 

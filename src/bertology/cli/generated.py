@@ -71,11 +71,15 @@ def settings_command(source: Source) -> type[TyperCommand]:
     """A typer command class whose extra flags come from ``source()``, added when first needed."""
 
     class SettingsCommand(TyperCommand):
-        _generated: list[Any] | None = None
+        _generated: list[Any] = []
+        _declared: tuple = ()
 
         def _options(self) -> list[Any]:
-            if self._generated is None:
-                self._generated = options(source)
+            declared = tuple((panel, tuple(group)) for panel, group in source())
+            if declared != self._declared:  # first use, or a catalog that changed since (a test's toy analysis)
+                self.params = [p for p in self.params if p not in self._generated]
+                self._generated = options(lambda: declared)
+                self._declared = declared
                 self.params.extend(self._generated)
             return self._generated
 

@@ -16,8 +16,9 @@ import datetime as _dt
 import html as _html
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader, StrictUndefined
@@ -231,3 +232,46 @@ class Report:
 
     def __repr__(self) -> str:
         return f"Report({str(self.run_dir)!r})"
+
+
+class _KeptFigures(Figures):
+    """Figures drawn and kept as matplotlib objects (by name, with their captions) instead of written as SVG."""
+
+    def __init__(self, warnings: list[str]):
+        super().__init__(Path("."), warnings)
+        self.kept: dict[str, tuple[Any, str, str]] = {}
+
+    def make(self, name: str, build: Callable[[], Any], caption: str, alt: str) -> dict | None:
+        try:
+            self.kept[name] = (build(), caption, alt)
+        except Exception as err:  # noqa: BLE001 - one figure that fails must not hide the others
+            self.warnings.append(f"Figure {name!r} could not be drawn: {type(err).__name__}: {err}")
+        return None
+
+
+def section_figures(tables: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any],
+                    sections: Sequence[Section] = SECTIONS) -> dict[str, tuple[tuple[str, ...], Any, str]]:
+    """Every figure the report would draw from these in-memory tables: ``name -> (names, Figure, caption)``,
+    ``names`` being the section's id and the tables it reads.
+
+    The notebook API's ``plot`` reads it, so a plot in a notebook is the report's figure, drawn by the same
+    section code. Tables that lack a section's columns, or are empty, are left out as the report leaves them.
+    """
+    known = known_tables(sections)
+    valid = {n: df for n, df in tables.items()
+             if n in known and not df.empty and all(c in df.columns for c in known[n])}
+    warnings: list[str] = []
+    out: dict[str, tuple[tuple[str, ...], Any, str]] = {}
+    for section in sections:
+        if not any(n in valid for n in section.tables):
+            continue
+        figs = _KeptFigures(warnings)
+        inp = SectionInput(tables=valid, figures=figs, derived=[], run_dir=Path("."), manifest=manifest,
+                           warnings=warnings, listing=[])
+        try:
+            section.build(inp)
+        except Exception as err:  # noqa: BLE001 - as in the report: one broken section must not hide the others
+            logger.warning("section %s failed: %s", section.id, err)
+        names = (section.id, *section.tables)
+        out.update({name: (names, fig, caption) for name, (fig, caption, _) in figs.kept.items()})
+    return out

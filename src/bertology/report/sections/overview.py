@@ -150,7 +150,9 @@ def _corpus_rows(data: Mapping[str, Any]) -> list[dict]:
 
 
 def _settings(manifest: Mapping[str, Any]) -> list[dict]:
-    """Every setting that changes the numbers, in groups: the run, the configuration, the analyses."""
+    """Every setting, in groups: the run, then each owner's declared settings (the manifest's ``settings``,
+    generated from the declarations: flag, value, and the default when the value differs), or the flat
+    ``config`` of runs made before settings were declared; then the analyses' parameters."""
     settings = []
     run_rows = []
     for key, label in _RUN_FIELDS:
@@ -158,12 +160,29 @@ def _settings(manifest: Mapping[str, Any]) -> list[dict]:
             run_rows.append({"label": label, "text": fmt_value(manifest[key]), "code": False})
     if run_rows:
         settings.append({"group": "Run", "rows": run_rows})
+    declared = mapping(manifest.get("settings"))
+    for owner, records in declared.items():
+        rows = [_declared_row(mapping(r)) for r in mapping(records).values()]
+        settings.append({"group": f"Settings: {owner}", "rows": rows})
     for group, key in (("Configuration", "config"), ("Analysis parameters", "analyses")):
+        if key == "config" and declared:
+            continue
         rows = [{"label": k, "text": fmt_value(v), "code": True}
                 for k, v in flatten(mapping(manifest.get(key)))]
         if rows:
             settings.append({"group": group, "rows": rows})
     return settings
+
+
+def _declared_row(record: Mapping[str, Any]) -> dict:
+    """One declared setting: its flag, its value, and what the default was when the run changed it."""
+    value, default = record.get("value"), record.get("default")
+    text = fmt_value(value) if value is not None else "not given"
+    if value != default:
+        text += f" (default {fmt_value(default) if default is not None else 'not given'})"
+    if record.get("paper"):
+        text += f"; {record['paper']}"
+    return {"label": str(record.get("flag", "?")), "text": text, "code": True}
 
 
 def _conventions(manifest: Mapping[str, Any]) -> dict | None:

@@ -1,0 +1,200 @@
+"""The notebook face: one import, one call, a result object with named tables.
+
+    import bertology as bt
+    run = bt.compare("minilm", "runs/demo-model/model", "reviews.txt", analyses=["attention_change"])
+    run.attention_change.sort_values("cosine").head()    # every table is a DataFrame, by attribute
+    run.plot("attention_cosine")                         # the report's own figure, as a matplotlib Figure
+    run                                                  # in Jupyter: a compact card
+    same = bt.load_run("runs/demo")                      # any run folder -> its result object
+
+Every setting is a keyword argument under the name it has in the declarations (``rsa_tokens=500``,
+``ablation_mode="zero"``); the command line's flags are the same names with dashes, and both are
+checked by the same code, so they accept and refuse the same values.
+"""
+from __future__ import annotations
+
+import html
+import json
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bertology.errors import BertologyError
+from bertology.results import MANIFEST, read_table
+
+#: Kinds of run whose manifest's ``config.analyses`` names specs with a command-line summary.
+_COMPARE_KINDS = ("compare",)
+
+
+@dataclass
+class Run:
+    """A finished run: its tables by name (also as attributes), its manifest, and where it lives (None: in memory).
+
+    ``plot(name)`` draws one of the report's figures from the tables; ``summary()`` is the command line's
+    summary; in Jupyter the object shows as a card of headline numbers, changed settings and warnings.
+    """
+
+    kind: str
+    manifest: dict
+    tables: dict[str, pd.DataFrame]
+    out: Path | None = None
+    report: Path | None = None
+    _figures: dict | None = field(default=None, repr=False)
+
+    def __getattr__(self, name: str) -> pd.DataFrame:
+        tables = self.__dict__.get("tables") or {}
+        if name in tables:
+            return tables[name]
+        raise AttributeError(f"this {self.__dict__.get('kind', '')} run has no table {name!r}; "
+                             f"its tables: {', '.join(sorted(tables)) or 'none'}")
+
+    def __dir__(self) -> Iterable[str]:
+        return [*super().__dir__(), *self.tables]
+
+    def __repr__(self) -> str:
+        where = str(self.out) if self.out else "in memory"
+        return f"<bertology {self.kind} run ({where}): tables {', '.join(sorted(self.tables))}>"
+
+    def table(self, name: str) -> pd.DataFrame:
+        """Table ``name`` (the same DataFrame as ``run.<name>``)."""
+        return getattr(self, name)
+
+    @property
+    def settings(self) -> dict:
+        """Every declared setting's record (value, default, flag, help, paper), by owner, as the manifest keeps it."""
+        return dict(self.manifest.get("settings") or {})
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.manifest.get("warnings") or [])
+
+    def changed_settings(self) -> dict[str, Any]:
+        """The settings whose value is not the declared default: ``flag -> value``."""
+        return {r["flag"]: r["value"] for group in self.settings.values() for r in group.values()
+                if r.get("value") != r.get("default")}
+
+    def summary(self) -> str:
+        """The command line's summary lines, one block per analysis and experiment (compare runs)."""
+        if self.kind not in _COMPARE_KINDS:
+            return ""
+        from bertology.pipeline import select
+
+        names = (self.manifest.get("config") or {}).get("analyses") or ["all"]
+        selection = select(names)
+        lines = [text for spec in (*selection.analyses, *selection.experiments)
+                 if spec.summary is not None and spec.name in self.tables
+                 and (text := spec.summary(self.tables))]
+        return "\n".join(lines)
+
+    def figures(self) -> dict[str, str]:
+        """Every figure ``plot`` can draw: ``name -> caption`` (the report's figures for these tables)."""
+        return {name: caption for name, (_, _, caption) in self._drawn().items()}
+
+    def plot(self, name: str | None = None):
+        """One of the report's figures as a matplotlib Figure: by figure name (see ``figures()``), or by table
+        name (the first figure of the report section that reads it); without a name, the run's first figure."""
+        drawn = self._drawn()
+        if not drawn:
+            raise BertologyError("This run has no table that a figure is drawn from.")
+        if name is None:
+            return next(iter(drawn.values()))[1]
+        if name in drawn:
+            return drawn[name][1]
+        for names, fig, _ in drawn.values():
+            if name in names:
+                return fig
+        raise BertologyError(f"No figure {name!r}; choose from: {', '.join(drawn)} (or a table's name).")
+
+    def _drawn(self) -> dict:
+        if self._figures is None:
+            from bertology.report.render import section_figures
+
+            self._figures = section_figures(self.tables, self.manifest)
+        return self._figures
+
+    def _repr_html_(self) -> str:
+        return _card(self)
+
+
+def _card(run: Run) -> str:
+    """A compact HTML card: what was compared, headline lines, changed settings, warnings, the tables."""
+    e = html.escape
+    models = run.manifest.get("models") or {}
+    names = " → ".join(str((models.get(k) or {}).get("name") or (models.get(k) or {}).get("path") or "?")
+                       for k in ("base", "tuned") if k in models)
+    data = run.manifest.get("data") or {}
+    head = f"<b>bertology {e(run.kind)}</b>" + (f": {e(names)}" if names else "")
+    head += f" <span style='color:#666'>({e(str(run.out)) if run.out else 'in memory'}"
+    head += f"; {data.get('n_examples')} examples)</span>" if data.get("n_examples") is not None else ")</span>"
+    parts = [f"<div style='font-family:sans-serif;font-size:13px;line-height:1.45'>{head}"]
+    summary = run.summary().splitlines()[:8]
+    if summary:
+        parts.append("<ul style='margin:4px 0'>" + "".join(f"<li>{e(line)}</li>" for line in summary) + "</ul>")
+    changed = run.changed_settings()
+    if changed:
+        parts.append("<div>settings: " + ", ".join(f"<code>{e(k)}={e(str(v))}</code>" for k, v in changed.items())
+                     + "</div>")
+    for w in run.warnings[:5]:
+        parts.append(f"<div style='color:#a15c00'>warning: {e(str(w))}</div>")
+    listing = ", ".join(f"<code>{e(n)}</code> ({len(df)} rows)" for n, df in sorted(run.tables.items()))
+    parts.append(f"<div style='color:#666'>tables (run.&lt;name&gt;): {listing}</div></div>")
+    return "".join(parts)
+
+
+def load_run(path: str | Path) -> Run:
+    """Reopen any run folder (compare, ablate, probe, finetune, study ...) as its result object."""
+    folder = Path(path).expanduser()
+    manifest_path = folder / MANIFEST
+    if not manifest_path.exists():
+        raise BertologyError(f"{folder} is not a bertology run folder (no {MANIFEST}).")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise BertologyError(f"{manifest_path} is not a valid manifest ({err}).") from None
+    listed = manifest.get("tables")
+    names = listed if isinstance(listed, list) else sorted(p.stem for p in (folder / "tables").glob("*.parquet"))
+    tables = {n: read_table(folder, n) for n in names if (folder / "tables" / f"{n}.parquet").exists()
+              or (folder / "tables" / f"{n}.csv").exists()}
+    report = folder / "report.html"
+    return Run(str(manifest.get("kind") or "run"), manifest, tables, folder, report if report.exists() else None)
+
+
+def _corpus(data: Any):
+    """``data`` as compare takes it: a path (str or Path), a list of sentences, or a Corpus."""
+    from bertology.data.corpus import Corpus
+
+    if isinstance(data, Corpus):
+        return "", data
+    if isinstance(data, (str, Path)):
+        return str(data), None
+    if isinstance(data, Sequence) and all(isinstance(t, str) for t in data):
+        return "", Corpus.from_list(list(data))
+    raise BertologyError("data must be a file path, hf:NAME:SPLIT, a list of sentences or a Corpus.")
+
+
+def compare(base: str, tuned: str, data: Any, *, analyses: str | Sequence[str] = "all", out: str | Path | None = None,
+            report: bool = False, overwrite: bool = False, progress: bool = False, **settings: Any) -> Run:
+    """Compare a base and a fine-tuned encoder on ``data`` with the chosen analyses; the result in memory.
+
+    ``out``: also keep the run folder there (resumable; ``report=True`` renders report.html in it).
+    ``settings``: any declared setting by name (``bertology compare --help`` lists them as flags).
+    """
+    from bertology.pipeline import compare as run_compare
+    from bertology.pipeline import make_config
+
+    if report and out is None:
+        raise BertologyError("report=True needs out=FOLDER: the report is a file in the run folder.")
+    path, corpus = _corpus(data)
+    names = (analyses,) if isinstance(analyses, str) else tuple(analyses)
+    with tempfile.TemporaryDirectory(prefix="bertology-") as tmp:
+        folder = Path(out).expanduser() if out is not None else Path(tmp) / "run"
+        config = make_config(path, base=str(base), tuned=str(tuned), out=str(folder), analyses=names, **settings)
+        done = run_compare(config, corpus=corpus, overwrite=overwrite, progress=progress, report=report)
+        tables = {name: res.table for name, res in done.results.items()}
+    manifest = json.loads(json.dumps(done.manifest, default=str))  # as load_run reads it back: lists, not tuples
+    return Run("compare", manifest, tables, done.out if out is not None else None, done.report)
+

@@ -1,0 +1,70 @@
+"""The notebook face: ``import bertology as bt`` stays light, ``bt.compare`` runs in memory, ``bt.load_run`` reopens
+a folder as the same object, tables are DataFrames by attribute, ``plot`` returns the report's figures, and the
+card is compact (headlines, changed settings, warnings), not a table dump."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+import bertology as bt
+from bertology.errors import BertologyError
+from bertology.testing import SENTENCES, tiny_bert_pair
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return tiny_bert_pair(tmp_path_factory.mktemp("pair"), planted=(1, 2))
+
+
+def test_import_bertology_imports_no_torch():
+    code = "import sys, bertology as bt; bt.__all__; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]
+
+
+def test_compare_in_memory_then_kept_and_reopened(pair, tmp_path):
+    base, tuned = map(str, pair)
+    run = bt.compare(base, tuned, SENTENCES, analyses=["attention_change", "representation_similarity"],
+                     rsa_tokens=50, view_examples=0)
+    assert run.out is None and run.report is None  # nothing kept on disk
+    assert isinstance(run.attention_change, pd.DataFrame) and run.table("attention_change") is run.attention_change
+    worst = run.attention_change.groupby(["layer", "head"])["cosine"].mean().idxmin()
+    assert worst == (1, 2)  # the planted head changed most
+    assert set(run.tables) == {"attention_change", "representation_similarity"}
+    assert run.changed_settings() == {"--base": base, "--analyses": ["attention_change", "representation_similarity"],
+                                      "--rsa-tokens": 50, "--view-examples": 0}
+    with pytest.raises(AttributeError, match="has no table 'geometry'; its tables: attention_change"):
+        run.geometry
+    # plots are the report's own figures
+    assert "attention_cosine" in run.figures()
+    fig = run.plot("attention_cosine")
+    assert fig.axes and fig is run.plot("attention_change")
+    with pytest.raises(BertologyError, match="No figure 'nope'"):
+        run.plot("nope")
+    card = run._repr_html_()
+    assert "attention change: lowest cosine L1H2" in card and "--rsa-tokens=50" in card and "<table" not in card
+    assert len(card) < 4000
+    # the same call with out= keeps the folder; load_run gives back the same tables and manifest
+    kept = bt.compare(base, tuned, SENTENCES, analyses=["attention_change", "representation_similarity"],
+                      rsa_tokens=50, view_examples=0, out=tmp_path / "run", report=True)
+    assert kept.out == tmp_path / "run" and kept.report and kept.report.exists()
+    again = bt.load_run(tmp_path / "run")
+    assert again.kind == "compare" and again.manifest == kept.manifest
+    for name, df in kept.tables.items():
+        pd.testing.assert_frame_equal(again.tables[name], df, check_dtype=False)
+        pd.testing.assert_frame_equal(df, run.tables[name], check_dtype=False)
+
+
+def test_a_bad_setting_is_one_clear_error(pair):
+    base, tuned = map(str, pair)
+    with pytest.raises(BertologyError, match=r"--rsa-tokens \(rsa_tokens\) must be at least 4, not 2\."):
+        bt.compare(base, tuned, SENTENCES, analyses="representation_similarity", rsa_tokens=2)
+    with pytest.raises(BertologyError, match="Unknown setting rsa_tokenz"):
+        bt.compare(base, tuned, SENTENCES, rsa_tokenz=2)
+    with pytest.raises(BertologyError, match="report=True needs out="):
+        bt.compare(base, tuned, SENTENCES, report=True)
+    with pytest.raises(BertologyError, match="not a bertology run folder"):
+        bt.load_run("/nonexistent/run")
