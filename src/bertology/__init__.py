@@ -9,7 +9,7 @@ a function that needs a model is first called.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bertology.errors import BertologyError
 
@@ -23,10 +23,6 @@ _LAZY = {
 }
 
 __all__ = ["BertologyError", "__version__", *_LAZY]
-
-if TYPE_CHECKING:
-    from bertology.api import Run, compare, load_run
-
 
 def __getattr__(name: str) -> Any:
     """``bertology.compare`` and friends, imported when first used (PEP 562)."""
