@@ -179,7 +179,8 @@ def test_a_toy_analysis_s_settings_reach_flags_help_manifest_fingerprint_and_rep
     from bertology.cli import app
 
     runner = CliRunner()
-    shown = " ".join(runner.invoke(app, ["compare", "--help"], env={"COLUMNS": "200"}).output.split())
+    help_text = runner.invoke(app, ["compare", "--help"], env={"COLUMNS": "200"}).output
+    shown = " ".join(help_text.replace("│", " ").split())  # the help's words, without the panels' borders
     assert "--toy-scale" in shown and "Multiply the token count by this. (Toy et al. 2026) (default: 1)" in shown
     assert "--toy-label [tokens|pieces]" in shown and "What the count is called. (default: tokens)" in shown
     data = tmp_path / "d.txt"
@@ -195,6 +196,18 @@ def test_a_toy_analysis_s_settings_reach_flags_help_manifest_fingerprint_and_rep
                                    "paper": "Toy et al. 2026", "changes_numbers": True}
     assert record["toy_label"]["value"] == "pieces" and record["toy_label"]["changes_numbers"] is False
     assert manifest["config"]["toy_scale"] == 3 and manifest["analyses"]["toy_token_count"] == {"scale": 3, "label": "pieces"}
+    # every declared setting of every spec, the run and the data: in --help with its default, and in the manifest
+    from bertology.cli.generated import _help
+    from bertology.cli.commands import compare_settings
+
+    declared = [(owner, s) for owner, group in compare_settings() for s in group]
+    assert {(owner, s.name) for owner, s in declared} == {(o, n) for o, group in manifest["settings"].items() for n in group}
+    for owner, s in declared:
+        assert s.cli_flag in shown and " ".join(_help(s).split()) in shown, s.name
+        assert manifest["settings"][owner][s.name]["flag"] == s.cli_flag
+        if s.default is not None and owner != "run":
+            assert manifest["settings"][owner][s.name]["default"] == (list(s.default) if isinstance(s.default, tuple)
+                                                                       else s.default), s.name
     html = (tmp_path / "cli/report.html").read_text(encoding="utf-8")
     assert "Settings: toy_token_count" in html and "<code>--toy-scale</code>" in html
     assert "3 (default 1); Toy et al. 2026" in html
