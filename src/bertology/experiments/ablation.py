@@ -609,14 +609,6 @@ def degeneracy_record(table: pd.DataFrame, intact_pred: np.ndarray, config) -> d
     return {**verdict.to_dict(), **task_of_table(table).prediction_summary(intact_pred, config)}
 
 
-def head_deltas(table: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
-    """One row per head: ``layer, head, label, value, delta, ci_low, ci_high, helps, hurts`` for ``metric``
-    (default: the task's primary metric)."""
-    metric = metric or task_of_table(table).primary
-    t = table[(table["target"] == "head") & (table["metric"] == metric)]
-    return t.sort_values(["layer", "head"]).reset_index(drop=True)
-
-
 def ranked(table: pd.DataFrame, metric: str | None = None, *, target: str = "head", harmful: bool = True, top: int = 5) -> pd.DataFrame:
     """The ``top`` ablations whose removal hurts most (``harmful``) or helps most, for ``metric``
     (default: the task's primary metric).
