@@ -36,7 +36,7 @@ import pandas as pd
 from bertology.errors import BertologyError, check_choice
 from bertology.results import atomic_write_text, now_iso, write_table
 from bertology.runs import RunResult
-from bertology.study.executors import EXECUTORS, Executor, JobResult, make_executor
+from bertology.study.executors import EXECUTORS, Executor, JobResult, LocalExecutor, make_executor  # noqa: F401  (LocalExecutor re-exported)
 from bertology.study.jobs import CompareJob, FinetuneJob, compare_job, finetune_jobs, model_identity
 from bertology.study.spec import StudySpec, check_models, load_spec
 
