@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import json
 import re
 import time
 from collections.abc import Sequence
@@ -35,6 +33,7 @@ from bertology.models.pair import ModelPair
 from bertology.pipeline import CompareRun, PairJob, in_dtype, prepare_inputs, progress_bar, resolve_settings
 from bertology.results import Result, read_table, write_table
 from bertology.runs import RunDirectory, manifest_header, open_run
+from bertology.runs import fingerprint as run_fingerprint
 
 #: ``task/sN`` names give the task and the seed (``sst2/s0``: task sst2, seed 0).
 TASK_SEED = re.compile(r"^(?P<task>[^/]+)/s(?P<seed>\d+)$")
@@ -137,9 +136,8 @@ def compare_many(
     out = Path(config.out).expanduser()
     jobs = [PairJob(inputs, pair, out=out / "pairs" / t.slug, overwrite=overwrite, progress=progress, t0=t0)
             for t, pair in zip(tuned, pairs)]
-    fingerprint = hashlib.sha256(json.dumps(
-        [config.fingerprint(), [[t.name, t.task, t.seed, j.fingerprint] for t, j in zip(tuned, jobs)]]).encode()
-    ).hexdigest()[:16]
+    # no mapping among the parts, so the sorted-key JSON of runs.fingerprint gives the value it always had
+    fingerprint = run_fingerprint(config.fingerprint(), [[t.name, t.task, t.seed, j.fingerprint] for t, j in zip(tuned, jobs)])
     with open_run(out, "compare_many", fingerprint, overwrite=overwrite, scratch=("pairs",)) as top:
         finished = {t.name: _finished_pair(j, report) for t, j in zip(tuned, jobs)} if top.resumed else {}
         runs = _run_pairs(config, [(t, j) for t, j in zip(tuned, jobs) if finished.get(t.name) is None], report, progress)

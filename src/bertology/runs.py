@@ -1,8 +1,11 @@
 """The one run-directory helper: open an ``--out`` folder (resume, refuse, replace), write its manifest.
 
-Every command that writes a run (compare, ablate, probe, finetune) opens its folder with
-:func:`open_run` and starts its manifest with :func:`manifest_header`, so resuming, refusing a
-foreign folder, clearing a replaced run's unfinished work and the provenance fields are written once.
+Every command that writes a run (compare, ablate, probe, finetune) names its settings with
+:func:`fingerprint`, opens its folder with :func:`open_run` and writes its manifest with
+:func:`build_manifest` (which starts with :func:`manifest_header`), so the run's identity, resuming,
+refusing a foreign folder, clearing a replaced run's unfinished work and the provenance fields are
+written once. Each command's library function returns a :class:`RunResult` (its folder, its tables by
+name, its manifest).
 
 A run folder is safe under concurrency and failure:
 
@@ -16,18 +19,25 @@ A run folder is safe under concurrency and failure:
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 
 from bertology.errors import BertologyError
 from bertology.results import MANIFEST, atomic_write_text, now_iso, package_versions
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 logger = logging.getLogger(__name__)
 
@@ -208,3 +218,66 @@ def manifest_header(kind: str, fingerprint: str, *, created: str | None = None) 
         "command": " ".join(sys.argv) if sys.argv else None,
         "packages": versions,
     }
+
+
+def build_manifest(
+    kind: str, fingerprint: str, *, created: str | None = None, status: str = "running", config: dict | None = None,
+    models: dict | None = None, data: dict | None = None, **sections: Any,
+) -> dict:
+    """A run's manifest: :func:`manifest_header`, its ``status``, ``config``, the command's own ``sections``
+    (seed, device, dtype, ...), then ``models`` and ``data`` (each left out when None)."""
+    manifest = {**manifest_header(kind, fingerprint, created=created), "status": status}
+    if config is not None:
+        manifest["config"] = config
+    manifest.update(sections)
+    for key, value in (("models", models), ("data", data)):
+        if value is not None:
+            manifest[key] = value
+    return manifest
+
+
+def fingerprint(*parts: Any) -> str:
+    """The one run fingerprint: SHA-256 of ``parts`` as JSON with sorted keys (``default=str``), 16 hex digits.
+
+    Equal fingerprints mean the same settings, models and data, so one run may resume the other. The
+    parts are written as one JSON list, so ``fingerprint(a, b)`` equals the older
+    ``sha256(json.dumps([a, b], sort_keys=True, default=str))[:16]``.
+    """
+    return hashlib.sha256(json.dumps(list(parts), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@contextmanager
+def run_folder(out: str | Path | None) -> Iterator[Path]:
+    """``out`` itself, or (``out=None``: a run kept in memory) a temporary folder removed afterwards."""
+    if out is not None:
+        yield Path(out).expanduser()
+        return
+    with tempfile.TemporaryDirectory(prefix="bertology-") as tmp:
+        yield Path(tmp) / "run"
+
+
+@dataclass
+class RunResult:
+    """What a command's library function returns: its run folder, its tables by name, its manifest.
+
+    ``out`` is None for a run kept in memory (``out=None``). ``table(name)`` is one table as a
+    DataFrame; ``tables`` holds them all.
+    """
+
+    out: Path | None
+    tables: dict[str, "pd.DataFrame"]
+    manifest: dict
+
+    def table(self, name: str) -> "pd.DataFrame":
+        """The table ``name`` (one clear error naming the tables there are)."""
+        if name not in self.tables:
+            raise BertologyError(f"This run has no table {name!r}; it has: {', '.join(self.tables) or 'none'}.")
+        return self.tables[name]
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        where = "in memory" if self.out is None else escape(str(self.out))
+        kind = escape(str(self.manifest.get("kind", "run")))
+        return (f"<b>{kind}</b> run ({where}): tables "
+                + ", ".join(f"<code>{escape(n)}</code> ({len(t)} rows)" for n, t in self.tables.items()))

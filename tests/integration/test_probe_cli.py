@@ -166,7 +166,8 @@ def test_empty_corpus_and_bad_layers_are_refused(models, data, tmp_path):
     assert_user_error(invoke("probe", "--base", base, "--train", data[0], "--test", data[1], "--layers", "0,9",
                              "--epochs", 1, "--out", tmp_path / "o2"), "out of range")
     assert_user_error(invoke("probe", "--base", base, "--train", data[0], "--test", data[1], "--feature-dtype", "int8",
-                             "--epochs", 1, "--out", tmp_path / "o3"), "Unknown feature dtype")
+                             "--epochs", 1, "--out", tmp_path / "o3"),
+                      "--feature-dtype (feature_dtype) must be one of float16, float32, not 'int8'")
 
 
 def test_feature_dtype_is_recorded_and_float16_holds_half_the_bytes(models, data, tmp_path):

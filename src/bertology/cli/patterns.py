@@ -3,7 +3,8 @@
 ``export`` writes thumbnails, ``maps.npz``, ``labels.csv`` (label column empty) and an ``index.html``
 contact sheet for labelling; ``train`` cross-validates Kovaleva's small CNN on the labelled rows,
 reports macro-F1 and the agreement with the rule classifier, and saves the model, which
-``AttentionPatterns(classifier=PatternClassifier.load(DIR))`` can then use instead of the rules.
+``AttentionPatterns(classifier=PatternClassifier.load(DIR))`` can then use instead of the rules. The work
+is :mod:`bertology.study.patterns`; this module parses the flags and prints what was done.
 """
 from __future__ import annotations
 
@@ -48,37 +49,14 @@ def export_command(
     trust_remote_code: bool = TRUST_REMOTE_CODE_OPT,
 ) -> None:
     """Sample attention maps and write thumbnails plus a labels.csv for a person to label."""
-    from bertology.models.device import resolve_device
+    from bertology.study.inputs import Columns, Loading
+    from bertology.study.patterns import ExportSettings, export_patterns
 
-    resolve_device(device)  # a missing GPU is an error now, not after loading
-    from bertology.experiments.pattern_cnn import sample_maps, write_export
-    from bertology.viz.patterns import thumbnail_png
-    from bertology.data.encode import encode_corpus
-    from bertology.data.loaders import load_corpus
-    from bertology.errors import BertologyError
-    from bertology.metrics.patterns import PATTERNS, PatternThresholds
-    from bertology.models.loading import load_model
-
-    if size < 8 or size % 8:
-        raise BertologyError(f"--size must be a positive multiple of 8, not {size}")
-    out = out.expanduser()
-    if out.exists() and out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise BertologyError(f"--out {out} is not empty; choose an empty folder or pass --overwrite.")
-    loaded = load_model(model, trust_remote_code=trust_remote_code)
-    corpus = load_corpus(data, text_column=text_column, pair_column=pair_column)
-    encoded = encode_corpus(corpus, loaded.tokenizer, max_length=max_length)
-    if not encoded.items:
-        raise BertologyError(f"every example of {corpus.source} is longer than --max-length {max_length}.")
-    thresholds = PatternThresholds()
-    sample = sample_maps(loaded, encoded, examples=examples, heads=heads, limit=limit, seed=seed, size=size,
-                         batch_size=batch_size, thresholds=thresholds, corpus=corpus, device=device)
-    info = {
-        "model": loaded.describe(),
-        "data": {"source": corpus.source, "n_examples": len(corpus), "encoding": encoded.describe()},
-        "examples": examples, "heads": heads, "limit": limit, "seed": seed, "thresholds": thresholds.to_dict(),
-    }
-    write_export(sample, out, thumbnail_png, info=info, overwrite=overwrite)
-    counts = {p: int((sample.predicted == i).sum()) for i, p in enumerate(PATTERNS)}
+    settings = ExportSettings(examples=examples, heads=heads, limit=limit, size=size, seed=seed, max_length=max_length,
+                              batch_size=batch_size, device=device)
+    run = export_patterns(model, data, settings, out=out, columns=Columns(text_column, pair_column),
+                          loading=Loading(trust_remote_code=trust_remote_code), overwrite=overwrite)
+    out, sample, counts = run.out, run.sample, run.counts
     console.print(f"exported {len(sample)} maps of {len(set(sample.example.tolist()))} examples to {escape(str(out))}")
     console.print("rule classifier: " + ", ".join(f"{p} {n}" for p, n in counts.items()), highlight=False)
     console.print(f"label them in {escape(str(out / 'index.html'))} (or the label column of {escape(str(out / 'labels.csv'))}), then run "
@@ -98,21 +76,13 @@ def train_command(
     overwrite: bool = overwrite_option(help="Replace a model already saved in --out."),
 ) -> None:
     """Cross-validate a small CNN on the labelled maps, compare it with the rules, and save it."""
-    from bertology.experiments.pattern_cnn import META_FILE, TrainSettings, read_labels, train_pattern_cnn
-    from bertology.errors import BertologyError
+    from bertology.experiments.pattern_cnn import TrainSettings
+    from bertology.study.patterns import train_patterns
 
-    data = read_labels(labels)
-    folder = (out or labels.expanduser().parent / "cnn").expanduser()
-    if (folder / META_FILE).exists() and not overwrite:
-        raise BertologyError(f"{folder} already holds a pattern CNN; choose another --out or pass --overwrite.")
-    if epochs < 1 or batch_size < 1 or lr <= 0:
-        raise BertologyError("--epochs and --batch-size must be at least 1 and --lr positive.")
-    console.print(f"{len(data.labels)} labelled maps ({data.n_skipped} rows with an empty label skipped)")
-    settings = TrainSettings(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed)
-    clf, report = train_pattern_cnn(data.images, data.labels, folds=folds, settings=settings, rules=data.rules)
-    clf.metadata["labels_csv"] = str(labels.expanduser().resolve())
-    clf.metadata["n_skipped_unlabelled"] = data.n_skipped
-    clf.save(folder)
+    run = train_patterns(labels, TrainSettings(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed), out=out,
+                         folds=folds, overwrite=overwrite)
+    report, folder = run.report, run.out
+    console.print(f"{len(run.report.out_of_fold)} labelled maps ({run.n_skipped} rows with an empty label skipped)")
     console.print("labels: " + ", ".join(f"{c} {n}" for c, n in report.label_counts.items()), highlight=False)
     console.print("per-class F1 (out of fold): " + ", ".join(f"{c} {f:.3f}" for c, f in report.per_class_f1.items()),
                   highlight=False)

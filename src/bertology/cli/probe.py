@@ -8,14 +8,11 @@ Writes, under ``--out``: ``tables/probe`` (``model, layer, probe, split, uuas, d
 stopped (features are not recomputed, training resumes after the last finished epoch). Different
 settings in the same folder are refused unless ``--overwrite``. The word features are held in
 ``--feature-dtype`` (float32 by default; float16 halves the disk and page cache) and read from those
-memory-mapped files during training.
+memory-mapped files during training. The work is :func:`bertology.study.probe.probe`; this module parses
+the flags and prints the best layers.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import shutil
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -27,26 +24,11 @@ from bertology.cli.options import (
     DEVICE_OPT, DTYPE_OPT, SPACY_MODEL_OPT, TRUST_REMOTE_CODE_OPT, base_option, batch_size_option, epochs_option, layers_option,
     lr_option, max_length_option, no_report_option, out_option, overwrite_option, seed_option, tuned_option,
 )
-from bertology.progress import parse_layer_list, stage_bars
-
-KIND = "probe"
+from bertology.progress import parse_layer_list
 
 
 def _parse_probes(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
-
-
-def _load_split(path: str, what: str, limit: int | None, spacy_model: str | None, nlp_cache: dict):
-    from bertology.experiments.probe import ensure_trees
-    from bertology.data.annotate import load_spacy
-    from bertology.data.loaders import load_corpus
-
-    corpus = load_corpus(path, limit=limit, name=what)
-    if not corpus.has_trees and not corpus.has_pairs and not any(ex.words is not None for ex in corpus):
-        if "nlp" not in nlp_cache:
-            nlp_cache["nlp"] = load_spacy(spacy_model)
-        return ensure_trees(corpus, nlp=nlp_cache["nlp"])
-    return ensure_trees(corpus, spacy_model=spacy_model)
 
 
 @app.command("probe")
@@ -87,102 +69,20 @@ def probe_command(
     no_report: bool = no_report_option(),
 ) -> None:
     """Structural probes (distance and depth) on every layer: how much syntax each model keeps."""
-    from bertology.models.device import resolve_device
-    from bertology.models.precision import resolve_dtype
+    from bertology.study.inputs import Loading
+    from bertology.study.probe import ProbeData, ProbeModels, probe
 
-    resolved = resolve_device(device)  # a missing GPU or dtype is an error now, not after loading
-    torch_dtype = resolve_dtype(dtype, resolved)
-    device = str(resolved)  # "auto" -> what it chose
-    from bertology.conventions import choose, record
-    from bertology.experiments.probe import ProbeSettings, random_init_model, run_probes
-    from bertology.models.loading import load_model
-    from bertology.results import now_iso, read_table, write_table
-    from bertology.runs import manifest_header, open_run
-
-    settings = ProbeSettings(
-        rank=rank or None, layers=parse_layer_list(layers, "layer numbers (0 = embeddings)"), probes=_parse_probes(probes), epochs=epochs,
-        batch_size=batch_size, extract_batch_size=extract_batch_size, lr=lr, patience=patience,
-        seed=seed, device=device, max_length=max_length,
-        punctuation=choose(conventions, "probe_punctuation", probe_punctuation), feature_dtype=feature_dtype,
-    )
-    limit = max_sentences or None
-    nlp_cache: dict = {}
-    corpora = {"train": _load_split(train, "train", limit, spacy_model, nlp_cache)}
-    if dev is not None:
-        corpora["dev"] = _load_split(dev, "dev", limit, spacy_model, nlp_cache)
-    corpora["test"] = _load_split(test, "test", limit, spacy_model, nlp_cache)
-
-    models = {"base": load_model(base, kind="auto", trust_remote_code=trust_remote_code, dtype=torch_dtype)}
-    if tuned is not None:
-        models["tuned"] = load_model(tuned, kind="auto", trust_remote_code=trust_remote_code, dtype=torch_dtype)
-    if random_control:
-        models["random"] = random_init_model(models["base"], seed)
-
-    d = settings.to_dict()
-    d.pop("device")
-    if d["feature_dtype"] == "float32":
-        d.pop("feature_dtype")  # runs made before the option held float32 features: they keep their fingerprint
-    ids = {name: (m.weights_sha256 or m.path) for name, m in models.items() if name != "random"}
-    fingerprint = hashlib.sha256(json.dumps(
-        [d, {k: c.fingerprint() for k, c in corpora.items()}, ids, random_control] + ([dtype] if dtype != "float32" else []),
-        sort_keys=True, default=str
-    ).encode()).hexdigest()[:16]
-    with open_run(out, KIND, fingerprint, overwrite=overwrite) as opened:
-        run_dir, resumed, old = opened.dir, opened.resumed, opened.previous
-        partial = run_dir.path / "partial"
-        if resumed and old.get("status") == "complete" and run_dir.has_table("probe"):
-            console.print(f"{escape(str(run_dir.path))} already holds this finished run; nothing to do")
-            _print_summary(read_table(run_dir.path, "probe"), run_dir.path)
-            return
-        if resumed and partial.exists():
-            console.print(f"resuming the run in {escape(str(run_dir.path))} (cached features and finished epochs are kept)")
-        manifest = {
-            **manifest_header(KIND, fingerprint, created=old.get("created")),
-            "status": "running",
-            "config": {"base": base, "tuned": tuned, "random_control": random_control, "train": train, "dev": dev,
-                       "test": test, "max_sentences": max_sentences, "spacy_model": spacy_model, **settings.to_dict(),
-                       "dtype": dtype},
-            "conventions": record(conventions, {"probe_punctuation": settings.punctuation}),
-            "seed": seed,
-            "device": device,
-            "dtype": dtype,
-            "attn_implementation": "eager",
-            "pooling": "mean of sub-word pieces",
-            "feature_dtype": settings.feature_dtype,
-            "models": {name: {**m.describe(), **({"seed": seed} if name == "random" else {})} for name, m in models.items()},
-            "data": {k: c.describe() for k, c in corpora.items()},
-        }
-        run_dir.write_manifest(manifest)
-
-        t0 = time.perf_counter()
-        with stage_bars(describe=lambda s: "training (epochs)" if s == "training" else s, console=console) as on_progress:
-            try:
-                result = run_probes(models, corpora["train"], corpora.get("dev"), corpora["test"], settings,
-                                    on_progress=on_progress, work_dir=partial)
-            except KeyboardInterrupt:
-                console.print(f"[yellow]interrupted:[/] features and finished epochs are saved in {escape(str(partial))}; "
-                              "run the same command again to continue.")
-                raise
-        write_table(run_dir.path, "probe", result.table)
-        from bertology.results import atomic_write_text
-        from bertology.viz.figures import figure_to_svg
-        from bertology.viz.probe import probe_figures
-
-        figures = []
-        for stem, fig in probe_figures(result.table).items():
-            path = run_dir.path / "figures" / f"{stem}.svg"
-            atomic_write_text(path, figure_to_svg(fig))
-            figures.append(str(path.relative_to(run_dir.path)))
-        manifest.update(status="complete", finished=now_iso(), wall_time_s=round(time.perf_counter() - t0, 3),
-                        probe=result.params, tables=["probe"], figures=figures)
-        run_dir.write_manifest(manifest)
-    if not keep_features:
-        shutil.rmtree(partial, ignore_errors=True)
-    _print_summary(result.table, run_dir.path)
-    if not no_report:
-        from bertology.report.render import render_report
-
-        console.print(f"report: [bold]{escape(str(render_report(run_dir.path)))}[/]")
+    settings = {
+        "rank": rank or None, "layers": parse_layer_list(layers, "layer numbers (0 = embeddings)"), "probes": _parse_probes(probes),
+        "epochs": epochs, "batch_size": batch_size, "extract_batch_size": extract_batch_size, "lr": lr, "patience": patience,
+        "seed": seed, "device": device, "max_length": max_length, "punctuation": probe_punctuation, "feature_dtype": feature_dtype,
+    }
+    run = probe(ProbeModels(base, tuned, random_control), ProbeData(train, test, dev, max_sentences, spacy_model), settings,
+                conventions=conventions, out=out, loading=Loading(dtype, trust_remote_code), overwrite=overwrite,
+                keep_features=keep_features, report=not no_report, progress=True)
+    _print_summary(run.table("probe"), run.out)
+    if run.report is not None:
+        console.print(f"report: [bold]{escape(str(run.report))}[/]")
 
 
 def _print_summary(table, out: Path) -> None:

@@ -26,17 +26,10 @@ def study_command(
 ) -> None:
     """Run a study: one base, many fine-tunes (tasks x seeds), compared with the base and with each other in one pass.
     Finished jobs are reused (a rerun does only what is missing or failed)."""
-    from bertology.study.executors import make_executor
     from bertology.study.runner import run_study
-    from bertology.study.spec import check_models, load_spec
 
-    study = load_spec(spec)
-    check_models(study)  # before a Ray cluster is started or joined
-    runner = make_executor(executor, ray_address=ray_address, progress=executor == "local")
-    try:
-        result = run_study(study, out, executor=runner, overwrite=overwrite, progress=executor == "local")
-    finally:
-        runner.close()
+    result = run_study(spec, out, executor=executor, ray_address=ray_address, overwrite=overwrite,
+                       progress=executor == "local")
     table = Table(title=f"study jobs ({result.manifest['executor']} executor)")
     for col in ("job", "status", "wall time", "error"):
         table.add_column(col)

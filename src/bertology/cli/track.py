@@ -3,7 +3,7 @@
 Reads a ``bertology finetune --save-every N`` run folder; writes ``tables/track_<analysis>.parquet``
 and ``.csv`` (the analysis's columns plus ``model``, ``checkpoint``, ``step``), ``figures/track_<analysis>.svg``
 (each metric over training steps) and one compare run per checkpoint under ``track/`` (reused when the
-command is run again).
+command is run again). The work is :func:`bertology.study.track.track`.
 """
 from __future__ import annotations
 
@@ -37,13 +37,12 @@ def track_command(
     overwrite: bool = overwrite_option(help="Recompute every checkpoint (default: reuse those already tracked with the same settings)."),
 ) -> None:
     """Run analyses for every checkpoint of a fine-tuning run and plot each metric over training steps."""
-    from bertology.study.track import track
+    from bertology.study.track import TrackSettings, track
 
-    names = tuple(a.strip() for a in analyses.split(",") if a.strip())
-    result = track(
-        run, analyses=names, data=data, base=base, max_examples=max_examples or None, max_length=max_length,
-        batch_size=batch_size, seed=seed, device=device, include_final=final, overwrite=overwrite, progress=True,
-    )
+    settings = TrackSettings(analyses=tuple(a.strip() for a in analyses.split(",") if a.strip()),
+                             max_examples=max_examples or None, max_length=max_length, batch_size=batch_size, seed=seed,
+                             device=device, include_final=final)
+    result = track(run, settings, data=data, base=base, overwrite=overwrite, progress=True)
     steps = ", ".join(f"{c.name}" for c in result.checkpoints)
     console.print(f"tracked {len(result.checkpoints)} checkpoints ({escape(str(steps))})" +
                   (f"; reused {len(result.reused)} finished" if result.reused else ""))

@@ -1,4 +1,5 @@
-"""``view``: write the interactive attention viewer of one model, or of two side by side, to one HTML file."""
+"""``view``: write the interactive attention viewer of one model, or of two side by side, to one HTML file
+(the work is :func:`bertology.study.view.view`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,14 +24,6 @@ def view_command(
     max_length: int = max_length_option(128, help="Refuse texts longer than this many tokens, [CLS]/[SEP] included.", min=2),
 ) -> None:
     """Interactive attention viewer (head view, model view, base/tuned/diff) as one offline HTML file."""
-    from bertology.activations.views import view_data
-    from bertology.results import cannot_write, check_output_file
-    from bertology.viz.viewer import AttentionView
+    from bertology.study.view import view
 
-    check_output_file(out, "--out", example="view.html")  # before loading any model
-    view = AttentionView(view_data(model, text, text_pair, compare=compare, max_length=max_length))
-    try:
-        path = view.save(out)
-    except OSError as err:  # e.g. the disk filled up while writing
-        raise cannot_write(out, "--out", err) from None
-    typer.echo(str(path))
+    typer.echo(str(view(text, text_pair, model=model, compare=compare, out=out, max_length=max_length).out))

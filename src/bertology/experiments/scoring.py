@@ -18,7 +18,6 @@ import numpy as np
 import torch
 
 from bertology.data.batching import collate, length_batches
-from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus
 from bertology.config import Mode
 from bertology.errors import BertologyError
@@ -34,16 +33,6 @@ logger = logging.getLogger(__name__)
 
 #: Every task's metric directions (loss: lower is better); each task declares its own.
 HIGHER_IS_BETTER = higher_is_better()
-
-
-def check_classifier(model: torch.nn.Module, name: str = "the model") -> Task:
-    """The task of ``model``'s head (classification or regression), or one clear error when it has none."""
-    return task_of_model(model, name)
-
-
-def targets_for(corpus: Corpus, model: torch.nn.Module, *, what: str = "data") -> np.ndarray:
-    """Each example's target for ``model``'s task (label ids, or numbers for a regressor), corpus order."""
-    return task_of_model(model).targets(corpus, model, what)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -21,15 +21,6 @@ from bertology.metrics.fast_log import log32
 BLOCK_ELEMENTS = 1 << 18
 
 
-def _entropy(p: torch.Tensor) -> torch.Tensor:
-    """Shannon entropy (nats) along the last dim with ``0 ln 0 = 0``.
-
-    Clamping to the smallest normal float avoids the slow ``log(0)`` path (attention maps hold many
-    exact zeros) and a zero still contributes ``0 * log(tiny) = 0``.
-    """
-    return -torch.linalg.vecdot(p, torch.log(p.clamp_min(torch.finfo(p.dtype).tiny)))
-
-
 def pair_indices(k: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``K (K - 1) / 2`` unordered pairs ``i < j`` in the order every function here uses (row-major)."""
     return np.triu_indices(k, 1)

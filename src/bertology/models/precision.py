@@ -51,7 +51,3 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
         raise BertologyError(f"--dtype {name} gives non-finite results on {device}; use --dtype float32.")
     return dtype
 
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """The ``--dtype`` spelling of a torch dtype (``torch.bfloat16`` -> ``bfloat16``), for manifests."""
-    return str(dtype).removeprefix("torch.")

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertology.config import CompareConfig, DataConfig, FinetuneConfig
-from bertology.data.absa import AbsaPairs, absa_pairs, opinion_spans, read_absa, split_sentences
-from bertology.errors import BertologyError
+from bertology.data.absa import STYLES, AbsaPairs, absa_pairs, opinion_spans, read_absa, split_sentences
+from bertology.errors import BertologyError, check_choice, check_range
 from bertology.results import Result
+from bertology.runs import RunResult
 
 logger = logging.getLogger(__name__)
 
@@ -51,15 +52,30 @@ class AbsaConfig:
 
 
 @dataclass
-class AbsaRun:
-    """What the study produced: the compare run folder, its tables, the held-out scores and the report."""
+class AbsaRun(RunResult):
+    """What the study produced: the compare run folder (``out``), its ABSA tables, its manifest, the held-out
+    scores, the pair counts and the report."""
 
-    out: Path
-    tables: dict[str, object]
-    metrics: dict
-    counts: dict
+    metrics: dict = field(default_factory=dict)
+    counts: dict = field(default_factory=dict)
     report: Path | None = None
     warnings: list[str] = field(default_factory=list)
+
+
+def check_config(config: AbsaConfig) -> None:
+    """Refuse a value the study does not allow: one :class:`BertologyError` naming the setting and its flag."""
+    check_choice(config.style, STYLES, "style", "--style")
+    check_choice(config.conflict, ("keep", "drop"), "conflict", "--conflict")
+    check_range(config.eval_fraction, "eval_fraction", "--eval-fraction", above=0)
+    if config.eval_fraction >= 1:
+        raise BertologyError(f"--eval-fraction (eval_fraction) must be below 1, not {config.eval_fraction!r}.")
+    check_range(config.max_sentences, "max_sentences", "--max-sentences", minimum=1)
+    check_range(config.analysis_pairs, "analysis_pairs", "--analysis-pairs", minimum=1)
+    check_range(config.epochs, "epochs", "--epochs", above=0)
+    check_range(config.batch_size, "batch_size", "--batch-size", minimum=1)
+    check_range(config.learning_rate, "learning_rate", "--lr", above=0)
+    check_range(config.max_length, "max_length", "--max-length", minimum=2)
+    check_range(config.view_examples, "view_examples", "--view-examples", minimum=0)
 
 
 def _sample(pairs: AbsaPairs, n: int | None, seed: int) -> tuple[AbsaPairs, list[int]]:
@@ -108,6 +124,7 @@ def run_absa(config: AbsaConfig, *, overwrite: bool = False, progress: bool = Fa
     from bertology.pipeline import compare, write_view_files
     from bertology.training.run import finetune_to_dir
 
+    check_config(config)
     data = read_absa(config.data)
     train_ids, eval_ids = split_sentences(data, config.eval_fraction, config.seed, config.max_sentences)
     train = absa_pairs(data, config.style, config.conflict, train_ids)
@@ -170,5 +187,5 @@ def run_absa(config: AbsaConfig, *, overwrite: bool = False, progress: bool = Fa
         from bertology.report.render import render_report
 
         report = render_report(cmp.out)
-    return AbsaRun(cmp.out, {r.name: r.table for r in results}, metrics,
+    return AbsaRun(cmp.out, {r.name: r.table for r in results}, manifest, metrics,
                    {"train": train.counts, "held_out": held.counts}, report, warnings)

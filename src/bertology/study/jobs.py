@@ -8,12 +8,12 @@ folder must be on a filesystem every worker sees; see :mod:`bertology.study.exec
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from bertology.runs import fingerprint
 from bertology.study.spec import CompareSpec, StudySpec, TaskSpec
 
 
@@ -36,10 +36,6 @@ def model_identity(name: str) -> str:
 
     source, where = resolve_model(name)
     return (weights_fingerprint(where) if source != "hub" else None) or str(where)
-
-
-def fingerprint(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _resources(device: str) -> tuple[float, float]:

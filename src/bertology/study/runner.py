@@ -33,9 +33,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from bertology.errors import BertologyError
+from bertology.errors import BertologyError, check_choice
 from bertology.results import atomic_write_text, now_iso, write_table
-from bertology.study.executors import Executor, JobResult, LocalExecutor
+from bertology.runs import RunResult
+from bertology.study.executors import EXECUTORS, Executor, JobResult, LocalExecutor, make_executor  # noqa: F401  (LocalExecutor re-exported)
 from bertology.study.jobs import CompareJob, FinetuneJob, compare_job, finetune_jobs, model_identity
 from bertology.study.spec import StudySpec, check_models, load_spec
 
@@ -64,11 +65,10 @@ class JobRecord:
 
 
 @dataclass
-class StudyResult:
-    out: Path
-    jobs: list[JobRecord]
-    manifest: dict
-    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+class StudyResult(RunResult):
+    """A study: its folder (``out``), its study-level tables, its manifest, every job's record and the report."""
+
+    jobs: list[JobRecord] = field(default_factory=list)
     report: Path | None = None
 
     @property
@@ -143,16 +143,31 @@ def prepare_folder(study: Path, spec: StudySpec, overwrite: bool) -> None:
     atomic_write_text(manifest, json.dumps({**previous, "kind": KIND, "status": "running", "started": now_iso()}, indent=2))
 
 
-def run_study(spec: StudySpec | str | Path, out: str | Path | None = None, *, executor: Executor | None = None,
-              overwrite: bool = False, progress: bool = False) -> StudyResult:
-    """Run a study (see module docs): every check first, then the fine-tunes, then the comparisons, then the tables."""
-    t0 = time.perf_counter()
+def run_study(spec: StudySpec | str | Path, out: str | Path | None = None, *, executor: Executor | str | None = None,
+              ray_address: str | None = None, overwrite: bool = False, progress: bool = False) -> StudyResult:
+    """Run a study (see module docs): every check first, then the fine-tunes, then the comparisons, then the tables.
+
+    ``executor`` is an :class:`Executor` or its name (``local``, ``ray``; ``ray_address``: the cluster to
+    join); one made here from a name is started after every check and closed at the end.
+    """
+    if isinstance(executor, str):
+        check_choice(executor, EXECUTORS, "executor", "--executor")
     spec = spec if isinstance(spec, StudySpec) else load_spec(spec)
     out = Path(out).expanduser() if out is not None else spec.out
     if out is None:
         raise BertologyError("No study folder: set out = \"...\" in the spec or pass --out.")
     check_models(spec)  # given fine-tunes of another shape or tokenizer: refused before any work
-    executor = executor or LocalExecutor(progress=progress)
+    if executor is None or isinstance(executor, str):
+        made = make_executor(executor or "local", ray_address=ray_address, progress=progress)
+        try:
+            return _run_study(spec, out, made, overwrite)
+        finally:
+            made.close()
+    return _run_study(spec, out, executor, overwrite)
+
+
+def _run_study(spec: StudySpec, out: Path, executor: Executor, overwrite: bool) -> StudyResult:
+    t0 = time.perf_counter()
     study = out.resolve()
     prepare_folder(study, spec, overwrite)
     base_id = model_identity(spec.base)
@@ -224,7 +239,7 @@ def run_study(spec: StudySpec | str | Path, out: str | Path | None = None, *, ex
     }
     atomic_write_text(study / "manifest.json", json.dumps(manifest, indent=2, default=str))
     report = _study_report(study)
-    return StudyResult(study, jobs, manifest, tables, report)
+    return StudyResult(study, tables, manifest, jobs, report)
 
 
 def own_compare_jobs(spec: StudySpec, study: Path, base_id: str, models: dict[tuple[str, int], tuple[str, str]],

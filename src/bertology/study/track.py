@@ -12,15 +12,16 @@ in the run folder, with columns ``model`` (the checkpoint name; a table's own ``
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from bertology.data.corpus import Corpus
-from bertology.errors import BertologyError
+from bertology.errors import BertologyError, check_range
+from bertology.runs import RunResult
 
 logger = logging.getLogger(__name__)
 
@@ -34,16 +35,31 @@ class Checkpoint:
     path: Path
 
 
+@dataclass(frozen=True)
+class TrackSettings:
+    """What :func:`track` computes per checkpoint: the compare ``analyses`` on the first ``max_examples`` examples."""
+
+    analyses: tuple[str, ...] = DEFAULT_ANALYSES
+    max_examples: int | None = 300
+    max_length: int = 128
+    batch_size: int = 32
+    seed: int = 0
+    device: str = "cpu"
+    include_final: bool = True  # also the final model when it is not one of the checkpoints
+
+
 @dataclass
-class TrackResult:
-    run: Path
-    checkpoints: list[Checkpoint]
-    tables: dict[str, pd.DataFrame]
+class TrackResult(RunResult):
+    """Every checkpoint's analyses: ``tables`` by analysis name (written as ``tables/track_<analysis>``), the run's
+    ``manifest`` (with its ``track`` section), the checkpoints, the figures and the checkpoints reused."""
+
+    checkpoints: list[Checkpoint] = field(default_factory=list)
     figures: dict[str, Path] = field(default_factory=dict)
     reused: list[str] = field(default_factory=list)
 
-    def table(self, analysis: str) -> pd.DataFrame:
-        return self.tables[analysis]
+    @property
+    def run(self) -> Path | None:
+        return self.out
 
     def _repr_html_(self) -> str:
         from html import escape
@@ -87,38 +103,66 @@ def _label_rows(table: pd.DataFrame, ckpt: Checkpoint) -> pd.DataFrame:
 
 def track(
     run: str | Path,
+    settings: TrackSettings | None = None,
     *,
-    analyses: Sequence[str] = DEFAULT_ANALYSES,
     corpus: Corpus | None = None,
     data: str | None = None,
     base: str | None = None,
-    max_examples: int | None = 300,
-    max_length: int = 128,
-    batch_size: int = 32,
-    seed: int = 0,
-    device: str = "cpu",
-    include_final: bool = True,
     overwrite: bool = False,
     progress: bool = False,
     figures: bool = True,
+    **values: Any,
 ) -> TrackResult:
     """Compare every checkpoint of the fine-tuning run in ``run`` with its base model (see module docs).
 
-    ``base`` defaults to the run's ``config.model``; the corpus to ``corpus``, else ``data``, else the run's
-    eval data (or its training data), with the run's column settings; the first ``max_examples`` examples
-    are used. Returns the collected tables by analysis name.
+    ``settings`` (default :class:`TrackSettings`), with any of its fields given as keywords
+    (``track(run, max_examples=8)``). ``base`` defaults to the run's ``config.model``; the corpus to
+    ``corpus``, else ``data``, else the run's eval data (or its training data), with the run's column
+    settings; the first ``max_examples`` examples are used. ``overwrite`` recomputes every checkpoint.
+    Returns the collected tables by analysis name.
     """
-    from bertology.config import CompareConfig, DataConfig
-    from bertology.data.loaders import load_corpus
-    from bertology.models.loading import load_model
-    from bertology.models.pair import ModelPair
-    from bertology.pipeline import compare, select
-    from bertology.results import atomic_write_text, now_iso, write_table
+    from bertology.pipeline import select
+
+    settings = _settings(settings, values)
+    run = Path(run).expanduser()
+    manifest, ckpts = _checkpoints(run, base, settings.include_final)
+    cfg = manifest.get("config", {})
+    base = base or cfg.get("model")
+    data_cfg = cfg.get("data", {}) or {}
+    columns = {k: data_cfg.get(k) for k in ("text_column", "pair_column", "label_column")}
+    corpus, data = _corpus(corpus, data, cfg, columns)
+    corpus = corpus.head(settings.max_examples)
+    analyses = select(settings.analyses).names()  # unknown names fail before any checkpoint is compared
+    settings = replace(settings, analyses=tuple(analyses))
+    if overwrite:
+        import shutil
+
+        shutil.rmtree(run / "track", ignore_errors=True)
+    tables, reused = _compare_all(run, ckpts, base, corpus, data, columns, settings, progress)
+    written = _write(run, tables, figures)
+    return TrackResult(run, tables, _record(run, manifest, base, ckpts, corpus, settings, tables, written),
+                       ckpts, written, reused)
+
+
+def _settings(settings: TrackSettings | None, values: dict) -> TrackSettings:
+    """The settings with ``values`` applied, each checked (one error naming the setting and its flag)."""
+    known = set(TrackSettings.__dataclass_fields__)
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise BertologyError(f"track has no setting {', '.join(unknown)}; its settings are: {', '.join(sorted(known))}.")
+    settings = replace(settings or TrackSettings(), **values)
+    settings = replace(settings, analyses=tuple(settings.analyses))
+    check_range(settings.max_examples, "max_examples", "--max-examples", minimum=1)
+    check_range(settings.max_length, "max_length", "--max-length", minimum=2)
+    check_range(settings.batch_size, "batch_size", "--batch-size", minimum=1)
+    return settings
+
+
+def _checkpoints(run: Path, base: str | None, include_final: bool) -> tuple[dict, list[Checkpoint]]:
+    """The fine-tuning run's manifest and checkpoints (one clear error when there is nothing to track)."""
     from bertology.runs import RunDirectory
 
-    run = Path(run).expanduser()
-    run_dir = RunDirectory(run)
-    manifest = run_dir.read_manifest()
+    manifest = RunDirectory(run).read_manifest()
     if manifest is None or manifest.get("kind") != "finetune":
         raise BertologyError(f"{run} is not a fine-tuning run folder (no finetune manifest.json).")
     cfg = manifest.get("config", {})
@@ -132,46 +176,59 @@ def track(
         raise BertologyError(
             f"{run} has no checkpoints (checkpoints/step-N/) and no final model; train with --save-every N."
         )
-    base = base or cfg.get("model")
-    data_cfg = cfg.get("data", {}) or {}
-    columns = {k: data_cfg.get(k) for k in ("text_column", "pair_column", "label_column")}
-    if corpus is None:
-        data = data or cfg.get("eval_data") or data_cfg.get("path")
-        if not data:
-            raise BertologyError("No data to compare on: pass --data.")
-        try:
-            corpus = load_corpus(data, **columns)
-        except BertologyError:
-            corpus = load_corpus(data)
-    corpus = corpus.head(max_examples)
-    analyses = select(analyses).names()  # unknown names fail before any checkpoint is compared
+    return manifest, ckpts
 
-    if overwrite:
-        import shutil
 
-        shutil.rmtree(run / "track", ignore_errors=True)
+def _corpus(corpus: Corpus | None, data: str | None, cfg: dict, columns: dict) -> tuple[Corpus, str | None]:
+    """The corpus to compare on: given, else ``data``, else the run's eval data or training data."""
+    from bertology.data.loaders import load_corpus
+
+    if corpus is not None:
+        return corpus, data
+    data = data or cfg.get("eval_data") or (cfg.get("data", {}) or {}).get("path")
+    if not data:
+        raise BertologyError("No data to compare on: pass --data.")
+    try:
+        return load_corpus(data, **columns), data
+    except BertologyError:
+        return load_corpus(data), data
+
+
+def _compare_all(run: Path, ckpts: list[Checkpoint], base: str, corpus: Corpus, data: str | None, columns: dict,
+                 settings: TrackSettings, progress: bool) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """One compare run per checkpoint under ``track/`` (an identical one resumed); the tables collected."""
+    from bertology.config import CompareConfig, DataConfig
+    from bertology.models.loading import load_model
+    from bertology.models.pair import ModelPair
+    from bertology.pipeline import compare
+
     base_model = load_model(base)
-    collected: dict[str, list[pd.DataFrame]] = {a: [] for a in analyses}
+    collected: dict[str, list[pd.DataFrame]] = {a: [] for a in settings.analyses}
     reused: list[str] = []
     for ckpt in ckpts:
         logger.info("track: %s (step %d) against %s", ckpt.name, ckpt.step, base)
-        tuned = load_model(ckpt.path)
-        pair = ModelPair(base_model, tuned)
+        pair = ModelPair(base_model, load_model(ckpt.path))
         config = CompareConfig(
             base=str(base), tuned=str(ckpt.path),
-            data=DataConfig(path=data or corpus.source, max_examples=max_examples, max_length=max_length, **columns),
-            out=str(run / "track" / ckpt.name), analyses=tuple(analyses), batch_size=batch_size, seed=seed,
-            device=device, view_examples=0,
+            data=DataConfig(path=data or corpus.source, max_examples=settings.max_examples,
+                            max_length=settings.max_length, **columns),
+            out=str(run / "track" / ckpt.name), analyses=settings.analyses, batch_size=settings.batch_size,
+            seed=settings.seed, device=settings.device, view_examples=0,
         )
         # track/ belongs to track: a sub-run with other settings is replaced, an identical one resumed
         result = compare(config, corpus=corpus, pair=pair, overwrite=True, progress=progress, report=False)
-        if len(result.resumed) == len(analyses):
+        if len(result.resumed) == len(settings.analyses):
             reused.append(ckpt.name)
-        for a in analyses:
+        for a in settings.analyses:
             if a in result.results:
                 collected[a].append(_label_rows(result.results[a].table, ckpt))
+    return {a: pd.concat(parts, ignore_index=True) for a, parts in collected.items() if parts}, reused
 
-    tables = {a: pd.concat(parts, ignore_index=True) for a, parts in collected.items() if parts}
+
+def _write(run: Path, tables: dict[str, pd.DataFrame], figures: bool) -> dict[str, Path]:
+    """``tables/track_<analysis>`` and (``figures``) ``figures/track_<analysis>.svg``."""
+    from bertology.results import atomic_write_text, write_table
+
     for a, t in tables.items():
         write_table(run, f"track_{a}", t)
     written: dict[str, Path] = {}
@@ -183,23 +240,32 @@ def track(
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(path, figure_to_svg(fig, id_prefix=f"track-{a}"))
             written[a] = path
-    # record what was tracked in the run's manifest (its fine-tuning entries are left as they were)
+    return written
+
+
+def _record(run: Path, manifest: dict, base: str, ckpts: list[Checkpoint], corpus: Corpus, settings: TrackSettings,
+            tables: dict, written: dict[str, Path]) -> dict:
+    """Record what was tracked in the run's manifest (its fine-tuning entries are left as they were); return it."""
+    from bertology.results import now_iso
+    from bertology.runs import RunDirectory
+
+    run_dir = RunDirectory(run)
     manifest = run_dir.read_manifest() or manifest
     manifest["track"] = {
         "created": now_iso(),
         "base": str(base),
-        "analyses": list(analyses),
+        "analyses": list(settings.analyses),
         "checkpoints": [{"name": c.name, "step": c.step, "path": str(c.path)} for c in ckpts],
         "data": corpus.describe(),
-        "max_examples": max_examples,
-        "max_length": max_length,
+        "max_examples": settings.max_examples,
+        "max_length": settings.max_length,
         "tables": [f"track_{a}" for a in tables],
         "figures": [str(p.relative_to(run)) for p in written.values()],
     }
     # the run's table list names every table in its folder (the report shows only those)
     manifest["tables"] = sorted(set(manifest.get("tables") or []) | {f"track_{a}" for a in tables})
     run_dir.write_manifest(manifest)
-    return TrackResult(run, ckpts, tables, written, reused)
+    return manifest
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,558 @@
+"""The ablation sweep: disable each head and each layer of a fine-tuned model and score the task.
+
+For a labelled corpus, :func:`run_ablation` scores the intact model, then every single head disabled
+(``target="head"``) and every layer disabled (``target="layer"``), each in its own forward pass over
+all examples, and keeps per-example predictions and losses. :func:`score_units` turns them into the
+``ablation`` table: accuracy, macro-F1 and mean cross-entropy, their deltas (ablated − intact) and
+paired bootstrap 95% confidence intervals of the deltas (the same seeded resamples of examples for
+every ablation).
+
+Conventions (table ``ablation``, DESIGN §3):
+
+* ``target`` is ``intact``, ``head`` or ``layer``; ``layer`` is 1-based and ``head`` 0-based; ``head``
+  is -1 on layer and intact rows, ``layer`` is -1 on intact rows.
+* ``mode`` is the head ablation mode (``uniform`` 1/L attention, Kovaleva et al. 2019; ``zero``;
+  ``mean``; see :mod:`bertology.models.ablate`) and ``exclude_special`` whether [CLS]/[SEP] were left
+  out of the uniform average. ``layer_mode`` on layer rows is ``skip`` (the block returns its input)
+  or ``{mode}_heads`` (every head of the layer ablated with ``mode``); it is empty on other rows.
+* ``n_predicted`` is how many distinct classes the unit predicts over the examples and ``chance`` the
+  majority-class rate of the labels (the same on every row): with the intact row they say whether the
+  classifier is degenerate (:func:`bertology.experiments.degenerate.table_degeneracy`), in which case no head or layer can be called needed.
+* ``helps`` means the removal improves the metric beyond the 95% interval: ``ci_low > 0`` for
+  accuracy and macro-F1, ``ci_high < 0`` for loss (lower is better); ``hurts`` is the opposite.
+
+Speed (DESIGN §6): the ``cached`` method runs the layers below an ablated layer once. Layer by layer,
+it keeps the hidden states entering block ``l`` for every batch, runs each ablation at layer ``l``
+from there (the blocks below are bypassed and block 1 receives the cached states), and
+advances the cache through the intact block ``l``. Skipping block ``l`` is starting at ``l + 1`` from
+the same cache. The ablated layer's own attention is replayed from the intact pass (only the
+ablated heads' outputs are recomputed). Every matrix product has the shape it has in the ``naive``
+method (a full forward per ablation with the same hooks), so the results equal it bit for bit.
+``first_token_shortcut=True`` lets the last block's feed-forward run on the first token only (see
+:func:`run_ablation`), equal to the naive re-run to float rounding.
+
+Resuming: with ``progress_dir``, every finished ablation is written there atomically as
+``units/<key>.npz`` (per-example predictions and losses) next to ``progress.json`` (a fingerprint of
+the model weights, the tokenised data, the labels and the settings). A later call with the same
+fingerprint skips the finished ablations; with another fingerprint the old files are discarded.
+
+The settings of a whole study, its headlines and the experiment inside ``compare`` are in
+:mod:`bertology.experiments.ablation`, which re-exports this module's public names.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bertology.data.encode import EncodedCorpus
+from bertology.errors import BertologyError
+from bertology.metrics.bootstrap import bootstrap_counts
+from bertology.models import sites
+from bertology.models.hooks import block_input
+from bertology.models.ablate import (
+    ablate_heads,
+    bypass_blocks,
+    keep_first_token,
+    replace_embeddings,
+    replay_output,
+    skip_layers,
+)
+from bertology.experiments.degenerate import table_degeneracy
+from bertology.experiments.scoring import (
+    Batches,
+    HeadScoring,
+    ProgressStore,
+    _logits,
+    _MeanAccumulator,
+    _record,
+    classifier_batches,
+    fingerprint_of,
+    head_means,
+)
+from bertology.tasks.base import Task
+from bertology.tasks.catalog import get_task, task_of_table
+from bertology.results import Result
+
+logger = logging.getLogger(__name__)
+
+TABLE = "ablation"
+#: The classification metrics (other tasks declare theirs: :attr:`bertology.tasks.base.Task.metrics`).
+METRICS = get_task("classification").metrics
+LAYER_MODES = ("skip", "heads")
+TABLE_COLUMNS = [
+    "target", "layer", "head", "label", "mode", "layer_mode", "exclude_special", "metric", "value", "delta",
+    "ci_low", "ci_high", "n_examples", "helps", "hurts",
+    # at the end (DESIGN's columns unchanged): what the degenerate-classifier check needs, so the summary
+    # and the report make it from the table alone (:mod:`bertology.experiments.degenerate`)
+    "n_predicted", "chance",
+    # the task whose metrics the rows hold (classification, regression): readers pick the primary metric by it
+    "task",
+]
+Method = Literal["cached", "naive"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Units
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One ablation: the intact model, one head, or one layer (skipped or with every head ablated)."""
+
+    target: str  # "intact" | "head" | "layer"
+    layer: int = -1
+    head: int = -1
+    layer_mode: str = ""  # "skip" | "heads" for layers
+
+    @property
+    def key(self) -> str:
+        if self.target == "intact":
+            return "intact"
+        if self.target == "head":
+            return f"head-L{self.layer}-H{self.head}"
+        return f"layer-{self.layer_mode}-L{self.layer}"
+
+    @property
+    def label(self) -> str:
+        if self.target == "intact":
+            return "intact"
+        if self.target == "head":
+            return f"L{self.layer}H{self.head}"
+        return f"L{self.layer}" + (" skipped" if self.layer_mode == "skip" else " all heads")
+
+
+def plan_units(
+    n_layers: int,
+    n_heads: int,
+    *,
+    layers: Sequence[int] | None = None,
+    heads: bool = True,
+    layer_modes: Sequence[str] = LAYER_MODES,
+) -> list[Unit]:
+    """The ablations of one sweep: intact, then every head and every layer of ``layers`` (all by default)."""
+    chosen = sorted(set(range(1, n_layers + 1) if layers is None else (int(x) for x in layers)))
+    bad = [x for x in chosen if not 1 <= x <= n_layers]
+    if bad:
+        raise BertologyError(f"Layer(s) {bad} do not exist; the model has attention layers 1..{n_layers}.")
+    units = [Unit("intact")]
+    for layer in chosen:
+        if heads:
+            units += [Unit("head", layer, h) for h in range(n_heads)]
+        for lm in LAYER_MODES:
+            if lm in layer_modes:
+                units.append(Unit("layer", layer, -1, lm))
+    return units
+
+
+# --------------------------------------------------------------------------------------------------
+# Result
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AblationResult:
+    """The ``ablation`` table, the per-example arrays it came from, and provenance."""
+
+    table: pd.DataFrame
+    units: list[Unit]
+    per_example: dict[str, dict[str, np.ndarray]]  # unit key -> {"pred", "loss"} by item position
+    y: np.ndarray
+    params: dict = field(default_factory=dict)
+    timing: dict = field(default_factory=dict)
+
+    @property
+    def intact(self) -> dict[str, float]:
+        t = self.table[self.table["target"] == "intact"]
+        return dict(zip(t["metric"], t["value"].astype(float)))
+
+    def to_result(self) -> Result:
+        return Result(TABLE, self.table, self.params)
+
+    def _repr_html_(self) -> str:
+        main = task_of_table(self.table).primary
+        return (
+            f"<b>AblationResult</b> ({self.params.get('mode')}): intact {main} {self.intact.get(main, float('nan')):.4f}, "
+            f"{len(self.units) - 1} ablations over {len(self.y)} examples"
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# The sweep
+# --------------------------------------------------------------------------------------------------
+
+
+class _Sweep:
+    """Runs the units of one sweep with the naive or the cached method."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        batches: Batches,
+        store: ProgressStore,
+        scoring: HeadScoring,
+        *,
+        on_unit: Callable[[Unit, int, int], None] | None,
+        total: int,
+        done: int,
+        first_token_shortcut: bool = False,
+    ) -> None:
+        self.model, self.batches, self.store = model, batches, store
+        self.mode, self.exclude_special, self.special_ids = scoring.mode, scoring.exclude_special, scoring.special_ids
+        self.means = scoring.means
+        self.on_unit = on_unit
+        self.total, self.done = total, done
+        self.n_layers = sites.num_layers(model)
+        self.n_heads = sites.num_heads(model)
+        self.allow_first_token_shortcut = first_token_shortcut
+        # (batches whose last block ran on [CLS] only, batches) in the cached sweep; None when it did not run
+        self.first_token_shortcut: tuple[int, int] | None = None
+
+    # ------------------------------------------------------------------ shared
+    def _heads_of(self, unit: Unit) -> list[tuple[int, int]]:
+        if unit.target == "head":
+            return [(unit.layer, unit.head)]
+        if unit.target == "layer" and unit.layer_mode == "heads":
+            return [(unit.layer, h) for h in range(self.n_heads)]
+        return []
+
+    def _ablation(self, unit: Unit, means: torch.Tensor | None):
+        heads = self._heads_of(unit)
+        return ablate_heads(
+            self.model, heads, self.mode, exclude_special=self.exclude_special,
+            special_ids=self.special_ids, means=means,
+        )
+
+    def _finish(self, unit: Unit, logits: list[torch.Tensor]) -> None:
+        self.store.save(unit.key, **_record(self.batches, logits))
+        self.done += 1
+        if self.on_unit is not None:
+            self.on_unit(unit, self.done, self.total)
+
+    def _need_means(self, units: Sequence[Unit]) -> bool:
+        return self.mode == "mean" and self.means is None and any(self._heads_of(u) for u in units)
+
+    # ------------------------------------------------------------------ naive
+    def naive(self, units: Sequence[Unit]) -> None:
+        """A full forward of every batch per unit, with the unit's hooks."""
+        means = self.means
+        if self._need_means(units):
+            means = head_means(self.model, self.batches)
+        with torch.inference_mode():
+            for unit in units:
+                hooks = skip_layers(self.model, [unit.layer]) if unit.layer_mode == "skip" else self._ablation(unit, means)
+                with hooks:
+                    logits = [_logits(self.model, inp) for inp in self.batches.inputs]
+                self._finish(unit, logits)
+
+    # ------------------------------------------------------------------ cached
+    def _first_token_shortcut_ok(self) -> list[bool]:
+        """With ``first_token_shortcut=True``: per batch, whether the last block may run its feed-forward on
+        the first token only (never for a token-level head). The batch's intact logits and last-block
+        first-token output must be bit-identical with and without the shortcut.
+
+        The shortcut changes the shape of the feed-forward's matrix products, and BLAS builds (MKL, cuBLAS)
+        pick kernels, so summation orders, by shape (on our development CPU a batch of 3 x 7 tokens rounds
+        differently, larger ones do not); a batch where the intact model shows that runs the full last block.
+        Passing is not proof for the ablated units (on tiny RoBERTa models a passing batch still gave 6e-10
+        loss differences), so this path equals the naive re-run to float rounding; the default sweep never
+        takes the shortcut. The check costs two forwards of the corpus.
+        """
+        n = len(self.batches.inputs)
+        if self.batches.task.token_level:
+            return [False] * n
+        last = sites.block(self.model, self.n_layers)
+        ok, rounds = [], 0.0
+        for inp in self.batches.inputs:
+            first: list[torch.Tensor] = []
+            handle = last.register_forward_hook(
+                lambda _m, _i, out: first.append((out[0] if isinstance(out, tuple) else out)[:, 0]))
+            try:
+                full = _logits(self.model, inp)
+                with keep_first_token(self.model):
+                    short = _logits(self.model, inp)
+            finally:
+                handle.remove()
+            if full.shape != short.shape or not torch.allclose(full, short, rtol=1e-4, atol=1e-5):
+                logger.info("the classifier reads more than the first token; the last block runs on every token")
+                return [False] * n
+            same = torch.equal(full, short) and torch.equal(first[0], first[1])
+            if not same:
+                rounds = max(rounds, float((first[0] - first[1]).abs().max()), float((full - short).abs().max()))
+            ok.append(same)
+        if rounds > 0.0:
+            logger.info("on %d of %d batches this machine's matrix kernels round the one-token feed-forward "
+                        "differently (up to %.2g): those run the full last block", n - sum(ok), n, rounds)
+        return ok
+
+    def _run_from(self, start: int, cache: list[torch.Tensor], *, shortcut: Sequence[bool] | None = None,
+                  stop: int | None = None, extra=None) -> list[torch.Tensor]:
+        """Logits of every batch for a forward that enters block ``start`` with the cached hidden states.
+
+        Blocks before ``start`` (and after ``stop``) are bypassed; ``start = N + 1`` runs no block.
+        ``shortcut[b]``: batch ``b`` runs the last block's feed-forward on the first token only.
+        """
+        n = self.n_layers
+        bypass = [l for l in range(1, n + 1) if l < start or (stop is not None and l > stop)]
+        runs_last = start <= n and (stop is None or stop >= n)
+        out = []
+        with replace_embeddings(self.model) as repl, bypass_blocks(self.model, bypass):
+            for b, inp in enumerate(self.batches.inputs):
+                repl.set(cache[b])
+                if extra is not None:
+                    extra(b)
+                with keep_first_token(self.model) if shortcut is not None and shortcut[b] and runs_last else _null():
+                    out.append(_logits(self.model, inp))
+        return out
+
+    def cached(self, units: Sequence[Unit]) -> None:
+        """Layer by layer from cached hidden states; see the module docstring."""
+        model, n = self.model, self.n_layers
+        by_layer: dict[int, list[Unit]] = {}
+        intact = [u for u in units if u.target == "intact"]
+        for u in units:
+            if u.target != "intact":
+                by_layer.setdefault(u.layer, []).append(u)
+        tops = ([n] if intact else []) + list(by_layer)
+        if not tops:
+            return
+        top = max(tops)
+        n_heads, head_size = sites.num_heads(model), sites.head_size(model)
+        with torch.inference_mode():
+            shortcut = (self._first_token_shortcut_ok() if self.allow_first_token_shortcut
+                        else [False] * len(self.batches.inputs))
+            self.first_token_shortcut = (sum(shortcut), len(shortcut))
+            # hidden states entering block 1 (hidden state 0; every block bypassed)
+            cache: list[torch.Tensor] = []
+            grab = sites.block(model, 1).register_forward_pre_hook(
+                lambda _m, args, kwargs: cache.append(block_input(args, kwargs)), with_kwargs=True
+            )
+            try:
+                with bypass_blocks(model, range(1, n + 1)):
+                    for inp in self.batches.inputs:
+                        _logits(model, inp)
+            finally:
+                grab.remove()
+            for layer in range(1, top + 1):
+                todo = by_layer.get(layer, [])
+                need_means = self._need_means(todo)
+                acc = _MeanAccumulator(n, n_heads, head_size) if need_means else None
+                nxt: list[torch.Tensor] = []
+                contexts: list[tuple] = []  # the intact attention.self outputs of this layer, replayed for head ablations
+                replay = any(self._heads_of(u) for u in todo)
+                advance = layer < top or need_means or replay or (layer == n and intact)
+                if advance:
+                    handles = [sites.block(model, layer).register_forward_hook(
+                        lambda _m, _i, out: nxt.append(out[0] if isinstance(out, tuple) else out)
+                    )]
+                    if replay:
+                        handles.append(sites.attention(model, layer).register_forward_hook(
+                            lambda _m, _i, out: contexts.append((out[0], None, *out[2:]))
+                        ))
+                    if acc is not None:
+                        handles.append(sites.out_proj(model, layer).register_forward_pre_hook(acc.hook(layer)))
+
+                    def set_mask(b: int) -> None:
+                        if acc is not None:
+                            acc.mask = self.batches.mask[b]
+
+                    try:
+                        logits = self._run_from(layer, cache, stop=layer, extra=set_mask)
+                    finally:
+                        for h in handles:
+                            h.remove()
+                    if layer == n and intact:
+                        self._finish(intact[0], logits)
+                means = self.means if acc is None else acc.means()
+                for unit in todo:
+                    if unit.layer_mode == "skip":
+                        logits = self._run_from(layer + 1, cache, shortcut=shortcut)
+                    else:
+                        with replay_output(sites.attention(model, layer)) as rp, self._ablation(unit, means):
+                            logits = self._run_from(layer, cache, shortcut=shortcut, extra=lambda b: rp.set(contexts[b]))
+                    self._finish(unit, logits)
+                cache = nxt
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def run_ablation(
+    model: torch.nn.Module,
+    encoded: EncodedCorpus,
+    label_ids: np.ndarray | Sequence[int],
+    scoring: HeadScoring = HeadScoring(),
+    *,
+    layers: Sequence[int] | None = None,
+    heads: bool = True,
+    layer_modes: Sequence[str] = LAYER_MODES,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+    method: Method = "cached",
+    progress_dir: str | Path | None = None,
+    on_unit: Callable[[Unit, int, int], None] | None = None,
+    first_token_shortcut: bool = False,
+) -> AblationResult:
+    """Score the intact model and every planned head/layer ablation; return the ``ablation`` table.
+
+    ``label_ids`` are in corpus order (indexed by ``EncodedExample.index``; see :func:`label_ids_for`);
+    ``scoring`` says how heads are disabled and the model is run (:class:`HeadScoring`).
+    ``on_unit(unit, done, total)`` is called after every finished ablation (progress bars; raising in
+    it interrupts the sweep, which ``progress_dir`` lets a later call resume).
+    ``first_token_shortcut``: let the cached sweep run the last block's feed-forward on the first token
+    only, on the batches where that gave the same bits on the intact model (about a tenth less work at
+    BERT-base). Off by default: matrix kernels chosen by shape may still round an ablated unit's one-row
+    product differently (seen on tiny RoBERTa models), so its numbers equal the naive re-run's to float
+    rounding only; without it they are equal bit for bit.
+    """
+    if method not in ("cached", "naive"):
+        raise ValueError(f"method must be 'cached' or 'naive', not {method!r}")
+    t0 = time.perf_counter()
+    mode, exclude_special, means = scoring.mode, scoring.exclude_special, scoring.means
+    batches = classifier_batches(model, encoded, label_ids, scoring)
+    n_layers, n_heads = sites.num_layers(model), sites.num_heads(model)
+    if method == "cached" and not sites.adapter(model).cached_sweep:
+        logger.info("ablation: %s blocks cannot be bypassed or replayed; using the plain sweep", sites.adapter(model).family)
+        method = "naive"
+    units = plan_units(n_layers, n_heads, layers=layers, heads=heads, layer_modes=layer_modes)
+    fp_settings = {
+        "mode": mode, "exclude_special": exclude_special, "special_ids": sorted(scoring.special_ids),
+        "batch_size": scoring.batch_size,
+        "means": None if means is None else hashlib.sha256(means.detach().cpu().numpy().tobytes()).hexdigest(),
+    }
+    if first_token_shortcut and method == "cached":  # other rounding: not resumed into an exact sweep, nor back
+        fp_settings["first_token_shortcut"] = True
+    store = ProgressStore(progress_dir, fingerprint_of(model, batches, fp_settings))
+    pending = [u for u in units if u.key not in store]
+    logger.info("ablation: %d of %d units to run (%s method)", len(pending), len(units), method)
+    sweep = _Sweep(
+        model, batches, store, scoring, on_unit=on_unit, total=len(units), done=len(units) - len(pending),
+        first_token_shortcut=first_token_shortcut,
+    )
+    t1 = time.perf_counter()
+    if pending:
+        (sweep.cached if method == "cached" else sweep.naive)(pending)
+    t2 = time.perf_counter()
+    per_example = {u.key: store.get(u.key) for u in units}
+    params = {
+        "mode": mode,
+        "exclude_special": exclude_special,
+        "layers": None if layers is None else sorted(int(x) for x in layers),
+        "heads": heads,
+        "layer_modes": list(layer_modes),
+        "layer_mode_names": {"skip": "skip", "heads": f"{mode}_heads"},
+        "batch_size": scoring.batch_size,
+        "n_bootstrap": n_bootstrap,
+        "seed": seed,
+        "method": method,
+        # whether the cached sweep ran the last block's feed-forward on the first token only, and on how many
+        # batches (first_token_shortcut=True: where a batch's intact outputs were bit-identical with it); None
+        # when the cached sweep did not run
+        "first_token_shortcut": None if sweep.first_token_shortcut is None else sweep.first_token_shortcut[0] > 0,
+        "first_token_shortcut_batches": None if sweep.first_token_shortcut is None else list(sweep.first_token_shortcut),
+        "n_examples": len(batches.y_examples),
+        "n_layers": n_layers,
+        "n_heads": n_heads,
+        "fingerprint": store.fingerprint,
+        "resumed_units": len(units) - len(pending),
+        "delta": "ablated minus intact; helps = ci_low > 0 where higher is better, ci_high < 0 where lower is",
+    }
+    table = score_units(
+        units, per_example, batches.y_examples, task=batches.task, mode=mode,
+        exclude_special=exclude_special, n_bootstrap=n_bootstrap, seed=seed,
+    )
+    params["task"] = batches.task.name
+    params["degenerate"] = degeneracy_record(table, per_example["intact"]["pred"], model.config)
+    if params["degenerate"]["flagged"]:
+        logger.warning("ablation: %s", params["degenerate"]["note"])
+    t3 = time.perf_counter()
+    timing = {"setup_s": t1 - t0, "sweep_s": t2 - t1, "scoring_s": t3 - t2}
+    return AblationResult(table, units, per_example, batches.y_examples, params, timing)
+
+
+# --------------------------------------------------------------------------------------------------
+# Scoring: metrics and paired bootstrap intervals
+# --------------------------------------------------------------------------------------------------
+
+
+def score_units(
+    units: Sequence[Unit],
+    per_example: dict[str, dict[str, np.ndarray]],
+    y: np.ndarray,
+    *,
+    mode: str,
+    exclude_special: bool,
+    task: Task | None = None,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+    chunk: int = 100,
+) -> pd.DataFrame:
+    """The ``ablation`` table from per-example records (paired bootstrap over examples).
+
+    ``task`` (default classification) turns the records into its metrics (:meth:`Task.scores`).
+    """
+    task = task or get_task("classification")
+    keys = [u.key for u in units]
+    if "intact" not in keys:
+        raise ValueError("score_units needs the intact unit")
+    records = {name: np.stack([per_example[k][name] for k in keys]) for name in per_example[keys[0]]}
+    n = len(y)
+    i0 = keys.index("intact")
+    chance = task.chance(y)
+    metrics = task.metrics
+    point = task.scores(np.ones((1, n), dtype=np.float32), records, y)
+    # without resamples there is no interval: NaN, never a zero-width interval around a non-zero delta
+    lo = {m: np.full(len(keys), np.nan) for m in metrics}
+    hi = {m: np.full(len(keys), np.nan) for m in metrics}
+    if n_bootstrap > 0:
+        deltas = {m: [] for m in metrics}
+        counts = bootstrap_counts(n, n_bootstrap, seed)
+        for s in range(0, n_bootstrap, chunk):
+            boot = task.scores(counts[s : s + chunk], records, y)
+            for m in metrics:
+                deltas[m].append(boot[m] - boot[m][:, i0 : i0 + 1])
+        for m in metrics:
+            d = np.concatenate(deltas[m])
+            lo[m], hi[m] = np.percentile(d, 2.5, axis=0), np.percentile(d, 97.5, axis=0)
+    rows = []
+    for j, u in enumerate(units):
+        n_predicted = task.n_predicted(records["pred"][j])
+        for m in metrics:
+            value = float(point[m][0, j])
+            delta = value - float(point[m][0, i0])
+            cl, ch = float(lo[m][j]), float(hi[m][j])
+            better = task.higher_is_better[m]
+            helps = bool(n_bootstrap > 0 and u.target != "intact" and (cl > 0 if better else ch < 0))
+            hurts = bool(n_bootstrap > 0 and u.target != "intact" and (ch < 0 if better else cl > 0))
+            rows.append({
+                "target": u.target, "layer": u.layer, "head": u.head, "label": u.label, "mode": mode,
+                "layer_mode": {"skip": "skip", "heads": f"{mode}_heads"}.get(u.layer_mode, ""),
+                "exclude_special": bool(exclude_special), "metric": m, "value": value, "delta": delta,
+                "ci_low": cl, "ci_high": ch, "n_examples": int(n), "helps": helps, "hurts": hurts,
+                "n_predicted": n_predicted, "chance": chance, "task": task.name,
+            })
+    df = pd.DataFrame(rows, columns=TABLE_COLUMNS)
+    return df.astype({"layer": "int64", "head": "int64", "n_examples": "int64", "n_predicted": "int64"})
+
+
+def degeneracy_record(table: pd.DataFrame, intact_pred: np.ndarray, config) -> dict:
+    """The manifest's ``degenerate`` section: the verdict plus what the intact model predicted
+    (the class names of a classifier, the range of a regressor's values)."""
+    verdict = table_degeneracy(table)
+    if verdict is None:
+        raise ValueError("the ablation table lacks the intact primary-metric row or the check's columns")
+    return {**verdict.to_dict(), **task_of_table(table).prediction_summary(intact_pred, config)}

@@ -1,0 +1,236 @@
+"""``ablate``: disable every head and layer of a fine-tuned model and measure its task, into a run folder.
+
+The library function behind ``bertology ablate``: it checks its settings (one error naming the setting
+and its flag), loads the model and data, names the run with :func:`bertology.runs.fingerprint`, opens
+``out`` with :func:`bertology.runs.open_run` (an identical earlier run resumes from its ``partial/``
+folder), runs :func:`bertology.experiments.ablation.run_ablation_study`, writes ``tables/ablation``
+(+ ``head_importance``, ``pruning_curve``), ``manifest.json`` (:func:`bertology.runs.build_manifest`) and
+either ``report.html`` (which draws the figures) or the figures alone, and returns an :class:`AblateRun`.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from bertology.errors import BertologyError, check_choice, check_range
+from bertology.experiments.ablation import LAYER_MODES, AblationSettings
+from bertology.models.ablate import MODES
+from bertology.runs import RunResult, build_manifest, fingerprint, open_run, run_folder
+from bertology.study.inputs import Columns, Loading, resolve, stderr_console
+
+logger = logging.getLogger(__name__)
+
+KIND = "ablate"
+#: Each setting's flag, for the error messages (``AblationSettings`` field -> ``bertology ablate`` flag).
+FLAGS = {"mode": "--mode", "layer_modes": "--layer-modes", "batch_size": "--batch-size", "n_bootstrap": "--bootstrap",
+         "pruning_step": "--pruning-step", "max_examples": "--max-examples", "max_length": "--max-length"}
+
+
+@dataclass(frozen=True)
+class QaOptions:
+    """Question answering only: how long contexts are windowed and answers read (``--doc-stride`` ...)."""
+
+    doc_stride: int = 128
+    max_answer_length: int = 30
+    null_threshold: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"doc_stride": self.doc_stride, "max_answer_length": self.max_answer_length,
+                "null_threshold": self.null_threshold}
+
+
+@dataclass
+class AblateRun(RunResult):
+    """An ablation run: ``tables`` (``ablation``, ``head_importance``, ``pruning_curve``), ``manifest``,
+    the headlines (``summary``), how many ablations an interrupted run had already finished, and what it drew."""
+
+    summary: str = ""
+    resumed_units: int = 0
+    figures: list[Path] = field(default_factory=list)
+    report: Path | None = None
+
+
+def check_settings(settings: object) -> None:
+    """Refuse a value no ablation allows: one :class:`BertologyError` naming the setting and its ``bertology ablate`` flag.
+
+    ``settings`` is an :class:`AblationSettings` or anything with its attributes (the values before they
+    are made one, so the message names the flag rather than the field).
+    """
+    check_choice(settings.mode, MODES, "mode", FLAGS["mode"])
+    for m in settings.layer_modes:
+        check_choice(m, LAYER_MODES, "layer_modes", FLAGS["layer_modes"])
+    check_range(settings.batch_size, "batch_size", FLAGS["batch_size"], minimum=1)
+    check_range(settings.n_bootstrap, "n_bootstrap", FLAGS["n_bootstrap"], minimum=0)
+    check_range(settings.pruning_step, "pruning_step", FLAGS["pruning_step"], above=0, maximum=1)
+    check_range(settings.max_examples, "max_examples", FLAGS["max_examples"], minimum=2)
+    check_range(settings.max_length, "max_length", FLAGS["max_length"], minimum=2)
+
+
+def settings_of(values: AblationSettings | Mapping[str, Any] | None) -> AblationSettings:
+    """:class:`AblationSettings` from itself, from a mapping of its fields (checked with the flags' names) or None (defaults)."""
+    if isinstance(values, AblationSettings):
+        check_settings(values)
+        return values
+    values = dict(values or {})
+    known = set(AblationSettings.__dataclass_fields__)
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise BertologyError(f"ablate has no setting {', '.join(unknown)}; its settings are: {', '.join(sorted(known))}.")
+    merged = {**vars(AblationSettings()), **values}
+    check_settings(SimpleNamespace(**merged))
+    return AblationSettings(**merged)
+
+
+def ablate(
+    model: str,
+    data: str,
+    settings: AblationSettings | Mapping[str, Any] | None = None,
+    *,
+    out: str | Path | None = None,
+    columns: Columns = Columns(),
+    qa: QaOptions = QaOptions(),
+    loading: Loading = Loading(),
+    overwrite: bool = False,
+    report: bool = True,
+    progress: bool = False,
+) -> AblateRun:
+    """Ablate every head and layer of ``model`` (a classifier, regressor, tagger, parser or QA model) on ``data``.
+
+    ``settings`` (an :class:`AblationSettings`, or a mapping of its fields such as ``{"mode": "zero"}``;
+    default: its defaults) says how heads are disabled and what is measured;
+    ``out`` is the run folder (None: a temporary one, so nothing is kept and the run cannot resume).
+    ``report`` writes ``report.html`` (with the figures); without it the figures are written alone.
+    Returns the tables, the manifest and the headlines.
+    """
+    settings = settings_of(settings)
+    device, torch_dtype = resolve(settings.device, loading)
+    settings = replace(settings, device=device)
+    loaded, corpus, task, encoded, qa_used = _inputs(model, data, settings, columns, qa, loading, torch_dtype)
+    d = {**settings.to_dict(), **qa_used}
+    d.pop("device")  # results agree across devices to float rounding; a run may resume on another
+    weights = loaded.weights_sha256 or loaded.path
+    extra = [loading.dtype] if loading.dtype != "float32" else []  # float32 runs keep their old fingerprints
+    fp = fingerprint(d, corpus.fingerprint(word_tags=task.token_level), weights, *extra)
+    with run_folder(out) as folder:
+        how = _Run(columns, qa_used, loading, overwrite, report and out is not None, out is not None, progress)
+        result = _run(folder, fp, model, data, loaded, corpus, task, encoded, settings, how)
+        if out is None:
+            result.out, result.figures, result.report = None, [], None
+    return result
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What :func:`ablate` passes on to the part that writes the run folder."""
+
+    columns: Columns
+    qa: dict
+    loading: Loading
+    overwrite: bool
+    report: bool
+    draw: bool  # figures (or the report) at all: not for a run kept in memory
+    progress: bool
+
+
+def _inputs(model: str, data: str, settings: AblationSettings, columns: Columns, qa: QaOptions, loading: Loading,
+            torch_dtype):
+    """The loaded model, the (sampled) corpus, the model's task, the encoded QA windows and the QA settings used."""
+    from bertology.data.loaders import load_corpus
+    from bertology.experiments.ablation import sample_examples
+    from bertology.models.loading import load_model
+    from bertology.tasks.catalog import task_of_model
+
+    loaded = load_model(model, kind="auto", trust_remote_code=loading.trust_remote_code, dtype=torch_dtype)
+    task = task_of_model(loaded.model, name=f"Model {model!r}")
+    if task.name == "qa":  # SQuAD JSON: every question cut into windows; the bootstrap resamples questions
+        from bertology.data.qa_features import encode_squad
+        from bertology.data.squad import read_squad
+
+        corpus = read_squad(data).stratified_sample(settings.max_examples, settings.seed)
+        used = qa.to_dict()
+        return loaded, corpus, task, encode_squad(corpus, loaded.tokenizer, settings.max_length, **used), used
+    corpus = load_corpus(data, **columns.to_dict())
+    # a parser scores trees and a tagger word tags, not sentence labels
+    if not task.token_level and not any(ex.label is not None for ex in corpus):
+        raise BertologyError(
+            f"{data} has no labels; ablation measures a task and needs labelled data. "
+            "Name the label column with --label-column."
+        )
+    task.targets(corpus, loaded.model)
+    return loaded, sample_examples(corpus, settings.max_examples, settings.seed), task, None, {}
+
+
+def _run(folder: Path, fp: str, model: str, data: str, loaded, corpus, task, encoded, settings: AblationSettings,
+         how: _Run) -> AblateRun:
+    """Open ``folder``, run the study (resuming finished ablations), write tables, figures or report and manifest."""
+    from bertology.experiments.ablation import run_ablation_study, summary
+    from bertology.progress import stage_bars
+    from bertology.results import now_iso, write_table
+
+    with open_run(folder, KIND, fp, overwrite=how.overwrite) as opened:
+        path = opened.path
+        if opened.resumed and (path / "partial").exists():
+            logger.info("resuming the run in %s (finished ablations are kept)", path)
+        manifest = build_manifest(
+            KIND, fp, created=opened.previous.get("created"),
+            config={"model": model, "data": data, **how.columns.to_dict(), **settings.to_dict(), **how.qa,
+                    "dtype": how.loading.dtype},
+            seed=settings.seed, device=settings.device, dtype=how.loading.dtype, attn_implementation="eager",
+            ablation_mode=settings.mode, task=task.name, models={"tuned": loaded.describe()}, data=corpus.describe(),
+        )
+        opened.dir.write_manifest(manifest)
+        t0 = time.perf_counter()
+        with stage_bars(how.progress, lambda s: "ablations" if s == "ablation" else "importance + pruning",
+                        console=stderr_console()) as on_progress:
+            try:
+                # the report draws every figure (and saves them under figures/); without it the study saves its own
+                study = run_ablation_study(loaded.model, loaded.tokenizer, encoded if encoded is not None else corpus,
+                                           settings, path / "partial", encoded=encoded, on_progress=on_progress)
+            except KeyboardInterrupt:
+                logger.warning("interrupted: finished ablations are saved in %s; run the same command again to continue.",
+                               path / "partial")
+                raise
+        for name, table in study.tables.items():
+            write_table(path, name, table)
+        figures = write_figures(study.tables, path) if how.draw and not how.report else []
+        manifest.update(status="complete", finished=now_iso(), wall_time_s=round(time.perf_counter() - t0, 3),
+                        result=study.summary, tables=list(study.tables),
+                        figures=[str(p.relative_to(path)) for p in figures])
+        opened.dir.write_manifest(manifest)
+    resumed = study.ablation.params.get("resumed_units", 0)
+    headlines = summary(study.tables, note=f"; {resumed} ablations reused" if resumed else "")
+    report_path = None
+    if how.report:
+        from bertology.report.render import render_report
+
+        report_path = render_report(path)
+    return AblateRun(path, dict(study.tables), manifest, headlines, resumed, figures, report_path)
+
+
+def write_figures(tables: dict, out: Path) -> list[Path]:
+    """The ablation figures as ``figures/*.svg`` (without a report, which would otherwise draw them)."""
+    from bertology.results import atomic_write_text
+    from bertology.viz.ablation import ablation_figures
+    from bertology.viz.figures import figure_to_svg
+
+    written = []
+    figs = ablation_figures(tables["ablation"], tables.get("head_importance"), tables.get("pruning_curve"))
+    for stem, fig in figs.items():
+        path = out / "figures" / f"{stem}.svg"
+        atomic_write_text(path, figure_to_svg(fig))
+        written.append(path)
+    return written
+
+
+def parse_layer_modes(text: str) -> tuple[str, ...]:
+    """``"skip,heads"`` -> ``("skip", "heads")``; ``none`` or empty -> no whole-layer ablations."""
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    return () if names in ((), ("none",)) else names
+
+
+__all__: Sequence[str] = ("AblateRun", "QaOptions", "ablate", "check_settings", "settings_of", "parse_layer_modes", "write_figures")

@@ -1,0 +1,242 @@
+"""``probe``: structural probes (Hewitt & Manning 2019) on every layer of base, tuned and a random control, into a run folder.
+
+The library function behind ``bertology probe``: it checks its settings (one error naming the setting
+and its flag), loads the trees and models, names the run with :func:`bertology.runs.fingerprint`,
+opens ``out`` with :func:`bertology.runs.open_run` (an identical earlier run resumes from the cached
+word features and finished epochs in ``partial/``; an identical finished run is returned as it is),
+runs :func:`bertology.experiments.probe.run_probes`, writes ``tables/probe``, ``figures/probe_*.svg``,
+``manifest.json`` (:func:`bertology.runs.build_manifest`) and ``report.html``, and returns a :class:`ProbeRun`.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from bertology.errors import BertologyError, check_choice, check_range
+from bertology.experiments.probe import KINDS, PUNCTUATION_RULES, TABLE, ProbeSettings
+from bertology.experiments.probe_features import FEATURE_DTYPES
+from bertology.runs import RunResult, build_manifest, fingerprint, open_run, run_folder
+from bertology.study.inputs import Loading, resolve, stderr_console
+
+logger = logging.getLogger(__name__)
+
+KIND = "probe"
+#: Each setting's flag, for the error messages (``ProbeSettings`` field -> ``bertology probe`` flag).
+FLAGS = {"rank": "--rank", "probes": "--probes", "epochs": "--epochs", "patience": "--patience",
+         "batch_size": "--batch-size", "extract_batch_size": "--extract-batch-size", "lr": "--lr",
+         "max_length": "--max-length", "punctuation": "--probe-punctuation", "feature_dtype": "--feature-dtype"}
+
+
+@dataclass(frozen=True)
+class ProbeModels:
+    """The models probed: ``base``, optionally ``tuned``, and a seeded random-init model of the base's config."""
+
+    base: str = "minilm"
+    tuned: str | None = None
+    random_control: bool = False
+
+
+@dataclass(frozen=True)
+class ProbeData:
+    """The trees: ``train`` and ``test`` (CoNLL-U with gold trees, or text parsed with spaCy), ``dev`` (default: a
+    seeded 10% of train), at most ``max_sentences`` of each file, and the spaCy pipeline for plain text."""
+
+    train: str
+    test: str
+    dev: str | None = None
+    max_sentences: int | None = None
+    spacy_model: str | None = None
+
+
+@dataclass
+class ProbeRun(RunResult):
+    """A probe run: the ``probe`` table, the manifest, the figures and report it wrote, and whether it was
+    already finished (an identical earlier run, returned as it was)."""
+
+    figures: list[str] = field(default_factory=list)
+    report: Path | None = None
+    already_complete: bool = False
+
+
+def check_settings(settings: object) -> None:
+    """Refuse a value no probe allows: one :class:`BertologyError` naming the setting and its ``bertology probe`` flag."""
+    for kind in settings.probes or ("(none)",):
+        check_choice(kind, KINDS, "probes", FLAGS["probes"])
+    check_range(settings.rank, "rank", FLAGS["rank"], minimum=1)
+    for name in ("epochs", "batch_size", "extract_batch_size", "max_length", "patience"):
+        check_range(getattr(settings, name), name, FLAGS[name], minimum=1)
+    check_range(settings.lr, "lr", FLAGS["lr"], above=0)
+    check_choice(settings.punctuation, PUNCTUATION_RULES, "punctuation", FLAGS["punctuation"])
+    check_choice(settings.feature_dtype, tuple(FEATURE_DTYPES), "feature_dtype", FLAGS["feature_dtype"])
+
+
+def settings_of(values: ProbeSettings | Mapping[str, Any] | None, conventions: str = "bertology") -> ProbeSettings:
+    """:class:`ProbeSettings` from itself, from a mapping of its fields (checked with the flags' names) or None.
+
+    A mapping whose ``punctuation`` is missing or None takes the ``conventions`` preset's ``probe_punctuation``.
+    """
+    from bertology.conventions import choose
+
+    if isinstance(values, ProbeSettings):
+        check_settings(values)
+        return values
+    values = dict(values or {})
+    known = set(ProbeSettings.__dataclass_fields__)
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise BertologyError(f"probe has no setting {', '.join(unknown)}; its settings are: {', '.join(sorted(known))}.")
+    values["punctuation"] = choose(conventions, "probe_punctuation", values.get("punctuation"))
+    merged = {**vars(ProbeSettings()), **values}
+    merged["probes"] = tuple(merged["probes"])
+    check_settings(SimpleNamespace(**merged))
+    return ProbeSettings(**merged)
+
+
+def probe(
+    models: ProbeModels | str,
+    data: ProbeData,
+    settings: ProbeSettings | Mapping[str, Any] | None = None,
+    *,
+    conventions: str = "bertology",
+    out: str | Path | None = None,
+    loading: Loading = Loading(),
+    overwrite: bool = False,
+    keep_features: bool = False,
+    report: bool = True,
+    progress: bool = False,
+) -> ProbeRun:
+    """Distance and depth probes on every layer of ``models`` (a base model name, or :class:`ProbeModels`).
+
+    ``settings`` is a :class:`ProbeSettings` or a mapping of its fields (``{"rank": 64, "epochs": 10}``);
+    ``conventions`` is the paper preset that picks the punctuation rule when the settings leave it open.
+    ``out`` is the run folder (None: a temporary one; nothing is kept). ``keep_features`` keeps the
+    word features in ``partial/features`` after the run. Returns the ``probe`` table and the manifest.
+    """
+    from bertology.conventions import record
+
+    models = ProbeModels(models) if isinstance(models, str) else models
+    settings = settings_of(settings, conventions)
+    device, torch_dtype = resolve(settings.device, loading)
+    settings = replace(settings, device=device)
+    corpora = _corpora(data)
+    loaded = _models(models, loading, torch_dtype, settings.seed)
+    d = settings.to_dict()
+    d.pop("device")
+    if d["feature_dtype"] == "float32":
+        d.pop("feature_dtype")  # runs made before the option held float32 features: they keep their fingerprint
+    ids = {name: (m.weights_sha256 or m.path) for name, m in loaded.items() if name != "random"}
+    extra = [loading.dtype] if loading.dtype != "float32" else []
+    fp = fingerprint(d, {k: c.fingerprint() for k, c in corpora.items()}, ids, models.random_control, *extra)
+    manifest = build_manifest(
+        KIND, fp,
+        config={"base": models.base, "tuned": models.tuned, "random_control": models.random_control, "train": data.train,
+                "dev": data.dev, "test": data.test, "max_sentences": data.max_sentences or 0,
+                "spacy_model": data.spacy_model, **settings.to_dict(), "dtype": loading.dtype},
+        conventions=record(conventions, {"probe_punctuation": settings.punctuation}), seed=settings.seed, device=device,
+        dtype=loading.dtype, attn_implementation="eager", pooling="mean of sub-word pieces",
+        feature_dtype=settings.feature_dtype,
+        models={name: {**m.describe(), **({"seed": settings.seed} if name == "random" else {})} for name, m in loaded.items()},
+        data={k: c.describe() for k, c in corpora.items()},
+    )
+    with run_folder(out) as folder:
+        run = _run(folder, manifest, loaded, corpora, settings, overwrite, progress, draw=out is not None)
+        if not keep_features and not run.already_complete:
+            shutil.rmtree(folder / "partial", ignore_errors=True)
+        if report and out is not None and not run.already_complete:
+            from bertology.report.render import render_report
+
+            run.report = render_report(folder)
+        if out is None:
+            run.out, run.figures = None, []
+    return run
+
+
+def _corpora(data: ProbeData) -> dict:
+    """The train, dev (when given) and test corpora with trees (plain text parsed with one spaCy pipeline)."""
+    from bertology.data.annotate import load_spacy
+    from bertology.data.loaders import load_corpus
+    from bertology.experiments.probe import ensure_trees
+
+    check_range(data.max_sentences, "max_sentences", "--max-sentences", minimum=0)
+    limit = data.max_sentences or None
+    nlp: dict = {}
+
+    def load(path: str, what: str):
+        corpus = load_corpus(path, limit=limit, name=what)
+        if not corpus.has_trees and not corpus.has_pairs and not any(ex.words is not None for ex in corpus):
+            if "nlp" not in nlp:
+                nlp["nlp"] = load_spacy(data.spacy_model)
+            return ensure_trees(corpus, nlp=nlp["nlp"])
+        return ensure_trees(corpus, spacy_model=data.spacy_model)
+
+    corpora = {"train": load(data.train, "train")}
+    if data.dev is not None:
+        corpora["dev"] = load(data.dev, "dev")
+    corpora["test"] = load(data.test, "test")
+    return corpora
+
+
+def _models(models: ProbeModels, loading: Loading, torch_dtype, seed: int) -> dict:
+    from bertology.experiments.probe import random_init_model
+    from bertology.models.loading import load_model
+
+    loaded = {"base": load_model(models.base, kind="auto", trust_remote_code=loading.trust_remote_code, dtype=torch_dtype)}
+    if models.tuned is not None:
+        loaded["tuned"] = load_model(models.tuned, kind="auto", trust_remote_code=loading.trust_remote_code,
+                                     dtype=torch_dtype)
+    if models.random_control:
+        loaded["random"] = random_init_model(loaded["base"], seed)
+    return loaded
+
+
+def _run(folder: Path, manifest: dict, loaded: dict, corpora: dict, settings: ProbeSettings, overwrite: bool,
+         progress: bool, *, draw: bool) -> ProbeRun:
+    """Open ``folder``, train and score the probes (resuming), write the table, figures and manifest."""
+    from bertology.experiments.probe import run_probes
+    from bertology.progress import stage_bars
+    from bertology.results import now_iso, read_table, write_table
+
+    with open_run(folder, KIND, manifest["fingerprint"], overwrite=overwrite) as opened:
+        path, partial, old = opened.path, opened.path / "partial", opened.previous
+        if opened.resumed and old.get("status") == "complete" and opened.dir.has_table(TABLE):
+            logger.info("%s already holds this finished run; nothing to do", path)
+            return ProbeRun(path, {TABLE: read_table(path, TABLE)}, old, list(old.get("figures", [])),
+                            already_complete=True)
+        if opened.resumed and partial.exists():
+            logger.info("resuming the run in %s (cached features and finished epochs are kept)", path)
+        manifest["created"] = old.get("created") or manifest["created"]
+        opened.dir.write_manifest(manifest)
+        t0 = time.perf_counter()
+        with stage_bars(progress, lambda s: "training (epochs)" if s == "training" else s, console=stderr_console()) as on_progress:
+            try:
+                result = run_probes(loaded, corpora["train"], corpora.get("dev"), corpora["test"], settings,
+                                    on_progress=on_progress, work_dir=partial)
+            except KeyboardInterrupt:
+                logger.warning("interrupted: features and finished epochs are saved in %s; run the same command again "
+                               "to continue.", partial)
+                raise
+        write_table(path, TABLE, result.table)
+        figures = _write_figures(result.table, path) if draw else []
+        manifest.update(status="complete", finished=now_iso(), wall_time_s=round(time.perf_counter() - t0, 3),
+                        probe=result.params, tables=[TABLE], figures=figures)
+        opened.dir.write_manifest(manifest)
+    return ProbeRun(path, {TABLE: result.table}, manifest, figures)
+
+
+def _write_figures(table, path: Path) -> list[str]:
+    from bertology.results import atomic_write_text
+    from bertology.viz.figures import figure_to_svg
+    from bertology.viz.probe import probe_figures
+
+    figures = []
+    for stem, fig in probe_figures(table).items():
+        file = path / "figures" / f"{stem}.svg"
+        atomic_write_text(file, figure_to_svg(fig))
+        figures.append(str(file.relative_to(path)))
+    return figures

@@ -1,0 +1,52 @@
+"""``view``: the interactive attention viewer of one model, or of two side by side, as one offline HTML file.
+
+:func:`view` checks the output file before any model is loaded, computes the view
+(:func:`bertology.activations.views.view_data`) and saves it (``.html``: the page; ``.json``: the data).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertology.errors import check_range
+from bertology.runs import RunResult
+
+
+@dataclass
+class ViewRun(RunResult):
+    """A saved view: ``out`` is the file written (None: kept in memory), ``view`` the
+    :class:`~bertology.viz.viewer.AttentionView` (renders in a notebook); ``manifest`` says what it shows."""
+
+    view: object = None
+
+
+def view(
+    text: str,
+    text_pair: str | None = None,
+    *,
+    model: str = "minilm",
+    compare: str | None = None,
+    out: str | Path | None = None,
+    max_length: int = 128,
+) -> ViewRun:
+    """The attention of ``model`` (and ``compare``, shown as 'tuned'; diff = it minus ``model``) on one text or pair.
+
+    ``out`` is the file to write (``.html`` page, or ``.json`` data); None keeps the view in memory.
+    """
+    from bertology.activations.views import view_data
+    from bertology.results import cannot_write, check_output_file
+    from bertology.viz.viewer import AttentionView
+
+    check_range(max_length, "max_length", "--max-length", minimum=2)
+    if out is not None:
+        out = check_output_file(out, "--out", example="view.html")  # before loading any model
+    shown = AttentionView(view_data(model, text, text_pair, compare=compare, max_length=max_length))
+    path = None
+    if out is not None:
+        try:
+            path = shown.save(out)
+        except OSError as err:  # e.g. the disk filled up while writing
+            raise cannot_write(Path(out), "--out", err) from None
+    manifest = {"kind": "view", "model": model, "compare": compare, "text": text, "text_pair": text_pair,
+                "max_length": max_length}
+    return ViewRun(path, {}, manifest, shown)
