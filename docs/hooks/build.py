@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 MARKER = re.compile(r"<!--\s*bertology-help:\s*([a-z][a-z _-]*?)\s*-->")
-WIDTH = 100
+WIDTH = 140  # wide enough that rich truncates no flag name or default (checked on every command)
 EMPTY_SCRIPT = re.compile(r'<script src="">\s*</script>')
 REMOTE = re.compile(r'<(?:script|img|iframe)\b[^>]*\bsrc="(?:https?:)?//|<link\b[^>]*\bhref="(?:https?:)?//')
 
@@ -26,6 +26,8 @@ def _help(args: list[str]) -> str:
                                 env={"COLUMNS": str(WIDTH), "NO_COLOR": "1", "TERM": "dumb"})
     if result.exit_code != 0:
         raise RuntimeError(f"bertology {' '.join(args)} --help exited {result.exit_code}: {result.output}")
+    if "\u2026" in result.output:  # rich shortened something: the reference would hide part of a flag
+        raise RuntimeError(f"bertology {' '.join(args)} --help is truncated at width {WIDTH}; widen WIDTH")
     lines = [line.rstrip() for line in result.output.strip("\n").splitlines()]
     return "\n".join(lines).strip("\n")
 
