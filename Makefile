@@ -59,7 +59,7 @@ $(VENV)/.docs-stamp: pyproject.toml constraints.txt $(VENV)/.install-stamp
 	touch $@
 
 docs: assets $(VENV)/.docs-stamp
-	$(BIN)/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) .cache runs site
