@@ -46,7 +46,7 @@ def _parse_analyses(text: str) -> tuple[str, ...]:
 def compare_command(
     tuned: list[str] = tuned_option(
         ..., help="Fine-tuned model: hub id, local folder, or 'minilm'. Repeat as --tuned NAME=PATH (NAME may be task/sN, "
-                  "e.g. sst2/s0) to compare several with one base in one run (docs: Studies, several fine-tunes in one run).",
+                  "e.g. sst2/s0) to compare several with one base in one run (README: Several fine-tunes in one run).",
         metavar="PATH|NAME=PATH"),
     data: str = DATA_OPT,
     base: str = base_option(),
@@ -59,7 +59,7 @@ def compare_command(
     max_length: int = max_length_option(128, help="Max tokens per example, [CLS]/[SEP] included."),
     overlong: str = typer.Option("skip", "--overlong", help="What to do with longer examples: skip or truncate (counted either way)."),
     batch_size: int = batch_size_option(32, min=1),
-    conventions: str = typer.Option("bertology", "--conventions", help="Paper conventions preset: bertology, clark2019, kovaleva2019 or hewitt2019 (docs: Paper conventions)."),
+    conventions: str = typer.Option("bertology", "--conventions", help="Paper conventions preset: bertology, clark2019, kovaleva2019 or hewitt2019 (README: Paper conventions)."),
     punctuation: Optional[str] = typer.Option(None, "--punctuation", help="Punctuation tokens: unicode (bertology) or clark2019 ('.' and ','); default: the preset's."),
     attention_mode: Optional[str] = typer.Option(None, "--attention-mode", help="cropped: real tokens only (bertology); padded: Kovaleva's fixed-length maps; default: the preset's."),
     word_categories: Optional[str] = typer.Option(None, "--word-categories", help="Word-category targets of attention_targets: bertology (whole words, UPOS) or kovaleva2019 (single pieces matched by string, their tag and negation lists); default: the preset's."),
