@@ -7,7 +7,7 @@ export BERTOLOGY_CACHE ?= $(CURDIR)/.cache
 export TOKENIZERS_PARALLELISM := false
 POLARITY := $(BERTOLOGY_CACHE)/data/polarity-pang-lee.csv
 
-.PHONY: setup assets browser demo test test-fast bench clean
+.PHONY: setup assets browser demo test test-fast bench docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,5 +52,14 @@ test-fast: setup
 bench: assets
 	$(BIN)/python benchmarks/extract.py
 
+# The documentation site in site/, offline: mkdocs --strict fails on any warning (a broken link, a missing
+# page), and the tutorials under docs/tutorials/ are executed on the built-in model (a failing cell fails it).
+$(VENV)/.docs-stamp: pyproject.toml constraints.txt $(VENV)/.install-stamp
+	$(BIN)/pip install -q -c constraints.txt -e ".[docs]"
+	touch $@
+
+docs: assets $(VENV)/.docs-stamp
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) .cache runs
+	rm -rf $(VENV) .cache runs site

@@ -11,7 +11,7 @@ which paper's number each table reproduces. Commands that do not build a ``Compa
 (``bertology probe``) pick their conventions with :func:`choose` and record them with :func:`record`.
 
 Only conventions that reproduce the paper's number are offered here. Others the papers differ in
-(the smaller details listed in the README) are not yet switchable.
+(the smaller details listed in docs/paper-conventions.md) are not yet switchable.
 """
 from __future__ import annotations
 

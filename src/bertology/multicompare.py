@@ -9,7 +9,7 @@ Memory: every model's weights stay resident for the whole streaming pass (the ba
 shared by models that are loaded), while per batch at most two models' activations are alive, the
 base's and one tuned model's (:func:`bertology.activations.extract.run_shared_analyses`). Activations
 are what grows with the data (attention maps are ``[batch, heads, T, T]`` per layer); weights are a
-fixed cost of one model file each. benchmarks/README.md has the time and peak memory measured.
+fixed cost of one model file each. docs/results/benchmarks.md has the time and peak memory measured.
 """
 from __future__ import annotations
 

@@ -128,7 +128,7 @@ def test_trained_float16_probes_score_like_float32(base):
     relative (measured 2.1e-4) and the scores within 0.01 (measured: UUAS, root accuracy and NSpr equal,
     DSpr 0.0017: a rank swap in one row of a 6-word sentence moves that row's Spearman by 12/(6·35) = 0.057).
     When a dev loss lands on the other side of a ``min_delta`` threshold the schedules part and the scores
-    differ by training noise instead: on UD EWT at MiniLM size, up to 0.013 UUAS (benchmarks/README.md).
+    differ by training noise instead: on UD EWT at MiniLM size, up to 0.013 UUAS (docs/results/benchmarks.md).
     """
     models = {"base": base, "random": random_init_model(base, 0)}
     train, test = _corpus(SENTENCES * 4, 0), _corpus(SENTENCES, 1)

@@ -459,7 +459,7 @@ class Geometry(Analysis):
         # numbers moved by <= 1.2e-14).
         # BLAS on one thread, as pca_views' fits: LAPACK's tridiagonal reduction of the 2 (L + 1) Grams (768 x 768
         # at BERT-base) synchronises its threads per column, and two threads on a shared 2-core machine took
-        # 2.8-7.7 s against 1.5-2.3 s with one (benchmarks/README.md, issue 18). Values change by rounding only.
+        # 2.8-7.7 s against 1.5-2.3 s with one (docs/results/benchmarks.md, issue 18). Values change by rounding only.
         with one_blas_thread():
             for m in range(2):
                 for layer in range(n_layers):

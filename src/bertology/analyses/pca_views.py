@@ -249,7 +249,7 @@ class PCAViews(Analysis):
         # BLAS on one thread: the products and eighs are small (a few hundred rows), LAPACK's tridiagonal reduction
         # synchronises its threads once per column, and on a shared 2-core machine BERT-base's 13 layers took
         # 1.6 s to 57 s with two threads (the busier the cores elsewhere, the longer), 1.0 s with one
-        # (benchmarks/README.md, "Issue 18: fixed-size compute, this round"). Same fits to rounding.
+        # (docs/results/benchmarks.md, "Issue 18: fixed-size compute, this round"). Same fits to rounding.
         with one_blas_thread():
             for layer in self.layers:
                 xs = [self.token_matrix(m, layer) for m in range(2)]

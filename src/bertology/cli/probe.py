@@ -57,7 +57,7 @@ def probe_command(
     dtype: str = DTYPE_OPT,
     out: Path = out_option(Path("runs/probe"), help="Run folder (tables/, figures/, partial/, manifest.json)."),
     overwrite: bool = overwrite_option(),
-    conventions: str = typer.Option("bertology", "--conventions", help="Paper conventions preset: bertology, clark2019, kovaleva2019 or hewitt2019 (README: Paper conventions); only probe_punctuation applies here."),
+    conventions: str = typer.Option("bertology", "--conventions", help="Paper conventions preset: bertology, clark2019, kovaleva2019 or hewitt2019 (docs: Paper conventions); only probe_punctuation applies here."),
     probe_punctuation: Optional[str] = typer.Option(None, "--probe-punctuation", help="Words UUAS and root accuracy leave out: upos (UPOS PUNCT, bertology) or hewitt2019 (their PTB XPOS list); default: the preset's."),
     feature_dtype: str = typer.Option(
         "float32", "--feature-dtype",

@@ -17,7 +17,7 @@ STATUS_STYLE = {"done": "green", "cached": "cyan", "failed": "bold red", "skippe
 @app.command("study")
 @user_errors
 def study_command(
-    spec: Path = typer.Argument(..., help="The study spec (TOML): base, seeds, the lab and compare tables and the tasks; see README 'Studies'."),
+    spec: Path = typer.Argument(..., help="The study spec (TOML): base, seeds, the lab and compare tables and the tasks; see the docs' Studies page."),
     out: Optional[Path] = typer.Option(None, "--out", help="Study folder (default: the spec's out = ...)."),
     executor: str = typer.Option("local", "--executor", help="local (sequential, this process) or ray (each job a Ray task; pip install 'bertology\\[ray]')."),
     ray_address: Optional[str] = typer.Option(

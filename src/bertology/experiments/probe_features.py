@@ -174,7 +174,7 @@ def _cached_features(
     are computed in memory, then saved. Either way the tensor returned is backed by the memory-mapped file
     (safetensors' ``load_file`` maps it and reads pages as they are touched): the features sit in the page
     cache, which the kernel can drop and re-read, not in this process's anonymous memory (measured:
-    benchmarks/README.md, item 4).
+    docs/results/benchmarks.md, item 4).
     """
     from safetensors.torch import load_file, safe_open, save_file
 

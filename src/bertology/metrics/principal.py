@@ -6,7 +6,7 @@ forms the smaller of ``Xc Xc'`` and ``Xc' Xc`` and tridiagonalises all of it, ``
 ``s <= l``; Lanczos (``scipy.sparse.linalg.eigsh``, ARPACK) only multiplies by ``Xc`` and ``Xc'``, ``O(s l)`` per
 step. Measured on captured BERT-base clouds (460-920 tokens x 768, one BLAS thread): PCA views' 39 fits
 0.87 -> 0.35 s, the MEV baseline's 26 stacks 0.43 -> 0.19 s; on synthetic ones of that shape 0.19x and 0.24x
-(``benchmarks/principal_axes.py``; ``benchmarks/README.md``, issue 18).
+(``benchmarks/principal_axes.py``; ``docs/results/benchmarks.md``, issue 18).
 
 Accuracy: ARPACK runs to ``tol=0``, i.e. a residual ``|A v - lambda v|`` of about machine epsilon times
 ``lambda``, as a dense solver's: eigenvalues to ``~eps sigma_1^2``, an axis to ``~eps sigma_1^2 / gap``. So the

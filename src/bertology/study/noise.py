@@ -542,7 +542,7 @@ def study_tables(
     ``geometry``, ``ablation``; absent ones are skipped). ``seed_tables``: ``{seedpair_<name>: table}``
     with ``task, seed_a, seed_b`` first (only the pairwise tables need them). Returns
     ``study_summary``, ``study_seed_noise``, ``study_effects``, ``study_counts``, ``study_rule``
-    and ``study_task_differences`` (schemas in the README's "Seed noise" section).
+    and ``study_task_differences`` (schemas in docs/studies.md, "Seed noise").
     """
     if not 0 < alpha < 1:
         raise BertologyError(f"alpha must be between 0 and 1, not {alpha}.")

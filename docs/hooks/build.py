@@ -1,0 +1,49 @@
+"""mkdocs hooks for bertology's site.
+
+- ``<!-- bertology-help: CMD [SUB] -->`` in a page becomes that command's ``--help``, run at build time, so
+  the CLI reference cannot drift from the flags the commands take.
+- The site must read offline: after the build, any page that loads a script, stylesheet or font from
+  another host fails it (nbconvert's notebook template leaves an empty MathJax ``<script src="">``,
+  which is removed).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+MARKER = re.compile(r"<!--\s*bertology-help:\s*([a-z][a-z _-]*?)\s*-->")
+WIDTH = 140  # wide enough that rich truncates no flag name or default (checked on every command)
+EMPTY_SCRIPT = re.compile(r'<script src="">\s*</script>')
+REMOTE = re.compile(r'<(?:script|img|iframe)\b[^>]*\bsrc="(?:https?:)?//|<link\b[^>]*\bhref="(?:https?:)?//')
+
+
+def _help(args: list[str]) -> str:
+    from typer.testing import CliRunner
+
+    from bertology.cli import app
+
+    result = CliRunner().invoke(app, [*args, "--help"], terminal_width=WIDTH,
+                                env={"COLUMNS": str(WIDTH), "NO_COLOR": "1", "TERM": "dumb"})
+    if result.exit_code != 0:
+        raise RuntimeError(f"bertology {' '.join(args)} --help exited {result.exit_code}: {result.output}")
+    if "\u2026" in result.output:  # rich shortened something: the reference would hide part of a flag
+        raise RuntimeError(f"bertology {' '.join(args)} --help is truncated at width {WIDTH}; widen WIDTH")
+    lines = [line.rstrip() for line in result.output.strip("\n").splitlines()]
+    return "\n".join(lines).strip("\n")
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 (mkdocs hook signature)
+    return MARKER.sub(lambda m: "```text\n" + _help(m.group(1).split()) + "\n```", markdown)
+
+
+def on_post_page(output: str, page, config) -> str:  # noqa: ARG001
+    return EMPTY_SCRIPT.sub("", output)
+
+
+def on_post_build(config) -> None:
+    remote = []
+    for html in Path(config["site_dir"]).rglob("*.html"):
+        for match in REMOTE.finditer(html.read_text(encoding="utf-8")):
+            remote.append(f"{html.relative_to(config['site_dir'])}: {match.group(0)[:120]}")
+    if remote:
+        raise RuntimeError("pages load assets from other hosts (the site must read offline):\n" + "\n".join(remote))
