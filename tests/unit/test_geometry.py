@@ -11,7 +11,7 @@ from sklearn.decomposition import PCA
 
 from bertology.activations.batch import PairBatch
 from bertology.activations.extract import run_analyses
-from bertology.analyses.geometry import _SALT_BASELINE, METRICS, Geometry, by_layer, word_key
+from bertology.analyses.geometry import _SALT_BASELINE, METRICS, Geometry, WordSample, by_layer, word_key
 from bertology.analyses.head_map import example_keys
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, EncodedExample, encode_corpus
@@ -182,7 +182,7 @@ def test_static_vectors_give_self_similarity_and_mev_one():
     """A vector that depends on the word only (a static embedding): self-similarity 1, MEV 1, adjusted > 0."""
     emb = {t: np.random.default_rng(t).normal(size=16) for t in range(30)}
     sents = _sentences(40)
-    g = Geometry(2, n_pairs=20, min_contexts=3)
+    g = Geometry(2, n_pairs=20, word_sample=WordSample(min_contexts=3))
     for s in range(0, 40, 8):
         g.update(_fake_batch(range(s, s + 8), sents[s:s + 8], lambda m, l, e, p, t: emb[t]))
     table = g.compute().table
@@ -198,7 +198,7 @@ def test_rank_one_space_is_fully_anisotropic():
     v = np.random.default_rng(3).normal(size=16)
     sents = _sentences(30, seed=1)
     for center in (True, False):
-        g = Geometry(2, n_pairs=10, min_contexts=3, mev_center=center, baseline_pairs="all")
+        g = Geometry(2, n_pairs=10, mev_center=center, baseline_pairs="all", word_sample=WordSample(min_contexts=3))
         g.update(_fake_batch(range(30), sents, lambda m, l, e, p, t: (1 + (e * 7 + p * 3 + t) % 5) * v))
         table = g.compute().table
         for metric in ("anisotropy", "self_similarity", "intra_similarity", "mev", "mev_baseline"):
@@ -211,7 +211,7 @@ def test_isotropic_gaussian_hidden_states_give_anisotropy_near_zero():
         return np.random.default_rng([e, p, l, m]).normal(size=16)
 
     sents = _sentences(400, seed=2, lo=3, hi=5)
-    g = Geometry(2, n_pairs=300, min_contexts=3)
+    g = Geometry(2, n_pairs=300, word_sample=WordSample(min_contexts=3))
     for s in range(0, 400, 100):
         g.update(_fake_batch(range(s, s + 100), sents[s:s + 100], vec))
     table = g.compute().table
@@ -264,7 +264,7 @@ def _reference_states(pair, corpus):
 
 def test_every_metric_equals_a_slow_per_sentence_computation(planted, encoded):
     corpus = _corpus()
-    g = _run(planted, encoded, n_pairs=10, min_contexts=5, max_contexts=1000, max_words=1000)
+    g = _run(planted, encoded, n_pairs=10, word_sample=WordSample(min_contexts=5, max_contexts=1000, max_words=1000))
     table = g.compute().table
     ref = _reference_states(planted, corpus)
     n_layers = planted.num_layers + 1
@@ -318,7 +318,7 @@ def test_stored_word_vectors_are_the_mean_of_their_pieces(planted, encoded):
     """Each kept occurrence is the float16 of its pieces' mean: within one float16 rounding step of the
     float64 mean of a per-sentence forward (float32 sums of a few pieces sit far inside that step)."""
     corpus = _corpus()
-    g = _run(planted, encoded, n_pairs=10, min_contexts=2, max_contexts=1000, max_words=1000)
+    g = _run(planted, encoded, n_pairs=10, word_sample=WordSample(min_contexts=2, max_contexts=1000, max_words=1000))
     ref = _reference_states(planted, corpus)
     checked, pieces_seen = 0, set()
     for form, word in g.words.items():
@@ -350,8 +350,8 @@ def test_mev_fits_run_on_one_blas_thread_and_restore_it(planted, encoded, monkey
     def blas_threads():
         return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
 
-    free = _run(planted, encoded, n_pairs=10, min_contexts=2).compute().table
-    g = _run(planted, encoded, n_pairs=10, min_contexts=2)
+    free = _run(planted, encoded, n_pairs=10, word_sample=WordSample(min_contexts=2)).compute().table
+    g = _run(planted, encoded, n_pairs=10, word_sample=WordSample(min_contexts=2))
     seen = []
     baseline = 2 * (planted.num_layers + 1)  # one fit per model and layer
     real = geometry_module.max_explainable_variance
@@ -364,7 +364,7 @@ def test_mev_fits_run_on_one_blas_thread_and_restore_it(planted, encoded, monkey
     # word_table() reuses compute()'s fits; a later merge makes them again
     words = g.word_table().table
     assert len(seen) == baseline + len(g.selected_words()) and len(words) == len(g.selected_words()) * 2 * (planted.num_layers + 1)
-    g.merge(Geometry(planted.num_layers, tokenizer=planted.tokenizer, n_pairs=10, min_contexts=2))
+    g.merge(Geometry(planted.num_layers, tokenizer=planted.tokenizer, n_pairs=10, word_sample=WordSample(min_contexts=2)))
     g.word_table()
     assert len(seen) == 2 * (baseline + len(g.selected_words()))
 
@@ -403,13 +403,13 @@ def _same(a: Geometry, b: Geometry, atol=1e-6):
 
 
 def test_batch_size_does_not_change_the_sample_or_the_numbers(planted, encoded):
-    kw = dict(n_pairs=7, max_words=4, max_contexts=6, seed=1)
+    kw = dict(n_pairs=7, seed=1, word_sample=WordSample(max_words=4, max_contexts=6))
     runs = [_run(planted, encoded, batch_size=bs, **kw) for bs in (2, 7, 24)]
     assert len(runs[0].selected_words()) == 4
     for r in runs[1:]:
         _same(runs[0], r, atol=2e-3)  # float16 words; padding changes float32 rounding
     # the words are those with the smallest keys among the qualifying ones
-    g = _run(planted, encoded, n_pairs=7, max_words=1000, max_contexts=1000, seed=1)
+    g = _run(planted, encoded, n_pairs=7, seed=1, word_sample=WordSample(max_words=1000, max_contexts=1000))
     qual = g.selected_words()
     assert runs[0].selected_words() == sorted(qual, key=lambda f: word_key(1, f))[:4]
     # a word's kept occurrences are at most max_contexts, but its sentence count is exact
@@ -421,9 +421,9 @@ def test_batch_size_does_not_change_the_sample_or_the_numbers(planted, encoded):
 
 
 def test_candidate_cap_restricts_words_to_a_hashed_subset_of_the_vocabulary(planted, encoded):
-    full = _run(planted, encoded, n_pairs=7, max_words=1000, max_contexts=1000, max_candidates=None, seed=1)
+    full = _run(planted, encoded, n_pairs=7, seed=1, word_sample=WordSample(max_words=1000, max_contexts=1000, max_candidates=None))
     forms = sorted(full.words, key=lambda f: word_key(1, f))  # every word form of the corpus
-    kw = dict(n_pairs=7, max_words=3, max_candidates=6, max_contexts=6, seed=1)
+    kw = dict(n_pairs=7, seed=1, word_sample=WordSample(max_words=3, max_candidates=6, max_contexts=6))
     runs = [_run(planted, encoded, batch_size=bs, **kw) for bs in (3, 24)]
     qual = [f for f in forms[:6] if full.words[f].count >= 5]
     assert runs[0].selected_words() == qual[:3]
@@ -434,11 +434,11 @@ def test_candidate_cap_restricts_words_to_a_hashed_subset_of_the_vocabulary(plan
               EncodedCorpus(encoded.items[cut:], 128, "skip", len(encoded.items) - cut)]
     _same(runs[0], _run(planted, shards[0], **kw).merge(_run(planted, shards[1], **kw)), atol=2e-3)
     with pytest.raises(ValueError):
-        Geometry(2, max_words=10, max_candidates=5)
+        Geometry(2, word_sample=WordSample(max_words=10, max_candidates=5))
 
 
 def test_merge_of_shards_equals_the_whole_corpus(planted, encoded):
-    kw = dict(n_pairs=7, max_words=4, max_contexts=6, seed=1)
+    kw = dict(n_pairs=7, seed=1, word_sample=WordSample(max_words=4, max_contexts=6))
     whole = _run(planted, encoded, **kw)
     for cut in (5, 12, 19):
         shards = [EncodedCorpus(encoded.items[:cut], 128, "skip", cut),
@@ -472,7 +472,7 @@ def test_identical_models_give_identical_rows(identical_pair):
 def test_sentence_pairs_and_tiny_corpora(planted):
     pairs = Corpus.from_list(["the cat sat .", "a dog ran .", "the movie was good"],
                              pairs=["the dog sat .", "the cat ran", "the film was bad ."])
-    g = _run(planted, encode_corpus(pairs, planted.tokenizer), n_pairs=3, min_contexts=2)
+    g = _run(planted, encode_corpus(pairs, planted.tokenizer), n_pairs=3, word_sample=WordSample(min_contexts=2))
     # words of both texts count, once per example: "the" is in 3 examples (5 times), "sat" in 1
     assert g.words["the"].count == 3 and g.words["sat"].count == 1 and g.words["dog"].count == 2
     table = g.compute().table
@@ -487,9 +487,9 @@ def test_errors_and_params():
     with pytest.raises(ValueError):
         Geometry(2, n_pairs=1)
     with pytest.raises(ValueError):
-        Geometry(2, min_contexts=1)
+        Geometry(2, word_sample=WordSample(min_contexts=1))
     with pytest.raises(ValueError):
-        Geometry(2, min_contexts=5, max_contexts=4)
+        Geometry(2, word_sample=WordSample(min_contexts=5, max_contexts=4))
     with pytest.raises(ValueError):
         Geometry(2, baseline_pairs="random")
     with pytest.raises(ValueError, match="no tokens"):

@@ -154,6 +154,31 @@ class _Word:
         self.vectors = v[order]
 
 
+@dataclass(frozen=True)
+class WordSample:
+    """Which words self-similarity and MEV are measured on, and how many of their occurrences are kept.
+
+    Words seen in at least ``min_contexts`` sentences qualify; the ``max_words`` with the smallest keys
+    are analysed, each with at most ``max_contexts`` occurrences; only the ``max_candidates`` word forms
+    with the smallest keys are considered at all (None: every form; bounds memory). See the module notes.
+    """
+
+    min_contexts: int = 5
+    max_contexts: int = 10
+    max_words: int = 500
+    max_candidates: int | None = 2000
+
+    def __post_init__(self):
+        if self.min_contexts < 2:
+            raise ValueError("min_contexts must be at least 2 (self-similarity needs two contexts)")
+        if self.max_contexts < self.min_contexts:
+            raise ValueError(f"max_contexts ({self.max_contexts}) must be at least min_contexts ({self.min_contexts})")
+        if self.max_words < 1:
+            raise ValueError("max_words must be at least 1")
+        if self.max_candidates is not None and self.max_candidates < self.max_words:
+            raise ValueError(f"max_candidates ({self.max_candidates}) must be at least max_words ({self.max_words})")
+
+
 class Geometry(Analysis):
     """Anisotropy, self-similarity, intra-sentence similarity and MEV per layer, base and tuned."""
 
@@ -168,10 +193,7 @@ class Geometry(Analysis):
         tokenizer=None,
         n_pairs: int = 1000,
         baseline_pairs: BaselinePairs = "chain",
-        min_contexts: int = 5,
-        max_contexts: int = 10,
-        max_words: int = 500,
-        max_candidates: int | None = 2000,
+        word_sample: WordSample = WordSample(),
         include_special: bool = False,
         mev_center: bool = True,
         seed: int = 0,
@@ -180,19 +202,11 @@ class Geometry(Analysis):
             raise ValueError("n_pairs must be at least 2")
         if baseline_pairs not in ("chain", "all"):
             raise ValueError(f"baseline_pairs must be 'chain' or 'all', not {baseline_pairs!r}")
-        if min_contexts < 2:
-            raise ValueError("min_contexts must be at least 2 (self-similarity needs two contexts)")
-        if max_contexts < min_contexts:
-            raise ValueError(f"max_contexts ({max_contexts}) must be at least min_contexts ({min_contexts})")
-        if max_words < 1:
-            raise ValueError("max_words must be at least 1")
-        if max_candidates is not None and max_candidates < max_words:
-            raise ValueError(f"max_candidates ({max_candidates}) must be at least max_words ({max_words})")
         self.num_layers = num_layers
         self.tokenizer = tokenizer
         self.n_pairs, self.baseline_pairs = n_pairs, baseline_pairs
-        self.min_contexts, self.max_contexts, self.max_words = min_contexts, max_contexts, max_words
-        self.max_candidates = max_candidates
+        self.min_contexts, self.max_contexts = word_sample.min_contexts, word_sample.max_contexts
+        self.max_words, self.max_candidates = word_sample.max_words, word_sample.max_candidates
         self.include_special, self.mev_center, self.seed = bool(include_special), bool(mev_center), seed
         self._unk = getattr(tokenizer, "unk_token_id", None) if tokenizer is not None else None
         # Baseline: bottom-n_pairs examples by key, one token each, [k, 2, L + 1, hidden] float32.
@@ -552,8 +566,8 @@ def summary(tables: Mapping[str, pd.DataFrame]) -> str:
 
 
 def _build(config: CompareConfig, ctx: BuildContext) -> Geometry:
-    return Geometry(ctx.num_layers, tokenizer=ctx.tokenizer, n_pairs=config.geometry_pairs,
-                    min_contexts=config.geometry_min_contexts, max_contexts=max(10, config.geometry_min_contexts),
+    words = WordSample(min_contexts=config.geometry_min_contexts, max_contexts=max(10, config.geometry_min_contexts))
+    return Geometry(ctx.num_layers, tokenizer=ctx.tokenizer, n_pairs=config.geometry_pairs, word_sample=words,
                     seed=config.seed)
 
 

@@ -58,7 +58,7 @@ from bertology.conventions import setting as convention
 from bertology.config import CompareConfig
 from bertology.data.align import Pooling, annotated_word_ids, word_attention
 from bertology.data.corpus import Corpus
-from bertology.metrics.word_argmax import clark_float16_columns, word_argmax_hits
+from bertology.metrics.word_argmax import WordPairs, clark_float16_columns, word_argmax_hits
 from bertology.results import Result
 
 MODELS = ("base", "tuned")
@@ -289,8 +289,8 @@ class RelationHeads(ArgmaxHeads):
             if clark:  # their code: float16 maps, each word's summed column in its first piece's column
                 maps = [clark_float16_columns(a, word_ids) for a in maps]
                 to_method = "first"
-            hits = word_argmax_hits(maps, word_ids, n_words, allowed, pair_start, dep, gov, to_method=to_method,
-                                    from_method=self.from_method, transpose=self.reverse == "transpose",
+            hits = word_argmax_hits(maps, word_ids, n_words, allowed, WordPairs(pair_start, dep, gov),
+                                    to_method=to_method, from_method=self.from_method, transpose=self.reverse == "transpose",
                                     self_as_zero=clark)
         hits = hits.reshape(2, L, 2, H, P).transpose(0, 2, 1, 3, 4)  # [model, direction, L, H, P]
         for m in range(2):

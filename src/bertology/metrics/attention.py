@@ -149,18 +149,15 @@ def layer_statistics(
     log_b = torch.clamp_min(b, tiny, out=scratch[1]).log_()
     log_m = torch.add(a, b, out=scratch[2]).mul_(0.5).clamp_min_(tiny).log_()
     B, H, T, _ = a.shape
-    dots = np.zeros((B, H, 3))
-    received = np.zeros((2, B, H, T))
-    diagonals = np.zeros((2, B, H, T, len(DIAGONAL_OFFSETS)))
-    entropy = np.zeros((2, B, H, T))
-    js = np.zeros((B, H))
-    entropy_sum = np.zeros((2, B, H))
-    diagonal_sums = np.zeros((2, B, H, len(DIAGONAL_OFFSETS)))
-    _layer_statistics_kernel(a.numpy(), b.numpy(), log_a.numpy(), log_b.numpy(), log_m.numpy(), rows.bool().cpu().numpy(),
-                             dots, received, diagonals, entropy, js, entropy_sum, diagonal_sums)
-    return LayerStatistics(torch.from_numpy(dots), torch.from_numpy(received).to(a.dtype),
-                           torch.from_numpy(diagonals).to(a.dtype), torch.from_numpy(entropy).to(a.dtype),
-                           torch.from_numpy(js), torch.from_numpy(entropy_sum), torch.from_numpy(diagonal_sums))
+    D = len(DIAGONAL_OFFSETS)
+    # LayerStatistics' fields in order, filled by the kernel in float64.
+    out = (np.zeros((B, H, 3)), np.zeros((2, B, H, T)), np.zeros((2, B, H, T, D)), np.zeros((2, B, H, T)),
+           np.zeros((B, H)), np.zeros((2, B, H)), np.zeros((2, B, H, D)))
+    _layer_statistics_kernel(a.numpy(), b.numpy(), (log_a.numpy(), log_b.numpy(), log_m.numpy()),
+                             rows.bool().cpu().numpy(), out)
+    dots, received, diagonals, entropy, js, entropy_sum, diagonal_sums = map(torch.from_numpy, out)
+    return LayerStatistics(dots, received.to(a.dtype), diagonals.to(a.dtype), entropy.to(a.dtype), js, entropy_sum,
+                           diagonal_sums)
 
 
 def layer_statistics_torch(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor) -> LayerStatistics:
@@ -190,8 +187,10 @@ def layer_statistics_torch(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor)
 
 
 @numba.njit(cache=True, parallel=True, nogil=True, fastmath=True)
-def _layer_statistics_kernel(a, b, log_a, log_b, log_m, rows, dots, received, diagonals, entropy, js, entropy_sum,
-                             diagonal_sums):
+def _layer_statistics_kernel(a, b, logs, rows, out):
+    """Fill ``out`` (:class:`LayerStatistics`' arrays, in field order); ``logs``: of ``a``, ``b`` and their mean."""
+    log_a, log_b, log_m = logs
+    dots, received, diagonals, entropy, js, entropy_sum, diagonal_sums = out
     B, H, T = a.shape[0], a.shape[1], a.shape[2]
     for task in numba.prange(B * H):
         i, h = task // H, task % H

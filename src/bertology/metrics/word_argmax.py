@@ -27,6 +27,7 @@ It runs on CPU: maps computed on an accelerator are copied to host memory first.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -35,14 +36,20 @@ import numpy as np
 POOLING_CODES = {"sum": 0, "mean": 1, "first": 2, "max": 3}
 
 
+class WordPairs(NamedTuple):
+    """The scored word pairs of a batch: those of example ``b`` are ``start[b]:start[b+1]`` of ``dep``/``gov``."""
+
+    start: np.ndarray
+    dep: np.ndarray
+    gov: np.ndarray
+
+
 def word_argmax_hits(
     att: np.ndarray | Sequence[np.ndarray],
     word_ids: np.ndarray,
     n_words: np.ndarray,
     allowed: np.ndarray,
-    pair_start: np.ndarray,
-    dep: np.ndarray,
-    gov: np.ndarray,
+    pairs: WordPairs | tuple[np.ndarray, np.ndarray, np.ndarray],
     *,
     to_method: str = "sum",
     from_method: str = "mean",
@@ -55,8 +62,7 @@ def word_argmax_hits(
     every layer of both models: one call per batch; the result is then ``[M, 2, H, P]``);
     ``word_ids``: ``[B, T]`` word of each token (-1: none, e.g. special tokens and padding);
     ``n_words``: ``[B]`` words of each example; ``allowed``: ``[B, W]`` bool, the candidate words;
-    pairs of example ``b`` are ``pair_start[b]:pair_start[b+1]`` of ``dep``/``gov`` (word indices,
-    both candidates). ``self_as_zero``: the word itself is a candidate of value 0 (Clark's notebook)
+    ``pairs``: :class:`WordPairs` ``(start, dep, gov)``, word indices, both candidates. ``self_as_zero``: the word itself is a candidate of value 0 (Clark's notebook)
     rather than left out.
     """
     for method in (to_method, from_method):
@@ -67,12 +73,13 @@ def word_argmax_hits(
     if not maps or any(a.shape != maps[0].shape or a.dtype != maps[0].dtype for a in maps):
         raise ValueError("att must be one [B, H, T, T] map or a non-empty sequence of maps of one shape and dtype")
     H = maps[0].shape[1]
+    start, dep, gov = (np.ascontiguousarray(x, dtype=np.int64) for x in pairs)
     hits = np.zeros((len(maps), 2, H, len(dep)), dtype=np.bool_)
     if len(dep):
-        args = (np.ascontiguousarray(word_ids, dtype=np.int64), np.ascontiguousarray(n_words, dtype=np.int64),
-                np.ascontiguousarray(allowed, dtype=np.bool_), np.ascontiguousarray(pair_start, dtype=np.int64),
-                np.ascontiguousarray(dep, dtype=np.int64), np.ascontiguousarray(gov, dtype=np.int64),
-                POOLING_CODES[to_method], POOLING_CODES[from_method], bool(transpose), bool(self_as_zero))
+        alignment = (np.ascontiguousarray(word_ids, dtype=np.int64), np.ascontiguousarray(n_words, dtype=np.int64),
+                     np.ascontiguousarray(allowed, dtype=np.bool_))
+        args = (alignment, (start, dep, gov), POOLING_CODES[to_method], POOLING_CODES[from_method], bool(transpose),
+                bool(self_as_zero))
         # One call per map keeps one compiled signature whatever the number of layers (a tuple of
         # maps would be compiled again for every model depth); the calls cost ~20 us each.
         for mi, a in enumerate(maps):
@@ -151,7 +158,10 @@ def _add_row(words, i, line, t, first, method) -> None:
 
 
 @numba.njit(cache=True, parallel=True, nogil=True)
-def _kernel(att, word_ids, n_words, allowed, pair_start, dep, gov, to_code, from_code, transpose, self_zero, hits):
+def _kernel(att, alignment, pairs, to_code, from_code, transpose, self_zero, hits):
+    """Fill ``hits`` ``[2, H, P]`` of one map; ``alignment``: ``(word_ids, n_words, allowed)``; ``pairs``: :class:`WordPairs`."""
+    word_ids, n_words, allowed = alignment
+    pair_start, dep, gov = pairs
     B, H = att.shape[0], att.shape[1]
     for b in numba.prange(B):
         p0, p1 = pair_start[b], pair_start[b + 1]

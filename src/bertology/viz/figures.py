@@ -15,6 +15,7 @@ import io
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import matplotlib as mpl
@@ -26,6 +27,7 @@ from matplotlib.figure import Figure
 
 __all__ = [
     "METRIC_LABELS",
+    "CurveStyle",
     "figure_to_svg",
     "head_heatmap",
     "layer_curve",
@@ -320,6 +322,25 @@ def _layer_head_figure(
     return fig, ax
 
 
+@dataclass(frozen=True)
+class CurveStyle:
+    """The axes of a :func:`layer_curve`: labels, y range, reference line, error band limits.
+
+    *ylim* fixes the y range; otherwise *min_span* is the smallest y range shown, so near-identical
+    models do not look dramatically different. *reference* draws a dashed horizontal line (e.g.
+    ``1.0`` for "unchanged"; a mapping gives one value per facet). *err_clip* clips the error band
+    (e.g. ``(0, 1)`` for bounded metrics). *sharey*: one y axis for all panels.
+    """
+
+    xlabel: str | None = None
+    ylabel: str | None = None
+    ylim: tuple[float | None, float | None] | None = None
+    min_span: float | None = None
+    reference: float | Mapping[Any, float] | None = None
+    err_clip: tuple[float, float] | None = None
+    sharey: bool = False
+
+
 def layer_curve(
     df_by_layer: pd.DataFrame,
     *,
@@ -328,26 +349,18 @@ def layer_curve(
     hue: str | None = "metric",
     facet: str | None = None,
     err: str | None = None,
-    title: str | None = None,
-    xlabel: str | None = None,
-    ylabel: str | None = None,
-    ylim: tuple[float | None, float | None] | None = None,
-    reference: float | Mapping[Any, float] | None = None,
     hue_order: Sequence[Any] | None = None,
     facet_order: Sequence[Any] | None = None,
-    sharey: bool = False,
-    err_clip: tuple[float, float] | None = None,
-    min_span: float | None = None,
+    title: str | None = None,
+    style: CurveStyle = CurveStyle(),
 ) -> Figure:
     """Per-layer line plot from a long-form table.
 
     One line per value of *hue* (e.g. the four similarity metrics on the same-layer diagonal), and
     optionally one panel per value of *facet* (e.g. mean cosine and mean JS per layer side by side,
     which live on different scales). *err* names a column with a symmetric spread (e.g. the std over
-    heads) drawn as a light band, clipped to *err_clip* (e.g. ``(0, 1)`` for bounded metrics).
-    *reference* draws a dashed horizontal line (e.g. ``1.0`` for "unchanged"; a mapping gives one
-    value per facet). *min_span* is the smallest y range shown, so near-identical models do not
-    look dramatically different. Duplicate ``(facet, hue, x)`` rows are averaged.
+    heads) drawn as a light band. *style* sets the axes (:class:`CurveStyle`). Duplicate
+    ``(facet, hue, x)`` rows are averaged.
     """
     cols = [x, y] + [c for c in (hue, facet, err) if c is not None]
     _require(df_by_layer, cols, "layer_curve")
@@ -361,7 +374,7 @@ def layer_curve(
     width = min(9.6, 3.3 * n + 0.4) if n > 1 else 6.4
     with mpl.rc_context(_STYLE):
         fig = _new_figure((width, 2.9))
-        axes = fig.subplots(1, n, squeeze=False, sharey=sharey)[0]
+        axes = fig.subplots(1, n, squeeze=False, sharey=style.sharey)[0]
         for ax, fv in zip(axes, facets):
             part = data if fv is None else data[data[facet] == fv]
             if hue is None:
@@ -370,48 +383,19 @@ def layer_curve(
                 order = list(hue_order) if hue_order is not None else list(pd.unique(part[hue]))
                 groups = [(h, part[part[hue] == h]) for h in order if (part[hue] == h).any()]
             for i, (hv, g) in enumerate(groups):
-                agg = g.groupby(x, sort=True).mean(numeric_only=True)
-                xs = agg.index.to_numpy(dtype=float)
-                ys = agg[y].to_numpy(dtype=float)
-                color = _STYLE["axes.prop_cycle"].by_key()["color"][i % 6]
-                label = _label(hv) if hv is not None else None
-                ax.plot(xs, ys, marker=_MARKERS[i % len(_MARKERS)], color=color, label=label,
-                        markersize=4.5 if i else 4.0)
-                if err is not None and err in agg:
-                    e = np.nan_to_num(agg[err].to_numpy(dtype=float))
-                    lo, hi = ys - e, ys + e
-                    if err_clip is not None:
-                        lo, hi = np.clip(lo, *err_clip), np.clip(hi, *err_clip)
-                    ax.fill_between(xs, lo, hi, color=color, alpha=0.15, linewidth=0)
-            ref = reference.get(fv) if isinstance(reference, Mapping) else reference
+                _curve_line(ax, g, i, hv, x=x, y=y, err=err, err_clip=style.err_clip)
+            ref = style.reference.get(fv) if isinstance(style.reference, Mapping) else style.reference
             if ref is not None:
                 ax.axhline(ref, color="#999999", linewidth=0.8, linestyle="--", zorder=0)
             ax.grid(True, axis="y")
-            ax.set_xlabel(_plain(xlabel) if xlabel is not None else _plain(x))
-            xs_all = np.sort(pd.unique(part[x].astype(float)))
-            if xs_all.size and np.allclose(xs_all, np.round(xs_all)):
-                step = max(1, math.ceil(xs_all.size / 13))  # integer layers, never crowded
-                ticks = xs_all[::step]
-                ax.set_xticks(ticks)
-                ax.set_xticklabels([str(int(v)) for v in ticks])
+            ax.set_xlabel(_plain(style.xlabel) if style.xlabel is not None else _plain(x))
+            _integer_xticks(ax, part[x])
             if fv is not None:
                 ax.set_title(_label(fv), loc="left")
-            if ylabel is not None:
-                ax.set_ylabel(_plain(ylabel))
+            if style.ylabel is not None:
+                ax.set_ylabel(_plain(style.ylabel))
             ax.ticklabel_format(axis="y", useOffset=False, style="plain")
-            if ylim is not None:
-                ax.set_ylim(*ylim)
-            elif min_span is not None:
-                y0, y1 = ax.get_ylim()
-                if y1 - y0 < min_span:
-                    pad = 0.04 * min_span
-                    if ref is not None and ref >= y1 - pad:  # data hangs below the reference
-                        ax.set_ylim(ref - min_span, ref + pad)
-                    elif ref is not None and ref <= y0 + pad:  # data sits above the reference
-                        ax.set_ylim(ref - pad, ref + min_span)
-                    else:
-                        mid = (y0 + y1) / 2
-                        ax.set_ylim(mid - min_span / 2, mid + min_span / 2)
+            _fit_ylim(ax, style, ref)
             if hue is not None and len(groups) > 1:
                 # Outside the axes: lines that overlap (e.g. identical models) stay visible.
                 ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), handlelength=1.8)
@@ -421,6 +405,52 @@ def layer_curve(
             else:
                 fig.suptitle(_plain(title), x=0.02, ha="left", fontsize=10, fontweight="bold")
     return fig
+
+
+def _curve_line(ax, g: pd.DataFrame, i: int, hv: Any, *, x: str, y: str, err: str | None,
+                err_clip: tuple[float, float] | None) -> None:
+    """The ``i``-th line of a :func:`layer_curve` panel (hue value ``hv``): mean of ``y`` per ``x``, with its band."""
+    agg = g.groupby(x, sort=True).mean(numeric_only=True)
+    xs = agg.index.to_numpy(dtype=float)
+    ys = agg[y].to_numpy(dtype=float)
+    color = _STYLE["axes.prop_cycle"].by_key()["color"][i % 6]
+    label = _label(hv) if hv is not None else None
+    ax.plot(xs, ys, marker=_MARKERS[i % len(_MARKERS)], color=color, label=label,
+            markersize=4.5 if i else 4.0)
+    if err is not None and err in agg:
+        e = np.nan_to_num(agg[err].to_numpy(dtype=float))
+        lo, hi = ys - e, ys + e
+        if err_clip is not None:
+            lo, hi = np.clip(lo, *err_clip), np.clip(hi, *err_clip)
+        ax.fill_between(xs, lo, hi, color=color, alpha=0.15, linewidth=0)
+
+
+def _integer_xticks(ax, values: pd.Series) -> None:
+    """Label integer x values (layers) as integers, at most 13 of them."""
+    xs_all = np.sort(pd.unique(values.astype(float)))
+    if xs_all.size and np.allclose(xs_all, np.round(xs_all)):
+        step = max(1, math.ceil(xs_all.size / 13))
+        ticks = xs_all[::step]
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(int(v)) for v in ticks])
+
+
+def _fit_ylim(ax, style: CurveStyle, ref: float | None) -> None:
+    """Set ``style.ylim``, or widen a y range narrower than ``style.min_span`` (towards the reference line)."""
+    if style.ylim is not None:
+        ax.set_ylim(*style.ylim)
+    elif style.min_span is not None:
+        min_span = style.min_span
+        y0, y1 = ax.get_ylim()
+        if y1 - y0 < min_span:
+            pad = 0.04 * min_span
+            if ref is not None and ref >= y1 - pad:  # data hangs below the reference
+                ax.set_ylim(ref - min_span, ref + pad)
+            elif ref is not None and ref <= y0 + pad:  # data sits above the reference
+                ax.set_ylim(ref - pad, ref + min_span)
+            else:
+                mid = (y0 + y1) / 2
+                ax.set_ylim(mid - min_span / 2, mid + min_span / 2)
 
 
 def layer_matrix(
@@ -433,15 +463,14 @@ def layer_matrix(
     vmax: float | None = None,
     annotate: bool | None = None,
     fmt: str | None = None,
-    base_label: str = "base layer",
-    tuned_label: str = "tuned layer",
+    axis_labels: tuple[str, str] = ("base layer", "tuned layer"),
     min_span: float | None = None,
 ) -> Figure:
     """``layer_base`` x ``layer_tuned`` heatmap of one metric from ``representation_similarity``.
 
     Rows are base layers (0 = embeddings, top), columns are tuned layers; the diagonal is
-    "same layer". Duplicate cells (e.g. several seeds) are averaged. *min_span* as in
-    :func:`head_heatmap`.
+    "same layer". Duplicate cells (e.g. several seeds) are averaged. *axis_labels*: the rows' and
+    the columns' axis titles. *min_span* as in :func:`head_heatmap`.
     """
     _require(df, ["layer_base", "layer_tuned", "metric", "value"], "layer_matrix")
     sub = df[df["metric"] == metric]
@@ -462,8 +491,8 @@ def layer_matrix(
             max_annotated=170, min_span=min_span,
         )
         ax.set_aspect("equal")
-        ax.set_xlabel(_plain(tuned_label))
-        ax.set_ylabel(_plain(base_label))
+        ax.set_xlabel(_plain(axis_labels[1]))
+        ax.set_ylabel(_plain(axis_labels[0]))
         ax.set_title(_plain(title) if title is not None else _label(metric), loc="left")
         cbar = fig.colorbar(mesh, ax=ax, fraction=0.05, pad=0.03, aspect=25, shrink=0.9)
         cbar.set_label(_label(metric))

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import pandas as pd
 from matplotlib.figure import Figure
 
-from bertology.viz.figures import _require, layer_curve
+from bertology.viz.figures import CurveStyle, _require, layer_curve
 
 __all__ = ["PROBE_METRICS", "probe_figures", "probe_layer_figure"]
 
@@ -57,7 +57,8 @@ def probe_layer_figure(
         long, x="layer", y="value", hue="model", facet="metric",
         facet_order=[PROBE_METRICS[m] for m in metrics], hue_order=order,
         title=title if title is not None else f"Structural probes by layer ({split})",
-        xlabel="layer (0 = embeddings)", ylim=(min(0.0, math.floor(10 * float(long["value"].min())) / 10), 1.0),
+        style=CurveStyle(xlabel="layer (0 = embeddings)",
+                         ylim=(min(0.0, math.floor(10 * float(long["value"].min())) / 10), 1.0)),
     )
 
 

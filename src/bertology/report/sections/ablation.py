@@ -47,29 +47,21 @@ def _degenerate_warning(t: pd.DataFrame) -> str | None:
     return f"Ablation: {what}, so ablation deltas cannot say which heads the task needs: {verdict.note}."
 
 
-def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived: list[dict],
-                     warnings: list[str] | None = None) -> dict:
-    """Single head and layer ablations of the tuned classifier, head importance and pruning curves.
+def _how(first: pd.Series, mode: str) -> str:
+    """How the ablation disabled a head, in words (for the captions)."""
+    special = " other than [CLS]/[SEP]" if bool(first.get("exclude_special")) else ""
+    return {"uniform": "its attention set to 1/L over the tokens" + special,
+            "zero": "its output zeroed", "mean": "its output replaced by its mean over the examples"}.get(mode, mode)
 
-    When the intact classifier is degenerate, the section and the overview say so (and ``warnings``
-    gets the line) instead of naming a head the task needs.
-    """
-    from bertology.experiments.ablation import helpful, ranked
-    from bertology.experiments.head_importance import importance_vs_deltas
+
+def _figures(t: pd.DataFrame, imp: pd.DataFrame | None, curve: pd.DataFrame | None, figs: Figures, how: str) -> list:
+    """The section's figures: per-head and per-layer deltas, head importance, importance vs delta, pruning curve."""
     from bertology.viz.ablation import ablation_heatmap, importance_scatter, layer_ablation_bars, pruning_curve_figure
     from bertology.viz.figures import head_heatmap
 
-    t = tables["ablation"].copy()
     task = task_of_table(t)
     main, loss = task.primary, task.loss_metric
-    imp = tables.get("head_importance")
-    curve = tables.get("pruning_curve")
-    first = t.iloc[0]
-    mode = str(first.get("mode", "uniform"))
-    how = {"uniform": "its attention set to 1/L over the tokens" + (" other than [CLS]/[SEP]" if bool(first.get("exclude_special")) else ""),
-           "zero": "its output zeroed", "mean": "its output replaced by its mean over the examples"}.get(mode, mode)
     has_heads = bool((t["target"] == "head").any())
-    has_layers = bool((t["target"] == "layer").any())
     figures = []
     if has_heads:
         for metric, what in ((main, _WHAT[main]), (loss, _WHAT[loss])):
@@ -79,7 +71,7 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
                 "Outlined cells: the 95% bootstrap interval excludes zero (solid: removal helps, dotted: it hurts).",
                 f"Per-head ablation change in {what}",
             ))
-    if has_layers:
+    if (t["target"] == "layer").any():
         figures.append(figs.make(
             f"ablation_layers_{main}", lambda: layer_ablation_bars(t, main),
             f"Change in {_WHAT[main]} when a whole layer is disabled: skipped (the block returns its input) or with all "
@@ -108,31 +100,55 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
             "every step), against a random order as the control.",
             f"Pruning curve: {_WHAT[main]} against the share of heads removed",
         ))
-    intact = t[t["target"] == "intact"].set_index("metric")["value"]
-    rows = []
-    also = [m for m in _ALSO if m in task.metrics and m != main]
+    return figures
+
+
+def _removals_table(t: pd.DataFrame, main: str, also: list[str]) -> dict:
+    """The table of removals: the heads that hurt and help most, then every layer, with the ``also`` metrics beside."""
+    from bertology.experiments.ablation import ranked
+
     keyed = {m: t[t["metric"] == m].set_index(["target", "layer", "head", "layer_mode"]) for m in also}
 
-    def others(r) -> list:
-        cells = []
+    def row(r, kind: str) -> list:
+        cells = [r.label, kind, r.delta, r.ci_low, r.ci_high, "yes" if r.helps else ("hurts" if r.hurts else "no")]
         for m in also:
             o = keyed[m].loc[(r.target, r.layer, r.head, r.layer_mode)]
             cells += [o["delta"], o["ci_low"], o["ci_high"]]
         return cells
 
-    if has_heads:
+    rows = []
+    if (t["target"] == "head").any():
         for kind, part in (("hurts most", ranked(t, main, target="head", harmful=True, top=8)),
                            ("helps most", ranked(t, main, target="head", harmful=False, top=5))):
-            for r in part.itertuples():
-                rows.append([r.label, kind, r.delta, r.ci_low, r.ci_high, "yes" if r.helps else ("hurts" if r.hurts else "no"),
-                             *others(r)])
-    for r in t[(t["target"] == "layer") & (t["metric"] == main)].itertuples():
-        rows.append([r.label, "layer", r.delta, r.ci_low, r.ci_high,
-                     "yes" if r.helps else ("hurts" if r.hurts else "no"), *others(r)])
-    table = sortable([("unit", "Removed", "text"), ("kind", "Kind", "text"), ("delta", f"Δ {_WHAT[main]}", "num"),
-                      ("lo", "95% CI low", "num"), ("hi", "95% CI high", "num"), ("sig", "Beyond the CI", "text")]
-                     + [c for m in also for c in ((f"d_{m}", f"Δ {_WHAT[m]}", "num"), (f"lo_{m}", f"{_WHAT[m]} CI low", "num"),
-                                                  (f"hi_{m}", f"{_WHAT[m]} CI high", "num"))], rows)
+            rows += [row(r, kind) for r in part.itertuples()]
+    rows += [row(r, "layer") for r in t[(t["target"] == "layer") & (t["metric"] == main)].itertuples()]
+    return sortable([("unit", "Removed", "text"), ("kind", "Kind", "text"), ("delta", f"Δ {_WHAT[main]}", "num"),
+                     ("lo", "95% CI low", "num"), ("hi", "95% CI high", "num"), ("sig", "Beyond the CI", "text")]
+                    + [c for m in also for c in ((f"d_{m}", f"Δ {_WHAT[m]}", "num"), (f"lo_{m}", f"{_WHAT[m]} CI low", "num"),
+                                                 (f"hi_{m}", f"{_WHAT[m]} CI high", "num"))], rows)
+
+
+def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived: list[dict],
+                     warnings: list[str] | None = None) -> dict:
+    """Single head and layer ablations of the tuned classifier, head importance and pruning curves.
+
+    When the intact classifier is degenerate, the section and the overview say so (and ``warnings``
+    gets the line) instead of naming a head the task needs.
+    """
+    from bertology.experiments.ablation import helpful
+    from bertology.experiments.head_importance import importance_vs_deltas
+
+    t = tables["ablation"].copy()
+    task = task_of_table(t)
+    main, loss = task.primary, task.loss_metric
+    imp = tables.get("head_importance")
+    first = t.iloc[0]
+    mode = str(first.get("mode", "uniform"))
+    has_heads = bool((t["target"] == "head").any())
+    figures = _figures(t, imp, tables.get("pruning_curve"), figs, _how(first, mode))
+    intact = t[t["target"] == "intact"].set_index("metric")["value"]
+    also = [m for m in _ALSO if m in task.metrics and m != main]
+    table = _removals_table(t, main, also)
     good_acc, good_loss = helpful(t, main), helpful(t, loss)
     facts = [("Task", task.name),
              ("Mode", mode + (" ([CLS]/[SEP] excluded)" if bool(first.get("exclude_special")) else "")),

@@ -9,7 +9,7 @@ from bertology.report.sections.base import Figures, Section, SectionInput
 
 def attention_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> dict:
     """Per-head heatmaps, per-layer curves and the ten most changed heads."""
-    from bertology.viz.figures import head_heatmap, layer_curve
+    from bertology.viz.figures import CurveStyle, head_heatmap, layer_curve
 
     df = df.copy()
     for col in ("layer", "head"):
@@ -56,9 +56,9 @@ def attention_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> d
     curve = figs.make(
         "attention_by_layer",
         lambda: layer_curve(long, x="layer", y="value", hue=None, facet="metric", err="spread",
-                            facet_order=["cosine", "js_divergence"], xlabel="layer",
-                            reference={"cosine": 1.0, "js_divergence": 0.0}, err_clip=(0.0, 1.0),
-                            min_span=0.1),
+                            facet_order=["cosine", "js_divergence"],
+                            style=CurveStyle(xlabel="layer", reference={"cosine": 1.0, "js_divergence": 0.0},
+                                             err_clip=(0.0, 1.0), min_span=0.1)),
         "Mean over the heads of each layer; the band is ±1 standard deviation across heads.",
         "Per-layer mean cosine similarity and Jensen-Shannon divergence",
     )

@@ -16,7 +16,7 @@ TARGET_LABELS = {
 
 def targets_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> dict:
     """Per-layer attention to tokens and word categories, their means, and what [CLS] attends to last."""
-    from bertology.viz.figures import layer_curve
+    from bertology.viz.figures import CurveStyle, layer_curve
 
     df = df.copy()
     df["layer"] = pd.to_numeric(df["layer"], errors="coerce").astype(int)
@@ -33,8 +33,8 @@ def targets_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> dic
             name,
             lambda sub=sub, targets=targets: layer_curve(
                 sub, x="layer", y="value", hue="target", facet="model", facet_order=["base", "tuned"],
-                hue_order=[TARGET_LABELS[t] for t in targets], sharey=True, ylabel="share of attention",
-                title=f"Attention to {what}, mean over heads"),
+                hue_order=[TARGET_LABELS[t] for t in targets], title=f"Attention to {what}, mean over heads",
+                style=CurveStyle(ylabel="share of attention", sharey=True)),
             f"Share of each query's attention that goes to {what}, averaged over heads, per layer; "
             "left the base model, right the tuned one.",
             f"Per-layer attention to {what}, base and tuned",

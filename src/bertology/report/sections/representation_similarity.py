@@ -11,7 +11,7 @@ SIMILARITY_METRICS = ("cka_linear", "cka_debiased", "rsa_pearson", "rsa_spearman
 
 def _domains_figure(df: pd.DataFrame, ood: pd.DataFrame, figs: Figures) -> dict | None:
     """Same-layer similarity on the task's data and on the out-of-domain corpus, side by side (Merchant et al.)."""
-    from bertology.viz.figures import METRIC_LABELS, layer_curve
+    from bertology.viz.figures import METRIC_LABELS, CurveStyle, layer_curve
 
     both = []
     for frame, domain in ((df, "in domain"), (ood, "out of domain")):
@@ -21,9 +21,10 @@ def _domains_figure(df: pd.DataFrame, ood: pd.DataFrame, figs: Figures) -> dict 
     data["metric"] = data["metric"].map(lambda m: METRIC_LABELS.get(m, m))
     return figs.make(
         "similarity_domains",
-        lambda: layer_curve(data, x="layer", y="value", hue="domain", facet="metric", reference=1.0,
-                            xlabel="layer (0 = embeddings)", ylabel="same-layer similarity", min_span=0.1,
-                            title="Base vs tuned on the task's data and out of domain"),
+        lambda: layer_curve(data, x="layer", y="value", hue="domain", facet="metric",
+                            title="Base vs tuned on the task's data and out of domain",
+                            style=CurveStyle(xlabel="layer (0 = embeddings)", ylabel="same-layer similarity",
+                                             reference=1.0, min_span=0.1)),
         "Same-layer similarity of base and tuned on the task's data and on the second corpus, as in Merchant "
         "et al. (2020): fine-tuning changes out-of-domain representations less when the curve stays higher.",
         "Same-layer similarity in and out of domain",
@@ -32,7 +33,7 @@ def _domains_figure(df: pd.DataFrame, ood: pd.DataFrame, figs: Figures) -> dict 
 
 def similarity_section(df: pd.DataFrame, figs: Figures, derived: list[dict], ood: pd.DataFrame | None = None) -> dict:
     """Same-layer curves, every-layer matrices and a same-layer table of CKA/RSA (plus out of domain when given)."""
-    from bertology.viz.figures import METRIC_LABELS, layer_curve, layer_matrix
+    from bertology.viz.figures import METRIC_LABELS, CurveStyle, layer_curve, layer_matrix
 
     df = df.copy()
     for col in ("layer_base", "layer_tuned", "value"):
@@ -49,9 +50,9 @@ def similarity_section(df: pd.DataFrame, figs: Figures, derived: list[dict], ood
         curve = figs.make(
             "similarity_same_layer",
             lambda: layer_curve(diag, x="layer", y="value", hue="metric", hue_order=metrics_present,
-                                reference=1.0, xlabel="layer (0 = embeddings)", ylabel="similarity",
-                                min_span=0.1,
-                                title="Same-layer similarity, base vs tuned"),
+                                title="Same-layer similarity, base vs tuned",
+                                style=CurveStyle(xlabel="layer (0 = embeddings)", ylabel="similarity",
+                                                 reference=1.0, min_span=0.1)),
             "Similarity of each base layer with the same tuned layer; 1 = identical geometry. "
             "Layer 0 is the embedding output.",
             "Per-layer same-layer similarity for each metric",
