@@ -67,7 +67,7 @@ def test_cli_pca_examples_flag(pair_dirs, data, tmp_path):
     assert pd.read_parquet(tmp_path / "a/tables/pca_views.parquet")["example"].nunique() == 3
     assert "anisotropy by layer" in " ".join(ok.output.split())
     bad = runner.invoke(app, args + ["--out", str(tmp_path / "b"), "--pca-examples", "a,b"])
-    assert bad.exit_code == 2 and "--pca-examples takes a count" in " ".join(bad.output.split())
+    assert bad.exit_code == 2 and "--pca-examples (pca_examples) takes a count" in " ".join(bad.output.split())
 
 
 def test_out_of_domain_similarity_beside_the_task_data(pair_dirs, data, tmp_path):
