@@ -125,7 +125,7 @@ class CompareJob:
                           max_examples=c.max_examples, max_length=c.max_length)
         return CompareConfig(base=self.base, tuned="", data=data, out=self.out, analyses=c.analyses,
                              batch_size=c.batch_size, seed=c.seed, device=self.device, ood_data=c.ood_data,
-                             ood_text_column=c.ood_text_column)
+                             ood_text_column=c.ood_text_column, **c.settings)
 
     def run(self, progress: bool = False) -> dict:
         """Compare and write ``out`` (pairs/, tables/, manifest.json, report.html); the tables' names."""
@@ -170,7 +170,8 @@ def compare_job(spec: StudySpec, job_id: str, kind: str, base: str, base_id: str
     c = compare or spec.compare
     data = [file_sha256(p) for p in (c.data, c.ood_data) if p]
     fp = fingerprint(kind, base_id, [(n, t, s, ident) for n, _, t, s, ident in tuned],
-                     replace(c, own_data=True, own_seed_noise=True), data, spec.device)  # they add jobs, change none
+                     replace(c, own_data=True, own_seed_noise=True), data, spec.device,  # they add jobs, change none
+                     *([dict(c.settings)] if c.settings else []))
     cpus, gpus = _resources(spec.device)
     return CompareJob(job_id, kind, base, tuple((n, p, t, s) for n, p, t, s, _ in tuned), c, spec.device, str(out), fp,
                       num_cpus=cpus, num_gpus=gpus)

@@ -26,7 +26,8 @@ The schema (every table refuses keys it does not know, naming them and the keys 
     ood_data = "other.txt"         # optional out-of-domain corpus (RSA/CKA on it too; Merchant et al. 2020)
     analyses = ["attention_change", "representation_similarity"]
     # also: text_column, pair_column, label_column, ood_text_column, max_examples (500), max_length (128),
-    #       batch_size (32), seed (0), report (true: each pair's report.html; false: tables only)
+    #       batch_size (32), seed (0), report (true: each pair's report.html; false: tables only),
+    #       and any setting `bertology compare --help` lists, by its name: rsa_tokens = 500, ablation_mode = "zero"
     own_data = true                # also compare each task's models on the task's own eval_data (Merchant et al.
                                    # 2020): STUDY/compare_own/<task>/, tables own_<table>; false: the shared corpus only
     own_seed_noise = true          # with own_data: also each task's seeds against each other on that eval_data
@@ -42,6 +43,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from bertology.errors import BertologyError
@@ -98,6 +100,9 @@ class CompareSpec:
     report: bool = True  # each pair's report.html (false: tables only, faster)
     own_data: bool = True  # also compare each task with eval_data on that eval_data (compare_own/<task>/)
     own_seed_noise: bool = True  # with own_data: the task's seeds against each other on that eval_data (seeds_own/)
+    #: any other setting ``bertology compare`` declares (``rsa_tokens = 500``, ``ablation_mode = "zero"``), checked
+    #: by its declaration when the spec is read (repr=False: specs without any keep their fingerprints)
+    settings: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def on_own_data(self, task: TaskSpec) -> CompareSpec:
         """These settings on ``task``'s eval data, read with the task's text/pair columns (no out-of-domain part)."""
@@ -203,7 +208,12 @@ def _compare(raw, root: Path) -> CompareSpec:
     where = "[compare]"
     if not isinstance(raw, dict):
         raise BertologyError("The spec needs a [compare] table with data = the comparison corpus.")
-    _check_keys(raw, COMPARE_KEYS, where)
+    declared = _compare_settings()
+    _check_keys(raw, (*COMPARE_KEYS, *sorted(set(declared) - set(COMPARE_KEYS))), where)
+    try:
+        extra = {k: declared[k].check(v) for k, v in raw.items() if k not in COMPARE_KEYS}
+    except BertologyError as err:
+        raise BertologyError(f"{where}: {err}") from None
     kw: dict[str, Any] = {k: _typed(raw[k], str, k, where, "a column name")
                           for k in ("text_column", "pair_column", "label_column", "ood_text_column") if k in raw}
     for k in ("max_examples", "max_length", "batch_size", "seed"):
@@ -223,7 +233,18 @@ def _compare(raw, root: Path) -> CompareSpec:
         select(analyses)  # unknown names: one error naming the known ones
         kw["analyses"] = tuple(analyses)
     return CompareSpec(data=_file(raw.get("data"), "data", where, root, required=True),
-                       ood_data=_file(raw.get("ood_data"), "ood_data", where, root), **kw)
+                       ood_data=_file(raw.get("ood_data"), "ood_data", where, root), settings=extra, **kw)
+
+
+def _compare_settings() -> dict:
+    """Every setting ``bertology compare`` declares that a study may set in [compare] (not those a study decides
+    itself: the models, the output, the device)."""
+    from bertology.config import CompareConfig
+    from bertology.pipeline import declared_settings
+    from bertology.settings import field_settings
+
+    own = {s.name: s for s in field_settings(CompareConfig) if s.name not in ("base", "device", "store")}
+    return {**own, **declared_settings()[0]}
 
 
 def _lab(raw) -> dict[str, Any]:
