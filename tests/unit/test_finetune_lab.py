@@ -211,6 +211,7 @@ def test_accumulated_micro_batch_gradients_equal_the_big_batch_gradient(tmp_path
     from bertology.testing import tiny_tokenizer
     from bertology.tasks.catalog import get_task
     from bertology.training.finetune import HeadTask
+    from bertology.training.heads import Batching
     from bertology.training.loop import accumulate_gradients
 
     base = save_tiny_bert(tmp_path / "m")  # dropout 0: the same function whatever the batching
@@ -219,8 +220,7 @@ def test_accumulated_micro_batch_gradients_equal_the_big_batch_gradient(tmp_path
     corpus = polarity(6, fixed_length=True)  # one length: no padding in either batching
     enc = encode_corpus(corpus, tokenizer, max_length=32, overlong="truncate")
     y = np.array([int(ex.label == "pos") for ex in corpus], dtype=np.int64)
-    task = HeadTask(get_task("classification"), tokenizer, enc, y, enc, y, batch_size=6, pad_id=0, use_token_types=True,
-                              device=torch.device("cpu"))
+    task = HeadTask(get_task("classification"), tokenizer, (enc, y), (enc, y), Batching(6, 0, True, torch.device("cpu")))
 
     def gradients(micro: int) -> tuple[float, dict[str, torch.Tensor]]:
         model.zero_grad(set_to_none=True)
