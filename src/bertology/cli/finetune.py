@@ -245,6 +245,11 @@ def finetune_command(
         finished_summary(against)  # refuse before training, not after
     train, evaluation = read_data(config)  # checks the settings, then reads with the reader the task needs
     run = finetune_to_dir(config, train, evaluation, overwrite=overwrite, retrain=overwrite, progress=True)
+    _print_run(run, against, no_report)
+
+
+def _print_run(run, against: Path | None, no_report: bool) -> None:
+    """The command's output: reuse note, warnings, the summary lines, the comparison with ``--against``, the report."""
     if run.reused:
         console.print(f"{escape(str(run.out))} already holds this exact run; reusing it (pass --overwrite to train again).")
     for w in run.warnings:

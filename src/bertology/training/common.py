@@ -288,11 +288,24 @@ def objective_record(config: FinetuneConfig, train_task: TrainTask) -> dict:
             "training_objective": f"{train_task.objective} ({train_task.loss_name})"}
 
 
-def training_record(config: FinetuneConfig, schedule: Schedule, outcome: LoopOutcome, metric: str,
-                    model: torch.nn.Module, surgery: Surgery, *, device: torch.device, token_types: bool,
+@dataclass(frozen=True)
+class Training:
+    """How a run trained, for its manifest: the schedule, the model surgery, the loop's outcome, the metric
+    early stopping watched and the device."""
+
+    schedule: Schedule
+    surgery: Surgery
+    outcome: LoopOutcome
+    metric: str
+    device: torch.device
+
+
+def training_record(config: FinetuneConfig, model: torch.nn.Module, training: Training, *, token_types: bool,
                     exclusion: dict | None, slicing: dict | None, tokenisation: dict) -> dict:
     """The manifest entries every run shares, in this order: steps and batches, the model surgery, the
     biased-data exclusion and eval slices, early stopping and timing, and the tokenisation of the data."""
+    schedule, surgery, outcome, metric, device = (training.schedule, training.surgery, training.outcome, training.metric,
+                                                  training.device)
     return {
         **schedule_record(config, schedule, outcome),
         "effective_batch_size": config.batch_size * config.grad_accum,

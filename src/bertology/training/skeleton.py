@@ -30,8 +30,8 @@ from bertology.models.device import resolve_device
 from bertology.results import atomic_folder
 from bertology.tasks.base import Task
 from bertology.training.common import (
-    INTERVALS_TABLE, FinetuneResult, Schedule, Surgery, check_config, checkpoint_folder, interval_table, loop_config,
-    make_table, objective_record, plan_schedule, prepare_model, training_record,
+    INTERVALS_TABLE, FinetuneResult, Training, check_config, checkpoint_folder, interval_table, loop_config, make_table,
+    objective_record, plan_schedule, prepare_model, training_record,
 )
 from bertology.training.data import eval_slices, exclude_examples, parse_word_list
 from bertology.training.loop import LoopOutcome, TrainTask, seed_everything, train_loop
@@ -204,7 +204,7 @@ class Trainer:
         metrics = self.final_metrics(head, loaded.model, outcome)
         done = self.finish(loaded, head, data, outcome)
         model_dir = atomic_folder(Path(config.out) / "model", lambda tmp: head.save(loaded.model, tmp))
-        details = self._details(loaded, head, data, (schedule, surgery, outcome, metric, device), done)
+        details = self._details(loaded, head, data, Training(schedule, surgery, outcome, metric, device), done)
         n_train, n_eval = self.counts(head, data)
         wall = time.perf_counter() - t0
         logger.info("Saved the fine-tuned model to %s (%.1f s)", model_dir, wall)
@@ -216,16 +216,13 @@ class Trainer:
                               n_eval=n_eval, wall_time_s=wall, label2id=loaded.label2id, predictions=done.predictions,
                               details=details, extra_tables=done.extra_tables)
 
-    def _details(self, loaded: ModelToTrain, head: TrainTask, data: RunData,
-                 training: tuple[Schedule, Surgery, LoopOutcome, str, torch.device], done: Finish) -> dict:
+    def _details(self, loaded: ModelToTrain, head: TrainTask, data: RunData, training: Training, done: Finish) -> dict:
         """The manifest's ``result``: objective, task, the shared training record, the trainer's own, the base model."""
-        schedule, surgery, outcome, metric, device = training
         return {
             **objective_record(self.config, head),
             **self.task_record(loaded, data),
-            **training_record(self.config, schedule, outcome, metric, loaded.model, surgery, device=device,
-                              token_types=head.use_token_types, exclusion=data.exclusion, slicing=data.slicing,
-                              tokenisation=head.tokenisation()),
+            **training_record(self.config, loaded.model, training, token_types=head.use_token_types,
+                              exclusion=data.exclusion, slicing=data.slicing, tokenisation=head.tokenisation()),
             **done.record,
             "base_model": loaded.describe(),
         }
