@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from abc import abstractmethod
 from collections.abc import Sequence
 
 import numpy as np
@@ -214,6 +215,8 @@ class SequenceTrainer(Trainer):
 
     #: The held-out split's strata, in words (the manifest's ``split.strata``).
     strata_name = "labels"
+    #: The end of the error for training data with a single label.
+    single_label_hint = "."
 
     def __init__(self, config: FinetuneConfig, task: Task, reason: str) -> None:
         super().__init__(config)
@@ -227,9 +230,9 @@ class SequenceTrainer(Trainer):
     def check_labels(self, distinct: list[str], eval_labels: list[str]) -> None:
         """Refuse training labels the head cannot learn from, or eval labels it cannot predict."""
 
+    @abstractmethod
     def targets(self, loaded: ModelToTrain, corpus: Corpus, what: str) -> np.ndarray:
         """Each example's target (corpus order)."""
-        raise NotImplementedError
 
     def split(self, train: Corpus) -> tuple[np.ndarray, np.ndarray, dict]:
         labels = [str(ex.label) for ex in train]
@@ -248,7 +251,7 @@ class SequenceTrainer(Trainer):
         if len(self.distinct) < 2:
             raise BertologyError(
                 f"The training data has a single label ({self.distinct[0]!r}); a classifier needs at least two classes"
-                + (" and a regressor targets that vary." if self.task.name == "regression" else ".")
+                + self.single_label_hint
             )
         self.check_labels(self.distinct, [str(ex.label) for ex in data.eval])
         return data
@@ -320,6 +323,7 @@ class RegressorTrainer(SequenceTrainer):
     """A one-output regression head (MSE); a fresh head starts at the training targets' mean."""
 
     strata_name = "quintiles of the target"
+    single_label_hint = " and a regressor targets that vary."
 
     def strata(self, labels: list[str]) -> list[str]:
         return regression_strata([float(v) for v in labels])

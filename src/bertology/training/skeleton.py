@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,8 +85,8 @@ class Finish:
     metrics: dict | None = None  # replaces the final metrics (contrastive: adds anisotropy, train loss)
 
 
-class Trainer:
-    """The flow of one fine-tuning run (:meth:`run`); subclasses fill in the four steps of their own."""
+class Trainer(ABC):
+    """The flow of one fine-tuning run (:meth:`run`); subclasses fill in the steps of their own."""
 
     #: The task trained (chosen in :meth:`prepare_data` where it depends on the data); None: no task head.
     task: Task | None = None
@@ -101,17 +102,19 @@ class Trainer:
 
     # ------------------------------------------------------------------ what differs per trainer
 
+    @abstractmethod
     def prepare_data(self, train, eval) -> RunData:  # noqa: A002 - the name finetune() uses
         """Check the inputs, sample, split off the held-out set, apply the word filters."""
-        raise NotImplementedError
 
+    @abstractmethod
     def load(self, data: RunData) -> ModelToTrain:
         """The model with this trainer's head (called right after seeding: a fresh head is seeded)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def make_head(self, loaded: ModelToTrain, data: RunData, device: torch.device) -> TrainTask:
-        """The loop's view of the objective on the encoded data (after the model surgery)."""
-        raise NotImplementedError
+        """The loop's view of the objective on the encoded data (after the model surgery); besides the loop's
+        :class:`~bertology.training.loop.TrainTask` it has ``use_token_types`` and ``tokenisation()`` (for the
+        manifest) and, with a task, ``last_scored`` (the records the final intervals resample)."""
 
     def finish(self, loaded: ModelToTrain, head: TrainTask, data: RunData, outcome: LoopOutcome) -> Finish:
         """Predictions, extra tables and the manifest entries of this trainer (weights as they will be saved)."""
@@ -119,8 +122,7 @@ class Trainer:
 
     def task_record(self, loaded: ModelToTrain, data: RunData) -> dict:
         """The manifest entries that name the task, before the training record."""
-        return {"task": self.task.name, "task_choice": self.task_choice, "split": data.split,
-                "labels": self.labels,
+        return {"task": self.task.name, "task_choice": self.task_choice, "split": data.split, "labels": self.labels,
                 "reused_checkpoint_head": loaded.reused_head}
 
     def default_metric(self) -> str:
