@@ -145,14 +145,16 @@ class FinetuneConfig:
     dtype: str = "float32"
     trust_remote_code: bool = False
     # --- the fine-tuning lab (issue 6) ---
-    # objective: a classification head, or a contrastive (SimCSE) sentence encoder without a head
-    objective: Literal["classification", "contrastive"] = "classification"
-    # the head's task when objective is "classification" (a supervised head): auto = regression for numeric
+    # objective: a supervised head (for ``task``), or a contrastive (SimCSE) sentence encoder without a head;
+    # the old name "classification" is read as "supervised" (bertology.training.common.resolve_config)
+    objective: Literal["supervised", "contrastive"] = "supervised"
+    # the head's task when objective is "supervised": auto = regression for numeric
     # labels with decimals or many values (GLUE STS-B), classification otherwise (bertology.tasks.catalog)
     task: Literal["auto", "classification", "regression", "tagging", "qa", "parsing"] = "auto"  # parsing: a biaffine parser on CoNLL-U trees
     # tagging: which CoNLL-U column holds the tags to learn (a CoNLL-2003-style tag file brings its own tags)
     tag_column: Literal["upos", "xpos"] = "upos"
-    contrastive: Literal["unsupervised", "supervised"] = "unsupervised"
+    # auto: supervised when the data has labelled pairs (NLI), unsupervised otherwise
+    contrastive: Literal["auto", "unsupervised", "supervised"] = "auto"
     temperature: float = 0.05
     pooling: Literal["cls", "mean"] = "cls"
     positive_label: str = "entailment"  # supervised SimCSE: pair labels that mark positives / hard negatives

@@ -34,6 +34,7 @@ from bertology.metrics.trees import tree_problem
 from bertology.models.device import resolve_device
 from bertology.models.precision import resolve_dtype
 from bertology.models.pair import ModelPair
+from bertology.progress import progress_bar as bar_over
 from bertology.results import Result, read_table, write_table
 from bertology.runs import RunDirectory, manifest_header, open_run
 from bertology.settings import Setting, compose, field_settings
@@ -684,14 +685,5 @@ def _extract(
 @contextlib.contextmanager
 def progress_bar(label: str, total: int, show: bool) -> Iterator[Callable[[int], None] | None]:
     """A rich progress bar over ``total`` examples, as the ``on_batch`` callback of the extraction loop (None when hidden)."""
-    if not show:
-        yield None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    with Progress(
-        TextColumn(f"[bold]{label}[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("examples"),
-        TimeRemainingColumn(), transient=False,
-    ) as bar:
-        task = bar.add_task("extract", total=total)
-        yield lambda n: bar.advance(task, n)
+    with bar_over(label, total, show, unit="examples") as advance:
+        yield advance

@@ -1,8 +1,9 @@
-"""Progress bars for work reported in stages: one rich bar per stage, created when the stage first reports.
+"""The package's progress bars (rich), in one place: a single bar, and one bar per stage.
 
-The long jobs (ablation sweeps, head importance, probe training) call ``on_progress(stage, done,
-total)``; :func:`stage_bars` turns those calls into bars, or into nothing when progress is off, so the
-CLI commands and ``compare`` share one implementation.
+:func:`progress_bar` is one bar over a known amount of work (the extraction loop's examples, the
+training loop's steps, with extra fields such as the epoch and the loss). The long jobs reported in
+stages (ablation sweeps, head importance, probe training) call ``on_progress(stage, done, total)``;
+:func:`stage_bars` turns those calls into one bar per stage. Both give ``None`` when progress is off.
 """
 from __future__ import annotations
 
@@ -12,16 +13,52 @@ from contextlib import contextmanager
 ProgressFn = Callable[[str, int, int], None]
 
 
+def _columns(label: str, *texts: str) -> list:
+    """The columns every bar shows: label, bar, done/total, any ``texts``, elapsed and remaining time."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return [TextColumn(f"[bold]{label}[/]"), BarColumn(), MofNCompleteColumn(), *(TextColumn(t) for t in texts),
+            TimeElapsedColumn(), TimeRemainingColumn()]
+
+
+@contextmanager
+def progress_bar(label: str, total: int, enabled: bool = True, *, unit: str = "", fields: dict | None = None,
+                 template: str = "", completed: int = 0, console=None, stderr: bool = False,
+                 ) -> Iterator[Callable[..., None] | None]:
+    """Yield ``advance(n=1, **fields)`` drawing one bar over ``total`` units of work (``None`` if disabled).
+
+    ``unit`` is shown after the count (``"examples"``); ``template`` is a rich text column over the bar's
+    ``fields`` (``"epoch {task.fields[epoch]:.2f}"``), which start at ``fields`` and change with each advance.
+    ``stderr`` draws on standard error (so a command's printed results stay clean on standard output).
+    """
+    if not enabled:
+        yield None
+        return
+    from rich.progress import Progress
+
+    if stderr and console is None:
+        from rich.console import Console
+
+        console = Console(stderr=True)
+
+    with Progress(*_columns(label, *(t for t in (unit, template) if t)), console=console, transient=False) as bar:
+        task = bar.add_task(label, total=total, completed=completed, **(fields or {}))
+
+        def advance(n: int = 1, **values) -> None:
+            bar.update(task, advance=n, **values)
+
+        yield advance
+
+
 @contextmanager
 def stage_bars(enabled: bool = True, describe: Callable[[str], str] = str, console=None) -> Iterator[ProgressFn | None]:
     """Yield an ``on_progress(stage, done, total)`` callback drawing one bar per stage (``None`` if disabled)."""
     if not enabled:
         yield None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import Progress
 
-    with Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=console, transient=False) as bar:
+    with Progress(*_columns("{task.description}"), console=console, transient=False) as bar:
         tasks: dict[str, int] = {}
 
         def on_progress(stage: str, done: int, total: int) -> None:

@@ -9,6 +9,8 @@ import datetime as _dt
 import json
 import os
 import platform
+import secrets
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,8 +22,6 @@ import pandas as pd
 from bertology.errors import BertologyError
 
 MANIFEST = "manifest.json"
-_UMASK = os.umask(0)
-os.umask(_UMASK)
 
 
 @dataclass
@@ -39,22 +39,67 @@ class Result:
         return f"<h4>{self.name}</h4>" + self.table.head(50).to_html(index=False, escape=True)
 
 
+def _sibling(path: Path, tag: str = "") -> Path:
+    """A fresh hidden name beside ``path`` (``.name.<tag>XXXXXXXX.tmp``) for a temp file or folder."""
+    return path.parent / f".{path.name}.{tag}{secrets.token_hex(4)}.tmp"
+
+
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """Let ``write`` fill a temp file beside ``path``, then move it into place with ``os.replace``.
 
     The one "temp file, then replace" helper: a reader never sees a half-written file, and a failed
-    or interrupted ``write`` leaves the old file (if any) and no temp file behind.
+    or interrupted ``write`` leaves the old file (if any) and no temp file behind. The temp file is
+    created with mode 0666 so the umask alone decides its permissions (``mkstemp`` would make it
+    private; reading the umask would mean setting it, which is process-wide and races with threads).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the file the usual permissions
+    while True:
+        tmp = _sibling(path)
+        try:
+            os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+            break
+        except FileExistsError:  # pragma: no cover - 32 random bits already taken
+            continue
     try:
-        write(Path(tmp))
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def atomic_folder(final: Path, write: Callable[[Path], None]) -> Path:
+    """Let ``write`` fill a temp folder beside ``final``, then rename it into place; return ``final``.
+
+    A kill never leaves half a folder (a model, a checkpoint): ``final`` is the old folder or the new
+    one. An old ``final`` is moved aside first and put back if the rename fails. The temp folder is
+    made with ``os.mkdir``, which honours the umask, so the folder gets the usual permissions without
+    touching the process-wide umask.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        tmp = _sibling(final)
+        try:
+            os.mkdir(tmp)
+            break
+        except FileExistsError:  # pragma: no cover - 32 random bits already taken
+            continue
+    old: Path | None = None
+    try:
+        write(tmp)
+        if final.exists():
+            old = _sibling(final, "old-")
+            os.replace(final, old)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and old.exists() and not final.exists():
+            os.replace(old, final)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -215,3 +215,42 @@ def test_a_failed_command_ends_failed_and_the_corrected_command_is_accepted(comm
     assert fixed.exit_code == 0, fixed.output
     finished = "done" if command == "finetune" else "complete"  # finetune's word for a finished run
     assert _manifest(out)["status"] == finished and (out / "tables" / f"{command}.parquet").exists()
+
+
+def _with_umask(mask: int):
+    old = os.umask(mask)  # the test sets it; the package never does
+    return old
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
+def test_atomic_writers_give_the_umask_permissions_and_leave_no_temp_behind(tmp_path):
+    from bertology.results import atomic_folder, atomic_write
+
+    old = _with_umask(0o027)
+    try:
+        atomic_write(tmp_path / "f.txt", lambda p: p.write_text("one"))
+        folder = atomic_folder(tmp_path / "model", lambda p: (p / "w.bin").write_bytes(b"1"))
+        assert os.umask(0o027) == 0o027  # neither writer changed it
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "f.txt").stat().st_mode) == 0o640
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o750
+
+    def fail(p: Path) -> None:
+        (p / "w.bin").write_bytes(b"half")
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        atomic_folder(tmp_path / "model", fail)
+    assert (tmp_path / "model" / "w.bin").read_bytes() == b"1"  # the old folder stays whole
+    atomic_folder(tmp_path / "model", lambda p: (p / "w2.bin").write_bytes(b"2"))  # replaces the old folder
+    assert sorted(q.name for q in (tmp_path / "model").iterdir()) == ["w2.bin"]
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["f.txt", "model"]  # no temp file or folder left
+
+
+def test_the_package_never_sets_the_umask():
+    """``os.umask`` is process-wide: setting it (even to read it) races with other threads writing files."""
+    import bertology
+
+    root = Path(bertology.__file__).parent
+    assert not [str(p) for p in root.rglob("*.py") if "os.umask(" in p.read_text(encoding="utf-8")]

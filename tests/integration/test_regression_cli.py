@@ -81,14 +81,14 @@ def test_compare_runs_the_regression_ablation(run):
 
 def test_the_overview_names_the_objective_by_its_loss_not_the_objective_flag(run):
     """The summary card reads "supervised (mean squared error)", the regression task's own loss name, not
-    the --objective flag's "classification" beside "Task: regression"."""
+    the --objective flag's "supervised" beside "Task: regression"."""
     from bertology.report.render import build_context
     from bertology.tasks.catalog import get_task
 
     root = run[0]
     manifest = json.loads((root / "ft" / "manifest.json").read_text())
     assert manifest["summary"]["objective"] == f"supervised ({get_task('regression').loss_name})"
-    assert manifest["result"]["objective"] == "classification" and manifest["result"]["loss"] == "mean squared error"
+    assert manifest["result"]["objective"] == "supervised" and manifest["result"]["loss"] == "mean squared error"
     cards = {c["label"]: c["text"] for c in build_context(root / "ft")["overview"]["summary"]}
     assert cards["Objective"] == "supervised (mean squared error)" and cards["Task"] == "regression"
     facts = dict(build_context(root / "ft")["sections"]["finetune"]["facts"])  # what the "loss" rows measure

@@ -89,7 +89,7 @@ def test_learns_a_separable_task_and_saves_a_reloadable_classifier(tiny, tmp_pat
     model_dir = tmp_path / "run" / "model"
     assert result.model_dir == model_dir
     assert (model_dir / "model.safetensors").exists()
-    assert not list((tmp_path / "run").glob(".model-*"))  # no temp folder left behind
+    assert not list((tmp_path / "run").glob(".model*"))  # no temp folder left behind
     reloaded = load_model(model_dir)
     assert reloaded.is_classifier
     assert reloaded.model.config.id2label == {0: "neg", 1: "pos"}

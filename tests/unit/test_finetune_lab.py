@@ -211,6 +211,7 @@ def test_accumulated_micro_batch_gradients_equal_the_big_batch_gradient(tmp_path
     from bertology.testing import tiny_tokenizer
     from bertology.tasks.catalog import get_task
     from bertology.training.finetune import HeadTask
+    from bertology.training.heads import Batching
     from bertology.training.loop import accumulate_gradients
 
     base = save_tiny_bert(tmp_path / "m")  # dropout 0: the same function whatever the batching
@@ -219,8 +220,7 @@ def test_accumulated_micro_batch_gradients_equal_the_big_batch_gradient(tmp_path
     corpus = polarity(6, fixed_length=True)  # one length: no padding in either batching
     enc = encode_corpus(corpus, tokenizer, max_length=32, overlong="truncate")
     y = np.array([int(ex.label == "pos") for ex in corpus], dtype=np.int64)
-    task = HeadTask(get_task("classification"), tokenizer, enc, y, enc, y, batch_size=6, pad_id=0, use_token_types=True,
-                              device=torch.device("cpu"))
+    task = HeadTask(get_task("classification"), tokenizer, (enc, y), (enc, y), Batching(6, 0, True, torch.device("cpu")))
 
     def gradients(micro: int) -> tuple[float, dict[str, torch.Tensor]]:
         model.zero_grad(set_to_none=True)
@@ -322,6 +322,46 @@ def test_bad_settings_are_clear_errors(tmp_path):
     with pytest.raises(BertologyError, match="Unknown objective"):
         finetune(config(base, tmp_path / "x", objective="regression"), corpus)
     assert not (tmp_path / "x" / "model").exists()
+
+
+@pytest.mark.parametrize("name", ["objective", "task", "tag_column", "qa_split", "contrastive", "pooling"])
+def test_the_library_refuses_a_setting_outside_its_choices_naming_it_and_its_flag(name, tmp_path):
+    """The choices are checked by the library, so Python and the CLI give the same one-line error."""
+    from bertology.training.common import flag
+
+    with pytest.raises(BertologyError, match=f"Unknown {name} 'bogus' \\({flag(name)}\\); choose "):
+        finetune(config(tmp_path / "m", tmp_path / "x", **{name: "bogus"}), polarity(8))
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_old_objective_name_is_the_same_run_and_contrastive_auto_is_decided_by_the_data(tmp_path):
+    from bertology.training.common import resolve_config
+    from bertology.training.run import run_fingerprint
+
+    base = save_tiny_bert(tmp_path / "m")
+    corpus = polarity(8)
+    old, new = config(base, tmp_path / "x", objective="classification"), config(base, tmp_path / "x")
+    assert resolve_config(old).objective == "supervised" == new.objective
+    assert run_fingerprint(old, corpus) == run_fingerprint(new, corpus)
+    pairs = Corpus.from_list(["a b", "c d"], labels=["entailment", "contradiction"], pairs=["b a", "d c"])
+    simcse = config(base, tmp_path / "x", objective="contrastive")
+    assert simcse.contrastive == "auto"
+    assert resolve_config(simcse, pairs).contrastive == "supervised"
+    assert resolve_config(simcse, corpus).contrastive == "unsupervised"
+
+
+def test_read_data_chooses_the_reader_the_task_needs(tmp_path):
+    from bertology.config import DataConfig
+    from bertology.data.squad import SquadData
+    from bertology.testing import squad_fixture
+    from bertology.training.finetune import read_data
+
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps(squad_fixture("v2.0")))
+    train, held = read_data(config("m", tmp_path / "x", task="qa", data=DataConfig(path=str(path))))
+    assert isinstance(train, SquadData) and held is None
+    with pytest.raises(BertologyError, match="pass --task qa"):
+        read_data(config("m", tmp_path / "x", data=DataConfig(path=str(path))))
 
 
 def test_slice_words_slice_the_eval_set_without_dropping_training_examples(tmp_path):

@@ -180,6 +180,7 @@ def test_mixed_precision_gradients_are_within_the_bound_of_float32(tmp_path, dty
     from bertology.data.corpus import Corpus
     from bertology.tasks.catalog import get_task
     from bertology.training.finetune import HeadTask
+    from bertology.training.heads import Batching
     from bertology.training.loop import accumulate_gradients
     from bertology.training.precision import MixedPrecision
 
@@ -190,8 +191,7 @@ def test_mixed_precision_gradients_are_within_the_bound_of_float32(tmp_path, dty
     tok = tiny_tokenizer()
     enc = encode_corpus(Corpus.from_list(SENTENCES[:6]), tok, max_length=32, overlong="truncate")
     y = np.array([0, 1, 0, 1, 1, 0])
-    task = HeadTask(get_task("classification"), tok, enc, y, enc, y, batch_size=6, pad_id=0, use_token_types=True,
-                    device=device)
+    task = HeadTask(get_task("classification"), tok, (enc, y), (enc, y), Batching(6, 0, True, device))
 
     def grads(precision):
         model.zero_grad(set_to_none=True)

@@ -142,7 +142,10 @@ def finetune_command(
         help="Also report eval on the examples with / without these words (comma list or @FILE), dropping nothing "
              "(the control of an --exclude-words run; default: the excluded words).",
     ),
-    objective: str = typer.Option("classification", "--objective", help="classification (a supervised head for --task), or contrastive (SimCSE; saves an encoder without a head)."),
+    objective: str = typer.Option(
+        "supervised", "--objective",
+        help="supervised (a head for --task; the old name 'classification' means the same), or contrastive (SimCSE; "
+             "saves an encoder without a head)."),
     task: str = typer.Option(
         "auto", "--task",
         help="The head's task: classification, regression (one output, MSE; Pearson/Spearman), tagging (one tag per "
@@ -181,34 +184,15 @@ def finetune_command(
     save_every: Optional[int] = typer.Option(None, "--save-every", help="Keep checkpoints/step-N/ every N steps (resume after an interruption; bertology track).", min=1),
     no_report: bool = no_report_option("Write the model, tables and manifest only, no report.html."),
 ) -> None:
-    """Fine-tune a sequence classifier (single sentences or sentence pairs) or a contrastive encoder, with layer
+    """Fine-tune a head (classification, regression, tagging, parsing, QA) or a contrastive encoder, with layer
     removal, freezing, biased-data filters, checkpoints and resumption."""
-    from bertology.data.loaders import load_corpus
     from bertology.training.data import parse_word_list
+    from bertology.training.finetune import read_data
     from bertology.training.run import finetune_to_dir
 
-    if objective not in ("classification", "contrastive"):
-        raise BertologyError(f"--objective must be classification or contrastive, not {objective!r}.")
-    if task not in ("auto", "classification", "regression", "tagging", "qa", "parsing"):
-        raise BertologyError(f"--task must be auto, classification, regression, tagging, qa or parsing, not {task!r}.")
-    if task != "qa" and objective == "classification" and str(data).lower().endswith(".json"):
-        raise BertologyError(f"{data} is a SQuAD .json file (questions over contexts, no labels); pass --task qa to train a QA head.")
-    if qa_split not in ("article", "question"):
-        raise BertologyError(f"--qa-split must be article or question, not {qa_split!r}.")
-    if tag_column not in ("upos", "xpos"):
-        raise BertologyError(f"--tag-column must be upos or xpos, not {tag_column!r}.")
-    if contrastive not in ("auto", "unsupervised", "supervised"):
-        raise BertologyError(f"--contrastive must be auto, unsupervised or supervised, not {contrastive!r}.")
-    if pooling not in ("cls", "mean"):
-        raise BertologyError(f"--pooling must be cls or mean, not {pooling!r}.")
-    if against is not None:
-        from bertology.training.run import finished_summary
-
-        finished_summary(against)  # refuse before training, not after
     words = parse_word_list(exclude_words)
     if exclude_words is not None and not words:
         raise BertologyError("--exclude-words is empty.")
-
     config = FinetuneConfig(
         model=model,
         data=DataConfig(
@@ -233,6 +217,7 @@ def finetune_command(
         dtype=dtype,
         trust_remote_code=trust_remote_code,
         objective=objective,  # type: ignore[arg-type]
+        contrastive=contrastive,  # type: ignore[arg-type]
         task=task,  # type: ignore[arg-type]
         tag_column=tag_column,  # type: ignore[arg-type]
         temperature=temperature,
@@ -254,23 +239,17 @@ def finetune_command(
         null_threshold=null_threshold,
         qa_split=qa_split,  # type: ignore[arg-type]
     )
-    columns = dict(text_column=text_column, pair_column=pair_column, label_column=label_column)
-    if task == "qa":  # SQuAD JSON: questions over contexts, not rows of a table
-        from bertology.data.squad import read_squad
+    if against is not None:
+        from bertology.training.run import finished_summary
 
-        train, evaluation = read_squad(data), read_squad(eval_data) if eval_data else None
-    else:
-        train = load_corpus(data, **columns)
-        evaluation = load_corpus(eval_data, **columns) if eval_data else None
-    if objective == "contrastive":
-        import dataclasses
-
-        mode = contrastive
-        if mode == "auto":
-            mode = "supervised" if (train.has_pairs and train.has_labels) else "unsupervised"
-        config = dataclasses.replace(config, contrastive=mode)  # type: ignore[arg-type]
-
+        finished_summary(against)  # refuse before training, not after
+    train, evaluation = read_data(config)  # checks the settings, then reads with the reader the task needs
     run = finetune_to_dir(config, train, evaluation, overwrite=overwrite, retrain=overwrite, progress=True)
+    _print_run(run, against, no_report)
+
+
+def _print_run(run, against: Path | None, no_report: bool) -> None:
+    """The command's output: reuse note, warnings, the summary lines, the comparison with ``--against``, the report."""
     if run.reused:
         console.print(f"{escape(str(run.out))} already holds this exact run; reusing it (pass --overwrite to train again).")
     for w in run.warnings:

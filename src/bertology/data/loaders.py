@@ -1,5 +1,9 @@
 """Read a corpus from a file (.txt, .csv, .tsv, .jsonl, .conllu) or a Hugging Face dataset.
 
+:func:`load_corpus` is the one entry point. The tabular readers (text lines, CSV/TSV with GLUE layouts,
+JSONL, Hugging Face datasets: they share the column detection and cleaning below) live here; the tree
+and tag readers have modules of their own (:mod:`bertology.data.conllu_file`, :mod:`bertology.data.tagfile`).
+
 Every reader returns a :class:`~bertology.data.corpus.Corpus` whose ``stats`` say which format and
 columns were used and how many rows were dropped and why, so nothing disappears silently. Problems
 in the user's file (missing file or column, bad encoding, malformed line) raise
@@ -43,6 +47,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertology.data.conllu_file import read_conllu
 from bertology.data.corpus import Corpus, Example
 from bertology.data.tagfile import TAG_FILE_EXTENSIONS, read_tag_file
 from bertology.errors import BertologyError
@@ -189,7 +194,7 @@ def _load_file(path: Path, flags: dict) -> tuple[list[Example], dict]:
     given = [k for k, v in flags.items() if v is not None]
     if given:
         raise BertologyError(f"{path}: column flags ({', '.join(given)}) do not apply to a .conllu file")
-    return _read_conllu(path, text)
+    return read_conllu(path, text)
 
 
 def _read_utf8(path: Path) -> str:
@@ -542,130 +547,6 @@ def _read_jsonl(path: Path, text: str, flags: dict) -> tuple[list[Example], dict
             yield obj[names["text"]], pair, label
 
     return _clean(rows(), stats, str(path)), stats
-
-
-# --------------------------------------------------------------------------------------------------
-# CoNLL-U
-
-
-def _conllu_error(path: Path, lineno: int, msg: str) -> BertologyError:
-    return BertologyError(f"{path}, line {lineno}: malformed CoNLL-U: {msg}")
-
-
-def _check_conllu_line(path: Path, lineno: int, line: str):
-    """Validate one token line (10 tab-separated fields, ID, HEAD); return (id, head)."""
-    from conllu.exceptions import ParseException
-    from conllu.parser import parse_id_value, parse_int_value
-
-    fields = line.split("\t")
-    if len(fields) != 10:
-        raise _conllu_error(path, lineno, f"expected 10 tab-separated fields, found {len(fields)}")
-    try:
-        tid = parse_id_value(fields[0])
-    except ParseException:
-        raise _conllu_error(
-            path, lineno, f"ID {fields[0]!r} is not a word index (1), a range (1-2) or an empty node (1.1)"
-        ) from None
-    if not isinstance(tid, int):
-        return tid, None
-    try:
-        head = parse_int_value(fields[6])
-    except ParseException:
-        raise _conllu_error(path, lineno, f"HEAD {fields[6]!r} is not an integer") from None
-    if head is not None and head < 0:
-        raise _conllu_error(path, lineno, f"HEAD {head} is negative")
-    return tid, head
-
-
-def _locate_conllu_error(path: Path, block: list[tuple[int, str]], err: Exception) -> BertologyError:
-    """The conllu library names no line: re-parse the sentence line by line to find it."""
-    from conllu.exceptions import ParseException
-    from conllu.parser import DEFAULT_FIELD_PARSERS, DEFAULT_FIELDS, parse_comment_line, parse_line
-
-    for lineno, line in block:
-        try:
-            if line.startswith("#"):
-                parse_comment_line(line)
-            else:
-                parse_line(line, DEFAULT_FIELDS, dict(DEFAULT_FIELD_PARSERS))
-        except ParseException as line_err:
-            return _conllu_error(path, lineno, str(line_err))
-    return _conllu_error(path, block[0][0], f"in the sentence starting on this line: {err}")
-
-
-def _read_conllu(path: Path, text: str) -> tuple[list[Example], dict]:
-    import conllu
-    from conllu.exceptions import ParseException
-
-    stats: dict = {
-        "format": "conllu",
-        "columns": {"text": "# text", "pair": None, "label": None},
-        "n_sentences": 0,
-        "n_multiword_tokens": 0,
-        "n_empty_nodes": 0,
-        "n_without_heads": 0,
-    }
-    examples: list[Example] = []
-    block: list[tuple[int, str]] = []
-
-    def flush():
-        if not block:
-            return
-        words_lines = []
-        for lineno, line in block:
-            if line.startswith("#"):
-                continue
-            tid, head = _check_conllu_line(path, lineno, line)
-            if isinstance(tid, int):
-                words_lines.append((lineno, tid, head))
-        try:
-            sent = conllu.parse_token_and_metadata("\n".join(line for _, line in block))
-        except ParseException as err:
-            raise _locate_conllu_error(path, block, err) from None
-        block.clear()
-        if not words_lines:
-            return
-        n = len(words_lines)
-        for k, (lineno, tid, head) in enumerate(words_lines, 1):
-            if tid != k:
-                raise _conllu_error(path, lineno, f"word ID {tid} out of sequence (expected {k})")
-            if head is not None and head > n:
-                raise _conllu_error(path, lineno, f"HEAD {head} points past the last word ({n})")
-        n_missing = sum(head is None for _, _, head in words_lines)
-        if 0 < n_missing < n:
-            lineno = next(ln for ln, _, head in words_lines if head is None)
-            raise _conllu_error(path, lineno, "HEAD is '_' while other words of this sentence have heads")
-        tokens = [t for t in sent if isinstance(t["id"], int)]
-        stats["n_multiword_tokens"] += sum(isinstance(t["id"], tuple) and t["id"][1] == "-" for t in sent)
-        stats["n_empty_nodes"] += sum(isinstance(t["id"], tuple) and t["id"][1] == "." for t in sent)
-        words = tuple(t["form"] for t in tokens)
-        upos = tuple(t["upos"] for t in tokens)
-        xpos = tuple(t["xpos"] or "_" for t in tokens)
-        deprels = tuple(t["deprel"] for t in tokens)
-        heads = None if n_missing else tuple(int(t["head"]) for t in tokens)
-        if heads is None:
-            stats["n_without_heads"] += 1
-        sentence = (sent.metadata.get("text") or "").strip() or " ".join(words)
-        examples.append(
-            Example(
-                text=sentence,
-                words=words,
-                upos=None if all(u == "_" for u in upos) else upos,
-                xpos=None if all(x == "_" for x in xpos) else xpos,
-                heads=heads,
-                deprels=None if heads is None or all(d == "_" for d in deprels) else deprels,
-            )
-        )
-
-    for lineno, raw in enumerate(io.StringIO(text, newline=None), 1):
-        line = raw.rstrip("\n")
-        if not line.strip():
-            flush()
-        else:
-            block.append((lineno, line))
-    flush()
-    stats["n_sentences"] = len(examples)
-    return examples, stats
 
 
 # --------------------------------------------------------------------------------------------------

@@ -80,18 +80,11 @@ class FinetuneJob:
 
     def run(self, progress: bool = False) -> dict:
         """Train (or resume, or reuse the identical finished run in ``out``); the held-out metrics."""
-        from bertology.data.loaders import load_corpus
+        from bertology.training.finetune import read_data
         from bertology.training.run import finetune_to_dir
 
         config = self.config()
-        if self.task.type == "qa":
-            from bertology.data.squad import read_squad
-
-            train = read_squad(self.task.data)
-            evaluation = read_squad(self.task.eval_data) if self.task.eval_data else None
-        else:
-            train = load_corpus(self.task.data, **self.task.columns)
-            evaluation = load_corpus(self.task.eval_data, **self.task.columns) if self.task.eval_data else None
+        train, evaluation = read_data(config)  # the reader the task needs (SQuAD JSON for qa)
         # the study owns its finetune/ folders: other settings replace a run, identical ones resume it
         run = finetune_to_dir(config, train, evaluation, overwrite=True, progress=progress)
         return {"metrics": {k: v for k, v in run.metrics.items() if isinstance(v, (int, float))},

@@ -1,20 +1,17 @@
-"""What the classification and the contrastive fine-tuning share (so neither imports the other).
+"""The pieces every fine-tuning run uses (the flow itself is :mod:`bertology.training.skeleton`).
 
-The result record and its ``finetune`` table, the settings check, the atomic model save, the
-resumable checkpoint folder, the model surgery before training, the step schedule and the loop
-settings, and the manifest records built from them. :mod:`bertology.training.finetune` and
-:mod:`bertology.training.contrastive` both import from here; ``finetune`` dispatches to
-``contrastive`` (one-way).
+The result record and its ``finetune`` table, the settings check, the resumable checkpoint folder,
+the model surgery before training, the step schedule and the loop settings, and the manifest records
+built from them.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import math
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,30 +119,69 @@ def interval_table(task: Task, scored: tuple[dict[str, np.ndarray], np.ndarray] 
 # --------------------------------------------------------------------------------------------------
 
 
+#: Old spellings of ``objective`` still read: the supervised objective used to be called classification.
+OBJECTIVE_ALIASES = {"classification": "supervised"}
+#: The allowed values of the settings that are one of a few words.
+CHOICES = {
+    "objective": ("supervised", "contrastive"),
+    "task": ("auto", "classification", "regression", "tagging", "qa", "parsing"),
+    "tag_column": ("upos", "xpos"),
+    "qa_split": ("article", "question"),
+    "contrastive": ("auto", "unsupervised", "supervised"),
+    "pooling": ("cls", "mean"),
+}
+#: The command-line flag of a setting where it is not ``--`` + the name with dashes.
+_FLAGS = {"learning_rate": "--lr", "slice_words": "--eval-slices", "early_stopping": "--early-stopping (patience)"}
+
+
+def flag(name: str) -> str:
+    """The ``bertology finetune`` flag of a setting, for error messages."""
+    return _FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+def resolve_config(config: FinetuneConfig, train=None) -> FinetuneConfig:
+    """The settings as a run uses them: old names mapped (``objective="classification"`` is ``supervised``),
+    ``contrastive="auto"`` decided by ``train`` (supervised for labelled pairs), then checked (:func:`check_config`).
+
+    Runs, fingerprints and manifests see only the resolved settings, so the old and the new spelling
+    are one run.
+    """
+    changes: dict = {}
+    objective = OBJECTIVE_ALIASES.get(config.objective, config.objective)
+    if objective != config.objective:
+        changes["objective"] = objective
+    if config.contrastive == "auto" and train is not None:
+        paired = objective == "contrastive" and getattr(train, "has_pairs", False) and getattr(train, "has_labels", False)
+        changes["contrastive"] = "supervised" if paired else "unsupervised"
+    config = dataclasses.replace(config, **changes) if changes else config
+    check_config(config)
+    return config
+
+
 def check_config(config: FinetuneConfig) -> None:
-    """Refuse settings no objective can train with, with a message naming the setting."""
-    if not (config.epochs > 0 and math.isfinite(config.epochs)):
-        raise BertologyError(f"epochs must be a positive number, not {config.epochs!r}.")
-    if config.batch_size < 1:
-        raise BertologyError(f"batch_size must be at least 1, not {config.batch_size!r}.")
-    if not (config.learning_rate > 0):
-        raise BertologyError(f"learning_rate must be positive, not {config.learning_rate!r}.")
-    if config.weight_decay < 0:
-        raise BertologyError(f"weight_decay must be >= 0, not {config.weight_decay!r}.")
-    if not (0 <= config.warmup_ratio < 1):
-        raise BertologyError(f"warmup_ratio must be in [0, 1), not {config.warmup_ratio!r}.")
-    if config.data.max_length < 2:
-        raise BertologyError(f"max_length must be at least 2, not {config.data.max_length!r}.")
-    if config.data.max_examples is not None and config.data.max_examples < 2:
-        raise BertologyError(f"max_examples must be at least 2, not {config.data.max_examples!r}.")
-    if config.grad_accum < 1:
-        raise BertologyError(f"grad_accum must be at least 1, not {config.grad_accum!r}.")
-    if config.freeze_layers < 0:
-        raise BertologyError(f"freeze_layers must be >= 0, not {config.freeze_layers!r}.")
-    for name in ("eval_every", "save_every", "early_stopping"):
+    """Refuse settings no run can train with: one clear error naming the setting and its flag."""
+    for name, allowed in CHOICES.items():
         value = getattr(config, name)
-        if value is not None and value < 1:
-            raise BertologyError(f"{name} must be at least 1, not {value!r}.")
+        if value not in allowed and not (name == "objective" and value in OBJECTIVE_ALIASES):
+            raise BertologyError(f"Unknown {name} {value!r} ({flag(name)}); choose {', '.join(allowed[:-1])} or {allowed[-1]}.")
+    positive = [("epochs", math.isfinite(config.epochs) and config.epochs > 0, "a positive number"),
+                ("batch_size", config.batch_size >= 1, "at least 1"),
+                ("learning_rate", config.learning_rate > 0, "positive"),
+                ("weight_decay", config.weight_decay >= 0, ">= 0"),
+                ("warmup_ratio", 0 <= config.warmup_ratio < 1, "in [0, 1)"),
+                ("grad_accum", config.grad_accum >= 1, "at least 1"),
+                ("freeze_layers", config.freeze_layers >= 0, ">= 0"),
+                ("temperature", config.temperature > 0, "positive")]
+    positive += [(name, getattr(config, name) is None or getattr(config, name) >= 1, "at least 1")
+                 for name in ("eval_every", "save_every", "early_stopping")]
+    for name, ok, what in positive:
+        if not ok:
+            raise BertologyError(f"{name} ({flag(name)}) must be {what}, not {getattr(config, name)!r}.")
+    data = config.data
+    if data.max_length < 2:
+        raise BertologyError(f"max_length (--max-length) must be at least 2, not {data.max_length!r}.")
+    if data.max_examples is not None and data.max_examples < 2:
+        raise BertologyError(f"max_examples (--max-examples) must be at least 2, not {data.max_examples!r}.")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -252,13 +288,24 @@ def objective_record(config: FinetuneConfig, train_task: TrainTask) -> dict:
             "training_objective": f"{train_task.objective} ({train_task.loss_name})"}
 
 
-def training_record(config: FinetuneConfig, schedule: Schedule, outcome: LoopOutcome, metric: str,
-                    model: torch.nn.Module, surgery: Surgery, *, device: torch.device, token_types: bool,
-                    exclusion: dict | None, slicing: dict | None, encoded: tuple) -> dict:
-    """The manifest entries every supervised head's run shares, in this order: steps and batches, the
-    model surgery, the biased-data exclusion and eval slices, early stopping and timing, and the
-    tokenisation of the training and eval sets (``encoded``)."""
-    enc_train, enc_eval = encoded
+@dataclass(frozen=True)
+class Training:
+    """How a run trained, for its manifest: the schedule, the model surgery, the loop's outcome, the metric
+    early stopping watched and the device."""
+
+    schedule: Schedule
+    surgery: Surgery
+    outcome: LoopOutcome
+    metric: str
+    device: torch.device
+
+
+def training_record(config: FinetuneConfig, model: torch.nn.Module, training: Training, *, token_types: bool,
+                    exclusion: dict | None, slicing: dict | None, tokenisation: dict) -> dict:
+    """The manifest entries every run shares, in this order: steps and batches, the model surgery, the
+    biased-data exclusion and eval slices, early stopping and timing, and the tokenisation of the data."""
+    schedule, surgery, outcome, metric, device = (training.schedule, training.surgery, training.outcome, training.metric,
+                                                  training.device)
     return {
         **schedule_record(config, schedule, outcome),
         "effective_batch_size": config.batch_size * config.grad_accum,
@@ -270,7 +317,7 @@ def training_record(config: FinetuneConfig, schedule: Schedule, outcome: LoopOut
         "excluded_words": exclusion,
         "eval_slices": slicing,
         **outcome_record(config, metric, outcome),
-        "tokenisation": {"train": enc_train.describe(), "eval": enc_eval.describe()},
+        "tokenisation": tokenisation,
     }
 
 
@@ -305,35 +352,3 @@ def checkpoint_folder(config: FinetuneConfig, train: Corpus, eval: Corpus | None
     folder = Path(config.out) / "checkpoints"
     prepare_checkpoints(folder, checkpoint_fingerprint(config, train, eval), resume)
     return folder
-
-
-# --------------------------------------------------------------------------------------------------
-# Saving
-# --------------------------------------------------------------------------------------------------
-
-
-def save_atomically(model, tokenizer, out: Path) -> Path:
-    """Write ``out/model`` via a temporary folder in ``out`` and a rename, so no half-written model remains."""
-    out.mkdir(parents=True, exist_ok=True)
-    final = out / "model"
-    tmp = Path(tempfile.mkdtemp(prefix=".model-", suffix=".tmp", dir=out))
-    old: Path | None = None
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private (0700); the final folder is an ordinary one
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        if final.exists():
-            old = Path(tempfile.mkdtemp(prefix=".model-old-", suffix=".tmp", dir=out))
-            os.rmdir(old)
-            os.replace(final, old)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and old.exists() and not final.exists():
-            os.replace(old, final)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    return final

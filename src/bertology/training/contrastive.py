@@ -20,9 +20,9 @@ sentence2, score``), the Spearman correlation between the embeddings' cosine and
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-import time
 from pathlib import Path
 
 import numpy as np
@@ -35,13 +35,11 @@ from bertology.config import FinetuneConfig
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, EncodedExample, encode_corpus
 from bertology.errors import BertologyError
-from bertology.models.device import resolve_device
 from bertology.models.sites import uses_token_types
-from bertology.training.common import (
-    FinetuneResult, check_config, checkpoint_folder, loop_config, make_table, objective_record, outcome_record, padding_id,
-    plan_schedule, prepare_model, save_atomically, schedule_record, surgery_record,
-)
-from bertology.training.loop import seed_everything, train_loop
+from bertology.training.common import FinetuneResult, padding_id, resolve_config
+from bertology.training.data import exclude_examples, parse_word_list
+from bertology.training.loop import LoopOutcome
+from bertology.training.skeleton import Finish, ModelToTrain, RunData, Trainer
 
 logger = logging.getLogger(__name__)
 
@@ -283,12 +281,18 @@ class ContrastiveTask:
         return f"SimCSE InfoNCE, {self.mode}: {negatives}, temperature {self.temperature:g}"
 
     def __init__(self, tokenizer, encoder: _Encoder, *, mode: str, temperature: float, items: list, sts=None,
-                 batch_size: int = 32, pooling: str = "cls") -> None:
+                 batch_size: int = 32, tokenisation: dict | None = None) -> None:
         self.tokenizer, self.encoder, self.mode, self.temperature = tokenizer, encoder, mode, temperature
         self.items = items  # unsupervised: EncodedExample per sentence; supervised: (anchor, pos, neg) triples
         self.n_items = len(items)
         self.sts = sts  # (enc1, enc2, scores) or None
-        self.batch_size, self.pooling = batch_size, pooling
+        self.batch_size, self.pooling = batch_size, encoder.pooling
+        self.use_token_types = encoder.use_token_types
+        self._tokenisation = tokenisation or {}
+
+    def tokenisation(self) -> dict:
+        """The manifest's ``tokenisation`` of the training sentences."""
+        return self._tokenisation
 
     def loss(self, model, indices: list[int]) -> torch.Tensor:
         if self.mode == "unsupervised":
@@ -313,138 +317,126 @@ class ContrastiveTask:
         (Path(folder) / "sentence_pooling.json").write_text(json.dumps({"pooling": self.pooling}), encoding="utf-8")
 
 
-def contrastive_finetune(
-    config: FinetuneConfig,
-    train: Corpus,
-    eval: Corpus | None = None,  # noqa: A002
-    *,
-    progress: bool = False,
-    resume: bool = True,
-    on_step=None,
-):
-    """Train ``config.model`` as a SimCSE sentence encoder; save it (no head) to ``out/model``.
+class ContrastiveTrainer(Trainer):
+    """A SimCSE sentence encoder (no head): sentences or NLI triplets; STS Spearman and anisotropy before and after."""
 
-    Returns a :class:`~bertology.training.common.FinetuneResult` whose ``extra_tables["anisotropy"]``
-    holds anisotropy per layer before (``model="base"``) and after (``model="tuned"``) training, and
-    whose ``finetune`` table holds the training loss and, with ``sts_data``, ``split="sts"`` Spearman rows.
-    ``eval`` (optional) supplies the sentences for anisotropy; otherwise a sample of the training ones.
-    """
-    from bertology.models.loading import load_model
+    unit = "sentences"
 
-    t0 = time.perf_counter()
-    check_config(config)
-    if config.contrastive not in ("unsupervised", "supervised"):
-        raise BertologyError(f"contrastive must be unsupervised or supervised, not {config.contrastive!r}.")
-    if not config.temperature > 0:
-        raise BertologyError(f"temperature must be positive, not {config.temperature!r}.")
-    if config.pooling not in ("cls", "mean"):
-        raise BertologyError(f"Unknown pooling {config.pooling!r}; use cls or mean.")
-    if config.exclude_words:
-        from bertology.training.data import exclude_examples, parse_word_list
+    def prepare_data(self, train: Corpus, eval: Corpus | None) -> RunData:  # noqa: A002
+        config = self.config
+        exclusion = None
+        if config.exclude_words:
+            train, exclusion = exclude_examples(train, parse_word_list(list(config.exclude_words)))
+        if len(train) == 0:
+            raise BertologyError(f"The training data {train.name!r} ({train.source}) has no examples.")
+        max_n = config.data.max_examples
+        if max_n is not None and len(train) > max_n:
+            rng = np.random.default_rng(config.seed)
+            train = train.subset(sorted(int(i) for i in rng.choice(len(train), size=max_n, replace=False)))
+        if config.early_stopping and not config.sts_data:
+            raise BertologyError("Early stopping of contrastive training watches STS Spearman; pass --sts-data.")
+        if config.contrastive == "supervised":
+            self.unit = "triplets"
+        return RunData(train, eval, exclusion=exclusion)
 
-        train, _ = exclude_examples(train, parse_word_list(list(config.exclude_words)))
-    if len(train) == 0:
-        raise BertologyError(f"The training data {train.name!r} ({train.source}) has no examples.")
-    max_n = config.data.max_examples
-    if max_n is not None and len(train) > max_n:
-        rng = np.random.default_rng(config.seed)
-        train = train.subset(sorted(int(i) for i in rng.choice(len(train), size=max_n, replace=False)))
-    metric = config.early_stopping_metric or "spearman"
-    if config.early_stopping and not config.sts_data:
-        raise BertologyError("Early stopping of contrastive training watches STS Spearman; pass --sts-data.")
+    def default_metric(self) -> str:
+        return "spearman"
 
-    device = resolve_device(config.device)
-    seed_everything(config.seed)
-    loaded = load_model(config.model, kind="encoder", trust_remote_code=config.trust_remote_code)
-    model, tokenizer = loaded.model, loaded.tokenizer
-    surgery = prepare_model(model, config, device)
-    encoder = _Encoder(padding_id(tokenizer), uses_token_types(model), device, config.pooling)
-    max_len = config.data.max_length
+    def load(self, data: RunData) -> ModelToTrain:
+        from bertology.models.loading import load_model
 
-    data_info: dict = {"mode": config.contrastive}
-    if config.contrastive == "unsupervised":
-        texts = sentences_of(train)
-        enc = _encode_sentences(texts, tokenizer, max_len)
-        items: list = list(enc.items)
-        data_info.update(n_sentences=len(texts), tokenisation=enc.describe())
-    else:
+        loaded = load_model(self.config.model, kind="encoder", trust_remote_code=self.config.trust_remote_code)
+        return ModelToTrain(loaded.model, loaded.tokenizer, loaded.describe, loaded.name)
+
+    def _items(self, train: Corpus, tokenizer) -> list:
+        """The training items (encoded sentences, or encoded triplets) and the manifest's words on them."""
+        config = self.config
+        self.data_info = {"mode": config.contrastive}
+        if config.contrastive == "unsupervised":
+            texts = sentences_of(train)
+            enc = _encode_sentences(texts, tokenizer, config.data.max_length)
+            self.data_info.update(n_sentences=len(texts), tokenisation=enc.describe())
+            return list(enc.items)
         triplets, info = nli_triplets(train, config.positive_label, config.negative_label, config.seed)
-        flat = [s for t in triplets for s in t]
-        enc = _encode_sentences(flat, tokenizer, max_len)
+        enc = _encode_sentences([s for t in triplets for s in t], tokenizer, config.data.max_length)
         by_index = {it.index: it for it in enc.items}
-        items = [(by_index[3 * k], by_index[3 * k + 1], by_index[3 * k + 2]) for k in range(len(triplets))]
-        data_info.update(info, positive_label=config.positive_label, negative_label=config.negative_label,
-                         tokenisation=enc.describe())
+        self.data_info.update(info, positive_label=config.positive_label, negative_label=config.negative_label,
+                              tokenisation=enc.describe())
+        return [(by_index[3 * k], by_index[3 * k + 1], by_index[3 * k + 2]) for k in range(len(triplets))]
 
-    sts = None
-    if config.sts_data:
-        sts_corpus, scores = load_sts(config.sts_data)
+    def _sts(self, tokenizer):
+        """The STS pairs (encoded) and gold scores of ``sts_data``, or None."""
+        if not self.config.sts_data:
+            return None
+        sts_corpus, scores = load_sts(self.config.sts_data)
+        max_len = self.config.data.max_length
         enc1 = _encode_sentences([ex.text for ex in sts_corpus], tokenizer, max_len)
         enc2 = _encode_sentences([ex.text_pair for ex in sts_corpus], tokenizer, max_len)
-        sts = (enc1, enc2, scores)
-        data_info["sts"] = {"path": config.sts_data, "n_pairs": len(scores)}
+        self.data_info["sts"] = {"path": self.config.sts_data, "n_pairs": len(scores)}
+        return enc1, enc2, scores
 
-    # anisotropy before training: the same sentences and token pairs are measured again at the end
-    anis_rows: list[dict] = []
-    anis = None
-    if config.anisotropy_sentences:
-        pool_texts = sentences_of(eval) if eval is not None else sentences_of(train)
-        pool_texts = list(dict.fromkeys(pool_texts))
+    def _anisotropy_before(self, model, encoder: _Encoder, data: RunData, tokenizer) -> None:
+        """Anisotropy of the untrained model; the same sentences and token pairs are measured again at the end."""
+        config = self.config
+        self.anis, self.anis_rows = None, []
+        if not config.anisotropy_sentences:
+            return
+        pool_texts = list(dict.fromkeys(sentences_of(data.eval) if data.eval is not None else sentences_of(data.train)))
         rng = np.random.default_rng(config.seed)
-        chosen = [pool_texts[i] for i in sorted(rng.choice(len(pool_texts), size=min(config.anisotropy_sentences, len(pool_texts)), replace=False))]
-        anis_enc = _encode_sentences(chosen, tokenizer, max_len)
-        pairs = sample_token_pairs(anis_enc, config.anisotropy_pairs, config.seed)
-        anis = (anis_enc, pairs)
-        anis_rows += [{"model": "base", **r} for r in anisotropy_per_layer(model, encoder, anis_enc, pairs, config.batch_size)]
+        size = min(config.anisotropy_sentences, len(pool_texts))
+        chosen = [pool_texts[i] for i in sorted(rng.choice(len(pool_texts), size=size, replace=False))]
+        enc = _encode_sentences(chosen, tokenizer, config.data.max_length)
+        pairs = sample_token_pairs(enc, config.anisotropy_pairs, config.seed)
+        self.anis = (enc, pairs)
+        self.anis_rows = [{"model": "base", **r} for r in anisotropy_per_layer(model, encoder, enc, pairs, config.batch_size)]
 
-    schedule = plan_schedule(config, len(items))
-    checkpoint_dir = checkpoint_folder(config, train, eval, resume)
-    task = ContrastiveTask(tokenizer, encoder, mode=config.contrastive, temperature=config.temperature, items=items,
-                           sts=sts, batch_size=config.batch_size, pooling=config.pooling)
-    logger.info("Contrastive (%s SimCSE) training of %s on %d %s: %d steps, batch %d x %d, temperature %g, pooling %s",
-                config.contrastive, loaded.name, len(items), "sentences" if config.contrastive == "unsupervised" else "triplets",
-                schedule.total_steps, config.batch_size, config.grad_accum, config.temperature, config.pooling)
-    loop_cfg = loop_config(config, schedule, metric, checkpoint_dir, resume)
-    outcome = train_loop(model, task, loop_cfg, progress=progress, on_step=on_step)
+    def make_head(self, loaded: ModelToTrain, data: RunData, device: torch.device) -> ContrastiveTask:
+        config, model, tokenizer = self.config, loaded.model, loaded.tokenizer
+        encoder = _Encoder(padding_id(tokenizer), uses_token_types(model), device, config.pooling)
+        items = self._items(data.train, tokenizer)
+        sts = self._sts(tokenizer)
+        self._anisotropy_before(model, encoder, data, tokenizer)
+        return ContrastiveTask(tokenizer, encoder, mode=config.contrastive, temperature=config.temperature, items=items,
+                               sts=sts, batch_size=config.batch_size, tokenisation={"train": self.data_info["tokenisation"]})
 
-    metrics = dict(outcome.metrics or {})
-    if anis is not None:
-        anis_rows += [{"model": "tuned", **r} for r in anisotropy_per_layer(model, encoder, anis[0], anis[1], config.batch_size)]
-    anisotropy = pd.DataFrame(anis_rows, columns=ANISOTROPY_COLUMNS)
-    if not anisotropy.empty:
-        last = anisotropy["layer"].max()
-        for who in ("base", "tuned"):
-            metrics[f"anisotropy_last_layer_{who}"] = float(anisotropy.query(f"model == '{who}' and layer == {last}")["value"].item())
-    train_losses = [r["value"] for r in outcome.rows if r["split"] == "train" and r["metric"] == "loss"]
-    if train_losses:
-        metrics["train_loss"] = float(train_losses[-1])
+    def final_metrics(self, head: ContrastiveTask, model, outcome: LoopOutcome) -> dict:
+        return dict(outcome.metrics or {})
 
-    model_dir = save_atomically(model, tokenizer, Path(config.out))
-    (model_dir / "sentence_pooling.json").write_text(json.dumps({"pooling": config.pooling}), encoding="utf-8")
-    details = {
-        **objective_record(config, task),
-        "contrastive": data_info,
-        "temperature": config.temperature,
-        "pooling": config.pooling,
-        **schedule_record(config, schedule, outcome),
-        "in_batch_negatives": config.batch_size - 1 if config.contrastive == "unsupervised" else 2 * config.batch_size - 1,
-        "device": str(device),
-        **surgery_record(model, config, surgery),
-        "anisotropy": {"sentences": config.anisotropy_sentences, "pairs": config.anisotropy_pairs,
-                       "tokens": "non-special tokens, drawn uniformly; partner from a different sentence"},
-        **outcome_record(config, metric, outcome),
-        "tokenisation": {"train": data_info["tokenisation"]},
-        "base_model": loaded.describe(),
-    }
-    return FinetuneResult(
-        model_dir=model_dir,
-        table=make_table(outcome.rows),
-        metrics=metrics,
-        n_train=len(items),
-        n_eval=len(sts[2]) if sts is not None else 0,
-        wall_time_s=time.perf_counter() - t0,
-        label2id={},
-        predictions=None,
-        details=details,
-        extra_tables={"anisotropy": anisotropy} if not anisotropy.empty else {},
-    )
+    def task_record(self, loaded: ModelToTrain, data: RunData) -> dict:
+        return {"contrastive": self.data_info, "temperature": self.config.temperature, "pooling": self.config.pooling}
+
+    def counts(self, head: ContrastiveTask, data: RunData) -> tuple[int, int]:
+        return head.n_items, len(head.sts[2]) if head.sts is not None else 0
+
+    def finish(self, loaded: ModelToTrain, head: ContrastiveTask, data: RunData, outcome: LoopOutcome) -> Finish:
+        config = self.config
+        metrics = self.final_metrics(head, loaded.model, outcome)
+        rows = list(self.anis_rows)
+        if self.anis is not None:
+            rows += [{"model": "tuned", **r}
+                     for r in anisotropy_per_layer(loaded.model, head.encoder, *self.anis, config.batch_size)]
+        anisotropy = pd.DataFrame(rows, columns=ANISOTROPY_COLUMNS)
+        if not anisotropy.empty:
+            last = anisotropy["layer"].max()
+            for who in ("base", "tuned"):
+                metrics[f"anisotropy_last_layer_{who}"] = float(anisotropy.query(f"model == '{who}' and layer == {last}")["value"].item())
+        train_losses = [r["value"] for r in outcome.rows if r["split"] == "train" and r["metric"] == "loss"]
+        if train_losses:
+            metrics["train_loss"] = float(train_losses[-1])
+        return Finish(metrics=metrics, extra_tables={"anisotropy": anisotropy} if not anisotropy.empty else {}, record={
+            "in_batch_negatives": config.batch_size - 1 if config.contrastive == "unsupervised" else 2 * config.batch_size - 1,
+            "anisotropy": {"sentences": config.anisotropy_sentences, "pairs": config.anisotropy_pairs,
+                           "tokens": "non-special tokens, drawn uniformly; partner from a different sentence"}})
+
+
+def contrastive_finetune(config: FinetuneConfig, train: Corpus, eval: Corpus | None = None,  # noqa: A002
+                         *, progress: bool = False, resume: bool = True, on_step=None) -> FinetuneResult:
+    """Train ``config.model`` as a SimCSE sentence encoder (:class:`ContrastiveTrainer`); save it (no head) to ``out/model``.
+
+    The result's ``extra_tables["anisotropy"]`` holds anisotropy per layer before (``model="base"``) and after
+    (``model="tuned"``) training, and its ``finetune`` table the training loss and, with ``sts_data``,
+    ``split="sts"`` Spearman rows. ``eval`` (optional) supplies the sentences for anisotropy; otherwise a sample
+    of the training ones.
+    """
+    config = resolve_config(dataclasses.replace(config, objective="contrastive"), train)
+    return ContrastiveTrainer(config).run(train, eval, progress=progress, resume=resume, on_step=on_step)

@@ -22,11 +22,8 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import random
 import re
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -162,40 +159,6 @@ def _optimizer(model: torch.nn.Module, cfg: LoopConfig) -> torch.optim.Optimizer
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.learning_rate)
 
 
-def _progress(enabled: bool):
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    return Progress(
-        TextColumn("[bold]fine-tuning[/]"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("epoch {task.fields[epoch]:.2f}  loss {task.fields[loss]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        disable=not enabled,
-        transient=False,
-    )
-
-
-def _atomic_dir(final: Path, write: Callable[[Path], None]) -> None:
-    """Write a folder via a temporary sibling and a rename, so a kill never leaves half a checkpoint."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", suffix=".tmp", dir=final.parent))
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)
-        write(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 def _load_weights(model: torch.nn.Module, folder: Path) -> None:
     from safetensors.torch import load_file
 
@@ -219,6 +182,140 @@ def _load_weights(model: torch.nn.Module, folder: Path) -> None:
         )
 
 
+def _check(cfg: LoopConfig) -> None:
+    """Refuse loop settings that cannot run, naming the setting."""
+    if cfg.grad_accum < 1:
+        raise BertologyError(f"grad_accum must be at least 1, not {cfg.grad_accum}.")
+    if cfg.early_stopping is not None and cfg.early_stopping < 1:
+        raise BertologyError(f"early_stopping (patience) must be at least 1, not {cfg.early_stopping}.")
+    for name in ("eval_every", "save_every"):
+        v = getattr(cfg, name)
+        if v is not None and v < 1:
+            raise BertologyError(f"{name} must be at least 1, not {v}.")
+
+
+class _Run:
+    """One call of :func:`train_loop`: the optimiser, schedule and precision, and every piece of state a
+    checkpoint saves (table rows, loss window, running loss, best evaluation, time) so a resumed run
+    continues exactly where the interrupted one stopped."""
+
+    def __init__(self, model: torch.nn.Module, task: TrainTask, cfg: LoopConfig) -> None:
+        from transformers import get_linear_schedule_with_warmup
+
+        self.model, self.task, self.cfg = model, task, cfg
+        self.optimizer = _optimizer(model, cfg)
+        self.scheduler = get_linear_schedule_with_warmup(self.optimizer, cfg.warmup_steps, cfg.total_steps)
+        self.device = next(model.parameters()).device
+        self.precision = MixedPrecision.create(cfg.dtype, self.device)
+        self.rows: list[dict] = []
+        self.window: list[float] = []
+        self.running: float | None = None
+        self.best: dict = {"value": None, "step": None, "metrics": None, "state": None, "bad": 0}
+        self.start_step, self.resumed_from, self.time_before = 0, None, 0.0
+        self.last_metrics: dict = {}
+        self.t_start = time.perf_counter()
+
+    def resume(self) -> None:
+        """Restore the latest checkpoint of ``cfg.checkpoint_dir`` (when resuming and there is one)."""
+        cfg = self.cfg
+        found = checkpoints(cfg.checkpoint_dir) if cfg.resume and cfg.checkpoint_dir is not None else []
+        if not found:
+            return
+        step0, path = found[-1]
+        state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)  # our own file
+        _load_weights(self.model, path)
+        self.model.to(self.device)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.precision.load_state_dict(state.get("scaler"))
+        set_rng_state(state["rng"])
+        self.rows, self.window, self.running = state["rows"], state["window"], state["running"]
+        self.best = state["best"]
+        self.last_metrics = state.get("last_metrics", {})
+        self.time_before = state.get("train_time_s", 0.0)
+        self.start_step = self.resumed_from = step0
+        logger.info("Resuming from %s (step %d of %d)", path, step0, cfg.total_steps)
+
+    def train_time(self) -> float:
+        return self.time_before + (time.perf_counter() - self.t_start)
+
+    def evaluate(self, step: int) -> None:
+        """Evaluate, add the rows to the table and keep the metrics."""
+        metrics, eval_rows = self.task.evaluate(self.model)
+        epoch = step / self.cfg.steps_per_epoch
+        for r in eval_rows:
+            self.rows.append({"step": step, "epoch": epoch, **r})
+        logger.info("step %d (epoch %.2f): %s", step, epoch,
+                    ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float)))
+        self.last_metrics = metrics
+
+    def optimiser_step(self, step: int, indices: list[int]) -> None:
+        """One optimiser step on the effective batch ``indices``; the loss window's rows when a log step."""
+        cfg, model = self.cfg, self.model
+        self.optimizer.zero_grad(set_to_none=True)
+        total = accumulate_gradients(model, self.task, indices, cfg.batch_size, step, cfg.learning_rate,
+                                     precision=self.precision)
+        if cfg.max_grad_norm and cfg.max_grad_norm > 0:
+            self.precision.unscale(self.optimizer)
+            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
+        lr = self.scheduler.get_last_lr()[0]
+        self.precision.step(self.optimizer)
+        self.scheduler.step()
+        self.window.append(total)
+        self.running = total if self.running is None else 0.9 * self.running + 0.1 * total
+        if step % LOG_EVERY == 0 or step % cfg.steps_per_epoch == 0 or step == cfg.total_steps:
+            epoch = step / cfg.steps_per_epoch
+            self.rows.append({"step": step, "epoch": epoch, "split": "train", "metric": "loss", "value": float(np.mean(self.window))})
+            self.rows.append({"step": step, "epoch": epoch, "split": "train", "metric": "learning_rate", "value": float(lr)})
+            self.window = []
+
+    def stop_early(self, step: int) -> bool:
+        """Whether early stopping ends the run after this evaluation (keeping the best weights so far)."""
+        cfg, metrics, best = self.cfg, self.last_metrics, self.best
+        if cfg.metric not in metrics:
+            raise BertologyError(
+                f"Early stopping watches {cfg.metric!r}, which the evaluation does not report "
+                f"(it reports {', '.join(k for k in metrics if isinstance(metrics[k], float))})."
+            )
+        value = float(metrics[cfg.metric])
+        if best["value"] is None or (value > best["value"] if cfg.greater_is_better else value < best["value"]):
+            best.update(value=value, step=step, metrics=dict(metrics), bad=0,
+                        state={k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()})
+            return False
+        best["bad"] += 1
+        return best["bad"] >= cfg.early_stopping
+
+    def save_checkpoint(self, step: int) -> None:
+        """``checkpoints/step-N/``: the model folder plus everything :meth:`resume` restores."""
+        from bertology.results import atomic_folder
+
+        state = {
+            "step": step, "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            "scaler": self.precision.state_dict(), "rng": rng_state(), "rows": self.rows, "window": self.window,
+            "running": self.running, "best": self.best, "last_metrics": self.last_metrics,
+            "train_time_s": self.train_time(),
+        }
+
+        def write(tmp: Path) -> None:
+            self.task.save(self.model, tmp)
+            torch.save(state, tmp / STATE_FILE)
+
+        atomic_folder(Path(self.cfg.checkpoint_dir) / f"step-{step}", write)
+
+    def outcome(self, step: int, stopped_early: bool) -> LoopOutcome:
+        """The result; with early stopping the best evaluation's weights are put back first."""
+        cfg, best = self.cfg, self.best
+        metrics, best_step = self.last_metrics, None
+        if cfg.early_stopping is not None and best["step"] is not None:
+            best_step = best["step"]
+            if best_step != step and best["state"] is not None:
+                self.model.load_state_dict(best["state"])
+                logger.info("Restored the best weights (step %d, %s %.4f)", best_step, cfg.metric, best["value"])
+            metrics = best["metrics"]
+        return LoopOutcome(rows=self.rows, metrics=metrics, last_step=step, stopped_early=stopped_early,
+                           best_step=best_step, resumed_from=self.resumed_from, train_time_s=self.train_time())
+
+
 def train_loop(
     model: torch.nn.Module,
     task: TrainTask,
@@ -229,159 +326,43 @@ def train_loop(
 ) -> LoopOutcome:
     """Train ``model`` on ``task`` (see the module docs). ``on_step(step)`` is called after every optimiser
     step and any evaluation or checkpoint of that step (tests use it to interrupt a run)."""
-    from transformers import get_linear_schedule_with_warmup
+    from bertology.progress import progress_bar
 
-    if cfg.grad_accum < 1:
-        raise BertologyError(f"grad_accum must be at least 1, not {cfg.grad_accum}.")
-    if cfg.early_stopping is not None and cfg.early_stopping < 1:
-        raise BertologyError(f"early_stopping (patience) must be at least 1, not {cfg.early_stopping}.")
-    for name in ("eval_every", "save_every"):
-        v = getattr(cfg, name)
-        if v is not None and v < 1:
-            raise BertologyError(f"{name} must be at least 1, not {v}.")
-    optimizer = _optimizer(model, cfg)
-    scheduler = get_linear_schedule_with_warmup(optimizer, cfg.warmup_steps, cfg.total_steps)
-    device = next(model.parameters()).device
-    precision = MixedPrecision.create(cfg.dtype, device)
-
-    rows: list[dict] = []
-    window: list[float] = []
-    running: float | None = None
-    best: dict = {"value": None, "step": None, "metrics": None, "state": None, "bad": 0}
-    start_step, resumed_from, time_before = 0, None, 0.0
-    last_metrics: dict = {}
-
-    if cfg.resume and cfg.checkpoint_dir is not None:
-        found = checkpoints(cfg.checkpoint_dir)
-        if found:
-            step0, path = found[-1]
-            state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)  # our own file
-            _load_weights(model, path)
-            model.to(device)
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            precision.load_state_dict(state.get("scaler"))
-            set_rng_state(state["rng"])
-            rows, window, running = state["rows"], state["window"], state["running"]
-            best = state["best"]
-            last_metrics = state.get("last_metrics", {})
-            time_before = state.get("train_time_s", 0.0)
-            start_step = resumed_from = step0
-            logger.info("Resuming from %s (step %d of %d)", path, step0, cfg.total_steps)
-
-    def record_eval(step: int) -> dict:
-        metrics, eval_rows = task.evaluate(model)
-        for r in eval_rows:
-            rows.append({"step": step, "epoch": step / cfg.steps_per_epoch, **r})
-        logger.info(
-            "step %d (epoch %.2f): %s", step, step / cfg.steps_per_epoch,
-            ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float)),
-        )
-        return metrics
-
-    def improved(value: float) -> bool:
-        if best["value"] is None:
-            return True
-        return value > best["value"] if cfg.greater_is_better else value < best["value"]
-
-    def save_checkpoint(step: int) -> None:
-        state = {
-            "step": step,
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "scaler": precision.state_dict(),
-            "rng": rng_state(),
-            "rows": rows,
-            "window": window,
-            "running": running,
-            "best": best,
-            "last_metrics": last_metrics,
-            "train_time_s": time_before + (time.perf_counter() - t_start),
-        }
-
-        def write(tmp: Path) -> None:
-            task.save(model, tmp)
-            torch.save(state, tmp / STATE_FILE)
-
-        _atomic_dir(Path(cfg.checkpoint_dir) / f"step-{step}", write)
-
-    t_start = time.perf_counter()
-    if start_step == 0:
-        last_metrics = record_eval(0)
+    _check(cfg)
+    run = _Run(model, task, cfg)
+    run.resume()
+    run.t_start = time.perf_counter()
+    if run.start_step == 0:
+        run.evaluate(0)
     stopped_early = False
-    batches = batch_stream(task.n_items, cfg.effective_batch, cfg.seed, skip=start_step)
+    batches = batch_stream(task.n_items, cfg.effective_batch, cfg.seed, skip=run.start_step)
     model.train()
-    step = start_step
+    step = run.start_step
+    fields = {"epoch": step / cfg.steps_per_epoch, "loss": "-" if run.running is None else f"{run.running:.4f}"}
     try:
-        with _progress(progress) as bar:
-            bar_task = bar.add_task("train", total=cfg.total_steps, completed=start_step,
-                                    epoch=start_step / cfg.steps_per_epoch, loss="-" if running is None else f"{running:.4f}")
+        with progress_bar("fine-tuning", cfg.total_steps, progress, template="epoch {task.fields[epoch]:.2f}  loss {task.fields[loss]}",
+                          fields=fields, completed=step, stderr=True) as advance:
             while step < cfg.total_steps:
                 step += 1
-                indices = next(batches)
-                optimizer.zero_grad(set_to_none=True)
-                total = accumulate_gradients(model, task, indices, cfg.batch_size, step, cfg.learning_rate, precision=precision)
-                if cfg.max_grad_norm and cfg.max_grad_norm > 0:
-                    precision.unscale(optimizer)
-                    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
-                lr = scheduler.get_last_lr()[0]
-                precision.step(optimizer)
-                scheduler.step()
-                window.append(total)
-                running = total if running is None else 0.9 * running + 0.1 * total
-                epoch_end = step % cfg.steps_per_epoch == 0
+                run.optimiser_step(step, next(batches))
+                if advance is not None:
+                    advance(1, epoch=step / cfg.steps_per_epoch, loss=f"{run.running:.4f}")
                 last = step == cfg.total_steps
-                if step % LOG_EVERY == 0 or epoch_end or last:
-                    epoch = step / cfg.steps_per_epoch
-                    rows.append({"step": step, "epoch": epoch, "split": "train", "metric": "loss", "value": float(np.mean(window))})
-                    rows.append({"step": step, "epoch": epoch, "split": "train", "metric": "learning_rate", "value": float(lr)})
-                    window = []
-                bar.update(bar_task, advance=1, epoch=step / cfg.steps_per_epoch, loss=f"{running:.4f}")
-                if epoch_end or last or (cfg.eval_every and step % cfg.eval_every == 0):
-                    last_metrics = record_eval(step)
+                if step % cfg.steps_per_epoch == 0 or last or (cfg.eval_every and step % cfg.eval_every == 0):
+                    run.evaluate(step)
                     model.train()
-                    if cfg.early_stopping is not None:
-                        if cfg.metric not in last_metrics:
-                            raise BertologyError(
-                                f"Early stopping watches {cfg.metric!r}, which the evaluation does not report "
-                                f"(it reports {', '.join(k for k in last_metrics if isinstance(last_metrics[k], float))})."
-                            )
-                        value = float(last_metrics[cfg.metric])
-                        if improved(value):
-                            best.update(value=value, step=step, metrics=dict(last_metrics), bad=0,
-                                        state={k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
-                        else:
-                            best["bad"] += 1
-                            if best["bad"] >= cfg.early_stopping:
-                                stopped_early = True
+                    stopped_early = cfg.early_stopping is not None and run.stop_early(step)
                 if cfg.save_every and cfg.checkpoint_dir is not None and (step % cfg.save_every == 0 or last or stopped_early):
-                    save_checkpoint(step)
+                    run.save_checkpoint(step)
                 if on_step is not None:
                     on_step(step)
                 if stopped_early:
                     logger.info("Early stopping at step %d: no %s improvement in %d evaluations (best %.4f at step %d)",
-                                step, cfg.metric, cfg.early_stopping, best["value"], best["step"])
+                                step, cfg.metric, cfg.early_stopping, run.best["value"], run.best["step"])
                     break
     finally:
         model.eval()
-
-    metrics = last_metrics
-    best_step = None
-    if cfg.early_stopping is not None and best["step"] is not None:
-        best_step = best["step"]
-        if best_step != step and best["state"] is not None:
-            model.load_state_dict(best["state"])
-            logger.info("Restored the best weights (step %d, %s %.4f)", best_step, cfg.metric, best["value"])
-        metrics = best["metrics"]
-    return LoopOutcome(
-        rows=rows,
-        metrics=metrics,
-        last_step=step,
-        stopped_early=stopped_early,
-        best_step=best_step,
-        resumed_from=resumed_from,
-        train_time_s=time_before + (time.perf_counter() - t_start),
-    )
+    return run.outcome(step, stopped_early)
 
 
 def accumulate_gradients(

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,20 +25,17 @@ import pandas as pd
 import torch
 
 from bertology.config import FinetuneConfig
-from bertology.data.batching import collate, length_batches
+from bertology.data.batching import length_batches
 from bertology.data.qa_features import QAFeatures, encode_squad
 from bertology.data.squad import SquadData
 from bertology.errors import BertologyError
-from bertology.models.device import resolve_device
-from bertology.models.sites import uses_token_types
 from bertology.tasks.base import head_logits
 from bertology.tasks.catalog import get_task
-from bertology.training.common import (
-    INTERVALS_TABLE, FinetuneResult, check_config, interval_table, checkpoint_folder, loop_config, make_table, objective_record, outcome_record, padding_id, plan_schedule,
-    prepare_model, save_atomically, schedule_record, surgery_record,
-)
+from bertology.training.common import FinetuneResult, resolve_config
 from bertology.training.data import SLICE_ALL
-from bertology.training.loop import LOG_EVERY, seed_everything, train_loop
+from bertology.training.heads import Batching
+from bertology.training.loop import LoopOutcome
+from bertology.training.skeleton import Finish, ModelToTrain, RunData, Trainer
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +44,6 @@ def split_questions(data: SquadData, fraction: float, seed: int, by: str = "arti
     """Seeded train / held-out question indices: whole articles (``by="article"``) or single questions."""
     from sklearn.model_selection import GroupShuffleSplit, train_test_split
 
-    if not 0 < fraction < 1:
-        raise BertologyError(f"eval_fraction must be between 0 and 1 (exclusive) when no eval data is given, not {fraction!r}.")
     idx = np.arange(len(data))
     if by == "article":
         groups = np.array([ex.article for ex in data])
@@ -65,7 +59,7 @@ def split_questions(data: SquadData, fraction: float, seed: int, by: str = "arti
             tr, ev = train_test_split(idx, test_size=fraction, random_state=seed)
         record = {"unit": "question"}
     else:
-        raise BertologyError(f"--qa-split must be article or question, not {by!r}.")
+        raise BertologyError(f"Unknown qa_split {by!r} (--qa-split); choose article or question.")
     if len(tr) == 0 or len(ev) == 0:
         raise BertologyError(f"eval_fraction={fraction} leaves {len(tr)} training and {len(ev)} held-out questions; "
                              "use more data or a different --eval-fraction.")
@@ -82,23 +76,18 @@ class QAHead:
         """The QA task's loss by name."""
         return self.task.loss_name
 
-    def __init__(self, tokenizer, train: QAFeatures, evaluation: QAFeatures, *, batch_size: int, pad_id: int,
-                 use_token_types: bool, device: torch.device) -> None:
+    def __init__(self, tokenizer, train: QAFeatures, evaluation: QAFeatures, batching: Batching) -> None:
         self.task = get_task("qa")
-        self.tokenizer, self.train, self.eval = tokenizer, train, evaluation
-        self.batch_size, self.pad_id, self.use_token_types, self.device = batch_size, pad_id, use_token_types, device
+        self.tokenizer, self.train, self.eval, self.batching = tokenizer, train, evaluation, batching
+        self.use_token_types = batching.use_token_types
         self.n_items = len(train.items)
         self.last_records: dict[str, np.ndarray] | None = None
         #: the per-question records and targets of the last evaluation (what the final intervals resample)
         self.last_scored: tuple[dict[str, np.ndarray], np.ndarray] | None = None
 
     def _run(self, model: torch.nn.Module, items) -> tuple[torch.Tensor, torch.Tensor]:
-        t = collate(items, self.pad_id)
-        kwargs = {"input_ids": t["input_ids"].to(self.device), "attention_mask": t["attention_mask"].to(self.device)}
-        if self.use_token_types:
-            kwargs["token_type_ids"] = t["token_type_ids"].to(self.device)
-        targets = self.task.collate_targets(items, [(it.start, it.end) for it in items]).to(self.device)
-        return head_logits(model(**kwargs)), targets
+        targets = self.task.collate_targets(items, [(it.start, it.end) for it in items]).to(self.batching.device)
+        return head_logits(model(**self.batching.inputs(items))), targets
 
     def loss(self, model: torch.nn.Module, indices: list[int]) -> torch.Tensor:
         outputs, targets = self._run(model, [self.train.items[i] for i in indices])
@@ -110,7 +99,7 @@ class QAHead:
         per_item: dict[str, np.ndarray] = {}
         try:
             with torch.inference_mode():
-                for items in length_batches(self.eval.items, self.batch_size):
+                for items in length_batches(self.eval.items, self.batching.batch_size):
                     outputs, targets = self._run(model, items)
                     pos = np.array([it.index for it in items])
                     for k, v in self.task.record(outputs, targets).items():
@@ -128,6 +117,10 @@ class QAHead:
     def save(self, model: torch.nn.Module, folder: Path) -> None:
         model.save_pretrained(folder, safe_serialization=True)
         self.tokenizer.save_pretrained(folder)
+
+    def tokenisation(self) -> dict:
+        """The manifest's ``tokenisation``: the windows of the training and eval questions."""
+        return {"train": self.train.describe(), "eval": self.eval.describe()}
 
 
 def predictions_table(data: SquadData, records: dict[str, np.ndarray]) -> pd.DataFrame:
@@ -151,79 +144,52 @@ def _load_qa_model(config: FinetuneConfig):
     return loaded, any(a.endswith("ForQuestionAnswering") for a in archs)
 
 
+class QATrainer(Trainer):
+    """Extractive QA on SQuAD data: the loop's items are windows, the held-out split and the metrics are by question."""
+
+    unit = "windows"
+    task = get_task("qa")
+    task_choice = "qa (--task)"
+
+    def prepare_data(self, train: SquadData, eval: SquadData | None) -> RunData:  # noqa: A002
+        config = self.config
+        for data, role in ((train, "training"), (eval, "eval")):
+            if data is not None and not isinstance(data, SquadData):
+                raise BertologyError(f"--task qa reads SQuAD JSON files; the {role} data {getattr(data, 'source', data)!r} is not one.")
+        if config.exclude_words or config.slice_words:
+            raise BertologyError("--exclude-words / --eval-slices are not available for --task qa.")
+        if config.data.max_examples is not None and len(train) > config.data.max_examples:
+            train = train.stratified_sample(config.data.max_examples, config.seed)
+        def split(data: SquadData) -> tuple[np.ndarray, np.ndarray, dict]:
+            tr, ev, how = split_questions(data, config.eval_fraction, config.seed, config.qa_split)
+            return tr, ev, {"seed": config.seed, **how}
+
+        return self.held_out(train, eval, split)
+
+    def load(self, data: RunData) -> ModelToTrain:
+        loaded, reused_head = _load_qa_model(self.config)
+        return ModelToTrain(loaded.model, loaded.tokenizer, loaded.describe, loaded.name, reused_head)
+
+    def make_head(self, loaded: ModelToTrain, data: RunData, device: torch.device) -> QAHead:
+        config = self.config
+        settings = dict(max_length=config.data.max_length, doc_stride=config.doc_stride,
+                        max_answer_length=config.max_answer_length, null_threshold=config.null_threshold)
+        feats = [encode_squad(d, loaded.tokenizer, **settings) for d in (data.train, data.eval)]
+        return QAHead(loaded.tokenizer, feats[0], feats[1], Batching.of(config.batch_size, loaded.model, loaded.tokenizer, device))
+
+    def finish(self, loaded: ModelToTrain, head: QAHead, data: RunData, outcome: LoopOutcome) -> Finish:
+        config = self.config
+        return Finish(predictions=predictions_table(data.eval, head.last_records), record={"qa": {
+            "decoding": "best start+end logit span over the question's windows, start <= end, at most "
+                        f"{config.max_answer_length} tokens; no answer when null - best > {config.null_threshold} "
+                        "(SQuAD v2.0 data only); null = smallest [CLS] score over the windows",
+            "metrics": "official SQuAD normalisation (lower-case, no punctuation, no a/an/the, single spaces); max over gold answers",
+            "eval_no_answer_allowed": head.eval.with_negative}})
+
+
 def finetune_qa(config: FinetuneConfig, train: SquadData, eval: SquadData | None = None,  # noqa: A002
                 progress: bool = False, *, resume: bool = True, on_step=None) -> FinetuneResult:
-    """Fine-tune ``config.model`` for extractive QA on ``train`` (SQuAD data); evaluate on ``eval`` or a held-out split.
-
-    Saves the model and tokenizer to ``Path(config.out) / "model"``; the ``finetune`` table has the
-    eval rows ``f1``, ``exact_match``, ``loss`` (over questions) and the train rows of the loop; the
-    predictions table has one row per held-out question.
-    """
-    t0 = time.perf_counter()
-    check_config(config)
-    task = get_task("qa")
-    for data, role in ((train, "training"), (eval, "eval")):
-        if data is not None and not isinstance(data, SquadData):
-            raise BertologyError(f"--task qa reads SQuAD JSON files; the {role} data {getattr(data, 'source', data)!r} is not one.")
-    if config.exclude_words or config.slice_words:
-        raise BertologyError("--exclude-words / --eval-slices are not available for --task qa.")
-    if config.early_stopping_metric is not None and config.early_stopping_metric not in task.metrics:
-        raise BertologyError(f"--early-stopping-metric {config.early_stopping_metric!r} is not a metric of the "
-                             f"qa task; choose from {', '.join(task.metrics)}.")
-    if config.data.max_examples is not None and len(train) > config.data.max_examples:
-        train = train.stratified_sample(config.data.max_examples, config.seed)
-    if eval is None:
-        tr, ev, how = split_questions(train, config.eval_fraction, config.seed, config.qa_split)
-        eval_data = train.subset([int(i) for i in ev], name=f"{train.name} (held out)")
-        train = train.subset([int(i) for i in tr], name=f"{train.name} (train)")
-        split = {"source": "split", "eval_fraction": config.eval_fraction, "seed": config.seed, **how}
-    else:
-        eval_data, split = eval, {"source": "eval_data"}
-    split.update(n_train=len(train), n_eval=len(eval_data))
-
-    device = resolve_device(config.device)
-    seed_everything(config.seed)
-    loaded, reused_head = _load_qa_model(config)
-    model, tokenizer = loaded.model, loaded.tokenizer
-    surgery = prepare_model(model, config, device)
-    settings = dict(max_length=config.data.max_length, doc_stride=config.doc_stride,
-                    max_answer_length=config.max_answer_length, null_threshold=config.null_threshold)
-    feats_train = encode_squad(train, tokenizer, **settings)
-    feats_eval = encode_squad(eval_data, tokenizer, **settings)
-
-    schedule = plan_schedule(config, len(feats_train.items))
-    logger.info("Fine-tuning %s (qa) on %d questions (%d windows), %d held out: %d steps", loaded.name, len(train),
-                len(feats_train.items), len(eval_data), schedule.total_steps)
-    head = QAHead(tokenizer, feats_train, feats_eval, batch_size=config.batch_size, pad_id=padding_id(tokenizer),
-                  use_token_types=uses_token_types(model), device=device)
-    metric = config.early_stopping_metric or task.primary
-    checkpoint_dir = checkpoint_folder(config, train, eval_data, resume)
-    outcome = train_loop(model, head, loop_config(config, schedule, metric, checkpoint_dir, resume), progress=progress,
-                         on_step=on_step)
-    final_metrics = outcome.metrics
-    if head.last_records is None or (outcome.best_step is not None and outcome.best_step != outcome.last_step):
-        final_metrics, _ = head.evaluate(model)
-    model_dir = save_atomically(model, tokenizer, Path(config.out))
-    details = {
-        **objective_record(config, head), "task": task.name, "task_choice": "qa (--task)", "split": split,
-        "labels": None, "reused_checkpoint_head": reused_head,
-        **schedule_record(config, schedule, outcome),
-        "effective_batch_size": config.batch_size * config.grad_accum, "log_every": LOG_EVERY,
-        "max_grad_norm": config.max_grad_norm, "device": str(device), "token_type_ids": head.use_token_types,
-        **surgery_record(model, config, surgery),
-        **outcome_record(config, metric, outcome),
-        "qa": {"decoding": "best start+end logit span over the question's windows, start <= end, at most "
-                           f"{config.max_answer_length} tokens; no answer when null - best > {config.null_threshold} "
-                           "(SQuAD v2.0 data only); null = smallest [CLS] score over the windows",
-               "metrics": "official SQuAD normalisation (lower-case, no punctuation, no a/an/the, single spaces); max over gold answers",
-               "eval_no_answer_allowed": feats_eval.with_negative},
-        "tokenisation": {"train": feats_train.describe(), "eval": feats_eval.describe()},
-        "base_model": loaded.describe(),
-    }
-    wall = time.perf_counter() - t0
-    return FinetuneResult(
-        model_dir=model_dir, table=make_table(outcome.rows), metrics=final_metrics, n_train=len(train),
-        n_eval=len(eval_data), wall_time_s=wall, label2id={},
-        predictions=predictions_table(eval_data, head.last_records), details=details,
-        extra_tables={INTERVALS_TABLE: interval_table(task, head.last_scored, seed=config.seed)},
-    )
+    """Fine-tune ``config.model`` for extractive QA on ``train`` (SQuAD data; :class:`QATrainer`): the ``finetune``
+    table has the eval rows ``f1``, ``exact_match``, ``loss`` (over questions) and the train rows of the loop; the
+    predictions table has one row per held-out question."""
+    return QATrainer(resolve_config(config, train)).run(train, eval, progress=progress, resume=resume, on_step=on_step)

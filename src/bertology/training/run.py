@@ -45,7 +45,9 @@ class FinetuneRun:
 
 def run_fingerprint(config: FinetuneConfig, train: Corpus, evaluation: Corpus | None = None) -> str:
     """Identity of a run: every setting that changes the numbers (not ``out``), the data and the base weights."""
-    d = config.to_dict()
+    from bertology.training.common import resolve_config
+
+    d = resolve_config(config, train).to_dict()  # the old and the new name of a setting are one run
     d.pop("out", None)
     d.pop("save_every", None)  # where checkpoints are kept does not change the numbers
     for key, default in _NEW_DEFAULTS.items():  # runs from before these settings existed keep their fingerprint
@@ -63,7 +65,7 @@ def run_fingerprint(config: FinetuneConfig, train: Corpus, evaluation: Corpus | 
 
 #: FinetuneConfig fields added by the fine-tuning lab and their defaults (left out of the fingerprint when default).
 _NEW_DEFAULTS = {
-    "objective": "classification", "contrastive": "unsupervised", "temperature": 0.05, "pooling": "cls",
+    "objective": "supervised", "contrastive": "unsupervised", "temperature": 0.05, "pooling": "cls",
     "positive_label": "entailment", "negative_label": "contradiction", "sts_data": None, "anisotropy_sentences": 500,
     "anisotropy_pairs": 2000, "drop_layers": (), "freeze_layers": 0, "freeze_embeddings": False,
     "exclude_words": (), "slice_words": (), "grad_accum": 1, "eval_every": None, "early_stopping": None,
@@ -97,10 +99,10 @@ def finetune_to_dir(
     identical run that was interrupted resumes from its latest checkpoint (``save_every``) unless
     ``retrain``; ``on_step(step)`` is passed to the training loop.
     """
+    from bertology.training.common import resolve_config
     from bertology.training.finetune import finetune
-    from bertology.training.tagging import finetune_tagger, is_tagging_run
 
-    train_fn = finetune_tagger if is_tagging_run(config, train) else finetune  # a token head, or a sequence head
+    config = resolve_config(config, train)  # old names mapped, contrastive "auto" decided: what the fingerprint sees
     resolve_dtype(config.dtype, resolve_device(config.device))  # a missing GPU or dtype: an error before the run folder is touched
     fingerprint = run_fingerprint(config, train, evaluation)
     # another run (allowed by --overwrite) or a retrain: nothing of the old one may remain
@@ -116,7 +118,7 @@ def finetune_to_dir(
         started = {**header, "status": "running", "config": config.to_dict(), "seed": config.seed}
         run_dir.write_manifest(started)
 
-        result = train_fn(config, train, evaluation, progress=progress, resume=resume, on_step=on_step)
+        result = finetune(config, train, evaluation, progress=progress, resume=resume, on_step=on_step)
         write_table(run_dir.path, KIND, result.table)
         tables = [KIND]
         if result.predictions is not None:
@@ -227,7 +229,7 @@ def summary_of(result) -> dict:
     """The headline of a run for the manifest and the CLI: final metrics, slices, data and model changes, time."""
     d = result.details
     out = {
-        "objective": d.get("training_objective", d.get("objective", "classification")),  # e.g. supervised (cross-entropy)
+        "objective": d.get("training_objective", d.get("objective", "supervised")),  # e.g. supervised (cross-entropy)
         "task": d.get("task"),
         "n_train": result.n_train,
         "n_eval": result.n_eval,

@@ -3,7 +3,7 @@
 The tags are a CoNLL-U file's UPOS or XPOS column (``tag_column``) or a CoNLL-2003-style tag file's tag
 column (:mod:`bertology.data.tagfile`). Each word's tag sits on its first word piece, -100 elsewhere
 (:mod:`bertology.tasks.tagging`); a BIO tag set makes the task ``bio_tagging`` (entity P/R/F1 by seqeval).
-The run is :func:`bertology.training.finetune.finetune`'s with these differences: the held-out split is a
+The run is the shared one (:class:`~bertology.training.skeleton.Trainer`) with these differences: the held-out split is a
 seeded random split of sentences (there is no sentence label to stratify by), the head is a fresh token
 head on the encoder (a tagger checkpoint with exactly these tags keeps its head and mapping), the tags are
 numbered in sorted order and saved as ``id2label``, the example field learnt is recorded in the saved
@@ -15,31 +15,25 @@ from __future__ import annotations
 
 import copy
 import logging
-import time
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
 from bertology.config import FinetuneConfig
-from bertology.data.batching import collate, length_batches
+from bertology.data.batching import length_batches
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.errors import BertologyError
-from bertology.models.device import resolve_device
-from bertology.models.sites import uses_token_types
 from bertology.tasks.base import Task
 from bertology.tasks.bio_tagging import TASK as BIO_TAGGING
 from bertology.tasks.tagging import CONFIG_KEY, TASK as TAGGING, check_tags, first_pieces, is_bio
-from bertology.training.common import (
-    INTERVALS_TABLE, check_config, checkpoint_folder, FinetuneResult, interval_table, loop_config, make_table, objective_record,
-    padding_id, plan_schedule, prepare_model, save_atomically, training_record,
-)
-from bertology.training.data import SLICE_WITH, SLICE_WITHOUT, eval_slices, exclude_examples, parse_word_list
-from bertology.training.finetune import HeadTask
-from bertology.training.loop import seed_everything, train_loop
+from bertology.training.common import FinetuneResult, resolve_config
+from bertology.training.data import SLICE_WITH, SLICE_WITHOUT
+from bertology.training.heads import Batching, HeadTask
+from bertology.training.loop import LoopOutcome
+from bertology.training.skeleton import Finish, ModelToTrain, RunData, Trainer, random_split
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +46,7 @@ def tag_field(config: FinetuneConfig, corpus: Corpus) -> str:
 def is_tagging_run(config: FinetuneConfig, train: Corpus) -> bool:
     """Whether ``config`` on ``train`` trains a tagger: ``--task tagging``, or ``auto`` on data with word tags
     and no sentence labels (a tag file, a CoNLL-U file)."""
-    if config.objective != "classification":
+    if config.objective == "contrastive":
         return False
     if config.task == "tagging":
         return True
@@ -115,8 +109,7 @@ def _scored_words(enc: EncodedCorpus, corpus: Corpus) -> dict:
 
 
 def word_predictions(model: torch.nn.Module, enc: EncodedCorpus, corpus: Corpus, tags: list[tuple[str, ...]],
-                     id2label: dict[int, str], *, batch_size: int, pad_id: int, use_token_types: bool,
-                     device: torch.device) -> pd.DataFrame:
+                     id2label: dict[int, str], batching: Batching) -> pd.DataFrame:
     """One row per word of ``corpus``: ``index, word_index, word, label, predicted, correct`` (``predicted`` is
     None for a word without a first piece)."""
     predicted: dict[int, np.ndarray] = {}
@@ -124,12 +117,8 @@ def word_predictions(model: torch.nn.Module, enc: EncodedCorpus, corpus: Corpus,
     model.eval()
     try:
         with torch.inference_mode():
-            for items in length_batches(enc.items, batch_size):
-                t = collate(items, pad_id)
-                kwargs = {"input_ids": t["input_ids"].to(device), "attention_mask": t["attention_mask"].to(device)}
-                if use_token_types:
-                    kwargs["token_type_ids"] = t["token_type_ids"].to(device)
-                pred = model(**kwargs).logits.argmax(-1).cpu().numpy()
+            for items in length_batches(enc.items, batching.batch_size):
+                pred = model(**batching.inputs(items)).logits.argmax(-1).cpu().numpy()
                 for row, it in enumerate(items):
                     at = first_pieces(it, len(tags[it.index]))
                     predicted[it.index] = np.where(at >= 0, pred[row, np.maximum(at, 0)], -1)
@@ -145,134 +134,74 @@ def word_predictions(model: torch.nn.Module, enc: EncodedCorpus, corpus: Corpus,
     return pd.DataFrame(rows, columns=["index", "word_index", "word", "label", "predicted", "correct"])
 
 
-def finetune_tagger(
-    config: FinetuneConfig,
-    train: Corpus,
-    eval: Corpus | None = None,  # noqa: A002 - the name finetune() uses
-    progress: bool = False,
-    *,
-    resume: bool = True,
-    on_step=None,
-) -> FinetuneResult:
-    """Fine-tune ``config.model`` as a tagger on ``train``'s word tags; evaluate on ``eval`` or a seeded split.
+class TaggerTrainer(Trainer):
+    """A token head: one tag per word on its first piece; a seeded random sentence split (no label to stratify by)."""
 
-    Returns a :class:`FinetuneResult` like :func:`bertology.training.finetune.finetune` (the ``finetune``
-    table carries the task's metrics: accuracy and loss, plus entity F1/precision/recall for BIO tags).
-    """
-    t0 = time.perf_counter()
-    check_config(config)
-    if len(train) == 0:
-        raise BertologyError(f"The training data {train.name!r} ({train.source}) has no examples.")
-    field = tag_field(config, train)
-    check_tags(train, field, "training data")
-    tag_set = sorted({t for ex in train for t in getattr(ex, field)})
-    if len(tag_set) < 2:
-        raise BertologyError(f"The training data has a single {field} tag ({tag_set[0]!r}); a tagger needs at least two.")
-    task = choose_tagging_task(tag_set)
-    reason = (f"tagging ({'--task' if config.task == 'tagging' else 'auto: the data has word tags and no sentence labels'}); "
-              f"tags from {field}" + ("; BIO tags: entity-level P/R/F1 (seqeval)" if task.name == "bio_tagging" else ""))
-    logger.info("Task: %s", reason)
-    if config.early_stopping_metric is not None and config.early_stopping_metric not in task.metrics:
-        raise BertologyError(f"--early-stopping-metric {config.early_stopping_metric!r} is not a metric of the "
-                             f"{task.name} task; choose from {', '.join(task.metrics)}.")
-    max_n = config.data.max_examples
-    if max_n is not None and len(train) > max_n:
-        train = train.stratified_sample(max_n, config.seed)  # no labels: a seeded sample of sentences
-        logger.info("Using a seeded sample of %d of the training sentences (max_examples)", max_n)
+    unit = "sentences"
 
-    if eval is None:
-        if not (0 < config.eval_fraction < 1):
-            raise BertologyError(
-                f"eval_fraction must be between 0 and 1 (exclusive) when no eval data is given, not {config.eval_fraction!r}."
-            )
-        from sklearn.model_selection import train_test_split
-
-        idx = np.arange(len(train))
-        try:
-            tr_idx, ev_idx = train_test_split(idx, test_size=config.eval_fraction, random_state=config.seed, shuffle=True)
-        except ValueError as err:
-            raise BertologyError(f"Cannot split {len(train)} sentences with eval_fraction={config.eval_fraction}: {err}") from None
-        eval_corpus = train.subset(sorted(int(i) for i in ev_idx), name=f"{train.name} (held out)")
-        train = train.subset(sorted(int(i) for i in tr_idx), name=f"{train.name} (train)")
-        split: dict = {"source": "split", "eval_fraction": config.eval_fraction, "stratified": False, "seed": config.seed,
-                       "strata": "none: a seeded random split of sentences"}
-    else:
-        if len(eval) == 0:
-            raise BertologyError(f"The eval data {eval.name!r} ({eval.source}) has no examples.")
-        eval_corpus, split = eval, {"source": "eval_data"}
-
-    exclusion: dict | None = None
-    if config.exclude_words:
-        words = parse_word_list(list(config.exclude_words))
-        train, exclusion = exclude_examples(train, words)
+    def prepare_data(self, train: Corpus, eval: Corpus | None) -> RunData:  # noqa: A002
+        config = self.config
         if len(train) == 0:
-            raise BertologyError(f"Every training sentence mentions one of {', '.join(words)}; nothing is left to train on.")
-    slices, slicing = eval_slices(eval_corpus, parse_word_list(list(config.slice_words or config.exclude_words)), exclusion)
+            raise BertologyError(f"The training data {train.name!r} ({train.source}) has no examples.")
+        self.field = field = tag_field(config, train)
+        check_tags(train, field, "training data")
+        self.labels = sorted({t for ex in train for t in getattr(ex, field)})
+        if len(self.labels) < 2:
+            raise BertologyError(f"The training data has a single {field} tag ({self.labels[0]!r}); a tagger needs at least two.")
+        self.task = choose_tagging_task(self.labels)
+        self.task_choice = (f"tagging ({'--task' if config.task == 'tagging' else 'auto: the data has word tags and no sentence labels'}); "
+                            f"tags from {field}" + ("; BIO tags: entity-level P/R/F1 (seqeval)" if self.task.name == "bio_tagging" else ""))
+        logger.info("Task: %s", self.task_choice)
+        max_n = config.data.max_examples
+        if max_n is not None and len(train) > max_n:
+            train = train.stratified_sample(max_n, config.seed)  # no labels: a seeded sample of sentences
+            logger.info("Using a seeded sample of %d of the training sentences (max_examples)", max_n)
+        data = self.held_out(train, eval, lambda t: (*random_split(len(t), config.eval_fraction, config.seed), {
+            "stratified": False, "seed": config.seed, "strata": "none: a seeded random split of sentences"}))
+        self.tags = (check_tags(data.train, field, "training data"), check_tags(data.eval, field, "eval data"))
+        trained = sorted({t for seq in self.tags[0] for t in seq})  # after the held-out split and --exclude-words
+        unseen = sorted({t for seq in self.tags[1] for t in seq} - set(trained))
+        if unseen:
+            why = (f" once --exclude-words removed {data.exclusion['n_dropped']} training sentences"
+                   if data.exclusion and data.exclusion.get("n_dropped") else "")
+            raise BertologyError(f"The eval data has {field} tags never seen in training{why}: {', '.join(map(repr, unseen[:10]))} "
+                                 f"(training tags: {', '.join(map(repr, trained))}).")
+        return data
 
-    train_tags = check_tags(train, field, "training data")
-    eval_tags = check_tags(eval_corpus, field, "eval data")
-    trained = sorted({t for seq in train_tags for t in seq})  # after the held-out split and --exclude-words
-    unseen = sorted({t for seq in eval_tags for t in seq} - set(trained))
-    if unseen:
-        why = (f" once --exclude-words removed {exclusion['n_dropped']} training sentences" if exclusion and
-               exclusion.get("n_dropped") else "")
-        raise BertologyError(f"The eval data has {field} tags never seen in training{why}: {', '.join(map(repr, unseen[:10]))} "
-                             f"(training tags: {', '.join(map(repr, trained))}).")
-    split.update(n_train=len(train), n_eval=len(eval_corpus))
+    def load(self, data: RunData) -> ModelToTrain:
+        loaded, label2id, reused_head = _load_tagger(self.config, self.labels)
+        model = loaded.model
+        model.config.label2id = dict(label2id)
+        model.config.id2label = {i: t for t, i in label2id.items()}
+        setattr(model.config, CONFIG_KEY, self.field)  # ablate / compare read the same field back
+        self.task = self.task.for_model(model)
+        return ModelToTrain(model, loaded.tokenizer, loaded.describe, loaded.name, reused_head, label2id)
 
-    device = resolve_device(config.device)
-    seed_everything(config.seed)
-    loaded, label2id, reused_head = _load_tagger(config, tag_set)
-    model, tokenizer = loaded.model, loaded.tokenizer
-    model.config.label2id = dict(label2id)
-    model.config.id2label = {i: t for t, i in label2id.items()}
-    setattr(model.config, CONFIG_KEY, field)  # ablate / compare read the same field back
-    task = task.for_model(model)
-    surgery = prepare_model(model, config, device)
-    pad_id = padding_id(tokenizer)
-    use_token_types = uses_token_types(model)
+    def make_head(self, loaded: ModelToTrain, data: RunData, device: torch.device) -> HeadTask:
+        config = self.config
+        y = [_targets(tags, loaded.label2id) for tags in self.tags]
+        enc = [encode_corpus(c, loaded.tokenizer, max_length=config.data.max_length, overlong=config.data.overlong)
+               for c in (data.train, data.eval)]
+        return HeadTask(self.task, loaded.tokenizer, (enc[0], y[0]), (enc[1], y[1]),
+                        Batching.of(config.batch_size, loaded.model, loaded.tokenizer, device), data.slices)
 
-    y_train, y_eval = _targets(train_tags, label2id), _targets(eval_tags, label2id)
-    enc_train = encode_corpus(train, tokenizer, max_length=config.data.max_length, overlong=config.data.overlong)
-    enc_eval = encode_corpus(eval_corpus, tokenizer, max_length=config.data.max_length, overlong=config.data.overlong)
-    schedule = plan_schedule(config, len(enc_train.items))
-    logger.info("Fine-tuning %s (%s, %d tags) on %d sentences (%d held out): %d steps", loaded.name, task.name,
-                len(tag_set), len(enc_train.items), len(enc_eval.items), schedule.total_steps)
+    def finish(self, loaded: ModelToTrain, head: HeadTask, data: RunData, outcome: LoopOutcome) -> Finish:
+        predictions = word_predictions(loaded.model, head.enc_eval, data.eval, self.tags[1], loaded.model.config.id2label,
+                                       head.batching)
+        if data.slices:
+            predictions["slice"] = np.where(data.slices[SLICE_WITH][predictions["index"].to_numpy()], SLICE_WITH, SLICE_WITHOUT)
+        train_tags, eval_tags = self.tags
+        return Finish(predictions=predictions, record={
+            "tag_field": self.field,
+            "label_placement": "each word's first piece; -100 on its other pieces, special tokens and padding",
+            "words": {"train": _scored_words(head.enc_train, data.train), "eval": _scored_words(head.enc_eval, data.eval)},
+            "label_counts": {"train": dict(sorted(Counter(t for s in train_tags for t in s).items())),
+                             "eval": dict(sorted(Counter(t for s in eval_tags for t in s).items()))},
+        })
 
-    checkpoint_dir = checkpoint_folder(config, train, eval_corpus, resume)
-    head = HeadTask(task, tokenizer, enc_train, y_train, enc_eval, y_eval, batch_size=config.batch_size,
-                    pad_id=pad_id, use_token_types=use_token_types, device=device, slices=slices)
-    metric = config.early_stopping_metric or task.primary
-    outcome = train_loop(model, head, loop_config(config, schedule, metric, checkpoint_dir, resume),
-                         progress=progress, on_step=on_step)
-    final_metrics = outcome.metrics
-    if head.last_preds is None or (outcome.best_step is not None and outcome.best_step != outcome.last_step):
-        final_metrics, _ = head.evaluate(model)  # the metrics of the weights that are saved
-    predictions = word_predictions(model, enc_eval, eval_corpus, eval_tags, model.config.id2label,
-                                   batch_size=config.batch_size, pad_id=pad_id, use_token_types=use_token_types,
-                                   device=device)
-    if slices:
-        predictions["slice"] = np.where(slices[SLICE_WITH][predictions["index"].to_numpy()], SLICE_WITH, SLICE_WITHOUT)
-    model_dir = save_atomically(model, tokenizer, Path(config.out))
-    details = {
-        **objective_record(config, head),
-        "task": task.name,
-        "task_choice": reason,
-        "tag_field": field,
-        "split": split,
-        "labels": tag_set,
-        "reused_checkpoint_head": reused_head,
-        **training_record(config, schedule, outcome, metric, model, surgery, device=device, token_types=use_token_types,
-                          exclusion=exclusion, slicing=slicing, encoded=(enc_train, enc_eval)),
-        "label_placement": "each word's first piece; -100 on its other pieces, special tokens and padding",
-        "words": {"train": _scored_words(enc_train, train), "eval": _scored_words(enc_eval, eval_corpus)},
-        "label_counts": {"train": dict(sorted(Counter(t for s in train_tags for t in s).items())),
-                         "eval": dict(sorted(Counter(t for s in eval_tags for t in s).items()))},
-        "base_model": loaded.describe(),
-    }
-    wall = time.perf_counter() - t0
-    return FinetuneResult(
-        model_dir=model_dir, table=make_table(outcome.rows), metrics=final_metrics, n_train=len(train),
-        n_eval=len(eval_corpus), wall_time_s=wall, label2id=label2id, predictions=predictions, details=details,
-        extra_tables={INTERVALS_TABLE: interval_table(task, head.last_scored, seed=config.seed)},
-    )
+
+def finetune_tagger(config: FinetuneConfig, train: Corpus, eval: Corpus | None = None,  # noqa: A002
+                    progress: bool = False, *, resume: bool = True, on_step=None) -> FinetuneResult:
+    """Fine-tune ``config.model`` as a tagger on ``train``'s word tags (:class:`TaggerTrainer`; the ``finetune``
+    table carries the task's metrics: accuracy and loss, plus entity F1/precision/recall for BIO tags)."""
+    return TaggerTrainer(resolve_config(config, train)).run(train, eval, progress=progress, resume=resume, on_step=on_step)
