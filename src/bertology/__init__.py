@@ -18,6 +18,8 @@ __version__ = "0.1.0"
 #: The public functions and types, and the module each lives in (imported on first use).
 _LAZY = {
     "compare": "bertology.api",
+    "finetune": "bertology.api",
+    "ablate": "bertology.api",
     "load_run": "bertology.api",
     "Run": "bertology.api",
 }

@@ -13,10 +13,11 @@ checked by the same code, so they accept and refuse the same values.
 """
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,31 +26,47 @@ import pandas as pd
 
 from bertology.errors import BertologyError
 from bertology.results import MANIFEST, read_table
+from bertology.runs import RunResult
 
 #: Kinds of run whose manifest's ``config.analyses`` names specs with a command-line summary.
 _COMPARE_KINDS = ("compare",)
 
 
 @dataclass
-class Run:
+class Run(RunResult):
     """A finished run: its tables by name (also as attributes), its manifest, and where it lives (None: in memory).
 
     ``plot(name)`` draws one of the report's figures from the tables; ``summary()`` is the command line's
     summary; in Jupyter the object shows as a card of headline numbers, changed settings and warnings.
     """
 
-    kind: str
-    manifest: dict
-    tables: dict[str, pd.DataFrame]
-    out: Path | None = None
     report: Path | None = None
     _figures: dict | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, result: RunResult) -> "Run":
+        """The notebook object of a command's result (its folder, tables, manifest and report, if any)."""
+        manifest = json.loads(json.dumps(result.manifest, default=str))  # as load_run reads it back
+        return cls(result.out, dict(result.tables), manifest, getattr(result, "report", None))
+
+    @property
+    def kind(self) -> str:
+        """What made the run: compare, ablate, probe, finetune, track, study ..."""
+        return str(self.manifest.get("kind") or "run")
+
+    @property
+    def model_dir(self) -> Path:
+        """The model a fine-tuning run saved (``out/model``)."""
+        if self.out is None or not (self.out / "model").is_dir():
+            raise BertologyError(f"This {self.kind} run has no saved model folder.")
+        return self.out / "model"
 
     def __getattr__(self, name: str) -> pd.DataFrame:
         tables = self.__dict__.get("tables") or {}
         if name in tables:
             return tables[name]
-        raise AttributeError(f"this {self.__dict__.get('kind', '')} run has no table {name!r}; "
+        kind = (self.__dict__.get("manifest") or {}).get("kind", "")
+        raise AttributeError(f"this {kind} run has no table {name!r}; "
                              f"its tables: {', '.join(sorted(tables)) or 'none'}")
 
     def __dir__(self) -> Iterable[str]:
@@ -58,10 +75,6 @@ class Run:
     def __repr__(self) -> str:
         where = str(self.out) if self.out else "in memory"
         return f"<bertology {self.kind} run ({where}): tables {', '.join(sorted(self.tables))}>"
-
-    def table(self, name: str) -> pd.DataFrame:
-        """Table ``name`` (the same DataFrame as ``run.<name>``)."""
-        return getattr(self, name)
 
     @property
     def settings(self) -> dict:
@@ -160,7 +173,7 @@ def load_run(path: str | Path) -> Run:
     tables = {n: read_table(folder, n) for n in names if (folder / "tables" / f"{n}.parquet").exists()
               or (folder / "tables" / f"{n}.csv").exists()}
     report = folder / "report.html"
-    return Run(str(manifest.get("kind") or "run"), manifest, tables, folder, report if report.exists() else None)
+    return Run(folder, tables, manifest, report if report.exists() else None)
 
 
 def _corpus(data: Any):
@@ -196,5 +209,59 @@ def compare(base: str, tuned: str, data: Any, *, analyses: str | Sequence[str] =
         done = run_compare(config, corpus=corpus, overwrite=overwrite, progress=progress, report=report)
         tables = {name: res.table for name, res in done.results.items()}
     manifest = json.loads(json.dumps(done.manifest, default=str))  # as load_run reads it back: lists, not tuples
-    return Run("compare", manifest, tables, done.out if out is not None else None, done.report)
+    return Run(done.out if out is not None else None, tables, manifest, done.report)
 
+
+
+def _split(values: dict[str, Any], *groups: type, renames: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Keyword settings shared out among dataclasses by field name (``renames``: keyword -> field); the rest is
+    refused in one line naming what each accepts."""
+    renames = dict(renames or {})
+    out: list[dict[str, Any]] = []
+    left = dict(values)
+    for group in groups:
+        names = {f.name for f in dataclasses.fields(group)}
+        mine = {k: left.pop(k) for k in list(left) if renames.get(k, k) in names}
+        out.append({renames.get(k, k): v for k, v in mine.items()})
+    if left:
+        known = sorted({renames.get(f.name, f.name) for g in groups for f in dataclasses.fields(g)} | set(renames))
+        raise BertologyError(f"Unknown setting{'s' if len(left) > 1 else ''} {', '.join(sorted(left))}; "
+                             f"known: {', '.join(k for k in known if not k.startswith('_'))}.")
+    return out
+
+
+def finetune(model: str, data: str | Path, *, out: str | Path, eval_data: str | Path | None = None,
+             overwrite: bool = False, progress: bool = False, **settings: Any) -> Run:
+    """Fine-tune ``model`` on ``data`` into ``out`` (``out/model`` is the tuned model; an identical run already
+    there is reused, an interrupted one resumes). ``settings``: ``bertology finetune``'s, by name
+    (``task="regression"``, ``epochs=3``, ``learning_rate=2e-5``, ``text_column="sentence"`` ...)."""
+    from bertology.config import DataConfig, FinetuneConfig
+    from bertology.training.finetune import read_data
+    from bertology.training.run import finetune_to_dir
+
+    data_values, config_values = _split(settings, DataConfig, FinetuneConfig)
+    data_config = DataConfig(str(data), **{"max_examples": None, "overlong": "truncate", **data_values})
+    config = FinetuneConfig(model=str(model), data=data_config, out=str(out),
+                            eval_data=str(eval_data) if eval_data else None, **config_values)
+    train, evaluation = read_data(config)
+    done = finetune_to_dir(config, train, evaluation, overwrite=overwrite, retrain=overwrite, progress=progress)
+    return load_run(done.out)
+
+
+def ablate(model: str, data: str | Path, *, out: str | Path | None = None, report: bool = False,
+           overwrite: bool = False, progress: bool = False, **settings: Any) -> Run:
+    """Disable every head and layer of a fine-tuned ``model`` and measure its task on ``data`` (in memory unless
+    ``out``). ``settings``: ``bertology ablate``'s, by name (``mode="zero"``, ``n_bootstrap=200``,
+    ``text_column="sentence"``, ``dtype="bfloat16"`` ...)."""
+    from bertology.experiments.ablation import AblationSettings
+    from bertology.study.ablate import QaOptions
+    from bertology.study.ablate import ablate as run_ablate
+    from bertology.study.inputs import Columns, Loading
+
+    if report and out is None:
+        raise BertologyError("report=True needs out=FOLDER: the report is a file in the run folder.")
+    renames = {"text_column": "text", "pair_column": "pair", "label_column": "label"}
+    ablation, columns, qa, loading = _split(settings, AblationSettings, Columns, QaOptions, Loading, renames=renames)
+    done = run_ablate(str(model), str(data), ablation, out=out, columns=Columns(**columns), qa=QaOptions(**qa),
+                      loading=Loading(**loading), overwrite=overwrite, report=report, progress=progress)
+    return Run.of(done)

@@ -72,7 +72,7 @@ class Setting:
         return BertologyError(f"{self.cli_flag} ({self.name}) {what}, not {value!r}.")
 
     def check(self, value: Any) -> Any:
-        """``value`` made canonical (an int for a float setting stays exact, a list becomes a tuple), or one
+        """``value`` made canonical (an int for a float setting becomes a float, a list a tuple), or one
         :class:`BertologyError` line naming the flag and the Python name."""
         if value is None:
             if self.optional:
@@ -103,9 +103,9 @@ class Setting:
             if isinstance(value, int) and not isinstance(value, bool):
                 return int(value)
             raise self._refuse("must be a whole number", value)
-        if kind is float:
+        if kind is float:  # an int given for a float is made a float: 1 and 1.0 are one run (one fingerprint)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return value
+                return float(value)
             raise self._refuse("must be a number", value)
         if kind is str:
             if isinstance(value, str):

@@ -93,6 +93,41 @@ def test_ablate(root):
     pd.testing.assert_frame_equal(run.table("ablation"), pd.read_parquet(root / "ablate-py/tables/ablation.parquet"))
 
 
+def test_compare(root):
+    import bertology as bt
+
+    base, tuned = tiny_bert_pair(root / "compare-pair", planted=(1, 0))
+    data = root / "sentences.txt"
+    data.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    cli_ok("compare", "--base", base, "--tuned", tuned, "--data", data, "--out", root / "compare-cli",
+           "--analyses", "attention_change,representation_similarity,head_map", "--rsa-tokens", 40,
+           "--head-map-examples", 4, "--view-examples", 1, "--no-report")
+    run = bt.compare(str(base), str(tuned), str(data), out=root / "compare-py", rsa_tokens=40, head_map_examples=4,
+                     analyses=["attention_change", "representation_similarity", "head_map"], view_examples=1)
+    tables = ["attention_change", "representation_similarity", "head_map", "head_distance"]
+    assert sorted(run.tables) == sorted(tables)
+    assert_same_run(root / "compare-cli", root / "compare-py", tables)
+
+
+def test_finetune(root):
+    import bertology as bt
+
+    model = save_tiny_bert(root / "ft-base")
+    data = root / "ft.tsv"
+    rows = [f"{s}\t{i % 2}" for i, s in enumerate(SENTENCES * 2)]
+    data.write_text("sentence\tlabel\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    cli_ok("finetune", "--model", model, "--data", data, "--out", root / "ft-cli", "--epochs", 1, "--batch-size", 4,
+           "--lr", 1e-4)
+    run = bt.finetune(str(model), data, out=root / "ft-py", epochs=1, batch_size=4, learning_rate=1e-4)
+    assert "finetune" in run.tables
+    # the fine-tuning fingerprint hashes its own folder (out): equal runs in two folders differ only there
+    assert_same_run(root / "ft-cli", root / "ft-py", sorted(run.tables))
+    from safetensors.torch import load_file
+
+    a, b = load_file(root / "ft-cli/model/model.safetensors"), load_file(root / "ft-py/model/model.safetensors")
+    assert a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)
+
+
 def _conllu(sentences) -> str:
     blocks = []
     for n, s in enumerate(sentences, 1):

@@ -68,3 +68,32 @@ def test_a_bad_setting_is_one_clear_error(pair):
         bt.compare(base, tuned, SENTENCES, report=True)
     with pytest.raises(BertologyError, match="not a bertology run folder"):
         bt.load_run("/nonexistent/run")
+
+
+def test_finetune_then_compare_then_ablate_from_python(tmp_path):
+    """The three calls a notebook makes, each returning a Run."""
+    import random
+
+    from bertology.testing import TINY_WORDS, save_tiny_bert
+
+    rng = random.Random(0)
+    filler = [w for w in TINY_WORDS if w not in {"good", "bad"}]
+    rows = [f"{rng.choice(filler)} {'good' if i % 2 else 'bad'} {rng.choice(filler)}\t{i % 2}" for i in range(40)]
+    data = tmp_path / "train.tsv"
+    data.write_text("sentence\tlabel\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    base = save_tiny_bert(tmp_path / "base")
+    tuned = bt.finetune(base, data, out=tmp_path / "ft", epochs=1, batch_size=8, seed=0, eval_fraction=0.25)
+    assert tuned.kind == "finetune" and (tuned.model_dir / "config.json").exists()
+    assert {"step", "epoch", "split", "metric", "value"} <= set(tuned.finetune.columns)
+    with pytest.raises(BertologyError, match="Unknown setting epoch;"):
+        bt.finetune(base, data, out=tmp_path / "ft2", epoch=1)
+    cmp = bt.compare(base, tuned.model_dir, data, analyses=["attention_change", "ablation"], ablation_bootstrap=20,
+                     ablation_importance=False, view_examples=0)
+    assert set(cmp.tables) == {"attention_change", "ablation"}
+    abl = bt.ablate(tuned.model_dir, data, n_bootstrap=20, importance=False)
+    assert abl.kind == "ablate" and abl.out is None
+    # the same sweep on the same examples: compare's ablation and ablate's agree
+    heads = ["target", "layer", "head", "mode", "metric", "value", "delta"]
+    a = cmp.ablation[heads].sort_values(heads[:5]).reset_index(drop=True)
+    b = abl.ablation[heads].sort_values(heads[:5]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(a, b, check_dtype=False)
