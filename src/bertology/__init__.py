@@ -20,6 +20,8 @@ _LAZY = {
     "compare": "bertology.api",
     "finetune": "bertology.api",
     "ablate": "bertology.api",
+    "probe": "bertology.api",
+    "study": "bertology.study",  # the package, callable (see its docstring)
     "load_run": "bertology.api",
     "Run": "bertology.api",
 }
@@ -31,7 +33,8 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        value = getattr(importlib.import_module(_LAZY[name]), name)
+        module = importlib.import_module(_LAZY[name])
+        value = module if module.__name__ == f"bertology.{name}" else getattr(module, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'bertology' has no attribute {name!r}")

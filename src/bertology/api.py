@@ -265,3 +265,35 @@ def ablate(model: str, data: str | Path, *, out: str | Path | None = None, repor
     done = run_ablate(str(model), str(data), ablation, out=out, columns=Columns(**columns), qa=QaOptions(**qa),
                       loading=Loading(**loading), overwrite=overwrite, report=report, progress=progress)
     return Run.of(done)
+
+
+def probe(base: str, train: str | Path, test: str | Path, *, tuned: str | None = None, dev: str | Path | None = None,
+          random_control: bool = False, out: str | Path | None = None, report: bool = False, overwrite: bool = False,
+          progress: bool = False, **settings: Any) -> Run:
+    """Structural probes (Hewitt & Manning 2019) on every layer of ``base`` (and ``tuned``, and a random-init control),
+    trained on the trees of ``train`` and scored on ``test`` (CoNLL-U, or text parsed by spaCy). ``settings``:
+    ``bertology probe``'s, by name (``rank=64``, ``epochs=10``, ``max_sentences=500``, ``conventions="hewitt2019"``)."""
+    from bertology.experiments.probe import ProbeSettings
+    from bertology.study.inputs import Loading
+    from bertology.study.probe import ProbeData, ProbeModels
+    from bertology.study.probe import probe as run_probe
+
+    if report and out is None:
+        raise BertologyError("report=True needs out=FOLDER: the report is a file in the run folder.")
+    conventions = settings.pop("conventions", "bertology")
+    probe_settings, data, loading = _split(settings, ProbeSettings, ProbeData, Loading)
+    done = run_probe(ProbeModels(str(base), str(tuned) if tuned else None, random_control),
+                     ProbeData(str(train), str(test), str(dev) if dev else None, **data), probe_settings,
+                     conventions=conventions, out=out, loading=Loading(**loading), overwrite=overwrite, report=report,
+                     progress=progress)
+    return Run.of(done)
+
+
+def study(spec: str | Path, *, out: str | Path | None = None, executor: str = "local", overwrite: bool = False,
+          progress: bool = False) -> Run:
+    """Run a study (``STUDY.toml``: one base, tasks x seeds, their comparisons and seed-noise verdicts) into ``out``
+    (default: the spec's ``out``); a finished job is reused, so a rerun resumes. Failed jobs are in
+    ``run.manifest["jobs"]``; the study tables (``study_effects`` ...) are the run's tables."""
+    from bertology.study.runner import run_study
+
+    return Run.of(run_study(spec, out, executor=executor, overwrite=overwrite, progress=progress))

@@ -97,3 +97,29 @@ def test_finetune_then_compare_then_ablate_from_python(tmp_path):
     a = cmp.ablation[heads].sort_values(heads[:5]).reset_index(drop=True)
     b = abl.ablation[heads].sort_values(heads[:5]).reset_index(drop=True)
     pd.testing.assert_frame_equal(a, b, check_dtype=False)
+
+
+def test_probe_and_study_from_python(tmp_path, pair):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from study_helpers import tiny_study
+
+    rows = []
+    for n, s in enumerate(SENTENCES * 2, 1):
+        words = s.split()
+        rows.append(f"# sent_id = s{n}\n" + "\n".join(
+            "\t".join([str(i), w, w, "PUNCT" if w in ".,!?" else "X", "_", "_", str(i - 1), "root" if i == 1 else "dep",
+                       "_", "_"]) for i, w in enumerate(words, 1)))
+    trees = tmp_path / "t.conllu"
+    trees.write_text("\n\n".join(rows) + "\n\n", encoding="utf-8")
+    base, tuned = map(str, pair)
+    probes = bt.probe(base, trees, trees, tuned=tuned, rank=4, epochs=2, batch_size=6)
+    assert probes.kind == "probe" and set(probes.probe["model"]) == {"base", "tuned"}
+    with pytest.raises(BertologyError, match="Unknown setting ranks"):
+        bt.probe(base, trees, trees, ranks=4)
+    spec = tiny_study(tmp_path / "study", seeds=(0,))
+    done = bt.study(spec)
+    assert done.kind == "study" and done.out == tmp_path / "study/out"
+    assert all(j["status"] in ("done", "cached") for j in done.manifest["jobs"]), done.manifest["jobs"]
