@@ -2,18 +2,24 @@
 
 - ``<!-- bertology-help: CMD [SUB] -->`` in a page becomes that command's ``--help``, run at build time, so
   the CLI reference cannot drift from the flags the commands take.
+- Notebook pages (``tutorials/*.ipynb``): mkdocs-jupyter leaves their relative links to other pages as
+  written (``../studies.md``), which do not exist in the site; they are rewritten to the pages' URLs, and a link
+  to a page that does not exist fails the build (as ``--strict`` does for Markdown pages).
 - The site must read offline: after the build, any page that loads a script, stylesheet or font from
   another host fails it (nbconvert's notebook template leaves an empty MathJax ``<script src="">``,
   which is removed).
 """
 from __future__ import annotations
 
+import posixpath
 import re
 from pathlib import Path
 
 MARKER = re.compile(r"<!--\s*bertology-help:\s*([a-z][a-z _-]*?)\s*-->")
 WIDTH = 140  # wide enough that rich truncates no flag name or default (checked on every command)
 EMPTY_SCRIPT = re.compile(r'<script src="">\s*</script>')
+NB_LINK = re.compile(r'href="(?![a-z][a-z0-9+.-]*:|#|/)([^"#]+\.(?:md|ipynb))(#[^"]*)?"')
+_FILES: dict = {}
 REMOTE = re.compile(r'<(?:script|img|iframe)\b[^>]*\bsrc="(?:https?:)?//|<link\b[^>]*\bhref="(?:https?:)?//')
 
 
@@ -36,7 +42,36 @@ def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001
     return MARKER.sub(lambda m: "```text\n" + _help(m.group(1).split()) + "\n```", markdown)
 
 
+def on_files(files, config):  # noqa: ARG001
+    _FILES.clear()
+    _FILES.update({f.src_uri: f for f in files})
+    return files
+
+
+def _notebook_links(output: str, page) -> str:
+    """A notebook page's relative ``.md``/``.ipynb`` links, as the URLs of the pages they name."""
+    from mkdocs.utils import get_relative_url
+
+    source = page.file.src_uri
+    missing = []
+
+    def fix(m: re.Match) -> str:
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(source), m.group(1)))
+        file = _FILES.get(target)
+        if file is None:
+            missing.append(m.group(1))
+            return m.group(0)
+        return f'href="{get_relative_url(file.url, page.url)}{m.group(2) or ""}"'
+
+    output = NB_LINK.sub(fix, output)
+    if missing:
+        raise RuntimeError(f"{source} links to pages that do not exist: {', '.join(sorted(set(missing)))}")
+    return output
+
+
 def on_post_page(output: str, page, config) -> str:  # noqa: ARG001
+    if page.file.src_uri.endswith(".ipynb"):
+        output = _notebook_links(output, page)
     return EMPTY_SCRIPT.sub("", output)
 
 
