@@ -102,9 +102,9 @@ class Setting:
                     raise self._refuse(f"must be one of {', '.join(self.choices)}", item)
         if self.kind is tuple and isinstance(value, tuple):
             if self.minimum is not None and len(value) < self.minimum:
-                raise self._refuse(f"must name at least {self.minimum:g}", value)
+                raise self._refuse(f"must name at least {self.minimum:g} item{'s' * (self.minimum != 1)}", value)
             if self.maximum is not None and len(value) > self.maximum:
-                raise self._refuse(f"must name at most {self.maximum:g}", value)
+                raise self._refuse(f"must name at most {self.maximum:g} item{'s' * (self.maximum != 1)}", value)
         if self.kind in (int, float):
             self._in_bounds(value)
         return value
