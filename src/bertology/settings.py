@@ -164,6 +164,11 @@ def field_settings(cls: type) -> tuple[Setting, ...]:
     return tuple(Setting(f.name, **f.metadata["setting"]) for f in dataclasses.fields(cls) if "setting" in f.metadata)
 
 
+def field_setting(cls: type, name: str) -> Setting:
+    """The :class:`Setting` of field ``name`` of dataclass ``cls`` (for a check its declaration cannot express)."""
+    return next(s for s in field_settings(cls) if s.name == name)
+
+
 def check_fields(obj: Any) -> None:
     """Validate every :func:`setting_field` of a dataclass instance in place (canonical values written back)."""
     for s in field_settings(type(obj)):
