@@ -24,22 +24,35 @@ def _python_compare(name: str, value: Any) -> None:
     complete_config(make_config("absent.txt", tuned="absent", **{name: value}))
 
 
-def _python_ablate(name: str, value: Any) -> None:
+def _declares(cls: type, name: str) -> bool:
     from bertology.settings import field_settings
-    from bertology.study.ablate import QaOptions, ablate
 
-    if name in {s.name for s in field_settings(QaOptions)}:
+    return name in {s.name for s in field_settings(cls)}
+
+
+def _python_ablate(name: str, value: Any) -> None:
+    from bertology.study.ablate import QaOptions, ablate
+    from bertology.study.inputs import Loading
+
+    if _declares(QaOptions, name):
         ablate("absent", "absent.csv", qa=QaOptions(**{name: value}))
+    if _declares(Loading, name):
+        ablate("absent", "absent.csv", loading=Loading(**{name: value}))
     ablate("absent", "absent.csv", {name: value})
 
 
 def _python_probe(name: str, value: Any) -> None:
-    from bertology.settings import field_settings
-    from bertology.study.probe import ProbeData, probe
+    from bertology.study.inputs import Loading
+    from bertology.study.probe import ProbeData, ProbeOptions, probe
 
-    if name in {s.name for s in field_settings(ProbeData)}:
+    data = ProbeData("absent.conllu", "absent.conllu")
+    if _declares(ProbeData, name):
         probe("absent", ProbeData("absent.conllu", "absent.conllu", **{name: value}))
-    probe("absent", ProbeData("absent.conllu", "absent.conllu"), {name: value})
+    if _declares(ProbeOptions, name):
+        probe("absent", data, **vars(ProbeOptions(**{name: value})))
+    if _declares(Loading, name):
+        probe("absent", data, loading=Loading(**{name: value}))
+    probe("absent", data, {name: value})
 
 
 def _python_track(name: str, value: Any) -> None:

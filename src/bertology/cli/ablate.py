@@ -19,18 +19,20 @@ from rich.markup import escape
 from bertology.cli.app import app, console, user_errors
 from bertology.cli.generated import given_settings, settings_command
 from bertology.cli.options import (
-    DATA_FORMATS, DTYPE_OPT, LABEL_COL, PAIR_COL, TEXT_COL, TRUST_REMOTE_CODE_OPT, data_option, model_option,
-    no_report_option, out_option, overwrite_option,
+    DATA_FORMATS, LABEL_COL, PAIR_COL, TEXT_COL, data_option, model_option, no_report_option, out_option,
+    overwrite_option,
 )
 
 
 def ablate_settings() -> list:
-    """The flags ``ablate`` generates: the ablation's settings, then the question-answering ones."""
+    """The flags ``ablate`` generates: the ablation's settings, the question-answering ones, how the model loads."""
     from bertology.experiments.ablation import AblationSettings
     from bertology.settings import field_settings
     from bertology.study.ablate import QaOptions
+    from bertology.study.inputs import Loading
 
-    return [("ablation", field_settings(AblationSettings)), ("question answering", field_settings(QaOptions))]
+    return [("ablation", field_settings(AblationSettings)), ("question answering", field_settings(QaOptions)),
+            ("loading", field_settings(Loading))]
 
 
 @app.command("ablate", cls=settings_command(ablate_settings))
@@ -42,10 +44,8 @@ def ablate_command(
     text_column: Optional[str] = TEXT_COL,
     pair_column: Optional[str] = PAIR_COL,
     label_column: Optional[str] = LABEL_COL,
-    dtype: str = DTYPE_OPT,
     out: Path = out_option(Path("runs/ablate"), help="Run folder (tables/, figures/, partial/, manifest.json)."),
     overwrite: bool = overwrite_option(),
-    trust_remote_code: bool = TRUST_REMOTE_CODE_OPT,
     no_report: bool = no_report_option(),
 ) -> None:
     """Disable every head and layer of a fine-tuned classifier, regressor or tagger; report what the task loses (or gains).
@@ -58,8 +58,9 @@ def ablate_command(
 
     settings = given_settings(ctx)
     qa = {s.name: settings.pop(s.name) for s in field_settings(QaOptions) if s.name in settings}
+    loading = {s.name: settings.pop(s.name) for s in field_settings(Loading) if s.name in settings}
     run = ablate(model, data, settings, out=out, columns=Columns(text_column, pair_column, label_column),
-                 qa=QaOptions(**qa), loading=Loading(dtype, trust_remote_code),
+                 qa=QaOptions(**qa), loading=Loading(**loading),
                  overwrite=overwrite, report=not no_report, progress=True)
     console.print(run.summary, markup=False, highlight=False)
     console.print(f"tables: {run.out / 'tables'}", markup=False, highlight=False)

@@ -22,17 +22,20 @@ from rich.markup import escape
 from bertology.cli.app import app, console, user_errors
 from bertology.cli.generated import given_settings, settings_command
 from bertology.cli.options import (
-    DTYPE_OPT, TRUST_REMOTE_CODE_OPT, base_option, no_report_option, out_option, overwrite_option, tuned_option,
+    base_option, no_report_option, out_option, overwrite_option, tuned_option,
 )
 
 
 def probe_settings() -> list:
-    """The flags ``probe`` generates: the probes' settings, then how the tree files are read."""
+    """The flags ``probe`` generates: the probes' settings, how the tree files are read, the run's options and how
+    the models load."""
     from bertology.experiments.probe import ProbeSettings
     from bertology.settings import field_settings
-    from bertology.study.probe import ProbeData
+    from bertology.study.inputs import Loading
+    from bertology.study.probe import ProbeData, ProbeOptions
 
-    return [("probes", field_settings(ProbeSettings)), ("data", field_settings(ProbeData))]
+    return [("probes", field_settings(ProbeSettings)), ("data", field_settings(ProbeData)),
+            ("options", field_settings(ProbeOptions)), ("loading", field_settings(Loading))]
 
 
 @app.command("probe", cls=settings_command(probe_settings))
@@ -46,12 +49,8 @@ def probe_command(
     train: str = typer.Option(..., "--train", help="Training sentences: .conllu with gold trees, or text (.txt/.csv/...) parsed with spaCy."),
     dev: Optional[str] = typer.Option(None, "--dev", help="Dev sentences (early stopping); default: a seeded 10%% of --train."),
     test: str = typer.Option(..., "--test", help="Test sentences (the scores), same formats as --train."),
-    dtype: str = DTYPE_OPT,
     out: Path = out_option(Path("runs/probe"), help="Run folder (tables/, figures/, partial/, manifest.json)."),
     overwrite: bool = overwrite_option(),
-    conventions: str = typer.Option("bertology", "--conventions", help="Paper conventions preset: bertology, clark2019, kovaleva2019 or hewitt2019 (docs: Paper conventions); only probe_punctuation applies here."),
-    keep_features: bool = typer.Option(False, "--keep-features", help="Keep the word features (partial/features/*.safetensors) after the run."),
-    trust_remote_code: bool = TRUST_REMOTE_CODE_OPT,
     no_report: bool = no_report_option(),
 ) -> None:
     """Structural probes (distance and depth) on every layer: how much syntax each model keeps.
@@ -60,13 +59,15 @@ def probe_command(
     """
     from bertology.settings import field_settings
     from bertology.study.inputs import Loading
-    from bertology.study.probe import ProbeData, ProbeModels, probe
+    from bertology.study.probe import ProbeData, ProbeModels, ProbeOptions, probe
 
     settings = given_settings(ctx)
-    reading = {s.name: settings.pop(s.name) for s in field_settings(ProbeData) if s.name in settings}
+    reading, options, loading = ({s.name: settings.pop(s.name) for s in field_settings(cls) if s.name in settings}
+                                 for cls in (ProbeData, ProbeOptions, Loading))
+    options = ProbeOptions(**options)
     run = probe(ProbeModels(base, tuned, random_control), ProbeData(train, test, dev, **reading), settings,
-                conventions=conventions, out=out, loading=Loading(dtype, trust_remote_code), overwrite=overwrite,
-                keep_features=keep_features, report=not no_report, progress=True)
+                conventions=options.conventions, out=out, loading=Loading(**loading), overwrite=overwrite,
+                keep_features=options.keep_features, report=not no_report, progress=True)
     _print_summary(run.table("probe"), run.out)
     if run.report is not None:
         console.print(f"report: [bold]{escape(str(run.report))}[/]")

@@ -55,6 +55,21 @@ class ProbeData:
         check_fields(self)
 
 
+@dataclass(frozen=True)
+class ProbeOptions:
+    """How a probe run is set up beyond the probes themselves: the paper conventions preset and whether the word
+    features are kept (:func:`probe` takes them as its ``conventions`` and ``keep_features`` keywords)."""
+
+    conventions: str = setting_field(
+        "bertology", "Paper conventions preset: bertology, clark2019, kovaleva2019 or hewitt2019 (docs: Paper "
+        "conventions); only probe_punctuation applies here.")
+    keep_features: bool = setting_field(
+        False, "Keep the word features (partial/features/*.safetensors) after the run.", changes_numbers=False)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
 @dataclass
 class ProbeRun(RunResult):
     """A probe run: the ``probe`` table, the manifest, the figures and report it wrote, and whether it was
@@ -86,12 +101,12 @@ def settings_of(values: ProbeSettings | Mapping[str, Any] | None, conventions: s
     return settings
 
 
-def settings_record(settings: ProbeSettings, data: ProbeData, conventions: str) -> dict:
+def settings_record(settings: ProbeSettings, data: ProbeData, options: ProbeOptions) -> dict:
     """The manifest's ``settings``: every declared setting with its value (punctuation's default: the preset's)."""
     from bertology.conventions import choose
 
-    record = describe_fields([("probe", settings), ("data", data)])
-    record["probe"]["punctuation"]["default"] = choose(conventions, "probe_punctuation", None)
+    record = describe_fields([("probe", settings), ("data", data), ("options", options)])
+    record["probe"]["punctuation"]["default"] = choose(options.conventions, "probe_punctuation", None)
     return record
 
 
@@ -120,6 +135,7 @@ def probe(
     models = ProbeModels(models) if isinstance(models, str) else models
     settings = settings_of(settings, conventions)
     check_fields(data)
+    options = ProbeOptions(conventions, keep_features)
     device, torch_dtype = resolve(settings.device, loading)
     settings = replace(settings, device=device)
     corpora = _corpora(data)
@@ -138,7 +154,7 @@ def probe(
                 "spacy_model": data.spacy_model, **settings.to_dict(), "dtype": loading.dtype},
         conventions=record(conventions, {"probe_punctuation": settings.punctuation}), seed=settings.seed, device=device,
         dtype=loading.dtype, attn_implementation="eager", pooling="mean of sub-word pieces",
-        feature_dtype=settings.feature_dtype, settings=settings_record(settings, data, conventions),
+        feature_dtype=settings.feature_dtype, settings=settings_record(settings, data, options),
         models={name: {**m.describe(), **({"seed": settings.seed} if name == "random" else {})} for name, m in loaded.items()},
         data={k: c.describe() for k, c in corpora.items()},
     )
