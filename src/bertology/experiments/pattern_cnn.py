@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertology.settings import check_fields, setting_field
 from bertology.errors import BertologyError
 from bertology.analyses.pattern_classifier import (  # noqa: F401  (re-exported: the pattern CNN API)
     DEFAULT_SIZE,
@@ -57,14 +58,18 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class TrainSettings:
-    """Hyper-parameters of one training run (recorded in the metadata)."""
+    """Hyper-parameters of one training run (recorded in the metadata); ``bertology patterns train``'s flags are
+    generated from the fields made with :func:`~bertology.settings.setting_field`."""
 
-    epochs: int = 40
-    batch_size: int = 32
-    lr: float = 1e-3
-    seed: int = 0
+    epochs: int = setting_field(40, "Training epochs per fit.", minimum=1)
+    batch_size: int = setting_field(32, "Maps per training step.", minimum=1)
+    lr: float = setting_field(1e-3, "Adam learning rate.", above=0)
+    seed: int = setting_field(0, "Seed for the folds, initialisation and shuffling.")
     channels: tuple[int, ...] = (8, 16, 32)
     hidden: int = 64
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
     def to_dict(self) -> dict:
         return {"epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr, "seed": self.seed,
