@@ -35,6 +35,7 @@ from bertology.experiments.ablation_sweep import (  # noqa: F401  (re-exported: 
     TABLE_COLUMNS,
     AblationResult,
     Method,
+    SweepPlan,
     Unit,
     _Sweep,
     degeneracy_record,
@@ -201,11 +202,10 @@ def run_ablation_study(
     partial = None if work_dir is None else Path(work_dir)
     scoring = HeadScoring.for_tokenizer(tokenizer, mode=settings.mode, exclude_special=settings.exclude_special,
                                         batch_size=settings.batch_size, device=settings.device)
-    result = run_ablation(
-        model, encoded, label_ids, scoring, layers=settings.layers, heads=settings.heads, layer_modes=settings.layer_modes,
-        n_bootstrap=settings.n_bootstrap, seed=settings.seed, progress_dir=None if partial is None else partial / "ablation",
-        on_unit=(lambda u, d, t: on_progress("ablation", d, t)) if on_progress else None,
-    )
+    result = run_ablation(model, encoded, label_ids, scoring, n_bootstrap=settings.n_bootstrap, seed=settings.seed,
+                          progress_dir=None if partial is None else partial / "ablation",
+                          on_unit=(lambda u, d, t: on_progress("ablation", d, t)) if on_progress else None,
+                          sweep=SweepPlan(layers=settings.layers, heads=settings.heads, layer_modes=settings.layer_modes))
     tables = {TABLE: result.table}
     imp = None
     summary: dict = {
