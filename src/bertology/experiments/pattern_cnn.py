@@ -286,14 +286,22 @@ def parse_heads(spec: str, num_layers: int, num_heads: int) -> list[tuple[int, i
     return out
 
 
+@dataclass(frozen=True)
+class MapChoice:
+    """Which attention maps :func:`sample_maps` reads: ``examples`` examples (seeded) x the ``heads`` (``all`` or
+    ``L2H1,L3``), at most ``limit`` maps (a seeded subset when there are more)."""
+
+    examples: int
+    heads: str
+    limit: int
+    seed: int
+
+
 def sample_maps(
     loaded,
     encoded,
+    choice: MapChoice,
     *,
-    examples: int = 20,
-    heads: str = "all",
-    limit: int = 400,
-    seed: int = 0,
     size: int = DEFAULT_SIZE,
     batch_size: int = 16,
     thresholds=None,
@@ -313,6 +321,7 @@ def sample_maps(
     from bertology.models import sites
     from bertology.models.hooks import capture
 
+    examples, heads, limit, seed = choice.examples, choice.heads, choice.limit, choice.seed
     if examples < 1 or limit < 1:
         raise BertologyError(f"--examples and --limit must be at least 1 (got {examples} and {limit})")
     thresholds = thresholds or PatternThresholds()

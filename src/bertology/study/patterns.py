@@ -79,7 +79,7 @@ def export_patterns(
     """
     from bertology.data.encode import encode_corpus
     from bertology.data.loaders import load_corpus
-    from bertology.experiments.pattern_cnn import sample_maps, write_export
+    from bertology.experiments.pattern_cnn import MapChoice, sample_maps, write_export
     from bertology.metrics.patterns import PATTERNS, PatternThresholds
     from bertology.models.device import resolve_device
     from bertology.models.loading import load_model
@@ -96,8 +96,8 @@ def export_patterns(
     if not encoded.items:
         raise BertologyError(f"every example of {corpus.source} is longer than --max-length {settings.max_length}.")
     thresholds = PatternThresholds()
-    sample = sample_maps(loaded, encoded, examples=settings.examples, heads=settings.heads, limit=settings.limit,
-                         seed=settings.seed, size=settings.size, batch_size=settings.batch_size, thresholds=thresholds,
+    choice = MapChoice(settings.examples, settings.heads, settings.limit, settings.seed)
+    sample = sample_maps(loaded, encoded, choice, size=settings.size, batch_size=settings.batch_size, thresholds=thresholds,
                          corpus=corpus, device=settings.device)
     info = {
         "model": loaded.describe(),
