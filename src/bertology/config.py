@@ -304,14 +304,14 @@ class FinetuneConfig:
         choices=("article", "question"))
 
     def __post_init__(self) -> None:
-        self.objective = OBJECTIVE_ALIASES.get(self.objective, self.objective)  # type: ignore[assignment]
         self.check()
 
     def check(self) -> None:
         """Refuse settings no run can train with: one :class:`BertologyError` line naming the flag,
         ``--flag (name) must be ..., not X.``. The bounds one declaration cannot state (a positive learning
         rate, a warm-up below 1: :data:`STRICT_BOUNDS`) first, as the stricter rule, then every setting by its
-        declaration (choices, bounds, kind), then the data's (at least 2 examples, when a number is given)."""
+        declaration (choices, bounds, kind), then the data's (at least 2 examples, when a number is given). The old
+        name of an objective is read as the new one first."""
         self.objective = OBJECTIVE_ALIASES.get(self.objective, self.objective)  # type: ignore[assignment]
         declared = {s.name: s for s in field_settings(FinetuneConfig)}
         for name, (ok, what) in STRICT_BOUNDS.items():
