@@ -8,9 +8,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -188,16 +187,6 @@ FINETUNE_DATA_SETTINGS: tuple[Setting, ...] = tuple(
     for s in field_settings(DataConfig) if s.name != "overlong")
 
 
-#: The bounds of FinetuneConfig settings that a declaration's inclusive minimum/maximum cannot state:
-#: name -> (test, what the error says it must be).
-STRICT_BOUNDS: dict[str, tuple[Callable[[float], bool], str]] = {
-    "epochs": (lambda v: math.isfinite(v) and v > 0, "a positive number"),
-    "learning_rate": (lambda v: v > 0, "positive"),
-    "warmup_ratio": (lambda v: 0 <= v < 1, "in [0, 1)"),
-    "temperature": (lambda v: v > 0, "positive"),
-}
-
-
 @dataclass
 class FinetuneConfig:
     """``bertology finetune``: train a head (or a contrastive encoder) on labelled sentences or sentence pairs.
@@ -214,13 +203,13 @@ class FinetuneConfig:
     out: str = "runs/finetune"  # --out: declared by the command
     eval_data: str | None = None  # --eval-data: a separate held-out file; else a split of ``data``
     eval_fraction: float = setting_field(0.2, "Held-out fraction of --data when no --eval-data.", minimum=0, maximum=1)
-    epochs: float = setting_field(2.0, "Epochs (may be fractional).", minimum=0)
+    epochs: float = setting_field(2.0, "Epochs (may be fractional).", above=0)
     batch_size: int = setting_field(32, "Training and evaluation batch size.", minimum=1)
-    learning_rate: float = setting_field(5e-5, "Peak learning rate of AdamW.", minimum=0, flag="--lr",
+    learning_rate: float = setting_field(5e-5, "Peak learning rate of AdamW.", above=0, flag="--lr",
                                          paper="Devlin et al. 2019")
     weight_decay: float = setting_field(0.01, "AdamW weight decay (not on biases/LayerNorm).", minimum=0,
                                         paper="Devlin et al. 2019")
-    warmup_ratio: float = setting_field(0.1, "Fraction of steps with linear warm-up.", minimum=0, maximum=1,
+    warmup_ratio: float = setting_field(0.1, "Fraction of steps with linear warm-up.", minimum=0, below=1,
                                         paper="Devlin et al. 2019")
     seed: int = setting_field(0, "Seed for the split, head initialisation, shuffling and dropout.")
     device: str = setting_field("cpu", "cpu, cuda, cuda:N, mps or auto.")
@@ -249,7 +238,7 @@ class FinetuneConfig:
         "auto", "Contrastive flavour: unsupervised (same sentence twice, dropout positives), supervised (NLI pairs: "
         "entailment positive, contradiction hard negative), or auto (supervised when the data has pairs and labels).",
         choices=("auto", "unsupervised", "supervised"), paper="Gao et al. 2021")
-    temperature: float = setting_field(0.05, "Contrastive: temperature of the cosine similarities.", minimum=0,
+    temperature: float = setting_field(0.05, "Contrastive: temperature of the cosine similarities.", above=0,
                                        paper="Gao et al. 2021")
     pooling: Literal["cls", "mean"] = setting_field(
         "cls", "Contrastive: sentence embedding = cls token or mean of tokens.", choices=("cls", "mean"))
@@ -310,16 +299,10 @@ class FinetuneConfig:
 
     def check(self) -> None:
         """Refuse settings no run can train with: one :class:`BertologyError` line naming the flag,
-        ``--flag (name) must be ..., not X.``. The bounds one declaration cannot state (a positive learning
-        rate, a warm-up below 1: :data:`STRICT_BOUNDS`) first, as the stricter rule, then every setting by its
-        declaration (choices, bounds, kind), then the data's (at least 2 examples, when a number is given). The old
-        name of an objective is read as the new one first."""
+        ``--flag (name) must be ..., not X.``: every setting by its declaration (choices, bounds, kind), then the
+        data's (at least 2 examples, when a number is given). The old name of an objective is read as the new one
+        first."""
         self.objective = OBJECTIVE_ALIASES.get(self.objective, self.objective)  # type: ignore[assignment]
-        declared = {s.name: s for s in field_settings(FinetuneConfig)}
-        for name, (ok, what) in STRICT_BOUNDS.items():
-            value = getattr(self, name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and not ok(value):
-                raise BertologyError(f"{declared[name].cli_flag} ({name}) must be {what}, not {value!r}.")
         check_fields(self)
         for s in FINETUNE_DATA_SETTINGS:
             s.check(getattr(self.data, s.name))

@@ -14,6 +14,7 @@ declarations can be read without torch.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -131,6 +132,8 @@ class Setting:
             raise self._refuse("must be a whole number", value)
         if kind is float:  # an int given for a float is made a float: 1 and 1.0 are one run (one fingerprint)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if not math.isfinite(value):
+                    raise self._refuse("must be a finite number", value)
                 return float(value)
             raise self._refuse("must be a number", value)
         if kind is str:

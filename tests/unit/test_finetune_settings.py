@@ -77,10 +77,10 @@ def test_a_bad_value_is_the_same_one_line_from_python_and_the_command_line(owner
 
 
 @pytest.mark.parametrize(("args", "line"), [
-    (["--epochs", "0"], "--epochs (epochs) must be a positive number, not 0.0."),
-    (["--lr", "0"], "--lr (learning_rate) must be positive, not 0.0."),
-    (["--warmup-ratio", "1"], "--warmup-ratio (warmup_ratio) must be in [0, 1), not 1.0."),
-    (["--temperature", "0"], "--temperature (temperature) must be positive, not 0.0."),
+    (["--epochs", "0"], "--epochs (epochs) must be above 0, not 0.0."),
+    (["--lr", "0"], "--lr (learning_rate) must be above 0, not 0.0."),
+    (["--warmup-ratio", "1"], "--warmup-ratio (warmup_ratio) must be below 1, not 1.0."),
+    (["--temperature", "0"], "--temperature (temperature) must be above 0, not 0.0."),
     (["--max-examples", "1"], "--max-examples (max_examples) must be at least 2, not 1."),
     (["--drop-layers", "x"], "--drop-layers (drop_layers) takes a comma list of layer numbers (1-based), not 'x'."),
     (["--exclude-words", ","], "--exclude-words (exclude_words) is empty: give words as a comma list or @FILE, not ','."),
@@ -113,7 +113,7 @@ def _spec(tmp_path, lab: str):
 
 
 @pytest.mark.parametrize(("line", "message"), [
-    ("epochs = -1", "[lab]: --epochs (epochs) must be a positive number, not -1."),
+    ("epochs = -1", "[lab]: --epochs (epochs) must be above 0, not -1."),
     ("freeze_layers = -1", "[lab]: --freeze-layers (freeze_layers) must be at least 0, not -1."),
     ('objective = "mlm"', "[lab]: --objective (objective) must be one of supervised, contrastive, not 'mlm'."),
     ('dtype = "float8"', "[lab]: --dtype (dtype) must be one of float32, bfloat16, float16, not 'float8'."),
