@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertology.experiments.ablation import HeadScoring, label_ids_for, run_ablation, sample_examples
+from bertology.experiments.ablation import HeadScoring, SweepPlan, label_ids_for, run_ablation, sample_examples
 from bertology.experiments.head_importance import gradient_pass
 from bertology.experiments.scoring import classifier_batches
 from bertology.assets import polarity_path
@@ -131,7 +131,7 @@ def main() -> None:
     logging.disable(logging.WARNING)
     try:
         for method in ("cached", "naive"):
-            run_ablation(loaded.model, small, y, method=method, layers=[6], **kw)
+            run_ablation(loaded.model, small, y, **kw, sweep=SweepPlan(method=method, layers=[6]))
     finally:
         logging.disable(logging.NOTSET)
 
@@ -140,7 +140,7 @@ def main() -> None:
     for r in range(args.repeats):
         for method in ("cached", "naive") if r % 2 == 0 else ("naive", "cached"):
             t = time.perf_counter()
-            results[method] = run_ablation(loaded.model, enc, y, method=method, **kw)
+            results[method] = run_ablation(loaded.model, enc, y, **kw, sweep=SweepPlan(method=method))
             _sync(args.device)
             times[method].append(time.perf_counter() - t)
             print(f"round {r + 1}: {method} {times[method][-1]:.1f} s", flush=True)

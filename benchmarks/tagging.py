@@ -53,7 +53,7 @@ def sweep_times(tagger_dir: Path | None, args) -> dict:
 
     from bertology.data.encode import encode_corpus
     from bertology.data.loaders import load_corpus
-    from bertology.experiments.ablation import HeadScoring, run_ablation
+    from bertology.experiments.ablation import HeadScoring, SweepPlan, run_ablation
     from bertology.models.loading import load_model
     from bertology.tasks.catalog import task_of_model
 
@@ -83,7 +83,7 @@ def sweep_times(tagger_dir: Path | None, args) -> dict:
     print(f"sweeping {len(corpus)} sentences, {enc.n_tokens} tokens", flush=True)
     for rep in range(args.repeats):
         for name, model, y in (("classifier", clf, y_clf), ("tagger", tagger.model, y_tag)):
-            res = run_ablation(model, enc, y, scoring, layer_modes=(), n_bootstrap=0)
+            res = run_ablation(model, enc, y, scoring, n_bootstrap=0, sweep=SweepPlan(layer_modes=()))
             n_heads = len(res.units) - 1
             out.setdefault(name, []).append({"sweep_s": round(res.timing["sweep_s"], 2), "per_head_s": res.timing["sweep_s"] / n_heads,
                                              "scoring_s": round(res.timing["scoring_s"], 3), "n_heads": n_heads})

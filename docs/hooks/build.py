@@ -5,6 +5,9 @@
 - Notebook pages (``tutorials/*.ipynb``): mkdocs-jupyter leaves their relative links to other pages as
   written (``../studies.md``), which do not exist in the site; they are rewritten to the pages' URLs, and a link
   to a page that does not exist fails the build (as ``--strict`` does for Markdown pages).
+- ``<!-- bertology-settings: NAME -->`` becomes a table of the settings that spec (an analysis or experiment of
+  ``compare``, or ``run`` / ``data`` for the run's own) declares: flag, Python name, default, allowed values,
+  paper and help, generated from the declarations as the flags are.
 - The site must read offline: after the build, any page that loads a script, stylesheet or font from
   another host fails it (nbconvert's notebook template leaves an empty MathJax ``<script src="">``,
   which is removed).
@@ -17,6 +20,7 @@ from pathlib import Path
 
 MARKER = re.compile(r"<!--\s*bertology-help:\s*([a-z][a-z _-]*?)\s*-->")
 WIDTH = 140  # wide enough that rich truncates no flag name or default (checked on every command)
+SETTINGS = re.compile(r"<!--\s*bertology-settings:\s*([a-z_]+)\s*-->")
 EMPTY_SCRIPT = re.compile(r'<script src="">\s*</script>')
 NB_LINK = re.compile(r'href="(?![a-z][a-z0-9+.-]*:|#|/)([^"#]+\.(?:md|ipynb))(#[^"]*)?"')
 _FILES: dict = {}
@@ -38,7 +42,28 @@ def _help(args: list[str]) -> str:
     return "\n".join(lines).strip("\n")
 
 
+def _cell(value) -> str:
+    text = "" if value is None else (",".join(map(str, value)) if isinstance(value, tuple) else str(value))
+    return text.replace("|", "\\|")
+
+
+def _settings_table(owner: str) -> str:
+    """The declared settings of ``owner`` (a spec, or ``run`` / ``data``) as a markdown table."""
+    from bertology.cli.commands import compare_settings
+
+    groups = dict(compare_settings())
+    if owner not in groups:
+        raise RuntimeError(f"bertology-settings: no spec or group {owner!r}; known: {', '.join(groups)}")
+    rows = ["| flag | Python name | default | allowed | paper | what it does |", "|---|---|---|---|---|---|"]
+    for s in groups[owner]:
+        allowed = " / ".join(s.choices) if s.choices else (f">= {s.minimum:g}" if s.minimum is not None else "")
+        default = "not given" if s.default is None else _cell(s.default)
+        rows.append(f"| `{s.cli_flag}` | `{s.name}` | {default} | {_cell(allowed)} | {_cell(s.paper)} | {_cell(s.help)} |")
+    return "\n".join(rows)
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 (mkdocs hook signature)
+    markdown = SETTINGS.sub(lambda m: _settings_table(m.group(1)), markdown)
     return MARKER.sub(lambda m: "```text\n" + _help(m.group(1).split()) + "\n```", markdown)
 
 

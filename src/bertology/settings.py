@@ -14,6 +14,7 @@ declarations can be read without torch.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,8 +30,10 @@ class Setting:
     """One user-facing setting, declared where it is used and nowhere else.
 
     ``kind``: bool, int, float, str or tuple (inferred from ``default`` when that is not None);
-    ``choices``: the allowed values of a str; ``minimum``/``maximum``: bounds of a number;
+    ``choices``: the allowed values of a str, or of every item of a tuple; ``minimum``/``maximum``: bounds
+    of a number (of a tuple: its number of items); ``above``/``below``: strict bounds of a number;
     ``optional``: None is allowed (a None default implies it: "not given", e.g. "the preset's");
+    ``zero_is_none``: 0 means "not set" (e.g. "0 = all"), read as None before the bounds are checked;
     ``parse``: command-line text -> value, for values that are not one plain kind (its errors are
     reported as this setting's); ``changes_numbers``: in the fingerprint (False: where or how results
     are shown, never what they are); ``paper``: the publication the setting or its default follows;
@@ -44,7 +47,10 @@ class Setting:
     choices: tuple[str, ...] | None = None
     minimum: float | None = None
     maximum: float | None = None
+    above: float | None = None
+    below: float | None = None
     optional: bool = False
+    zero_is_none: bool = False
     parse: Callable[[str], Any] | None = None
     changes_numbers: bool = True
     paper: str | None = None
@@ -58,7 +64,7 @@ class Setting:
             object.__setattr__(self, "kind", tuple if isinstance(self.default, (tuple, list)) else type(self.default))
         if self.kind not in KINDS:
             raise ValueError(f"setting {self.name!r}: kind {self.kind!r} is not one of {KINDS}")
-        if self.default is None:
+        if self.default is None or self.zero_is_none:
             object.__setattr__(self, "optional", True)
         if self.default is not None:
             self.check(self.default)  # a declaration whose own default is invalid is a bug, caught at import
@@ -68,8 +74,11 @@ class Setting:
         """The flag, e.g. ``--rsa-tokens``."""
         return self.flag or "--" + self.name.replace("_", "-")
 
-    def _refuse(self, what: str, value: Any) -> BertologyError:
+    def refuse(self, what: str, value: Any) -> BertologyError:
+        """The one-line error for ``value``: ``--flag (name) <what>, not <value>.`` (for a check no field expresses)."""
         return BertologyError(f"{self.cli_flag} ({self.name}) {what}, not {value!r}.")
+
+    _refuse = refuse
 
     def check(self, value: Any) -> Any:
         """``value`` made canonical (an int for a float setting becomes a float, a list a tuple), or one
@@ -83,15 +92,33 @@ class Setting:
                 value = self.parse(value)
             except (ValueError, TypeError) as err:
                 raise self._refuse(str(err).rstrip(".") or "cannot be read", value) from None
+            if value is None and self.optional:  # e.g. "all" layers
+                return None
         value = self._of_kind(value)
-        if self.choices is not None and value not in self.choices:
-            raise self._refuse(f"must be one of {', '.join(self.choices)}", value)
+        if self.zero_is_none and value == 0 and not isinstance(value, bool):
+            return None
+        if self.choices is not None:
+            for item in value if self.kind is tuple and isinstance(value, tuple) else (value,):
+                if item not in self.choices:
+                    raise self._refuse(f"must be one of {', '.join(self.choices)}", item)
+        if self.kind is tuple and isinstance(value, tuple):
+            if self.minimum is not None and len(value) < self.minimum:
+                raise self._refuse(f"must name at least {self.minimum:g} item{'s' * (self.minimum != 1)}", value)
+            if self.maximum is not None and len(value) > self.maximum:
+                raise self._refuse(f"must name at most {self.maximum:g} item{'s' * (self.maximum != 1)}", value)
         if self.kind in (int, float):
-            if self.minimum is not None and value < self.minimum:
-                raise self._refuse(f"must be at least {self.minimum:g}", value)
-            if self.maximum is not None and value > self.maximum:
-                raise self._refuse(f"must be at most {self.maximum:g}", value)
+            self._in_bounds(value)
         return value
+
+    def _in_bounds(self, value: float) -> None:
+        if self.minimum is not None and value < self.minimum:
+            raise self._refuse(f"must be at least {self.minimum:g}", value)
+        if self.maximum is not None and value > self.maximum:
+            raise self._refuse(f"must be at most {self.maximum:g}", value)
+        if self.above is not None and not value > self.above:
+            raise self._refuse(f"must be above {self.above:g}", value)
+        if self.below is not None and not value < self.below:
+            raise self._refuse(f"must be below {self.below:g}", value)
 
     def _of_kind(self, value: Any) -> Any:
         kind = self.kind
@@ -105,6 +132,8 @@ class Setting:
             raise self._refuse("must be a whole number", value)
         if kind is float:  # an int given for a float is made a float: 1 and 1.0 are one run (one fingerprint)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if not math.isfinite(value):
+                    raise self._refuse("must be a finite number", value)
                 return float(value)
             raise self._refuse("must be a number", value)
         if kind is str:
@@ -136,6 +165,11 @@ def setting_field(default: Any, help: str, **declaration: Any) -> Any:  # noqa: 
 def field_settings(cls: type) -> tuple[Setting, ...]:
     """The :class:`Setting` of every field of dataclass ``cls`` made with :func:`setting_field`, in field order."""
     return tuple(Setting(f.name, **f.metadata["setting"]) for f in dataclasses.fields(cls) if "setting" in f.metadata)
+
+
+def field_setting(cls: type, name: str) -> Setting:
+    """The :class:`Setting` of field ``name`` of dataclass ``cls`` (for a check its declaration cannot express)."""
+    return next(s for s in field_settings(cls) if s.name == name)
 
 
 def check_fields(obj: Any) -> None:
@@ -176,6 +210,16 @@ def describe(declared: Mapping[str, Setting], values: Mapping[str, Any], owners:
     out: dict[str, dict] = {}
     for name, s in declared.items():
         out.setdefault(owners.get(name, "run"), {})[name] = s.describe(values.get(name, s.default))
+    return out
+
+
+def describe_fields(groups: Iterable[tuple[str, Any]]) -> dict:
+    """The manifest's ``settings`` section for a command whose settings are dataclass fields: per ``(owner, obj)``
+    (``obj`` a dataclass instance), every :func:`setting_field` of ``obj`` with its value."""
+    out: dict[str, dict] = {}
+    for owner, obj in groups:
+        declared = {s.name: s for s in field_settings(type(obj))}
+        out.update(describe(declared, {n: getattr(obj, n) for n in declared}, dict.fromkeys(declared, owner)))
     return out
 
 

@@ -314,15 +314,15 @@ def test_the_cached_ablation_sweep_equals_the_naive_rerun_bit_for_bit(models, na
 
     from bertology.data.corpus import Corpus, Example
     from bertology.data.encode import encode_corpus
-    from bertology.experiments.ablation import HeadScoring, label_ids_for, run_ablation
+    from bertology.experiments.ablation import HeadScoring, SweepPlan, label_ids_for, run_ablation
 
     loaded = load_model(models[name][1])
     corpus = Corpus([Example(text=t, label=str(i % 3)) for i, t in enumerate(SENTENCES * 2)])
     enc = encode_corpus(corpus, loaded.tokenizer)
     y = label_ids_for(corpus, loaded.model)
     scoring = HeadScoring(batch_size=3)
-    naive = run_ablation(loaded.model, enc, y, scoring, method="naive", n_bootstrap=10)
-    cached = run_ablation(loaded.model, enc, y, scoring, method="cached", n_bootstrap=10)
+    naive = run_ablation(loaded.model, enc, y, scoring, n_bootstrap=10, sweep=SweepPlan(method="naive"))
+    cached = run_ablation(loaded.model, enc, y, scoring, n_bootstrap=10, sweep=SweepPlan(method="cached"))
     for key, ref in naive.per_example.items():
         np.testing.assert_array_equal(cached.per_example[key]["loss"], ref["loss"])
     pd.testing.assert_frame_equal(cached.table, naive.table, check_exact=True)

@@ -67,6 +67,12 @@ def test_ablate_writes_tables_figures_manifest(model_dir, labelled_csv, tmp_path
     assert m["kind"] == "ablate" and m["status"] == "complete" and m["ablation_mode"] == "uniform"
     assert m["result"]["intact"]["accuracy"] == pytest.approx(t[(t.target == "intact") & (t.metric == "accuracy")]["value"].iloc[0])
     assert "spearman" in m["result"]["importance_vs_ablation_spearman"]["loss"]
+    # the settings section, generated from the declarations; the report's settings table shows it
+    assert m["settings"]["ablate"]["n_bootstrap"] == {
+        "value": 100, "default": 1000, "flag": "--bootstrap", "changes_numbers": True, "paper": None,
+        "help": "Bootstrap resamples of the examples for the 95% intervals (0 = none)."}
+    assert m["settings"]["ablate"]["mode"]["paper"] == "Kovaleva et al. 2019" and "qa" not in m["settings"]
+    assert "Settings: ablate" in html and "<code>--pruning-step</code>" in html and "0.25 (default 0.1)" in html
     text = " ".join(result.output.split())
     assert "intact: accuracy" in text and "most harmful heads" in text and "Spearman" in text
     # a classifier that fits its labels is not flagged

@@ -59,6 +59,15 @@ def test_lab_flags_write_a_smaller_model_slices_checkpoints_and_a_summary(tmp_pa
     assert manifest["status"] == "done"
     html = (out / "report.html").read_text(encoding="utf-8")  # every run command ends with its report
     assert 'id="finetune"' in html and "report: " in result.output
+    # the settings section, generated from the declarations, and the report's settings table reading it
+    settings = manifest["settings"]
+    assert settings["finetune"]["learning_rate"] == {
+        "value": 2e-3, "default": 5e-5, "flag": "--lr", "help": "Peak learning rate of AdamW.", "paper": "Devlin et al. 2019",
+        "changes_numbers": True}
+    assert settings["finetune"]["drop_layers"]["value"] == [3] and settings["finetune"]["exclude_words"]["value"] == ["woman", "girl"]
+    assert settings["finetune"]["save_every"]["changes_numbers"] is False
+    assert settings["data"]["max_length"]["value"] == 16 and settings["data"]["max_examples"]["default"] is None
+    assert "Settings: finetune" in html and "<code>--lr</code>" in html and "0.002 (default 5e-05); Devlin et al. 2019" in html
     ci = check_final_intervals(out, ["accuracy", "macro_f1"])
     assert (ci["n_eval"] == 16).all() and "Final held-out metrics with 95% intervals" in html
     s = manifest["summary"]
@@ -122,3 +131,27 @@ def test_contrastive_objective_from_the_cli(tmp_path):
     assert not load_model(out / "model").is_classifier
     sts_rows = pd.read_csv(out / "tables" / "finetune.csv").query("split == 'sts'")
     assert sorted(sts_rows["step"]) == [0, 3]
+
+
+def test_the_command_line_and_python_make_the_same_run_with_the_same_settings_record(tmp_path):
+    """The flags are the declarations: the same settings from the CLI and from Python are one run (same fingerprint,
+    same table, same ``settings`` and ``config`` in the manifest, up to the run folder's path)."""
+    from bertology.config import DataConfig, FinetuneConfig
+    from bertology.training.finetune import read_data
+    from bertology.training.run import finetune_to_dir
+
+    model = save_tiny_bert(tmp_path / "m")
+    train = pairs_file(tmp_path / "train.tsv", n=16)
+    cli = invoke(["--model", str(model), "--data", str(train), "--out", str(tmp_path / "cli"), "--epochs", "1",
+                  "--batch-size", "8", "--lr", "1e-3", "--eval-slices", "Woman", "--freeze-layers", "1", "--no-report"])
+    assert cli.exit_code == 0, cli.output
+    config = FinetuneConfig(model=str(model), data=DataConfig(path=str(train), max_examples=None, overlong="truncate"),
+                            out=str(tmp_path / "py"), epochs=1.0, batch_size=8, learning_rate=1e-3, slice_words=("woman",),
+                            freeze_layers=1)
+    finetune_to_dir(config, *read_data(config))
+    a, b = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("cli", "py"))
+    assert a["fingerprint"] == b["fingerprint"]
+    assert a["settings"] == b["settings"] and a["settings"]["finetune"]["slice_words"]["flag"] == "--eval-slices"
+    assert {**a["config"], "out": None} == {**b["config"], "out": None}
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "cli/tables/finetune.parquet"),
+                                  pd.read_parquet(tmp_path / "py/tables/finetune.parquet"))

@@ -71,6 +71,12 @@ def test_probe_writes_table_figures_manifest(models, data, tmp_path):
     assert m["probe"]["data"]["dev"]["n_sentences"] == 3 and m["probe"]["data"]["test"]["n_sentences"] == 6
     assert m["feature_dtype"] == m["config"]["feature_dtype"] == m["probe"]["features"]["dtype"] == "float32"
     assert m["probe"]["features"]["memory_mapped"] is True
+    # the settings section, generated from the declarations (punctuation's default: the preset's)
+    assert m["settings"]["probe"]["rank"]["value"] == 8 and m["settings"]["probe"]["rank"]["flag"] == "--rank"
+    assert m["settings"]["probe"]["punctuation"] == {
+        "value": "upos", "default": "upos", "flag": "--probe-punctuation", "paper": "Hewitt & Manning 2019",
+        "changes_numbers": True, "help": m["settings"]["probe"]["punctuation"]["help"]}
+    assert m["settings"]["options"]["keep_features"]["changes_numbers"] is False
     assert not (out / "partial").exists()  # features are dropped unless --keep-features
     html = (out / "report.html").read_text(encoding="utf-8")
     assert 'id="probe"' in html and "fig-probe_distance" in html and "Best UUAS, base" in html

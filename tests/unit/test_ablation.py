@@ -10,8 +10,9 @@ from sklearn.metrics import accuracy_score, f1_score
 from transformers.models.bert import modeling_bert
 
 from bertology.experiments.ablation import (
-    HeadScoring,
     TABLE_COLUMNS,
+    HeadScoring,
+    SweepPlan,
     Unit,
     bootstrap_counts,
     head_means,
@@ -229,8 +230,8 @@ def test_ablate_heads_rejects_bad_arguments(clf):
 def test_cached_sweep_equals_the_naive_full_rerun(clf, data, mode, exclude_special):
     _, enc, y = data
     scoring = HeadScoring(mode=mode, exclude_special=exclude_special, special_ids=_special(clf.tokenizer), batch_size=4)
-    naive = run_ablation(clf.model, enc, y, scoring, method="naive", n_bootstrap=50)
-    cached = run_ablation(clf.model, enc, y, scoring, method="cached", n_bootstrap=50)
+    naive = run_ablation(clf.model, enc, y, scoring, n_bootstrap=50, sweep=SweepPlan(method="naive"))
+    cached = run_ablation(clf.model, enc, y, scoring, n_bootstrap=50, sweep=SweepPlan(method="cached"))
     assert [u.key for u in naive.units] == [u.key for u in cached.units]
     assert len(naive.units) == 1 + 3 * 4 + 3 * 2
     # Bit for bit: every product of the cached sweep has the shape it has in the naive re-run.
@@ -240,7 +241,8 @@ def test_cached_sweep_equals_the_naive_full_rerun(clf, data, mode, exclude_speci
     pd.testing.assert_frame_equal(cached.table, naive.table, check_exact=True)
     assert cached.params["first_token_shortcut"] is False and naive.params["first_token_shortcut"] is None
     # with the shortcut allowed: equal to float rounding (some batches may take it)
-    fast = run_ablation(clf.model, enc, y, scoring, method="cached", n_bootstrap=50, first_token_shortcut=True)
+    fast = run_ablation(clf.model, enc, y, scoring, n_bootstrap=50,
+                        sweep=SweepPlan(method="cached", first_token_shortcut=True))
     for key, ref in naive.per_example.items():
         np.testing.assert_allclose(fast.per_example[key]["loss"], ref["loss"], rtol=1e-6, atol=1e-6)
         np.testing.assert_array_equal(fast.per_example[key]["pred"], ref["pred"])
@@ -256,9 +258,10 @@ def test_cached_sweep_without_the_first_token_shortcut(clf, data, monkeypatch):
     model = clf.model
     h = model.bert.pooler.register_forward_pre_hook(lambda _m, a: (a[0].mean(1, keepdim=True).expand_as(a[0]),))
     try:
-        naive = run_ablation(model, enc, y, HeadScoring(batch_size=4), method="naive", n_bootstrap=0, layers=[3])
-        cached = run_ablation(model, enc, y, HeadScoring(batch_size=4), method="cached", n_bootstrap=0, layers=[3],
-                              first_token_shortcut=True)
+        naive = run_ablation(model, enc, y, HeadScoring(batch_size=4), n_bootstrap=0,
+                             sweep=SweepPlan(method="naive", layers=[3]))
+        cached = run_ablation(model, enc, y, HeadScoring(batch_size=4), n_bootstrap=0,
+                              sweep=SweepPlan(method="cached", layers=[3], first_token_shortcut=True))
     finally:
         h.remove()
     assert cached.params["first_token_shortcut"] is False
@@ -292,8 +295,9 @@ def test_the_shortcut_is_taken_only_where_it_gives_the_same_bits(clf, data, monk
 
     monkeypatch.setattr(ablation_module, "keep_first_token", simulated_shortcut)
     scoring = HeadScoring(batch_size=4)
-    naive = run_ablation(clf.model, enc, y, scoring, method="naive", n_bootstrap=20)
-    cached = run_ablation(clf.model, enc, y, scoring, method="cached", n_bootstrap=20, first_token_shortcut=True)
+    naive = run_ablation(clf.model, enc, y, scoring, n_bootstrap=20, sweep=SweepPlan(method="naive"))
+    cached = run_ablation(clf.model, enc, y, scoring, n_bootstrap=20,
+                          sweep=SweepPlan(method="cached", first_token_shortcut=True))
     taken, n_batches = cached.params["first_token_shortcut_batches"]
     assert len(y) % 4 and n_batches == len(y) // 4 + 1  # one short batch
     assert taken == {"same bits": n_batches, "one ulp off": 0, "one ulp off on the short batch": n_batches - 1}[rounding]
@@ -305,7 +309,7 @@ def test_the_shortcut_is_taken_only_where_it_gives_the_same_bits(clf, data, monk
 
 def test_table_has_the_contract_columns_and_conventions(clf, data):
     _, enc, y = data
-    res = run_ablation(clf.model, enc, y, HeadScoring(batch_size=8), n_bootstrap=100, layers=[2])
+    res = run_ablation(clf.model, enc, y, HeadScoring(batch_size=8), n_bootstrap=100, sweep=SweepPlan(layers=[2]))
     t = res.table
     assert list(t.columns) == TABLE_COLUMNS
     assert set(t["target"]) == {"intact", "head", "layer"}
@@ -485,7 +489,7 @@ def test_without_resamples_the_interval_is_absent_not_zero(clf, data):
     from bertology.experiments.ablation import _fmt_row, summary
 
     _, enc, y = data
-    t = run_ablation(clf.model, enc, y, HeadScoring(batch_size=8), n_bootstrap=0, layers=[2]).table
+    t = run_ablation(clf.model, enc, y, HeadScoring(batch_size=8), n_bootstrap=0, sweep=SweepPlan(layers=[2])).table
     assert t["ci_low"].isna().all() and t["ci_high"].isna().all()
     assert not t["helps"].any() and not t["hurts"].any()
     assert (t[t["target"] == "head"]["delta"] != 0).any()  # deltas are there; only the interval is absent

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertology.experiments.ablation import HeadScoring, label_ids_for, make_batches, run_ablation
+from bertology.experiments.ablation import HeadScoring, SweepPlan, label_ids_for, make_batches, run_ablation
 from bertology.experiments.head_importance import (
     CURVE_COLUMNS,
     IMPORTANCE_COLUMNS,
@@ -111,7 +111,7 @@ def test_pruning_curves(clf, data):
     assert list(acc.index) == [0, 2, 4, 6, 8]
     assert acc.loc[0, "importance"] == acc.loc[0, "random"]  # both start from the intact model
     assert acc.loc[8, "importance"] == pytest.approx(acc.loc[8, "random"])  # and end with every head removed
-    intact = run_ablation(clf.model, enc, y, heads=False, layer_modes=(), n_bootstrap=0).intact
+    intact = run_ablation(clf.model, enc, y, n_bootstrap=0, sweep=SweepPlan(heads=False, layer_modes=())).intact
     assert acc.loc[0, "importance"] == pytest.approx(intact["loss"])
     # the first heads removed are the least important of the intact model
     first = res.importance.sort_values(["importance", "layer", "head"]).label.tolist()[:2]

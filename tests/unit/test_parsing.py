@@ -13,7 +13,7 @@ from bertology.data.corpus import Corpus, Example
 from bertology.data.encode import encode_corpus
 from bertology.data.loaders import load_corpus
 from bertology.errors import BertologyError
-from bertology.experiments.ablation import HeadScoring, run_ablation, summary
+from bertology.experiments.ablation import HeadScoring, SweepPlan, run_ablation, summary
 from bertology.experiments.head_importance import run_head_importance
 from bertology.experiments.scoring import make_batches
 from bertology.models.loading import load_model
@@ -203,8 +203,8 @@ def test_cached_and_naive_sweeps_agree_and_importance_runs(parser):
     enc = encode_corpus(corpus, tiny_tokenizer())
     y = TASK.targets(corpus, parser)
     scoring = HeadScoring(batch_size=4)
-    cached = run_ablation(parser, enc, y, scoring, n_bootstrap=20, method="cached")
-    naive = run_ablation(parser, enc, y, scoring, n_bootstrap=20, method="naive")
+    cached = run_ablation(parser, enc, y, scoring, n_bootstrap=20, sweep=SweepPlan(method="cached"))
+    naive = run_ablation(parser, enc, y, scoring, n_bootstrap=20, sweep=SweepPlan(method="naive"))
     assert cached.params["method"] == "cached" and cached.params["task"] == "parsing"
     for key, rec in naive.per_example.items():
         for name in ("correct", "correct_labelled", "n_scored", "pred"):

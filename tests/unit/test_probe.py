@@ -305,7 +305,7 @@ def test_run_probes_layers_option_and_errors(tiny_models):
     assert set(res.table["layer"]) == {2} and set(res.table["probe"]) == {"depth"}
     with pytest.raises(BertologyError, match="out of range"):
         run_probes({"base": base}, train, None, train, ProbeSettings(epochs=1, layers=(7,)))
-    with pytest.raises(BertologyError, match="probe kind"):
+    with pytest.raises(BertologyError, match=r"--probes \(probes\) must be one of distance, depth, not .nope."):
         ProbeSettings(probes=("nope",))
 
 

@@ -309,14 +309,16 @@ def test_task_of_model_recognises_a_question_answering_head(qa_model):
 
 
 def test_ablation_bootstraps_questions_and_the_cached_sweep_equals_the_naive(qa_model):
-    from bertology.experiments.ablation import HeadScoring, run_ablation
+    from bertology.experiments.ablation import HeadScoring, SweepPlan, run_ablation
 
     loaded, feats = qa_model
     assert len(feats.items) > len(feats.data)  # several windows per question
     y = get_task("qa").targets(feats, loaded.model)
     scoring = HeadScoring.for_tokenizer(loaded.tokenizer, batch_size=5)
-    naive = run_ablation(loaded.model, feats, y, scoring, n_bootstrap=30, method="naive", layer_modes=("skip",))
-    cached = run_ablation(loaded.model, feats, y, scoring, n_bootstrap=30, method="cached", layer_modes=("skip",))
+    naive = run_ablation(loaded.model, feats, y, scoring, n_bootstrap=30,
+                         sweep=SweepPlan(method="naive", layer_modes=("skip",)))
+    cached = run_ablation(loaded.model, feats, y, scoring, n_bootstrap=30,
+                          sweep=SweepPlan(method="cached", layer_modes=("skip",)))
     assert set(naive.table["n_examples"]) == {len(feats.data)} and naive.params["n_examples"] == len(feats.data)
     assert all(len(v) == len(feats.data) for v in naive.per_example["intact"].values())
     assert set(naive.table["task"]) == {"qa"} and set(naive.table["metric"]) == {"f1", "exact_match", "loss"}

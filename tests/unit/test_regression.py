@@ -9,7 +9,7 @@ import torch
 from bertology.data.corpus import Corpus
 from bertology.data.encode import encode_corpus
 from bertology.errors import BertologyError
-from bertology.experiments.ablation import HeadScoring, run_ablation, summary
+from bertology.experiments.ablation import HeadScoring, SweepPlan, run_ablation, summary
 from bertology.experiments.head_importance import run_head_importance
 from bertology.models.loading import load_model
 from bertology.tasks.catalog import choose_task, get_task, task_of_model
@@ -88,8 +88,8 @@ def test_ablation_table_of_a_regressor_equals_scipy_on_its_own_predictions(reg, 
 def test_cached_and_naive_sweeps_of_a_regressor_agree(reg, data):
     corpus, enc = data
     y = task_of_model(reg.model).targets(corpus, reg.model)
-    a = run_ablation(reg.model, enc, y, HeadScoring(batch_size=4), n_bootstrap=0, method="cached").table
-    b = run_ablation(reg.model, enc, y, HeadScoring(batch_size=4), n_bootstrap=0, method="naive").table
+    a = run_ablation(reg.model, enc, y, HeadScoring(batch_size=4), n_bootstrap=0, sweep=SweepPlan(method="cached")).table
+    b = run_ablation(reg.model, enc, y, HeadScoring(batch_size=4), n_bootstrap=0, sweep=SweepPlan(method="naive")).table
     # the cached sweep replays the same float32 operations on cached inputs: agreement to float rounding
     assert np.allclose(a["value"], b["value"], rtol=1e-5, atol=1e-6)
 

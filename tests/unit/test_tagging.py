@@ -11,7 +11,7 @@ from sklearn.metrics import accuracy_score
 from bertology.data.corpus import Corpus, Example
 from bertology.data.encode import encode_corpus
 from bertology.errors import BertologyError
-from bertology.experiments.ablation import HeadScoring, run_ablation, summary
+from bertology.experiments.ablation import HeadScoring, SweepPlan, run_ablation, summary
 from bertology.experiments.head_importance import run_head_importance
 from bertology.models.loading import load_model
 from bertology.tasks.bio_tagging import entity_counts
@@ -216,8 +216,8 @@ def test_cached_and_naive_sweeps_of_a_tagger_agree(tagger, mode):
     enc = encode_corpus(corpus, tagger.tokenizer)
     y = task_of_model(tagger.model).targets(corpus, tagger.model)
     scoring = HeadScoring.for_tokenizer(tagger.tokenizer, mode=mode, batch_size=4)
-    a = run_ablation(tagger.model, enc, y, scoring, n_bootstrap=0, method="cached")
-    b = run_ablation(tagger.model, enc, y, scoring, n_bootstrap=0, method="naive")
+    a = run_ablation(tagger.model, enc, y, scoring, n_bootstrap=0, sweep=SweepPlan(method="cached"))
+    b = run_ablation(tagger.model, enc, y, scoring, n_bootstrap=0, sweep=SweepPlan(method="naive"))
     assert a.params["method"] == "cached"
     # the cached sweep replays the same float32 operations on cached inputs: agreement to float rounding
     assert np.allclose(a.table["value"], b.table["value"], rtol=1e-5, atol=1e-6)
@@ -230,7 +230,8 @@ def test_bio_tagger_ablation_has_entity_scores_equal_to_seqeval(bio_tagger):
     enc = encode_corpus(corpus, bio_tagger.tokenizer)
     task = task_of_model(bio_tagger.model)
     y = task.targets(corpus, bio_tagger.model)
-    res = run_ablation(bio_tagger.model, enc, y, HeadScoring(batch_size=6), n_bootstrap=50, layers=[2])
+    res = run_ablation(bio_tagger.model, enc, y, HeadScoring(batch_size=6), n_bootstrap=50,
+                       sweep=SweepPlan(layers=[2]))
     intact = res.table[res.table["target"] == "intact"].set_index("metric")["value"]
     with torch.inference_mode():
         pred = []

@@ -75,11 +75,13 @@ def run_analyses(
     on_batch: Callable[[int], None] | None = None,
     store=None,
     timings: dict[str, float] | None = None,
-) -> None:
-    """Stream the corpus once through both models and feed every analysis (and the optional store)."""
+) -> list[Consumer]:
+    """Stream the corpus once through both models and feed every analysis (and the optional store); the analyses
+    fed, in order, so ``[a.compute() for a in run_analyses(...)]`` gives their tables."""
     consumers: list = list(analyses) + ([_StoreConsumer(store)] if store is not None else [])
     run_shared_analyses(pair.base.model, [pair.tuned.model], pair.tokenizer.pad_token_id or 0, encoded, [consumers],
                         batch_size=batch_size, device=device, on_batch=on_batch, timings=timings)
+    return list(analyses)
 
 
 class _StoreConsumer:

@@ -17,13 +17,10 @@ import typer
 from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
-from bertology.cli.options import (
-    DATA_FORMATS, DEVICE_OPT, DTYPE_OPT, LABEL_COL, PAIR_COL, TEXT_COL, TRUST_REMOTE_CODE_OPT, batch_size_option, data_option,
-    epochs_option, lr_option, max_examples_option, max_length_option, model_option, out_option, overwrite_option,
-    no_report_option, seed_option,
-)
-from bertology.config import DataConfig, FinetuneConfig
-from bertology.errors import BertologyError
+from bertology.cli.generated import given_settings, settings_command
+from bertology.cli.options import DATA_FORMATS, data_option, model_option, no_report_option, out_option, overwrite_option
+from bertology.config import FINETUNE_DATA_SETTINGS, DataConfig, FinetuneConfig
+from bertology.settings import Setting, field_settings
 
 
 def _summary(metrics: dict, n_train, model_dir, wall, reused: bool = False) -> str:
@@ -90,155 +87,67 @@ def _details(manifest: dict) -> list[str]:
     return lines
 
 
-def parse_layers(text: str | None, flag: str = "--drop-layers") -> tuple[int, ...]:
-    """``"11,12"`` -> ``(11, 12)``; empty/None -> ``()``."""
-    if text is None or not text.strip():
-        return ()
-    try:
-        return tuple(sorted({int(x) for x in text.replace(" ", "").split(",") if x}))
-    except ValueError:
-        raise BertologyError(f"{flag} takes a comma list of layer numbers (1-based), not {text!r}.") from None
+#: ``--help``'s panels for the generated flags (presentation only: a setting not named here is listed under
+#: "training"); every flag's name, default, help and checks come from its declaration in FinetuneConfig.
+PANELS = (
+    ("data", ()),
+    ("training", ("eval_fraction", "epochs", "batch_size", "learning_rate", "weight_decay", "warmup_ratio", "seed",
+                  "device", "dtype", "trust_remote_code", "objective", "task", "tag_column")),
+    ("experiments: layers and biased data", ("drop_layers", "freeze_layers", "freeze_embeddings", "exclude_words",
+                                             "slice_words")),
+    ("training hygiene", ("grad_accum", "eval_every", "early_stopping", "early_stopping_metric", "save_every",
+                          "max_grad_norm")),
+    ("contrastive (SimCSE)", ("contrastive", "temperature", "pooling", "positive_label", "negative_label", "sts_data",
+                              "anisotropy_sentences", "anisotropy_pairs")),
+    ("question answering", ("doc_stride", "max_answer_length", "null_threshold", "qa_split")),
+)
 
 
-@app.command("finetune")
+def finetune_settings() -> list[tuple[str, tuple[Setting, ...]]]:
+    """The flags ``finetune`` generates: the data's, then every FinetuneConfig setting, grouped by :data:`PANELS`."""
+    declared = {s.name: s for s in field_settings(FinetuneConfig)}
+    placed = {name for _, names in PANELS for name in names}
+    groups = [(panel, tuple(declared[n] for n in names if n in declared)) for panel, names in PANELS]
+    groups[0] = ("data", FINETUNE_DATA_SETTINGS)
+    groups[1] = ("training", (*groups[1][1], *(s for n, s in declared.items() if n not in placed)))
+    return groups
+
+
+def make_config(data: str, model: str, out: str, eval_data: str | None, given: dict) -> FinetuneConfig:
+    """The run's settings from the command line: the generated flags the user gave (by setting name, checked by
+    their declarations when the config is made), the rest their declared defaults."""
+    data_names = {s.name for s in FINETUNE_DATA_SETTINGS}
+    data_config = DataConfig(path=data, overlong="truncate", max_examples=given.get("max_examples"),
+                             **{k: v for k, v in given.items() if k in data_names and k != "max_examples"})
+    return FinetuneConfig(model=model, data=data_config, out=out, eval_data=eval_data,
+                          **{k: v for k, v in given.items() if k not in data_names})
+
+
+@app.command("finetune", cls=settings_command(finetune_settings))
 @user_errors
 def finetune_command(
+    ctx: typer.Context,
     data: str = data_option(help=f"Training data: a {DATA_FORMATS}; with --task qa a SQuAD v1.1/v2.0 JSON file."),
     model: str = model_option(help="Model to fine-tune: hub id, local folder, or built-in 'minilm'."),
-    text_column: Optional[str] = TEXT_COL,
-    pair_column: Optional[str] = PAIR_COL,
-    label_column: Optional[str] = LABEL_COL,
     eval_data: Optional[str] = typer.Option(
         None, "--eval-data", help="Separate held-out data (same columns); default: a stratified split of --data."
     ),
-    eval_fraction: float = typer.Option(0.2, "--eval-fraction", help="Held-out fraction of --data when no --eval-data."),
-    max_examples: Optional[int] = max_examples_option(
-        None, help="Use a seeded, label-stratified sample of this many training examples."
-    ),
-    max_length: int = max_length_option(128, help="Truncate inputs to this many tokens (counted in the manifest)."),
-    epochs: float = epochs_option(2.0, help="Epochs (may be fractional)."),
-    batch_size: int = batch_size_option(32, help="Training and evaluation batch size."),
-    lr: float = lr_option(5e-5, help="Peak learning rate of AdamW."),
-    weight_decay: float = typer.Option(0.01, "--weight-decay", help="AdamW weight decay (not on biases/LayerNorm)."),
-    warmup_ratio: float = typer.Option(0.1, "--warmup-ratio", help="Fraction of steps with linear warm-up."),
-    seed: int = seed_option(help="Seed for the split, head initialisation, shuffling and dropout."),
-    device: str = DEVICE_OPT,
-    dtype: str = typer.Option(
-        "float32", "--dtype",
-        help="float32, or mixed precision: the training forward under autocast in bfloat16 or float16 (with a loss scaler); weights stay float32."),
     out: Path = out_option(Path("runs/finetune"), help="Run folder (model/, tables/, manifest.json)."),
-    trust_remote_code: bool = TRUST_REMOTE_CODE_OPT,
     overwrite: bool = overwrite_option(help="Replace a different run already in --out (or retrain this one from scratch)."),
-    drop_layers: Optional[str] = typer.Option(None, "--drop-layers", help="Remove these transformer layers (comma list, 1-based) before training."),
-    freeze_layers: int = typer.Option(0, "--freeze-layers", help="Freeze the bottom K transformer layers.", min=0),
-    freeze_embeddings: bool = typer.Option(False, "--freeze-embeddings", help="Freeze the embedding layer."),
-    exclude_words: Optional[str] = typer.Option(
-        None, "--exclude-words",
-        help="Drop training examples containing any of these words (comma list or @FILE; whole word, case-insensitive, "
-             "either text of a pair); eval is also reported on the slices with / without them.",
-    ),
-    eval_slices: Optional[str] = typer.Option(
-        None, "--eval-slices",
-        help="Also report eval on the examples with / without these words (comma list or @FILE), dropping nothing "
-             "(the control of an --exclude-words run; default: the excluded words).",
-    ),
-    objective: str = typer.Option(
-        "supervised", "--objective",
-        help="supervised (a head for --task; the old name 'classification' means the same), or contrastive (SimCSE; "
-             "saves an encoder without a head)."),
-    task: str = typer.Option(
-        "auto", "--task",
-        help="The head's task: classification, regression (one output, MSE; Pearson/Spearman), tagging (one tag per "
-             "word on its first piece; accuracy, and entity F1 for BIO tags), qa (extractive question answering on "
-             "SQuAD v1.1/v2.0 JSON; F1 / exact match), parsing (a biaffine dependency parser on a CoNLL-U file's trees; "
-             "UAS/LAS without punctuation), or auto (regression for numeric labels with decimals or more than 20 "
-             "values, e.g. GLUE STS-B's score; tagging for data with word tags and no sentence labels: a .conllu or a "
-             ".conll/.bio/.iob tag file).",
-    ),
-    tag_column: str = typer.Option(
-        "upos", "--tag-column",
-        help="Tagging on CoNLL-U: learn the upos or xpos column. (A .conll/.bio/.iob tag file brings its own tags: "
-             "the last column, or the 0-based column given by --label-column.)",
-    ),
-    doc_stride: int = typer.Option(128, "--doc-stride", help="QA: context tokens shared by consecutive windows of a long context.", min=0),
-    max_answer_length: int = typer.Option(30, "--max-answer-length", help="QA: the longest predicted answer, in tokens.", min=1),
-    null_threshold: float = typer.Option(
-        0.0, "--null-threshold", help="QA, SQuAD v2.0: answer 'no answer' when the null score beats the best span's by more than this."),
-    qa_split: str = typer.Option("article", "--qa-split", help="QA without --eval-data: hold out whole articles (article) or questions (question)."),
-    contrastive: str = typer.Option(
-        "auto", "--contrastive",
-        help="Contrastive flavour: unsupervised (same sentence twice, dropout positives), supervised (NLI pairs: "
-             "entailment positive, contradiction hard negative), or auto (supervised when the data has pairs and labels).",
-    ),
-    temperature: float = typer.Option(0.05, "--temperature", help="Contrastive: temperature of the cosine similarities."),
-    pooling: str = typer.Option("cls", "--pooling", help="Contrastive: sentence embedding = cls token or mean of tokens."),
-    sts_data: Optional[str] = typer.Option(None, "--sts-data", help="Contrastive: STS-B-format file (sentence1, sentence2, score) for Spearman."),
-    anisotropy_sentences: int = typer.Option(500, "--anisotropy-sentences", help="Contrastive: sentences sampled for anisotropy per layer (0 = skip).", min=0),
-    grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-batches of --batch-size per optimiser step.", min=1),
-    eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Also evaluate every N optimiser steps (always at each epoch end).", min=1),
-    early_stopping: Optional[int] = typer.Option(None, "--early-stopping", help="Stop after PATIENCE evaluations without improvement; keep the best weights.", min=1),
-    early_stopping_metric: Optional[str] = typer.Option(None, "--early-stopping-metric", help="Metric watched by --early-stopping (default: the task's first metric, accuracy or pearson; contrastive: spearman or loss)."),
     against: Optional[Path] = typer.Option(
         None, "--against", help="A finished finetune run (e.g. the full model) to report accuracy and time against."
     ),
-    save_every: Optional[int] = typer.Option(None, "--save-every", help="Keep checkpoints/step-N/ every N steps (resume after an interruption; bertology track).", min=1),
     no_report: bool = no_report_option("Write the model, tables and manifest only, no report.html."),
 ) -> None:
     """Fine-tune a head (classification, regression, tagging, parsing, QA) or a contrastive encoder, with layer
-    removal, freezing, biased-data filters, checkpoints and resumption."""
-    from bertology.training.data import parse_word_list
+    removal, freezing, biased-data filters, checkpoints and resumption.
+
+    Every setting below is generated from its declaration (bertology.config.FinetuneConfig), so Python and the
+    command line accept and refuse the same values."""
     from bertology.training.finetune import read_data
     from bertology.training.run import finetune_to_dir
 
-    words = parse_word_list(exclude_words)
-    if exclude_words is not None and not words:
-        raise BertologyError("--exclude-words is empty.")
-    config = FinetuneConfig(
-        model=model,
-        data=DataConfig(
-            path=data,
-            text_column=text_column,
-            pair_column=pair_column,
-            label_column=label_column,
-            max_examples=max_examples,
-            max_length=max_length,
-            overlong="truncate",
-        ),
-        out=str(out),
-        eval_data=eval_data,
-        eval_fraction=eval_fraction,
-        epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=lr,
-        weight_decay=weight_decay,
-        warmup_ratio=warmup_ratio,
-        seed=seed,
-        device=device,
-        dtype=dtype,
-        trust_remote_code=trust_remote_code,
-        objective=objective,  # type: ignore[arg-type]
-        contrastive=contrastive,  # type: ignore[arg-type]
-        task=task,  # type: ignore[arg-type]
-        tag_column=tag_column,  # type: ignore[arg-type]
-        temperature=temperature,
-        pooling=pooling,  # type: ignore[arg-type]
-        sts_data=sts_data,
-        anisotropy_sentences=anisotropy_sentences,
-        drop_layers=parse_layers(drop_layers),
-        freeze_layers=freeze_layers,
-        freeze_embeddings=freeze_embeddings,
-        exclude_words=words,
-        slice_words=parse_word_list(eval_slices),
-        grad_accum=grad_accum,
-        eval_every=eval_every,
-        early_stopping=early_stopping,
-        early_stopping_metric=early_stopping_metric,
-        save_every=save_every,
-        doc_stride=doc_stride,
-        max_answer_length=max_answer_length,
-        null_threshold=null_threshold,
-        qa_split=qa_split,  # type: ignore[arg-type]
-    )
+    config = make_config(data, model, str(out), eval_data, given_settings(ctx))
     if against is not None:
         from bertology.training.run import finished_summary
 

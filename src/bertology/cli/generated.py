@@ -37,7 +37,7 @@ def _metavar(s: Setting) -> str | None:
 def _help(s: Setting) -> str:
     """The declaration's help, its paper, and its default (shown by us: typer would show None, the "not given")."""
     text = s.help + (f" ({s.paper})" if s.paper and s.paper not in s.help else "")
-    if s.default is None or s.default is False:
+    if s.default is None or s.default is False or s.default == ():  # nothing / off / an empty list: not shown
         return text
     default = ",".join(map(str, s.default)) if isinstance(s.default, tuple) else s.default
     return f"{text} (default: {s.cli_flag if default is True else default})"

@@ -15,9 +15,9 @@ import typer
 from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
+from bertology.cli.generated import given_settings, settings_command
 from bertology.cli.options import (
-    DATA_OPT, DEVICE_OPT, PAIR_COL, TEXT_COL, TRUST_REMOTE_CODE_OPT, batch_size_option, epochs_option, lr_option,
-    max_length_option, model_option, out_option, overwrite_option, seed_option,
+    DATA_OPT, PAIR_COL, TEXT_COL, TRUST_REMOTE_CODE_OPT, model_option, out_option, overwrite_option,
 )
 
 patterns_app = typer.Typer(
@@ -29,31 +29,42 @@ patterns_app = typer.Typer(
 app.add_typer(patterns_app, name="patterns")
 
 
-@patterns_app.command("export")
+def export_settings() -> list:
+    """The flags ``patterns export`` generates: which maps are exported."""
+    from bertology.settings import field_settings
+    from bertology.study.patterns import ExportSettings
+
+    return [("export", field_settings(ExportSettings))]
+
+
+def train_settings() -> list:
+    """The flags ``patterns train`` generates: the CNN's training settings."""
+    from bertology.experiments.pattern_cnn import TrainSettings
+    from bertology.settings import field_settings
+
+    return [("training", field_settings(TrainSettings))]
+
+
+@patterns_app.command("export", cls=settings_command(export_settings))
 @user_errors
 def export_command(
+    ctx: typer.Context,
     data: str = DATA_OPT,
     out: Path = out_option(..., help="Folder for maps/, maps.npz, labels.csv, index.html, export.json."),
     model: str = model_option(),
-    examples: int = typer.Option(20, "--examples", help="How many examples to sample (seeded)."),
-    heads: str = typer.Option("all", "--heads", help="'all' or comma-separated L<layer>H<head> / L<layer> (layers 1..N)."),
-    limit: int = typer.Option(400, "--limit", help="At most this many maps (Kovaleva labelled ~400); sampled when more."),
-    size: int = typer.Option(32, "--size", help="Side of the resized map images the CNN will see (multiple of 8)."),
-    seed: int = seed_option(help="Seed for the choice of examples and maps."),
-    max_length: int = max_length_option(128, help="Skip examples longer than this many tokens (counted)."),
     text_column: Optional[str] = TEXT_COL,
     pair_column: Optional[str] = PAIR_COL,
-    batch_size: int = batch_size_option(16, help="Examples per forward pass."),
-    device: str = DEVICE_OPT,
     overwrite: bool = overwrite_option(help="Replace an earlier export in a non-empty --out."),
     trust_remote_code: bool = TRUST_REMOTE_CODE_OPT,
 ) -> None:
-    """Sample attention maps and write thumbnails plus a labels.csv for a person to label."""
+    """Sample attention maps and write thumbnails plus a labels.csv for a person to label.
+
+    The flags below are generated from the export's declared settings (checked by the library).
+    """
     from bertology.study.inputs import Columns, Loading
     from bertology.study.patterns import ExportSettings, export_patterns
 
-    settings = ExportSettings(examples=examples, heads=heads, limit=limit, size=size, seed=seed, max_length=max_length,
-                              batch_size=batch_size, device=device)
+    settings = ExportSettings(**given_settings(ctx))
     run = export_patterns(model, data, settings, out=out, columns=Columns(text_column, pair_column),
                           loading=Loading(trust_remote_code=trust_remote_code), overwrite=overwrite)
     out, sample, counts = run.out, run.sample, run.counts
@@ -63,24 +74,23 @@ def export_command(
                   f"`bertology patterns train {escape(str(out / 'labels.csv'))}`", highlight=False)
 
 
-@patterns_app.command("train")
+@patterns_app.command("train", cls=settings_command(train_settings))
 @user_errors
 def train_command(
+    ctx: typer.Context,
     labels: Path = typer.Argument(..., help="labels.csv from `patterns export`, with the label column filled in."),
     out: Optional[Path] = out_option(None, help="Folder for the model (default: cnn/ beside the CSV)."),
     folds: int = typer.Option(5, "--folds", help="Stratified cross-validation folds (fewer if a class has fewer maps)."),
-    epochs: int = epochs_option(40, help="Training epochs per fit."),
-    batch_size: int = batch_size_option(32, help="Maps per training step."),
-    lr: float = lr_option(1e-3, help="Adam learning rate."),
-    seed: int = seed_option(help="Seed for the folds, initialisation and shuffling."),
     overwrite: bool = overwrite_option(help="Replace a model already saved in --out."),
 ) -> None:
-    """Cross-validate a small CNN on the labelled maps, compare it with the rules, and save it."""
+    """Cross-validate a small CNN on the labelled maps, compare it with the rules, and save it.
+
+    The training flags below are generated from its declared settings (checked by the library).
+    """
     from bertology.experiments.pattern_cnn import TrainSettings
     from bertology.study.patterns import train_patterns
 
-    run = train_patterns(labels, TrainSettings(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed), out=out,
-                         folds=folds, overwrite=overwrite)
+    run = train_patterns(labels, TrainSettings(**given_settings(ctx)), out=out, folds=folds, overwrite=overwrite)
     report, folder = run.report, run.out
     console.print(f"{len(run.report.out_of_fold)} labelled maps ({run.n_skipped} rows with an empty label skipped)")
     console.print("labels: " + ", ".join(f"{c} {n}" for c, n in report.label_counts.items()), highlight=False)

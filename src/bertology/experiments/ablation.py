@@ -26,7 +26,7 @@ from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus
 from bertology.errors import BertologyError
 from bertology.metrics.bootstrap import bootstrap_counts  # noqa: F401  (re-exported: tests and the ablation API)
-from bertology.models.ablate import Mode, check_mode
+from bertology.models.ablate import Mode
 from bertology.config import CompareConfig
 from bertology.experiments.ablation_sweep import (  # noqa: F401  (re-exported: the ablation API)
     LAYER_MODES,
@@ -35,6 +35,7 @@ from bertology.experiments.ablation_sweep import (  # noqa: F401  (re-exported: 
     TABLE_COLUMNS,
     AblationResult,
     Method,
+    SweepPlan,
     Unit,
     _Sweep,
     degeneracy_record,
@@ -45,8 +46,9 @@ from bertology.experiments.ablation_sweep import (  # noqa: F401  (re-exported: 
 from bertology.experiments.degenerate import table_degeneracy
 from bertology.experiments.head_importance import ImportanceResult, importance_vs_deltas, run_head_importance
 from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec, jsonable
-from bertology.config import MODES
-from bertology.settings import Setting
+from bertology.config import DEVICE_HELP, MODES
+from bertology.progress import parse_layer_list
+from bertology.settings import Setting, check_fields, setting_field
 from bertology.progress import stage_bars
 from bertology.results import Result
 from bertology.experiments.scoring import (  # noqa: F401  (re-exported: the ablation API)
@@ -66,39 +68,54 @@ logger = logging.getLogger(__name__)
 # --------------------------------------------------------------------------------------------------
 
 
+#: What ``bertology ablate`` and compare's ablation experiment both declare (their flags differ: ``--mode`` there,
+#: ``--ablation-mode`` here), written once.
+MODE_HELP = "How a head is disabled: uniform (attention 1/L), zero, or mean (output)."
+EXAMPLES_HELP = "Seeded, label-stratified sample of this many examples (0 = all)."
+EXCLUDE_SPECIAL_HELP = "Uniform mode: leave [CLS]/[SEP] out of the 1/L average."
+BOOTSTRAP_HELP = "Bootstrap resamples of the examples for the 95% intervals (0 = none)."
+IMPORTANCE_HELP = "Also head importance and pruning curves."
+KOVALEVA, MICHEL = "Kovaleva et al. 2019", "Michel et al. 2019"
+
+
+def _layer_modes(text: str) -> tuple[str, ...]:
+    """``"skip,heads"`` -> ``("skip", "heads")``; ``none`` or empty -> no whole-layer ablations."""
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    return () if names in ((), ("none",)) else names
+
+
+def _layers(text: str) -> tuple[int, ...] | None:
+    return parse_layer_list(text, "layer numbers (1-based)")
+
+
 @dataclass
 class AblationSettings:
-    """Every choice that changes the ablation numbers (recorded in the manifest)."""
+    """Every choice that changes the ablation numbers (recorded in the manifest); ``bertology ablate``'s flags are
+    generated from the fields made with :func:`~bertology.settings.setting_field`."""
 
-    mode: Mode = "uniform"
-    exclude_special: bool = False
-    layers: tuple[int, ...] | None = None  # layers whose heads and blocks are ablated (None: all)
+    mode: Mode = setting_field("uniform", MODE_HELP, choices=MODES, paper=KOVALEVA)
+    exclude_special: bool = setting_field(False, EXCLUDE_SPECIAL_HELP)
+    layers: tuple[int, ...] | None = setting_field(
+        None, "Comma list of layers (1-based) to ablate; default all.", kind=tuple, parse=_layers, metavar="LAYERS")
     heads: bool = True  # single-head ablations
-    layer_modes: tuple[str, ...] = LAYER_MODES  # whole-layer ablations: "skip" and/or "heads"
-    batch_size: int = 32
-    n_bootstrap: int = 1000
-    seed: int = 0
-    device: str = "cpu"
-    max_examples: int | None = 500
-    max_length: int = 128
+    layer_modes: tuple[str, ...] = setting_field(
+        LAYER_MODES, "Whole-layer ablations: skip (bypass the block), heads (all heads disabled), or none.",
+        choices=LAYER_MODES, parse=_layer_modes, metavar="skip,heads|none")
+    batch_size: int = setting_field(32, "Examples per forward pass.", minimum=1)
+    n_bootstrap: int = setting_field(1000, BOOTSTRAP_HELP, minimum=0, flag="--bootstrap")
+    seed: int = setting_field(0, "Seed of the sample, the bootstrap and the random pruning order.")
+    device: str = setting_field("cpu", DEVICE_HELP, changes_numbers=False)  # results agree across devices to rounding
+    max_examples: int | None = setting_field(500, EXAMPLES_HELP, minimum=2, zero_is_none=True)
+    max_length: int = setting_field(128, "Truncate inputs to this many tokens (counted in the manifest).", minimum=2)
     # head importance (Michel et al. 2019) and pruning curves
-    importance: bool = True
-    pruning_step: float = 0.1
-    pruning_recompute: bool = True
+    importance: bool = setting_field(True, IMPORTANCE_HELP, paper=MICHEL)
+    pruning_step: float = setting_field(0.1, "Fraction of all heads removed per pruning step.", above=0, maximum=1,
+                                        paper=MICHEL)
+    pruning_recompute: bool = setting_field(
+        True, "Re-estimate importance after every pruning step (the paper's way).", flag="--recompute", paper=MICHEL)
 
     def __post_init__(self) -> None:
-        check_mode(self.mode)
-        bad = [m for m in self.layer_modes if m not in LAYER_MODES]
-        if bad:
-            raise BertologyError(f"Unknown layer mode(s) {bad}; choose from {', '.join(LAYER_MODES)}.")
-        if self.batch_size < 1:
-            raise BertologyError(f"batch_size must be at least 1, not {self.batch_size}.")
-        if self.n_bootstrap < 0:
-            raise BertologyError(f"n_bootstrap must be >= 0, not {self.n_bootstrap}.")
-        if not 0 < self.pruning_step <= 1:
-            raise BertologyError(f"pruning_step must be in (0, 1], not {self.pruning_step}.")
-        if self.max_examples is not None and self.max_examples < 2:
-            raise BertologyError(f"max_examples must be at least 2, not {self.max_examples}.")
+        check_fields(self)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -185,11 +202,10 @@ def run_ablation_study(
     partial = None if work_dir is None else Path(work_dir)
     scoring = HeadScoring.for_tokenizer(tokenizer, mode=settings.mode, exclude_special=settings.exclude_special,
                                         batch_size=settings.batch_size, device=settings.device)
-    result = run_ablation(
-        model, encoded, label_ids, scoring, layers=settings.layers, heads=settings.heads, layer_modes=settings.layer_modes,
-        n_bootstrap=settings.n_bootstrap, seed=settings.seed, progress_dir=None if partial is None else partial / "ablation",
-        on_unit=(lambda u, d, t: on_progress("ablation", d, t)) if on_progress else None,
-    )
+    result = run_ablation(model, encoded, label_ids, scoring, n_bootstrap=settings.n_bootstrap, seed=settings.seed,
+                          progress_dir=None if partial is None else partial / "ablation",
+                          on_unit=(lambda u, d, t: on_progress("ablation", d, t)) if on_progress else None,
+                          sweep=SweepPlan(layers=settings.layers, heads=settings.heads, layer_modes=settings.layer_modes))
     tables = {TABLE: result.table}
     imp = None
     summary: dict = {
@@ -336,13 +352,11 @@ def _run(ctx: ExperimentContext) -> ExperimentOutcome:
 
 
 SETTINGS = (
-    Setting("ablation_mode", "uniform", "How a head is disabled: uniform (1/L attention), zero, or mean (output).",
-            choices=MODES, paper="Kovaleva et al. 2019"),
-    Setting("ablation_examples", 500, "Seeded, label-stratified sample of this many examples (0 = all).", minimum=0),
-    Setting("ablation_exclude_special", False, "Uniform mode: leave [CLS]/[SEP] out of the 1/L average."),
-    Setting("ablation_bootstrap", 1000, "Bootstrap resamples for the 95% intervals.", minimum=0),
-    Setting("ablation_importance", True, "Also head importance and pruning curves.", paper="Michel et al. 2019",
-            flag="--importance"),
+    Setting("ablation_mode", "uniform", MODE_HELP, choices=MODES, paper=KOVALEVA),
+    Setting("ablation_examples", 500, EXAMPLES_HELP, minimum=0),
+    Setting("ablation_exclude_special", False, EXCLUDE_SPECIAL_HELP),
+    Setting("ablation_bootstrap", 1000, BOOTSTRAP_HELP, minimum=0),
+    Setting("ablation_importance", True, IMPORTANCE_HELP, paper=MICHEL, flag="--importance"),
 )
 
 SPEC = ExperimentSpec(

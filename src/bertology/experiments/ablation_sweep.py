@@ -391,34 +391,47 @@ class _null:
         return False
 
 
+@dataclass(frozen=True)
+class SweepPlan:
+    """Which units an ablation sweep disables and how it runs them.
+
+    ``layers`` (None: every layer), ``heads`` (every head of those layers alone), ``layer_modes`` (whole layers:
+    ``skip`` and/or ``heads``); ``method``: ``cached`` (layers below an ablated one run once) or ``naive``
+    (a full forward per unit, the reference); ``first_token_shortcut``: let the cached sweep run the last
+    block's feed-forward on the first token only, on the batches where that gave the same bits on the intact
+    model (about a tenth less work at BERT-base). Off by default: matrix kernels chosen by shape may still round
+    an ablated unit's one-row product differently (seen on tiny RoBERTa models), so its numbers equal the naive
+    re-run's to float rounding only; without it they are equal bit for bit.
+    """
+
+    layers: Sequence[int] | None = None
+    heads: bool = True
+    layer_modes: Sequence[str] = LAYER_MODES
+    method: Method = "cached"
+    first_token_shortcut: bool = False
+
+
 def run_ablation(
     model: torch.nn.Module,
     encoded: EncodedCorpus,
     label_ids: np.ndarray | Sequence[int],
     scoring: HeadScoring = HeadScoring(),
     *,
-    layers: Sequence[int] | None = None,
-    heads: bool = True,
-    layer_modes: Sequence[str] = LAYER_MODES,
+    sweep: SweepPlan = SweepPlan(),
     n_bootstrap: int = 1000,
     seed: int = 0,
-    method: Method = "cached",
     progress_dir: str | Path | None = None,
     on_unit: Callable[[Unit, int, int], None] | None = None,
-    first_token_shortcut: bool = False,
 ) -> AblationResult:
-    """Score the intact model and every planned head/layer ablation; return the ``ablation`` table.
+    """Score the intact model and every ablation ``sweep`` plans (:class:`SweepPlan`); return the ``ablation`` table.
 
     ``label_ids`` are in corpus order (indexed by ``EncodedExample.index``; see :func:`label_ids_for`);
     ``scoring`` says how heads are disabled and the model is run (:class:`HeadScoring`).
     ``on_unit(unit, done, total)`` is called after every finished ablation (progress bars; raising in
     it interrupts the sweep, which ``progress_dir`` lets a later call resume).
-    ``first_token_shortcut``: let the cached sweep run the last block's feed-forward on the first token
-    only, on the batches where that gave the same bits on the intact model (about a tenth less work at
-    BERT-base). Off by default: matrix kernels chosen by shape may still round an ablated unit's one-row
-    product differently (seen on tiny RoBERTa models), so its numbers equal the naive re-run's to float
-    rounding only; without it they are equal bit for bit.
     """
+    layers, heads, layer_modes = sweep.layers, sweep.heads, sweep.layer_modes
+    method, first_token_shortcut = sweep.method, sweep.first_token_shortcut
     if method not in ("cached", "naive"):
         raise ValueError(f"method must be 'cached' or 'naive', not {method!r}")
     t0 = time.perf_counter()
@@ -439,13 +452,13 @@ def run_ablation(
     store = ProgressStore(progress_dir, fingerprint_of(model, batches, fp_settings))
     pending = [u for u in units if u.key not in store]
     logger.info("ablation: %d of %d units to run (%s method)", len(pending), len(units), method)
-    sweep = _Sweep(
+    runner = _Sweep(
         model, batches, store, scoring, on_unit=on_unit, total=len(units), done=len(units) - len(pending),
         first_token_shortcut=first_token_shortcut,
     )
     t1 = time.perf_counter()
     if pending:
-        (sweep.cached if method == "cached" else sweep.naive)(pending)
+        (runner.cached if method == "cached" else runner.naive)(pending)
     t2 = time.perf_counter()
     per_example = {u.key: store.get(u.key) for u in units}
     params = {
@@ -462,8 +475,8 @@ def run_ablation(
         # whether the cached sweep ran the last block's feed-forward on the first token only, and on how many
         # batches (first_token_shortcut=True: where a batch's intact outputs were bit-identical with it); None
         # when the cached sweep did not run
-        "first_token_shortcut": None if sweep.first_token_shortcut is None else sweep.first_token_shortcut[0] > 0,
-        "first_token_shortcut_batches": None if sweep.first_token_shortcut is None else list(sweep.first_token_shortcut),
+        "first_token_shortcut": None if runner.first_token_shortcut is None else runner.first_token_shortcut[0] > 0,
+        "first_token_shortcut_batches": None if runner.first_token_shortcut is None else list(runner.first_token_shortcut),
         "n_examples": len(batches.y_examples),
         "n_layers": n_layers,
         "n_heads": n_heads,

@@ -169,106 +169,124 @@ def run_head_importance(
     ``label_ids`` are in corpus order. ``on_step(name, done, total)`` is called after every pass.
     Removed heads are disabled as ``scoring`` says (the mean-mode reference is this corpus unless it gives ``means``).
     """
-    mode, exclude_special, special_ids, means = scoring.mode, scoring.exclude_special, scoring.special_ids, scoring.means
     if not 0 < step_fraction <= 1:
         raise BertologyError(f"pruning step must be in (0, 1], not {step_fraction}.")
     bad = [o for o in orders if o not in ORDERS]
     if bad:
         raise BertologyError(f"Unknown pruning order(s) {bad}; choose from {', '.join(ORDERS)}.")
-    batches = classifier_batches(model, encoded, label_ids, scoring)
-    n_layers, n_heads = sites.num_layers(model), sites.num_heads(model)
-    total = n_layers * n_heads
-    counts = _steps(total, step_fraction)
-    settings = {
-        "what": "head_importance", "mode": mode, "exclude_special": exclude_special,
-        "special_ids": sorted(special_ids), "batch_size": scoring.batch_size, "step_fraction": step_fraction,
-        "recompute": recompute, "seed": seed,
-        "means": None if means is None else float(means.double().sum()),
-    }
-    store = ProgressStore(progress_dir, fingerprint_of(model, batches, settings))
-    n_passes = len(counts) * len(orders) + (0 if "importance" in orders else 1)
-    done = [0]
-
-    def tick(name: str) -> None:
-        done[0] += 1
-        if on_step is not None:
-            on_step(name, done[0], n_passes)
-
-    if mode == "mean" and means is None:
-        means = head_means(model, batches)
-    common = dict(mode=mode, exclude_special=exclude_special, special_ids=special_ids, means=means)
-
-    def heads_of(flat_ids: Sequence[int]) -> list[tuple[int, int]]:
-        return [(int(i) // n_heads + 1, int(i) % n_heads) for i in flat_ids]
-
-    curve_rows: list[dict] = []
-    removal_order: dict[str, list[str]] = {}
-    first_raw: np.ndarray | None = None
-
-    y_examples = batches.y_examples  # what the metrics count (QA: questions, not windows)
-
-    def add_points(order: str, step: int, n_removed: int, rec: dict[str, np.ndarray]) -> None:
-        for metric, value in batches.task.point_scores(rec, y_examples).items():
-            curve_rows.append({
-                "order": order, "step": step, "fraction_removed": n_removed / total, "n_removed": n_removed,
-                "metric": metric, "value": value, "mode": mode, "recompute": bool(recompute and order == "importance"),
-                "n_examples": len(y_examples),
-            })
-
-    # Pass 0 is the intact model's importance; the importance order continues from it.
-    removed: list[int] = []
-    norm: np.ndarray | None = None
-    steps = list(enumerate(counts)) if "importance" in orders else [(0, 0)]
-    for step, count in steps:
-        key = f"importance-step-{step}"
-        if step > 0:
-            ranking = norm if recompute else normalise_per_layer(first_raw)
-            removed = removed + _least_important(ranking, set(removed), count - len(removed))
-        saved = store.get(key)
-        if saved is not None and list(saved["removed"]) == removed:
-            raw, rec = saved["raw"], _records(saved)
-        else:
-            want_grad = step == 0 or (recompute and count < total)
-            raw, rec = gradient_pass(model, batches, removed=heads_of(removed), gradients=want_grad, **common)
-            raw = np.full((n_layers, n_heads), np.nan) if raw is None else raw
-            store.save(key, removed=np.array(removed, dtype=np.int64), raw=raw, **rec)
-        if step == 0:
-            first_raw = raw
-        if np.isfinite(raw).all():
-            keep = np.ones(total, dtype=bool)
-            keep[removed] = False
-            norm = normalise_per_layer(raw, keep.reshape(n_layers, n_heads))
-        if "importance" in orders:
-            add_points("importance", step, count, rec)
-        tick(key)
-    if "importance" in orders:
-        removal_order["importance"] = [f"L{l}H{h}" for l, h in heads_of(removed)]
-
+    pruning = _Pruning(model, classifier_batches(model, encoded, label_ids, scoring), scoring, step_fraction, recompute,
+                       orders, seed, progress_dir, on_step)
+    first_raw = pruning.by_importance()
     if "random" in orders:
-        perm = np.random.default_rng(seed).permutation(total)
-        removal_order["random"] = [f"L{l}H{h}" for l, h in heads_of(perm)]
-        for step, count in enumerate(counts):
-            key = f"random-step-{step}"
-            if step == 0 and "importance-step-0" in store:
-                saved = store.get("importance-step-0")
-            else:
-                saved = store.get(key)
-            if saved is None:
-                _, rec = gradient_pass(model, batches, removed=heads_of(perm[:count]), gradients=False, **common)
-                store.save(key, removed=perm[:count].astype(np.int64), **rec)
-            else:
-                rec = _records(saved)
-            add_points("random", step, count, rec)
-            tick(key)
-
-    importance = importance_table(first_raw, batches.n)
-    curve = pd.DataFrame(curve_rows, columns=CURVE_COLUMNS)
+        pruning.at_random()
+    importance = importance_table(first_raw, pruning.batches.n)
+    curve = pd.DataFrame(pruning.curve_rows, columns=CURVE_COLUMNS)
     params = {
         "method": "Michel et al. 2019: E_x |dL(x)/d gate_h|, per-example gates, per-layer L2 normalisation",
-        "mode": mode, "exclude_special": exclude_special, "step_fraction": step_fraction, "recompute": recompute,
-        "orders": list(orders), "seed": seed, "n_examples": batches.n, "fingerprint": store.fingerprint,
+        "mode": scoring.mode, "exclude_special": scoring.exclude_special, "step_fraction": step_fraction,
+        "recompute": recompute, "orders": list(orders), "seed": seed, "n_examples": pruning.batches.n,
+        "fingerprint": pruning.store.fingerprint,
     }
-    return ImportanceResult(importance, curve, params, removal_order)
+    return ImportanceResult(importance, curve, params, pruning.removal_order)
+
+
+class _Pruning:
+    """The passes of :func:`run_head_importance`: the importance order (pass 0 is the intact model's importance,
+    later passes remove the least important heads left) and the random order, each pass saved to the progress
+    store so an interrupted run resumes, each scored into ``curve_rows``."""
+
+    def __init__(self, model, batches, scoring: HeadScoring, step_fraction: float, recompute: bool,
+                 orders: Sequence[str], seed: int, progress_dir, on_step) -> None:
+        self.model, self.batches, self.recompute, self.orders, self.seed = model, batches, recompute, orders, seed
+        self.mode, self.on_step = scoring.mode, on_step
+        self.n_layers, self.n_heads = sites.num_layers(model), sites.num_heads(model)
+        self.total = self.n_layers * self.n_heads
+        self.counts = _steps(self.total, step_fraction)
+        settings = {
+            "what": "head_importance", "mode": scoring.mode, "exclude_special": scoring.exclude_special,
+            "special_ids": sorted(scoring.special_ids), "batch_size": scoring.batch_size,
+            "step_fraction": step_fraction, "recompute": recompute, "seed": seed,
+            "means": None if scoring.means is None else float(scoring.means.double().sum()),
+        }
+        self.store = ProgressStore(progress_dir, fingerprint_of(model, batches, settings))
+        self.n_passes = len(self.counts) * len(orders) + (0 if "importance" in orders else 1)
+        self.done = 0
+        means = scoring.means
+        if scoring.mode == "mean" and means is None:
+            means = head_means(model, batches)
+        self.common = dict(mode=scoring.mode, exclude_special=scoring.exclude_special,
+                           special_ids=scoring.special_ids, means=means)
+        self.curve_rows: list[dict] = []
+        self.removal_order: dict[str, list[str]] = {}
+
+    def _tick(self, name: str) -> None:
+        self.done += 1
+        if self.on_step is not None:
+            self.on_step(name, self.done, self.n_passes)
+
+    def _heads(self, flat_ids: Sequence[int]) -> list[tuple[int, int]]:
+        return [(int(i) // self.n_heads + 1, int(i) % self.n_heads) for i in flat_ids]
+
+    def _add_points(self, order: str, step: int, n_removed: int, rec: dict[str, np.ndarray]) -> None:
+        y_examples = self.batches.y_examples  # what the metrics count (QA: questions, not windows)
+        for metric, value in self.batches.task.point_scores(rec, y_examples).items():
+            self.curve_rows.append({
+                "order": order, "step": step, "fraction_removed": n_removed / self.total, "n_removed": n_removed,
+                "metric": metric, "value": value, "mode": self.mode,
+                "recompute": bool(self.recompute and order == "importance"), "n_examples": len(y_examples),
+            })
+
+    def by_importance(self) -> np.ndarray:
+        """The intact model's raw importance (pass 0); with the importance order, its whole pruning curve."""
+        removed: list[int] = []
+        norm: np.ndarray | None = None
+        first_raw: np.ndarray | None = None
+        with_order = "importance" in self.orders
+        for step, count in (list(enumerate(self.counts)) if with_order else [(0, 0)]):
+            key = f"importance-step-{step}"
+            if step > 0:
+                ranking = norm if self.recompute else normalise_per_layer(first_raw)
+                removed = removed + _least_important(ranking, set(removed), count - len(removed))
+            saved = self.store.get(key)
+            if saved is not None and list(saved["removed"]) == removed:
+                raw, rec = saved["raw"], _records(saved)
+            else:
+                want_grad = step == 0 or (self.recompute and count < self.total)
+                raw, rec = gradient_pass(self.model, self.batches, removed=self._heads(removed), gradients=want_grad,
+                                         **self.common)
+                raw = np.full((self.n_layers, self.n_heads), np.nan) if raw is None else raw
+                self.store.save(key, removed=np.array(removed, dtype=np.int64), raw=raw, **rec)
+            if step == 0:
+                first_raw = raw
+            if np.isfinite(raw).all():
+                keep = np.ones(self.total, dtype=bool)
+                keep[removed] = False
+                norm = normalise_per_layer(raw, keep.reshape(self.n_layers, self.n_heads))
+            if with_order:
+                self._add_points("importance", step, count, rec)
+            self._tick(key)
+        if with_order:
+            self.removal_order["importance"] = [f"L{l}H{h}" for l, h in self._heads(removed)]
+        return first_raw
+
+    def at_random(self) -> None:
+        """The random order's pruning curve (a seeded permutation; its step 0 is the intact model's pass)."""
+        perm = np.random.default_rng(self.seed).permutation(self.total)
+        self.removal_order["random"] = [f"L{l}H{h}" for l, h in self._heads(perm)]
+        for step, count in enumerate(self.counts):
+            key = f"random-step-{step}"
+            if step == 0 and "importance-step-0" in self.store:
+                saved = self.store.get("importance-step-0")
+            else:
+                saved = self.store.get(key)
+            if saved is None:
+                _, rec = gradient_pass(self.model, self.batches, removed=self._heads(perm[:count]), gradients=False,
+                                       **self.common)
+                self.store.save(key, removed=perm[:count].astype(np.int64), **rec)
+            else:
+                rec = _records(saved)
+            self._add_points("random", step, count, rec)
+            self._tick(key)
 
 
 def importance_vs_deltas(importance: pd.DataFrame, ablation: pd.DataFrame) -> dict[str, dict]:

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertology.settings import check_fields, setting_field
 from bertology.errors import BertologyError
 from bertology.analyses.pattern_classifier import (  # noqa: F401  (re-exported: the pattern CNN API)
     DEFAULT_SIZE,
@@ -57,14 +58,18 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class TrainSettings:
-    """Hyper-parameters of one training run (recorded in the metadata)."""
+    """Hyper-parameters of one training run (recorded in the metadata); ``bertology patterns train``'s flags are
+    generated from the fields made with :func:`~bertology.settings.setting_field`."""
 
-    epochs: int = 40
-    batch_size: int = 32
-    lr: float = 1e-3
-    seed: int = 0
+    epochs: int = setting_field(40, "Training epochs per fit.", minimum=1)
+    batch_size: int = setting_field(32, "Maps per training step.", minimum=1)
+    lr: float = setting_field(1e-3, "Adam learning rate.", above=0)
+    seed: int = setting_field(0, "Seed for the folds, initialisation and shuffling.")
     channels: tuple[int, ...] = (8, 16, 32)
     hidden: int = 64
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
     def to_dict(self) -> dict:
         return {"epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr, "seed": self.seed,
@@ -281,14 +286,22 @@ def parse_heads(spec: str, num_layers: int, num_heads: int) -> list[tuple[int, i
     return out
 
 
+@dataclass(frozen=True)
+class MapChoice:
+    """Which attention maps :func:`sample_maps` reads: ``examples`` examples (seeded) x the ``heads`` (``all`` or
+    ``L2H1,L3``), at most ``limit`` maps (a seeded subset when there are more)."""
+
+    examples: int
+    heads: str
+    limit: int
+    seed: int
+
+
 def sample_maps(
     loaded,
     encoded,
+    choice: MapChoice,
     *,
-    examples: int = 20,
-    heads: str = "all",
-    limit: int = 400,
-    seed: int = 0,
     size: int = DEFAULT_SIZE,
     batch_size: int = 16,
     thresholds=None,
@@ -308,6 +321,7 @@ def sample_maps(
     from bertology.models import sites
     from bertology.models.hooks import capture
 
+    examples, heads, limit, seed = choice.examples, choice.heads, choice.limit, choice.seed
     if examples < 1 or limit < 1:
         raise BertologyError(f"--examples and --limit must be at least 1 (got {examples} and {limit})")
     thresholds = thresholds or PatternThresholds()

@@ -60,7 +60,9 @@ from bertology.experiments.probe_features import (  # the word-feature store; re
     extract_word_features,
 )
 from bertology.experiments.probe_training import (  # noqa: F401  (re-exported: the probe API)
+    EPOCHS_HELP,
     KINDS,
+    RANK_HELP,
     ProbeSettings,
     ProbeStack,
     _batch_tensors,
@@ -343,9 +345,8 @@ SETTINGS = (
             paper="Hewitt & Manning 2019"),
     Setting("probe_dev", None, "Dev trees for early stopping (default: 10% of --probe-train).", kind=str),
     Setting("probe_test", None, "Test trees the scores come from.", kind=str),
-    Setting("probe_rank", 128, "Rank of the probe matrix (0 = full).", minimum=0, paper="Hewitt & Manning 2019"),
-    Setting("probe_epochs", 30, "Most training epochs of each probe (early stopping on dev loss).", minimum=1,
-            paper="Hewitt & Manning 2019"),
+    Setting("probe_rank", 128, RANK_HELP, minimum=0, paper="Hewitt & Manning 2019"),
+    Setting("probe_epochs", 30, EPOCHS_HELP, minimum=1, paper="Hewitt & Manning 2019"),
     Setting("probe_random_control", True, "Also probe a random-init model of the same shape."),
     Setting("probe_max_sentences", None, "Read at most this many sentences of each probe file.", kind=int,
             minimum=1),

@@ -16,7 +16,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertology.config import DEVICE_HELP
 from bertology.errors import BertologyError
+from bertology.settings import check_fields, setting_field
 from bertology.metrics.trees import score_depths, score_distances
 from bertology.results import atomic_write
 
@@ -32,46 +34,61 @@ COLUMNS = ["model", "layer", "probe", "split", "uuas", "dspr", "root_acc", "nspr
 ProgressFn = Callable[[str, int, int], None]
 
 
+HEWITT = "Hewitt & Manning 2019"
+#: What ``bertology probe`` and compare's probe experiment both declare (``--rank`` there, ``--probe-rank`` here).
+RANK_HELP = "Rank of the probe matrix (0 = full rank, the hidden size); the paper's probes saturate at 64-128."
+EPOCHS_HELP = "Most training epochs of each probe; each stops early on its own dev loss."
+
+
+def _layers(text: str) -> tuple[int, ...] | None:
+    from bertology.progress import parse_layer_list
+
+    return parse_layer_list(text, "layer numbers (0 = embeddings)")
+
+
+def _kinds(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
 @dataclass
 class ProbeSettings:
-    """Every choice that changes the probe numbers (recorded in the manifest)."""
+    """Every choice that changes the probe numbers (recorded in the manifest); ``bertology probe``'s flags are
+    generated from the fields made with :func:`~bertology.settings.setting_field`."""
 
-    rank: int | None = 128  # None: full rank (the hidden size); capped at the hidden size
-    layers: tuple[int, ...] | None = None  # None: every layer 0..N (0 = embedding output)
-    probes: tuple[str, ...] = KINDS
-    epochs: int = 30  # at most; each probe stops early on its own
-    batch_size: int = 20  # sentences per training step (Hewitt & Manning: 20)
-    extract_batch_size: int = 32  # sentences per forward pass
-    lr: float = 1e-3
+    rank: int | None = setting_field(128, RANK_HELP, minimum=1, zero_is_none=True, paper=HEWITT)  # capped at the hidden size
+    layers: tuple[int, ...] | None = setting_field(  # None: every layer 0..N (0 = embedding output)
+        None, "Comma list of layers (0 = embeddings) or 'all' (default).", kind=tuple, parse=_layers, metavar="LAYERS")
+    probes: tuple[str, ...] = setting_field(KINDS, "Which probes: distance, depth, or both.", choices=KINDS, minimum=1,
+                                            parse=_kinds, metavar="distance,depth", paper=HEWITT)
+    epochs: int = setting_field(30, EPOCHS_HELP, minimum=1)
+    batch_size: int = setting_field(20, "Sentences per training step (the paper: 20).", minimum=1, paper=HEWITT)
+    extract_batch_size: int = setting_field(32, "Sentences per forward pass.", minimum=1)
+    lr: float = setting_field(1e-3, "Adam learning rate (divided by 10 on a dev plateau).", above=0)
     lr_factor: float = 0.1  # learning rate multiplied by this when the dev loss does not improve
     lr_patience: int = 0  # epochs without improvement before the learning rate drops
-    patience: int = 5  # stop a probe after this many epochs without a dev-loss improvement
+    patience: int = setting_field(5, "Stop a probe after this many epochs without dev improvement.", minimum=1)
     min_delta: float = 1e-4  # an improvement must beat the best dev loss by this much
     dev_fraction: float = 0.1  # share of train held out as dev when no dev set is given
-    seed: int = 0
-    device: str = "cpu"
-    max_length: int = 512  # longer sentences (in tokens, [CLS]/[SEP] included) are skipped and counted
+    seed: int = setting_field(0, "Seed of the dev split, probe initialisation, batch order and the random control.")
+    device: str = setting_field("cpu", DEVICE_HELP, changes_numbers=False)  # results agree across devices to rounding
+    max_length: int = setting_field(512, "Skip sentences longer than this many tokens (counted).", minimum=1)
     punct_upos: tuple[str, ...] = ("PUNCT",)  # left out of UUAS and root accuracy
-    punctuation: str = "upos"  # upos: punct_upos; hewitt2019: XPOS in HEWITT_PUNCT_XPOS (the probe_punctuation convention)
+    # upos: punct_upos; hewitt2019: XPOS in HEWITT_PUNCT_XPOS (the probe_punctuation convention); None: upos
+    punctuation: str = setting_field(
+        None, "Words UUAS and root accuracy leave out: upos (UPOS PUNCT, bertology) or hewitt2019 (their PTB XPOS list); "
+        "default: the preset's.", kind=str, choices=PUNCTUATION_RULES, flag="--probe-punctuation", paper=HEWITT)
     init_scale: float = 0.05  # initial weights ~ U(-init_scale, init_scale), as Hewitt & Manning
-    feature_dtype: str = "float32"  # how word features are held (FEATURE_DTYPES); probes train in float32 either way
+    feature_dtype: str = setting_field(  # probes train in float32 either way
+        "float32", "How word features are held (memory-mapped from the run's partial/ folder): float32, or float16 for "
+        "half the disk and page cache (each value within 2^-11 relative; probe scores move by about half of what "
+        "another seed does). Probes train in float32 either way.", choices=tuple(FEATURE_DTYPES))
 
     def __post_init__(self) -> None:
-        self.probes = tuple(self.probes)
-        bad = [k for k in self.probes if k not in KINDS]
-        if bad or not self.probes:
-            raise BertologyError(f"Unknown probe kind(s) {bad or '(none)'}; choose from {', '.join(KINDS)}.")
-        if self.rank is not None and self.rank < 1:
-            raise BertologyError(f"rank must be at least 1, not {self.rank}.")
-        for name in ("epochs", "batch_size", "extract_batch_size", "max_length"):
-            if getattr(self, name) < 1:
-                raise BertologyError(f"{name} must be at least 1, not {getattr(self, name)}.")
-        if self.patience < 1 or self.lr_patience < 0:
-            raise BertologyError("patience must be >= 1 and lr_patience >= 0.")
-        if self.punctuation not in PUNCTUATION_RULES:
-            raise BertologyError(f"Unknown probe punctuation {self.punctuation!r}; choose from: {', '.join(PUNCTUATION_RULES)}.")
-        if self.feature_dtype not in FEATURE_DTYPES:
-            raise BertologyError(f"Unknown feature dtype {self.feature_dtype!r}; choose from: {', '.join(FEATURE_DTYPES)}.")
+        check_fields(self)
+        if self.punctuation is None:
+            self.punctuation = "upos"
+        if self.lr_patience < 0:
+            raise BertologyError(f"lr_patience must be >= 0, not {self.lr_patience}.")
         if not 0 < self.dev_fraction < 1:
             raise BertologyError(f"dev_fraction must be in (0, 1), not {self.dev_fraction}.")
         if self.layers is not None:

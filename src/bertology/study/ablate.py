@@ -1,7 +1,8 @@
 """``ablate``: disable every head and layer of a fine-tuned model and measure its task, into a run folder.
 
-The library function behind ``bertology ablate``: it checks its settings (one error naming the setting
-and its flag), loads the model and data, names the run with :func:`bertology.runs.fingerprint`, opens
+The library function behind ``bertology ablate``: it checks its settings against their declarations
+(:class:`~bertology.experiments.ablation.AblationSettings` and :class:`QaOptions`, whose fields are the command's
+generated flags: one error naming the flag and the field), loads the model and data, names the run with :func:`bertology.runs.fingerprint`, opens
 ``out`` with :func:`bertology.runs.open_run` (an identical earlier run resumes from its ``partial/``
 folder), runs :func:`bertology.experiments.ablation.run_ablation_study`, writes ``tables/ablation``
 (+ ``head_importance``, ``pruning_curve``), ``manifest.json`` (:func:`bertology.runs.build_manifest`) and
@@ -14,30 +15,31 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-from bertology.errors import BertologyError, check_choice, check_range
-from bertology.experiments.ablation import LAYER_MODES, AblationSettings
-from bertology.models.ablate import MODES
+from bertology.errors import BertologyError
+from bertology.experiments.ablation import AblationSettings
 from bertology.runs import RunResult, build_manifest, fingerprint, open_run, run_folder
+from bertology.settings import check_fields, describe_fields, setting_field
 from bertology.study.inputs import Columns, Loading, resolve, stderr_console
 
 logger = logging.getLogger(__name__)
 
 KIND = "ablate"
-#: Each setting's flag, for the error messages (``AblationSettings`` field -> ``bertology ablate`` flag).
-FLAGS = {"mode": "--mode", "layer_modes": "--layer-modes", "batch_size": "--batch-size", "n_bootstrap": "--bootstrap",
-         "pruning_step": "--pruning-step", "max_examples": "--max-examples", "max_length": "--max-length"}
 
 
 @dataclass(frozen=True)
 class QaOptions:
     """Question answering only: how long contexts are windowed and answers read (``--doc-stride`` ...)."""
 
-    doc_stride: int = 128
-    max_answer_length: int = 30
-    null_threshold: float = 0.0
+    doc_stride: int = setting_field(128, "QA model: context tokens shared by consecutive windows of a long context.",
+                                    minimum=0)
+    max_answer_length: int = setting_field(30, "QA model: the longest predicted answer, in tokens.", minimum=1)
+    null_threshold: float = setting_field(
+        0.0, "QA model, SQuAD v2.0 data: answer 'no answer' when the null score beats the best span's by more than this.")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
     def to_dict(self) -> dict:
         return {"doc_stride": self.doc_stride, "max_answer_length": self.max_answer_length,
@@ -55,35 +57,23 @@ class AblateRun(RunResult):
     report: Path | None = None
 
 
-def check_settings(settings: object) -> None:
-    """Refuse a value no ablation allows: one :class:`BertologyError` naming the setting and its ``bertology ablate`` flag.
-
-    ``settings`` is an :class:`AblationSettings` or anything with its attributes (the values before they
-    are made one, so the message names the flag rather than the field).
-    """
-    check_choice(settings.mode, MODES, "mode", FLAGS["mode"])
-    for m in settings.layer_modes:
-        check_choice(m, LAYER_MODES, "layer_modes", FLAGS["layer_modes"])
-    check_range(settings.batch_size, "batch_size", FLAGS["batch_size"], minimum=1)
-    check_range(settings.n_bootstrap, "n_bootstrap", FLAGS["n_bootstrap"], minimum=0)
-    check_range(settings.pruning_step, "pruning_step", FLAGS["pruning_step"], above=0, maximum=1)
-    check_range(settings.max_examples, "max_examples", FLAGS["max_examples"], minimum=2)
-    check_range(settings.max_length, "max_length", FLAGS["max_length"], minimum=2)
-
-
 def settings_of(values: AblationSettings | Mapping[str, Any] | None) -> AblationSettings:
-    """:class:`AblationSettings` from itself, from a mapping of its fields (checked with the flags' names) or None (defaults)."""
+    """:class:`AblationSettings` from itself, from a mapping of its fields or None (defaults), checked against the
+    declarations (one line naming the ``bertology ablate`` flag and the field)."""
     if isinstance(values, AblationSettings):
-        check_settings(values)
+        check_fields(values)
         return values
     values = dict(values or {})
     known = set(AblationSettings.__dataclass_fields__)
     unknown = sorted(set(values) - known)
     if unknown:
         raise BertologyError(f"ablate has no setting {', '.join(unknown)}; its settings are: {', '.join(sorted(known))}.")
-    merged = {**vars(AblationSettings()), **values}
-    check_settings(SimpleNamespace(**merged))
-    return AblationSettings(**merged)
+    return AblationSettings(**values)
+
+
+def settings_record(settings: AblationSettings, qa: Mapping[str, Any]) -> dict:
+    """The manifest's ``settings``: every declared setting with its value (the QA ones when the model answers questions)."""
+    return describe_fields([("ablate", settings), *([("qa", QaOptions(**qa))] if qa else [])])
 
 
 def ablate(
@@ -108,6 +98,7 @@ def ablate(
     Returns the tables, the manifest and the headlines.
     """
     settings = settings_of(settings)
+    check_fields(qa)
     device, torch_dtype = resolve(settings.device, loading)
     settings = replace(settings, device=device)
     loaded, corpus, task, encoded, qa_used = _inputs(model, data, settings, columns, qa, loading, torch_dtype)
@@ -181,7 +172,7 @@ def _run(folder: Path, fp: str, model: str, data: str, loaded, corpus, task, enc
             config={"model": model, "data": data, **how.columns.to_dict(), **settings.to_dict(), **how.qa,
                     "dtype": how.loading.dtype},
             seed=settings.seed, device=settings.device, dtype=how.loading.dtype, attn_implementation="eager",
-            ablation_mode=settings.mode, task=task.name, models={"tuned": loaded.describe()}, data=corpus.describe(),
+            settings=settings_record(settings, how.qa), ablation_mode=settings.mode, task=task.name, models={"tuned": loaded.describe()}, data=corpus.describe(),
         )
         opened.dir.write_manifest(manifest)
         t0 = time.perf_counter()
@@ -227,10 +218,4 @@ def write_figures(tables: dict, out: Path) -> list[Path]:
     return written
 
 
-def parse_layer_modes(text: str) -> tuple[str, ...]:
-    """``"skip,heads"`` -> ``("skip", "heads")``; ``none`` or empty -> no whole-layer ablations."""
-    names = tuple(x.strip() for x in text.split(",") if x.strip())
-    return () if names in ((), ("none",)) else names
-
-
-__all__: Sequence[str] = ("AblateRun", "QaOptions", "ablate", "check_settings", "settings_of", "parse_layer_modes", "write_figures")
+__all__: Sequence[str] = ("AblateRun", "QaOptions", "ablate", "settings_of", "settings_record", "write_figures")

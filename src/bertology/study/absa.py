@@ -17,38 +17,50 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bertology.config import CompareConfig, DataConfig, FinetuneConfig
+from bertology.config import DEVICE_HELP, SPACY_MODEL_HELP, CompareConfig, DataConfig, FinetuneConfig
 from bertology.data.absa import STYLES, AbsaPairs, absa_pairs, opinion_spans, read_absa, split_sentences
-from bertology.errors import BertologyError, check_choice, check_range
+from bertology.errors import BertologyError
 from bertology.results import Result
 from bertology.runs import RunResult
+from bertology.settings import check_fields, describe_fields, setting_field
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class AbsaConfig:
-    """``bertology absa``: the study's settings (the fine-tuning ones are passed to ``finetune``)."""
+    """``bertology absa``: the study's settings (the fine-tuning ones are passed to ``finetune``); the command's flags
+    are generated from the fields made with :func:`~bertology.settings.setting_field`, which are checked here."""
 
     data: str
     out: str = "runs/absa"
     base: str = "minilm"
     tuned: str | None = None  # a model already fine-tuned on these pairs: skip fine-tuning
-    style: str = "qa_m"
-    conflict: str = "keep"
-    max_sentences: int | None = None  # a seeded sample of the file's sentences
-    eval_fraction: float = 0.2
-    analysis_pairs: int | None = None  # at most this many held-out pairs are analysed (seeded)
-    epochs: float = 1.0
-    batch_size: int = 32
-    learning_rate: float = 5e-5
-    max_length: int = 128
-    seed: int = 0
-    device: str = "cpu"
-    spacy_model: str | None = None
-    opinions: bool = True  # the aspect_opinion relation needs spaCy
-    view_examples: int = 3
+    style: str = setting_field(
+        "qa_m", "Auxiliary sentence: qa_m, nli_m (categories) or term_qa_m, term_nli_m (terms; laptops).",
+        choices=STYLES, paper="Sun et al. 2019")
+    conflict: str = setting_field("keep", "keep or drop the items labelled conflict (counted either way).",
+                                  choices=("keep", "drop"))
+    max_sentences: int | None = setting_field(  # a seeded sample of the file's sentences
+        0, "A seeded sample of this many sentences (0 = all).", minimum=1, zero_is_none=True)
+    eval_fraction: float = setting_field(0.2, "Share of the sentences held out (their pairs are analysed).", above=0,
+                                         below=1)
+    analysis_pairs: int | None = setting_field(  # at most this many held-out pairs are analysed (seeded)
+        0, "Analyse at most this many held-out pairs (0 = all).", minimum=1, zero_is_none=True)
+    epochs: float = setting_field(1.0, "Fine-tuning epochs.", above=0)
+    batch_size: int = setting_field(32, "Pairs per fine-tuning step and per forward pass.", minimum=1)
+    learning_rate: float = setting_field(5e-5, "Fine-tuning learning rate.", above=0, flag="--lr")
+    max_length: int = setting_field(128, "Truncate pairs to this many tokens (counted).", minimum=2)
+    seed: int = setting_field(0, "Seed of every random choice.")
+    device: str = setting_field("cpu", DEVICE_HELP)
+    spacy_model: str | None = setting_field(None, SPACY_MODEL_HELP, kind=str)
+    opinions: bool = setting_field(True, "Score the aspect_opinion relation (needs spaCy).")  # needs spaCy
+    view_examples: int = setting_field(3, "Pairs shown in the report's attention viewer.", minimum=0,
+                                       changes_numbers=False)
     report: bool = True
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass
@@ -60,22 +72,6 @@ class AbsaRun(RunResult):
     counts: dict = field(default_factory=dict)
     report: Path | None = None
     warnings: list[str] = field(default_factory=list)
-
-
-def check_config(config: AbsaConfig) -> None:
-    """Refuse a value the study does not allow: one :class:`BertologyError` naming the setting and its flag."""
-    check_choice(config.style, STYLES, "style", "--style")
-    check_choice(config.conflict, ("keep", "drop"), "conflict", "--conflict")
-    check_range(config.eval_fraction, "eval_fraction", "--eval-fraction", above=0)
-    if config.eval_fraction >= 1:
-        raise BertologyError(f"--eval-fraction (eval_fraction) must be below 1, not {config.eval_fraction!r}.")
-    check_range(config.max_sentences, "max_sentences", "--max-sentences", minimum=1)
-    check_range(config.analysis_pairs, "analysis_pairs", "--analysis-pairs", minimum=1)
-    check_range(config.epochs, "epochs", "--epochs", above=0)
-    check_range(config.batch_size, "batch_size", "--batch-size", minimum=1)
-    check_range(config.learning_rate, "learning_rate", "--lr", above=0)
-    check_range(config.max_length, "max_length", "--max-length", minimum=2)
-    check_range(config.view_examples, "view_examples", "--view-examples", minimum=0)
 
 
 def _sample(pairs: AbsaPairs, n: int | None, seed: int) -> tuple[AbsaPairs, list[int]]:
@@ -124,7 +120,7 @@ def run_absa(config: AbsaConfig, *, overwrite: bool = False, progress: bool = Fa
     from bertology.pipeline import compare, write_view_files
     from bertology.training.run import finetune_to_dir
 
-    check_config(config)
+    check_fields(config)
     data = read_absa(config.data)
     train_ids, eval_ids = split_sentences(data, config.eval_fraction, config.seed, config.max_sentences)
     train = absa_pairs(data, config.style, config.conflict, train_ids)
@@ -178,6 +174,7 @@ def run_absa(config: AbsaConfig, *, overwrite: bool = False, progress: bool = Fa
     manifest = run_dir.read_manifest() or {}
     manifest["views"] = views
     manifest["warnings"] = list(manifest.get("warnings", [])) + warnings
+    manifest["settings"] = {**manifest.get("settings", {}), **describe_fields([("absa", config)])}
     manifest["absa"] = {"config": {k: v for k, v in vars(config).items()}, "train": train.counts,
                         "held_out": held.counts, "analysed": analysed.counts, "heldout_metrics": metrics,
                         "analysis": {r.name: r.params for r in results}, "tuned": tuned}

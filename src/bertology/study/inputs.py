@@ -8,6 +8,9 @@ from dataclasses import dataclass
 
 import torch
 
+from bertology.config import DTYPE_HELP, DTYPES, TRUST_REMOTE_CODE_HELP
+from bertology.settings import check_fields, setting_field
+
 
 @dataclass(frozen=True)
 class Columns:
@@ -24,10 +27,14 @@ class Columns:
 
 @dataclass(frozen=True)
 class Loading:
-    """How models are loaded: the type they run in (``--dtype``) and whether hub code may run (``--trust-remote-code``)."""
+    """How models are loaded: the type they run in (``--dtype``) and whether hub code may run (``--trust-remote-code``);
+    declared settings, so a command may generate these flags."""
 
-    dtype: str = "float32"
-    trust_remote_code: bool = False
+    dtype: str = setting_field("float32", DTYPE_HELP, choices=DTYPES)
+    trust_remote_code: bool = setting_field(False, TRUST_REMOTE_CODE_HELP)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 def resolve(device: str, loading: Loading) -> tuple[str, torch.dtype]:

@@ -69,14 +69,11 @@ class FinetuneJob:
         return Path(self.out) / "model"
 
     def config(self):
-        from bertology.config import DataConfig, FinetuneConfig
+        from bertology.study.spec import lab_config
 
-        lab = dict(self.lab)
-        data = DataConfig(path=self.task.data or "", max_examples=lab.pop("max_examples", None),
-                          max_length=lab.pop("max_length", 128), overlong="truncate", **self.task.columns)
-        fields = {"learning_rate" if k == "lr" else k: v for k, v in lab.items()}
-        return FinetuneConfig(model=self.base, data=data, out=self.out, eval_data=self.task.eval_data, seed=self.seed,
-                              device=self.device, task=self.task.type, **fields)  # type: ignore[arg-type]
+        return lab_config(dict(self.lab), model=self.base, data=self.task.data or "", columns=self.task.columns,
+                          out=self.out, eval_data=self.task.eval_data, seed=self.seed, device=self.device,
+                          task=self.task.type)
 
     def run(self, progress: bool = False) -> dict:
         """Train (or resume, or reuse the identical finished run in ``out``); the held-out metrics."""

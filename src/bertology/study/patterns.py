@@ -5,7 +5,9 @@
 :func:`train_patterns` cross-validates the CNN on the labelled rows, scores its agreement with the rule
 classifier and saves it (``pattern_cnn.safetensors`` + ``pattern_cnn.json``), which
 ``AttentionPatterns(classifier=PatternClassifier.load(DIR))`` can use instead of the rules. Both check
-their settings (one error naming the setting and its flag) and return a result object.
+their settings against the declarations (the fields of :class:`ExportSettings` and
+:class:`~bertology.experiments.pattern_cnn.TrainSettings`, which are the commands' generated flags: one error
+naming the flag and the field) before anything is loaded, and return a result object.
 """
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from bertology.errors import BertologyError, check_range
+from bertology.config import DEVICE_HELP
+from bertology.errors import BertologyError
 from bertology.experiments.pattern_cnn import META_FILE, MapSample, TrainReport, TrainSettings
 from bertology.runs import RunResult
+from bertology.settings import check_fields, describe_fields, field_setting, setting_field
 from bertology.study.inputs import Columns, Loading
 
 
@@ -26,14 +30,20 @@ class ExportSettings:
     """Which maps are exported: ``examples`` examples (seeded) x the ``heads`` (``all`` or ``L2H1,L3``), at most
     ``limit`` maps, resized to ``size`` pixels; inputs over ``max_length`` tokens skipped; ``batch_size`` per pass."""
 
-    examples: int = 20
-    heads: str = "all"
-    limit: int = 400
-    size: int = 32
-    seed: int = 0
-    max_length: int = 128
-    batch_size: int = 16
-    device: str = "cpu"
+    examples: int = setting_field(20, "How many examples to sample (seeded).", minimum=1)
+    heads: str = setting_field("all", "'all' or comma-separated L<layer>H<head> / L<layer> (layers 1..N).")
+    limit: int = setting_field(400, "At most this many maps (Kovaleva labelled ~400); sampled when more.", minimum=1,
+                               paper="Kovaleva et al. 2019")
+    size: int = setting_field(32, "Side of the resized map images the CNN will see (multiple of 8).", minimum=8)
+    seed: int = setting_field(0, "Seed for the choice of examples and maps.")
+    max_length: int = setting_field(128, "Skip examples longer than this many tokens (counted).", minimum=1)
+    batch_size: int = setting_field(16, "Examples per forward pass.", minimum=1)
+    device: str = setting_field("cpu", DEVICE_HELP, changes_numbers=False)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.size % 8:
+            raise field_setting(ExportSettings, "size").refuse("must be a positive multiple of 8", self.size)
 
 
 @dataclass
@@ -69,17 +79,13 @@ def export_patterns(
     """
     from bertology.data.encode import encode_corpus
     from bertology.data.loaders import load_corpus
-    from bertology.experiments.pattern_cnn import sample_maps, write_export
+    from bertology.experiments.pattern_cnn import MapChoice, sample_maps, write_export
     from bertology.metrics.patterns import PATTERNS, PatternThresholds
     from bertology.models.device import resolve_device
     from bertology.models.loading import load_model
     from bertology.viz.patterns import thumbnail_png
 
-    if settings.size < 8 or settings.size % 8:
-        raise BertologyError(f"--size (size) must be a positive multiple of 8, not {settings.size}.")
-    for name, flag in (("examples", "--examples"), ("limit", "--limit"), ("batch_size", "--batch-size"),
-                       ("max_length", "--max-length")):
-        check_range(getattr(settings, name), name, flag, minimum=1)
+    check_fields(settings)
     resolve_device(settings.device)  # a missing GPU is an error now, not after loading
     out = Path(out).expanduser()
     if out.exists() and out.is_dir() and any(out.iterdir()) and not overwrite:
@@ -90,14 +96,14 @@ def export_patterns(
     if not encoded.items:
         raise BertologyError(f"every example of {corpus.source} is longer than --max-length {settings.max_length}.")
     thresholds = PatternThresholds()
-    sample = sample_maps(loaded, encoded, examples=settings.examples, heads=settings.heads, limit=settings.limit,
-                         seed=settings.seed, size=settings.size, batch_size=settings.batch_size, thresholds=thresholds,
+    choice = MapChoice(settings.examples, settings.heads, settings.limit, settings.seed)
+    sample = sample_maps(loaded, encoded, choice, size=settings.size, batch_size=settings.batch_size, thresholds=thresholds,
                          corpus=corpus, device=settings.device)
     info = {
         "model": loaded.describe(),
         "data": {"source": corpus.source, "n_examples": len(corpus), "encoding": encoded.describe()},
         "examples": settings.examples, "heads": settings.heads, "limit": settings.limit, "seed": settings.seed,
-        "thresholds": thresholds.to_dict(),
+        "thresholds": thresholds.to_dict(), "settings": describe_fields([("export", settings)]),
     }
     write_export(sample, out, thumbnail_png, info=info, overwrite=overwrite)
     counts = {p: int((sample.predicted == i).sum()) for i, p in enumerate(PATTERNS)}
@@ -119,9 +125,7 @@ def train_patterns(
     from bertology.experiments.pattern_cnn import read_labels, train_pattern_cnn
 
     labels = Path(labels).expanduser()
-    check_range(settings.epochs, "epochs", "--epochs", minimum=1)
-    check_range(settings.batch_size, "batch_size", "--batch-size", minimum=1)
-    check_range(settings.lr, "lr", "--lr", above=0)
+    check_fields(settings)
     data = read_labels(labels)
     folder = Path(out or labels.parent / "cnn").expanduser()
     if (folder / META_FILE).exists() and not overwrite:
@@ -129,6 +133,7 @@ def train_patterns(
     clf, report = train_pattern_cnn(data.images, data.labels, folds=folds, settings=settings, rules=data.rules)
     clf.metadata["labels_csv"] = str(labels.resolve())
     clf.metadata["n_skipped_unlabelled"] = data.n_skipped
+    clf.metadata["settings"] = describe_fields([("train", settings)])
     clf.save(folder)
     tables = {
         "folds": pd.DataFrame({"fold": range(1, len(report.fold_macro_f1) + 1), "macro_f1": report.fold_macro_f1}),

@@ -1,7 +1,8 @@
 """``probe``: structural probes (Hewitt & Manning 2019) on every layer of base, tuned and a random control, into a run folder.
 
-The library function behind ``bertology probe``: it checks its settings (one error naming the setting
-and its flag), loads the trees and models, names the run with :func:`bertology.runs.fingerprint`,
+The library function behind ``bertology probe``: it checks its settings against their declarations
+(:class:`~bertology.experiments.probe.ProbeSettings` and :class:`ProbeData`, whose fields are the command's
+generated flags: one error naming the flag and the field) before anything is loaded, loads the trees and models, names the run with :func:`bertology.runs.fingerprint`,
 opens ``out`` with :func:`bertology.runs.open_run` (an identical earlier run resumes from the cached
 word features and finished epochs in ``partial/``; an identical finished run is returned as it is),
 runs :func:`bertology.experiments.probe.run_probes`, writes ``tables/probe``, ``figures/probe_*.svg``,
@@ -15,22 +16,18 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-from bertology.errors import BertologyError, check_choice, check_range
-from bertology.experiments.probe import KINDS, PUNCTUATION_RULES, TABLE, ProbeSettings
-from bertology.experiments.probe_features import FEATURE_DTYPES
+from bertology.config import SPACY_MODEL_HELP
+from bertology.errors import BertologyError
+from bertology.experiments.probe import TABLE, ProbeSettings
 from bertology.runs import RunResult, build_manifest, fingerprint, open_run, run_folder
+from bertology.settings import check_fields, describe_fields, setting_field
 from bertology.study.inputs import Loading, resolve, stderr_console
 
 logger = logging.getLogger(__name__)
 
 KIND = "probe"
-#: Each setting's flag, for the error messages (``ProbeSettings`` field -> ``bertology probe`` flag).
-FLAGS = {"rank": "--rank", "probes": "--probes", "epochs": "--epochs", "patience": "--patience",
-         "batch_size": "--batch-size", "extract_batch_size": "--extract-batch-size", "lr": "--lr",
-         "max_length": "--max-length", "punctuation": "--probe-punctuation", "feature_dtype": "--feature-dtype"}
 
 
 @dataclass(frozen=True)
@@ -50,8 +47,27 @@ class ProbeData:
     train: str
     test: str
     dev: str | None = None
-    max_sentences: int | None = None
-    spacy_model: str | None = None
+    max_sentences: int | None = setting_field(0, "Use at most the first N sentences of each file (0 = all).", minimum=0,
+                                              zero_is_none=True)
+    spacy_model: str | None = setting_field(None, SPACY_MODEL_HELP, kind=str)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """How a probe run is set up beyond the probes themselves: the paper conventions preset and whether the word
+    features are kept (:func:`probe` takes them as its ``conventions`` and ``keep_features`` keywords)."""
+
+    conventions: str = setting_field(
+        "bertology", "Paper conventions preset: bertology, clark2019, kovaleva2019 or hewitt2019 (docs: Paper "
+        "conventions); only probe_punctuation applies here.")
+    keep_features: bool = setting_field(
+        False, "Keep the word features (partial/features/*.safetensors) after the run.", changes_numbers=False)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass
@@ -64,38 +80,34 @@ class ProbeRun(RunResult):
     already_complete: bool = False
 
 
-def check_settings(settings: object) -> None:
-    """Refuse a value no probe allows: one :class:`BertologyError` naming the setting and its ``bertology probe`` flag."""
-    for kind in settings.probes or ("(none)",):
-        check_choice(kind, KINDS, "probes", FLAGS["probes"])
-    check_range(settings.rank, "rank", FLAGS["rank"], minimum=1)
-    for name in ("epochs", "batch_size", "extract_batch_size", "max_length", "patience"):
-        check_range(getattr(settings, name), name, FLAGS[name], minimum=1)
-    check_range(settings.lr, "lr", FLAGS["lr"], above=0)
-    check_choice(settings.punctuation, PUNCTUATION_RULES, "punctuation", FLAGS["punctuation"])
-    check_choice(settings.feature_dtype, tuple(FEATURE_DTYPES), "feature_dtype", FLAGS["feature_dtype"])
-
-
 def settings_of(values: ProbeSettings | Mapping[str, Any] | None, conventions: str = "bertology") -> ProbeSettings:
-    """:class:`ProbeSettings` from itself, from a mapping of its fields (checked with the flags' names) or None.
+    """:class:`ProbeSettings` from itself, from a mapping of its fields or None, checked against the declarations
+    (one line naming the ``bertology probe`` flag and the field).
 
     A mapping whose ``punctuation`` is missing or None takes the ``conventions`` preset's ``probe_punctuation``.
     """
     from bertology.conventions import choose
 
     if isinstance(values, ProbeSettings):
-        check_settings(values)
+        check_fields(values)
         return values
     values = dict(values or {})
     known = set(ProbeSettings.__dataclass_fields__)
     unknown = sorted(set(values) - known)
     if unknown:
         raise BertologyError(f"probe has no setting {', '.join(unknown)}; its settings are: {', '.join(sorted(known))}.")
-    values["punctuation"] = choose(conventions, "probe_punctuation", values.get("punctuation"))
-    merged = {**vars(ProbeSettings()), **values}
-    merged["probes"] = tuple(merged["probes"])
-    check_settings(SimpleNamespace(**merged))
-    return ProbeSettings(**merged)
+    settings = ProbeSettings(**values)  # every value checked by its declaration
+    settings.punctuation = choose(conventions, "probe_punctuation", values.get("punctuation"))
+    return settings
+
+
+def settings_record(settings: ProbeSettings, data: ProbeData, options: ProbeOptions) -> dict:
+    """The manifest's ``settings``: every declared setting with its value (punctuation's default: the preset's)."""
+    from bertology.conventions import choose
+
+    record = describe_fields([("probe", settings), ("data", data), ("options", options)])
+    record["probe"]["punctuation"]["default"] = choose(options.conventions, "probe_punctuation", None)
+    return record
 
 
 def probe(
@@ -122,6 +134,8 @@ def probe(
 
     models = ProbeModels(models) if isinstance(models, str) else models
     settings = settings_of(settings, conventions)
+    check_fields(data)
+    options = ProbeOptions(conventions, keep_features)
     device, torch_dtype = resolve(settings.device, loading)
     settings = replace(settings, device=device)
     corpora = _corpora(data)
@@ -140,7 +154,7 @@ def probe(
                 "spacy_model": data.spacy_model, **settings.to_dict(), "dtype": loading.dtype},
         conventions=record(conventions, {"probe_punctuation": settings.punctuation}), seed=settings.seed, device=device,
         dtype=loading.dtype, attn_implementation="eager", pooling="mean of sub-word pieces",
-        feature_dtype=settings.feature_dtype,
+        feature_dtype=settings.feature_dtype, settings=settings_record(settings, data, options),
         models={name: {**m.describe(), **({"seed": settings.seed} if name == "random" else {})} for name, m in loaded.items()},
         data={k: c.describe() for k, c in corpora.items()},
     )
@@ -163,7 +177,6 @@ def _corpora(data: ProbeData) -> dict:
     from bertology.data.loaders import load_corpus
     from bertology.experiments.probe import ensure_trees
 
-    check_range(data.max_sentences, "max_sentences", "--max-sentences", minimum=0)
     limit = data.max_sentences or None
     nlp: dict = {}
 

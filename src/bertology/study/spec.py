@@ -9,7 +9,10 @@ The schema (every table refuses keys it does not know, naming them and the keys 
 
     [lab]                          # fine-tuning settings shared by every task (bertology finetune's options)
     epochs = 1                     # also: batch_size, lr, weight_decay, warmup_ratio, max_examples,
-                                   #       max_length, eval_fraction, grad_accum, dtype, save_every (checkpoints: a killed fine-tune resumes)
+                                   #       max_length, eval_fraction, grad_accum, dtype, save_every (checkpoints: a killed fine-tune resumes),
+                                   #       and any setting `bertology finetune --help` lists, by its name (learning_rate is lr):
+                                   #       freeze_layers = 6, drop_layers = [12], objective = "contrastive" (not seed, device,
+                                   #       task or the columns: the study sets those); checked when the spec is read
 
     [[task]]
     name = "sst2"                  # unique; letters, digits, '_', '-', '.'
@@ -49,12 +52,16 @@ from typing import Any
 from bertology.errors import BertologyError
 
 TOP_KEYS = ("base", "seeds", "out", "device", "lab", "task", "compare")
-#: ``[lab]`` key -> FinetuneConfig field (``max_examples``/``max_length`` go to its DataConfig).
+#: ``[lab]``'s short names (kept from before every fine-tuning setting could be given by its own name) -> the
+#: FinetuneConfig field (``max_examples``/``max_length`` go to its DataConfig). Any other setting ``bertology
+#: finetune`` declares is a [lab] key by its field name, except those the study decides itself (:data:`LAB_DECIDED`).
 LAB_KEYS = {
     "epochs": "epochs", "batch_size": "batch_size", "lr": "learning_rate", "weight_decay": "weight_decay",
     "warmup_ratio": "warmup_ratio", "max_examples": "max_examples", "max_length": "max_length",
     "eval_fraction": "eval_fraction", "grad_accum": "grad_accum", "dtype": "dtype", "save_every": "save_every",
 }
+#: Fine-tuning settings a study sets itself: the seeds, the device, each [[task]]'s type and columns.
+LAB_DECIDED = ("seed", "device", "task", "text_column", "pair_column", "label_column")
 TASK_KEYS = ("name", "type", "data", "eval_data", "text_column", "pair_column", "label_column", "seeds", "models")
 COMPARE_KEYS = ("data", "text_column", "pair_column", "label_column", "ood_data", "ood_text_column", "analyses",
                 "max_examples", "max_length", "batch_size", "seed", "report", "own_data", "own_seed_noise")
@@ -247,15 +254,51 @@ def _compare_settings() -> dict:
     return {**own, **declared_settings()[0]}
 
 
-def _lab(raw) -> dict[str, Any]:
+def lab_settings() -> dict[str, Any]:
+    """``[lab]`` key -> the declaration of the fine-tuning setting it sets: the short names of :data:`LAB_KEYS`
+    first, then every other declared setting by its field name (not those of :data:`LAB_DECIDED`)."""
+    from bertology.config import FINETUNE_DATA_SETTINGS, FinetuneConfig
+    from bertology.settings import field_settings
+
+    declared = {s.name: s for s in (*field_settings(FinetuneConfig), *FINETUNE_DATA_SETTINGS) if s.name not in LAB_DECIDED}
+    short = {key: declared[name] for key, name in LAB_KEYS.items()}
+    return {**short, **{name: s for name, s in declared.items() if name not in short}}
+
+
+def lab_config(lab: Mapping[str, Any], **run: Any):
+    """The FinetuneConfig a study's ``[lab]`` values (keys as :func:`lab_settings` names them) make with ``run``'s
+    (model, data path and columns, out, eval data, seed, device, task); the lab's data settings go to its DataConfig."""
+    from bertology.config import FINETUNE_DATA_SETTINGS, DataConfig, FinetuneConfig
+
+    fields = {LAB_KEYS.get(k, k): v for k, v in lab.items()}
+    data_names = {s.name for s in FINETUNE_DATA_SETTINGS}
+    data = DataConfig(path=run.pop("data", ""), overlong="truncate", max_examples=fields.pop("max_examples", None),
+                      **run.pop("columns", {}), **{k: fields.pop(k) for k in list(fields) if k in data_names})
+    return FinetuneConfig(data=data, **run, **fields)
+
+
+def _lab(raw, root: Path) -> dict[str, Any]:
+    """``[lab]`` checked by the settings' declarations (and every bound a fine-tuning run checks), before any job runs.
+
+    Values are kept as given (a list as a tuple), under the key given, so the job fingerprints of specs written
+    before every setting was a [lab] key do not change; a setting's field name and its short name are one key.
+    """
+    declared = lab_settings()
     if not isinstance(raw, dict):
-        raise BertologyError(f"[lab] must be a table of fine-tuning settings ({', '.join(LAB_KEYS)}).")
-    _check_keys(raw, LAB_KEYS, "[lab]")
-    for k, v in raw.items():
-        want = (str,) if k == "dtype" else (int,) if k in ("batch_size", "max_examples", "max_length", "grad_accum", "save_every") else (int, float)
-        if not isinstance(v, want) or isinstance(v, bool):
-            raise BertologyError(f"[lab]: {k} must be {'a string' if want == (str,) else 'a number'}, not {v!r}.")
-    return dict(raw)
+        raise BertologyError(f"[lab] must be a table of fine-tuning settings ({', '.join(declared)}).")
+    _check_keys(raw, tuple(declared), "[lab]")
+    short = {name: key for key, name in LAB_KEYS.items() if key != name}  # learning_rate -> lr
+    lab: dict[str, Any] = {}
+    for key, value in raw.items():
+        key = short.get(key, key)
+        if key in lab:
+            raise BertologyError(f"[lab]: {key} is given twice ({key} and {LAB_KEYS[key]} are one setting).")
+        lab[key] = _file(value, key, "[lab]", root, required=True) if key == "sts_data" else value
+    try:
+        lab_config(lab)  # every bound a run checks, with the run's own messages: --flag (name) must be ...
+        return {key: declared[key].check(value) for key, value in lab.items()}
+    except BertologyError as err:
+        raise BertologyError(f"[lab]: {err}") from None
 
 
 def load_spec(path: str | Path) -> StudySpec:
@@ -283,7 +326,7 @@ def load_spec(path: str | Path) -> StudySpec:
     out = raw.get("out")
     device = _typed(raw.get("device", "cpu"), str, "device", path.name, "a string")
     return StudySpec(path=path.resolve(), base=base, tasks=tasks, compare=_compare(raw.get("compare"), root),
-                     lab=_lab(raw.get("lab", {})), out=(root / _typed(out, str, "out", path.name, "a path")) if out else None,
+                     lab=_lab(raw.get("lab", {}), root), out=(root / _typed(out, str, "out", path.name, "a path")) if out else None,
                      device=device)
 
 

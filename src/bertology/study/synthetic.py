@@ -50,6 +50,48 @@ def _pair_rows(x: np.ndarray, y: np.ndarray, n_examples: int) -> tuple[pd.DataFr
     return pd.DataFrame(att), pd.DataFrame(rep)
 
 
+def _pattern_rows(rng: np.random.Generator, base_patterns: np.ndarray, shift: np.ndarray) -> pd.DataFrame:
+    """Patterns: tuned = base fractions tilted towards "heterogeneous" by the shift, plus noise."""
+    logits = np.log(base_patterns) + 0.05 * rng.standard_normal(base_patterns.shape)
+    logits[..., -1] += 0.3 * shift
+    tuned_patterns = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    n_layers, n_heads = shift.shape
+    return pd.DataFrame([{"model": model, "layer": layer + 1, "head": h, "pattern": pattern,
+                          "fraction": float(frac[layer, h, p])}
+                         for model, frac in (("base", base_patterns), ("tuned", tuned_patterns))
+                         for layer in range(n_layers) for h in range(n_heads) for p, pattern in enumerate(PATTERNS)])
+
+
+def _ablation_rows(rng: np.random.Generator, n_layers: int, n_heads: int, planted: int | None) -> pd.DataFrame:
+    """Ablation on the tuned model: head (planted layer, 0) matters (delta -0.2), the rest is noise."""
+    rows = [{"target": "intact", "layer": -1, "head": -1, "mode": "uniform", "metric": "accuracy",
+             "value": 0.9, "delta": 0.0, "ci_low": 0.0, "ci_high": 0.0, "n_examples": 200}]
+    for layer in range(n_layers):
+        for h in range(-1, n_heads):
+            d = 0.01 * rng.standard_normal()
+            if layer + 1 == planted and h == 0:
+                d -= 0.2
+            rows.append({"target": "layer" if h < 0 else "head", "layer": layer + 1, "head": h,
+                         "mode": "uniform", "metric": "accuracy", "value": 0.9 + d, "delta": d,
+                         "ci_low": d - 0.02, "ci_high": d + 0.02, "n_examples": 200})
+    return pd.DataFrame(rows)
+
+
+def _probe_rows(rng: np.random.Generator, base_uuas: np.ndarray, planted: int | None) -> pd.DataFrame:
+    """Probes: the tuned model loses UUAS in the planted layer."""
+    rows = []
+    for layer in range(len(base_uuas)):
+        drop = 0.15 if layer == planted else 0.0
+        for model, u in (("base", base_uuas[layer]), ("tuned", base_uuas[layer] - drop + 0.01 * rng.standard_normal())):
+            for probe in ("distance", "depth"):
+                rows.append({"model": model, "layer": layer, "probe": probe, "split": "test",
+                             "uuas": u if probe == "distance" else np.nan,
+                             "dspr": 0.7 if probe == "distance" else np.nan,
+                             "root_acc": 0.8 if probe == "depth" else np.nan,
+                             "nspr": 0.75 if probe == "depth" else np.nan})
+    return pd.DataFrame(rows)
+
+
 def synthetic_study(
     folder: str | Path,
     seeds: Mapping[str, int] | None = None,
@@ -102,43 +144,10 @@ def synthetic_study(
             att, rep = _pair_rows(base, x, 40)
             add(out, "attention_change", att, lead)
             add(out, "representation_similarity", rep, lead)
-            # patterns: tuned = base fractions tilted towards "heterogeneous" by the shift, plus noise
-            logits = np.log(base_patterns) + 0.05 * rng.standard_normal(base_patterns.shape)
-            logits[..., -1] += 0.3 * shift
-            tuned_patterns = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
-            rows = []
-            for model, frac in (("base", base_patterns), ("tuned", tuned_patterns)):
-                for layer in range(n_layers):
-                    for h in range(n_heads):
-                        for p, pattern in enumerate(PATTERNS):
-                            rows.append({"model": model, "layer": layer + 1, "head": h, "pattern": pattern,
-                                         "fraction": float(frac[layer, h, p])})
-            add(out, "attention_patterns", pd.DataFrame(rows), lead)
-            # ablation on the tuned model: head (planted layer, 0) matters
-            rows = [{"target": "intact", "layer": -1, "head": -1, "mode": "uniform", "metric": "accuracy",
-                     "value": 0.9, "delta": 0.0, "ci_low": 0.0, "ci_high": 0.0, "n_examples": 200}]
-            for layer in range(n_layers):
-                for h in range(-1, n_heads):
-                    d = 0.01 * rng.standard_normal()
-                    if task in planted and layer + 1 == planted[task] and h == 0:
-                        d -= 0.2
-                    rows.append({"target": "layer" if h < 0 else "head", "layer": layer + 1, "head": h,
-                                 "mode": "uniform", "metric": "accuracy", "value": 0.9 + d, "delta": d,
-                                 "ci_low": d - 0.02, "ci_high": d + 0.02, "n_examples": 200})
-            add(out, "ablation", pd.DataFrame(rows), lead)
-            # probe: tuned loses UUAS in the planted layer
-            rows = []
-            for layer in range(n_layers + 1):
-                drop = 0.15 if task in planted and layer == planted[task] else 0.0
-                for model, u in (("base", base_uuas[layer]),
-                                 ("tuned", base_uuas[layer] - drop + 0.01 * rng.standard_normal())):
-                    for probe in ("distance", "depth"):
-                        rows.append({"model": model, "layer": layer, "probe": probe, "split": "test",
-                                     "uuas": u if probe == "distance" else np.nan,
-                                     "dspr": 0.7 if probe == "distance" else np.nan,
-                                     "root_acc": 0.8 if probe == "depth" else np.nan,
-                                     "nspr": 0.75 if probe == "depth" else np.nan})
-            add(out, "probe", pd.DataFrame(rows), lead)
+            layer = planted.get(task)
+            add(out, "attention_patterns", _pattern_rows(rng, base_patterns, shift), lead)
+            add(out, "ablation", _ablation_rows(rng, n_layers, n_heads, layer), lead)
+            add(out, "probe", _probe_rows(rng, base_uuas, layer), lead)
             slug = f"{task}-s{s}"
             report = folder / "compare" / "pairs" / slug / "report.html"
             report.parent.mkdir(parents=True, exist_ok=True)

@@ -19,9 +19,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bertology.config import DEVICE_HELP
 from bertology.data.corpus import Corpus
-from bertology.errors import BertologyError, check_range
+from bertology.errors import BertologyError
 from bertology.runs import RunResult
+from bertology.settings import check_fields, comma_list, describe_fields, setting_field
 
 logger = logging.getLogger(__name__)
 
@@ -37,15 +39,22 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class TrackSettings:
-    """What :func:`track` computes per checkpoint: the compare ``analyses`` on the first ``max_examples`` examples."""
+    """What :func:`track` computes per checkpoint: the compare ``analyses`` on the first ``max_examples`` examples
+    (``bertology track``'s flags are generated from these fields)."""
 
-    analyses: tuple[str, ...] = DEFAULT_ANALYSES
-    max_examples: int | None = 300
-    max_length: int = 128
-    batch_size: int = 32
-    seed: int = 0
-    device: str = "cpu"
-    include_final: bool = True  # also the final model when it is not one of the checkpoints
+    analyses: tuple[str, ...] = setting_field(
+        DEFAULT_ANALYSES, "Comma list of compare analyses to run per checkpoint.", parse=comma_list, metavar="NAMES")
+    max_examples: int | None = setting_field(300, "Use the first N examples of the corpus (0 = all).", minimum=1,
+                                             zero_is_none=True)
+    max_length: int = setting_field(128, "Skip examples longer than this many tokens (counted).", minimum=2)
+    batch_size: int = setting_field(32, "Examples per forward pass.", minimum=1)
+    seed: int = setting_field(0, "Seed of every random choice.")
+    device: str = setting_field("cpu", DEVICE_HELP)
+    include_final: bool = setting_field(True, "Also the final model when it is not one of the checkpoints.",
+                                        flag="--final")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass
@@ -145,17 +154,12 @@ def track(
 
 
 def _settings(settings: TrackSettings | None, values: dict) -> TrackSettings:
-    """The settings with ``values`` applied, each checked (one error naming the setting and its flag)."""
+    """The settings with ``values`` applied, each checked by its declaration (one line naming the flag and the field)."""
     known = set(TrackSettings.__dataclass_fields__)
     unknown = sorted(set(values) - known)
     if unknown:
         raise BertologyError(f"track has no setting {', '.join(unknown)}; its settings are: {', '.join(sorted(known))}.")
-    settings = replace(settings or TrackSettings(), **values)
-    settings = replace(settings, analyses=tuple(settings.analyses))
-    check_range(settings.max_examples, "max_examples", "--max-examples", minimum=1)
-    check_range(settings.max_length, "max_length", "--max-length", minimum=2)
-    check_range(settings.batch_size, "batch_size", "--batch-size", minimum=1)
-    return settings
+    return replace(settings or TrackSettings(), **values)  # replace() re-checks every field
 
 
 def _checkpoints(run: Path, base: str | None, include_final: bool) -> tuple[dict, list[Checkpoint]]:
@@ -259,6 +263,7 @@ def _record(run: Path, manifest: dict, base: str, ckpts: list[Checkpoint], corpu
         "data": corpus.describe(),
         "max_examples": settings.max_examples,
         "max_length": settings.max_length,
+        "settings": describe_fields([("track", settings)]),
         "tables": [f"track_{a}" for a in tables],
         "figures": [str(p.relative_to(run)) for p in written.values()],
     }

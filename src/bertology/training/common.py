@@ -21,9 +21,9 @@ import torch
 
 from bertology.tasks.base import Task
 from bertology.tasks.catalog import higher_is_better
-from bertology.config import FinetuneConfig
+from bertology.config import FINETUNE_DATA_SETTINGS, OBJECTIVE_ALIASES, FinetuneConfig  # noqa: F401 - re-exported
 from bertology.data.corpus import Corpus
-from bertology.errors import BertologyError
+from bertology.settings import field_settings
 from bertology.training.data import SLICE_ALL
 from bertology.training.loop import LOG_EVERY, LoopConfig, LoopOutcome, TrainTask, plan_steps
 from bertology.training.surgery import drop_layers, freeze, layers_record, num_blocks, parameter_counts
@@ -119,24 +119,10 @@ def interval_table(task: Task, scored: tuple[dict[str, np.ndarray], np.ndarray] 
 # --------------------------------------------------------------------------------------------------
 
 
-#: Old spellings of ``objective`` still read: the supervised objective used to be called classification.
-OBJECTIVE_ALIASES = {"classification": "supervised"}
-#: The allowed values of the settings that are one of a few words.
-CHOICES = {
-    "objective": ("supervised", "contrastive"),
-    "task": ("auto", "classification", "regression", "tagging", "qa", "parsing"),
-    "tag_column": ("upos", "xpos"),
-    "qa_split": ("article", "question"),
-    "contrastive": ("auto", "unsupervised", "supervised"),
-    "pooling": ("cls", "mean"),
-}
-#: The command-line flag of a setting where it is not ``--`` + the name with dashes.
-_FLAGS = {"learning_rate": "--lr", "slice_words": "--eval-slices", "early_stopping": "--early-stopping (patience)"}
-
-
 def flag(name: str) -> str:
-    """The ``bertology finetune`` flag of a setting, for error messages."""
-    return _FLAGS.get(name, "--" + name.replace("_", "-"))
+    """The ``bertology finetune`` flag of a setting (its declaration's), for error messages."""
+    declared = {s.name: s.cli_flag for s in (*field_settings(FinetuneConfig), *FINETUNE_DATA_SETTINGS)}
+    return declared.get(name, "--" + name.replace("_", "-"))
 
 
 def resolve_config(config: FinetuneConfig, train=None) -> FinetuneConfig:
@@ -159,29 +145,9 @@ def resolve_config(config: FinetuneConfig, train=None) -> FinetuneConfig:
 
 
 def check_config(config: FinetuneConfig) -> None:
-    """Refuse settings no run can train with: one clear error naming the setting and its flag."""
-    for name, allowed in CHOICES.items():
-        value = getattr(config, name)
-        if value not in allowed and not (name == "objective" and value in OBJECTIVE_ALIASES):
-            raise BertologyError(f"Unknown {name} {value!r} ({flag(name)}); choose {', '.join(allowed[:-1])} or {allowed[-1]}.")
-    positive = [("epochs", math.isfinite(config.epochs) and config.epochs > 0, "a positive number"),
-                ("batch_size", config.batch_size >= 1, "at least 1"),
-                ("learning_rate", config.learning_rate > 0, "positive"),
-                ("weight_decay", config.weight_decay >= 0, ">= 0"),
-                ("warmup_ratio", 0 <= config.warmup_ratio < 1, "in [0, 1)"),
-                ("grad_accum", config.grad_accum >= 1, "at least 1"),
-                ("freeze_layers", config.freeze_layers >= 0, ">= 0"),
-                ("temperature", config.temperature > 0, "positive")]
-    positive += [(name, getattr(config, name) is None or getattr(config, name) >= 1, "at least 1")
-                 for name in ("eval_every", "save_every", "early_stopping")]
-    for name, ok, what in positive:
-        if not ok:
-            raise BertologyError(f"{name} ({flag(name)}) must be {what}, not {getattr(config, name)!r}.")
-    data = config.data
-    if data.max_length < 2:
-        raise BertologyError(f"max_length (--max-length) must be at least 2, not {data.max_length!r}.")
-    if data.max_examples is not None and data.max_examples < 2:
-        raise BertologyError(f"max_examples (--max-examples) must be at least 2, not {data.max_examples!r}.")
+    """Refuse settings no run can train with (:meth:`FinetuneConfig.check`: the declarations, then the bounds one
+    declaration cannot state): one line naming the flag and the setting, e.g. ``--epochs (epochs) must be ...``."""
+    config.check()
 
 
 # --------------------------------------------------------------------------------------------------

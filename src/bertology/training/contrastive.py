@@ -31,13 +31,13 @@ import torch
 import torch.nn.functional as F
 
 from bertology.data.batching import collate, length_batches
-from bertology.config import FinetuneConfig
+from bertology.config import FinetuneConfig, parse_word_list
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, EncodedExample, encode_corpus
 from bertology.errors import BertologyError
 from bertology.models.sites import uses_token_types
 from bertology.training.common import FinetuneResult, padding_id, resolve_config
-from bertology.training.data import exclude_examples, parse_word_list
+from bertology.training.data import exclude_examples
 from bertology.training.loop import LoopOutcome
 from bertology.training.skeleton import Finish, ModelToTrain, RunData, Trainer
 

@@ -9,43 +9,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 import numpy as np
 
+from bertology.config import parse_word_list
 from bertology.data.corpus import Corpus, Example
 from bertology.errors import BertologyError
+
+#: ``parse_word_list`` (the word lists' reader) is declared with the settings it parses, in bertology.config.
+__all__ = ["SLICE_ALL", "SLICE_WITH", "SLICE_WITHOUT", "eval_slices", "exclude_examples", "mention_mask", "mentions",
+           "parse_word_list", "word_pattern"]
 
 #: ``slice`` values of the finetune table.
 SLICE_ALL = "all"
 SLICE_WITH = "with_words"
 SLICE_WITHOUT = "without_words"
-
-
-def parse_word_list(spec: str | Sequence[str] | None) -> tuple[str, ...]:
-    """Words from ``"a,b,c"``, ``"@file"`` (one or more per line, commas or whitespace) or a list.
-
-    Lower-cased, de-duplicated, in first-seen order. Empty input gives ``()``.
-    """
-    if spec is None:
-        return ()
-    if isinstance(spec, str):
-        if spec.startswith("@"):
-            path = Path(spec[1:]).expanduser()
-            if not path.is_file():
-                raise BertologyError(f"Word list file {path} does not exist (--exclude-words @FILE).")
-            text = path.read_text(encoding="utf-8")
-            items = [w for line in text.splitlines() if not line.lstrip().startswith("#") for w in re.split(r"[,\s]+", line)]
-        else:
-            items = spec.split(",")
-    else:
-        items = list(spec)
-    out: list[str] = []
-    for w in items:
-        w = w.strip().lower()
-        if w and w not in out:
-            out.append(w)
-    return tuple(out)
 
 
 def word_pattern(words: Iterable[str]) -> re.Pattern:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bertology.config import FinetuneConfig
+from bertology.config import FINETUNE_DATA_SETTINGS, FinetuneConfig
 from bertology.data.corpus import Corpus
 from bertology.models.device import resolve_device
 from bertology.models.precision import resolve_dtype
@@ -24,6 +24,7 @@ from bertology.models.loading import resolve_model, weights_fingerprint
 from bertology.metrics.chance import above_chance
 from bertology.results import now_iso, read_table, write_table
 from bertology.runs import manifest_header, open_run
+from bertology.settings import describe, field_settings
 from bertology.training.common import INTERVALS_TABLE
 
 KIND = "finetune"
@@ -49,7 +50,9 @@ def run_fingerprint(config: FinetuneConfig, train: Corpus, evaluation: Corpus | 
 
     d = resolve_config(config, train).to_dict()  # the old and the new name of a setting are one run
     d.pop("out", None)
-    d.pop("save_every", None)  # where checkpoints are kept does not change the numbers
+    for s in field_settings(FinetuneConfig):  # e.g. save_every: where checkpoints are kept does not change the numbers
+        if not s.changes_numbers:
+            d.pop(s.name, None)
     for key, default in _NEW_DEFAULTS.items():  # runs from before these settings existed keep their fingerprint
         if d.get(key) == default:
             d.pop(key)
@@ -72,6 +75,16 @@ _NEW_DEFAULTS = {
     "early_stopping_metric": None, "max_grad_norm": 1.0, "dtype": "float32", "tag_column": "upos",
     "doc_stride": 128, "max_answer_length": 30, "null_threshold": 0.0, "qa_split": "article",
 }
+
+
+def settings_record(config: FinetuneConfig) -> dict:
+    """The manifest's ``settings``: every declared fine-tuning setting and data setting with its value, default,
+    flag, help and paper (:func:`bertology.settings.describe`), as ``compare`` records its own; the report's
+    settings table reads it."""
+    run = {s.name: s for s in field_settings(FinetuneConfig)}
+    data = {s.name: s for s in FINETUNE_DATA_SETTINGS}
+    return {**describe(run, {n: getattr(config, n) for n in run}, {n: "finetune" for n in run}),
+            **describe(data, {n: getattr(config.data, n) for n in data}, {n: "data" for n in data})}
 
 
 def _device_info(device: str) -> dict:
@@ -115,7 +128,8 @@ def finetune_to_dir(
                 old.get("result", {}).get("n_train"), 0.0, reused=True, warnings=old.get("warnings", []),
             )
         header = manifest_header(KIND, fingerprint, created=old.get("created") if resume else None)
-        started = {**header, "status": "running", "config": config.to_dict(), "seed": config.seed}
+        started = {**header, "status": "running", "config": config.to_dict(), "settings": settings_record(config),
+                   "seed": config.seed}
         run_dir.write_manifest(started)
 
         result = finetune(config, train, evaluation, progress=progress, resume=resume, on_step=on_step)
@@ -140,6 +154,7 @@ def finetune_to_dir(
                 "status": "done",
                 "finished": now_iso(),
                 "config": config.to_dict(),
+                "settings": settings_record(config),
                 "seed": config.seed,
                 "device": _device_info(config.device),
                 "dtype": config.dtype,

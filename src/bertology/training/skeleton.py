@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bertology.config import FinetuneConfig
+from bertology.config import FinetuneConfig, parse_word_list
 from bertology.errors import BertologyError
 from bertology.models.device import resolve_device
 from bertology.results import atomic_folder
@@ -34,7 +34,7 @@ from bertology.training.common import (
     INTERVALS_TABLE, FinetuneResult, Training, check_config, checkpoint_folder, interval_table, loop_config, make_table,
     objective_record, plan_schedule, prepare_model, training_record,
 )
-from bertology.training.data import eval_slices, exclude_examples, parse_word_list
+from bertology.training.data import eval_slices, exclude_examples
 from bertology.training.loop import LoopOutcome, TrainTask, seed_everything, train_loop
 
 logger = logging.getLogger(__name__)

@@ -151,8 +151,9 @@ def _corpus_rows(data: Mapping[str, Any]) -> list[dict]:
 
 def _settings(manifest: Mapping[str, Any]) -> list[dict]:
     """Every setting, in groups: the run, then each owner's declared settings (the manifest's ``settings``,
-    generated from the declarations: flag, value, and the default when the value differs), or the flat
-    ``config`` of runs made before settings were declared; then the analyses' parameters."""
+    generated from the declarations: flag, value, and the default when the value differs), then the entries of
+    the flat ``config`` they do not show (all of it for runs made before settings were declared; none for
+    ``compare``, whose run settings are declared); then the analyses' parameters."""
     settings = []
     run_rows = []
     for key, label in _RUN_FIELDS:
@@ -164,11 +165,14 @@ def _settings(manifest: Mapping[str, Any]) -> list[dict]:
     for owner, records in declared.items():
         rows = [_declared_row(mapping(r)) for r in mapping(records).values()]
         settings.append({"group": f"Settings: {owner}", "rows": rows})
+    names = {name for records in declared.values() for name in mapping(records)}
     for group, key in (("Configuration", "config"), ("Analysis parameters", "analyses")):
-        if key == "config" and declared:
-            continue
-        rows = [{"label": k, "text": fmt_value(v), "code": True}
-                for k, v in flatten(mapping(manifest.get(key)))]
+        entries = flatten(mapping(manifest.get(key)))
+        if key == "config" and declared:  # what the declared settings do not already show (paths, columns, ...)
+            if "run" in declared:  # compare: its declarations cover the run; the models and data are shown above
+                continue
+            entries = [(k, v) for k, v in entries if k.split(".")[0] not in names and k.split(".")[-1] not in names]
+        rows = [{"label": k, "text": fmt_value(v), "code": True} for k, v in entries]
         if rows:
             settings.append({"group": group, "rows": rows})
     return settings
