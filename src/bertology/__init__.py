@@ -21,6 +21,8 @@ _LAZY = {
     "finetune": "bertology.api",
     "ablate": "bertology.api",
     "probe": "bertology.api",
+    "absa": "bertology.api",
+    "demo_data": "bertology.api",
     "study": "bertology.study",  # the package, callable (see its docstring)
     "load_run": "bertology.api",
     "Run": "bertology.api",

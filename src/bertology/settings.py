@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -139,6 +140,8 @@ class Setting:
         if kind is str:
             if isinstance(value, str):
                 return value
+            if isinstance(value, os.PathLike):  # a file setting given as a Path, as data= and out= may be
+                return os.fspath(value)
             raise self._refuse("must be text", value)
         if isinstance(value, (list, tuple)):
             return tuple(value)
@@ -195,8 +198,23 @@ def compose(groups: Iterable[tuple[str, Iterable[Setting]]]) -> dict[str, Settin
     return out
 
 
+def by_flag(declared: Mapping[str, Setting], given: Mapping[str, Any]) -> dict[str, Any]:
+    """``given`` with a setting named by its flag's spelling (``lr`` for ``--lr``, ``importance`` for
+    ``--importance``) renamed to the setting's own name, so Python takes both spellings the user may know."""
+    alias = {s.cli_flag[2:].replace("-", "_"): name for name, s in declared.items()}
+    out: dict[str, Any] = {}
+    for key, value in given.items():
+        name = key if key in declared else alias.get(key, key)
+        if name in out:
+            raise BertologyError(f"Setting {name} given twice (as {name} and as {key}).")
+        out[name] = value
+    return out
+
+
 def complete(declared: Mapping[str, Setting], given: Mapping[str, Any], *, where: str = "") -> dict[str, Any]:
-    """Every declared setting's value: the checked given value, else the default; unknown names refused."""
+    """Every declared setting's value: the checked given value (by its name or its flag's spelling), else the
+    default; unknown names refused."""
+    given = by_flag(declared, given)
     unknown = sorted(set(given) - set(declared))
     if unknown:
         known = ", ".join(sorted(declared))

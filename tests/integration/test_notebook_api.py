@@ -45,7 +45,7 @@ def test_compare_in_memory_then_kept_and_reopened(pair, tmp_path):
     with pytest.raises(BertologyError, match="No figure 'nope'"):
         run.plot("nope")
     card = run._repr_html_()
-    assert "attention change: lowest cosine L1H2" in card and "--rsa-tokens=50" in card and "<table" not in card
+    assert "attention change: lowest cosine L1H2" in card and "--rsa-tokens 50" in card and "--analyses attention_change,representation_similarity" in card and "<table" not in card
     assert len(card) < 4000
     # the same call with out= keeps the folder; load_run gives back the same tables and manifest
     kept = bt.compare(base, tuned, SENTENCES, analyses=["attention_change", "representation_similarity"],
@@ -123,3 +123,24 @@ def test_probe_and_study_from_python(tmp_path, pair):
     done = bt.study(spec)
     assert done.kind == "study" and done.out == tmp_path / "study/out"
     assert all(j["status"] in ("done", "cached") for j in done.manifest["jobs"]), done.manifest["jobs"]
+
+
+def test_settings_by_flag_spelling_and_paths(pair, tmp_path):
+    """A setting may be named as its flag is spelled (``importance`` for ``--importance``, ``lr`` for ``--lr``), and a
+    file setting may be a Path, as ``data`` and ``out`` may."""
+    from pathlib import Path
+
+    from bertology.pipeline import complete_config, make_config
+
+    config = complete_config(make_config("d.txt", tuned="t", importance=False, ood_data=Path("ood.txt")))
+    assert config.ablation_importance is False and config.ood_data == "ood.txt"
+    with pytest.raises(BertologyError, match="given twice"):
+        complete_config(make_config("d.txt", tuned="t", importance=False, ablation_importance=True))
+    from bertology.api import _split
+    from bertology.config import DataConfig, FinetuneConfig
+
+    data, ft = _split({"lr": 1e-4, "text_column": "s", "eval_slices": "good"}, DataConfig, FinetuneConfig)
+    assert data == {"text_column": "s"} and ft == {"learning_rate": 1e-4, "slice_words": "good"}
+    with pytest.raises(BertologyError, match="Unknown setting epoch; known: .*epochs") as err:
+        _split({"epoch": 1}, DataConfig, FinetuneConfig)
+    assert " model," not in str(err.value) and " out," not in str(err.value)  # arguments are not settings
