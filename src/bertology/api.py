@@ -162,14 +162,12 @@ def _card(run: Run) -> str:
 
 def load_run(path: str | Path) -> Run:
     """Reopen any run folder (compare, ablate, probe, finetune, study ...) as its result object."""
+    from bertology.runs import RunDirectory
+
     folder = Path(path).expanduser()
-    manifest_path = folder / MANIFEST
-    if not manifest_path.exists():
+    manifest = RunDirectory(folder).read_manifest()  # one clear error for a manifest that is not JSON
+    if manifest is None:
         raise BertologyError(f"{folder} is not a bertology run folder (no {MANIFEST}).")
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise BertologyError(f"{manifest_path} is not a valid manifest ({err}).") from None
     listed = manifest.get("tables")
     names = listed if isinstance(listed, list) else sorted(p.stem for p in (folder / "tables").glob("*.parquet"))
     tables = {n: read_table(folder, n) for n in names if (folder / "tables" / f"{n}.parquet").exists()

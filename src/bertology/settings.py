@@ -181,6 +181,20 @@ def check_fields(obj: Any) -> None:
         object.__setattr__(obj, s.name, s.check(getattr(obj, s.name)))
 
 
+def settings_object(cls: type, values: Any, command: str) -> Any:
+    """A command's settings dataclass ``cls`` from an instance (checked), a mapping of its fields, or None (its
+    defaults); a name it does not have is one line naming ``command`` and the names it has."""
+    if isinstance(values, cls):
+        check_fields(values)
+        return values
+    values = dict(values or {})
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise BertologyError(f"{command} has no setting {', '.join(unknown)}; its settings are: {', '.join(sorted(known))}.")
+    return cls(**values)  # every value checked by its declaration
+
+
 def compose(groups: Iterable[tuple[str, Iterable[Setting]]]) -> dict[str, Setting]:
     """Settings of several owners (``(owner, settings)`` pairs) in one ``name -> Setting`` map.
 

@@ -20,7 +20,7 @@ from typing import Any
 from bertology.errors import BertologyError
 from bertology.experiments.ablation import AblationSettings
 from bertology.runs import RunResult, build_manifest, fingerprint, open_run, run_folder
-from bertology.settings import check_fields, describe_fields, setting_field
+from bertology.settings import check_fields, describe_fields, setting_field, settings_object
 from bertology.study.inputs import Columns, Loading, resolve, stderr_console
 
 logger = logging.getLogger(__name__)
@@ -60,15 +60,7 @@ class AblateRun(RunResult):
 def settings_of(values: AblationSettings | Mapping[str, Any] | None) -> AblationSettings:
     """:class:`AblationSettings` from itself, from a mapping of its fields or None (defaults), checked against the
     declarations (one line naming the ``bertology ablate`` flag and the field)."""
-    if isinstance(values, AblationSettings):
-        check_fields(values)
-        return values
-    values = dict(values or {})
-    known = set(AblationSettings.__dataclass_fields__)
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise BertologyError(f"ablate has no setting {', '.join(unknown)}; its settings are: {', '.join(sorted(known))}.")
-    return AblationSettings(**values)
+    return settings_object(AblationSettings, values, "ablate")
 
 
 def settings_record(settings: AblationSettings, qa: Mapping[str, Any]) -> dict:

@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from bertology.config import SPACY_MODEL_HELP
-from bertology.errors import BertologyError
 from bertology.experiments.probe import TABLE, ProbeSettings
 from bertology.runs import RunResult, build_manifest, fingerprint, open_run, run_folder
-from bertology.settings import check_fields, describe_fields, setting_field
+from bertology.settings import check_fields, describe_fields, setting_field, settings_object
 from bertology.study.inputs import Loading, resolve, stderr_console
 
 logger = logging.getLogger(__name__)
@@ -89,14 +88,9 @@ def settings_of(values: ProbeSettings | Mapping[str, Any] | None, conventions: s
     from bertology.conventions import choose
 
     if isinstance(values, ProbeSettings):
-        check_fields(values)
-        return values
+        return settings_object(ProbeSettings, values, "probe")
     values = dict(values or {})
-    known = set(ProbeSettings.__dataclass_fields__)
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise BertologyError(f"probe has no setting {', '.join(unknown)}; its settings are: {', '.join(sorted(known))}.")
-    settings = ProbeSettings(**values)  # every value checked by its declaration
+    settings = settings_object(ProbeSettings, values, "probe")
     settings.punctuation = choose(conventions, "probe_punctuation", values.get("punctuation"))
     return settings
 
