@@ -157,8 +157,10 @@ class OpenedRun:
             self.lock = None
 
 
-def _lock(path: Path) -> FileLock:
-    """Create ``path`` and take its writer lock at once, or one clear error (exists elsewhere, unwritable, busy)."""
+def lock_folder(path: Path) -> FileLock:
+    """Create ``path`` and take its writer lock at once, or one clear error (exists elsewhere, unwritable, busy).
+
+    Single runs hold it through :func:`open_run`; a study holds it on its own folder for the whole study."""
     try:
         path.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(path / LOCK), timeout=0)
@@ -187,7 +189,7 @@ def open_run(
     """
     run_dir = RunDirectory(out)
     run_dir.check_foreign(overwrite)  # a foreign folder is refused before anything is written into it
-    lock = _lock(run_dir.path)
+    lock = lock_folder(run_dir.path)
     try:
         identical = run_dir.prepare(kind, fingerprint, overwrite=overwrite)
         previous = (run_dir.read_manifest() or {}) if identical else {}

@@ -339,3 +339,24 @@ def test_each_task_is_also_compared_on_its_own_dev_data(tmp_path):
     _edit(spec2, "own_data = false", "own_data = 1")
     with pytest.raises(BertologyError, match=r"\[compare\]: own_data must be true or false, not 1"):
         load_spec(spec2)
+
+
+def test_one_writer_per_study_folder_and_an_unwritable_out_is_one_clear_error(tmp_path):
+    """A second study into a folder a study is writing is refused before any job (the single runs' lock, held on
+    the study folder for the whole study); an --out that cannot be a folder is one clear line, not a traceback."""
+    from bertology.runs import lock_folder
+
+    spec = tiny_study(tmp_path / "s", seeds=(0,))
+    out = tmp_path / "s" / "out"
+    held = lock_folder(out)  # another study's lock, as a concurrent process would hold it
+    try:
+        with pytest.raises(BertologyError, match="Another bertology run is writing into --out"):
+            run_study(spec, out)
+    finally:
+        held.release()
+    assert not (out / "manifest.json").exists() and not (out / "finetune").exists()  # nothing was written
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    result = invoke([str(spec), "--out", str(tmp_path / "file" / "out")])
+    assert result.exit_code == 2 and "Cannot write into --out" in result.output and "internal error" not in result.output
+    done = run_study(spec, out)  # the lock was the only thing in the folder: the study runs and resumes there
+    assert all(j.status == "done" for j in done.jobs)

@@ -35,7 +35,7 @@ import pandas as pd
 
 from bertology.errors import BertologyError, check_choice
 from bertology.results import atomic_write_text, now_iso, write_table
-from bertology.runs import RunResult
+from bertology.runs import LOCK, RunResult, lock_folder
 from bertology.study.executors import EXECUTORS, Executor, JobResult, LocalExecutor, make_executor  # noqa: F401  (LocalExecutor re-exported)
 from bertology.study.jobs import CompareJob, FinetuneJob, compare_job, finetune_jobs, model_identity
 from bertology.study.spec import StudySpec, check_models, load_spec
@@ -120,7 +120,7 @@ def _run_wave(study: Path, jobs: list, executor: Executor) -> dict[str, JobRecor
 def prepare_folder(study: Path, spec: StudySpec, overwrite: bool) -> None:
     """Take ``study`` for this study: refuse a folder of something else; ``overwrite`` starts it afresh."""
     manifest = study / "manifest.json"
-    if study.exists() and any(study.iterdir()):
+    if study.exists() and any(p.name != LOCK for p in study.iterdir()):
         kind = None
         if manifest.exists():
             try:
@@ -129,8 +129,10 @@ def prepare_folder(study: Path, spec: StudySpec, overwrite: bool) -> None:
                 kind = None
         if kind != KIND and not overwrite:
             raise BertologyError(f"{study} is not empty and holds no study; choose another --out or pass --overwrite.")
-        if overwrite:
-            shutil.rmtree(study)
+        if overwrite:  # everything but the lock this study holds
+            for entry in study.iterdir():
+                if entry.name != LOCK:
+                    shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
     study.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(spec.path, study / "study.toml")
     previous = {}
@@ -167,8 +169,17 @@ def run_study(spec: StudySpec | str | Path, out: str | Path | None = None, *, ex
 
 
 def _run_study(spec: StudySpec, out: Path, executor: Executor, overwrite: bool) -> StudyResult:
+    """One writer per study folder: the folder's lock (as a single run's) is held from the first write to the
+    last, so a second study into it, or an unwritable ``--out``, is one clear error before any job runs."""
+    lock = lock_folder(out.resolve())
+    try:
+        return _run_locked(spec, out.resolve(), executor, overwrite)
+    finally:
+        lock.release()
+
+
+def _run_locked(spec: StudySpec, study: Path, executor: Executor, overwrite: bool) -> StudyResult:
     t0 = time.perf_counter()
-    study = out.resolve()
     prepare_folder(study, spec, overwrite)
     base_id = model_identity(spec.base)
 
