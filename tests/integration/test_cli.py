@@ -155,6 +155,13 @@ def test_report_and_env_commands(identical_pair, corpus_txt, tmp_path):
     assert result.exit_code == 0, result.output
     assert (out / "report.html").exists()
     assert_user_error(invoke("report", tmp_path), "not a bertology run")
+    # a corrupted table: the report is still written without its section, and the command says so and fails
+    (out / "tables/attention_change.parquet").write_bytes(b"not parquet")
+    (out / "tables/attention_change.csv").write_text("not,a\n\"broken", encoding="utf-8")
+    broken = invoke("report", out)
+    assert_user_error(broken, "Table(s) attention_change of", "could not be read")
+    assert "Could not read tables/attention_change.parquet" in " ".join(broken.output.split())
+    assert (out / "report.html").exists()
     env = invoke("env", "--json")
     assert env.exit_code == 0 and "torch" in json.loads(env.output)["packages"]
 

@@ -130,7 +130,17 @@ def report_command(run_dir: Path = typer.Argument(..., help="A run directory wri
         tables = {name: read_table(run_dir, name) for name in manifest.get("tables", [])}
         console.print(f"report: [bold]{escape(str(render_many_index(run_dir, manifest, tables)))}[/]")
         return
-    console.print(f"report: [bold]{escape(str(render_report(run_dir)))}[/]")
+    problems: list[str] = []
+    path = render_report(run_dir, warnings=problems)
+    for w in problems:
+        console.print("[yellow]warning:[/] ", end="")
+        console.print(w, markup=False, highlight=False, soft_wrap=True)
+    console.print(f"report: [bold]{escape(str(path))}[/]")
+    unreadable = sorted({Path(w.split(":")[0].removeprefix("Could not read ")).stem
+                         for w in problems if w.startswith("Could not read tables/")})
+    if unreadable:  # the page is written, but part of the run is missing from it: not a success
+        raise BertologyError(f"Table(s) {', '.join(unreadable)} of {run_dir} could not be read, so their sections are "
+                             "left out of the report; rerun the command that made the run to rewrite them.")
 
 
 @app.command("env")

@@ -181,7 +181,8 @@ def build_context(run_dir: str | Path, sections: Sequence[Section] = SECTIONS) -
 
 
 def render_report(
-    run_dir: str | Path, sections: Sequence[Section] = SECTIONS, template_dirs: Sequence[str | Path] = ()
+    run_dir: str | Path, sections: Sequence[Section] = SECTIONS, template_dirs: Sequence[str | Path] = (),
+    warnings: list[str] | None = None,
 ) -> Path:
     """Render ``run_dir/report.html`` (and ``run_dir/figures/*.svg``) from a run directory.
 
@@ -189,10 +190,13 @@ def render_report(
     then ``os.replace``), so a reader never sees a half-written page. Raises
     :class:`~bertology.errors.BertologyError` when ``run_dir`` is not a run directory.
     ``sections`` and ``template_dirs`` (where their templates live, beside the package's) let a
-    caller add sections of its own.
+    caller add sections of its own. ``warnings``, when given, receives the problems the page shows at its top
+    (an unreadable table, a figure that failed), so a command can say them too.
     """
     run_dir = Path(run_dir).expanduser()
     context = build_context(run_dir, sections)
+    if warnings is not None:
+        warnings.extend(context["overview"]["warnings"])
     page = _environment(template_dirs).get_template("report.html.j2").render(**context)
     out = run_dir / "report.html"
     atomic_write_text(out, page)
