@@ -113,3 +113,17 @@ def test_report_section_names_no_needed_head_for_a_constant_classifier(tmp_path)
         else:
             assert card["text"] in {f"L1H{h}" for h in range(2)} and out["degenerate"] is None
             assert len(warnings) == 1  # nothing added for the good classifier
+
+
+def test_a_rank_correlation_that_cannot_exist_is_said_in_words_not_printed_as_nan():
+    """A model whose every removal changes nothing: importance vs deltas has no ranks to correlate."""
+    import pandas as pd
+
+    y = np.arange(40) % 2
+    units = plan_units(1, 2)
+    same = {u.key: {"pred": np.zeros(40, dtype=np.int64), "loss": np.full(40, 0.5)} for u in units}
+    t = score_units(units, same, y, mode="uniform", exclude_special=False, n_bootstrap=20)
+    imp = pd.DataFrame({"layer": [1, 1], "head": [0, 1], "importance": [0.2, 0.8], "importance_raw": [0.1, 0.4]})
+    text = summary({"ablation": t, "head_importance": imp})
+    line = next(x for x in text.splitlines() if x.startswith("head importance vs single-head deltas"))
+    assert "nan" not in line and line.count("undefined (no variation)") == 3

@@ -248,6 +248,12 @@ def _fmt_row(r) -> str:
 METRIC_NAMES = {"macro_f1": "macro-F1"}
 
 
+def _rho(value: float) -> str:
+    """A rank correlation for the summary; undefined when the deltas or importances do not vary (e.g. a model that
+    predicts one class whatever is removed), said in words rather than printed as nan."""
+    return f"{value:+.3f}" if value == value else "undefined (no variation)"
+
+
 def summary(tables: Mapping[str, pd.DataFrame], note: str = "") -> str:
     """The ablation headlines: intact score, harmful heads, layers, helpful removals, importance, pruning.
 
@@ -287,8 +293,8 @@ def summary(tables: Mapping[str, pd.DataFrame], note: str = "") -> str:
         rho = importance_vs_deltas(imp, t)
         lines.append(
             "head importance vs single-head deltas, Spearman: "
-            f"{rho[loss]['spearman']:+.3f} ({loss}), {rho[main]['spearman']:+.3f} ({main}); "
-            f"raw importance {rho[loss]['spearman_raw']:+.3f} ({loss})"
+            f"{_rho(rho[loss]['spearman'])} ({loss}), {_rho(rho[main]['spearman'])} ({main}); "
+            f"raw importance {_rho(rho[loss]['spearman_raw'])} ({loss})"
         )
     curve = tables.get("pruning_curve")
     if curve is not None and len(curve):
