@@ -144,3 +144,22 @@ def test_settings_by_flag_spelling_and_paths(pair, tmp_path):
     with pytest.raises(BertologyError, match="Unknown setting epoch; known: .*epochs") as err:
         _split({"epoch": 1}, DataConfig, FinetuneConfig)
     assert " model," not in str(err.value) and " out," not in str(err.value)  # arguments are not settings
+
+
+def test_loading_a_model_draws_no_transformers_bars_and_restores_their_state(pair, capfd):
+    from transformers.utils import logging as hf_logging
+
+    from bertology.models.loading import quiet_transformers
+
+    hf_logging.enable_progress_bar()
+    before = hf_logging.get_verbosity()
+    base, tuned = map(str, pair)
+    bt.compare(base, tuned, SENTENCES[:4], analyses="attention_change", view_examples=0)
+    err = capfd.readouterr().err
+    assert "Loading weights" not in err and "LOAD REPORT" not in err
+    assert hf_logging.is_progress_bar_enabled() and hf_logging.get_verbosity() == before  # the user's settings kept
+    with pytest.raises(RuntimeError):
+        with quiet_transformers():
+            assert not hf_logging.is_progress_bar_enabled()
+            raise RuntimeError("restored even when the body raises")
+    assert hf_logging.is_progress_bar_enabled() and hf_logging.get_verbosity() == before

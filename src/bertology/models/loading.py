@@ -5,12 +5,15 @@ and in eval mode. Safetensors are preferred; ``trust_remote_code`` is off unless
 """
 from __future__ import annotations
 
+import contextlib
+
 import hashlib
 import logging
 import os
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Literal
 
 import torch
@@ -73,6 +76,23 @@ class LoadedModel:
             "attn_implementation": getattr(cfg, "_attn_implementation", None),
         }
 
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' progress bars ("Loading weights", "Writing model shards") and load reports off while bertology
+    loads or saves a model, then back as they were: bertology checks the heads itself (a missing task head is its
+    own error or note), and the bars clutter a notebook or the command line with nothing to act on."""
+    from transformers.utils import logging as hf_logging
+
+    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 def builtin_model_path(name: str) -> Path:
     """Folder of a built-in model shipped inside a Python wheel."""
@@ -236,8 +256,9 @@ def load_model(
     if kind == "qa" or (kind == "auto" and any(a.endswith("ForQuestionAnswering") for a in archs)):
         cls = AutoModelForQuestionAnswering
     try:
-        model = cls.from_pretrained(where, use_safetensors=None, **model_kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(where, **hub_kwargs)
+        with quiet_transformers():
+            model = cls.from_pretrained(where, use_safetensors=None, **model_kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(where, **hub_kwargs)
     except pickle.UnpicklingError as err:
         raise pickle_refused(where) from err
     except SafetensorError as err:

@@ -16,6 +16,7 @@ import torch
 
 from bertology.data.batching import collate, length_batches
 from bertology.data.encode import EncodedCorpus, EncodedExample
+from bertology.models.loading import quiet_transformers
 from bertology.models.sites import uses_token_types
 from bertology.tasks.base import Task
 from bertology.training.common import padding_id
@@ -123,8 +124,9 @@ class HeadTask:
         return metrics, rows
 
     def save(self, model: torch.nn.Module, folder: Path) -> None:
-        model.save_pretrained(folder, safe_serialization=True)
-        self.tokenizer.save_pretrained(folder)
+        with quiet_transformers():
+            model.save_pretrained(folder, safe_serialization=True)
+            self.tokenizer.save_pretrained(folder)
 
     def tokenisation(self) -> dict:
         """The manifest's ``tokenisation``: what encoding did to the training and eval sets."""
