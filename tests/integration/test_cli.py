@@ -276,3 +276,15 @@ def test_user_relation_named_like_a_dependency_relation_is_refused_before_work(p
                     "--analyses", "relation_heads", "--relations", rel_file)
     assert_user_error(result, "det", "rename them")
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["absa", "--data", "x.xml", "--max-sentences", "abc"], "Invalid value for '--max-sentences'"),
+    (["compare", "--tuned", "x", "--data", "y", "--nope"], "No such option: --nope"),
+])
+def test_a_usage_error_is_one_line_naming_the_help(args, says):
+    """Not click's boxed usage block: one line, like every other error of the command line."""
+    result = invoke(*args)
+    text = result.output.strip()
+    assert result.exit_code == 2 and len(text.splitlines()) == 1, text
+    assert text.startswith("error: ") and says in text and f"(see 'bertology {args[0]} --help')" in text

@@ -4,18 +4,48 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 import traceback
 from collections.abc import Callable
 from typing import TypeVar
 
 import typer
+from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # typer's own click (pinned)
+from typer.core import TyperGroup
 from typer.exceptions import TyperException
 from rich.markup import escape
 from rich.console import Console
 
 from bertology.errors import BertologyError
 
+class OneLineErrors(TyperGroup):
+    """The ``bertology`` group: a usage error (an unknown flag, a number that is not one) is one line naming the
+    command's help, like every other error of the command line, instead of click's boxed usage block."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # noqa: D102
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except NoArgsIsHelpError as err:  # `bertology` or a group alone: its help, as click shows it
+            err.show()
+            sys.exit(err.exit_code)
+        except UsageError as err:
+            where = f" (see '{err.ctx.command_path} --help')" if err.ctx is not None else ""
+            console.print(f"[bold red]error:[/] {escape(' '.join(err.format_message().split()))}{escape(where)}",
+                          highlight=False, soft_wrap=True)
+            sys.exit(err.exit_code)
+        except ClickException as err:
+            err.show()
+            sys.exit(err.exit_code)
+        except typer.Abort:
+            console.print("[yellow]aborted[/]")
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     name="bertology",
     help="What did fine-tuning change inside my BERT? Attention, representations and more, side by side.",
     no_args_is_help=True,
