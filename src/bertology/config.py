@@ -212,13 +212,13 @@ class FinetuneConfig:
     warmup_ratio: float = setting_field(0.1, "Fraction of steps with linear warm-up.", minimum=0, below=1,
                                         paper="Devlin et al. 2019")
     seed: int = setting_field(0, "Seed for the split, head initialisation, shuffling and dropout.")
-    device: str = setting_field("cpu", "cpu, cuda, cuda:N, mps or auto.")
+    device: str = setting_field("cpu", DEVICE_HELP)
     # float32, or mixed precision: the forward under torch.autocast in bfloat16 / float16 (with a loss
     # scaler), weights, optimiser and gradients kept in float32
     dtype: str = setting_field(
         "float32", "float32, or mixed precision: the training forward under autocast in bfloat16 or float16 (with a "
-        "loss scaler); weights stay float32.", choices=("float32", "bfloat16", "float16"))
-    trust_remote_code: bool = setting_field(False, "Allow model code from the hub (off by default).")
+        "loss scaler); weights stay float32.", choices=DTYPES)
+    trust_remote_code: bool = setting_field(False, TRUST_REMOTE_CODE_HELP)
     # --- the fine-tuning lab (issue 6) ---
     # the old name "classification" of the supervised objective is read as "supervised" (OBJECTIVE_ALIASES)
     objective: Literal["supervised", "contrastive"] = setting_field(

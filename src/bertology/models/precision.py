@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from bertology.config import DTYPES  # the --dtype values, declared once beside the settings that take them
 from bertology.errors import BertologyError
 
-#: ``--dtype`` values, default first.
-DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 _TORCH = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
