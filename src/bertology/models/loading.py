@@ -77,6 +77,13 @@ class LoadedModel:
         }
 
 
+def save_model(model, tokenizer, folder: str | Path) -> None:
+    """A model and its tokenizer into ``folder`` (safetensors), quietly (:func:`quiet_transformers`)."""
+    with quiet_transformers():
+        model.save_pretrained(folder, safe_serialization=True)
+        tokenizer.save_pretrained(folder)
+
+
 @contextlib.contextmanager
 def quiet_transformers() -> Iterator[None]:
     """transformers' progress bars ("Loading weights", "Writing model shards") and load reports off while bertology

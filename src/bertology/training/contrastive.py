@@ -35,7 +35,7 @@ from bertology.config import FinetuneConfig, parse_word_list
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, EncodedExample, encode_corpus
 from bertology.errors import BertologyError
-from bertology.models.loading import quiet_transformers
+from bertology.models.loading import save_model
 from bertology.models.sites import uses_token_types
 from bertology.training.common import FinetuneResult, padding_id, resolve_config
 from bertology.training.data import exclude_examples
@@ -313,9 +313,7 @@ class ContrastiveTask:
         return {"spearman": rho}, [{"split": "sts", "metric": "spearman", "value": rho, "slice": "all"}]
 
     def save(self, model, folder: Path) -> None:
-        with quiet_transformers():
-            model.save_pretrained(folder, safe_serialization=True)
-            self.tokenizer.save_pretrained(folder)
+        save_model(model, self.tokenizer, folder)
         (Path(folder) / "sentence_pooling.json").write_text(json.dumps({"pooling": self.pooling}), encoding="utf-8")
 
 

@@ -16,7 +16,7 @@ import torch
 
 from bertology.data.batching import collate, length_batches
 from bertology.data.encode import EncodedCorpus, EncodedExample
-from bertology.models.loading import quiet_transformers
+from bertology.models.loading import save_model
 from bertology.models.sites import uses_token_types
 from bertology.tasks.base import Task
 from bertology.training.common import padding_id
@@ -124,9 +124,7 @@ class HeadTask:
         return metrics, rows
 
     def save(self, model: torch.nn.Module, folder: Path) -> None:
-        with quiet_transformers():
-            model.save_pretrained(folder, safe_serialization=True)
-            self.tokenizer.save_pretrained(folder)
+        save_model(model, self.tokenizer, folder)
 
     def tokenisation(self) -> dict:
         """The manifest's ``tokenisation``: what encoding did to the training and eval sets."""

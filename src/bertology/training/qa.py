@@ -29,7 +29,7 @@ from bertology.data.batching import length_batches
 from bertology.data.qa_features import QAFeatures, encode_squad
 from bertology.data.squad import SquadData
 from bertology.errors import BertologyError
-from bertology.models.loading import quiet_transformers
+from bertology.models.loading import save_model
 from bertology.tasks.base import head_logits
 from bertology.tasks.catalog import get_task
 from bertology.training.common import FinetuneResult, resolve_config
@@ -116,9 +116,7 @@ class QAHead:
         return metrics, rows
 
     def save(self, model: torch.nn.Module, folder: Path) -> None:
-        with quiet_transformers():
-            model.save_pretrained(folder, safe_serialization=True)
-            self.tokenizer.save_pretrained(folder)
+        save_model(model, self.tokenizer, folder)
 
     def tokenisation(self) -> dict:
         """The manifest's ``tokenisation``: the windows of the training and eval questions."""
