@@ -17,6 +17,7 @@ import dataclasses
 import html
 import json
 import tempfile
+from contextlib import nullcontext
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,14 +96,8 @@ class Run(RunResult):
         """The command line's summary lines, one block per analysis and experiment (compare runs)."""
         if self.kind not in _COMPARE_KINDS:
             return ""
-        from bertology.pipeline import select
-
         names = (self.manifest.get("config") or {}).get("analyses") or ["all"]
-        selection = select(names)
-        lines = [text for spec in (*selection.analyses, *selection.experiments)
-                 if spec.summary is not None and spec.name in self.tables
-                 and (text := spec.summary(self.tables))]
-        return "\n".join(lines)
+        return "\n".join(text for _, text in summary_blocks(names, self.tables))
 
     def figures(self) -> dict[str, str]:
         """Every figure ``plot`` can draw: ``name -> caption`` (the report's figures for these tables)."""
@@ -132,6 +127,25 @@ class Run(RunResult):
 
     def _repr_html_(self) -> str:
         return _card(self)
+
+
+def summary_blocks(analyses: Sequence[str], tables: Mapping[str, Any], *,
+                   experiments: bool = True) -> list[tuple[str | None, str]]:
+    """The command-line summary of a compare run: ``(heading, text)`` per analysis (no heading) and experiment
+    (its title), in catalog order, for the specs ``analyses`` selected that wrote their table and have something
+    to say. The CLI prints them; :meth:`Run.summary` joins them."""
+    from bertology.pipeline import select
+
+    selection = select(analyses)
+    specs = [(None, spec) for spec in selection.analyses]
+    if experiments:
+        specs += [(spec.title.removeprefix("the "), spec) for spec in selection.experiments]
+    blocks = []
+    for heading, spec in specs:
+        text = spec.summary(tables) if spec.summary is not None and spec.name in tables else None
+        if text:
+            blocks.append((heading, text))
+    return blocks
 
 
 def _card(run: Run) -> str:
@@ -203,14 +217,14 @@ def compare(base: str, tuned: str, data: Any, *, analyses: str | Sequence[str] =
         raise BertologyError("report=True needs out=FOLDER: the report is a file in the run folder.")
     path, corpus = _corpus(data)
     names = (analyses,) if isinstance(analyses, str) else tuple(analyses)
-    with tempfile.TemporaryDirectory(prefix="bertology-") as tmp:
+    # in memory: the run folder is a temporary one, removed once the tables are read
+    with tempfile.TemporaryDirectory(prefix="bertology-") if out is None else nullcontext() as tmp:
         folder = Path(out).expanduser() if out is not None else Path(tmp) / "run"
         config = make_config(path, base=str(base), tuned=str(tuned), out=str(folder), analyses=names, **settings)
         done = run_compare(config, corpus=corpus, overwrite=overwrite, progress=progress, report=report)
         tables = {name: res.table for name, res in done.results.items()}
     manifest = json.loads(json.dumps(done.manifest, default=str))  # as load_run reads it back: lists, not tuples
     return Run(done.out if out is not None else None, tables, manifest, done.report)
-
 
 
 def _split(values: dict[str, Any], *groups: type, renames: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
@@ -224,7 +238,7 @@ def _split(values: dict[str, Any], *groups: type, renames: Mapping[str, str] | N
     for group in groups:
         declared = {s.name: s for s in field_settings(group)}
         names = set(declared) or {f.name for f in dataclasses.fields(group)}
-        aliases = {s.cli_flag[2:].replace("-", "_"): s.name for s in declared.values()}
+        aliases = {s.flag_name: s.name for s in declared.values()}
         mine: dict[str, Any] = {}
         for key in list(left):
             target = renames.get(key, key)

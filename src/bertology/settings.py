@@ -14,6 +14,7 @@ declarations can be read without torch.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -79,7 +80,10 @@ class Setting:
         """The one-line error for ``value``: ``--flag (name) <what>, not <value>.`` (for a check no field expresses)."""
         return BertologyError(f"{self.cli_flag} ({self.name}) {what}, not {value!r}.")
 
-    _refuse = refuse
+    @property
+    def flag_name(self) -> str:
+        """The flag's spelling as a Python name (``lr`` for ``--lr``): Python takes a setting by it too."""
+        return self.cli_flag[2:].replace("-", "_")
 
     def check(self, value: Any) -> Any:
         """``value`` made canonical (an int for a float setting becomes a float, a list a tuple), or one
@@ -87,12 +91,12 @@ class Setting:
         if value is None:
             if self.optional:
                 return None
-            raise self._refuse("needs a value", value)
+            raise self.refuse("needs a value", value)
         if self.parse is not None and isinstance(value, str) and self.kind is not str:
             try:
                 value = self.parse(value)
             except (ValueError, TypeError) as err:
-                raise self._refuse(str(err).rstrip(".") or "cannot be read", value) from None
+                raise self.refuse(str(err).rstrip(".") or "cannot be read", value) from None
             if value is None and self.optional:  # e.g. "all" layers
                 return None
         value = self._of_kind(value)
@@ -101,53 +105,53 @@ class Setting:
         if self.choices is not None:
             for item in value if self.kind is tuple and isinstance(value, tuple) else (value,):
                 if item not in self.choices:
-                    raise self._refuse(f"must be one of {', '.join(self.choices)}", item)
+                    raise self.refuse(f"must be one of {', '.join(self.choices)}", item)
         if self.kind is tuple and isinstance(value, tuple):
             if self.minimum is not None and len(value) < self.minimum:
-                raise self._refuse(f"must name at least {self.minimum:g} item{'s' * (self.minimum != 1)}", value)
+                raise self.refuse(f"must name at least {self.minimum:g} item{'s' * (self.minimum != 1)}", value)
             if self.maximum is not None and len(value) > self.maximum:
-                raise self._refuse(f"must name at most {self.maximum:g} item{'s' * (self.maximum != 1)}", value)
+                raise self.refuse(f"must name at most {self.maximum:g} item{'s' * (self.maximum != 1)}", value)
         if self.kind in (int, float):
             self._in_bounds(value)
         return value
 
     def _in_bounds(self, value: float) -> None:
         if self.minimum is not None and value < self.minimum:
-            raise self._refuse(f"must be at least {self.minimum:g}", value)
+            raise self.refuse(f"must be at least {self.minimum:g}", value)
         if self.maximum is not None and value > self.maximum:
-            raise self._refuse(f"must be at most {self.maximum:g}", value)
+            raise self.refuse(f"must be at most {self.maximum:g}", value)
         if self.above is not None and not value > self.above:
-            raise self._refuse(f"must be above {self.above:g}", value)
+            raise self.refuse(f"must be above {self.above:g}", value)
         if self.below is not None and not value < self.below:
-            raise self._refuse(f"must be below {self.below:g}", value)
+            raise self.refuse(f"must be below {self.below:g}", value)
 
     def _of_kind(self, value: Any) -> Any:
         kind = self.kind
         if kind is bool:
             if isinstance(value, bool):
                 return value
-            raise self._refuse("must be true or false", value)
+            raise self.refuse("must be true or false", value)
         if kind is int:
             if isinstance(value, int) and not isinstance(value, bool):
                 return int(value)
-            raise self._refuse("must be a whole number", value)
+            raise self.refuse("must be a whole number", value)
         if kind is float:  # an int given for a float is made a float: 1 and 1.0 are one run (one fingerprint)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 if not math.isfinite(value):
-                    raise self._refuse("must be a finite number", value)
+                    raise self.refuse("must be a finite number", value)
                 return float(value)
-            raise self._refuse("must be a number", value)
+            raise self.refuse("must be a number", value)
         if kind is str:
             if isinstance(value, str):
                 return value
             if isinstance(value, os.PathLike):  # a file setting given as a Path, as data= and out= may be
                 return os.fspath(value)
-            raise self._refuse("must be text", value)
+            raise self.refuse("must be text", value)
         if isinstance(value, (list, tuple)):
             return tuple(value)
         if self.parse is not None:  # e.g. a count where a list of indices is also accepted
             return value
-        raise self._refuse("must be a list", value)
+        raise self.refuse("must be a list", value)
 
     def describe(self, value: Any) -> dict:
         """The manifest's record of this setting: its value beside its declaration."""
@@ -165,8 +169,10 @@ def setting_field(default: Any, help: str, **declaration: Any) -> Any:  # noqa: 
     return dataclasses.field(default=default, metadata=meta)
 
 
+@functools.cache
 def field_settings(cls: type) -> tuple[Setting, ...]:
-    """The :class:`Setting` of every field of dataclass ``cls`` made with :func:`setting_field`, in field order."""
+    """The :class:`Setting` of every field of dataclass ``cls`` made with :func:`setting_field`, in field order
+    (made once per class: every config made checks its fields with them)."""
     return tuple(Setting(f.name, **f.metadata["setting"]) for f in dataclasses.fields(cls) if "setting" in f.metadata)
 
 
@@ -215,7 +221,7 @@ def compose(groups: Iterable[tuple[str, Iterable[Setting]]]) -> dict[str, Settin
 def by_flag(declared: Mapping[str, Setting], given: Mapping[str, Any]) -> dict[str, Any]:
     """``given`` with a setting named by its flag's spelling (``lr`` for ``--lr``, ``importance`` for
     ``--importance``) renamed to the setting's own name, so Python takes both spellings the user may know."""
-    alias = {s.cli_flag[2:].replace("-", "_"): name for name, s in declared.items()}
+    alias = {s.flag_name: name for name, s in declared.items()}
     out: dict[str, Any] = {}
     for key, value in given.items():
         name = key if key in declared else alias.get(key, key)

@@ -12,9 +12,7 @@ from bertology.cli.generated import given_settings, settings_command
 from bertology.cli.options import (
     DATA_OPT, epochs_option, no_report_option, out_option, overwrite_option, seed_option, tuned_option,
 )
-from bertology.analyses.registry import AnalysisSpec
 from bertology.config import CompareConfig, DataConfig
-from bertology.experiments.registry import ExperimentSpec
 from bertology.errors import BertologyError
 from bertology.settings import Setting, field_settings
 
@@ -67,7 +65,7 @@ def _print_many_summary(run) -> None:
     if run.skipped:
         console.print(f"resumed: pairs {', '.join(run.skipped)} were finished in {run.out} and were not run again",
                       markup=False, highlight=False)
-    from bertology.pipeline import select
+    from bertology.api import summary_blocks
 
     for name, pair in run.pairs.items():
         console.print(f"[bold]{escape(name)}[/]: {escape(str(pair.out))}")
@@ -75,8 +73,7 @@ def _print_many_summary(run) -> None:
             console.print("[yellow]warning:[/] ", end="")
             console.print(w, markup=False, highlight=False)
         tables = {n: res.table for n, res in pair.results.items()}
-        for spec in select(pair.manifest["config"]["analyses"]).analyses:
-            _print_summary_of(spec, tables)
+        _print_blocks(summary_blocks(pair.manifest["config"]["analyses"], tables, experiments=False))
     console.print(f"tables (every pair, with tuned/task/seed columns): {escape(str(run.out / 'tables'))}")
     if run.report:
         console.print(f"report: [bold]{escape(str(run.report))}[/]")
@@ -84,7 +81,7 @@ def _print_many_summary(run) -> None:
 
 def _print_compare_summary(run) -> None:
     """Warnings, then each analysis's and experiment's own summary lines, then where things were written."""
-    from bertology.pipeline import select
+    from bertology.api import summary_blocks
 
     if run.resumed:
         console.print(f"resumed: reused {', '.join(run.resumed)} from {run.out}", markup=False, highlight=False)
@@ -92,20 +89,16 @@ def _print_compare_summary(run) -> None:
         console.print("[yellow]warning:[/] ", end="")
         console.print(w, markup=False, highlight=False)
     tables = {name: res.table for name, res in run.results.items()}
-    selection = select(run.manifest["config"]["analyses"])
-    for spec in selection.analyses:
-        _print_summary_of(spec, tables)
-    for spec in selection.experiments:
-        _print_summary_of(spec, tables, heading=spec.title.removeprefix("the "))
+    _print_blocks(summary_blocks(run.manifest["config"]["analyses"], tables))
     console.print(f"tables: {escape(str(run.out / 'tables'))}")
     if run.report:
         console.print(f"report: [bold]{escape(str(run.report))}[/]")
 
 
-def _print_summary_of(spec: AnalysisSpec | ExperimentSpec, tables: dict, heading: str | None = None) -> None:
-    """One spec's summary lines (printed as plain text: tables hold labels like [CLS] that are not markup)."""
-    text = spec.summary(tables) if spec.summary is not None and spec.name in tables else None
-    if text:
+def _print_blocks(blocks: list[tuple[str | None, str]]) -> None:
+    """Summary blocks (:func:`bertology.pipeline.summary_blocks`), each under its heading when it has one (printed as
+    plain text: tables hold labels like [CLS] that are not markup)."""
+    for heading, text in blocks:
         if heading:
             console.print(f"[bold]{escape(str(heading))}[/]")
         console.print(text, markup=False, highlight=False)
