@@ -69,12 +69,19 @@ def _named(name: str, corpus: str) -> str:
     return f"{prefix}{name}{suffix}"
 
 
-def _study_tables(study_dir: Path, warnings: list[str]) -> dict[str, pd.DataFrame]:
-    """The ``study_*`` tables present under ``STUDY/tables/`` (study_effects is required), on every corpus."""
+def _study_tables(study_dir: Path, warnings: list[str], manifest: Mapping) -> dict[str, pd.DataFrame]:
+    """The ``study_*`` tables present under ``STUDY/tables/``, on every corpus.
+
+    study_effects is required of a folder that only holds tables; a study's own run (its manifest lists
+    jobs) renders without it, saying why: its comparison failed, and the page still shows the jobs.
+    """
     folder = study_dir / "tables"
     tables = {name: pd.read_parquet(folder / f"{name}.parquet") for name in STUDY_TABLES
               if (folder / f"{name}.parquet").exists()}
-    if "study_effects" not in tables:
+    if "study_effects" not in tables and manifest.get("jobs"):
+        warnings.append("No seed-noise verdicts on the shared corpus: the base-vs-tuned comparison did not finish "
+                        "(see the failed jobs below); run the study again once they are fixed.")
+    elif "study_effects" not in tables:
         raise BertologyError(
             f"{folder} has no study_effects table: compute the seed-noise tables first "
             f"(bertology.study.summarise.summarise_study, or python -m bertology.study.summarise {study_dir})."
@@ -390,15 +397,17 @@ def _jobs(manifest: Mapping) -> dict | None:
     jobs.sort(key=lambda j: (j.get("status") != "failed", str(j.get("id"))))
     rows = [[str(j.get("id", "")), str(j.get("kind", "")), str(j.get("status", "")),
              j.get("wall_time_s") if j.get("status") in ("done", "cached", "failed") else None,
-             str(j.get("finished") or ""), str(j.get("error") or "")] for j in jobs]
+             str(j.get("finished") or ""), str(j.get("error") or ""), str(j.get("reason") or "")] for j in jobs]
     table = sortable([("id", "Job", "text"), ("kind", "Kind", "text"), ("status", "Status", "text"),
-                      ("wall", "Wall time (s)", "num"), ("finished", "Finished", "text"), ("error", "Error", "text")], rows)
+                      ("wall", "Wall time (s)", "num"), ("finished", "Finished", "text"), ("error", "Error", "text"),
+                      ("reason", "Why it ran again", "text")], rows)
     for job, row in zip(jobs, table["rows"]):
         if job.get("status") == "cached" and row[3]["value"] != "":
             row[3]["text"] += " (cached)"  # not run now: the time it took in the run that finished it
     failed = sum(1 for j in jobs if j.get("status") == "failed")
     cached = sum(1 for j in jobs if j.get("status") == "cached")
-    return {"n": len(jobs), "failed": failed, "cached": cached, "table": table}
+    rerun = sum(1 for j in jobs if j.get("reason"))
+    return {"n": len(jobs), "failed": failed, "cached": cached, "rerun": rerun, "table": table}
 
 
 def _listing(study_dir: Path) -> list[dict]:
@@ -418,7 +427,10 @@ def build_study_context(study_dir: str | Path) -> dict:
     warnings: list[str] = []
     manifest = _manifest(study_dir, warnings)
     warnings += [str(w) for w in manifest.get("warnings", [])]  # e.g. a fine-tuned seed that did not beat chance
-    tables = _study_tables(study_dir, warnings)
+    tables = _study_tables(study_dir, warnings, manifest)
+    stale = manifest.get("stale_tables")
+    if isinstance(stale, Mapping) and stale:
+        warnings += [f"Stale table {name}: {why}" for name, why in stale.items()]
     figs = Figures(study_dir, warnings)
     sections: list[dict] = []
 
