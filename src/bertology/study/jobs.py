@@ -173,8 +173,10 @@ def compare_job(spec: StudySpec, job_id: str, kind: str, base: str, base_id: str
     """
     c = compare or spec.compare
     data = [file_sha256(p) for p in (c.data, c.ood_data) if p]
+    # the corpora by their hashes, not their paths (a study folder copied or moved with its data stays cached);
+    # own_data and own_seed_noise add jobs and change none
     fp = fingerprint(kind, base_id, [(n, t, s, ident) for n, _, t, s, ident in tuned],
-                     replace(c, own_data=True, own_seed_noise=True), data, spec.device,  # they add jobs, change none
+                     replace(c, data="", ood_data=None, own_data=True, own_seed_noise=True), data, spec.device,
                      *([dict(c.settings)] if c.settings else []))
     cpus, gpus = _resources(spec.device)
     return CompareJob(job_id, kind, base, tuple((n, p, t, s) for n, p, t, s, _ in tuned), c, spec.device, str(out), fp,

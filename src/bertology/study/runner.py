@@ -100,7 +100,7 @@ def _previous(study: Path, job: FinetuneJob | CompareJob) -> tuple[JobRecord | N
     except (OSError, ValueError):
         return None, f"its record {_rel(study, str(path))} is unreadable"
     if not isinstance(done, dict) or done.get("fingerprint") != job.fingerprint:
-        return None, "its settings, data or input models changed since its earlier run"
+        return None, "settings, data or input models changed since its earlier run"
     outputs = done.get("outputs")
     if outputs is None:  # written by a bertology that did not record outputs: trust what is there, record it now
         if not job.finished():
@@ -379,17 +379,20 @@ def replace_tables(study: Path, tables: dict[str, pd.DataFrame], complete: bool,
     before = previous.get("stale_tables") if isinstance(previous.get("stale_tables"), dict) else {}
     when = previous.get("finished") or "an earlier run"
     jobs = ", ".join(j.id for j in unfinished) or "none"
-    stale = {}
+    stale, removed = {}, []
     for path in sorted((study / "tables").glob("*.parquet")):
         name = path.stem
         if name in tables:
             continue
         if complete:
-            logger.info("removing %s: this run did not produce it", path)
+            removed.append(name)
             path.unlink()
             path.with_suffix(".csv").unlink(missing_ok=True)
             continue
         stale[name] = before.get(name) or f"from the run finished {when}; not remade because job(s) {jobs} did not finish"
+    if removed:
+        logger.info("removed %d table(s) of an earlier run that the spec no longer asks for: %s", len(removed),
+                    ", ".join(removed))
     for path in sorted((study / "tables").glob("*.csv")):  # a CSV whose parquet is gone is no table of this study
         if path.stem not in tables and path.stem not in stale:
             path.unlink()
