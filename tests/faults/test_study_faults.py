@@ -193,7 +193,8 @@ def test_a_failing_comparison_keeps_the_finished_tables_and_flags_them_stale(tmp
     assert "not remade because job(s) compare did not finish" in stale["study_effects"]
     _assert_same_tables(root / "out", reference)  # nothing lost
     page = (root / "out/report.html").read_text(encoding="utf-8")
-    assert "Stale table study_effects" in page and "worker lost (injected)" in page
+    assert "Stale tables attention_change, representation_similarity, study_counts, study_effects" in page
+    assert "worker lost (injected)" in page
 
     monkeypatch.setattr(CompareJob, "run", real_run)
     again = run_study(root / "study.toml")
@@ -248,5 +249,6 @@ def test_the_cli_names_every_failed_job_with_its_error_and_exits_1(tmp_path, ref
     text = " ".join(result.output.split())
     assert ("2 job(s) failed: compare_own:a (RuntimeError: disk full at compare_own:a (injected)); "
             "compare_own:b (RuntimeError: disk full at compare_own:b (injected)). Run the same command again") in text
-    assert "stale table own_attention_change: from the run finished" in text
+    assert "Stale tables own_attention_change, own_representation_similarity" in text
+    assert "from the run finished" in text
     assert runner.KIND == _manifest(root)["kind"]

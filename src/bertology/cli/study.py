@@ -34,8 +34,10 @@ def study_command(
     console.print(f"study: [bold]{escape(str(result.out))}[/] (tables/, manifest.json)")
     if result.report:
         console.print(f"report: [bold]{escape(str(result.report))}[/]")
-    for name, why in (result.manifest.get("stale_tables") or {}).items():
-        console.print(f"[yellow]stale table[/] {escape(name)}: {escape(why)}")
+    from bertology.report.study import stale_lines
+
+    for line in stale_lines(result.manifest.get("stale_tables") or {}):
+        console.print(f"[yellow]{escape(line)}[/]")
     if result.failed:
         named = "; ".join(f"{j.id} ({j.error})" for j in result.failed)
         console.print(f"[bold red]{len(result.failed)} job(s) failed[/]: {escape(named)}. "

@@ -95,6 +95,14 @@ def _study_tables(study_dir: Path, warnings: list[str], manifest: Mapping) -> di
     return tables
 
 
+def stale_lines(stale: Mapping[str, str]) -> list[str]:
+    """The stale tables a run kept, one line per reason: "Stale tables a, b: from the run finished ..."."""
+    by_reason: dict[str, list[str]] = {}
+    for name, why in stale.items():
+        by_reason.setdefault(str(why), []).append(str(name))
+    return [f"Stale table{'s' if len(names) > 1 else ''} {', '.join(names)}: {why}" for why, names in by_reason.items()]
+
+
 def _rows(df: pd.DataFrame | None, **where: Any) -> pd.DataFrame:
     """Rows of ``df`` whose columns equal the given values (empty frame for a missing table)."""
     if df is None or df.empty:
@@ -430,7 +438,7 @@ def build_study_context(study_dir: str | Path) -> dict:
     tables = _study_tables(study_dir, warnings, manifest)
     stale = manifest.get("stale_tables")
     if isinstance(stale, Mapping) and stale:
-        warnings += [f"Stale table {name}: {why}" for name, why in stale.items()]
+        warnings += stale_lines(stale)
     figs = Figures(study_dir, warnings)
     sections: list[dict] = []
 
