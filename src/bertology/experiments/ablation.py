@@ -59,6 +59,7 @@ from bertology.experiments.scoring import (  # noqa: F401  (re-exported: the abl
     make_batches,
 )
 from bertology.tasks.catalog import task_of_model, task_of_table
+from bertology.tasks.match import mismatch
 from bertology.tasks.classification import macro_f1_from_counts  # noqa: F401  (re-exported)
 
 logger = logging.getLogger(__name__)
@@ -337,6 +338,10 @@ def skip_reason(ctx: ExperimentContext) -> str | None:
         # a tagger reads word tags and a parser trees (token-level targets), not sentence labels
         if not task.token_level and not any(ex.label is not None for ex in ctx.corpus):
             return f"{ctx.corpus.source} has no labels (name the label column with --label-column)"
+        # labels of another kind of task (an STS-B regressor on SST-2's 0/1 classes) would score, but mean nothing
+        peers = [(name, pair.tuned.model) for name, pair in ctx.peers]
+        if (other_task := mismatch(ctx.pair.tuned.model, ctx.corpus, peers)) is not None:
+            return other_task
         task.targets(ctx.corpus, ctx.pair.tuned.model)
     except BertologyError as err:
         return str(err).rstrip(".")
