@@ -59,7 +59,7 @@ from bertology.experiments.scoring import (  # noqa: F401  (re-exported: the abl
     make_batches,
 )
 from bertology.tasks.catalog import task_of_model, task_of_table
-from bertology.tasks.match import mismatch
+from bertology.tasks.match import mismatch, training_labels
 from bertology.tasks.classification import macro_f1_from_counts  # noqa: F401  (re-exported)
 
 logger = logging.getLogger(__name__)
@@ -340,7 +340,8 @@ def skip_reason(ctx: ExperimentContext) -> str | None:
             return f"{ctx.corpus.source} has no labels (name the label column with --label-column)"
         # labels of another kind of task (an STS-B regressor on SST-2's 0/1 classes) would score, but mean nothing
         peers = [(name, pair.tuned.model) for name, pair in ctx.peers]
-        if (other_task := mismatch(ctx.pair.tuned.model, ctx.corpus, peers)) is not None:
+        trained_on = training_labels(ctx.pair.tuned.path)
+        if (other_task := mismatch(ctx.pair.tuned.model, ctx.corpus, peers, trained_on)) is not None:
             return other_task
         task.targets(ctx.corpus, ctx.pair.tuned.model)
     except BertologyError as err:

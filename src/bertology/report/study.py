@@ -63,6 +63,27 @@ def _manifest(study_dir: Path, warnings: list[str]) -> dict:
     return data
 
 
+#: The comparison folders of a study (``bertology.study.runner`` writes them; this page may not import study).
+_COMPARE_MANIFESTS = ("compare/manifest.json", "compare_own/*/manifest.json", "seeds/*/*/manifest.json",
+                      "seeds_own/*/*/manifest.json")
+
+
+def _skipped_experiments(study_dir: Path) -> list[str]:
+    """One warning per experiment a comparison left out for one model, with its reason (e.g. a regressor's
+    ablation on the shared corpus's classification labels), read from each comparison's manifest."""
+    out = []
+    for pattern in _COMPARE_MANIFESTS:
+        for path in sorted(study_dir.glob(pattern)):
+            try:
+                skipped = json.loads(path.read_text(encoding="utf-8")).get("skipped_experiments") or []
+            except (OSError, ValueError, AttributeError):
+                continue  # the job's own status says what went wrong with it
+            where = path.parent.relative_to(study_dir).as_posix()
+            out += [f"{str(s.get('experiment')).capitalize()} skipped for {s.get('tuned')} ({where}): {s.get('reason')}."
+                    for s in skipped if isinstance(s, Mapping)]
+    return out
+
+
 def _named(name: str, corpus: str) -> str:
     """``study_effects`` on ``corpus``: ``own_study_effects``, ``study_effects_ood`` (see :data:`CORPORA`)."""
     _, prefix, suffix, _ = next(c for c in CORPORA if c[0] == corpus)
@@ -418,6 +439,7 @@ def build_study_context(study_dir: str | Path) -> dict:
     warnings: list[str] = []
     manifest = _manifest(study_dir, warnings)
     warnings += [str(w) for w in manifest.get("warnings", [])]  # e.g. a fine-tuned seed that did not beat chance
+    warnings += _skipped_experiments(study_dir)
     tables = _study_tables(study_dir, warnings)
     figs = Figures(study_dir, warnings)
     sections: list[dict] = []

@@ -14,13 +14,17 @@ is not, and says so through its own targets):
 - a classifier on scores (numbers with decimals, or many distinct numbers) it has no label for: a mismatch;
 - a regressor on classes (labels that are not numbers): a mismatch;
 - a regressor on a few whole numbers (``0``/``1``; a 1-5 rating): they may be class ids or integer scores.
-  When another model of the same run is a classifier that reads them as its labels, they are that
-  classifier's classes and the regressor is the mismatch; alone, the regressor is scored on them.
+  They are another task's classes when the regressor was fine-tuned on scores (its ``bertology finetune``
+  manifest, beside the model folder, lists the training labels: :func:`training_labels`), or when another
+  model of the same run is a classifier that reads them as its labels. Without either, the regressor is
+  scored on them (a hub regressor alone on 0/1 labels: nothing says they are not its task's).
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -43,7 +47,11 @@ class LabelKind:
 
 def label_kind(corpus: Corpus) -> LabelKind:
     """The kind of ``corpus``'s labels, by the rule ``bertology finetune --task auto`` chooses a task with."""
-    labels = corpus.label_set()
+    return kind_of_labels([str(v) for v in corpus.label_set()])
+
+
+def kind_of_labels(labels: Sequence[str]) -> LabelKind:
+    """:func:`label_kind` of a list of distinct labels (e.g. those a fine-tuning manifest lists)."""
     if not labels:
         return LabelKind("none", "no labels")
     shown = ", ".join(repr(str(v)) for v in labels[:SHOWN]) + (", ..." if len(labels) > SHOWN else "")
@@ -56,6 +64,25 @@ def label_kind(corpus: Corpus) -> LabelKind:
     except ValueError:
         return LabelKind("classes", words)
     return LabelKind("numbers", words)
+
+
+def training_labels(model_path: str | Path) -> LabelKind | None:
+    """The kind of labels a model was fine-tuned on, from the ``bertology finetune`` manifest of the run folder
+    that holds it (``RUN/model`` beside ``RUN/manifest.json``); None for any other model (a hub id, a given folder).
+
+    The manifest lists the training labels, or for many numbers says ``"N distinct numbers from a to b"``.
+    """
+    folder = Path(model_path).expanduser()
+    try:
+        manifest = json.loads((folder.parent / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("kind") != "finetune" or folder.name != "model":
+        return None
+    train = ((manifest.get("data") or {}).get("train") or {}).get("labels")
+    if isinstance(train, str) and "distinct numbers" in train:
+        return LabelKind("scores", train)
+    return kind_of_labels([str(v) for v in train]) if isinstance(train, list) else None
 
 
 def describe_head(model: torch.nn.Module) -> tuple[str, str] | None:
@@ -86,11 +113,13 @@ def reads_labels(model: torch.nn.Module, corpus: Corpus) -> bool:
     return True
 
 
-def mismatch(model: torch.nn.Module, corpus: Corpus, peers: Sequence[tuple[str, torch.nn.Module]] = ()) -> str | None:
+def mismatch(model: torch.nn.Module, corpus: Corpus, peers: Sequence[tuple[str, torch.nn.Module]] = (),
+             trained_on: LabelKind | None = None) -> str | None:
     """Why ``model``'s head should not be scored on ``corpus``'s labels (one sentence), or None.
 
-    ``peers``: the other tuned models of the same run, by name; a classifier among them that reads the labels
-    makes a few whole numbers its classes (see the module's rules).
+    ``peers``: the other tuned models of the same run, by name; ``trained_on``: the labels the model was
+    fine-tuned on, when known (:func:`training_labels`). Either can make a few whole numbers another task's
+    classes (see the module's rules).
     """
     head, labels = describe_head(model), label_kind(corpus)
     if head is None or labels.kind == "none":
@@ -103,6 +132,10 @@ def mismatch(model: torch.nn.Module, corpus: Corpus, peers: Sequence[tuple[str, 
         return None
     if labels.kind == "classes":
         return f"{where} are a classification task's classes, and the tuned model is {words}; ablate it on its own task's data"
+    if labels.kind == "numbers" and trained_on is not None and trained_on.kind == "scores":
+        return (f"{where} are whole numbers, a classification task's classes by the rule `bertology finetune --task "
+                f"auto` uses, and the tuned model is {words} fine-tuned on scores ({trained_on.words}); "
+                "ablate it on its own task's data")
     owner = next((name for name, other in peers if labels.kind == "numbers" and reads_labels(other, corpus)), None)
     if owner is not None:
         return (f"{where} are the classes of {owner}, a classifier of this run, not scores; the tuned model is {words}, "
