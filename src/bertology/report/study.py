@@ -220,7 +220,7 @@ def _noise_rule(tables: Mapping[str, pd.DataFrame], manifest: Mapping) -> dict:
 
 
 def _attention(tables: Mapping[str, pd.DataFrame], figs: Figures) -> dict | None:
-    from bertology.viz.study import task_layer_heatmap
+    from bertology.viz.study import heatmap_top, task_layer_heatmap
 
     eff = _rows(tables.get("study_effects"), table="attention_change", level="layer")
     if eff.empty:
@@ -236,7 +236,8 @@ def _attention(tables: Mapping[str, pd.DataFrame], figs: Figures) -> dict | None
                                                               colorbar_label=label),
             f"Mean over the heads of each layer and over seeds of {label} between base and tuned attention "
             "maps (Kovaleva et al. 2019, Fig. 5). Outlined cells are beyond seed noise, hatched cells within "
-            "it, n/a: one seed, no noise estimate.",
+            f"it, n/a: one seed, no noise estimate. Colours run from 0 to {fmt_value(heatmap_top(part), 2)}, the "
+            "largest cell, one scale for every task of the figure.",
             f"Heatmap of attention change ({label}) per task and layer",
         ))
     return {"figures": [f for f in figures if f], "one_column": eff["layer"].nunique() > 6}
