@@ -30,6 +30,7 @@ from bertology.errors import BertologyError
 from bertology.metrics.similarity import reused_signatures
 from bertology.models.loading import load_model
 from bertology.models.pair import ModelPair
+from bertology.experiments.catalog import EXPERIMENTS
 from bertology.experiments.registry import ExperimentContext
 from bertology.pipeline import CompareRun, Inputs, PairJob, in_dtype, prepare_inputs, progress_bar, resolve_settings
 from bertology.results import Result, read_table, write_table
@@ -142,6 +143,9 @@ def compare_many(
     skips = plan_experiments(inputs, tuned, pairs, peers)  # a named experiment that runs on no model: refused here
     jobs = [PairJob(own_inputs(inputs, skips[t.name]), pair, out=out / "pairs" / t.slug, overwrite=overwrite,
                     progress=progress, t0=t0, peers=peers[t.name]) for t, pair in zip(tuned, pairs)]
+    for t, job in zip(tuned, jobs):
+        if by_peers := peer_skips(inputs, job.pair, skips[t.name]):  # not what the pair alone would skip: an
+            job.fingerprint = run_fingerprint(job.fingerprint, by_peers)  # earlier run that ran it must not resume
     # no mapping among the parts, so the sorted-key JSON of runs.fingerprint gives the value it always had
     fingerprint = run_fingerprint(config.fingerprint(), [[t.name, t.task, t.seed, j.fingerprint] for t, j in zip(tuned, jobs)])
     with open_run(out, "compare_many", fingerprint, overwrite=overwrite, scratch=("pairs",)) as top:
@@ -161,8 +165,7 @@ def compare_many(
             "config": {**config.to_dict(), "tuned": {t.name: t.path for t in tuned}},
             "tables": sorted(tables),
             "skipped_pairs": [n for n, r in finished.items() if r is not None],
-            "skipped_experiments": [{"tuned": name, "experiment": exp, "reason": reason}
-                                    for name, reasons in skips.items() for exp, reason in reasons.items()],
+            "skipped_experiments": reported_skips(inputs, skips),
             "memory": "all models' weights resident; per batch the activations of the base and one tuned model",
             "wall_time_s": round(time.perf_counter() - t0, 2),
         }
@@ -194,6 +197,20 @@ def plan_experiments(inputs: Inputs, tuned: Sequence[TunedModel], pairs: Sequenc
             reasons = [f"{t.name}: {skips[t.name][spec.name]}" for t in tuned]
             raise BertologyError(spec.refusal(reasons[0].partition(": ")[2] if len(tuned) == 1 else "; ".join(reasons)))
     return skips
+
+
+def peer_skips(inputs: Inputs, pair: ModelPair, skips: dict[str, str]) -> list[list[str]]:
+    """The skips (``[experiment, reason]``) the pair has only because of the other models of the run."""
+    ctx = ExperimentContext(inputs.config, pair, inputs.raw_corpus, Path(inputs.config.out))
+    return [[name, reason] for name, reason in sorted(skips.items()) if EXPERIMENTS.spec(name).skip_reason(ctx) != reason]
+
+
+def reported_skips(inputs: Inputs, skips: dict[str, dict[str, str]]) -> list[dict]:
+    """The manifest's ``skipped_experiments`` (``tuned, experiment, reason``): the skips a pair's warnings state
+    (its experiment has a ``skipped_note``, or the user named it), not those an experiment makes silently."""
+    said = {s.name for s in inputs.selection.experiments if s.skipped_note or s.name in inputs.selection.named}
+    return [{"tuned": name, "experiment": exp, "reason": reason}
+            for name, reasons in skips.items() for exp, reason in reasons.items() if exp in said]
 
 
 def own_inputs(inputs: Inputs, skips: dict[str, str]) -> Inputs:

@@ -117,3 +117,20 @@ def test_a_regressor_alone_is_still_ablated_on_whole_numbers(mixed, tmp_path):
     run = compare_many(_config(base, data["classes"], tmp_path / "run"), [TunedModel("stsb/s0", str(models["stsb/s0"]))],
                        report=False)
     assert set(run.tables["ablation"]["metric"]) == {"pearson", "spearman", "mse"} and run.skipped_experiments == []
+
+
+def test_a_folder_whose_regressor_was_ablated_on_those_labels_is_not_resumed(mixed, tmp_path, monkeypatch):
+    """A run made before the rule (simulated: the rule switched off) ablated the regressor; the same command now
+    differs from it (the regressor's pair skips what it ran), so it is refused, not resumed with that table kept."""
+    import bertology.experiments.ablation as ablation
+
+    base, models, data = mixed
+    config = _config(base, data["classes"], tmp_path / "run", ("ablation",))
+    with monkeypatch.context() as m:
+        m.setattr(ablation, "mismatch", lambda *a, **k: None)
+        old = compare_many(config, _tuned(models), report=False)
+    assert set(old.tables["ablation"]["tuned"]) == {"sst2/s0", "stsb/s0"}
+    with pytest.raises(BertologyError, match="different settings|--overwrite"):
+        compare_many(config, _tuned(models), report=False)
+    again = compare_many(config, _tuned(models), report=False, overwrite=True)
+    assert set(again.tables["ablation"]["tuned"]) == {"sst2/s0"}
