@@ -63,6 +63,27 @@ def _manifest(study_dir: Path, warnings: list[str]) -> dict:
     return data
 
 
+#: The comparison folders of a study (``bertology.study.runner`` writes them; this page may not import study).
+_COMPARE_MANIFESTS = ("compare/manifest.json", "compare_own/*/manifest.json", "seeds/*/*/manifest.json",
+                      "seeds_own/*/*/manifest.json")
+
+
+def _skipped_experiments(study_dir: Path) -> list[str]:
+    """One warning per experiment a comparison left out for one model, with its reason (e.g. a regressor's
+    ablation on the shared corpus's classification labels), read from each comparison's manifest."""
+    out = []
+    for pattern in _COMPARE_MANIFESTS:
+        for path in sorted(study_dir.glob(pattern)):
+            try:
+                skipped = json.loads(path.read_text(encoding="utf-8")).get("skipped_experiments") or []
+            except (OSError, ValueError, AttributeError):
+                continue  # the job's own status says what went wrong with it
+            where = path.parent.relative_to(study_dir).as_posix()
+            out += [f"{str(s.get('experiment')).capitalize()} skipped for {s.get('tuned')} ({where}): {s.get('reason')}."
+                    for s in skipped if isinstance(s, Mapping)]
+    return out
+
+
 def _named(name: str, corpus: str) -> str:
     """``study_effects`` on ``corpus``: ``own_study_effects``, ``study_effects_ood`` (see :data:`CORPORA`)."""
     _, prefix, suffix, _ = next(c for c in CORPORA if c[0] == corpus)
@@ -214,7 +235,7 @@ def _noise_rule(tables: Mapping[str, pd.DataFrame], manifest: Mapping) -> dict:
 
 
 def _attention(tables: Mapping[str, pd.DataFrame], figs: Figures) -> dict | None:
-    from bertology.viz.study import task_layer_heatmap
+    from bertology.viz.study import heatmap_top, task_layer_heatmap
 
     eff = _rows(tables.get("study_effects"), table="attention_change", level="layer")
     if eff.empty:
@@ -230,7 +251,8 @@ def _attention(tables: Mapping[str, pd.DataFrame], figs: Figures) -> dict | None
                                                               colorbar_label=label),
             f"Mean over the heads of each layer and over seeds of {label} between base and tuned attention "
             "maps (Kovaleva et al. 2019, Fig. 5). Outlined cells are beyond seed noise, hatched cells within "
-            "it, n/a: one seed, no noise estimate.",
+            f"it, n/a: one seed, no noise estimate. Colours run from 0 to {fmt_value(heatmap_top(part), 2)}, the "
+            "largest cell, one scale for every task of the figure.",
             f"Heatmap of attention change ({label}) per task and layer",
         ))
     return {"figures": [f for f in figures if f], "one_column": eff["layer"].nunique() > 6}
@@ -435,6 +457,7 @@ def build_study_context(study_dir: str | Path) -> dict:
     warnings: list[str] = []
     manifest = _manifest(study_dir, warnings)
     warnings += [str(w) for w in manifest.get("warnings", [])]  # e.g. a fine-tuned seed that did not beat chance
+    warnings += _skipped_experiments(study_dir)
     tables = _study_tables(study_dir, warnings, manifest)
     stale = manifest.get("stale_tables")
     if isinstance(stale, Mapping) and stale:
