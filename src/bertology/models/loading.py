@@ -32,7 +32,7 @@ from transformers import (
 from bertology.errors import BertologyError
 from bertology.models.adapters import adapter_for
 from bertology.models.parser import attach_saved_head, is_parser_folder
-from bertology.models.peft_adapter import hub_adapter, is_adapter_folder, load_adapter
+from bertology.models.peft_adapter import adapted_identity, hub_adapter, is_adapter_folder, merge_adapter, plan_adapter
 
 logger = logging.getLogger(__name__)
 
@@ -246,13 +246,13 @@ def load_model(
     source, where = resolve_model(name_or_path)
     adapted = dict(base=adapter_base, kind=kind, trust_remote_code=trust_remote_code, dtype=dtype)
     if source == "adapter":
-        return load_adapter(str(name_or_path), where, source, **adapted)
+        return _load_adapter(str(name_or_path), where, source, **adapted)
     hub_kwargs: dict = {"trust_remote_code": trust_remote_code}
     try:
         config = AutoConfig.from_pretrained(where, **hub_kwargs)
     except OSError as err:
         if source == "hub" and hub_adapter(where):
-            return load_adapter(str(name_or_path), where, source, **adapted)
+            return _load_adapter(str(name_or_path), where, source, **adapted)
         if source == "hub":
             raise BertologyError(
                 f"Could not load model {where!r} from the Hugging Face hub ({err.__class__.__name__}). "
@@ -300,3 +300,18 @@ def load_model(
         weights_sha256=weights_fingerprint(where) if source != "hub" else None,
         extra={"fresh_weights": sorted(info.get("missing_keys") or [])},  # initialised here: not in the checkpoint
     )
+
+
+def _load_adapter(name: str, where: str, source: str, *, base: str | None, kind: ModelKind, trust_remote_code: bool,
+                  dtype: torch.dtype) -> LoadedModel:
+    """A PEFT adapter put on its base and merged (:mod:`bertology.models.peft_adapter`), as a :class:`LoadedModel`."""
+    plan = plan_adapter(name, where, source, base=base, kind=kind)
+    base_loaded = load_model(plan.base, plan.kind, trust_remote_code=trust_remote_code, num_labels=plan.num_labels,
+                             dtype=dtype)
+    with quiet_transformers():
+        merged, info = merge_adapter(plan, base_loaded.model, base_loaded.extra.get("fresh_weights", []))
+    adapter_sha = weights_fingerprint(where) if source != "hub" else None
+    return LoadedModel(model=merged, tokenizer=base_loaded.tokenizer, name=name, source=source, path=where,
+                       is_classifier=base_loaded.is_classifier,
+                       weights_sha256=adapted_identity(base_loaded.weights_sha256, plan.base, adapter_sha, where),
+                       extra={"adapter": {**info, "adapter_sha256": adapter_sha}})

@@ -12,7 +12,9 @@ import hashlib
 import logging
 import os
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -119,58 +121,70 @@ def _name(value) -> str | None:
     return None if value is None else str(getattr(value, "value", value))
 
 
-def _identity(base_sha: str | None, base_name: str, adapter_sha: str | None, where: str) -> str:
-    """An adapted model's identity for fingerprints: its base's and its adapter's weights together."""
-    return hashlib.sha256(f"{base_sha or base_name}\n{adapter_sha or where}".encode()).hexdigest()
+@dataclass(frozen=True)
+class AdapterPlan:
+    """How an adapter will be loaded: its config, the base it goes on, the head kind and size to load it with."""
+
+    name: str
+    where: str
+    source: str
+    config: Any
+    base: str
+    kind: str
+    num_labels: int | None
 
 
-def load_adapter(name: str, where: str, source: str, *, base: str | None = None, kind: str = "auto",
-                 trust_remote_code: bool = False, dtype: torch.dtype = torch.float32):
-    """Put the adapter at ``where`` on ``base`` (default: the base it records), merge it; a ``LoadedModel``.
+def plan_adapter(name: str, where: str, source: str, *, base: str | None = None, kind: str = "auto") -> AdapterPlan:
+    """Read the adapter's config and decide its base (``base``, default the one it records) and head.
 
-    ``kind="auto"`` loads the base with the head the adapter's task type needs (a sequence classifier
-    for ``SEQ_CLS``...); the saved head's weights then replace the fresh ones. A base of another shape
-    is one clear error naming the base the adapter records.
+    ``kind="auto"`` loads the base with the head the adapter's task type needs (a sequence classifier for
+    ``SEQ_CLS``...), with as many outputs as the head saved with the adapter has.
     """
-    from bertology.models.loading import LoadedModel, load_model, quiet_transformers, weights_fingerprint
-
-    peft = _peft(where)
     cfg = adapter_config(where)
-    recorded = cfg.base_model_name_or_path
-    base_name = base or recorded
+    base_name = base or cfg.base_model_name_or_path
     if not base_name:
         raise BertologyError(f"The adapter {name!r} does not record its base model; pass the base (--base).")
     want = TASK_KINDS.get(_name(cfg.task_type), "encoder") if kind == "auto" else kind
     labels = saved_head_labels(_weights_file(where, source)) if want in ("classifier", "token_classifier") else None
-    base_loaded = load_model(base_name, want, trust_remote_code=trust_remote_code, num_labels=labels, dtype=dtype)
+    return AdapterPlan(name, where, source, cfg, base_name, want, labels)
+
+
+def merge_adapter(plan: AdapterPlan, base_model: torch.nn.Module, fresh: list[str]) -> tuple[torch.nn.Module, dict]:
+    """Put the adapter on ``base_model`` (loaded as the plan says) and merge it; the merged model and what was done.
+
+    The saved head's weights replace the fresh ones. A base of another shape is one clear error naming the
+    base the adapter records; head weights neither the base nor the adapter holds (``fresh``) are named.
+    """
+    peft = _peft(plan.where)
+    recorded = plan.config.base_model_name_or_path
     try:
-        with quiet_transformers(), warnings.catch_warnings():
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # peft asks transformers a deprecated question
-            wrapped = peft.PeftModel.from_pretrained(base_loaded.model, where)
-            merged = wrapped.merge_and_unload()
+            merged = peft.PeftModel.from_pretrained(base_model, plan.where).merge_and_unload()
     except (RuntimeError, ValueError, KeyError) as err:
         lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [type(err).__name__]
         detail = next((line for line in lines if "size mismatch" in line), lines[0])[:300]
         raise BertologyError(
-            f"The PEFT adapter {name!r} does not fit the base {base_name!r} ({detail}); put it on the base it was "
-            f"trained from: --base {recorded!r} (the base it records)."
+            f"The PEFT adapter {plan.name!r} does not fit the base {plan.base!r} ({detail}); put it on the base it "
+            f"was trained from: --base {recorded!r} (the base it records)."
         ) from None
     merged.eval()
-    unsaved = unsaved_fresh_weights(base_loaded.extra.get("fresh_weights", []), _weights_file(where, source))
+    unsaved = unsaved_fresh_weights(fresh, _weights_file(plan.where, plan.source))
     if unsaved:
         logger.warning("The adapter %s does not hold %s, which its base %s lacks too: they are random here, so the "
                        "task head's outputs (ablation, the head's predictions) are not the trained model's. Save them "
-                       "with the adapter (modules_to_save).", name, ", ".join(unsaved), base_name)
-    adapter_sha = weights_fingerprint(where) if source != "hub" else None
-    info = {"peft_type": _name(cfg.peft_type), "task_type": _name(cfg.task_type), "base": base_name,
+                       "with the adapter (modules_to_save).", plan.name, ", ".join(unsaved), plan.base)
+    info = {"peft_type": _name(plan.config.peft_type), "task_type": _name(plan.config.task_type), "base": plan.base,
             "recorded_base": recorded, "merged": True,
             "weights": "the adapter merged into a copy of its base (merge_and_unload); the base is held twice",
-            "adapter_sha256": adapter_sha, "unsaved_head_weights": unsaved}
+            "unsaved_head_weights": unsaved}
     for key in ("r", "lora_alpha", "target_modules", "modules_to_save"):
-        value = getattr(cfg, key, None)
+        value = getattr(plan.config, key, None)
         if value is not None:
             info[key] = sorted(value) if isinstance(value, set) else value
-    return LoadedModel(model=merged, tokenizer=base_loaded.tokenizer, name=name, source=source, path=where,
-                       is_classifier=base_loaded.is_classifier,
-                       weights_sha256=_identity(base_loaded.weights_sha256, base_name, adapter_sha, where),
-                       extra={"adapter": info})
+    return merged, info
+
+
+def adapted_identity(base_sha: str | None, base_name: str, adapter_sha: str | None, where: str) -> str:
+    """An adapted model's identity for fingerprints: its base's and its adapter's weights together."""
+    return hashlib.sha256(f"{base_sha or base_name}\n{adapter_sha or where}".encode()).hexdigest()
