@@ -160,11 +160,12 @@ class BertologyCallback(TrainerCallback):
         self.config = make_config("probe", tuned="training", analyses=self.settings.analyses, seed=self.settings.seed,
                                   batch_size=self.settings.batch_size, max_length=self.settings.max_length,
                                   **self.analysis_settings)
-        probe_analyses = self._build(model, ProbeSet.build(self.corpus, tokenizer, max_length=self.settings.max_length,
-                                                          batch_size=self.settings.batch_size))
+        sizes = dict(max_length=self.settings.max_length, batch_size=self.settings.batch_size)
+        probe = ProbeSet.build(self.corpus, tokenizer, **sizes)
+        probe_analyses = self._build(model, probe)
         pad_to = max((a.extraction_options().get("pad_to") or 0 for a in probe_analyses), default=0) or None
-        self.probe = ProbeSet.build(self.corpus, tokenizer, max_length=self.settings.max_length,
-                                    batch_size=self.settings.batch_size, pad_to=pad_to)
+        # batched again only when an analysis asks for padded maps (attention_mode="padded")
+        self.probe = probe if pad_to is None else ProbeSet.build(self.corpus, tokenizer, pad_to=pad_to, **sizes)
         self.requires = frozenset().union(*(a.requires for a in probe_analyses))
         self.base_cache = base_activations(self._base_model(model), self.probe, self.requires)
         self.base = None  # a base given by path or object is not kept: its activations are
