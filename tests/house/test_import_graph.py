@@ -14,6 +14,7 @@ LAYERS: list[str | set[str]] = [
     "cli",
     "api",
     "demo",
+    "integrations",
     "study",
     "multicompare",
     "pipeline",

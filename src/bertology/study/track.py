@@ -99,7 +99,8 @@ def find_checkpoints(run: str | Path, *, include_final: bool = True) -> list[Che
     return sorted(found, key=lambda c: (c.step, c.name != "final"))
 
 
-def _label_rows(table: pd.DataFrame, ckpt: Checkpoint) -> pd.DataFrame:
+def label_rows(table: pd.DataFrame, ckpt: Checkpoint) -> pd.DataFrame:
+    """``table`` of one checkpoint with ``model`` (its ``tuned`` rows renamed), ``checkpoint`` and ``step`` columns."""
     t = table.copy()
     if "model" in t.columns:
         t["model"] = t["model"].replace({"tuned": ckpt.name})
@@ -225,7 +226,7 @@ def _compare_all(run: Path, ckpts: list[Checkpoint], base: str, corpus: Corpus, 
             reused.append(ckpt.name)
         for a in settings.analyses:
             if a in result.results:
-                collected[a].append(_label_rows(result.results[a].table, ckpt))
+                collected[a].append(label_rows(result.results[a].table, ckpt))
     return {a: pd.concat(parts, ignore_index=True) for a, parts in collected.items() if parts}, reused
 
 
