@@ -286,17 +286,17 @@ def module_rows(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def summary(tables: Mapping[str, pd.DataFrame]) -> str | None:
-    """The most changed matrices, and how many intruder dimensions the tuned model has."""
+    """The matrices that moved most, and how many intruder dimensions the tuned model has."""
     t = module_rows(tables[TABLE])
     if t.empty:
         return None
-    top = t.sort_values("relative_change", ascending=False).head(3)
+    moved = t[t["relative_change"] > 0].sort_values("relative_change", ascending=False).head(3)
+    largest = ", ".join(f"L{r.layer} {r.module} ({r.relative_change:.3g})" for r in moved.itertuples()) or "none"
     matrices = t.dropna(subset=["intruders"])
     k = int(matrices["top_k"].max()) if len(matrices) else 0
-    return ("weight change: largest relative change "
-            + ", ".join(f"L{r.layer} {r.module} ({r.relative_change:.3g})" for r in top.itertuples())
-            + f"; intruder dimensions {int(matrices['intruders'].sum())} in {len(matrices)} matrices "
-            f"(top {k} singular vectors each)")
+    return (f"weight change: largest relative change {largest}; intruder dimensions "
+            f"{int(matrices['intruders'].sum())} in {int((matrices['intruders'] > 0).sum())} of {len(matrices)} matrices "
+            f"(among each one's top {k} singular vectors)")
 
 
 SETTINGS = (
