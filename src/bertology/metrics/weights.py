@@ -56,8 +56,9 @@ def stable_rank(singular_values: torch.Tensor) -> float | None:
 def intruder_alignment(base: torch.Tensor, tuned: torch.Tensor, k: int) -> torch.Tensor:
     """For each of ``tuned``'s top ``k`` left singular vectors, its largest ``|cos|`` with any of ``base``'s.
 
-    Left singular vectors (columns of ``U``) of the weights as stored (``[out, in]`` for a Linear), as in the
-    authors' script and PEFT's ``reduce_intruder_dimension``; unit vectors, so ``|U_t^T U_b|`` is the cosine.
+    Left singular vectors (columns of ``U``) of the weights as stored (``[out, in]`` for a Linear), as PEFT's
+    ``reduce_intruder_dimension`` and a public script for the paper's experiments compare them; unit vectors,
+    so ``|U_t^T U_b|`` is the cosine.
     Returns ``min(k, min(shape))`` values, in the order of ``tuned``'s singular values.
     """
     u_b = left_singular_vectors(base)
