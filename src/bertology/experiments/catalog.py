@@ -6,6 +6,7 @@ from bertology.experiments.registry import ExperimentSpec
 
 #: In the order they run after the shared extraction.
 EXPERIMENTS: Catalog[ExperimentSpec] = Catalog("experiment", {
+    "weight_change": "bertology.experiments.weight_change",
     "probe": "bertology.experiments.probe",
     "ablation": "bertology.experiments.ablation",
 })

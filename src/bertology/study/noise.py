@@ -30,6 +30,10 @@ What the change is, per table (``CHANGES`` below):
   tuned - base per layer and metric; ``ablation``: ``delta`` (ablated - intact) per head and layer.
   For these per-model tables the seed distance is |c_a - c_b| between two seeds' changes, computed
   from the base-vs-tuned table itself (the seed-pair tables are not needed).
+- ``weight_change``: ``relative_change`` (||W_t - W_b||_F / ||W_b||_F) per layer and module (level ``module``,
+  unit ``L5 query``; ALBERT's shared block is one unit at its first depth) and per head of the attention
+  projections (level ``head``, unit ``L5H3 query``); seed distances from ``seedpair_weight_change``, the same
+  quantity between two seeds' weights.
 
 Task differences compare the per-seed changes of two tasks with the two-sided exact Mann-Whitney test
 (exact under the null that the two tasks' per-seed changes are exchangeable). Many units mean many
@@ -251,6 +255,18 @@ def _ablation(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _weight_change(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    _need(df, "weight_change", ("layer", "module", "head", "relative_change"))
+    rows = df.dropna(subset=["relative_change"])
+    rows = rows.groupby([*keys, "layer", "module", "head"], dropna=False, as_index=False)["relative_change"].mean()
+    rows = rows.rename(columns={"relative_change": "change"}).assign(metric="relative_change")
+    whole, heads = rows[rows["head"].isna()].drop(columns="head"), rows[rows["head"].notna()]
+    parts = [_units(whole, "layer").assign(level="module"), _units(heads, "head")]
+    for part in parts:  # the module names the unit: L5 query, L5H3 query
+        part["unit"] = part["unit"] + " " + part["module"].astype(str)
+    return pd.concat(parts, ignore_index=True).drop(columns="module")
+
+
 #: One entry per pair table the study knows; a table that is absent is skipped.
 CHANGES: dict[str, Change] = {
     "attention_change": Change("attention_change", True, _attention_change),
@@ -259,6 +275,7 @@ CHANGES: dict[str, Change] = {
     "probe": Change("probe", False, _probe),
     "geometry": Change("geometry", False, _geometry),
     "ablation": Change("ablation", False, _ablation),
+    "weight_change": Change("weight_change", True, _weight_change),
 }
 
 _CHANGE_COLS = [*UNIT_COLUMNS, "change", "base", "tuned", "ci_low", "ci_high"]
@@ -539,7 +556,7 @@ def study_tables(
 
     ``base_tables``: ``{name: table}`` with columns ``tuned, task, seed`` + the pair table's own
     (``attention_change``, ``representation_similarity``, ``attention_patterns``, ``probe``,
-    ``geometry``, ``ablation``; absent ones are skipped). ``seed_tables``: ``{seedpair_<name>: table}``
+    ``geometry``, ``ablation``, ``weight_change``; absent ones are skipped). ``seed_tables``: ``{seedpair_<name>: table}``
     with ``task, seed_a, seed_b`` first (only the pairwise tables need them). Returns
     ``study_summary``, ``study_seed_noise``, ``study_effects``, ``study_counts``, ``study_rule``
     and ``study_task_differences`` (schemas in docs/studies.md, "Seed noise").

@@ -71,6 +71,23 @@ def fused_value(path: str, index: int, parts: int = 3) -> Callable[[nn.Module], 
 
 
 @dataclass(frozen=True)
+class WeightLayout:
+    """Where one family keeps the weights the weight-space comparison reads, by canonical module name.
+
+    ``block``: paths inside one block (``query``, ``key``, ``value``, ``attention_output``, ``attention_norm``,
+    ``ffn_in``, ``ffn_out``, ``ffn_norm``, and family extras); ``embeddings``: paths from the bare encoder of
+    what runs before block 1 (reported as layer 0); ``top``: paths from the encoder of what runs after the last
+    block (reported as layer N). A path ending in ``:i/n`` is the ``i``-th of ``n`` equal row chunks of a fused
+    Linear (ModernBERT's ``Wqkv``). A module a model does not have (ModernBERT's first block has no attention
+    norm, DeBERTa-v3 no position projections) is simply absent.
+    """
+
+    block: Mapping[str, str]
+    embeddings: Mapping[str, str]
+    top: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True)
 class Adapter:
     """One encoder family's layout, as data.
 
@@ -86,6 +103,7 @@ class Adapter:
     module's output is the per-head context and can be replayed); other families use the plain sweep.
     ``first_token_site`` (in a block) is where the last block may be cut to the first token.
     ``max_tokens(config)`` is the longest input the position encoding allows (None: no limit).
+    ``weights`` names the family's weight matrices for the weight-space comparison (None: not supported).
     """
 
     family: str
@@ -106,6 +124,7 @@ class Adapter:
     max_tokens: Callable[[Any], int | None] = absolute_positions
     tokenizer: str = "WordPiece"
     notes: str = ""
+    weights: WeightLayout | None = None
 
     def block_list(self, encoder: nn.Module) -> list[nn.Module]:
         """The module run at each depth 1..N (index 0 = layer 1); shared blocks repeat."""

@@ -26,6 +26,7 @@ _MODULES = (
     "head_map",
     "geometry",
     "pca_views",
+    "weight_change",
     "probe",
     "ablation",
     "attention_viewer",
