@@ -30,7 +30,9 @@ from bertology.errors import BertologyError
 from bertology.metrics.similarity import reused_signatures
 from bertology.models.loading import load_model
 from bertology.models.pair import ModelPair
-from bertology.pipeline import CompareRun, PairJob, in_dtype, prepare_inputs, progress_bar, resolve_settings
+from bertology.experiments.catalog import EXPERIMENTS
+from bertology.experiments.registry import ExperimentContext
+from bertology.pipeline import CompareRun, Inputs, PairJob, in_dtype, prepare_inputs, progress_bar, resolve_settings
 from bertology.results import Result, read_table, write_table
 from bertology.runs import RunDirectory, manifest_header, open_run
 from bertology.runs import fingerprint as run_fingerprint
@@ -111,6 +113,9 @@ class ManyCompareRun:
     manifest: dict
     report: Path | None = None
     skipped: list[str] = dataclasses.field(default_factory=list)  # pairs finished by an earlier run, read back
+    #: experiments left out for one model (``tuned``, ``experiment``, ``reason``): e.g. a regressor's ablation on
+    #: a classification task's labels
+    skipped_experiments: list[dict] = dataclasses.field(default_factory=list)
 
 
 def compare_many(
@@ -130,12 +135,18 @@ def compare_many(
         raise BertologyError("--store saves one pair's hidden states; run compare with a single --tuned PATH to use it.")
     config, selection, dtype = resolve_settings(config)
     base = load_model(config.base, trust_remote_code=config.trust_remote_code, dtype=dtype)
-    pairs = [in_dtype(ModelPair(base, load_model(t.path, trust_remote_code=config.trust_remote_code, dtype=dtype)), dtype)
+    pairs = [in_dtype(ModelPair(base, load_model(t.path, trust_remote_code=config.trust_remote_code, dtype=dtype,
+                                                  adapter_base=config.base)), dtype)
              for t in tuned]  # ModelPair checks shape and tokenizer: one error before any work
     inputs = prepare_inputs(config, selection, corpus, base.tokenizer)
     out = Path(config.out).expanduser()
-    jobs = [PairJob(inputs, pair, out=out / "pairs" / t.slug, overwrite=overwrite, progress=progress, t0=t0)
-            for t, pair in zip(tuned, pairs)]
+    peers = {t.name: tuple((o.name, p) for o, p in zip(tuned, pairs) if o.name != t.name) for t in tuned}
+    skips = plan_experiments(inputs, tuned, pairs, peers)  # a named experiment that runs on no model: refused here
+    jobs = [PairJob(own_inputs(inputs, skips[t.name]), pair, out=out / "pairs" / t.slug, overwrite=overwrite,
+                    progress=progress, t0=t0, peers=peers[t.name]) for t, pair in zip(tuned, pairs)]
+    for t, job in zip(tuned, jobs):
+        if by_peers := peer_skips(inputs, job.pair, skips[t.name]):  # not what the pair alone would skip: an
+            job.fingerprint = run_fingerprint(job.fingerprint, by_peers)  # earlier run that ran it must not resume
     # no mapping among the parts, so the sorted-key JSON of runs.fingerprint gives the value it always had
     fingerprint = run_fingerprint(config.fingerprint(), [[t.name, t.task, t.seed, j.fingerprint] for t, j in zip(tuned, jobs)])
     with open_run(out, "compare_many", fingerprint, overwrite=overwrite, scratch=("pairs",)) as top:
@@ -155,6 +166,7 @@ def compare_many(
             "config": {**config.to_dict(), "tuned": {t.name: t.path for t in tuned}},
             "tables": sorted(tables),
             "skipped_pairs": [n for n, r in finished.items() if r is not None],
+            "skipped_experiments": reported_skips(inputs, skips),
             "memory": "all models' weights resident; per batch the activations of the base and one tuned model",
             "wall_time_s": round(time.perf_counter() - t0, 2),
         }
@@ -164,7 +176,50 @@ def compare_many(
             from bertology.report.many import render_many_index
 
             report_path = render_many_index(top.path, manifest, tables)
-        return ManyCompareRun(top.path, runs, tables, manifest, report_path, manifest["skipped_pairs"])
+        return ManyCompareRun(top.path, runs, tables, manifest, report_path, manifest["skipped_pairs"],
+                              manifest["skipped_experiments"])
+
+
+def plan_experiments(inputs: Inputs, tuned: Sequence[TunedModel], pairs: Sequence[ModelPair],
+                     peers: dict[str, tuple[tuple[str, ModelPair], ...]]) -> dict[str, dict[str, str]]:
+    """Per tuned model, the selected experiments it cannot run and why (in the context of the other models).
+
+    A model is skipped with its reason while the others run: a regressor among classifiers is not ablated
+    on their labels (:func:`bertology.tasks.match.mismatch`). An experiment the user named that can run on
+    no model is one refusal naming each model's reason, before anything is written.
+    """
+    skips: dict[str, dict[str, str]] = {t.name: {} for t in tuned}
+    for spec in inputs.selection.experiments:
+        for t, pair in zip(tuned, pairs):
+            ctx = ExperimentContext(inputs.config, pair, inputs.raw_corpus, Path(inputs.config.out), peers=peers[t.name])
+            if (reason := spec.skip_reason(ctx)) is not None:
+                skips[t.name][spec.name] = reason
+        if spec.name in inputs.selection.named and all(spec.name in s for s in skips.values()):
+            reasons = [f"{t.name}: {skips[t.name][spec.name]}" for t in tuned]
+            raise BertologyError(spec.refusal(reasons[0].partition(": ")[2] if len(tuned) == 1 else "; ".join(reasons)))
+    return skips
+
+
+def peer_skips(inputs: Inputs, pair: ModelPair, skips: dict[str, str]) -> list[list[str]]:
+    """The skips (``[experiment, reason]``) the pair has only because of the other models of the run."""
+    ctx = ExperimentContext(inputs.config, pair, inputs.raw_corpus, Path(inputs.config.out))
+    return [[name, reason] for name, reason in sorted(skips.items()) if EXPERIMENTS.spec(name).skip_reason(ctx) != reason]
+
+
+def reported_skips(inputs: Inputs, skips: dict[str, dict[str, str]]) -> list[dict]:
+    """The manifest's ``skipped_experiments`` (``tuned, experiment, reason``): the skips a pair's warnings state
+    (its experiment has a ``skipped_note``, or the user named it), not those an experiment makes silently."""
+    said = {s.name for s in inputs.selection.experiments if s.skipped_note or s.name in inputs.selection.named}
+    return [{"tuned": name, "experiment": exp, "reason": reason}
+            for name, reasons in skips.items() for exp, reason in reasons.items() if exp in said]
+
+
+def own_inputs(inputs: Inputs, skips: dict[str, str]) -> Inputs:
+    """``inputs`` for one pair: the experiments it skips no longer count as named (a skip with its note, not an error)."""
+    if not skips:
+        return inputs
+    selection = dataclasses.replace(inputs.selection, named=inputs.selection.named - set(skips))
+    return dataclasses.replace(inputs, selection=selection)
 
 
 def _finished_pair(job: PairJob, report: bool) -> CompareRun | None:

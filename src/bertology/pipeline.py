@@ -290,12 +290,12 @@ class PairJob:
     ``open`` takes the folder (resuming finished tables) and builds the analyses still to stream
     (``todo``); the caller streams the main corpus into them (alone, or beside other pairs over one
     shared base forward); ``finish`` writes everything else. ``compare`` is one job; the many-model
-    driver runs several over one :class:`Inputs`.
+    driver runs several over one :class:`Inputs`, each told its ``peers`` (the experiments' context).
     """
 
     def __init__(self, inputs: Inputs, pair: ModelPair, *, out: str | Path | None = None, overwrite: bool = False,
-                 progress: bool = False, t0: float | None = None):
-        self.inputs, self.pair, self.overwrite, self.progress = inputs, pair, overwrite, progress
+                 progress: bool = False, t0: float | None = None, peers: tuple[tuple[str, ModelPair], ...] = ()):
+        self.inputs, self.pair, self.overwrite, self.progress, self.peers = inputs, pair, overwrite, progress, peers
         self.config = inputs.config if out is None else dataclasses.replace(inputs.config, out=str(out))
         self.t0 = time.perf_counter() if t0 is None else t0
         self.warnings = list(inputs.warnings)
@@ -307,7 +307,7 @@ class PairJob:
         self.timings: dict[str, float] = {}
 
     def _context(self, partial: Path) -> ExperimentContext:
-        return ExperimentContext(self.config, self.pair, self.inputs.raw_corpus, partial, self.progress)
+        return ExperimentContext(self.config, self.pair, self.inputs.raw_corpus, partial, self.progress, self.peers)
 
     def open(self):
         """Take the run folder (see :func:`open_run`) and build the analyses; a context manager for the run."""

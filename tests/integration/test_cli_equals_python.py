@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from absa_fixture import write_absa  # noqa: E402
 
 from bertology.testing import SENTENCES, save_tiny_bert, split_classifier, tiny_bert_pair  # noqa: E402
-from cli_checks import invoke  # noqa: E402
+from cli_checks import assert_user_error, invoke  # noqa: E402
 from study_helpers import tiny_study  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -76,6 +76,7 @@ def root(tmp_path_factory) -> Path:
 
 
 def test_ablate(root):
+    from bertology.errors import BertologyError
     from bertology.study.ablate import ablate
 
     clf = save_tiny_bert(root / "clf", classifier=True, initializer_range=0.3)
@@ -85,12 +86,27 @@ def test_ablate(root):
         writer.writerow(["text", "label"])
         writer.writerows(zip(SENTENCES * 2, split_classifier(clf, SENTENCES * 2)))
     cli_ok("ablate", "--model", clf, "--data", data, "--out", root / "ablate-cli", "--bootstrap", 50,
-           "--pruning-step", 0.5, "--no-report")
-    run = ablate(str(clf), str(data), {"n_bootstrap": 50, "pruning_step": 0.5}, out=root / "ablate-py", report=False)
+           "--pruning-step", 0.5, "--conventions", "kovaleva2019", "--no-report")
+    run = ablate(str(clf), str(data), {"n_bootstrap": 50, "pruning_step": 0.5, "conventions": "kovaleva2019"},
+                 out=root / "ablate-py", report=False)
     tables = ["ablation", "head_importance", "pruning_curve"]
     assert sorted(run.tables) == sorted(tables)
     assert_same_run(root / "ablate-cli", root / "ablate-py", tables)
     pd.testing.assert_frame_equal(run.table("ablation"), pd.read_parquet(root / "ablate-py/tables/ablation.parquet"))
+    # --conventions is recorded (it changes no ablation number, so not the fingerprint) and a bad preset is one line
+    assert run.manifest["conventions"] == {"preset": "kovaleva2019"}
+    assert run.manifest["settings"]["ablate"]["conventions"]["value"] == "kovaleva2019"
+    default = ablate(str(clf), str(data), {"n_bootstrap": 50, "pruning_step": 0.5}, out=None)
+    assert default.manifest["conventions"] == {"preset": "bertology"}
+    assert default.manifest["fingerprint"] == run.manifest["fingerprint"]
+    from bertology.report.render import render_report
+
+    page = render_report(root / "ablate-py").read_text(encoding="utf-8")
+    assert "Preset <code>kovaleva2019</code>. No paper convention applies to the tables of this run" in page
+    bad = invoke("ablate", "--model", clf, "--data", data, "--out", root / "ablate-bad", "--conventions", "kovaleva")
+    assert_user_error(bad, "--conventions (conventions) must be one of", "kovaleva2019")
+    with pytest.raises(BertologyError, match=r"\(conventions\) must be one of bertology, clark2019, kovaleva2019"):
+        ablate(str(clf), str(data), {"conventions": "kovaleva"})
 
 
 def test_compare(root):

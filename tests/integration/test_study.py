@@ -199,25 +199,52 @@ def test_tiny_study_end_to_end_then_a_rerun_trains_nothing(tmp_path):
     pd.testing.assert_frame_equal(pd.read_parquet(out / "tables" / "attention_change.parquet"), table)
 
 
-def test_a_failing_task_is_reported_the_rest_completes_and_a_rerun_retries_it(tmp_path):
+def test_a_task_whose_data_lacks_a_column_is_one_error_before_any_job(tmp_path):
     spec = tiny_study(tmp_path, extra=NO_REPORT)
     good = (tmp_path / "b_train.tsv").read_text()
     (tmp_path / "b_train.tsv").write_text(good.replace("label", "polarity", 1))  # no label column any more
     result = invoke([str(spec)])
+    assert result.exit_code == 2, result.output
+    assert "task 'b': " in result.output and "no label column 'label'" in " ".join(result.output.split())
+    assert not (tmp_path / "out").exists()  # nothing was started
+    (tmp_path / "b_train.tsv").write_text(good)
+    _edit(spec, 'data = "shared.tsv"\ntext_column = "sentence"', 'data = "shared.tsv"\ntext_column = "text"')
+    result = invoke([str(spec)])
+    assert result.exit_code == 2 and "[compare] data: " in result.output, result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failing_task_is_reported_the_rest_completes_and_a_rerun_retries_it(tmp_path, monkeypatch):
+    from bertology.study.jobs import FinetuneJob
+
+    spec = tiny_study(tmp_path, extra=NO_REPORT)
+    real_run = FinetuneJob.run
+
+    def broken_b(self, progress=False):  # task b fails at run time (e.g. out of memory), a does not
+        if self.task.name == "b":
+            raise RuntimeError("CUDA out of memory (injected)")
+        return real_run(self, progress)
+
+    monkeypatch.setattr(FinetuneJob, "run", broken_b)
+    result = invoke([str(spec)])
     assert result.exit_code == 1, result.output
     text = " ".join(result.output.split())
-    assert "2 job(s) failed" in text and "label" in text
+    assert "2 job(s) failed: finetune:b/s0 (RuntimeError: CUDA out of memory (injected)); finetune:b/s1" in text
     m = json.loads((tmp_path / "out" / "manifest.json").read_text())
     status = {j["id"]: (j["status"], j["error"]) for j in m["jobs"]}
-    assert status["finetune:b/s0"][0] == "failed" and "BertologyError" in status["finetune:b/s0"][1]
+    assert status["finetune:b/s0"] == ("failed", "RuntimeError: CUDA out of memory (injected)")
     assert status["seed_compare:b/s0"] == ("skipped", "needs the model of b/s0, b/s1, which did not finish")
     assert status["compare"][0] == status["seed_compare:a/s0"][0] == status["compare_own:a"][0] == "done"
     assert status["compare_own:b"] == ("skipped", "no fine-tuned model of b finished")
     assert status["seed_compare_own:b/s0"] == ("skipped", "needs the model of b/s0, b/s1, which did not finish")
     assert status["seed_compare_own:a/s0"][0] == "done"
     assert m["status"] == "incomplete" and [p["tuned"] for p in m["pairs"]] == ["a/s0", "a/s1"]
+    # the seed-noise tables come from the seeds that exist: task a's verdicts, none for b
+    effects = pd.read_parquet(tmp_path / "out/tables/study_effects.parquet")
+    assert set(effects["task"]) == {"a"}
+    assert (tmp_path / "out/report.html").exists()
 
-    (tmp_path / "b_train.tsv").write_text(good)
+    monkeypatch.setattr(FinetuneJob, "run", real_run)
     again = run_study(spec)
     assert again.statuses() == {
         "finetune:a/s0": "cached", "finetune:a/s1": "cached", "finetune:b/s0": "done", "finetune:b/s1": "done",

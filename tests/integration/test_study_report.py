@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from bertology.errors import BertologyError
+from bertology.report.format import fmt_value
 from bertology.report.study import render_study_report
 from bertology.study.noise import STUDY_TABLES
 from bertology.study.summarise import main, summarise_study
@@ -109,6 +110,27 @@ def test_absent_tables_leave_their_sections_out_and_bad_links_unlinked(tmp_path)
     assert html.count('class="pair-report"') == 1
 
 
+def test_skipped_experiments_and_the_heatmap_scale_are_on_the_page(tmp_path):
+    """A comparison that left an experiment out for one model (a regressor among classifiers: issue 32) says so at
+    the top of the study page, naming the model, the comparison and the reason; the attention heatmaps' caption
+    states their colour scale (0 to the largest cell)."""
+    folder = synthetic_study(tmp_path, {"a": 3, "b": 3}, planted={"a": 2}, n_layers=3, n_heads=2,
+                             tables=("attention_change",), failed_job=False)
+    reason = "the labels of shared.tsv (2 distinct labels: '0', '1') are the classes of a/s0, a classifier of this run"
+    for where, tuned in (("compare", "b/s0"), ("seeds/b/s0", "b/s1")):
+        (folder / where).mkdir(parents=True, exist_ok=True)
+        (folder / where / "manifest.json").write_text(json.dumps(
+            {"kind": "compare_many", "skipped_experiments": [{"tuned": tuned, "experiment": "ablation", "reason": reason}]}))
+    html = summarise_study(folder).read_text()
+    text = " ".join(" ".join(parse(html).text).split())
+    assert f"Ablation skipped for b/s0 (compare): {reason}." in text
+    assert f"Ablation skipped for b/s1 (seeds/b/s0): {reason}." in text
+    effects = pd.read_parquet(folder / "tables" / "study_effects.parquet")
+    top = effects[(effects["table"] == "attention_change") & (effects["level"] == "layer")
+                  & (effects["metric"] == "cosine_distance")]["change_mean"].max()
+    assert f"Colours run from 0 to {fmt_value(float(top), 2)}, the largest cell, one scale for every task" in text
+
+
 def test_alpha_reaches_the_tables_and_the_page(tmp_path):
     folder = synthetic_study(tmp_path, {"a": 3, "b": 3}, planted={"a": 2}, n_layers=3, n_heads=2,
                              tables=("attention_change",))
@@ -156,6 +178,9 @@ def test_study_report_in_chromium(rendered):
             page.on("request", lambda r: problems.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
             page.goto(out.resolve().as_uri(), wait_until="load")
             assert page.locator("section#attention svg").count() == 2
+            # the false-positive table fits its column (its long headers wrap) instead of running out of the box
+            rule_table = page.locator("section#noise .wrap-head .table-wrap").first
+            assert rule_table.evaluate("e => e.scrollWidth <= e.clientWidth"), "the false-positive table overflows"
             # sorting a table by a numeric column reorders it
             header = page.locator("section#jobs thead th", has_text="Wall time")
             header.click()

@@ -261,6 +261,13 @@ def test_cli_writes_model_tables_and_manifest(tiny, tmp_path):
     # the identical run is reused; a different config into the same folder is refused, then allowed
     again = _invoke(args)
     assert again.exit_code == 0 and "reus" in again.output
+    # a finished run whose weights were lost is trained again (same seed: the same weights), not reused
+    weights = out / "model" / "model.safetensors"
+    sha = manifest["models"]["tuned"]["weights_sha256"]
+    weights.write_bytes(weights.read_bytes()[:100])
+    retrained = _invoke(args)
+    assert retrained.exit_code == 0 and "reus" not in retrained.output, retrained.output
+    assert json.loads((out / "manifest.json").read_text())["models"]["tuned"]["weights_sha256"] == sha
     changed = [*args[:-2], "--seed", "1", "--out", str(out)]
     refused = _invoke(changed)
     assert refused.exit_code == 2

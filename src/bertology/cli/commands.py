@@ -113,27 +113,31 @@ def report_command(run_dir: Path = typer.Argument(..., help="A run directory wri
     if not (run_dir / "manifest.json").exists():
         raise BertologyError(f"{run_dir} is not a bertology run directory (no manifest.json).")
     manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-    if isinstance(manifest, dict) and manifest.get("kind") == "compare_many":  # the index page, then each pair's report
-        from bertology.report.many import render_many_index
-        from bertology.results import read_table
-
-        for pair in manifest.get("pairs", []):
-            render_report(run_dir / pair["dir"])
-        manifest["pairs"] = [{**p, "report": f"{p['dir']}/report.html"} for p in manifest.get("pairs", [])]
-        tables = {name: read_table(run_dir, name) for name in manifest.get("tables", [])}
-        console.print(f"report: [bold]{escape(str(render_many_index(run_dir, manifest, tables)))}[/]")
-        return
     problems: list[str] = []
-    path = render_report(run_dir, warnings=problems)
+    if isinstance(manifest, dict) and manifest.get("kind") == "compare_many":  # each pair's report, then the index page
+        from bertology.report.many import rerender_many
+
+        path = rerender_many(run_dir, manifest, problems)
+    else:
+        path = render_report(run_dir, warnings=problems)
     for w in problems:
         console.print("[yellow]warning:[/] ", end="")
         console.print(w, markup=False, highlight=False, soft_wrap=True)
     console.print(f"report: [bold]{escape(str(path))}[/]")
-    unreadable = sorted({Path(w.split(":")[0].removeprefix("Could not read ")).stem
-                         for w in problems if w.startswith("Could not read tables/")})
+    unreadable = _unreadable_tables(problems)
     if unreadable:  # the page is written, but part of the run is missing from it: not a success
         raise BertologyError(f"Table(s) {', '.join(unreadable)} of {run_dir} could not be read, so their sections are "
                              "left out of the report; rerun the command that made the run to rewrite them.")
+
+
+def _unreadable_tables(problems: list[str]) -> list[str]:
+    """The tables the report could not read, by name (``ablation``; a pair's as ``attention_change (pairs/b)``)."""
+    out = set()
+    for w in problems:
+        if w.startswith("Could not read ") and "tables/" in w:
+            where, _, name = w.split(":")[0].removeprefix("Could not read ").rpartition("tables/")
+            out.add(Path(name).stem + (f" ({where.rstrip('/')})" if where else ""))
+    return sorted(out)
 
 
 @app.command("env")

@@ -30,19 +30,30 @@ def study_command(
 
     result = run_study(spec, out, executor=executor, ray_address=ray_address, overwrite=overwrite,
                        progress=executor == "local")
+    console.print(job_table(result))
+    console.print(f"study: [bold]{escape(str(result.out))}[/] (tables/, manifest.json)")
+    if result.report:
+        console.print(f"report: [bold]{escape(str(result.report))}[/]")
+    from bertology.report.study import stale_lines
+
+    for line in stale_lines(result.manifest.get("stale_tables") or {}):
+        console.print(f"[yellow]{escape(line)}[/]")
+    if result.failed:
+        named = "; ".join(f"{j.id} ({j.error})" for j in result.failed)
+        console.print(f"[bold red]{len(result.failed)} job(s) failed[/]: {escape(named)}. "
+                      "Run the same command again to retry them.")
+        raise typer.Exit(code=1)
+
+
+def job_table(result) -> Table:
+    """Every job's status, wall time, and its error or why it ran again."""
     table = Table(title=f"study jobs ({result.manifest['executor']} executor)")
-    for col in ("job", "status", "wall time", "error"):
-        table.add_column(col)
+    for col in ("job", "status", "wall time", "error or note"):
+        table.add_column(col, overflow="fold")  # a path in a note is folded, not cut to "…"
     for job in result.jobs:
         style = STATUS_STYLE.get(job.status, "")
         wall = "" if job.status not in ("done", "cached") or job.wall_time_s is None else f"{job.wall_time_s:.1f} s"
         if wall and job.status == "cached":
             wall += " (earlier run)"  # a cached job did not run now: the time it took when it did
-        table.add_row(escape(job.id), f"[{style}]{job.status}[/]", wall, escape(job.error or ""))
-    console.print(table)
-    console.print(f"study: [bold]{escape(str(result.out))}[/] (tables/, manifest.json)")
-    if result.report:
-        console.print(f"report: [bold]{escape(str(result.report))}[/]")
-    if result.failed:
-        console.print(f"[bold red]{len(result.failed)} job(s) failed[/]; run the same command again to retry them.")
-        raise typer.Exit(code=1)
+        table.add_row(escape(job.id), f"[{style}]{job.status}[/]", wall, escape(job.error or job.reason or ""))
+    return table

@@ -47,6 +47,7 @@ from bertology.experiments.degenerate import table_degeneracy
 from bertology.experiments.head_importance import ImportanceResult, importance_vs_deltas, run_head_importance
 from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec, jsonable
 from bertology.config import DEVICE_HELP, MODES
+from bertology.conventions import PRESETS
 from bertology.progress import parse_layer_list
 from bertology.settings import Setting, check_fields, setting_field
 from bertology.progress import stage_bars
@@ -59,6 +60,7 @@ from bertology.experiments.scoring import (  # noqa: F401  (re-exported: the abl
     make_batches,
 )
 from bertology.tasks.catalog import task_of_model, task_of_table
+from bertology.tasks.match import mismatch, training_labels
 from bertology.tasks.classification import macro_f1_from_counts  # noqa: F401  (re-exported)
 
 logger = logging.getLogger(__name__)
@@ -75,6 +77,8 @@ EXAMPLES_HELP = "Seeded, label-stratified sample of this many examples (0 = all)
 EXCLUDE_SPECIAL_HELP = "Uniform mode: leave [CLS]/[SEP] out of the 1/L average."
 BOOTSTRAP_HELP = "Bootstrap resamples of the examples for the 95% intervals (0 = none)."
 IMPORTANCE_HELP = "Also head importance and pruning curves."
+CONVENTIONS_HELP = ("Paper conventions preset: bertology, clark2019, kovaleva2019 or hewitt2019 (docs: Paper conventions), "
+                    "recorded in the manifest; none of its conventions changes the ablation's numbers.")
 KOVALEVA, MICHEL = "Kovaleva et al. 2019", "Michel et al. 2019"
 
 
@@ -113,6 +117,8 @@ class AblationSettings:
                                         paper=MICHEL)
     pruning_recompute: bool = setting_field(
         True, "Re-estimate importance after every pruning step (the paper's way).", flag="--recompute", paper=MICHEL)
+    # recorded, not fingerprinted: no paper convention changes the sweep (they decide attention analyses and probes)
+    conventions: str = setting_field("bertology", CONVENTIONS_HELP, choices=tuple(PRESETS), changes_numbers=False)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -316,7 +322,7 @@ def settings_from(config: CompareConfig) -> AblationSettings:
         mode=config.ablation_mode, exclude_special=config.ablation_exclude_special, batch_size=config.batch_size,
         n_bootstrap=config.ablation_bootstrap, seed=config.seed, device=config.device,
         max_examples=config.ablation_examples or None, max_length=config.data.max_length,
-        importance=config.ablation_importance,
+        importance=config.ablation_importance, conventions=config.conventions,
     )
 
 
@@ -337,6 +343,11 @@ def skip_reason(ctx: ExperimentContext) -> str | None:
         # a tagger reads word tags and a parser trees (token-level targets), not sentence labels
         if not task.token_level and not any(ex.label is not None for ex in ctx.corpus):
             return f"{ctx.corpus.source} has no labels (name the label column with --label-column)"
+        # labels of another kind of task (an STS-B regressor on SST-2's 0/1 classes) would score, but mean nothing
+        peers = [(name, pair.tuned.model) for name, pair in ctx.peers]
+        trained_on = training_labels(ctx.pair.tuned.path)
+        if (other_task := mismatch(ctx.pair.tuned.model, ctx.corpus, peers, trained_on)) is not None:
+            return other_task
         task.targets(ctx.corpus, ctx.pair.tuned.model)
     except BertologyError as err:
         return str(err).rstrip(".")

@@ -35,7 +35,9 @@ class ExperimentContext:
     """What an experiment inside ``compare`` works on.
 
     ``corpus`` holds the original texts (not a parser's words); ``work_dir`` keeps unfinished work
-    (finished ablations, cached features) so that an interrupted run resumes where it stopped.
+    (finished ablations, cached features) so that an interrupted run resumes where it stopped. ``peers``:
+    in a many-model run, the other tuned models by name (a classifier among them that reads the labels
+    says which task they belong to: :func:`bertology.tasks.match.mismatch`).
     """
 
     config: "CompareConfig"
@@ -43,6 +45,7 @@ class ExperimentContext:
     corpus: "Corpus"
     work_dir: Path
     progress: bool = False
+    peers: tuple[tuple[str, "ModelPair"], ...] = ()
 
 
 @dataclass

@@ -32,6 +32,7 @@ from transformers import (
 from bertology.errors import BertologyError
 from bertology.models.adapters import adapter_for
 from bertology.models.parser import attach_saved_head, is_parser_folder
+from bertology.models.peft_adapter import hub_adapter, is_adapter_folder, load_adapter
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class LoadedModel:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     name: str
-    source: str  # "builtin", "local" or "hub"
+    source: str  # "builtin", "local", "hub" or "adapter" (a local PEFT adapter folder)
     path: str
     is_classifier: bool
     weights_sha256: str | None = None
@@ -74,6 +75,7 @@ class LoadedModel:
             "hidden_size": cfg.hidden_size,
             "weights_sha256": self.weights_sha256,
             "attn_implementation": getattr(cfg, "_attn_implementation", None),
+            **({"adapter": self.extra["adapter"]} if "adapter" in self.extra else {}),
         }
 
 
@@ -125,6 +127,8 @@ def resolve_model(name_or_path: str | os.PathLike) -> tuple[str, str]:
     text = str(name_or_path)
     path = Path(text).expanduser()
     if path.is_dir():
+        if is_adapter_folder(path):
+            return "adapter", str(path.resolve())
         if not (path / "config.json").exists():
             raise BertologyError(f"Model folder {path} has no config.json; is it a Hugging Face model folder?")
         return "local", str(path.resolve())
@@ -225,6 +229,7 @@ def load_model(
     trust_remote_code: bool = False,
     num_labels: int | None = None,
     dtype: torch.dtype = torch.float32,
+    adapter_base: str | None = None,
 ) -> LoadedModel:
     """Load a model and tokenizer with eager attention, in eval mode.
 
@@ -235,13 +240,19 @@ def load_model(
     (:mod:`bertology.models.parser`), and the bare encoder otherwise. ``kind="classifier"`` (or
     ``"token_classifier"``) with ``num_labels`` creates a fresh head on top of an encoder (for fine-tuning),
     ``kind="qa"`` a fresh start/end head (or keeps the checkpoint's). ``is_classifier`` is True for a
-    sequence or token head.
+    sequence or token head. A PEFT adapter (:mod:`bertology.models.peft_adapter`) is put on ``adapter_base``
+    (default: the base it records) and merged.
     """
     source, where = resolve_model(name_or_path)
+    adapted = dict(base=adapter_base, kind=kind, trust_remote_code=trust_remote_code, dtype=dtype)
+    if source == "adapter":
+        return load_adapter(str(name_or_path), where, source, **adapted)
     hub_kwargs: dict = {"trust_remote_code": trust_remote_code}
     try:
         config = AutoConfig.from_pretrained(where, **hub_kwargs)
     except OSError as err:
+        if source == "hub" and hub_adapter(where):
+            return load_adapter(str(name_or_path), where, source, **adapted)
         if source == "hub":
             raise BertologyError(
                 f"Could not load model {where!r} from the Hugging Face hub ({err.__class__.__name__}). "
@@ -264,7 +275,7 @@ def load_model(
         cls = AutoModelForQuestionAnswering
     try:
         with quiet_transformers():
-            model = cls.from_pretrained(where, use_safetensors=None, **model_kwargs)
+            model, info = cls.from_pretrained(where, use_safetensors=None, output_loading_info=True, **model_kwargs)
             tokenizer = AutoTokenizer.from_pretrained(where, **hub_kwargs)
     except pickle.UnpicklingError as err:
         raise pickle_refused(where) from err
@@ -287,4 +298,5 @@ def load_model(
         path=where,
         is_classifier=want_classifier,
         weights_sha256=weights_fingerprint(where) if source != "hub" else None,
+        extra={"fresh_weights": sorted(info.get("missing_keys") or [])},  # initialised here: not in the checkpoint
     )

@@ -63,7 +63,8 @@ class ModelPair:
         """Load both models (each as its classifier when it has one, in ``dtype``) and check them."""
         return cls(
             load_model(base, trust_remote_code=trust_remote_code, dtype=dtype),
-            load_model(tuned, trust_remote_code=trust_remote_code, dtype=dtype),
+            # a PEFT adapter as the tuned model goes on the base it is compared with
+            load_model(tuned, trust_remote_code=trust_remote_code, dtype=dtype, adapter_base=base),
         )
 
     @property

@@ -55,3 +55,27 @@ def render_many_index(out: str | Path, manifest: Mapping, tables: Mapping[str, p
     path = Path(out) / "report.html"
     atomic_write_text(path, html)
     return path
+
+
+def rerender_many(run_dir: str | Path, manifest: Mapping, problems: list[str]) -> Path:
+    """Render every pair's report again, then the index page; what could not be read goes into ``problems``.
+
+    Each problem names the file under ``run_dir`` (``Could not read pairs/a~s0/tables/x.parquet: ...``), so a
+    corrupt table of one pair or of the combined tables is said, not raised from deep inside pandas.
+    """
+    from bertology.report.render import render_report
+
+    run_dir = Path(run_dir)
+    for pair in manifest.get("pairs", []):
+        found: list[str] = []
+        render_report(run_dir / pair["dir"], warnings=found)
+        problems += [w.replace("Could not read tables/", f"Could not read {pair['dir']}/tables/", 1)
+                     if w.startswith("Could not read tables/") else f"{pair['dir']}: {w}" for w in found]
+    pairs = [{**p, "report": f"{p['dir']}/report.html"} for p in manifest.get("pairs", [])]
+    tables = {}
+    for name in manifest.get("tables", []):
+        try:
+            tables[name] = pd.read_parquet(run_dir / "tables" / f"{name}.parquet")
+        except Exception as err:  # noqa: BLE001 - any reader failure is reported by the caller, naming the table
+            problems.append(f"Could not read tables/{name}.parquet: {type(err).__name__}: {err}")
+    return render_many_index(run_dir, {**manifest, "pairs": pairs}, tables)

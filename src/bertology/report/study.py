@@ -63,18 +63,46 @@ def _manifest(study_dir: Path, warnings: list[str]) -> dict:
     return data
 
 
+#: The comparison folders of a study (``bertology.study.runner`` writes them; this page may not import study).
+_COMPARE_MANIFESTS = ("compare/manifest.json", "compare_own/*/manifest.json", "seeds/*/*/manifest.json",
+                      "seeds_own/*/*/manifest.json")
+
+
+def _skipped_experiments(study_dir: Path) -> list[str]:
+    """One warning per experiment a comparison left out for one model, with its reason (e.g. a regressor's
+    ablation on the shared corpus's classification labels), read from each comparison's manifest."""
+    out = []
+    for pattern in _COMPARE_MANIFESTS:
+        for path in sorted(study_dir.glob(pattern)):
+            try:
+                skipped = json.loads(path.read_text(encoding="utf-8")).get("skipped_experiments") or []
+            except (OSError, ValueError, AttributeError):
+                continue  # the job's own status says what went wrong with it
+            where = path.parent.relative_to(study_dir).as_posix()
+            out += [f"{str(s.get('experiment')).capitalize()} skipped for {s.get('tuned')} ({where}): {s.get('reason')}."
+                    for s in skipped if isinstance(s, Mapping)]
+    return out
+
+
 def _named(name: str, corpus: str) -> str:
     """``study_effects`` on ``corpus``: ``own_study_effects``, ``study_effects_ood`` (see :data:`CORPORA`)."""
     _, prefix, suffix, _ = next(c for c in CORPORA if c[0] == corpus)
     return f"{prefix}{name}{suffix}"
 
 
-def _study_tables(study_dir: Path, warnings: list[str]) -> dict[str, pd.DataFrame]:
-    """The ``study_*`` tables present under ``STUDY/tables/`` (study_effects is required), on every corpus."""
+def _study_tables(study_dir: Path, warnings: list[str], manifest: Mapping) -> dict[str, pd.DataFrame]:
+    """The ``study_*`` tables present under ``STUDY/tables/``, on every corpus.
+
+    study_effects is required of a folder that only holds tables; a study's own run (its manifest lists
+    jobs) renders without it, saying why: its comparison failed, and the page still shows the jobs.
+    """
     folder = study_dir / "tables"
     tables = {name: pd.read_parquet(folder / f"{name}.parquet") for name in STUDY_TABLES
               if (folder / f"{name}.parquet").exists()}
-    if "study_effects" not in tables:
+    if "study_effects" not in tables and manifest.get("jobs"):
+        warnings.append("No seed-noise verdicts on the shared corpus: the base-vs-tuned comparison did not finish "
+                        "(see the failed jobs below); run the study again once they are fixed.")
+    elif "study_effects" not in tables:
         raise BertologyError(
             f"{folder} has no study_effects table: compute the seed-noise tables first "
             f"(bertology.study.summarise.summarise_study, or python -m bertology.study.summarise {study_dir})."
@@ -86,6 +114,14 @@ def _study_tables(study_dir: Path, warnings: list[str]) -> dict[str, pd.DataFram
     if absent:
         warnings.append(f"Table(s) {', '.join(absent)} are missing: their parts of the page are left out.")
     return tables
+
+
+def stale_lines(stale: Mapping[str, str]) -> list[str]:
+    """The stale tables a run kept, one line per reason: "Stale tables a, b: from the run finished ..."."""
+    by_reason: dict[str, list[str]] = {}
+    for name, why in stale.items():
+        by_reason.setdefault(str(why), []).append(str(name))
+    return [f"Stale table{'s' if len(names) > 1 else ''} {', '.join(names)}: {why}" for why, names in by_reason.items()]
 
 
 def _rows(df: pd.DataFrame | None, **where: Any) -> pd.DataFrame:
@@ -199,7 +235,7 @@ def _noise_rule(tables: Mapping[str, pd.DataFrame], manifest: Mapping) -> dict:
 
 
 def _attention(tables: Mapping[str, pd.DataFrame], figs: Figures) -> dict | None:
-    from bertology.viz.study import task_layer_heatmap
+    from bertology.viz.study import heatmap_top, task_layer_heatmap
 
     eff = _rows(tables.get("study_effects"), table="attention_change", level="layer")
     if eff.empty:
@@ -215,7 +251,8 @@ def _attention(tables: Mapping[str, pd.DataFrame], figs: Figures) -> dict | None
                                                               colorbar_label=label),
             f"Mean over the heads of each layer and over seeds of {label} between base and tuned attention "
             "maps (Kovaleva et al. 2019, Fig. 5). Outlined cells are beyond seed noise, hatched cells within "
-            "it, n/a: one seed, no noise estimate.",
+            f"it, n/a: one seed, no noise estimate. Colours run from 0 to {fmt_value(heatmap_top(part), 2)}, the "
+            "largest cell, one scale for every task of the figure.",
             f"Heatmap of attention change ({label}) per task and layer",
         ))
     return {"figures": [f for f in figures if f], "one_column": eff["layer"].nunique() > 6}
@@ -390,15 +427,17 @@ def _jobs(manifest: Mapping) -> dict | None:
     jobs.sort(key=lambda j: (j.get("status") != "failed", str(j.get("id"))))
     rows = [[str(j.get("id", "")), str(j.get("kind", "")), str(j.get("status", "")),
              j.get("wall_time_s") if j.get("status") in ("done", "cached", "failed") else None,
-             str(j.get("finished") or ""), str(j.get("error") or "")] for j in jobs]
+             str(j.get("finished") or ""), str(j.get("error") or ""), str(j.get("reason") or "")] for j in jobs]
     table = sortable([("id", "Job", "text"), ("kind", "Kind", "text"), ("status", "Status", "text"),
-                      ("wall", "Wall time (s)", "num"), ("finished", "Finished", "text"), ("error", "Error", "text")], rows)
+                      ("wall", "Wall time (s)", "num"), ("finished", "Finished", "text"), ("error", "Error", "text"),
+                      ("reason", "Why it ran again", "text")], rows)
     for job, row in zip(jobs, table["rows"]):
         if job.get("status") == "cached" and row[3]["value"] != "":
             row[3]["text"] += " (cached)"  # not run now: the time it took in the run that finished it
     failed = sum(1 for j in jobs if j.get("status") == "failed")
     cached = sum(1 for j in jobs if j.get("status") == "cached")
-    return {"n": len(jobs), "failed": failed, "cached": cached, "table": table}
+    rerun = sum(1 for j in jobs if j.get("reason"))
+    return {"n": len(jobs), "failed": failed, "cached": cached, "rerun": rerun, "table": table}
 
 
 def _listing(study_dir: Path) -> list[dict]:
@@ -418,7 +457,11 @@ def build_study_context(study_dir: str | Path) -> dict:
     warnings: list[str] = []
     manifest = _manifest(study_dir, warnings)
     warnings += [str(w) for w in manifest.get("warnings", [])]  # e.g. a fine-tuned seed that did not beat chance
-    tables = _study_tables(study_dir, warnings)
+    warnings += _skipped_experiments(study_dir)
+    tables = _study_tables(study_dir, warnings, manifest)
+    stale = manifest.get("stale_tables")
+    if isinstance(stale, Mapping) and stale:
+        warnings += stale_lines(stale)
     figs = Figures(study_dir, warnings)
     sections: list[dict] = []
 

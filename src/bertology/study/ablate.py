@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bertology.conventions import record
 from bertology.errors import BertologyError
 from bertology.experiments.ablation import AblationSettings
 from bertology.runs import RunResult, build_manifest, fingerprint, open_run, run_folder
@@ -96,6 +97,7 @@ def ablate(
     loaded, corpus, task, encoded, qa_used = _inputs(model, data, settings, columns, qa, loading, torch_dtype)
     d = {**settings.to_dict(), **qa_used}
     d.pop("device")  # results agree across devices to float rounding; a run may resume on another
+    d.pop("conventions")  # no convention changes the sweep: recorded, and runs keep their fingerprints
     weights = loaded.weights_sha256 or loaded.path
     extra = [loading.dtype] if loading.dtype != "float32" else []  # float32 runs keep their old fingerprints
     fp = fingerprint(d, corpus.fingerprint(word_tags=task.token_level), weights, *extra)
@@ -164,7 +166,9 @@ def _run(folder: Path, fp: str, model: str, data: str, loaded, corpus, task, enc
             config={"model": model, "data": data, **how.columns.to_dict(), **settings.to_dict(), **how.qa,
                     "dtype": how.loading.dtype},
             seed=settings.seed, device=settings.device, dtype=how.loading.dtype, attn_implementation="eager",
-            settings=settings_record(settings, how.qa), ablation_mode=settings.mode, task=task.name, models={"tuned": loaded.describe()}, data=corpus.describe(),
+            settings=settings_record(settings, how.qa), ablation_mode=settings.mode, task=task.name,
+            conventions=record(settings.conventions, {}),  # the preset; none of its conventions applies to the sweep
+            models={"tuned": loaded.describe()}, data=corpus.describe(),
         )
         opened.dir.write_manifest(manifest)
         t0 = time.perf_counter()

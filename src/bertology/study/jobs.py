@@ -90,6 +90,11 @@ class FinetuneJob:
     def finished(self) -> bool:
         return (self.model_dir / "config.json").exists()
 
+    def outputs(self) -> list[Path]:
+        """The files this job promises: every file of the model folder, the run's manifest and tables."""
+        out = Path(self.out)
+        return [p for p in self.model_dir.rglob("*") if p.is_file()] + _run_files(out)
+
 
 @dataclass(frozen=True)
 class CompareJob:
@@ -129,6 +134,15 @@ class CompareJob:
     def finished(self) -> bool:
         return (Path(self.out) / "manifest.json").exists()
 
+    def outputs(self) -> list[Path]:
+        """The files this job promises: its manifest and the combined tables the study reads."""
+        return _run_files(Path(self.out))
+
+
+def _run_files(folder: Path) -> list[Path]:
+    """A run folder's manifest and tables (parquet: what is read back; the CSVs are copies for people)."""
+    return [p for p in [folder / "manifest.json", *sorted((folder / "tables").glob("*.parquet"))] if p.is_file()]
+
 
 Job = FinetuneJob | CompareJob
 
@@ -159,9 +173,43 @@ def compare_job(spec: StudySpec, job_id: str, kind: str, base: str, base_id: str
     """
     c = compare or spec.compare
     data = [file_sha256(p) for p in (c.data, c.ood_data) if p]
+    # the corpora by their hashes, not their paths (a study folder copied or moved with its data stays cached);
+    # own_data and own_seed_noise add jobs and change none
     fp = fingerprint(kind, base_id, [(n, t, s, ident) for n, _, t, s, ident in tuned],
-                     replace(c, own_data=True, own_seed_noise=True), data, spec.device,  # they add jobs, change none
+                     replace(c, data="", ood_data=None, own_data=True, own_seed_noise=True), data, spec.device,
                      *([dict(c.settings)] if c.settings else []))
     cpus, gpus = _resources(spec.device)
     return CompareJob(job_id, kind, base, tuple((n, p, t, s) for n, p, t, s, _ in tuned), c, spec.device, str(out), fp,
                       num_cpus=cpus, num_gpus=gpus)
+
+
+def check_data(spec: StudySpec) -> None:
+    """Read every task's data and the comparison corpora as the jobs will, before any job runs.
+
+    A missing column or an unreadable file is one clear error naming the task, instead of the same failure
+    in every seed's fine-tune (or every comparison) one after another. Each task is read once.
+    """
+    from bertology.config import DataConfig
+    from bertology.errors import BertologyError
+    from bertology.pipeline import load_data
+    from bertology.training.finetune import read_data
+
+    lab = tuple(sorted(spec.lab.items()))
+    for task in spec.tasks:
+        if task.models or not task.seeds:
+            continue
+        job = FinetuneJob(f"check:{task.name}", task, task.seeds[0], spec.base, lab, spec.device, "", "")
+        try:
+            read_data(job.config())
+        except BertologyError as err:
+            raise BertologyError(f"task {task.name!r}: {err}") from None
+    c = spec.compare
+    corpora = [("data", DataConfig(path=c.data, text_column=c.text_column, pair_column=c.pair_column,
+                                   label_column=c.label_column, max_examples=c.max_examples))]
+    if c.ood_data:
+        corpora.append(("ood_data", DataConfig(path=c.ood_data, text_column=c.ood_text_column, max_examples=c.max_examples)))
+    for key, data in corpora:
+        try:
+            load_data(data)
+        except BertologyError as err:
+            raise BertologyError(f"[compare] {key}: {err}") from None

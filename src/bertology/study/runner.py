@@ -37,8 +37,9 @@ from bertology.errors import BertologyError, check_choice
 from bertology.results import atomic_write_text, now_iso, write_table
 from bertology.runs import LOCK, RunResult, lock_folder
 from bertology.study.executors import EXECUTORS, Executor, JobResult, LocalExecutor, make_executor  # noqa: F401  (LocalExecutor re-exported)
-from bertology.study.jobs import CompareJob, FinetuneJob, compare_job, finetune_jobs, model_identity
+from bertology.study.jobs import CompareJob, FinetuneJob, check_data, compare_job, finetune_jobs, model_identity
 from bertology.study.spec import StudySpec, check_models, load_spec
+from bertology.study.verify import describe_files, outputs_problem, weights_identity
 
 logger = logging.getLogger(__name__)
 KIND = "study"
@@ -58,10 +59,11 @@ class JobRecord:
     error: str | None = None
     wall_time_s: float | None = 0.0
     finished: str | None = None  # when the job finished (ISO time); for a cached job, in an earlier run
+    reason: str | None = None  # why it ran again (outputs lost, settings changed, an earlier run stopped)
 
     def to_dict(self) -> dict:
         return {"id": self.id, "kind": self.kind, "status": self.status, "error": self.error,
-                "wall_time_s": self.wall_time_s, "finished": self.finished}
+                "wall_time_s": self.wall_time_s, "finished": self.finished, "reason": self.reason}
 
 
 @dataclass
@@ -83,42 +85,85 @@ def _marker(study: Path, job_id: str) -> Path:
     return study / "jobs" / (job_id.replace(":", "__").replace("/", "~") + ".json")
 
 
-def _cached(study: Path, job: FinetuneJob | CompareJob) -> JobRecord | None:
-    """A finished job with the same fingerprint whose output is still there: its record, with the original wall time."""
+def _previous(study: Path, job: FinetuneJob | CompareJob) -> tuple[JobRecord | None, str | None]:
+    """The job's ``cached`` record when a finished run of it verifies; else None and why it runs (None: never ran).
+
+    Verified means: the same fingerprint, and every file the job promised (:mod:`bertology.study.verify`)
+    present with its recorded size and contents. A job whose outputs do not verify has its folder removed
+    so it runs afresh: a lost model is retrained, not trusted as cached and failing every comparison.
+    """
     path = _marker(study, job.id)
     try:
         done = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-    if done.get("fingerprint") != job.fingerprint or not job.finished():
-        return None
+    except FileNotFoundError:
+        return None, ("resumed: an earlier run stopped before this job finished" if Path(job.out).exists() else None)
+    except (OSError, ValueError):
+        return None, f"its record {_rel(study, str(path))} is unreadable"
+    if not isinstance(done, dict) or done.get("fingerprint") != job.fingerprint:
+        return None, "settings, data or input models changed since its earlier run"
+    outputs = done.get("outputs")
+    if outputs is None:  # written by a bertology that did not record outputs: trust what is there, record it now
+        if not job.finished():
+            return _refresh(study, job, "its outputs are gone")
+        outputs = describe_files(study, job.outputs())
+        atomic_write_text(path, json.dumps({**done, "outputs": outputs}, indent=2, default=str))
+    problem = outputs_problem(study, outputs)
+    if problem is not None:
+        return _refresh(study, job, problem)
     wall = done.get("wall_time_s")
     return JobRecord(job.id, job.kind, "cached", wall_time_s=float(wall) if isinstance(wall, (int, float)) else None,
-                     finished=done.get("finished"))
+                     finished=done.get("finished")), None
+
+
+def _refresh(study: Path, job: FinetuneJob | CompareJob, problem: str) -> tuple[None, str]:
+    """Remove what is left of a finished job whose outputs do not verify, so it runs from scratch; the reason."""
+    logger.warning("job %s is run again: %s", job.id, problem)
+    shutil.rmtree(job.out, ignore_errors=True)
+    return None, f"run again from scratch: {problem}"
 
 
 def _record_done(study: Path, job: FinetuneJob | CompareJob, result: JobResult) -> None:
     atomic_write_text(_marker(study, job.id), json.dumps(
         {"id": job.id, "fingerprint": job.fingerprint, "finished": result.finished or now_iso(),
-         "wall_time_s": result.wall_time_s,
-         "value": result.value}, indent=2, default=str))
+         "wall_time_s": result.wall_time_s, "value": result.value,
+         "outputs": describe_files(study, job.outputs())}, indent=2, default=str))
+
+
+def trained_identity(study: Path, job: FinetuneJob) -> str:
+    """A model the study trained, as comparisons' fingerprints see it: its weights' recorded hashes.
+
+    Falls back to the fine-tune's fingerprint when the marker records no weights.
+    """
+    try:
+        outputs = json.loads(_marker(study, job.id).read_text(encoding="utf-8")).get("outputs") or {}
+    except (OSError, ValueError, AttributeError):
+        outputs = {}
+    return weights_identity(outputs, _rel(study, str(job.model_dir))) or job.fingerprint
 
 
 def _run_wave(study: Path, jobs: list, executor: Executor) -> dict[str, JobRecord]:
-    """Run the jobs that are not cached; every job's record."""
-    records = {j.id: rec for j in jobs if (rec := _cached(study, j)) is not None}
+    """Run the jobs that are not cached; every job's record (with why a job ran again, where it did)."""
+    records: dict[str, JobRecord] = {}
+    reasons: dict[str, str | None] = {}
+    for job in jobs:
+        cached, reasons[job.id] = _previous(study, job)
+        if cached is not None:
+            records[job.id] = cached
     todo = [j for j in jobs if j.id not in records]
     for j in todo:
         _marker(study, j.id).unlink(missing_ok=True)  # not finished until this run says so
     for job, res in zip(todo, executor.run(todo)):
-        records[job.id] = JobRecord(job.id, job.kind, res.status, res.error, res.wall_time_s, res.finished)
+        records[job.id] = JobRecord(job.id, job.kind, res.status, res.error, res.wall_time_s, res.finished,
+                                    reason=reasons[job.id])
         if res.status == "done":
             _record_done(study, job, res)
     return {j.id: records[j.id] for j in jobs}
 
 
-def prepare_folder(study: Path, spec: StudySpec, overwrite: bool) -> None:
-    """Take ``study`` for this study: refuse a folder of something else; ``overwrite`` starts it afresh."""
+def prepare_folder(study: Path, spec: StudySpec, overwrite: bool) -> dict:
+    """Take ``study`` for this study: refuse a folder of something else; ``overwrite`` starts it afresh.
+
+    Returns the manifest an earlier run left (empty for a new study), before this run marks it ``running``."""
     manifest = study / "manifest.json"
     if study.exists() and any(p.name != LOCK for p in study.iterdir()):
         kind = None
@@ -143,6 +188,7 @@ def prepare_folder(study: Path, spec: StudySpec, overwrite: bool) -> None:
             previous = {}
     # marked as a study from the start, so a rerun after a kill recognises the folder and resumes it
     atomic_write_text(manifest, json.dumps({**previous, "kind": KIND, "status": "running", "started": now_iso()}, indent=2))
+    return previous if isinstance(previous, dict) else {}
 
 
 def run_study(spec: StudySpec | str | Path, out: str | Path | None = None, *, executor: Executor | str | None = None,
@@ -159,6 +205,7 @@ def run_study(spec: StudySpec | str | Path, out: str | Path | None = None, *, ex
     if out is None:
         raise BertologyError("No study folder: set out = \"...\" in the spec or pass --out.")
     check_models(spec)  # given fine-tunes of another shape or tokenizer: refused before any work
+    check_data(spec)  # a missing column: one error before the folder is touched, not one failure per seed
     if executor is None or isinstance(executor, str):
         made = make_executor(executor or "local", ray_address=ray_address, progress=progress)
         try:
@@ -180,7 +227,7 @@ def _run_study(spec: StudySpec, out: Path, executor: Executor, overwrite: bool) 
 
 def _run_locked(spec: StudySpec, study: Path, executor: Executor, overwrite: bool) -> StudyResult:
     t0 = time.perf_counter()
-    prepare_folder(study, spec, overwrite)
+    previous = prepare_folder(study, spec, overwrite)
     base_id = model_identity(spec.base)
 
     ft_jobs = finetune_jobs(spec, study)
@@ -192,7 +239,7 @@ def _run_locked(spec: StudySpec, study: Path, executor: Executor, overwrite: boo
             models[(task.name, seed)] = (path, model_identity(path))
     for job in ft_jobs:
         if records[job.id].status in ("done", "cached"):
-            models[(job.task.name, job.seed)] = (str(job.model_dir), job.fingerprint)
+            models[(job.task.name, job.seed)] = (str(job.model_dir), trained_identity(study, job))
 
     cmp_jobs: list[CompareJob] = []
     skipped: dict[str, JobRecord] = {}
@@ -213,17 +260,16 @@ def _run_locked(spec: StudySpec, study: Path, executor: Executor, overwrite: boo
     ok = {j.id for j in cmp_jobs if records[j.id].status in ("done", "cached")}
     tables = collect_tables(study, [j for j in cmp_jobs if j.id in ok])
     tables.update(_noise_tables(tables))
-    for name, table in tables.items():
-        write_table(study, name, table)
-    _remove_stale_tables(study, tables)
     order = [j.id for j in ft_jobs] + ["compare"] + [f"compare_own:{t.name}" for t in spec.tasks] \
         + [k for k in records if k.startswith("seed_compare:")] + [k for k in records if k.startswith("seed_compare_own:")]
     jobs = [records[k] for k in dict.fromkeys(order) if k in records]
+    complete = all(j.status in ("done", "cached") for j in jobs)
+    stale = replace_tables(study, tables, complete, [j for j in jobs if j.status in ("failed", "skipped")], previous)
     main = next((j for j in cmp_jobs if j.id == "compare"), None)
     kinds = task_kinds(spec, ft_jobs, records)
     manifest = {
         "kind": KIND,
-        "status": "complete" if all(j.status in ("done", "cached") for j in jobs) else "incomplete",
+        "status": "complete" if complete else "incomplete",
         "finished": now_iso(),
         "base": spec.base,
         "spec": str(spec.path),
@@ -246,6 +292,7 @@ def _run_locked(spec: StudySpec, study: Path, executor: Executor, overwrite: boo
         "lab": spec.lab,
         "warnings": finetune_warnings(ft_jobs, records),
         "tables": sorted(tables),
+        "stale_tables": stale,
         "wall_time_s": round(time.perf_counter() - t0, 2),
     }
     atomic_write_text(study / "manifest.json", json.dumps(manifest, indent=2, default=str))
@@ -317,13 +364,41 @@ def _drop_job(pair: dict) -> dict:
     return {k: v for k, v in pair.items() if k != "job"}
 
 
-def _remove_stale_tables(study: Path, tables: dict[str, pd.DataFrame]) -> None:
-    """Delete tables an earlier run wrote that this one did not (own_data or ood_data turned off, an analysis
-    or a task gone): the report and ``summarise_study`` read every table there, and must not draw old ones."""
-    for stale in sorted((study / "tables").glob("*.*")):
-        if stale.suffix in (".parquet", ".csv") and stale.stem not in tables:
-            logger.info("removing %s: this run did not produce it", stale)
-            stale.unlink()
+def replace_tables(study: Path, tables: dict[str, pd.DataFrame], complete: bool, unfinished: list[JobRecord],
+                   previous: dict) -> dict[str, str]:
+    """Write this run's tables (each atomically: the old file stays until its replacement is whole) and settle
+    the tables an earlier run wrote that this one did not; the stale tables kept, with why.
+
+    In a complete study a table not made again belongs to something the spec no longer asks for (own_data
+    or ood_data off, an analysis or a task gone): it is removed, since the report and ``summarise_study``
+    read every table there. In an incomplete one it is kept, because a failed or skipped job may be what
+    could not remake it, and listed as stale (from the earlier run) in the manifest and the report.
+    """
+    for name, table in tables.items():
+        write_table(study, name, table)
+    before = previous.get("stale_tables") if isinstance(previous.get("stale_tables"), dict) else {}
+    when = previous.get("finished") or "an earlier run"
+    jobs = ", ".join(j.id for j in unfinished) or "none"
+    stale, removed = {}, []
+    for path in sorted((study / "tables").glob("*.parquet")):
+        name = path.stem
+        if name in tables:
+            continue
+        if complete:
+            removed.append(name)
+            path.unlink()
+            path.with_suffix(".csv").unlink(missing_ok=True)
+            continue
+        stale[name] = before.get(name) or f"from the run finished {when}; not remade because job(s) {jobs} did not finish"
+    if removed:
+        logger.info("removed %d table(s) of an earlier run that the spec no longer asks for: %s", len(removed),
+                    ", ".join(removed))
+    for path in sorted((study / "tables").glob("*.csv")):  # a CSV whose parquet is gone is no table of this study
+        if path.stem not in tables and path.stem not in stale:
+            path.unlink()
+    if stale:
+        logger.warning("kept %d table(s) of an earlier run that this one could not remake: %s", len(stale), ", ".join(stale))
+    return stale
 
 
 def task_kinds(spec: StudySpec, ft_jobs: list[FinetuneJob], records: dict[str, JobRecord]) -> dict[str, str | None]:

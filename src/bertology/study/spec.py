@@ -341,6 +341,6 @@ def check_models(spec: StudySpec) -> None:
     base = load_model(spec.base)
     for task, seed, path in given:
         try:
-            check_compatible(base, load_model(path))
+            check_compatible(base, load_model(path, adapter_base=spec.base))
         except BertologyError as err:
             raise BertologyError(f"task {task.name!r}, seed {seed}: {err}") from None

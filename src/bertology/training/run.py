@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,8 @@ from bertology.settings import describe, field_settings
 from bertology.training.common import INTERVALS_TABLE
 
 KIND = "finetune"
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -122,7 +125,7 @@ def finetune_to_dir(
     with open_run(config.out, KIND, fingerprint, overwrite=overwrite, fresh=retrain, scratch=("checkpoints", "model")) as opened:
         run_dir, old, resume = opened.dir, opened.previous, opened.resumed
         model_dir = run_dir.path / "model"
-        if resume and (model_dir / "config.json").exists() and run_dir.has_table(KIND) and old.get("metrics"):
+        if resume and old.get("metrics") and run_dir.has_table(KIND) and _model_intact(model_dir, old):
             return FinetuneRun(
                 run_dir.path, model_dir, read_table(run_dir.path, KIND), old["metrics"],
                 old.get("result", {}).get("n_train"), 0.0, reused=True, warnings=old.get("warnings", []),
@@ -178,6 +181,20 @@ def finetune_to_dir(
             run_dir.path, Path(result.model_dir), result.table, result.metrics, result.n_train,
             result.wall_time_s, reused=False, warnings=warnings,
         )
+
+
+def _model_intact(model_dir: Path, manifest: dict) -> bool:
+    """Whether the finished run's model is still the one it saved (config present, weights hash as recorded).
+
+    A deleted or truncated model must be trained again, not reused and then fail in every later load.
+    """
+    recorded = ((manifest.get("models") or {}).get("tuned") or {}).get("weights_sha256")
+    found = weights_fingerprint(model_dir) if (model_dir / "config.json").exists() else None
+    if found is None or recorded is not None and found != recorded:
+        logger.warning("%s does not hold the model this run saved (missing or changed weights): training it again",
+                       model_dir)
+        return False
+    return True
 
 
 def chance_warnings(predictions: pd.DataFrame | None) -> list[str]:

@@ -29,6 +29,7 @@ from bertology.viz.figures import (
 from bertology.viz.patterns import PATTERN_COLORS
 
 __all__ = [
+    "heatmap_top",
     "study_ablation_figure",
     "study_layer_curves",
     "study_pattern_shares",
@@ -42,12 +43,23 @@ def _color(i: int) -> str:
     return _COLORS[i % len(_COLORS)]
 
 
+def heatmap_top(effects: pd.DataFrame) -> float:
+    """The top of :func:`task_layer_heatmap`'s colour scale: the largest ``change_mean`` of the figure (1 when there
+    is none above 0). The scale runs from 0 to it, shared by every task of the figure so their rows compare."""
+    values = pd.to_numeric(effects["change_mean"], errors="coerce").to_numpy(dtype=float)
+    finite = values[np.isfinite(values)]
+    top = float(finite.max()) if finite.size else 0.0
+    return top if top > 0 else 1.0
+
+
 def task_layer_heatmap(effects: pd.DataFrame, *, title: str | None = None, colorbar_label: str | None = None) -> Figure:
     """Tasks (rows) x layers (columns) of ``change_mean``; hatched cells are within seed noise.
 
     ``effects``: rows of ``study_effects`` for one table, metric and level ``layer`` (columns ``task,
     layer, change_mean, beyond_noise``). Cells where ``beyond_noise`` is False are hatched; where it
-    is missing (one seed: no noise estimate) a small ``n/a`` is written under the value.
+    is missing (one seed: no noise estimate) a small ``n/a`` is written under the value. The colours run
+    from 0 to the figure's largest change (:func:`heatmap_top`), one scale for every task: a fixed scale
+    drew changes of 1e-4 and of 1e-3 in one pale colour. The colour bar's ticks state the range.
     """
     _require(effects, ["task", "layer", "change_mean", "beyond_noise"], "task_layer_heatmap")
     if effects.empty:
@@ -59,8 +71,8 @@ def task_layer_heatmap(effects: pd.DataFrame, *, title: str | None = None, color
     with mpl.rc_context(_STYLE):
         fig = _new_figure((min(9.0, max(4.2, 0.55 * n_cols + 2.2)), min(7.0, max(2.0, 0.42 * n_rows + 1.2))))
         ax = fig.add_subplot()
-        mesh = _grid_heatmap(ax, matrix, cmap="magma_r", vmin=0.0, vmax=None, annotate=True, fmt=None,
-                             min_span=0.05)
+        top = heatmap_top(data)
+        mesh = _grid_heatmap(ax, matrix, cmap="magma_r", vmin=0.0, vmax=top, annotate=True, fmt=None)
         for i, task in enumerate(matrix.index):
             for j, layer in enumerate(matrix.columns):
                 v = verdict.get((task, layer), pd.NA)
@@ -80,6 +92,7 @@ def task_layer_heatmap(effects: pd.DataFrame, *, title: str | None = None, color
         cbar = fig.colorbar(mesh, ax=ax, fraction=0.06, pad=0.02, aspect=20)
         cbar.set_label(_plain(colorbar_label or "mean change over seeds"))
         _tidy_colorbar(cbar)
+        cbar.set_ticks([0.0, top / 2, top], labels=["0", f"{top / 2:.2g}", f"{top:.2g}"])  # the range, end to end
     return fig
 
 
