@@ -333,7 +333,7 @@ def summary(tables: Mapping[str, pd.DataFrame], note: str = "") -> str:
         lines.append(f"most harmful heads to {verb} (Δ{main} [95% CI]): " + ", ".join(_fmt_row(r) for r in worst.itertuples()))
     if (t["target"] == "layer").any():
         for lm, part in t[(t["target"] == "layer") & (t["metric"] == main)].groupby("layer_mode", sort=False):
-            lines.append(f"layers, {lm}: Δ{main} " + " ".join(f"L{r.layer} {r.delta:+.3f}" for r in part.itertuples()))
+            lines.append(f"layers, {lm}: Δ{main} " + " ".join(f"{'embeddings' if r.layer == 0 else f'L{r.layer}'} {r.delta:+.3f}" for r in part.itertuples()))
     for metric in (main, loss):
         good = helpful(t, metric)
         lines.append(
