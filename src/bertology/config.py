@@ -21,6 +21,10 @@ from bertology.settings import Setting, check_fields, comma_list, field_settings
 #: that settings, the command line and the interventions share it without importing torch.
 Mode = Literal["uniform", "zero", "mean"]
 MODES: tuple[str, ...] = get_args(Mode)
+#: What an ablation sweep does to each unit: a head mode above, or ``revert`` (the base model's weights put
+#: back into the unit: bertology.models.revert), which needs the base model.
+AblationMode = Literal["uniform", "zero", "mean", "revert"]
+ABLATION_MODES: tuple[str, ...] = get_args(AblationMode)
 #: Help texts several commands' declarations share (one wording for one flag).
 DEVICE_HELP = "cpu, cuda, cuda:N, mps or auto."
 DTYPES = ("float32", "bfloat16", "float16")

@@ -109,6 +109,24 @@ def test_ablate(root):
         ablate(str(clf), str(data), {"conventions": "kovaleva"})
 
 
+def test_ablate_revert(root):
+    """``ablate --mode revert --base``: the CLI and :func:`bertology.study.ablate.ablate` write the same run."""
+    from bertology.study.ablate import ablate
+
+    base, tuned = tiny_bert_pair(root / "revert-pair", planted=(1, 2), classifier=True)
+    data = root / "revert.csv"
+    with data.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["text", "label"])
+        writer.writerows(zip(SENTENCES * 2, split_classifier(tuned, SENTENCES * 2)))
+    cli_ok("ablate", "--mode", "revert", "--base", base, "--model", tuned, "--data", data, "--out", root / "revert-cli",
+           "--bootstrap", 50, "--no-report")
+    run = ablate(str(tuned), str(data), {"mode": "revert", "n_bootstrap": 50}, base=str(base), out=root / "revert-py",
+                 report=False)
+    assert sorted(run.tables) == ["ablation"] and set(run.table("ablation")["mode"]) == {"revert"}
+    assert_same_run(root / "revert-cli", root / "revert-py", ["ablation"])
+
+
 def test_compare(root):
     import bertology as bt
 

@@ -19,7 +19,7 @@ from rich.markup import escape
 from bertology.cli.app import app, console, user_errors
 from bertology.cli.generated import given_settings, settings_command
 from bertology.cli.options import (
-    DATA_FORMATS, LABEL_COL, PAIR_COL, TEXT_COL, data_option, model_option, no_report_option, out_option,
+    DATA_FORMATS, LABEL_COL, PAIR_COL, TEXT_COL, base_option, data_option, model_option, no_report_option, out_option,
     overwrite_option,
 )
 
@@ -47,6 +47,8 @@ def ablate_command(
     out: Path = out_option(Path("runs/ablate"), help="Run folder (tables/, figures/, partial/, manifest.json)."),
     overwrite: bool = overwrite_option(),
     no_report: bool = no_report_option(),
+    base: Optional[str] = base_option(
+        None, help="With --mode revert: the pretrained model the tuned one was fine-tuned from (hub id, local folder, or 'minilm')."),
 ) -> None:
     """Disable every head and layer of a fine-tuned classifier, regressor or tagger; report what the task loses (or gains).
 
@@ -61,7 +63,7 @@ def ablate_command(
     loading = {s.name: settings.pop(s.name) for s in field_settings(Loading) if s.name in settings}
     run = ablate(model, data, settings, out=out, columns=Columns(text_column, pair_column, label_column),
                  qa=QaOptions(**qa), loading=Loading(**loading),
-                 overwrite=overwrite, report=not no_report, progress=True)
+                 overwrite=overwrite, report=not no_report, progress=True, base=base)
     console.print(run.summary, markup=False, highlight=False)
     console.print(f"tables: {run.out / 'tables'}", markup=False, highlight=False)
     if run.figures:

@@ -26,7 +26,7 @@ from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus
 from bertology.errors import BertologyError
 from bertology.metrics.bootstrap import bootstrap_counts  # noqa: F401  (re-exported: tests and the ablation API)
-from bertology.models.ablate import Mode
+from bertology.models.revert import REVERT_UNITS
 from bertology.config import CompareConfig
 from bertology.experiments.ablation_sweep import (  # noqa: F401  (re-exported: the ablation API)
     LAYER_MODES,
@@ -46,7 +46,7 @@ from bertology.experiments.ablation_sweep import (  # noqa: F401  (re-exported: 
 from bertology.experiments.degenerate import table_degeneracy
 from bertology.experiments.head_importance import ImportanceResult, importance_vs_deltas, run_head_importance
 from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec, jsonable
-from bertology.config import DEVICE_HELP, MODES
+from bertology.config import ABLATION_MODES, DEVICE_HELP, AblationMode
 from bertology.conventions import PRESETS
 from bertology.progress import parse_layer_list
 from bertology.settings import Setting, check_fields, setting_field
@@ -72,7 +72,8 @@ logger = logging.getLogger(__name__)
 
 #: What ``bertology ablate`` and compare's ablation experiment both declare (their flags differ: ``--mode`` there,
 #: ``--ablation-mode`` here), written once.
-MODE_HELP = "How a head is disabled: uniform (attention 1/L), zero, or mean (output)."
+MODE_HELP = ("How a head is disabled: uniform (attention 1/L), zero, or mean (output); or revert: the base model's "
+             "weights put back into each head, attention block, feed-forward block, layer and the embeddings.")
 EXAMPLES_HELP = "Seeded, label-stratified sample of this many examples (0 = all)."
 EXCLUDE_SPECIAL_HELP = "Uniform mode: leave [CLS]/[SEP] out of the 1/L average."
 BOOTSTRAP_HELP = "Bootstrap resamples of the examples for the 95% intervals (0 = none)."
@@ -88,6 +89,20 @@ def _layer_modes(text: str) -> tuple[str, ...]:
     return () if names in ((), ("none",)) else names
 
 
+def _layer_modes_for(mode: str, layer_modes: tuple[str, ...]) -> tuple[str, ...]:
+    """The whole-unit ablations ``mode`` runs: revert's units (attention, ffn, layer, embeddings) replace the default
+    skip,heads in revert mode; each mode refuses the other's with one line."""
+    if mode == "revert" and tuple(layer_modes) == LAYER_MODES:
+        return REVERT_UNITS
+    allowed = REVERT_UNITS if mode == "revert" else LAYER_MODES
+    wrong = [m for m in layer_modes if m not in allowed]
+    if wrong:
+        raise BertologyError(
+            f"--layer-modes (layer_modes) {', '.join(wrong)} cannot go with --mode {mode}: "
+            f"{'revert takes' if mode == 'revert' else 'uniform, zero and mean take'} {', '.join(allowed)} or none.")
+    return tuple(layer_modes)
+
+
 def _layers(text: str) -> tuple[int, ...] | None:
     return parse_layer_list(text, "layer numbers (1-based)")
 
@@ -97,14 +112,15 @@ class AblationSettings:
     """Every choice that changes the ablation numbers (recorded in the manifest); ``bertology ablate``'s flags are
     generated from the fields made with :func:`~bertology.settings.setting_field`."""
 
-    mode: Mode = setting_field("uniform", MODE_HELP, choices=MODES, paper=KOVALEVA)
+    mode: AblationMode = setting_field("uniform", MODE_HELP, choices=ABLATION_MODES, paper=KOVALEVA)
     exclude_special: bool = setting_field(False, EXCLUDE_SPECIAL_HELP)
     layers: tuple[int, ...] | None = setting_field(
         None, "Comma list of layers (1-based) to ablate; default all.", kind=tuple, parse=_layers, metavar="LAYERS")
     heads: bool = True  # single-head ablations
     layer_modes: tuple[str, ...] = setting_field(
-        LAYER_MODES, "Whole-layer ablations: skip (bypass the block), heads (all heads disabled), or none.",
-        choices=LAYER_MODES, parse=_layer_modes, metavar="skip,heads|none")
+        LAYER_MODES, "Whole-layer ablations: skip (bypass the block), heads (all heads disabled); with --mode revert: "
+        "attention, ffn, layer, embeddings (the default there: all four); or none.",
+        choices=LAYER_MODES + REVERT_UNITS, parse=_layer_modes, metavar="skip,heads|attention,ffn,layer,embeddings|none")
     batch_size: int = setting_field(32, "Examples per forward pass.", minimum=1)
     n_bootstrap: int = setting_field(1000, BOOTSTRAP_HELP, minimum=0, flag="--bootstrap")
     seed: int = setting_field(0, "Seed of the sample, the bootstrap and the random pruning order.")
@@ -122,6 +138,7 @@ class AblationSettings:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        self.layer_modes = _layer_modes_for(self.mode, self.layer_modes)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -179,6 +196,31 @@ class AblationStudy:
         return self.tables[name]
 
 
+def _sweep(model, base, encoded: EncodedCorpus, label_ids, scoring: HeadScoring, settings: AblationSettings,
+           partial: Path | None, on_progress) -> AblationResult:
+    """The ablation sweep of ``settings.mode``: the head modes' (:func:`run_ablation`) or revert's
+    (:func:`~bertology.experiments.revert_sweep.run_revert`, which needs ``base``)."""
+    on_unit = (lambda u, d, t: on_progress("ablation", d, t)) if on_progress else None
+    progress_dir = None if partial is None else partial / "ablation"
+    if settings.mode == "revert":
+        from bertology.experiments.revert_sweep import run_revert
+
+        if base is None:
+            raise BertologyError("Ablation mode revert needs the base model (--base): the pretrained model the tuned "
+                                 "one was fine-tuned from.")
+        return run_revert(model, base, encoded, label_ids, scoring, layers=settings.layers, heads=settings.heads,
+                          units=settings.layer_modes, n_bootstrap=settings.n_bootstrap, seed=settings.seed,
+                          progress_dir=progress_dir, on_unit=on_unit)
+    return run_ablation(model, encoded, label_ids, scoring, n_bootstrap=settings.n_bootstrap, seed=settings.seed,
+                        progress_dir=progress_dir, on_unit=on_unit,
+                        sweep=SweepPlan(layers=settings.layers, heads=settings.heads, layer_modes=settings.layer_modes))
+
+
+#: Why revert mode runs no head importance (the manifest's ``head_importance`` then says so).
+NO_IMPORTANCE_IN_REVERT = ("not run in revert mode: head importance and pruning remove heads (Michel et al. 2019), "
+                           "they do not revert them")
+
+
 def run_ablation_study(
     model: torch.nn.Module,
     tokenizer,
@@ -188,6 +230,7 @@ def run_ablation_study(
     *,
     encoded: EncodedCorpus | None = None,
     on_progress: Callable[[str, int, int], None] | None = None,
+    base: torch.nn.Module | None = None,
 ) -> AblationStudy:
     """Ablation sweep (+ head importance and pruning curves) of a classifier on labelled data.
 
@@ -196,6 +239,8 @@ def run_ablation_study(
     (None: nothing kept). Returns the tables ``ablation`` (+ ``head_importance``, ``pruning_curve``);
     the caller writes them and owns the run directory's manifest (``summary`` is the section to put
     in it). ``on_progress(stage, done, total)`` with stage ``"ablation"`` or ``"importance"``.
+    ``base``: the pretrained model the tuned one came from, needed by ``mode="revert"`` (which runs no head
+    importance).
     """
     from bertology.data.encode import encode_corpus
 
@@ -206,12 +251,11 @@ def run_ablation_study(
         encoded = encode_corpus(corpus, tokenizer, settings.max_length, overlong="truncate")
     label_ids = task.targets(corpus, model)
     partial = None if work_dir is None else Path(work_dir)
-    scoring = HeadScoring.for_tokenizer(tokenizer, mode=settings.mode, exclude_special=settings.exclude_special,
+    revert = settings.mode == "revert"
+    scoring = HeadScoring.for_tokenizer(tokenizer, mode="uniform" if revert else settings.mode,  # revert: unused
+                                        exclude_special=settings.exclude_special,
                                         batch_size=settings.batch_size, device=settings.device)
-    result = run_ablation(model, encoded, label_ids, scoring, n_bootstrap=settings.n_bootstrap, seed=settings.seed,
-                          progress_dir=None if partial is None else partial / "ablation",
-                          on_unit=(lambda u, d, t: on_progress("ablation", d, t)) if on_progress else None,
-                          sweep=SweepPlan(layers=settings.layers, heads=settings.heads, layer_modes=settings.layer_modes))
+    result = _sweep(model, base, encoded, label_ids, scoring, settings, partial, on_progress)
     tables = {TABLE: result.table}
     imp = None
     summary: dict = {
@@ -224,7 +268,9 @@ def run_ablation_study(
         "tokenisation": encoded.describe(),
         "timing_s": {k: round(v, 3) for k, v in result.timing.items()},
     }
-    if settings.importance:
+    if settings.importance and revert:
+        summary["head_importance"] = {"skipped": NO_IMPORTANCE_IN_REVERT}
+    elif settings.importance:
         imp = run_head_importance(
             model, encoded, label_ids, scoring, step_fraction=settings.pruning_step, recompute=settings.pruning_recompute,
             seed=settings.seed, progress_dir=None if partial is None else partial / "head_importance",
@@ -281,16 +327,17 @@ def summary(tables: Mapping[str, pd.DataFrame], note: str = "") -> str:
         + f" (n={int(first['n_examples'])}, mode {first['mode']}{', [CLS]/[SEP] excluded' if bool(first['exclude_special']) else ''}"
         + note + ")"
     ]
+    verb = "revert" if first["mode"] == "revert" else "remove"  # revert: the base's weights put back
     if (t["target"] == "head").any() and not flagged:  # a degenerate model's deltas name no needed head
         worst = ranked(t, main, target="head", harmful=True, top=5)
-        lines.append(f"most harmful heads to remove (Δ{main} [95% CI]): " + ", ".join(_fmt_row(r) for r in worst.itertuples()))
+        lines.append(f"most harmful heads to {verb} (Δ{main} [95% CI]): " + ", ".join(_fmt_row(r) for r in worst.itertuples()))
     if (t["target"] == "layer").any():
         for lm, part in t[(t["target"] == "layer") & (t["metric"] == main)].groupby("layer_mode", sort=False):
-            lines.append(f"layers, {lm}: Δ{main} " + " ".join(f"L{r.layer} {r.delta:+.3f}" for r in part.itertuples()))
+            lines.append(f"layers, {lm}: Δ{main} " + " ".join(f"{'embeddings' if r.layer == 0 else f'L{r.layer}'} {r.delta:+.3f}" for r in part.itertuples()))
     for metric in (main, loss):
         good = helpful(t, metric)
         lines.append(
-            f"removal helps beyond the 95% CI ({metric}): "
+            f"{'revert' if verb == 'revert' else 'removal'} helps beyond the 95% CI ({metric}): "
             + (", ".join(_fmt_row(r) for r in good.head(8).itertuples()) if len(good) else "none")
             + (f" (+{len(good) - 8} more)" if len(good) > 8 else "")
         )
@@ -327,7 +374,8 @@ def settings_from(config: CompareConfig) -> AblationSettings:
 
 
 def _tables(config: CompareConfig) -> tuple[str, ...]:
-    return (TABLE, "head_importance", "pruning_curve") if config.ablation_importance else (TABLE,)
+    importance = config.ablation_importance and config.ablation_mode != "revert"  # revert runs no head importance
+    return (TABLE, "head_importance", "pruning_curve") if importance else (TABLE,)
 
 
 def skip_reason(ctx: ExperimentContext) -> str | None:
@@ -359,7 +407,7 @@ def _run(ctx: ExperimentContext) -> ExperimentOutcome:
     settings = settings_from(ctx.config)
     with stage_bars(ctx.progress, lambda s: "ablations" if s == "ablation" else "head importance") as on_progress:
         study = run_ablation_study(ctx.pair.tuned.model, ctx.pair.tuned.tokenizer, ctx.corpus, settings, ctx.work_dir,
-                                   on_progress=on_progress)
+                                   on_progress=on_progress, base=ctx.pair.base.model)
     results = {n: Result(n, table, study.summary.get("settings", {})) for n, table in study.tables.items()}
     # the manifest keeps what a reader needs to trust the numbers (as `bertology ablate`'s does: how the sweep ran,
     # what a delta is, the tokenisation, head importance's settings); the tables hold the rest
@@ -369,7 +417,7 @@ def _run(ctx: ExperimentContext) -> ExperimentOutcome:
 
 
 SETTINGS = (
-    Setting("ablation_mode", "uniform", MODE_HELP, choices=MODES, paper=KOVALEVA),
+    Setting("ablation_mode", "uniform", MODE_HELP, choices=ABLATION_MODES, paper=KOVALEVA),
     Setting("ablation_examples", 500, EXAMPLES_HELP, minimum=0),
     Setting("ablation_exclude_special", False, EXCLUDE_SPECIAL_HELP),
     Setting("ablation_bootstrap", 1000, BOOTSTRAP_HELP, minimum=0),

@@ -12,9 +12,12 @@ Conventions (table ``ablation``, DESIGN §3):
 * ``target`` is ``intact``, ``head`` or ``layer``; ``layer`` is 1-based and ``head`` 0-based; ``head``
   is -1 on layer and intact rows, ``layer`` is -1 on intact rows.
 * ``mode`` is the head ablation mode (``uniform`` 1/L attention, Kovaleva et al. 2019; ``zero``;
-  ``mean``; see :mod:`bertology.models.ablate`) and ``exclude_special`` whether [CLS]/[SEP] were left
+  ``mean``; see :mod:`bertology.models.ablate`), or ``revert`` (the base model's weights put back into the
+  unit: :mod:`bertology.experiments.revert_sweep`), and ``exclude_special`` whether [CLS]/[SEP] were left
   out of the uniform average. ``layer_mode`` on layer rows is ``skip`` (the block returns its input)
-  or ``{mode}_heads`` (every head of the layer ablated with ``mode``); it is empty on other rows.
+  or ``{mode}_heads`` (every head of the layer ablated with ``mode``); in revert mode it is
+  ``revert_attention``, ``revert_ffn``, ``revert_layer``, or ``revert_embeddings`` (on layer 0, the
+  embeddings); it is empty on other rows.
 * ``n_predicted`` is how many distinct classes the unit predicts over the examples and ``chance`` the
   majority-class rate of the labels (the same on every row): with the intact row they say whether the
   classifier is degenerate (:func:`bertology.experiments.degenerate.table_degeneracy`), in which case no head or layer can be called needed.
@@ -128,7 +131,22 @@ class Unit:
             return "intact"
         if self.target == "head":
             return f"L{self.layer}H{self.head}"
-        return f"L{self.layer}" + (" skipped" if self.layer_mode == "skip" else " all heads")
+        if self.layer_mode == "embeddings":  # revert's layer-0 unit
+            return "embeddings"
+        return f"L{self.layer}" + _LAYER_LABELS.get(self.layer_mode, f" {self.layer_mode}")
+
+
+#: How a layer unit's label ends, by its ``layer_mode`` (``attention``/``ffn``/``layer``: revert's units).
+_LAYER_LABELS = {"skip": " skipped", "heads": " all heads", "attention": " attention", "ffn": " feed-forward",
+                 "layer": " whole layer"}
+
+
+def layer_mode_name(mode: str, layer_mode: str) -> str:
+    """The table's ``layer_mode``: ``skip``, or ``{mode}_{unit}`` (``uniform_heads``, ``revert_attention`` ...), or
+    empty on head and intact rows."""
+    if not layer_mode:
+        return ""
+    return "skip" if layer_mode == "skip" else f"{mode}_{layer_mode}"
 
 
 def plan_units(
@@ -553,7 +571,7 @@ def score_units(
             hurts = bool(n_bootstrap > 0 and u.target != "intact" and (ch < 0 if better else cl > 0))
             rows.append({
                 "target": u.target, "layer": u.layer, "head": u.head, "label": u.label, "mode": mode,
-                "layer_mode": {"skip": "skip", "heads": f"{mode}_heads"}.get(u.layer_mode, ""),
+                "layer_mode": layer_mode_name(mode, u.layer_mode),
                 "exclude_special": bool(exclude_special), "metric": m, "value": value, "delta": delta,
                 "ci_low": cl, "ci_high": ch, "n_examples": int(n), "helps": helps, "hurts": hurts,
                 "n_predicted": n_predicted, "chance": chance, "task": task.name,

@@ -81,6 +81,7 @@ def ablate(
     overwrite: bool = False,
     report: bool = True,
     progress: bool = False,
+    base: str | None = None,
 ) -> AblateRun:
     """Ablate every head and layer of ``model`` (a classifier, regressor, tagger, parser or QA model) on ``data``.
 
@@ -88,21 +89,28 @@ def ablate(
     default: its defaults) says how heads are disabled and what is measured;
     ``out`` is the run folder (None: a temporary one, so nothing is kept and the run cannot resume).
     ``report`` writes ``report.html`` (with the figures); without it the figures are written alone.
+    ``base`` (``--base``) is the pretrained model ``model`` was fine-tuned from: ``mode="revert"`` needs it (and only
+    that mode takes it); a base of another shape or tokenizer is refused in one line.
     Returns the tables, the manifest and the headlines.
     """
     settings = settings_of(settings)
     check_fields(qa)
+    _check_base_given(settings, base)
     device, torch_dtype = resolve(settings.device, loading)
     settings = replace(settings, device=device)
     loaded, corpus, task, encoded, qa_used = _inputs(model, data, settings, columns, qa, loading, torch_dtype)
+    base_loaded = None if base is None else _load_base(base, loaded, loading, torch_dtype)
     d = {**settings.to_dict(), **qa_used}
     d.pop("device")  # results agree across devices to float rounding; a run may resume on another
     d.pop("conventions")  # no convention changes the sweep: recorded, and runs keep their fingerprints
     weights = loaded.weights_sha256 or loaded.path
     extra = [loading.dtype] if loading.dtype != "float32" else []  # float32 runs keep their old fingerprints
+    if base_loaded is not None:  # revert's numbers depend on the base's weights
+        extra.append(base_loaded.weights_sha256 or base_loaded.path)
     fp = fingerprint(d, corpus.fingerprint(word_tags=task.token_level), weights, *extra)
     with run_folder(out) as folder:
-        how = _Run(columns, qa_used, loading, overwrite, report and out is not None, out is not None, progress)
+        how = _Run(columns, qa_used, loading, overwrite, report and out is not None, out is not None, progress,
+                   base_loaded)
         result = _run(folder, fp, model, data, loaded, corpus, task, encoded, settings, how)
         if out is None:
             result.out, result.figures, result.report = None, [], None
@@ -120,6 +128,25 @@ class _Run:
     report: bool
     draw: bool  # figures (or the report) at all: not for a run kept in memory
     progress: bool
+    base: Any = None  # the loaded base model (revert mode), else None
+
+
+def _check_base_given(settings: AblationSettings, base: str | None) -> None:
+    """Revert needs ``--base``; the other modes do not read one (refused rather than silently ignored)."""
+    if settings.mode == "revert" and base is None:
+        raise BertologyError("--mode revert needs --base: the pretrained model the tuned one was fine-tuned from.")
+    if settings.mode != "revert" and base is not None:
+        raise BertologyError(f"--base is read by --mode revert only, not by --mode {settings.mode}.")
+
+
+def _load_base(base: str, tuned, loading: Loading, torch_dtype):
+    """The base model, checked against the tuned one (architecture, shape, tokenizer: one line each)."""
+    from bertology.models.loading import load_model
+    from bertology.models.pair import check_compatible
+
+    loaded = load_model(base, kind="auto", trust_remote_code=loading.trust_remote_code, dtype=torch_dtype)
+    check_compatible(loaded, tuned)
+    return loaded
 
 
 def _inputs(model: str, data: str, settings: AblationSettings, columns: Columns, qa: QaOptions, loading: Loading,
@@ -168,7 +195,8 @@ def _run(folder: Path, fp: str, model: str, data: str, loaded, corpus, task, enc
             seed=settings.seed, device=settings.device, dtype=how.loading.dtype, attn_implementation="eager",
             settings=settings_record(settings, how.qa), ablation_mode=settings.mode, task=task.name,
             conventions=record(settings.conventions, {}),  # the preset; none of its conventions applies to the sweep
-            models={"tuned": loaded.describe()}, data=corpus.describe(),
+            models={"tuned": loaded.describe(), **({"base": how.base.describe()} if how.base is not None else {})},
+            data=corpus.describe(),
         )
         opened.dir.write_manifest(manifest)
         t0 = time.perf_counter()
@@ -177,7 +205,8 @@ def _run(folder: Path, fp: str, model: str, data: str, loaded, corpus, task, enc
             try:
                 # the report draws every figure (and saves them under figures/); without it the study saves its own
                 study = run_ablation_study(loaded.model, loaded.tokenizer, encoded if encoded is not None else corpus,
-                                           settings, path / "partial", encoded=encoded, on_progress=on_progress)
+                                           settings, path / "partial", encoded=encoded, on_progress=on_progress,
+                                           base=None if how.base is None else how.base.model)
             except KeyboardInterrupt:
                 logger.warning("interrupted: finished ablations are saved in %s; run the same command again to continue.",
                                path / "partial")

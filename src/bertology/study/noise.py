@@ -27,7 +27,9 @@ What the change is, per table (``CHANGES`` below):
 - ``attention_patterns``: tuned fraction - base fraction per head and pattern, and the share of all
   heads' maps (level ``model``); ``probe``: tuned - base of ``uuas``/``dspr`` (distance probe) and
   ``root_acc``/``nspr`` (depth probe) per layer on the test split (dev when no test); ``geometry``:
-  tuned - base per layer and metric; ``ablation``: ``delta`` (ablated - intact) per head and layer.
+  tuned - base per layer and metric; ``ablation``: ``delta`` (ablated - intact) per head and per layer and
+  whole-layer ablation (unit ``L5 skip``, ``L5 uniform_heads``, ``L5 revert_ffn``, ``L0 revert_embeddings``: the
+  table's ``layer_mode``; a revert run's deltas are reverted - tuned).
   For these per-model tables the seed distance is |c_a - c_b| between two seeds' changes, computed
   from the base-vs-tuned table itself (the seed-pair tables are not needed).
 - ``weight_change``: ``relative_change`` (||W_t - W_b||_F / ||W_b||_F) per layer and module (level ``module``,
@@ -242,16 +244,23 @@ def _ablation(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         df["metric"] = df["mode"].astype(str) + "/" + df["metric"].astype(str)
     cols = ["delta"] + [c for c in ("ci_low", "ci_high") if c in df]
     frames = []
+    if "layer_mode" not in df:  # tables written before layer_mode existed: one kind of layer row
+        df["layer_mode"] = ""
     for target, level in (("head", "head"), ("layer", "layer")):
         rows = df[df["target"] == target]
         if rows.empty:
             continue
-        index = [*keys, "layer", "head", "metric"] if level == "head" else [*keys, "layer", "metric"]
+        index = [*keys, "layer", "head", "metric"] if level == "head" else [*keys, "layer", "layer_mode", "metric"]
         one = rows.groupby(index, as_index=False)[cols].mean()
         one["base"] = 0.0  # the intact model
         one["tuned"] = one["delta"]
         one["change"] = one.pop("delta")
-        frames.append(_units(one, level))
+        one = _units(one, level)
+        if level == "layer":  # each whole-layer ablation its own unit: L5 skip, L5 uniform_heads, L0 revert_embeddings
+            named = one["layer_mode"].fillna("").astype(str)
+            one["unit"] = one["unit"].where(named == "", one["unit"] + " " + named)
+            one = one.drop(columns="layer_mode")
+        frames.append(one)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
