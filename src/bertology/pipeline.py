@@ -344,7 +344,7 @@ class PairJob:
                 res = _ood_similarity(config, pair, ood, inputs.max_length, warnings, self.progress)
                 write_table(run_dir.path, res.name, res.table)
                 results[res.name] = res
-        context = self._context(run_dir.path / "partial")
+        context = dataclasses.replace(self._context(run_dir.path / "partial"), tables=results)  # live: grows
         sections = {a.name: a.params() for a in self.analyses} | ({"user_relations": span_params} if span_params else {})
         for spec in inputs.selection.experiments:
             section = _experiment(spec, context, inputs.selection, run_dir, self.resuming, warnings, results, done)

@@ -9,4 +9,5 @@ EXPERIMENTS: Catalog[ExperimentSpec] = Catalog("experiment", {
     "weight_change": "bertology.experiments.weight_change",
     "probe": "bertology.experiments.probe",
     "ablation": "bertology.experiments.ablation",
+    "changed_vs_needed": "bertology.experiments.changed_vs_needed",  # derived: reads the tables above
 })

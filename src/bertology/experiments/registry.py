@@ -37,7 +37,9 @@ class ExperimentContext:
     ``corpus`` holds the original texts (not a parser's words); ``work_dir`` keeps unfinished work
     (finished ablations, cached features) so that an interrupted run resumes where it stopped. ``peers``:
     in a many-model run, the other tuned models by name (a classifier among them that reads the labels
-    says which task they belong to: :func:`bertology.tasks.match.mismatch`).
+    says which task they belong to: :func:`bertology.tasks.match.mismatch`). ``tables``: the run's tables
+    written so far (the analyses', then each earlier experiment's), so that an experiment listed after others
+    may derive a table from theirs (changed vs needed); None before the experiments run (the refusal check).
     """
 
     config: "CompareConfig"
@@ -46,6 +48,7 @@ class ExperimentContext:
     work_dir: Path
     progress: bool = False
     peers: tuple[tuple[str, "ModelPair"], ...] = ()
+    tables: Mapping[str, "Result"] | None = None
 
 
 @dataclass
