@@ -145,13 +145,15 @@ def _run(ctx: ExperimentContext) -> ExperimentOutcome:
 
 
 def headline(table: pd.DataFrame, level: str = "head") -> pd.Series | None:
-    """The row the summary states: the task's primary metric, weight change first, at ``level``."""
-    rows = table[(table["level"] == level) & (table["metric"] == task_of_table(table).primary)]
+    """The row the summary states at ``level``: a defined rho before an undefined one, then the task's primary
+    metric before the others, then weight change before attention change."""
+    rows = table[table["level"] == level]
     if rows.empty:
-        rows = table[table["level"] == level]
-    order = {m: i for i, m in enumerate(CHANGE_MEASURES)}
-    rows = rows.sort_values("change_measure", key=lambda s: s.map(order))
-    return None if rows.empty else rows.iloc[0]
+        return None
+    primary, order = task_of_table(table).primary, {m: i for i, m in enumerate(CHANGE_MEASURES)}
+    keys = pd.DataFrame({"undefined": rows["spearman"].isna(), "other_metric": rows["metric"] != primary,
+                         "measure": rows["change_measure"].map(order).fillna(len(order))})
+    return rows.loc[keys.sort_values(["undefined", "other_metric", "measure"], kind="stable").index[0]]
 
 
 def describe_link(row: pd.Series) -> str:

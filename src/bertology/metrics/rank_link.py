@@ -34,7 +34,7 @@ def _undefined(x: np.ndarray, y: np.ndarray, names: tuple[str, str]) -> str | No
         return f"{len(x)} units with both measures: a rank correlation needs at least {MIN_UNITS}"
     for values, name in zip((x, y), names):
         if np.ptp(values) == 0:
-            return f"the {name} is the same for every unit (constant input)"
+            return f"the {name} is the same for every unit: constant input"
     return None
 
 

@@ -55,8 +55,10 @@ def test_compare_writes_the_table_and_the_planted_head_is_the_most_changed(run):
 
 def test_the_cli_summary_states_the_rank_correlation(run):
     _, text = run
-    assert "changed vs needed (heads): " in text and "between weight change and revert delta" in text
-    assert "nan" not in text.split("changed vs needed (heads): ")[1].split("between")[0].lower()
+    # only the planted head moved, and only reverting it moves the loss: accuracy ties everywhere (undefined),
+    # so the line states the defined loss rho, which is 1
+    assert "changed vs needed (heads): Spearman 1.00 [1.00, 1.00] between weight change and revert delta (loss, n=8)" in text
+    assert "changed vs needed (layers): undefined (2 units with both measures" in text
 
 
 def test_it_is_skipped_without_a_revert_ablation_and_refused_when_named(tmp_path):
@@ -69,3 +71,13 @@ def test_it_is_skipped_without_a_revert_ablation_and_refused_when_named(tmp_path
     named = invoke("compare", "--base", base, "--tuned", tuned, "--data", data, "--out", tmp_path / "b",
                    "--analyses", "weight_change,changed_vs_needed", "--view-examples", 0, "--no-report")
     assert named.exit_code == 2 and "revert mode" in " ".join(named.output.split())
+
+
+def test_the_report_draws_the_scatter_with_rho_in_the_caption(run):
+    out, _ = run
+    html = (out / "report.html").read_text(encoding="utf-8")
+    section = html[html.index('id="changed-vs-needed"'):]
+    assert 'id="fig-changed_vs_needed"' in section and (out / "figures/changed_vs_needed.svg").exists()
+    caption = section[section.index("One point per head"):][:600]
+    assert "Spearman" in caption or "undefined (" in caption
+    assert " nan" not in caption.lower()
