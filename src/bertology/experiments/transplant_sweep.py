@@ -189,7 +189,7 @@ def run_transplant(model: torch.nn.Module, base: torch.nn.Module, encoded: Encod
         "mode": MODE, "layers": None if layers is None else sorted(int(x) for x in layers), "heads": heads,
         "refused": refused, "batch_size": scoring.batch_size, "n_bootstrap": n_bootstrap, "seed": seed,
         "n_examples": len(batches.y_examples), "n_layers": sites.num_layers(model), "n_heads": sites.num_heads(model),
-        "fingerprint": store.fingerprint, "resumed_models": len(runs) - len(todo), "forwards": len(runs),
+        "fingerprint": store.fingerprint, "resumed_units": len(runs) - len(todo), "forwards": len(runs),
         "task": batches.task.name,
         "gain_recovered": "(with the unit - head alone) / (tuned - head alone), paired bootstrap over examples; "
                           "undefined (NaN, reason) when tuned - head alone's 95% interval includes 0",

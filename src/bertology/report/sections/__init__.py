@@ -29,6 +29,7 @@ _MODULES = (
     "weight_change",
     "probe",
     "ablation",
+    "transplant",
     "attention_viewer",
     "finetune",
 )
