@@ -20,7 +20,7 @@ from test_report import parse  # noqa: E402
 
 PAGE_ORDER = (
     "attention-change", "attention-patterns", "representation-similarity", "attention-targets", "relation-heads", "absa",
-    "head-map", "geometry", "pca-views", "weight-change", "probe", "ablation", "attention-viewer", "finetune",
+    "head-map", "geometry", "pca-views", "weight-change", "probe", "ablation", "transplant", "attention-viewer", "finetune",
 )
 
 

@@ -266,7 +266,9 @@ def run_ablation_study(
     if settings.mode == "transplant":
         from bertology.experiments.transplant_study import run_transplant_study
 
-        return run_transplant_study(model, base, encoded, label_ids, scoring, settings, partial, on_progress)
+        result, tables, summary = run_transplant_study(model, base, encoded, label_ids, scoring, settings, partial,
+                                                       on_progress)
+        return AblationStudy(result, None, tables, summary)
     result = _sweep(model, base, encoded, label_ids, scoring, settings, partial, on_progress)
     tables = {TABLE: result.table}
     imp = None

@@ -24,9 +24,8 @@ HEADS_HELP = ("With --mode transplant: also every head transplanted alone (one f
 
 def run_transplant_study(model: torch.nn.Module, base: torch.nn.Module | None, encoded, label_ids, scoring: HeadScoring,
                          settings, partial: Path | None, on_progress: Callable[[str, int, int], None] | None):
-    """The transplant sweep with ``settings`` (:class:`~bertology.experiments.ablation.AblationSettings`); the study
-    record (tables ``transplant``, the manifest's summary)."""
-    from bertology.experiments.ablation import AblationStudy
+    """The transplant sweep with ``settings`` (:class:`~bertology.experiments.ablation.AblationSettings`): the result,
+    its tables (``transplant``) and the manifest's summary (the ablation study wraps them)."""
     from bertology.experiments.transplant_sweep import run_transplant
 
     if base is None:
@@ -45,7 +44,7 @@ def run_transplant_study(model: torch.nn.Module, base: torch.nn.Module | None, e
     }
     if settings.importance:
         summary["head_importance"] = {"skipped": NO_IMPORTANCE}
-    return AblationStudy(result, None, tables, summary)
+    return result, tables, summary
 
 
 def _pct(x: float) -> str:
