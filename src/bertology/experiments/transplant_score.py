@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from bertology.metrics.bootstrap import bootstrap_counts
 from bertology.tasks.base import Task

@@ -26,13 +26,13 @@ def run_transplant_study(model: torch.nn.Module, base: torch.nn.Module | None, e
                          settings, partial: Path | None, on_progress: Callable[[str, int, int], None] | None):
     """The transplant sweep with ``settings`` (:class:`~bertology.experiments.ablation.AblationSettings`): the result,
     its tables (``transplant``) and the manifest's summary (the ablation study wraps them)."""
-    from bertology.experiments.transplant_sweep import run_transplant
+    from bertology.experiments.transplant_sweep import TransplantUnits, run_transplant
 
     if base is None:
         raise BertologyError("Ablation mode transplant needs the base model (--base): the pretrained model the tuned "
                              "one was fine-tuned from.")
     result = run_transplant(
-        model, base, encoded, label_ids, scoring, layers=settings.layers, heads=settings.transplant_heads,
+        model, base, encoded, label_ids, scoring, units=TransplantUnits(settings.layers, settings.transplant_heads),
         n_bootstrap=settings.n_bootstrap, seed=settings.seed,
         progress_dir=None if partial is None else partial / "transplant",
         on_unit=(lambda _k, d, t: on_progress("ablation", d, t)) if on_progress else None)

@@ -33,7 +33,7 @@ from bertology.errors import BertologyError
 from bertology.experiments.revert_sweep import base_fingerprint
 from bertology.experiments.scoring import HeadScoring, ProgressStore, _logits, _record, classifier_batches, fingerprint_of
 from bertology.experiments.transplant_score import (
-    HEAD_ALONE_KEY, TABLE, TABLE_COLUMNS, TUNED_KEY, gain_of, scores,
+    HEAD_ALONE_KEY, TABLE, TABLE_COLUMNS, TUNED_KEY, gain_of, scores,  # noqa: F401  (TABLE re-exported)
 )
 from bertology.models import sites
 from bertology.models.revert import EMBEDDINGS, check_base
@@ -150,6 +150,14 @@ def transplant_table(rows: Sequence[Row], per_example: dict, y: np.ndarray, task
     return df.astype({"layer": "int64", "head": "int64", "k": "int64", "n_examples": "int64"})
 
 
+@dataclass(frozen=True)
+class TransplantUnits:
+    """Which single units a sweep runs: ``layers`` (None: all) and every head alone (``heads``: L x H forwards)."""
+
+    layers: Sequence[int] | None = None
+    heads: bool = False
+
+
 @dataclass
 class TransplantResult:
     """The ``transplant`` table, the per-example records it came from, and provenance."""
@@ -164,11 +172,12 @@ class TransplantResult:
 
 def run_transplant(model: torch.nn.Module, base: torch.nn.Module, encoded: EncodedCorpus,
                    label_ids: np.ndarray | Sequence[int], scoring: HeadScoring = HeadScoring(), *,
-                   layers: Sequence[int] | None = None, heads: bool = False, n_bootstrap: int = 1000, seed: int = 0,
+                   units: TransplantUnits = TransplantUnits(), n_bootstrap: int = 1000, seed: int = 0,
                    progress_dir=None, on_unit: Callable[[str, int, int], None] | None = None) -> TransplantResult:
     """Score the tuned ``model``, the head alone (``base``'s encoder under the tuned head) and every planned
     transplant; return the ``transplant`` table. ``base`` is checked as revert checks it (one line)."""
     t0 = time.perf_counter()
+    layers, heads = units.layers, units.heads
     check_base(model, base)
     batches = classifier_batches(model, encoded, label_ids, scoring)
     base.to(torch.device(scoring.device)).eval()
