@@ -23,7 +23,7 @@ Mode = Literal["uniform", "zero", "mean"]
 MODES: tuple[str, ...] = get_args(Mode)
 #: What an ablation sweep does to each unit: a head mode above, or ``revert`` (the base model's weights put
 #: back into the unit: bertology.models.revert), which needs the base model.
-AblationMode = Literal["uniform", "zero", "mean", "revert"]
+AblationMode = Literal["uniform", "zero", "mean", "revert", "transplant"]
 ABLATION_MODES: tuple[str, ...] = get_args(AblationMode)
 #: Help texts several commands' declarations share (one wording for one flag).
 DEVICE_HELP = "cpu, cuda, cuda:N, mps or auto."

@@ -20,7 +20,8 @@ from test_report import parse  # noqa: E402
 
 PAGE_ORDER = (
     "attention-change", "attention-patterns", "representation-similarity", "attention-targets", "relation-heads", "absa",
-    "head-map", "geometry", "pca-views", "weight-change", "probe", "ablation", "changed-vs-needed", "attention-viewer", "finetune",
+    "head-map", "geometry", "pca-views", "weight-change", "probe", "ablation", "transplant", "changed-vs-needed",
+    "attention-viewer", "finetune",
 )
 
 

@@ -82,7 +82,7 @@ def test_ablate_revert_refuses_a_missing_foreign_or_unused_base(pair, data, tmp_
     assert_user_error(invoke("ablate", "--mode", "revert", "--base", wide, *args, "--out", tmp_path / "b"),
                       "different shapes", "hidden_size: 48 vs 32")
     assert_user_error(invoke("ablate", "--base", base, *args, "--out", tmp_path / "c"),
-                      "--base is read by --mode revert only")
+                      "--base is read by --mode revert and transplant only")
     assert_user_error(invoke("ablate", "--mode", "revert", "--base", base, "--layer-modes", "skip", *args,
                              "--out", tmp_path / "d"), "cannot go with --mode revert")
 

@@ -44,6 +44,7 @@ from bertology.experiments.ablation_sweep import (  # noqa: F401  (re-exported: 
     score_units,
 )
 from bertology.experiments.degenerate import table_degeneracy
+from bertology.experiments.transplant_study import HEADS_HELP
 from bertology.experiments.head_importance import ImportanceResult, importance_vs_deltas, run_head_importance
 from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec, jsonable
 from bertology.config import ABLATION_MODES, DEVICE_HELP, AblationMode
@@ -73,7 +74,8 @@ logger = logging.getLogger(__name__)
 #: What ``bertology ablate`` and compare's ablation experiment both declare (their flags differ: ``--mode`` there,
 #: ``--ablation-mode`` here), written once.
 MODE_HELP = ("How a head is disabled: uniform (attention 1/L), zero, or mean (output); or revert: the base model's "
-             "weights put back into each head, attention block, feed-forward block, layer and the embeddings.")
+             "weights put back into each head, attention block, feed-forward block, layer and the embeddings; or transplant: the "
+             "base encoder under the tuned head plus one tuned unit or the top/bottom k tuned layers (table transplant).")
 EXAMPLES_HELP = "Seeded, label-stratified sample of this many examples (0 = all)."
 EXCLUDE_SPECIAL_HELP = "Uniform mode: leave [CLS]/[SEP] out of the 1/L average."
 BOOTSTRAP_HELP = "Bootstrap resamples of the examples for the 95% intervals (0 = none)."
@@ -94,6 +96,11 @@ def _layer_modes_for(mode: str, layer_modes: tuple[str, ...]) -> tuple[str, ...]
     skip,heads in revert mode; each mode refuses the other's with one line."""
     if mode == "revert" and tuple(layer_modes) == LAYER_MODES:
         return REVERT_UNITS
+    if mode == "transplant":  # its units are fixed (embeddings, layer, attention, ffn; heads by transplant_heads)
+        if tuple(layer_modes) not in (LAYER_MODES, ()):
+            raise BertologyError("--layer-modes (layer_modes) cannot go with --mode transplant: it transplants the "
+                                 "embeddings, every layer, attention and feed-forward block (heads: --transplant-heads).")
+        return ()
     allowed = REVERT_UNITS if mode == "revert" else LAYER_MODES
     wrong = [m for m in layer_modes if m not in allowed]
     if wrong:
@@ -117,6 +124,7 @@ class AblationSettings:
     layers: tuple[int, ...] | None = setting_field(
         None, "Comma list of layers (1-based) to ablate; default all.", kind=tuple, parse=_layers, metavar="LAYERS")
     heads: bool = True  # single-head ablations
+    transplant_heads: bool = setting_field(False, HEADS_HELP)
     layer_modes: tuple[str, ...] = setting_field(
         LAYER_MODES, "Whole-layer ablations: skip (bypass the block), heads (all heads disabled); with --mode revert: "
         "attention, ffn, layer, embeddings (the default there: all four); or none.",
@@ -251,10 +259,16 @@ def run_ablation_study(
         encoded = encode_corpus(corpus, tokenizer, settings.max_length, overlong="truncate")
     label_ids = task.targets(corpus, model)
     partial = None if work_dir is None else Path(work_dir)
-    revert = settings.mode == "revert"
+    revert = settings.mode in ("revert", "transplant")  # the base's weights: no head mode
     scoring = HeadScoring.for_tokenizer(tokenizer, mode="uniform" if revert else settings.mode,  # revert: unused
                                         exclude_special=settings.exclude_special,
                                         batch_size=settings.batch_size, device=settings.device)
+    if settings.mode == "transplant":
+        from bertology.experiments.transplant_study import run_transplant_study
+
+        result, tables, summary = run_transplant_study(model, base, encoded, label_ids, scoring, settings, partial,
+                                                       on_progress)
+        return AblationStudy(result, None, tables, summary)
     result = _sweep(model, base, encoded, label_ids, scoring, settings, partial, on_progress)
     tables = {TABLE: result.table}
     imp = None
@@ -313,6 +327,10 @@ def summary(tables: Mapping[str, pd.DataFrame], note: str = "") -> str:
     model (constant predictions, or not above chance) is said in the first line, and then no head is
     listed as harmful to remove.
     """
+    if "ablation" not in tables and "transplant" in tables:  # --mode transplant: its own table and headline
+        from bertology.experiments.transplant_study import summary as transplant_summary
+
+        return transplant_summary(tables, note)
     t = tables["ablation"]
     task = task_of_table(t)
     main, loss = task.primary, task.loss_metric
@@ -374,6 +392,8 @@ def settings_from(config: CompareConfig) -> AblationSettings:
 
 
 def _tables(config: CompareConfig) -> tuple[str, ...]:
+    if config.ablation_mode == "transplant":
+        return ("transplant",)
     importance = config.ablation_importance and config.ablation_mode != "revert"  # revert runs no head importance
     return (TABLE, "head_importance", "pruning_curve") if importance else (TABLE,)
 

@@ -27,6 +27,8 @@ from bertology.study.inputs import Columns, Loading, resolve, stderr_console
 logger = logging.getLogger(__name__)
 
 KIND = "ablate"
+#: The modes that read the base model (--base).
+BASE_MODES = ("revert", "transplant")
 
 
 @dataclass(frozen=True)
@@ -133,10 +135,10 @@ class _Run:
 
 def _check_base_given(settings: AblationSettings, base: str | None) -> None:
     """Revert needs ``--base``; the other modes do not read one (refused rather than silently ignored)."""
-    if settings.mode == "revert" and base is None:
-        raise BertologyError("--mode revert needs --base: the pretrained model the tuned one was fine-tuned from.")
-    if settings.mode != "revert" and base is not None:
-        raise BertologyError(f"--base is read by --mode revert only, not by --mode {settings.mode}.")
+    if settings.mode in BASE_MODES and base is None:
+        raise BertologyError(f"--mode {settings.mode} needs --base: the pretrained model the tuned one was fine-tuned from.")
+    if settings.mode not in BASE_MODES and base is not None:
+        raise BertologyError(f"--base is read by --mode revert and transplant only, not by --mode {settings.mode}.")
 
 
 def _load_base(base: str, tuned, loading: Loading, torch_dtype):
@@ -235,7 +237,12 @@ def write_figures(tables: dict, out: Path) -> list[Path]:
     from bertology.viz.figures import figure_to_svg
 
     written = []
-    figs = ablation_figures(tables["ablation"], tables.get("head_importance"), tables.get("pruning_curve"))
+    if "transplant" in tables:  # --mode transplant: the two layer curves
+        from bertology.viz.transplant import transplant_figures
+
+        figs = transplant_figures(tables["transplant"])
+    else:
+        figs = ablation_figures(tables["ablation"], tables.get("head_importance"), tables.get("pruning_curve"))
     for stem, fig in figs.items():
         path = out / "figures" / f"{stem}.svg"
         atomic_write_text(path, figure_to_svg(fig))

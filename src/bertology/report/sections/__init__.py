@@ -29,6 +29,7 @@ _MODULES = (
     "weight_change",
     "probe",
     "ablation",
+    "transplant",
     "changed_vs_needed",
     "attention_viewer",
     "finetune",
