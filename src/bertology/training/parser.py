@@ -136,5 +136,6 @@ def finetune_parser(config: FinetuneConfig, train: Corpus, eval: Corpus | None =
                     progress: bool = False, *, resume: bool = True, on_step=None) -> FinetuneResult:
     """Fine-tune ``config.model`` as a biaffine parser on ``train``'s trees (:class:`ParserTrainer`); the parser is
     saved to ``out/model`` (the encoder as a Hugging Face folder plus the head, :mod:`bertology.models.parser`), the
-    ``finetune`` table has eval rows of ``uas``, ``las`` and ``loss``, and ``predictions`` one row per held-out sentence."""
+    ``finetune`` table has eval rows of ``uas``, ``las`` (of the decoded one-root tree), ``loss``, ``uas_argmax`` and
+    ``las_argmax``, and ``predictions`` one row per held-out sentence."""
     return ParserTrainer(resolve_config(config, train)).run(train, eval, progress=progress, resume=resume, on_step=on_step)

@@ -128,6 +128,30 @@ def recipe_record(config: FinetuneConfig) -> dict | None:
             "reference": dataclasses.asdict(ref) if ref else None, "notes": list(recipe.notes)}
 
 
+def recipe_table(task: str) -> str:
+    """``task``'s recipe as a markdown table (flag, default, source) plus the figure it reached here: what the
+    docs' task pages show (``<!-- bertology-recipe: TASK -->``, docs/hooks/build.py), generated as the flags are."""
+    from bertology.settings import field_setting
+
+    recipe = RECIPES[task]
+    rows = ["| flag | default for this task | source |", "|---|---|---|"]
+    for name in RECIPE_SETTINGS:
+        value = getattr(recipe, name)
+        if value is None and name != "head_lr":
+            continue
+        shown = "the encoder's (`--lr`)" if value is None else f"{value:g}"
+        rows.append(f"| `{field_setting(FinetuneConfig, name).cli_flag}` | {shown} | "
+                    f"{recipe.sources.get(name, GENERIC)} |")
+    ref = recipe.reference
+    lines = ["\n".join(rows)]
+    if ref is not None:
+        lines.append(f"At these defaults: {ref.metric} {ref.value:g} on {ref.what}; a run that ends below "
+                     f"{FAR_BELOW:.0%} of it, or whose training loss fell by more than {STEEP_DROP:.0%} over its last "
+                     "epoch, gets an under-training warning.")
+    lines += [f"Note: {n}." for n in recipe.notes]
+    return "\n\n".join(lines)
+
+
 # --------------------------------------------------------------------------------------------------
 # Under-training
 # --------------------------------------------------------------------------------------------------
