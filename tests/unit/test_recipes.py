@@ -118,3 +118,22 @@ def test_a_score_far_below_the_recipes_figure_is_flagged_and_one_near_it_is_not(
 def test_unknown_recipe_names_are_refused():
     with pytest.raises(KeyError):
         apply_recipe(_config(), "no-such-task")
+
+
+def test_a_value_is_one_run_whether_the_user_or_the_recipe_gave_it(tmp_path):
+    from bertology.data.corpus import Corpus
+    from bertology.training.run import run_fingerprint
+
+    base = str(save_tiny_bert(tmp_path / "m"))
+    corpus = Corpus.from_list(["a b", "c d", "e f", "g h"], labels=["0", "1", "0", "1"])
+
+    def fp(**values) -> str:
+        return run_fingerprint(dataclasses.replace(_config(**values), model=base), corpus)
+
+    generic = dict(learning_rate=5e-5, batch_size=32, epochs=2.0, warmup_ratio=0.1)
+    assert fp() == fp(**generic) == fp(**generic, head_lr=5e-5)  # classification: one rate, as before recipes
+    assert fp() != fp(learning_rate=1e-4)
+    parsing = RECIPES["parsing"]
+    given = dict(learning_rate=parsing.learning_rate, head_lr=parsing.head_lr, batch_size=parsing.batch_size,
+                 epochs=parsing.epochs, warmup_ratio=parsing.warmup_ratio, arc_dim=parsing.arc_dim, label_dim=parsing.label_dim)
+    assert fp(task="parsing") == fp(task="parsing", **given) != fp(task="parsing", **{**given, "head_lr": 1e-3})
