@@ -137,3 +137,11 @@ def test_a_value_is_one_run_whether_the_user_or_the_recipe_gave_it(tmp_path):
     given = dict(learning_rate=parsing.learning_rate, head_lr=parsing.head_lr, batch_size=parsing.batch_size,
                  epochs=parsing.epochs, warmup_ratio=parsing.warmup_ratio, arc_dim=parsing.arc_dim, label_dim=parsing.label_dim)
     assert fp(task="parsing") == fp(task="parsing", **given) != fp(task="parsing", **{**given, "head_lr": 1e-3})
+
+
+def test_the_report_says_a_setting_came_from_the_recipe_not_that_it_differs_from_not_given():
+    from bertology.report.sections.overview import _declared_row
+
+    record = settings_record(apply_recipe(_config(learning_rate=5e-5), "parsing"))["finetune"]
+    assert _declared_row(record["head_lr"])["text"].startswith("0.002 (the parsing recipe)")
+    assert _declared_row(record["learning_rate"])["text"].startswith("5e-05 (default not given)")
