@@ -59,6 +59,7 @@ def command(task: str, out: Path, cap: int | None) -> list[str]:
 def run(task: str, out: Path, cap: int | None) -> dict:
     """Run one task's command; its scores with intervals, settings used, steps and times from the run folder."""
     cmd = command(task, out, cap)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     t0 = time.perf_counter()
     res = subprocess.run([sys.executable, "-m", "bertology", *cmd[1:]], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
@@ -76,8 +77,7 @@ def run(task: str, out: Path, cap: int | None) -> dict:
             "n_eval": int(ci["n_eval"].iloc[0]), "settings": settings, "steps": result.get("steps"),
             "train_time_s": result.get("train_time_s"), "wall_s": round(wall, 1), "warnings": manifest.get("warnings", []),
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), torch threads {os.environ.get('OMP_NUM_THREADS', 'default')}",
-            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                     text=True).stdout.strip()}
+            "commit": commit}  # the code the run started with
 
 
 def table(records: dict) -> str:
