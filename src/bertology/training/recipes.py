@@ -73,8 +73,13 @@ RECIPES: dict[str, Recipe] = {
         reference=Reference("accuracy", 0.848, "minilm, SST-2: a 4,000-sentence sample of train -> dev "
                             "(benchmarks/recipes.py)")),
     "regression": Recipe(
-        learning_rate=5e-5, epochs=2.0, batch_size=32, warmup_ratio=0.1, sources=_GENERIC_SOURCES,
-        reference=Reference("pearson", 0.8, "minilm, STS-B train: seeded 80/20 split (benchmarks/recipes.py)")),
+        learning_rate=1e-4, head_lr=1e-3, epochs=2.0, batch_size=16, warmup_ratio=0.1,
+        sources={"learning_rate": "measured here: STS-B, Pearson .845 vs .804 at the generic 5e-5, batch 32 "
+                                  "(docs/results/recipes.md)",
+                 "head_lr": "measured here, with --lr (the tagger's)", "epochs": GENERIC,
+                 "batch_size": "measured here, with --lr (the tagger's)", "warmup_ratio": GENERIC},
+        reference=Reference("pearson", 0.845, "minilm, STS-B: a 2,000-pair sample of train, 20% held out "
+                            "(benchmarks/recipes.py)")),
     "tagging": Recipe(
         learning_rate=1e-4, head_lr=1e-3, epochs=2.0, batch_size=16, warmup_ratio=0.1,
         sources={"learning_rate": "chosen here: twice the generic rate, as the parser's (docs/results/recipes.md)",
