@@ -195,7 +195,9 @@ class FinetuneConfig:
     line's flags, the checks (a value outside its choices or bounds is one :class:`BertologyError` line naming
     the flag, from Python as from the command line), a study's ``[lab]`` keys and the manifest's ``settings``
     are generated from them. Checks that involve more than one bound (a positive learning rate, a warm-up
-    below 1) are :meth:`check`'s.
+    below 1) are :meth:`check`'s. ``epochs``, ``batch_size``, ``learning_rate``, ``head_lr``, ``warmup_ratio``,
+    ``arc_dim`` and ``label_dim`` default to None, "the task's recipe": a run fills them from its task's recipe
+    (:func:`bertology.training.recipes.apply_recipe`), so a value given, whatever it is, is kept.
     """
 
     model: str = "minilm"  # --model: declared by the command

@@ -393,6 +393,8 @@ def resolve_run_config(config: FinetuneConfig, train) -> FinetuneConfig:
     decided (:func:`~bertology.training.common.resolve_config`), then every setting left to the task's recipe filled
     from the recipe of the trainer the data calls for (:func:`~bertology.training.recipes.apply_recipe`)."""
     config = resolve_config(config, train)
+    if config.recipe is not None:  # already filled (the task, and so the trainer, is decided once)
+        return config
     return apply_recipe(config, trainer_for(config, train).recipe_name)
 
 
