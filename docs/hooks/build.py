@@ -8,6 +8,8 @@
 - ``<!-- bertology-settings: NAME -->`` becomes a table of the settings that spec (an analysis or experiment of
   ``compare``, or ``run`` / ``data`` for the run's own) declares: flag, Python name, default, allowed values,
   paper and help, generated from the declarations as the flags are.
+- ``<!-- bertology-recipe: TASK -->`` becomes the table of that task's recipe (its fine-tuning defaults, each
+  with its source, and the figure it reached here), from :data:`bertology.training.recipes.RECIPES`.
 - The site must read offline: after the build, any page that loads a script, stylesheet or font from
   another host fails it (nbconvert's notebook template leaves an empty MathJax ``<script src="">``,
   which is removed).
@@ -21,6 +23,7 @@ from pathlib import Path
 MARKER = re.compile(r"<!--\s*bertology-help:\s*([a-z][a-z _-]*?)\s*-->")
 WIDTH = 140  # wide enough that rich truncates no flag name or default (checked on every command)
 SETTINGS = re.compile(r"<!--\s*bertology-settings:\s*([a-z_]+)\s*-->")
+RECIPE = re.compile(r"<!--\s*bertology-recipe:\s*([a-z_]+)\s*-->")
 EMPTY_SCRIPT = re.compile(r'<script src="">\s*</script>')
 NB_LINK = re.compile(r'href="(?![a-z][a-z0-9+.-]*:|#|/)([^"#]+\.(?:md|ipynb))(#[^"]*)?"')
 _FILES: dict = {}
@@ -62,8 +65,18 @@ def _settings_table(owner: str) -> str:
     return "\n".join(rows)
 
 
+def _recipe_table(task: str) -> str:
+    """A task's recipe (its defaults and their sources) as a markdown table (bertology.training.recipes)."""
+    from bertology.training.recipes import RECIPES, recipe_table
+
+    if task not in RECIPES:
+        raise RuntimeError(f"bertology-recipe: no recipe {task!r}; known: {', '.join(RECIPES)}")
+    return recipe_table(task)
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 (mkdocs hook signature)
     markdown = SETTINGS.sub(lambda m: _settings_table(m.group(1)), markdown)
+    markdown = RECIPE.sub(lambda m: _recipe_table(m.group(1)), markdown)
     return MARKER.sub(lambda m: "```text\n" + _help(m.group(1).split()) + "\n```", markdown)
 
 

@@ -199,7 +199,9 @@ class FinetuneConfig:
     line's flags, the checks (a value outside its choices or bounds is one :class:`BertologyError` line naming
     the flag, from Python as from the command line), a study's ``[lab]`` keys and the manifest's ``settings``
     are generated from them. Checks that involve more than one bound (a positive learning rate, a warm-up
-    below 1) are :meth:`check`'s.
+    below 1) are :meth:`check`'s. ``epochs``, ``batch_size``, ``learning_rate``, ``head_lr``, ``warmup_ratio``,
+    ``arc_dim`` and ``label_dim`` default to None, "the task's recipe": a run fills them from its task's recipe
+    (:func:`bertology.training.recipes.apply_recipe`), so a value given, whatever it is, is kept.
     """
 
     model: str = "minilm"  # --model: declared by the command
@@ -207,14 +209,23 @@ class FinetuneConfig:
     out: str = "runs/finetune"  # --out: declared by the command
     eval_data: str | None = None  # --eval-data: a separate held-out file; else a split of ``data``
     eval_fraction: float = setting_field(0.2, "Held-out fraction of --data when no --eval-data.", minimum=0, maximum=1)
-    epochs: float = setting_field(2.0, "Epochs (may be fractional).", above=0)
-    batch_size: int = setting_field(32, "Training and evaluation batch size.", minimum=1)
-    learning_rate: float = setting_field(5e-5, "Peak learning rate of AdamW.", above=0, flag="--lr",
-                                         paper="Devlin et al. 2019")
+    # None = the task's recipe (bertology.training.recipes; docs/tasks): a value given, even the generic one, wins
+    epochs: float | None = setting_field(None, "Epochs (may be fractional; default: the task's recipe).", kind=float,
+                                         above=0)
+    batch_size: int | None = setting_field(None, "Training and evaluation batch size (default: the task's recipe).",
+                                           kind=int, minimum=1)
+    learning_rate: float | None = setting_field(
+        None, "Peak learning rate of AdamW for the encoder (default: the task's recipe).", kind=float, above=0,
+        flag="--lr", paper="Devlin et al. 2019")
+    head_lr: float | None = setting_field(
+        None, "Peak learning rate of the task head (the layers above the encoder; default: the task's recipe, e.g. "
+        "2e-3 for the parser's biaffine head as Dozat & Manning's Adam).", kind=float, above=0,
+        paper="Dozat & Manning 2017")
     weight_decay: float = setting_field(0.01, "AdamW weight decay (not on biases/LayerNorm).", minimum=0,
                                         paper="Devlin et al. 2019")
-    warmup_ratio: float = setting_field(0.1, "Fraction of steps with linear warm-up.", minimum=0, below=1,
-                                        paper="Devlin et al. 2019")
+    warmup_ratio: float | None = setting_field(
+        None, "Fraction of steps with linear warm-up (default: the task's recipe).", kind=float, minimum=0, below=1,
+        paper="Devlin et al. 2019")
     seed: int = setting_field(0, "Seed for the split, head initialisation, shuffling and dropout.")
     device: str = setting_field("cpu", DEVICE_HELP)
     # float32, or mixed precision: the forward under torch.autocast in bfloat16 / float16 (with a loss
@@ -294,9 +305,20 @@ class FinetuneConfig:
     null_threshold: float = setting_field(
         0.0, "QA, SQuAD v2.0: answer 'no answer' when the null score beats the best span's by more than this.",
         paper="Devlin et al. 2019")
+    # the dependency parser's head (task "parsing"; bertology.models.parser)
+    arc_dim: int | None = setting_field(
+        None, "Parsing: units of the arc MLPs (default: the parsing recipe, Dozat & Manning's 500).", kind=int,
+        minimum=1, paper="Dozat & Manning 2017")
+    label_dim: int | None = setting_field(
+        None, "Parsing: units of the label MLPs (default: the parsing recipe, Dozat & Manning's 100).", kind=int,
+        minimum=1, paper="Dozat & Manning 2017")
     qa_split: Literal["article", "question"] = setting_field(
         "article", "QA without --eval-data: hold out whole articles (article) or questions (question).",
         choices=("article", "question"))
+
+    #: which settings the task's recipe filled in (``{"task": ..., "from_recipe": [names]}``; None: none yet):
+    #: set by :func:`bertology.training.recipes.apply_recipe`, recorded in the manifest, not in fingerprints
+    recipe: dict | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         self.check()

@@ -61,13 +61,16 @@ def test_lab_flags_write_a_smaller_model_slices_checkpoints_and_a_summary(tmp_pa
     assert 'id="finetune"' in html and "report: " in result.output
     # the settings section, generated from the declarations, and the report's settings table reading it
     settings = manifest["settings"]
-    assert settings["finetune"]["learning_rate"] == {
-        "value": 2e-3, "default": 5e-5, "flag": "--lr", "help": "Peak learning rate of AdamW.", "paper": "Devlin et al. 2019",
-        "changes_numbers": True}
+    assert settings["finetune"]["learning_rate"] == {  # given: no "source" (the task's recipe gave the rest)
+        "value": 2e-3, "default": None, "flag": "--lr", "help": "Peak learning rate of AdamW for the encoder (default: "
+        "the task's recipe).", "paper": "Devlin et al. 2019", "changes_numbers": True}
+    assert settings["finetune"]["head_lr"]["value"] == 2e-3  # the classification recipe: the encoder's rate
+    assert settings["finetune"]["head_lr"]["source"] == "the classification recipe"
     assert settings["finetune"]["drop_layers"]["value"] == [3] and settings["finetune"]["exclude_words"]["value"] == ["woman", "girl"]
     assert settings["finetune"]["save_every"]["changes_numbers"] is False
     assert settings["data"]["max_length"]["value"] == 16 and settings["data"]["max_examples"]["default"] is None
-    assert "Settings: finetune" in html and "<code>--lr</code>" in html and "0.002 (default 5e-05); Devlin et al. 2019" in html
+    assert "Settings: finetune" in html and "<code>--lr</code>" in html and "0.002 (default not given); Devlin et al. 2019" in html
+    assert "0.002 (the classification recipe); Dozat &amp; Manning 2017" in html
     ci = check_final_intervals(out, ["accuracy", "macro_f1"])
     assert (ci["n_eval"] == 16).all() and "Final held-out metrics with 95% intervals" in html
     s = manifest["summary"]

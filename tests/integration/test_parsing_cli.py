@@ -53,10 +53,16 @@ def test_finetune_trains_a_parser_and_reports_uas_las(run):
     manifest = json.loads((root / "ft" / "manifest.json").read_text())
     assert manifest["result"]["task"] == "parsing" and manifest["config"]["task"] == "parsing"
     assert manifest["result"]["split"]["source"] == "split" and manifest["result"]["split"]["n_eval"] == 6
-    assert manifest["result"]["parser"]["decoding"].startswith("per-word argmax")
+    assert manifest["result"]["parser"]["decoding"].startswith("the best one-root tree")
+    # the flags given win; the rest comes from the parsing recipe, and the manifest says which
+    settings = manifest["settings"]["finetune"]
+    assert settings["learning_rate"]["value"] == 1e-3 and "source" not in settings["learning_rate"]
+    assert settings["head_lr"]["value"] == 2e-3 and settings["head_lr"]["source"] == "the parsing recipe"
+    assert manifest["result"]["recipe"]["from_recipe"]["arc_dim"]["value"] == manifest["result"]["parser"]["arc_dim"]
+    assert set(manifest["result"]["recipe"]["from_recipe"]) == {"head_lr", "warmup_ratio", "arc_dim", "label_dim"}
     table = pd.read_parquet(root / "ft" / "tables" / "finetune.parquet")
     ev = table[table["split"] == "eval"]
-    assert {"uas", "las", "loss"} == set(ev["metric"]) and sorted(ev["step"].unique())[0] == 0
+    assert {"uas", "las", "loss", "uas_argmax", "las_argmax"} == set(ev["metric"]) and sorted(ev["step"].unique())[0] == 0
     final = ev[ev["step"] == ev["step"].max()].set_index("metric")["value"]
     assert final["uas"] == pytest.approx(manifest["metrics"]["uas"]) and final["las"] <= final["uas"]
     preds = pd.read_parquet(root / "ft" / "tables" / "finetune_predictions.parquet")
@@ -71,7 +77,7 @@ def test_ablate_scores_the_parser_in_uas_and_las(run):
     res = invoke("ablate", "--model", root / "ft" / "model", "--data", data, "--out", out, "--bootstrap", "30")
     assert res.exit_code == 0, res.output
     t = pd.read_parquet(out / "tables" / "ablation.parquet")
-    assert set(t["metric"]) == {"uas", "las", "loss"} and set(t["task"]) == {"parsing"}
+    assert set(t["metric"]) == {"uas", "las", "loss", "uas_argmax", "las_argmax"} and set(t["task"]) == {"parsing"}
     assert (out / "tables" / "head_importance.parquet").exists()
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["task"] == "parsing" and manifest["result"]["degenerate"]["metric"] == "uas"

@@ -152,4 +152,5 @@ def test_the_declarations_follow_the_papers_and_output_only_settings_are_not_fin
     assert declared["learning_rate"].paper == declared["warmup_ratio"].paper == "Devlin et al. 2019"
     assert [n for n, s in declared.items() if not s.changes_numbers] == ["save_every"]
     fields = {f.name for f in dataclasses.fields(FinetuneConfig)}
-    assert fields - set(declared) == {"model", "data", "out", "eval_data"}  # the command's own flags, not settings
+    # the command's own flags, and the record of what the task's recipe filled in: not settings
+    assert fields - set(declared) == {"model", "data", "out", "eval_data", "recipe"}

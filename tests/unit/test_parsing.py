@@ -107,14 +107,24 @@ def test_uas_and_las_against_a_hand_count_without_punctuation():
     labels = [["det", "nsubj", "root", "case", "det", "obj", "punct"], ["nsubj", "root", "nsubj", "punct"],
               ["nsubj", "root", "det", "obj"]]
     out = _planted_outputs(items, targets, heads, labels, len(LABELS))
+    # sentence 2's argmax is a cycle (the <-> dog); dog's second-best arc is its gold one (saw, labelled obj)
+    fp = first_pieces(items[2].word_ids, 4)
+    out[2, fp[3], fp[1], 0], out[2, fp[3], fp[1], 1 + LABELS.index("obj")] = 5.0, 10.0
     rec = TASK.record(out, targets)
     assert rec["n_scored"].tolist() == [6, 3, 4]  # punctuation left out
-    assert rec["correct"].tolist() == [5, 3, 3]
-    assert rec["correct_labelled"].tolist() == [4, 2, 3]
+    assert rec["correct_argmax"].tolist() == [5, 3, 3]  # the per-word argmax, as planted
+    assert rec["correct_labelled_argmax"].tolist() == [4, 2, 3]
+    assert rec["correct"].tolist() == [5, 3, 4]  # the one-root tree breaks the cycle at dog's gold arc
+    assert rec["correct_labelled"].tolist() == [4, 2, 4]  # with the label of the tree's arc
     scores = TASK.point_scores(rec, y)
-    assert scores["uas"] == pytest.approx(11 / 13, abs=1e-12) and scores["las"] == pytest.approx(9 / 13, abs=1e-12)
+    assert scores["uas_argmax"] == pytest.approx(11 / 13, abs=1e-12)
+    assert scores["las_argmax"] == pytest.approx(9 / 13, abs=1e-12)
+    assert scores["uas"] == pytest.approx(12 / 13, abs=1e-12) and scores["las"] == pytest.approx(10 / 13, abs=1e-12)
+    argmax = predicted_trees(out, targets, items, [len(s) for s in SENTENCES], tree=False)
+    assert [h.tolist() for h, _ in argmax] == heads
+    assert [[LABELS[i] for i in lab] for _, lab in argmax] == labels
     trees = predicted_trees(out, targets, items, [len(s) for s in SENTENCES])
-    assert [h.tolist() for h, _ in trees] == heads
+    assert [h.tolist() for h, _ in trees] == [heads[0], heads[1], [2, 0, 4, 2]]
     assert [[LABELS[i] for i in lab] for _, lab in trees] == labels
 
 
@@ -149,7 +159,9 @@ def test_bootstrap_weights_equal_scoring_the_resampled_corpus():
     rng = np.random.default_rng(0)
     records = {"correct": rng.integers(0, 8, 5).astype(float), "n_scored": rng.integers(8, 12, 5).astype(float),
                "correct_labelled": rng.integers(0, 6, 5).astype(float), "loss_sum": rng.uniform(0, 9, 5),
-               "n_loss": rng.integers(9, 13, 5).astype(float), "pred": np.arange(5), "loss": np.zeros(5)}
+               "n_loss": rng.integers(9, 13, 5).astype(float), "pred": np.arange(5), "loss": np.zeros(5),
+               "correct_argmax": rng.integers(0, 8, 5).astype(float),
+               "correct_labelled_argmax": rng.integers(0, 6, 5).astype(float)}
     weights = np.array([[2, 0, 1, 0, 2], [1, 1, 1, 1, 1]], dtype=np.float32)
     got = TASK.scores(weights, {k: v[None] for k, v in records.items()}, np.empty(5, dtype=object))
     for r, w in enumerate(weights):
@@ -158,6 +170,10 @@ def test_bootstrap_weights_equal_scoring_the_resampled_corpus():
         assert got["las"][r, 0] == pytest.approx(
             records["correct_labelled"][resampled].sum() / records["n_scored"][resampled].sum())
         assert got["loss"][r, 0] == pytest.approx(records["loss_sum"][resampled].sum() / records["n_loss"][resampled].sum())
+        assert got["uas_argmax"][r, 0] == pytest.approx(
+            records["correct_argmax"][resampled].sum() / records["n_scored"][resampled].sum())
+        assert got["las_argmax"][r, 0] == pytest.approx(
+            records["correct_labelled_argmax"][resampled].sum() / records["n_scored"][resampled].sum())
 
 
 def test_chance_is_the_best_fixed_offset_baseline():
@@ -207,14 +223,14 @@ def test_cached_and_naive_sweeps_agree_and_importance_runs(parser):
     naive = run_ablation(parser, enc, y, scoring, n_bootstrap=20, sweep=SweepPlan(method="naive"))
     assert cached.params["method"] == "cached" and cached.params["task"] == "parsing"
     for key, rec in naive.per_example.items():
-        for name in ("correct", "correct_labelled", "n_scored", "pred"):
+        for name in ("correct", "correct_labelled", "correct_argmax", "correct_labelled_argmax", "n_scored", "pred"):
             np.testing.assert_array_equal(cached.per_example[key][name], rec[name], err_msg=f"{key} {name}")
         np.testing.assert_allclose(cached.per_example[key]["loss_sum"], rec["loss_sum"], rtol=1e-4, atol=1e-5)
-    assert set(cached.table["metric"]) == {"uas", "las", "loss"}
+    assert set(cached.table["metric"]) == {"uas", "las", "loss", "uas_argmax", "las_argmax"}
     assert "intact: uas" in summary({"ablation": cached.table})
     imp = run_head_importance(parser, enc, y, scoring, step_fraction=0.5)
     assert np.isfinite(imp.importance["importance_raw"]).all() and (imp.importance["importance_raw"] > 0).any()
-    assert set(imp.curve["metric"]) == {"uas", "las", "loss"}
+    assert set(imp.curve["metric"]) == {"uas", "las", "loss", "uas_argmax", "las_argmax"}
 
 
 def test_multiword_tokens_and_empty_nodes_are_read_and_a_word_sharing_a_token_is_left_out(tmp_path):

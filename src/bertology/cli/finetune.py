@@ -40,7 +40,8 @@ def _summary(metrics: dict, n_train, model_dir, wall, reused: bool = False) -> s
         )
     elif "uas" in metrics:  # dependency parsing
         line = (
-            f"held-out UAS {metrics['uas']:.4f}, LAS {metrics['las']:.4f} (punctuation excluded; "
+            f"held-out UAS {metrics['uas']:.4f}, LAS {metrics['las']:.4f} (one-root trees; per-word argmax "
+            f"{metrics.get('uas_argmax', float('nan')):.4f} / {metrics.get('las_argmax', float('nan')):.4f}; punctuation excluded; "
             f"n={metrics.get('n_eval')} sentences, {n_train} training sentences"
         )
     elif "pearson" in metrics:  # regression
@@ -91,7 +92,7 @@ def _details(manifest: dict) -> list[str]:
 #: "training"); every flag's name, default, help and checks come from its declaration in FinetuneConfig.
 PANELS = (
     ("data", ()),
-    ("training", ("eval_fraction", "epochs", "batch_size", "learning_rate", "weight_decay", "warmup_ratio", "seed",
+    ("training", ("eval_fraction", "epochs", "batch_size", "learning_rate", "head_lr", "weight_decay", "warmup_ratio", "seed",
                   "device", "dtype", "trust_remote_code", "objective", "task", "tag_column")),
     ("experiments: layers and biased data", ("drop_layers", "freeze_layers", "freeze_embeddings", "exclude_words",
                                              "slice_words")),
@@ -100,6 +101,7 @@ PANELS = (
     ("contrastive (SimCSE)", ("contrastive", "temperature", "pooling", "positive_label", "negative_label", "sts_data",
                               "anisotropy_sentences", "anisotropy_pairs")),
     ("question answering", ("doc_stride", "max_answer_length", "null_threshold", "qa_split")),
+    ("dependency parsing", ("arc_dim", "label_dim")),
 )
 
 

@@ -17,12 +17,15 @@ every word.
 ``cannot`` = ``can`` + ``not``; words cut off by truncation) get no prediction: they are neither trained
 on nor scored (:func:`coverage` counts them). As a head, such a word is found at the token it shares.
 
-**Decoding** is the per-word argmax over the candidate heads (a word never heads itself), as in
-Dozat & Manning's reported scores without the tree constraint; the label is the argmax of the label
-scores on the predicted arc. The result need not be a tree.
+**Decoding** gives each sentence the highest-scoring tree with exactly one root (Chu-Liu-Edmonds over the
+candidate heads, :func:`bertology.metrics.arborescence.max_spanning_tree`), as Dozat & Manning decode
+well-formed trees; the label of each word is the argmax of the label scores on its arc in that tree.
+``uas``/``las`` score the tree; ``uas_argmax``/``las_argmax`` score the per-word argmax over the
+candidate heads (a word never heads itself), which need not be a tree, so both can be compared.
 
-**Records** per sentence: correct arcs, correct labelled arcs, scored words, summed loss and words
-with a loss, so UAS = Σ correct / Σ scored under any bootstrap weights over sentences.
+**Records** per sentence: correct arcs, correct labelled arcs (of the tree and of the argmax), scored
+words, summed loss and words with a loss, so UAS = Σ correct / Σ scored under any bootstrap weights
+over sentences.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ from bertology.data.align import first_pieces
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, EncodedExample
 from bertology.errors import BertologyError
+from bertology.metrics.arborescence import max_spanning_tree
 from bertology.metrics.chance import accuracy_interval
 from bertology.models.parser import BiaffineParser
 from bertology.tasks.base import Degeneracy, Task
@@ -127,14 +131,48 @@ def _word_losses(outputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Te
     return torch.where(valid, arc_loss + lab_loss, torch.zeros_like(arc_loss)), valid
 
 
+def tree_heads(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``[B, T]``: each word's head position in its sentence's best one-root tree (Chu-Liu-Edmonds over the root
+    and the words' first pieces, :func:`~bertology.metrics.arborescence.max_spanning_tree`); other positions
+    keep their argmax (never scored)."""
+    arc = _masked_arcs(outputs, targets)
+    floor = torch.finfo(arc.dtype).min
+    pred = arc.argmax(-1).cpu().numpy()
+    scores = arc.double().cpu().numpy()
+    is_word = (targets[..., 0] != IGNORE).cpu().numpy()
+    for b in range(len(pred)):
+        words = np.flatnonzero(is_word[b])
+        if words.size:
+            nodes = np.concatenate([[0], words])
+            sub = scores[b][np.ix_(nodes, nodes)]
+            sub[sub <= floor] = -np.inf  # masked candidates: not allowed
+            pred[b, words] = nodes[max_spanning_tree(sub)]
+    return torch.as_tensor(pred, device=outputs.device)
+
+
+def _labels_on(outputs: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+    """``[B, T]``: the argmax label of each position's arc to its head position ``heads``."""
+    return torch.gather(outputs[..., 1:], 2, heads[:, :, None, None].expand(-1, -1, 1, outputs.shape[-1] - 1))[:, :, 0].argmax(-1)
+
+
+def _hits(outputs: torch.Tensor, targets: torch.Tensor, heads: torch.Tensor, scored: torch.Tensor,
+          suffix: str) -> dict[str, np.ndarray]:
+    """Per sentence, the scored words whose head (``correct``) and also label (``correct_labelled``) are right when
+    each word takes head position ``heads`` and the best label on that arc; ``suffix`` names the decoding."""
+    arc_ok = scored & (heads == targets[..., 0])
+    las_ok = arc_ok & (_labels_on(outputs, heads) == targets[..., 1])
+    return {"correct" + suffix: arc_ok.sum(1).cpu().numpy().astype(np.float64),
+            "correct_labelled" + suffix: las_ok.sum(1).cpu().numpy().astype(np.float64)}
+
+
 def predicted_trees(outputs: torch.Tensor, targets: torch.Tensor, items: Sequence[EncodedExample],
-                    n_words: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+                    n_words: Sequence[int], *, tree: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per sentence of a batch (``items``, with ``n_words`` words each), the predicted head (1-based word
-    index, 0 = root) and label id of every word, argmax-decoded as :meth:`Parsing.record` scores them;
-    -1 for a word without a piece of its own."""
-    pred = _masked_arcs(outputs, targets).argmax(-1).cpu().numpy()
-    lab = torch.gather(outputs[..., 1:], 2, torch.as_tensor(pred, device=outputs.device)[:, :, None, None]
-                       .expand(-1, -1, 1, outputs.shape[-1] - 1))[:, :, 0].argmax(-1).cpu().numpy()
+    index, 0 = root) and label id of every word, decoded as :meth:`Parsing.record` scores them (the best
+    one-root tree, or with ``tree=False`` the per-word argmax); -1 for a word without a piece of its own."""
+    heads_at = tree_heads(outputs, targets) if tree else _masked_arcs(outputs, targets).argmax(-1)
+    pred = heads_at.cpu().numpy()
+    lab = _labels_on(outputs, heads_at).cpu().numpy()
     out = []
     for b, (it, n) in enumerate(zip(items, n_words)):
         own = first_pieces(it.word_ids, n)
@@ -155,8 +193,8 @@ def _tree_code(rel: np.ndarray) -> int:
 class Parsing(Task):
     name = "parsing"
     example_unit = "sentences"
-    metrics = ("uas", "las", "loss")
-    higher_is_better = {"uas": True, "las": True, "loss": False}
+    metrics = ("uas", "las", "loss", "uas_argmax", "las_argmax")
+    higher_is_better = {"uas": True, "las": True, "loss": False, "uas_argmax": True, "las_argmax": True}
     loss_metric = "loss"
     loss_name = "arc + label cross-entropy per word"
     problem_type = "dependency_parsing"
@@ -205,12 +243,10 @@ class Parsing(Task):
         with torch.no_grad():
             outputs, targets = outputs.detach(), targets.detach()
             per_token, valid = _word_losses(outputs, targets)
-            pred = _masked_arcs(outputs, targets).argmax(-1)  # [B, T] predicted head position
-            lab_logits = torch.gather(outputs[..., 1:], 2, pred[:, :, None, None].expand(-1, -1, 1, outputs.shape[-1] - 1))
-            pred_lab = lab_logits[:, :, 0].argmax(-1)
             scored = valid & (targets[..., 2] == 1)
-            arc_ok = scored & (pred == targets[..., 0])
-            las_ok = arc_ok & (pred_lab == targets[..., 1])
+            pred = tree_heads(outputs, targets)  # [B, T] head position in the decoded tree
+            hits = {**_hits(outputs, targets, pred, scored, ""),
+                    **_hits(outputs, targets, _masked_arcs(outputs, targets).argmax(-1), scored, "_argmax")}
             is_word = targets[..., 0] != IGNORE
             rank = torch.cumsum(is_word.long(), 1) * is_word  # word number (1-based) of each first piece
             rank_of_head = torch.gather(rank, 1, pred)  # 0 for the root
@@ -223,8 +259,7 @@ class Parsing(Task):
             "loss": (loss_sum / n_loss.clamp_min(1)).cpu().numpy(),
             "loss_sum": loss_sum.cpu().numpy(),
             "n_loss": n_loss.cpu().numpy(),
-            "correct": arc_ok.sum(1).cpu().numpy().astype(np.float64),
-            "correct_labelled": las_ok.sum(1).cpu().numpy().astype(np.float64),
+            **hits,
             "n_scored": scored.sum(1).cpu().numpy().astype(np.float64),
         }
 
@@ -239,7 +274,8 @@ class Parsing(Task):
                 return np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1), np.nan)
 
         return {"uas": ratio("correct", "n_scored"), "las": ratio("correct_labelled", "n_scored"),
-                "loss": ratio("loss_sum", "n_loss")}
+                "loss": ratio("loss_sum", "n_loss"), "uas_argmax": ratio("correct_argmax", "n_scored"),
+                "las_argmax": ratio("correct_labelled_argmax", "n_scored")}
 
     def n_predicted(self, pred: np.ndarray) -> int:
         """Distinct predicted trees (by their relative head offsets)."""

@@ -216,7 +216,7 @@ def loop_config(config: FinetuneConfig, schedule: Schedule, metric: str, checkpo
     return LoopConfig(
         total_steps=schedule.total_steps, steps_per_epoch=schedule.steps_per_epoch, warmup_steps=schedule.warmup_steps,
         batch_size=config.batch_size, grad_accum=config.grad_accum, learning_rate=config.learning_rate,
-        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, seed=config.seed,
+        head_lr=config.head_lr, weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, seed=config.seed,
         eval_every=config.eval_every, early_stopping=config.early_stopping, metric=metric,
         greater_is_better=higher_is_better().get(metric, metric != "loss"), save_every=config.save_every, checkpoint_dir=checkpoint_dir, resume=resume,
         dtype=config.dtype,
@@ -290,7 +290,7 @@ def training_record(config: FinetuneConfig, model: torch.nn.Module, training: Tr
 def checkpoint_fingerprint(config: FinetuneConfig, train: Corpus, eval: Corpus | None) -> str:  # noqa: A002
     """Identity of the settings that checkpoints must share to be resumed (not ``out``, ``save_every``, ``device``)."""
     d = config.to_dict()
-    for key in ("out", "save_every", "device"):
+    for key in ("out", "save_every", "device", "recipe"):
         d.pop(key, None)
     parts = [d, train.fingerprint(), eval.fingerprint() if eval is not None else None]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]

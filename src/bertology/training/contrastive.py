@@ -320,6 +320,8 @@ class ContrastiveTask:
 class ContrastiveTrainer(Trainer):
     """A SimCSE sentence encoder (no head): sentences or NLI triplets; STS Spearman and anisotropy before and after."""
 
+    recipe_name = "contrastive"
+
     unit = "sentences"
 
     def prepare_data(self, train: Corpus, eval: Corpus | None) -> RunData:  # noqa: A002

@@ -49,6 +49,7 @@ from bertology.training.heads import Batching, HeadTask  # HeadTask: also import
 from bertology.training.loop import LoopOutcome
 from bertology.training.parser import ParserTrainer
 from bertology.training.qa import QATrainer
+from bertology.training.recipes import apply_recipe
 from bertology.training.skeleton import Finish, ModelToTrain, RunData, Trainer
 from bertology.training.tagging import TaggerTrainer, is_tagging_run
 
@@ -223,6 +224,11 @@ class SequenceTrainer(Trainer):
         self.task, self.task_choice = task, reason
         self.distinct: list[str] = []
 
+    @property
+    def recipe_name(self) -> str:  # type: ignore[override]
+        """The recipe of the task chosen (classification or regression)."""
+        return self.task.name
+
     def strata(self, labels: list[str]) -> list[str]:
         """What the held-out split is stratified by."""
         return labels
@@ -380,6 +386,16 @@ def trainer_for(config: FinetuneConfig, train) -> Trainer:
     if is_tagging_run(config, train):
         return TaggerTrainer(config)
     return sequence_trainer(config, train)
+
+
+def resolve_run_config(config: FinetuneConfig, train) -> FinetuneConfig:
+    """The settings a run on ``train`` uses (what its fingerprint and manifest record): old names mapped, ``auto``
+    decided (:func:`~bertology.training.common.resolve_config`), then every setting left to the task's recipe filled
+    from the recipe of the trainer the data calls for (:func:`~bertology.training.recipes.apply_recipe`)."""
+    config = resolve_config(config, train)
+    if config.recipe is not None:  # already filled (the task, and so the trainer, is decided once)
+        return config
+    return apply_recipe(config, trainer_for(config, train).recipe_name)
 
 
 def finetune(

@@ -71,6 +71,7 @@ class LoopConfig:
     batch_size: int
     grad_accum: int = 1
     learning_rate: float = 5e-5
+    head_lr: float | None = None  # the task head's peak rate (None: learning_rate); see _optimizer
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
     seed: int = 0
@@ -147,14 +148,29 @@ def checkpoints(folder: str | Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
+def head_parameter_names(model: torch.nn.Module) -> set[str]:
+    """Names of the parameters of the task head: every parameter outside the encoder (``model.base_model``; a
+    model that is its own base model, such as a bare encoder, has no head)."""
+    base = getattr(model, "base_model", model)
+    if base is model:
+        return set()
+    inside = {id(p) for p in base.parameters()}
+    return {n for n, p in model.named_parameters() if id(p) not in inside}
+
+
 def _optimizer(model: torch.nn.Module, cfg: LoopConfig) -> torch.optim.Optimizer:
+    """AdamW over four groups: encoder and head (the head at ``head_lr``, Dozat & Manning's separate rate for the
+    biaffine scorer), each with and without weight decay (none on biases and LayerNorm weights)."""
     no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if not named:
         raise BertologyError("Every parameter is frozen; nothing would be trained.")
+    head = head_parameter_names(model)
+    head_lr = cfg.head_lr if cfg.head_lr is not None else cfg.learning_rate
     groups = [
-        {"params": [p for n, p in named if not n.endswith(no_decay)], "weight_decay": cfg.weight_decay},
-        {"params": [p for n, p in named if n.endswith(no_decay)], "weight_decay": 0.0},
+        {"params": [p for n, p in named if (n in head) == is_head and n.endswith(no_decay) == bare],
+         "weight_decay": 0.0 if bare else cfg.weight_decay, "lr": head_lr if is_head else cfg.learning_rate}
+        for is_head in (False, True) for bare in (False, True)
     ]
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.learning_rate)
 

@@ -45,7 +45,8 @@ def build_parser(config: FinetuneConfig, labels: list[str]) -> tuple[BiaffinePar
         logger.info("Continuing the checkpoint's parser head (same %d labels)", len(labels))
         return model, loaded.tokenizer, loaded.describe(), True
     enc = encoder(model)
-    head = ParserConfig(labels=tuple(labels), hidden_size=int(enc.config.hidden_size))
+    sizes = {k: getattr(config, k) for k in ("arc_dim", "label_dim") if getattr(config, k) is not None}
+    head = ParserConfig(labels=tuple(labels), hidden_size=int(enc.config.hidden_size), **sizes)
     return BiaffineParser(enc, head), loaded.tokenizer, loaded.describe(), False
 
 
@@ -54,7 +55,8 @@ class ParserTraining(HeadTask):
     (and slices) as every head's (:class:`~bertology.training.heads.HeadTask`), and the predicted trees."""
 
     def predictions(self, model: BiaffineParser, corpus: Corpus, labels: list[str]) -> pd.DataFrame:
-        """One row per held-out sentence: its words, the gold and predicted heads and labels, and the counts UAS/LAS use."""
+        """One row per held-out sentence: its words, the gold and predicted heads and labels (of the decoded tree), and
+        the counts UAS/LAS use (of the tree, and ``*_argmax`` of the per-word argmax)."""
         rows: dict[int, dict] = {}
         model.eval()
         with torch.inference_mode():
@@ -71,12 +73,16 @@ class ParserTraining(HeadTask):
                         "predicted_labels": " ".join(labels[i] if i >= 0 else "_" for i in labs),
                         "n_scored": int(rec["n_scored"][k]), "correct": int(rec["correct"][k]),
                         "correct_labelled": int(rec["correct_labelled"][k]),
+                        "correct_argmax": int(rec["correct_argmax"][k]),
+                        "correct_labelled_argmax": int(rec["correct_labelled_argmax"][k]),
                     }
         return pd.DataFrame([rows[i] for i in sorted(rows)])
 
 
 class ParserTrainer(Trainer):
     """A biaffine parser on CoNLL-U trees: the relations of the training data as labels, a seeded sentence split."""
+
+    recipe_name = "parsing"
 
     unit = "sentences"
     task = get_task("parsing")
@@ -117,7 +123,8 @@ class ParserTrainer(Trainer):
 
     def finish(self, loaded: ModelToTrain, head: ParserTraining, data: RunData, outcome: LoopOutcome) -> Finish:
         return Finish(predictions=head.predictions(loaded.model, data.eval, self.labels), record={
-            "parser": {**loaded.model.parser_config.to_dict(), "decoding": "per-word argmax (no tree constraint)",
+            "parser": {**loaded.model.parser_config.to_dict(), "decoding": "the best one-root tree (Chu-Liu-Edmonds); uas_argmax/las_argmax: the "
+                                                                     "per-word argmax (no tree constraint)",
                        "word_representation": "first piece of each word, last layer",
                        "punctuation": f"UPOS {', '.join(PUNCT_UPOS)} left out of UAS/LAS (trained on)",
                        "reused_checkpoint_head": loaded.reused_head},
@@ -129,5 +136,6 @@ def finetune_parser(config: FinetuneConfig, train: Corpus, eval: Corpus | None =
                     progress: bool = False, *, resume: bool = True, on_step=None) -> FinetuneResult:
     """Fine-tune ``config.model`` as a biaffine parser on ``train``'s trees (:class:`ParserTrainer`); the parser is
     saved to ``out/model`` (the encoder as a Hugging Face folder plus the head, :mod:`bertology.models.parser`), the
-    ``finetune`` table has eval rows of ``uas``, ``las`` and ``loss``, and ``predictions`` one row per held-out sentence."""
+    ``finetune`` table has eval rows of ``uas``, ``las`` (of the decoded one-root tree), ``loss``, ``uas_argmax`` and
+    ``las_argmax``, and ``predictions`` one row per held-out sentence."""
     return ParserTrainer(resolve_config(config, train)).run(train, eval, progress=progress, resume=resume, on_step=on_step)

@@ -147,6 +147,8 @@ def _load_qa_model(config: FinetuneConfig):
 class QATrainer(Trainer):
     """Extractive QA on SQuAD data: the loop's items are windows, the held-out split and the metrics are by question."""
 
+    recipe_name = "qa"
+
     unit = "windows"
     task = get_task("qa")
     task_choice = "qa (--task)"

@@ -27,6 +27,7 @@ from bertology.results import now_iso, read_table, write_table
 from bertology.runs import manifest_header, open_run
 from bertology.settings import describe, field_settings
 from bertology.training.common import INTERVALS_TABLE
+from bertology.training.recipes import undertraining_warnings
 
 KIND = "finetune"
 
@@ -49,10 +50,13 @@ class FinetuneRun:
 
 def run_fingerprint(config: FinetuneConfig, train: Corpus, evaluation: Corpus | None = None) -> str:
     """Identity of a run: every setting that changes the numbers (not ``out``), the data and the base weights."""
-    from bertology.training.common import resolve_config
+    from bertology.training.finetune import resolve_run_config
 
-    d = resolve_config(config, train).to_dict()  # the old and the new name of a setting are one run
+    d = resolve_run_config(config, train).to_dict()  # the old and the new name of a setting are one run
     d.pop("out", None)
+    d.pop("recipe", None)  # a value is one run whether the user or the task's recipe gave it
+    if d.get("head_lr") == d.get("learning_rate"):  # one rate for encoder and head: runs from before head_lr match
+        d.pop("head_lr", None)
     for s in field_settings(FinetuneConfig):  # e.g. save_every: where checkpoints are kept does not change the numbers
         if not s.changes_numbers:
             d.pop(s.name, None)
@@ -77,6 +81,7 @@ _NEW_DEFAULTS = {
     "exclude_words": (), "slice_words": (), "grad_accum": 1, "eval_every": None, "early_stopping": None,
     "early_stopping_metric": None, "max_grad_norm": 1.0, "dtype": "float32", "tag_column": "upos",
     "doc_stride": 128, "max_answer_length": 30, "null_threshold": 0.0, "qa_split": "article",
+    "arc_dim": None, "label_dim": None,
 }
 
 
@@ -86,8 +91,12 @@ def settings_record(config: FinetuneConfig) -> dict:
     settings table reads it."""
     run = {s.name: s for s in field_settings(FinetuneConfig)}
     data = {s.name: s for s in FINETUNE_DATA_SETTINGS}
-    return {**describe(run, {n: getattr(config, n) for n in run}, {n: "finetune" for n in run}),
-            **describe(data, {n: getattr(config.data, n) for n in data}, {n: "data" for n in data})}
+    out = {**describe(run, {n: getattr(config, n) for n in run}, {n: "finetune" for n in run}),
+           **describe(data, {n: getattr(config.data, n) for n in data}, {n: "data" for n in data})}
+    recipe = config.recipe or {}
+    for name in recipe.get("from_recipe", ()):  # the value used, and that the task's recipe gave it
+        out["finetune"][name]["source"] = f"the {recipe['task']} recipe"
+    return out
 
 
 def _device_info(device: str) -> dict:
@@ -115,10 +124,9 @@ def finetune_to_dir(
     identical run that was interrupted resumes from its latest checkpoint (``save_every``) unless
     ``retrain``; ``on_step(step)`` is passed to the training loop.
     """
-    from bertology.training.common import resolve_config
-    from bertology.training.finetune import finetune
+    from bertology.training.finetune import finetune, resolve_run_config
 
-    config = resolve_config(config, train)  # old names mapped, contrastive "auto" decided: what the fingerprint sees
+    config = resolve_run_config(config, train)  # old names mapped, "auto" decided, the task's recipe filled in
     resolve_dtype(config.dtype, resolve_device(config.device))  # a missing GPU or dtype: an error before the run folder is touched
     fingerprint = run_fingerprint(config, train, evaluation)
     # another run (allowed by --overwrite) or a retrain: nothing of the old one may remain
@@ -151,6 +159,7 @@ def finetune_to_dir(
             if enc.get("n_truncated")
         ] + [w for corpus in (train, evaluation) if corpus is not None for w in corpus.stats.get("label_warnings", [])]
         warnings += chance_warnings(result.predictions)
+        warnings += undertraining_warnings(result.table, result.metrics, details.get("task"))
         run_dir.write_manifest(
             {
                 **header,

@@ -36,6 +36,7 @@ from bertology.training.common import (
 )
 from bertology.training.data import eval_slices, exclude_examples
 from bertology.training.loop import LoopOutcome, TrainTask, seed_everything, train_loop
+from bertology.training.recipes import apply_recipe, recipe_record
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,8 @@ class Trainer(ABC):
     unit: str = "examples"
     #: The labels (classes, tags, relations) the head predicts, in the manifest; None for a numeric target.
     labels: list[str] | None = None
+    #: The recipe (:data:`bertology.training.recipes.RECIPES`) whose defaults fill the settings left unset.
+    recipe_name: str = "classification"
 
     def __init__(self, config: FinetuneConfig) -> None:
         self.config = config
@@ -185,7 +188,7 @@ class Trainer(ABC):
             on_step=None) -> FinetuneResult:
         """Fine-tune: check, prepare the data, seed, load, prepare the model, train, save, record."""
         t0 = time.perf_counter()
-        config = self.config
+        config = self.config = apply_recipe(self.config, self.recipe_name)
         check_config(config)
         data = self.prepare_data(train, eval)
         self.check_metric()
@@ -195,10 +198,10 @@ class Trainer(ABC):
         surgery = prepare_model(loaded.model, config, device)
         head = self.make_head(loaded, data, device)
         schedule = plan_schedule(config, head.n_items)
-        logger.info("Fine-tuning %s (%s) on %d %s: %d steps (%d per epoch, %g epochs), batch %d x %d, lr %g",
+        logger.info("Fine-tuning %s (%s) on %d %s: %d steps (%d per epoch, %g epochs), batch %d x %d, lr %g (head %g)",
                     loaded.name, self.task.name if self.task else head.objective, head.n_items, self.unit,
                     schedule.total_steps, schedule.steps_per_epoch, config.epochs, config.batch_size, config.grad_accum,
-                    config.learning_rate)
+                    config.learning_rate, config.head_lr)
         checkpoint_dir = checkpoint_folder(config, data.train, data.eval, resume)
         metric = config.early_stopping_metric or self.default_metric()
         outcome = train_loop(loaded.model, head, loop_config(config, schedule, metric, checkpoint_dir, resume),
@@ -226,5 +229,6 @@ class Trainer(ABC):
             **training_record(self.config, loaded.model, training, token_types=head.use_token_types,
                               exclusion=data.exclusion, slicing=data.slicing, tokenisation=head.tokenisation()),
             **done.record,
+            "recipe": recipe_record(self.config),
             "base_model": loaded.describe(),
         }

@@ -137,6 +137,8 @@ def word_predictions(model: torch.nn.Module, enc: EncodedCorpus, corpus: Corpus,
 class TaggerTrainer(Trainer):
     """A token head: one tag per word on its first piece; a seeded random sentence split (no label to stratify by)."""
 
+    recipe_name = "tagging"
+
     unit = "sentences"
 
     def prepare_data(self, train: Corpus, eval: Corpus | None) -> RunData:  # noqa: A002

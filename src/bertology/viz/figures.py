@@ -56,6 +56,8 @@ METRIC_LABELS: dict[str, str] = {
     "exact_match": "exact match",
     "uas": "UAS",
     "las": "LAS",
+    "uas_argmax": "UAS (per-word argmax)",
+    "las_argmax": "LAS (per-word argmax)",
 }
 
 # A calm, print-friendly style applied only inside our own rc_context blocks.

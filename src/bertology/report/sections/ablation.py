@@ -17,6 +17,7 @@ from bertology.tasks.catalog import task_of_table
 _WHAT = {"accuracy": "accuracy", "loss": "cross-entropy loss", "macro_f1": "macro-F1", "pearson": "Pearson r",
          "spearman": "Spearman rho", "mse": "mean squared error", "f1": "SQuAD F1", "exact_match": "exact match",
          "uas": "UAS (punctuation excluded)", "las": "LAS (punctuation excluded)", "entity_f1": "entity F1",
+         "uas_argmax": "UAS of the per-word argmax", "las_argmax": "LAS of the per-word argmax",
          "entity_precision": "entity precision", "entity_recall": "entity recall"}
 #: Metrics shown beside the primary one in the table of removals, with their own delta and interval (a BIO
 #: tagger's entity F1: its primary metric is the word accuracy).

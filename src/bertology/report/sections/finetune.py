@@ -82,7 +82,8 @@ def finetune_section(df: pd.DataFrame, figs: Figures, derived: list[dict],
     }
     evals = last[last["split"] == "eval"]
     cis = _final_intervals(intervals)
-    for metric in ("accuracy", "macro_f1", "entity_f1", "pearson", "spearman", "f1", "exact_match", "uas", "las"):
+    for metric in ("accuracy", "macro_f1", "entity_f1", "pearson", "spearman", "f1", "exact_match", "uas", "las",
+                   "uas_argmax", "las_argmax"):
         hit = evals[evals["metric"] == metric]
         if len(hit):
             ci = cis.get(metric)

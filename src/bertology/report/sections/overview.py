@@ -182,7 +182,9 @@ def _declared_row(record: Mapping[str, Any]) -> dict:
     """One declared setting: its flag, its value, and what the default was when the run changed it."""
     value, default = record.get("value"), record.get("default")
     text = fmt_value(value) if value is not None else "not given"
-    if value != default:
+    if record.get("source"):  # a default the task's recipe gave (bertology.training.recipes)
+        text += f" ({record['source']})"
+    elif value != default:
         text += f" (default {fmt_value(default) if default is not None else 'not given'})"
     if record.get("paper"):
         text += f"; {record['paper']}"
