@@ -387,3 +387,21 @@ def test_one_writer_per_study_folder_and_an_unwritable_out_is_one_clear_error(tm
     assert result.exit_code == 2 and "Cannot write into --out" in result.output and "internal error" not in result.output
     done = run_study(spec, out)  # the lock was the only thing in the folder: the study runs and resumes there
     assert all(j.status == "done" for j in done.jobs)
+
+
+def test_a_changed_task_recipe_makes_the_fine_tunes_other_runs(tmp_path, monkeypatch):
+    """Seeds trained before and after a recipe change are not mixed: the recipe's values are in the fingerprint,
+    except those [lab] sets itself."""
+    from dataclasses import replace
+
+    from bertology.study import jobs
+    from bertology.training import recipes
+
+    spec = load_spec(tiny_study(tmp_path))
+    before = [j.fingerprint for j in jobs.finetune_jobs(spec, tmp_path / "out")]
+    old = recipes.RECIPES["classification"]
+    monkeypatch.setitem(recipes.RECIPES, "classification", replace(old, warmup_ratio=0.2))
+    after = [j.fingerprint for j in jobs.finetune_jobs(spec, tmp_path / "out")]
+    assert all(a != b for a, b in zip(before, after))  # task a is classification, b is auto (may be one)
+    monkeypatch.setitem(recipes.RECIPES, "classification", replace(old, epochs=9.0))  # [lab] sets epochs
+    assert [j.fingerprint for j in jobs.finetune_jobs(spec, tmp_path / "out")] == before

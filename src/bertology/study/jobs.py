@@ -158,10 +158,27 @@ def finetune_jobs(spec: StudySpec, study: Path) -> list[FinetuneJob]:
             continue
         data = {k: file_sha256(v) for k, v in (("data", task.data), ("eval_data", task.eval_data)) if v}
         for seed in task.seeds:
-            fp = fingerprint("finetune", base_id, task.type, task.columns, data, lab, seed, spec.device)
+            fp = fingerprint("finetune", base_id, task.type, task.columns, data, lab, seed, spec.device,
+                             recipe_numbers(task.type, spec.lab))
             jobs.append(FinetuneJob(f"finetune:{task.name}/s{seed}", task, seed, spec.base, lab, spec.device,
                                     str(study / "finetune" / task.name / f"s{seed}"), fp, num_cpus=cpus, num_gpus=gpus))
     return jobs
+
+
+#: The settings a task's recipe fills when ``[lab]`` leaves them out (``bertology.training.recipes``).
+RECIPE_SETTINGS = ("learning_rate", "head_lr", "epochs", "batch_size", "warmup_ratio", "arc_dim", "label_dim")
+
+
+def recipe_numbers(task_type: str, lab: dict) -> dict:
+    """The recipe values a task's fine-tunes will use for what ``[lab]`` does not set, by task (``auto``: either
+    of the two it may choose), so a changed recipe makes the fine-tunes another run instead of mixing seeds
+    trained before and after it."""
+    from bertology.study.spec import LAB_KEYS
+    from bertology.training.recipes import recipe_for
+
+    given = {LAB_KEYS.get(k, k) for k in lab}  # "lr" is learning_rate
+    tasks = ("classification", "regression") if task_type == "auto" else (task_type,)
+    return {t: {k: getattr(recipe_for(t), k) for k in RECIPE_SETTINGS if k not in given} for t in tasks}
 
 
 def compare_job(spec: StudySpec, job_id: str, kind: str, base: str, base_id: str,
