@@ -278,6 +278,26 @@ def split_classifier(folder: str | Path, texts: list[str]) -> list[int]:
     return classifier_logits(folder, texts).argmax(-1).tolist()
 
 
+def move_every_weight(parameters, scale: float = 0.3, seed: int = 2) -> None:
+    """Add ``scale`` x N(0, 1) x (mean magnitude + 0.05) to every parameter, in place: a "tuned" model in which
+    every unit changed (for revert and transplant tests, which need each unit to matter)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in parameters:
+            p.add_(scale * torch.randn(p.shape, generator=g) * (p.abs().mean() + 0.05))
+
+
+def moved_classifier_pair(folder: str | Path) -> tuple[Path, Path, list[int]]:
+    """A tiny base encoder and a tuned two-label classifier whose encoder weights all moved, and labels for
+    ``SENTENCES * 2`` that the tuned classifier fits (:func:`split_classifier`)."""
+    base, tuned = tiny_bert_pair(folder, classifier=True)
+    model = BertForSequenceClassification.from_pretrained(tuned, attn_implementation="eager")
+    move_every_weight(model.bert.parameters(), seed=3)
+    model.save_pretrained(tuned)
+    tiny_tokenizer().save_pretrained(tuned)
+    return base, tuned, split_classifier(tuned, SENTENCES * 2)
+
+
 # --------------------------------------------------------------------------------------------------
 # Extractive question answering: a SQuAD-layout fixture and a tiny QA model with a fast tokenizer
 # --------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from bertology.errors import BertologyError
 from bertology.models import sites
 from bertology.models.loading import load_model
 from bertology.models.revert import all_pieces, check_base, encoder_parameter_names, piece_names, reverted, unit_pieces
-from bertology.testing import FAMILY_CONFIGS, SENTENCES, save_tiny_family, tiny_tokenizer
+from bertology.testing import FAMILY_CONFIGS, SENTENCES, move_every_weight, save_tiny_family, tiny_tokenizer
 
 _BERT_ATT = ["attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
              "attention.output.LayerNorm"]
@@ -57,21 +57,13 @@ VARIANTS = [(mt, mt, {}) for mt in FAMILY_CONFIGS if mt != "albert"] + [
 FAMILIES = [pytest.param(name, mt, id=name) for name, mt, _ in VARIANTS]
 
 
-def _perturb(model: torch.nn.Module, seed: int) -> None:
-    """A stand-in for fine-tuning: every weight moved by seeded noise."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.2 * torch.randn(p.shape, generator=g) * (p.detach().abs().mean() + 0.05))
-
-
 def _pair(root, name: str, model_type: str, extra: dict):
     """(base encoder, tuned classifier): the classifier starts from the base encoder, then everything is perturbed."""
     folder = save_tiny_family(root / name, model_type, **extra)
     base = load_model(folder).model
     torch.manual_seed(1)
     tuned = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=3, attn_implementation="eager").eval()
-    _perturb(tuned, seed=2)
+    move_every_weight(tuned.parameters(), 0.2)  # a stand-in for fine-tuning
     return base, tuned
 
 

@@ -16,7 +16,7 @@ from bertology.errors import BertologyError
 from bertology.models import sites
 from bertology.models.loading import load_model
 from bertology.models.transplant import Part, parts_key, transplanted
-from bertology.testing import SENTENCES, save_tiny_family, tiny_tokenizer
+from bertology.testing import SENTENCES, move_every_weight, save_tiny_family, tiny_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -34,10 +34,7 @@ def _pair(root, model_type: str):
     base = load_model(folder).model
     torch.manual_seed(1)
     tuned = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=3, attn_implementation="eager").eval()
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():
-        for p in tuned.parameters():
-            p.add_(0.2 * torch.randn(p.shape, generator=g) * (p.detach().abs().mean() + 0.05))
+    move_every_weight(tuned.parameters(), 0.2)
     return base, tuned
 
 

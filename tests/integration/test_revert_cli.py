@@ -4,10 +4,8 @@ import json
 
 import pandas as pd
 import pytest
-import torch
-from transformers import BertForSequenceClassification
 
-from bertology.testing import SENTENCES, save_tiny_bert, split_classifier, tiny_bert_pair, tiny_tokenizer
+from bertology.testing import SENTENCES, moved_classifier_pair, save_tiny_bert
 from cli_checks import assert_user_error, invoke  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -18,16 +16,7 @@ REVERT_LAYER_MODES = {"revert_attention", "revert_ffn", "revert_layer", "revert_
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     """(base encoder, tuned classifier whose encoder weights all moved, labels the tuned model fits)."""
-    folder = tmp_path_factory.mktemp("revert-pair")
-    base, tuned = tiny_bert_pair(folder, classifier=True)
-    model = BertForSequenceClassification.from_pretrained(tuned, attn_implementation="eager")
-    g = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for p in model.bert.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=g) * (p.abs().mean() + 0.05))
-    model.save_pretrained(tuned)
-    tiny_tokenizer().save_pretrained(tuned)
-    return base, tuned, split_classifier(tuned, SENTENCES * 2)
+    return moved_classifier_pair(tmp_path_factory.mktemp("revert-pair"))
 
 
 @pytest.fixture()

@@ -5,10 +5,8 @@ import json
 
 import pandas as pd
 import pytest
-import torch
-from transformers import BertForSequenceClassification
 
-from bertology.testing import SENTENCES, split_classifier, tiny_bert_pair, tiny_tokenizer
+from bertology.testing import SENTENCES, moved_classifier_pair
 from cli_checks import assert_user_error, invoke  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -17,16 +15,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     """(base encoder, tuned classifier whose encoder weights all moved, labels the tuned model fits)."""
-    folder = tmp_path_factory.mktemp("transplant-pair")
-    base, tuned = tiny_bert_pair(folder, classifier=True)
-    model = BertForSequenceClassification.from_pretrained(tuned, attn_implementation="eager")
-    g = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for p in model.bert.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=g) * (p.abs().mean() + 0.05))
-    model.save_pretrained(tuned)
-    tiny_tokenizer().save_pretrained(tuned)
-    return base, tuned, split_classifier(tuned, SENTENCES * 2)
+    return moved_classifier_pair(tmp_path_factory.mktemp("transplant-pair"))
 
 
 @pytest.fixture()

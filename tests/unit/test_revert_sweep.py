@@ -15,7 +15,7 @@ from bertology.errors import BertologyError
 from bertology.experiments.revert_sweep import plan_revert_units, run_revert
 from bertology.experiments.scoring import HeadScoring
 from bertology.models.loading import load_model
-from bertology.testing import SENTENCES, save_tiny_family, tiny_tokenizer
+from bertology.testing import SENTENCES, move_every_weight, save_tiny_family, tiny_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -25,10 +25,7 @@ def _pair(tmp_path, model_type: str = "bert"):
     base = load_model(folder).model
     torch.manual_seed(1)
     tuned = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=2, attn_implementation="eager").eval()
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():
-        for p in tuned.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=g) * (p.abs().mean() + 0.05))
+    move_every_weight(tuned.parameters())
     return base, tuned
 
 
