@@ -18,7 +18,7 @@ from matplotlib.patches import Patch, Rectangle
 
 from bertology.tasks.catalog import higher_is_better, task_of_table
 from bertology.viz.figures import (
-    _STYLE, _label, _layer_head_figure, _layer_head_matrix, _new_figure, _plain, _require,
+    _STYLE, _label, _layer_head_figure, _layer_head_matrix, _new_figure, _plain, _require, scatter_by_layer,
 )
 
 __all__ = ["ablation_figures", "ablation_heatmap", "importance_scatter", "layer_ablation_bars", "pruning_curve_figure"]
@@ -141,19 +141,13 @@ def importance_scatter(importance: pd.DataFrame, table: pd.DataFrame, metric: st
     m = importance.merge(heads, on=["layer", "head"])
     if m.empty:
         raise ValueError("importance_scatter: no heads in common")
-    layers = sorted(m["layer"].unique())
     cmap = mpl.colormaps["plasma"]
     with mpl.rc_context(_STYLE):
         fig = _new_figure((4.8, 3.4))
         ax = fig.add_subplot()
-        for i, layer in enumerate(layers):
-            part = m[m["layer"] == layer]
-            color = cmap(0.85 * i / max(1, len(layers) - 1))
-            ax.scatter(part["importance"], part["delta"], s=16, color=color, label=f"L{layer}", zorder=2)
-        ax.axhline(0, color="#999999", linewidth=0.8, linestyle="--", zorder=1)
+        layers = scatter_by_layer(ax, m, "importance", "delta")
         ax.set_xlabel("importance (per-layer normalised)")
         ax.set_ylabel(f"Δ {_label(metric)} when removed")
-        ax.grid(True)
         rho = m["importance"].rank().corr(m["delta"].rank())
         sign = 1 if not _HIGHER_IS_BETTER.get(metric, True) else -1
         ax.set_title(_plain(title) if title else f"Importance vs ablation (Spearman {sign * rho:+.2f})", loc="left")

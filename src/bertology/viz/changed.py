@@ -9,7 +9,7 @@ import matplotlib as mpl
 import pandas as pd
 from matplotlib.figure import Figure
 
-from bertology.viz.figures import _STYLE, _label, _new_figure, _plain, _require
+from bertology.viz.figures import _STYLE, _label, _new_figure, _plain, _require, scatter_by_layer
 
 __all__ = ["changed_needed_scatter"]
 
@@ -25,19 +25,12 @@ def changed_needed_scatter(units: pd.DataFrame, measure: str, metric: str, *, ti
     m = units[(units["level"] == "head") & (units["change_measure"] == measure) & (units["metric"] == metric)]
     if m.empty:
         raise ValueError(f"changed_needed_scatter: no heads with {measure} and {metric}")
-    layers = sorted(m["layer"].unique())
-    cmap = mpl.colormaps["plasma"]
     with mpl.rc_context(_STYLE):
         fig = _new_figure((4.8, 3.4))
         ax = fig.add_subplot()
-        for i, layer in enumerate(layers):
-            part = m[m["layer"] == layer]
-            ax.scatter(part["change"], part["needed"], s=16, color=cmap(0.85 * i / max(1, len(layers) - 1)),
-                       label=f"L{int(layer)}", zorder=2)
-        ax.axhline(0, color="#999999", linewidth=0.8, linestyle="--", zorder=1)
+        layers = scatter_by_layer(ax, m, "change", "needed")
         ax.set_xlabel(CHANGE_LABELS.get(measure, _plain(measure)))
         ax.set_ylabel(f"{_label(metric)} lost when reverted")
-        ax.grid(True)
         ax.set_title(_plain(title) if title else "Changed vs needed, per head", loc="left")
         if len(layers) <= 24:
             ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), handletextpad=0.2)

@@ -116,6 +116,20 @@ def _plain(text: Any) -> str:
     return str(text).replace("$", r"\$")
 
 
+def scatter_by_layer(ax, frame: pd.DataFrame, x: str, y: str) -> list:
+    """Points of ``frame`` (x, y) coloured by layer on the plasma scale, a dashed zero line and a grid; the
+    layers drawn (the head scatters of the ablation and changed-vs-needed sections share this look)."""
+    cmap = mpl.colormaps["plasma"]
+    layers = sorted(frame["layer"].unique())
+    for i, layer in enumerate(layers):
+        part = frame[frame["layer"] == layer]
+        ax.scatter(part[x], part[y], s=16, color=cmap(0.85 * i / max(1, len(layers) - 1)), label=f"L{int(layer)}",
+                   zorder=2)
+    ax.axhline(0, color="#999999", linewidth=0.8, linestyle="--", zorder=1)
+    ax.grid(True)
+    return layers
+
+
 def _label(metric: Any) -> str:
     return _plain(METRIC_LABELS.get(str(metric), str(metric)))
 
