@@ -108,7 +108,7 @@ def test_cli_compare_prints_ablation_summary(pair_dirs, labels, tmp_path):
     assert not (tmp_path / "run/tables/head_importance.parquet").exists()
     bad = runner.invoke(app, ["compare", "--base", str(base), "--tuned", str(tuned), "--data", str(data),
                               "--out", str(tmp_path / "bad"), "--ablation-mode", "half"])
-    assert bad.exit_code == 2 and "--ablation-mode (ablation_mode) must be one of uniform, zero, mean, revert, not" in " ".join(bad.output.split())
+    assert bad.exit_code == 2 and "--ablation-mode (ablation_mode) must be one of uniform, zero, mean, revert, transplant, not" in " ".join(bad.output.split())
 
 
 def test_compare_flags_a_constant_classifier(pair_dirs, labels, tmp_path):

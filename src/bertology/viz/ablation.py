@@ -54,7 +54,8 @@ def ablation_heatmap(table: pd.DataFrame, metric: str = "accuracy", *, title: st
     with mpl.rc_context(_STYLE):
         fig, ax = _layer_head_figure(
             matrix, (width, height),
-            title=_plain(title) if title else f"Δ {_label(metric)} when one head is disabled ({mode})",
+            title=_plain(title) if title else (f"Δ {_label(metric)} when one head is reverted" if mode == "revert"
+                                               else f"Δ {_label(metric)} when one head is disabled ({mode})"),
             colorbar_label=f"Δ {_label(metric)} (ablated − intact)",
             cmap="RdBu" if better else "RdBu_r", vmin=-span, vmax=span, annotate=None, fmt=None, max_annotated=120,
         )
@@ -75,13 +76,15 @@ def ablation_heatmap(table: pd.DataFrame, metric: str = "accuracy", *, title: st
     return fig
 
 
-def layer_ablation_bars(table: pd.DataFrame, metric: str = "accuracy", *, title: str | None = None) -> Figure:
-    """Per-layer delta of ``metric`` for each whole-layer ablation (skip / all heads), with 95% intervals."""
+def layer_ablation_bars(table: pd.DataFrame, metric: str = "accuracy", *, title: str | None = None,
+                        names: dict[str, str] | None = None) -> Figure:
+    """Per-layer delta of ``metric`` for each whole-layer ablation (skip / all heads; revert's attention, feed-forward,
+    whole layer, embeddings), with 95% intervals; ``names``: legend words for ``layer_mode`` values."""
     sub = _one_metric(table, metric, "layer")
     modes = list(pd.unique(sub["layer_mode"]))
     layers = sorted(int(x) for x in sub["layer"].unique())
     better = _HIGHER_IS_BETTER.get(metric, True)
-    colors = ["#1f5aa6", "#e9a23b", "#2a9d8f"]
+    colors = ["#1f5aa6", "#e9a23b", "#2a9d8f", "#9b5de5"]
     width = 0.8 / max(1, len(modes))
     with mpl.rc_context(_STYLE):
         fig = _new_figure((min(6.0, max(4.2, 0.3 * len(layers) * max(1, len(modes)) + 2.0)), 3.2))
@@ -92,7 +95,8 @@ def layer_ablation_bars(table: pd.DataFrame, metric: str = "accuracy", *, title:
             d = part["delta"].to_numpy(dtype=float)
             lo = d - part["ci_low"].to_numpy(dtype=float)
             hi = part["ci_high"].to_numpy(dtype=float) - d
-            ax.bar(x, d, width=width * 0.92, color=colors[k % 3], label=_plain(lm), zorder=2)
+            ax.bar(x, d, width=width * 0.92, color=colors[k % len(colors)], label=_plain((names or {}).get(lm, lm)),
+                   zorder=2)
             ax.errorbar(x, d, yerr=[np.clip(lo, 0, None), np.clip(hi, 0, None)], fmt="none",
                         ecolor="#333333", elinewidth=0.8, capsize=2, zorder=3)
             for xi, di, h in zip(x, d, part["helps"].fillna(False).to_numpy()):
@@ -105,7 +109,9 @@ def layer_ablation_bars(table: pd.DataFrame, metric: str = "accuracy", *, title:
         ax.set_xlabel("layer")
         ax.set_ylabel(f"Δ {_label(metric)}")
         ax.grid(True, axis="y")
-        ax.set_title(_plain(title) if title else f"Δ {_label(metric)} when a whole layer is disabled", loc="left")
+        reverted = "mode" in sub and (sub["mode"] == "revert").any()
+        ax.set_title(_plain(title) if title else f"Δ {_label(metric)} when a {'unit' if reverted else 'whole layer'} is "
+                     f"{'reverted' if reverted else 'disabled'}", loc="left")
         if len(modes) > 1:
             ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
     return fig

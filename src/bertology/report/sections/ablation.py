@@ -11,7 +11,7 @@ import pandas as pd
 
 from bertology.report.format import fmt_value, sortable
 from bertology.report.sections.base import Figures, Section, SectionInput
-from bertology.tasks.catalog import task_of_table
+from bertology.tasks.catalog import higher_is_better, task_of_table
 
 #: How the section's prose names each metric.
 _WHAT = {"accuracy": "accuracy", "loss": "cross-entropy loss", "macro_f1": "macro-F1", "pearson": "Pearson r",
@@ -52,7 +52,26 @@ def _how(first: pd.Series, mode: str) -> str:
     """How the ablation disabled a head, in words (for the captions)."""
     special = " other than [CLS]/[SEP]" if bool(first.get("exclude_special")) else ""
     return {"uniform": "its attention set to 1/L over the tokens" + special,
-            "zero": "its output zeroed", "mean": "its output replaced by its mean over the examples"}.get(mode, mode)
+            "zero": "its output zeroed", "mean": "its output replaced by its mean over the examples",
+            "revert": "its weights put back to the base model's"}.get(mode, mode)
+
+
+#: The section's opening paragraph: what a removal is, by mode (revert puts weights back; the others disable).
+LEDE = ("What the task loses, or gains, when one head or one layer of the tuned classifier is disabled (Kovaleva et "
+        "al. 2019, §4.6; Michel et al. 2019). Every head is disabled alone, and every layer is skipped or has all its "
+        "heads disabled; the change in {metrics} is measured on the same examples, with 95% intervals from a paired "
+        "bootstrap over the examples. A removal \"helps\" only when its whole interval lies on the better side of zero. "
+        "Head importance is the expected absolute gradient of the loss with respect to a gate on each head; the pruning "
+        "curve removes the least important heads first.")
+REVERT_LEDE = ("What the task loses when one unit of the tuned model is put back to the base model's weights (revert; "
+               "Tamkin et al. 2020): every head alone (its query, key and value rows and its columns of the output "
+               "projection), every layer's attention block, feed-forward block and whole layer, and the embeddings "
+               "(layer 0). A unit whose revert costs the task is one whose fine-tuning change the task depends on. The "
+               "change in {metrics} is measured on the same examples, with 95% intervals from a paired bootstrap over "
+               "the examples; a revert \"helps\" only when its whole interval lies on the better side of zero.")
+#: Layer-unit words for the figures and the table (``revert_attention`` -> ``attention``).
+LAYER_UNIT_WORDS = {"revert_attention": "attention block", "revert_ffn": "feed-forward block",
+                    "revert_layer": "whole layer", "revert_embeddings": "embeddings"}
 
 
 def _figures(t: pd.DataFrame, imp: pd.DataFrame | None, curve: pd.DataFrame | None, figs: Figures, how: str) -> list:
@@ -68,15 +87,19 @@ def _figures(t: pd.DataFrame, imp: pd.DataFrame | None, curve: pd.DataFrame | No
         for metric, what in ((main, _WHAT[main]), (loss, _WHAT[loss])):
             figures.append(figs.make(
                 f"ablation_heads_{metric}", lambda m=metric: ablation_heatmap(t, m),
-                f"Change in {what} when one head is disabled ({how}); blue: the task gains, red: it loses. "
+                f"Change in {what} when one head is {'reverted' if how.startswith('its weights') else 'disabled'} ({how}); "
+                "blue: the task gains, red: it loses. "
                 "Outlined cells: the 95% bootstrap interval excludes zero (solid: removal helps, dotted: it hurts).",
                 f"Per-head ablation change in {what}",
             ))
     if (t["target"] == "layer").any():
+        reverted = (t["mode"] == "revert").any() if "mode" in t else False
         figures.append(figs.make(
-            f"ablation_layers_{main}", lambda: layer_ablation_bars(t, main),
-            f"Change in {_WHAT[main]} when a whole layer is disabled: skipped (the block returns its input) or with all "
-            "its heads disabled; bars show the 95% bootstrap interval.",
+            f"ablation_layers_{main}", lambda: layer_ablation_bars(t, main, names=LAYER_UNIT_WORDS),
+            (f"Change in {_WHAT[main]} when one unit of a layer is put back to the base model's weights: its attention "
+             "block, feed-forward block or the whole layer (the embeddings at layer 0)" if reverted else
+             f"Change in {_WHAT[main]} when a whole layer is disabled: skipped (the block returns its input) or with all "
+             "its heads disabled") + "; bars show the 95% bootstrap interval.",
             f"Per-layer ablation change in {_WHAT[main]}",
         ))
     if imp is not None and len(imp):
@@ -119,8 +142,10 @@ def _removals_table(t: pd.DataFrame, main: str, also: list[str]) -> dict:
 
     rows = []
     if (t["target"] == "head").any():
+        better = 1.0 if higher_is_better().get(main, True) else -1.0
+        helping = ranked(t, main, target="head", harmful=False, top=5)
         for kind, part in (("hurts most", ranked(t, main, target="head", harmful=True, top=8)),
-                           ("helps most", ranked(t, main, target="head", harmful=False, top=5))):
+                           ("helps most", helping[better * helping["delta"] > 0])):  # only heads whose removal helps
             rows += [row(r, kind) for r in part.itertuples()]
     rows += [row(r, "layer") for r in t[(t["target"] == "layer") & (t["metric"] == main)].itertuples()]
     return sortable([("unit", "Removed", "text"), ("kind", "Kind", "text"), ("delta", f"Δ {_WHAT[main]}", "num"),
@@ -172,7 +197,10 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
         derived.append(card)
     derived.append({"label": "Removals that help", "text": f"{len(good_acc)} ({main}), {len(good_loss)} ({loss})",
                     "note": "heads or layers whose removal improves the task beyond the 95% interval"})
-    return {"figures": [f for f in figures if f], "table": table, "facts": facts, "degenerate": degenerate}
+    metrics = ", ".join(_WHAT[m] for m in dict.fromkeys([main, *also, loss]))
+    lede = (REVERT_LEDE if mode == "revert" else LEDE).format(metrics=metrics)
+    return {"figures": [f for f in figures if f], "table": table, "facts": facts, "degenerate": degenerate,
+            "lede": lede}
 
 
 def build(inp: SectionInput) -> dict | None:
