@@ -111,3 +111,32 @@ def test_a_full_run_keeps_its_fingerprint_whatever_the_lora_settings(families, d
 
     assert fp() == fp(lora_rank=4)
     assert fp() != fp(method="lora") != fp(method="lora", lora_rank=4)
+
+
+def test_a_study_trains_one_task_with_lora_and_the_other_fully(tmp_path):
+    import sys
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    import bertology.cli  # noqa: F401  (registers every command)
+    from bertology.cli.app import app
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from study_helpers import tiny_study
+
+    spec = tiny_study(tmp_path, seeds=(0,), extra="report = false\nown_data = false\n")
+    text = spec.read_text()
+    spec.write_text(text.replace('name = "a"\n', 'name = "a"\nmethod = "lora"\n', 1))
+    result = CliRunner().invoke(app, ["study", str(spec)])
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "out"
+    a, b = (json.loads((out / f"finetune/{t}/s0/manifest.json").read_text()) for t in "ab")
+    assert a["config"]["method"] == "lora" and a["result"]["lora"]["trainable_parameters"] > 0
+    assert b["config"]["method"] == "full" and b["result"]["lora"] is None
+    assert (out / "finetune/a/s0/model/adapter_config.json").is_file() and (out / "finetune/b/s0/model/config.json").is_file()
+    table = pd.read_parquet(out / "tables" / "attention_change.parquet")
+    assert set(table["tuned"]) == {"a/s0", "b/s0"}  # the adapter was compared as a model, beside the full fine-tune
+    spec.write_text(text.replace('name = "a"\n', 'name = "a"\nmethod = "lora-ish"\n', 1))
+    bad = CliRunner().invoke(app, ["study", str(spec)])
+    assert bad.exit_code != 0 and "method must be one of full, lora" in bad.output
