@@ -329,8 +329,8 @@ class FinetuneConfig:
         "query and value projections, e.g. query,value for BERT, q_lin,v_lin for DistilBERT, Wqkv for ModernBERT).",
         parse=comma_list, metavar="NAMES")
     lora_merge: bool = setting_field(
-        False, "LoRA: also save the adapter merged into its base as a full model (model-merged/).",
-        changes_numbers=False)
+        False, "LoRA: also save the adapter merged into its base as a full model (model-merged/; in the fingerprint, so "
+        "asking for it does not reuse a finished run without one).")
 
     #: which settings the task's recipe filled in (``{"task": ..., "from_recipe": [names]}``; None: none yet):
     #: set by :func:`bertology.training.recipes.apply_recipe`, recorded in the manifest, not in fingerprints

@@ -61,7 +61,7 @@ def run_fingerprint(config: FinetuneConfig, train: Corpus, evaluation: Corpus | 
         if not s.changes_numbers:
             d.pop(s.name, None)
     if d.get("method") == "full":  # LoRA's settings do not touch a full fine-tune
-        for key in ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets"):
+        for key in ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "lora_merge"):
             d.pop(key, None)
     for key, default in _NEW_DEFAULTS.items():  # runs from before these settings existed keep their fingerprint
         if d.get(key) == default:
