@@ -316,6 +316,22 @@ class FinetuneConfig:
         "article", "QA without --eval-data: hold out whole articles (article) or questions (question).",
         choices=("article", "question"))
 
+    # parameter-efficient fine-tuning (issue 34): LoRA adapters on the encoder (peft), the task head trained fully
+    method: Literal["full", "lora"] = setting_field(
+        "full", "full (every weight trained) or lora (low-rank adapters on the encoder's attention, peft; the head "
+        "trained fully; saves an adapter folder).", choices=("full", "lora"), paper="Hu et al. 2021")
+    lora_rank: int = setting_field(8, "LoRA: rank r of the adapters.", minimum=1, paper="Hu et al. 2021")
+    lora_alpha: float = setting_field(16.0, "LoRA: scaling alpha (the update is scaled by alpha / r).", above=0,
+                                      paper="Hu et al. 2021")
+    lora_dropout: float = setting_field(0.1, "LoRA: dropout on the adapters' input.", minimum=0, below=1)
+    lora_targets: tuple[str, ...] = setting_field(
+        (), "LoRA: the encoder's modules to adapt, by the last part of their names (comma list; default: the family's "
+        "query and value projections, e.g. query,value for BERT, q_lin,v_lin for DistilBERT, Wqkv for ModernBERT).",
+        parse=comma_list, metavar="NAMES")
+    lora_merge: bool = setting_field(
+        False, "LoRA: also save the adapter merged into its base as a full model (model-merged/; in the fingerprint, so "
+        "asking for it does not reuse a finished run without one).")
+
     #: which settings the task's recipe filled in (``{"task": ..., "from_recipe": [names]}``; None: none yet):
     #: set by :func:`bertology.training.recipes.apply_recipe`, recorded in the manifest, not in fingerprints
     recipe: dict | None = field(default=None, compare=False)
@@ -332,9 +348,25 @@ class FinetuneConfig:
         check_fields(self)
         for s in FINETUNE_DATA_SETTINGS:
             s.check(getattr(self.data, s.name))
+        self.check_method()
         n = self.data.max_examples
         if n is not None and n < 2:  # 0 is "all" (DataConfig makes it None), 1 is too few to split
             raise BertologyError(f"--max-examples (max_examples) must be at least 2, not {n!r}.")
+
+    def check_method(self) -> None:
+        """LoRA refuses what it cannot honour, in one line: a contrastive encoder (no task head to save with the
+        adapter) and model surgery (the adapter goes back on its base as saved; LoRA already freezes the encoder)."""
+        if self.method != "lora":
+            return
+        if self.objective == "contrastive":
+            raise BertologyError("--method lora trains a task head with adapters; the contrastive objective (an encoder "
+                                 "without a head) is not supported with LoRA yet: use --method full.")
+        clash = [flag for flag, value in (("--drop-layers", self.drop_layers), ("--freeze-layers", self.freeze_layers),
+                                          ("--freeze-embeddings", self.freeze_embeddings)) if value]
+        if clash:
+            raise BertologyError(f"--method lora cannot be combined with {', '.join(clash)}: LoRA already freezes the "
+                                 "whole encoder (only its adapters and the head train), and its adapter is put back on "
+                                 "the unchanged base.")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

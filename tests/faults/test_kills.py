@@ -254,3 +254,28 @@ def test_a_compare_killed_in_its_probe_stage_keeps_its_tables_and_ends_with_the_
     assert _tables(out).keys() == reference.keys() >= {"attention_change", "probe"}
     for name, table in reference.items():
         pd.testing.assert_frame_equal(_tables(out)[name], table, check_exact=True, obj=name)
+
+
+def test_a_killed_lora_finetune_resumes_with_the_same_adapter_bit_for_bit(setup, tmp_path):
+    """``--method lora``: checkpoints hold the adapter (LoRA + head) and the optimiser; the resumed run's adapter
+    equals an uninterrupted run's exactly."""
+    pytest.importorskip("peft")
+    from safetensors.torch import load_file
+
+    folder, base, _, data = setup
+    args = lambda out: ["finetune", "--model", str(base), "--data", str(data), "--out", str(out), "--epochs", "2",  # noqa: E731
+                        "--batch-size", "8", "--save-every", "20", "--max-examples", "400", "--no-report",
+                        "--method", "lora", "--lora-rank", "4"]
+    full = _run(args(tmp_path / "full"))
+    assert full.returncode == 0, full.stderr
+    out = tmp_path / "cut"
+    _kill_when(args(out), lambda: (out / "checkpoints" / "step-20" / "trainer_state.pt").exists())
+    assert _status(out) == "running" and not (out / "model").exists()
+    again = _run(args(out))
+    assert again.returncode == 0, again.stderr
+    assert "resumed from the checkpoint at step" in again.stdout + again.stderr
+    weights = "model/adapter_model.safetensors"
+    a, b = load_file(str(tmp_path / "full" / weights)), load_file(str(out / weights))
+    assert a.keys() == b.keys() and any("lora_B" in k for k in a) and all((a[k] == b[k]).all() for k in a)
+    cols = ["step", "split", "metric", "value"]
+    pd.testing.assert_frame_equal(_tables(out)["finetune"][cols], _tables(tmp_path / "full")["finetune"][cols])

@@ -78,6 +78,12 @@ def _details(manifest: dict) -> list[str]:
         f = s["frozen"]
         lines.append(f"frozen: {f['layers']} bottom layer(s){' + embeddings' if f['embeddings'] else ''} "
                      f"({f['parameters']['frozen']:,} of {f['parameters']['total']:,} parameters)")
+    if s.get("lora"):
+        lo = s["lora"]
+        lines.append(f"LoRA r={lo['rank']} alpha={lo['alpha']:g} on {', '.join(lo['targets'])}: "
+                     f"{lo['trainable_parameters']:,} of {lo['total_parameters']:,} parameters trained "
+                     f"({lo['trainable_percent']:.2f}%)" + (f"; merged model in {lo['merged_model_dir']}"
+                                                             if lo.get("merged_model_dir") else ""))
     es = s.get("early_stopping")
     if es and es.get("stopped_early"):
         lines.append(f"early stopping: best {es['metric']} at step {es['best_step']} (weights restored)")
@@ -102,6 +108,7 @@ PANELS = (
                               "anisotropy_sentences", "anisotropy_pairs")),
     ("question answering", ("doc_stride", "max_answer_length", "null_threshold", "qa_split")),
     ("dependency parsing", ("arc_dim", "label_dim")),
+    ("parameter-efficient (LoRA)", ("method", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "lora_merge")),
 )
 
 

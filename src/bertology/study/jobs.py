@@ -88,7 +88,9 @@ class FinetuneJob:
                 "model": str(run.model_dir), "reused": run.reused}
 
     def finished(self) -> bool:
-        return (self.model_dir / "config.json").exists()
+        from bertology.training.run import is_model_folder
+
+        return is_model_folder(self.model_dir)  # a full model, or a LoRA run's adapter
 
     def outputs(self) -> list[Path]:
         """The files this job promises: every file of the model folder, the run's manifest and tables."""
@@ -150,16 +152,16 @@ Job = FinetuneJob | CompareJob
 def finetune_jobs(spec: StudySpec, study: Path) -> list[FinetuneJob]:
     """One job per (task with data, seed), fingerprinted by the base, the task, the lab settings, the seed and the data."""
     base_id = model_identity(spec.base)
-    lab = tuple(sorted(spec.lab.items()))
     cpus, gpus = _resources(spec.device)
     jobs = []
     for task in spec.tasks:
         if task.models:
             continue
+        lab = task.lab(spec.lab)  # [lab] with the task's own method, when it gives one
         data = {k: file_sha256(v) for k, v in (("data", task.data), ("eval_data", task.eval_data)) if v}
         for seed in task.seeds:
             fp = fingerprint("finetune", base_id, task.type, task.columns, data, lab, seed, spec.device,
-                             recipe_numbers(task.type, spec.lab))
+                             recipe_numbers(task.type, dict(lab)))
             jobs.append(FinetuneJob(f"finetune:{task.name}/s{seed}", task, seed, spec.base, lab, spec.device,
                                     str(study / "finetune" / task.name / f"s{seed}"), fp, num_cpus=cpus, num_gpus=gpus))
     return jobs
@@ -178,7 +180,8 @@ def recipe_numbers(task_type: str, lab: dict) -> dict:
 
     given = {LAB_KEYS.get(k, k) for k in lab}  # "lr" is learning_rate
     tasks = ("classification", "regression") if task_type == "auto" else (task_type,)
-    return {t: {k: getattr(recipe_for(t), k) for k in RECIPE_SETTINGS if k not in given} for t in tasks}
+    method = lab.get("method", "full")  # LoRA's recipe has its own learning rate
+    return {t: {k: getattr(recipe_for(t, method), k) for k in RECIPE_SETTINGS if k not in given} for t in tasks}
 
 
 def compare_job(spec: StudySpec, job_id: str, kind: str, base: str, base_id: str,
@@ -211,11 +214,10 @@ def check_data(spec: StudySpec) -> None:
     from bertology.pipeline import load_data
     from bertology.training.finetune import read_data
 
-    lab = tuple(sorted(spec.lab.items()))
     for task in spec.tasks:
         if task.models or not task.seeds:
             continue
-        job = FinetuneJob(f"check:{task.name}", task, task.seeds[0], spec.base, lab, spec.device, "", "")
+        job = FinetuneJob(f"check:{task.name}", task, task.seeds[0], spec.base, task.lab(spec.lab), spec.device, "", "")
         try:
             read_data(job.config())
         except BertologyError as err:

@@ -62,7 +62,10 @@ LAB_KEYS = {
 }
 #: Fine-tuning settings a study sets itself: the seeds, the device, each [[task]]'s type and columns.
 LAB_DECIDED = ("seed", "device", "task", "text_column", "pair_column", "label_column")
-TASK_KEYS = ("name", "type", "data", "eval_data", "text_column", "pair_column", "label_column", "seeds", "models")
+TASK_KEYS = ("name", "type", "data", "eval_data", "text_column", "pair_column", "label_column", "seeds", "models",
+             "method")
+#: How a [[task]] may fine-tune (``method``; default: [lab]'s, else full): LoRA vs full on one study's seeds.
+METHODS = ("full", "lora")
 COMPARE_KEYS = ("data", "text_column", "pair_column", "label_column", "ood_data", "ood_text_column", "analyses",
                 "max_examples", "max_length", "batch_size", "seed", "report", "own_data", "own_seed_noise")
 TASK_TYPES = ("auto", "classification", "regression", "tagging", "qa", "parsing")
@@ -83,6 +86,11 @@ class TaskSpec:
     label_column: str | None = None
     seeds: tuple[int, ...] = ()
     models: dict[int, str] = field(default_factory=dict)  # seed -> existing fine-tuned model
+    method: str | None = None  # full or lora for this task's fine-tunes (None: [lab]'s method)
+
+    def lab(self, lab: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+        """The fine-tuning settings of this task's jobs: [lab]'s, with this task's ``method`` when it gives one."""
+        return tuple(sorted({**lab, **({"method": self.method} if self.method else {})}.items()))
 
     @property
     def columns(self) -> dict[str, str | None]:
@@ -204,11 +212,15 @@ def _task(raw: dict, i: int, top_seeds: tuple[int, ...] | None, root: Path) -> T
         if "seeds" in raw and sorted(_seeds(raw["seeds"], where)) != sorted(parsed):
             raise BertologyError(f"{where}: seeds {raw['seeds']} differ from the seeds of models {sorted(parsed)}.")
         return TaskSpec(name, kind, seeds=tuple(sorted(parsed)), models=parsed, **columns)
+    method = raw.get("method")
+    if method is not None and method not in METHODS:
+        raise BertologyError(f"{where}: method must be one of {', '.join(METHODS)}, not {method!r}.")
     seeds = _seeds(raw["seeds"], where) if "seeds" in raw else top_seeds
     if seeds is None:
         raise BertologyError(f"{where}: no seeds: set seeds = [...] at the top of the spec or in the task.")
     return TaskSpec(name, kind, data=_file(raw.get("data"), "data", where, root, required=True),
-                    eval_data=_file(raw.get("eval_data"), "eval_data", where, root), seeds=seeds, **columns)
+                    eval_data=_file(raw.get("eval_data"), "eval_data", where, root), seeds=seeds, method=method,
+                    **columns)
 
 
 def _compare(raw, root: Path) -> CompareSpec:

@@ -239,7 +239,7 @@ class _Run:
             return
         step0, path = found[-1]
         state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)  # our own file
-        _load_weights(self.model, path)
+        getattr(self.task, "load_weights", _load_weights)(self.model, path)  # a LoRA run: its adapter's weights
         self.model.to(self.device)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

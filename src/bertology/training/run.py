@@ -60,6 +60,9 @@ def run_fingerprint(config: FinetuneConfig, train: Corpus, evaluation: Corpus | 
     for s in field_settings(FinetuneConfig):  # e.g. save_every: where checkpoints are kept does not change the numbers
         if not s.changes_numbers:
             d.pop(s.name, None)
+    if d.get("method") == "full":  # LoRA's settings do not touch a full fine-tune
+        for key in ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "lora_merge"):
+            d.pop(key, None)
     for key, default in _NEW_DEFAULTS.items():  # runs from before these settings existed keep their fingerprint
         if d.get(key) == default:
             d.pop(key)
@@ -81,7 +84,7 @@ _NEW_DEFAULTS = {
     "exclude_words": (), "slice_words": (), "grad_accum": 1, "eval_every": None, "early_stopping": None,
     "early_stopping_metric": None, "max_grad_norm": 1.0, "dtype": "float32", "tag_column": "upos",
     "doc_stride": 128, "max_answer_length": 30, "null_threshold": 0.0, "qa_split": "article",
-    "arc_dim": None, "label_dim": None,
+    "arc_dim": None, "label_dim": None, "method": "full",
 }
 
 
@@ -192,13 +195,20 @@ def finetune_to_dir(
         )
 
 
+def is_model_folder(folder: Path) -> bool:
+    """A saved model: a full model folder (``config.json``) or a LoRA run's adapter folder."""
+    from bertology.models.peft_adapter import is_adapter_folder
+
+    return (folder / "config.json").exists() or is_adapter_folder(folder)
+
+
 def _model_intact(model_dir: Path, manifest: dict) -> bool:
     """Whether the finished run's model is still the one it saved (config present, weights hash as recorded).
 
     A deleted or truncated model must be trained again, not reused and then fail in every later load.
     """
     recorded = ((manifest.get("models") or {}).get("tuned") or {}).get("weights_sha256")
-    found = weights_fingerprint(model_dir) if (model_dir / "config.json").exists() else None
+    found = weights_fingerprint(model_dir) if is_model_folder(model_dir) else None
     if found is None or recorded is not None and found != recorded:
         logger.warning("%s does not hold the model this run saved (missing or changed weights): training it again",
                        model_dir)
@@ -299,6 +309,9 @@ def summary_of(result) -> dict:
         out["frozen"] = frozen
     if d.get("early_stopping"):
         out["early_stopping"] = d["early_stopping"]
+    if d.get("lora"):
+        out["lora"] = {k: d["lora"][k] for k in ("rank", "alpha", "targets", "trainable_parameters", "total_parameters",
+                                                 "trainable_percent", "merged_model_dir") if k in d["lora"]}
     if d.get("checkpoints") and d["checkpoints"].get("resumed_from_step") is not None:
         out["resumed_from_step"] = d["checkpoints"]["resumed_from_step"]
     return out

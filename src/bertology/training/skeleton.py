@@ -35,6 +35,7 @@ from bertology.training.common import (
     objective_record, plan_schedule, prepare_model, training_record,
 )
 from bertology.training.data import eval_slices, exclude_examples
+from bertology.training.lora import MERGED_DIR, AdapterSaving, save_merged, wrap_lora
 from bertology.training.loop import LoopOutcome, TrainTask, seed_everything, train_loop
 from bertology.training.recipes import apply_recipe, recipe_record
 
@@ -196,7 +197,10 @@ class Trainer(ABC):
         seed_everything(config.seed)
         loaded = self.load(data)
         surgery = prepare_model(loaded.model, config, device)
+        lora = wrap_lora(loaded.model, config, self.task.name if self.task else "contrastive") if config.method == "lora" else None
         head = self.make_head(loaded, data, device)
+        if lora is not None:  # checkpoints and the model folder hold the adapter (LoRA + head)
+            head = AdapterSaving(head, lora, loaded.tokenizer)
         schedule = plan_schedule(config, head.n_items)
         logger.info("Fine-tuning %s (%s) on %d %s: %d steps (%d per epoch, %g epochs), batch %d x %d, lr %g (head %g)",
                     loaded.name, self.task.name if self.task else head.objective, head.n_items, self.unit,
@@ -210,6 +214,10 @@ class Trainer(ABC):
         done = self.finish(loaded, head, data, outcome)
         model_dir = atomic_folder(Path(config.out) / "model", lambda tmp: head.save(loaded.model, tmp))
         details = self._details(loaded, head, data, Training(schedule, surgery, outcome, metric, device), done)
+        details["lora"] = lora.record if lora is not None else None
+        if lora is not None and config.lora_merge:
+            merged = atomic_folder(Path(config.out) / MERGED_DIR, lambda tmp: save_merged(lora, loaded.tokenizer, tmp))
+            details["lora"] = {**lora.record, "merged_model_dir": str(merged)}
         n_train, n_eval = self.counts(head, data)
         wall = time.perf_counter() - t0
         logger.info("Saved the fine-tuned model to %s (%.1f s)", model_dir, wall)
