@@ -140,3 +140,14 @@ def test_a_study_trains_one_task_with_lora_and_the_other_fully(tmp_path):
     spec.write_text(text.replace('name = "a"\n', 'name = "a"\nmethod = "lora-ish"\n', 1))
     bad = CliRunner().invoke(app, ["study", str(spec)])
     assert bad.exit_code != 0 and "method must be one of full, lora" in bad.output
+
+
+def test_without_peft_lora_names_the_extra(monkeypatch):
+    import sys
+
+    from bertology.errors import BertologyError
+    from bertology.training.lora import peft_library
+
+    monkeypatch.setitem(sys.modules, "peft", None)
+    with pytest.raises(BertologyError, match=r"--method lora needs the peft library: pip install 'bertology\[peft\]'"):
+        peft_library()

@@ -73,10 +73,19 @@ def base_name(model: str) -> str:
     return str(Path(model).resolve()) if os.path.exists(model) else model
 
 
+def peft_library():
+    """The ``peft`` module, or one clear error naming the extra that installs it."""
+    try:
+        import peft
+    except ImportError:
+        raise BertologyError("--method lora needs the peft library: pip install 'bertology[peft]'.") from None
+    return peft
+
+
 def wrap_lora(model: torch.nn.Module, config: FinetuneConfig, task: str) -> LoraRun:
     """Put LoRA adapters (``config``'s rank, alpha, dropout, targets) into ``model`` in place; the head modules train
     fully, every other weight is frozen. ``task`` (the trained task's name) decides peft's task type."""
-    import peft
+    peft = peft_library()
 
     if task not in TASK_TYPES:
         raise BertologyError(f"--method lora: the {task} task is not supported ({REFUSED.get(task, 'no adapter form')}).")
@@ -111,9 +120,9 @@ def save_adapter(run: LoraRun, tokenizer, folder: Path) -> None:
 
 def load_adapter_weights(run: LoraRun, folder: Path) -> None:
     """Load a checkpoint's adapter weights (LoRA + head) back into the wrapped model (resuming)."""
-    import peft
     from safetensors.torch import load_file
 
+    peft = peft_library()
     path = folder / "adapter_model.safetensors"
     if not path.is_file():
         raise BertologyError(f"Checkpoint {folder} has no adapter weights; pass --overwrite to start again.")
