@@ -50,7 +50,8 @@ def test_reverting_one_layer_and_one_head_of_minilm_equals_a_hand_copy(minilm):
     assert torch.equal(got, _logits(hand, inputs)) and not torch.equal(got, _logits(tuned, inputs))
     hand = copy.deepcopy(tuned)
     d, h = 32, 5  # 384 / 12 heads
-    rows, mine, theirs = slice(h * d, (h + 1) * d), hand.bert.encoder.layer[1].attention, base.encoder.layer[1].attention
+    rows = slice(h * d, (h + 1) * d)
+    mine, theirs = hand.bert.encoder.layer[1].attention, base.encoder.layer[1].attention
     with torch.no_grad():
         for proj in ("query", "key", "value"):
             getattr(mine.self, proj).weight[rows] = getattr(theirs.self, proj).weight[rows]

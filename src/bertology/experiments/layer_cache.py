@@ -1,4 +1,4 @@
-"""Run many weight variants of one model, reusing a reference model's hidden states below each variant's first changed layer.
+"""Score many weight variants of one model, reusing a reference's hidden states below each one's first changed layer.
 
 The revert and transplant sweeps score many copies of one model that differ from a reference in a few weights:
 a revert unit differs from the tuned model in one layer (or the embeddings); a transplant differs from the head

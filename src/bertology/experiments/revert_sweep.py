@@ -18,9 +18,10 @@ blocks allow it (BERT, RoBERTa, XLM-R, ELECTRA) the tuned model's hidden states 
 once per batch and every unit runs only its layers ``l..L`` and the head from them
 (:mod:`bertology.experiments.layer_cache`), bit-identical to a full forward; the embeddings unit, and every unit
 of the other families, runs a full forward (``params["method"]``: ``cached`` or ``naive``). The tuned model's
-weights are restored bit for bit after each unit (:func:`bertology.models.revert.reverted`). ALBERT's shared layer cannot be reverted one
-depth at a time: its sweep holds the embeddings unit only (``params["refused"]`` says why). Resuming works as
-in the other sweep (``progress_dir``), with the base model's weights in the fingerprint.
+weights are restored bit for bit after each unit (:func:`bertology.models.revert.reverted`). ALBERT's shared
+layer cannot be reverted one depth at a time: its sweep holds the embeddings unit only (``params["refused"]``
+says why). Resuming works as in the other sweep (``progress_dir``), with the base model's weights in the
+fingerprint.
 """
 from __future__ import annotations
 
