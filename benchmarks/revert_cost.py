@@ -6,7 +6,7 @@ checkpoint as a 2-label classifier with every weight moved (``move_every_weight`
 fine-tuned, every unit differs from the base). Data: a seeded stratified sample of ``--n`` (64) of the demo's
 held-out polarity sentences, batches of 32. Units: revert's full plan (intact, 72 heads, 3 blocks x 6 layers,
 embeddings: 92) and transplant's with every head (tuned, head alone, 6 x 3 blocks, 72 heads, embeddings, both
-layer curves: 111 distinct models). Rounds alternate cached and naive (the order flips each round) so machine load
+layer curves: 103 distinct models). Rounds alternate cached and naive (the order flips each round) so machine load
 drifts into both; scoring and bootstrap are outside the clocks. Every round checks that the two methods' per-example
 predictions and losses are equal bit for bit.
 
