@@ -276,7 +276,8 @@ def test_the_shortcut_is_taken_only_where_it_gives_the_same_bits(clf, data, monk
     changes nothing, or one that moves the values by one ulp), and its results equal the naive ones bit for bit."""
     import contextlib
 
-    import bertology.experiments.ablation_sweep as ablation_module  # the sweep's own module: where it looks the name up
+    import bertology.experiments.ablation_sweep as ablation_module  # the check's module: where it looks the name up
+    import bertology.experiments.layer_cache as layer_cache  # the cached forward's module
 
     _, enc, y = data
 
@@ -294,6 +295,7 @@ def test_the_shortcut_is_taken_only_where_it_gives_the_same_bits(clf, data, monk
             handle.remove()
 
     monkeypatch.setattr(ablation_module, "keep_first_token", simulated_shortcut)
+    monkeypatch.setattr(layer_cache, "keep_first_token", simulated_shortcut)
     scoring = HeadScoring(batch_size=4)
     naive = run_ablation(clf.model, enc, y, scoring, n_bootstrap=20, sweep=SweepPlan(method="naive"))
     cached = run_ablation(clf.model, enc, y, scoring, n_bootstrap=20,

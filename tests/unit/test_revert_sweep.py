@@ -58,7 +58,7 @@ def test_revert_sweep_restores_the_model_and_each_unit_equals_a_hand_copy(tmp_pa
     assert set(t["mode"]) == {"revert"} and result.params["refused"] is None
     assert set(t.loc[t["target"] == "layer", "layer_mode"]) == {
         "revert_attention", "revert_ffn", "revert_layer", "revert_embeddings"}
-    assert "degenerate" in result.params and result.params["method"] == "naive"
+    assert "degenerate" in result.params and result.params["method"] == "cached"
 
 
 def test_albert_plans_the_embeddings_only_and_says_why(tmp_path):

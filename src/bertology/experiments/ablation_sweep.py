@@ -60,16 +60,14 @@ from bertology.data.encode import EncodedCorpus
 from bertology.errors import BertologyError
 from bertology.metrics.bootstrap import bootstrap_counts
 from bertology.models import sites
-from bertology.models.hooks import block_input
 from bertology.models.ablate import (
     ablate_heads,
-    bypass_blocks,
     keep_first_token,
-    replace_embeddings,
     replay_output,
     skip_layers,
 )
 from bertology.experiments.degenerate import table_degeneracy
+from bertology.experiments.layer_cache import embedded, run_from
 from bertology.experiments.scoring import (
     Batches,
     HeadScoring,
@@ -314,23 +312,8 @@ class _Sweep:
 
     def _run_from(self, start: int, cache: list[torch.Tensor], *, shortcut: Sequence[bool] | None = None,
                   stop: int | None = None, extra=None) -> list[torch.Tensor]:
-        """Logits of every batch for a forward that enters block ``start`` with the cached hidden states.
-
-        Blocks before ``start`` (and after ``stop``) are bypassed; ``start = N + 1`` runs no block.
-        ``shortcut[b]``: batch ``b`` runs the last block's feed-forward on the first token only.
-        """
-        n = self.n_layers
-        bypass = [l for l in range(1, n + 1) if l < start or (stop is not None and l > stop)]
-        runs_last = start <= n and (stop is None or stop >= n)
-        out = []
-        with replace_embeddings(self.model) as repl, bypass_blocks(self.model, bypass):
-            for b, inp in enumerate(self.batches.inputs):
-                repl.set(cache[b])
-                if extra is not None:
-                    extra(b)
-                with keep_first_token(self.model) if shortcut is not None and shortcut[b] and runs_last else _null():
-                    out.append(_logits(self.model, inp))
-        return out
+        """Logits of every batch entering block ``start`` with the cached hidden states (:func:`layer_cache.run_from`)."""
+        return run_from(self.model, self.batches, start, cache, stop=stop, shortcut=shortcut, extra=extra)
 
     def cached(self, units: Sequence[Unit]) -> None:
         """Layer by layer from cached hidden states; see the module docstring."""
@@ -349,17 +332,7 @@ class _Sweep:
             shortcut = (self._first_token_shortcut_ok() if self.allow_first_token_shortcut
                         else [False] * len(self.batches.inputs))
             self.first_token_shortcut = (sum(shortcut), len(shortcut))
-            # hidden states entering block 1 (hidden state 0; every block bypassed)
-            cache: list[torch.Tensor] = []
-            grab = sites.block(model, 1).register_forward_pre_hook(
-                lambda _m, args, kwargs: cache.append(block_input(args, kwargs)), with_kwargs=True
-            )
-            try:
-                with bypass_blocks(model, range(1, n + 1)):
-                    for inp in self.batches.inputs:
-                        _logits(model, inp)
-            finally:
-                grab.remove()
+            cache = embedded(model, self.batches)  # hidden states entering block 1 (hidden state 0)
             for layer in range(1, top + 1):
                 todo = by_layer.get(layer, [])
                 need_means = self._need_means(todo)
@@ -399,14 +372,6 @@ class _Sweep:
                             logits = self._run_from(layer, cache, shortcut=shortcut, extra=lambda b: rp.set(contexts[b]))
                     self._finish(unit, logits)
                 cache = nxt
-
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 @dataclass(frozen=True)

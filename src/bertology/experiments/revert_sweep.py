@@ -13,11 +13,15 @@ the embeddings as a layer row with ``layer`` 0 and ``layer_mode`` ``revert_embed
 reverted minus intact (the tuned model), with the same paired bootstrap intervals, ``helps``/``hurts``
 flags and degenerate-model checks as the other modes (:func:`~bertology.experiments.ablation_sweep.score_units`).
 
-Every unit runs a full forward of the corpus (the cached sweep of the other modes, which reruns only the
-layers from the ablated one up, is not used here yet). The tuned model's weights are restored bit for bit
-after each unit (:func:`bertology.models.revert.reverted`). ALBERT's shared layer cannot be reverted one
-depth at a time: its sweep holds the embeddings unit only (``params["refused"]`` says why). Resuming works as
-in the other sweep (``progress_dir``), with the base model's weights in the fingerprint.
+A unit that touches only layer ``l`` leaves the tuned model's layers below ``l`` as they are: where the family's
+blocks allow it (BERT, RoBERTa, XLM-R, ELECTRA) the tuned model's hidden states entering each layer are computed
+once per batch and every unit runs only its layers ``l..L`` and the head from them
+(:mod:`bertology.experiments.layer_cache`), bit-identical to a full forward; the embeddings unit, and every unit
+of the other families, runs a full forward (``params["method"]``: ``cached`` or ``naive``). The tuned model's
+weights are restored bit for bit after each unit (:func:`bertology.models.revert.reverted`). ALBERT's shared
+layer cannot be reverted one depth at a time: its sweep holds the embeddings unit only (``params["refused"]``
+says why). Resuming works as in the other sweep (``progress_dir``), with the base model's weights in the
+fingerprint.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -36,18 +41,22 @@ from bertology.experiments.ablation_sweep import AblationResult, Unit, degenerac
 from bertology.experiments.scoring import (
     HeadScoring,
     ProgressStore,
-    _logits,
     _raw_bytes,
     _record,
     classifier_batches,
     fingerprint_of,
 )
 from bertology.models import sites
-from bertology.models.revert import ALBERT_REASON, EMBEDDINGS, LAYER_UNITS, REVERT_UNITS, check_base, reverted, unit_pieces
+from bertology.experiments.layer_cache import Method, Variant, first_layer, no_change, run_variants
+from bertology.models.revert import (
+    ALBERT_REASON, EMBEDDINGS, LAYER_UNITS, REVERT_UNITS, check_base, piece_names, reverted, unit_pieces,
+)
 
 logger = logging.getLogger(__name__)
 
 MODE = "revert"
+#: The reference whose hidden states the revert units reuse: the tuned model.
+TUNED = "tuned"
 
 
 def plan_revert_units(
@@ -98,18 +107,27 @@ def base_fingerprint(base: torch.nn.Module) -> str:
     return digest.hexdigest()[:16]
 
 
-def _sweep(model, base, batches, store: ProgressStore, units: Sequence[Unit], total: int, done: int,
-           on_unit: Callable[[Unit, int, int], None] | None) -> None:
-    """A full forward of every batch per unit, with the unit's base weights swapped in (restored after each)."""
+def revert_variants(model, base, units: Sequence[Unit]) -> list[Variant]:
+    """One :class:`Variant` per unit, each reusing the tuned model's hidden states below its first reverted layer."""
+    out = []
     for unit in units:
         pieces = [] if unit.target == "intact" else unit_of(model, unit)
-        with reverted(model, base, pieces):
-            with torch.inference_mode():
-                logits = [_logits(model, inp) for inp in batches.inputs]
-        store.save(unit.key, **_record(batches, logits))
-        done += 1
-        if on_unit is not None:
-            on_unit(unit, done, total)
+        out.append(Variant(unit.key, partial(reverted, model, base, pieces), TUNED,
+                           first_layer(model, piece_names(pieces))))
+    return out
+
+
+def sweep_units(model, base, batches, store: ProgressStore, units: Sequence[Unit], *, method: Method = "cached",
+                on_done: Callable[[str], None] | None = None) -> Method:
+    """Score every unit with its base weights swapped in (restored after each) into ``store``; the method that ran
+    (``cached``: from the tuned model's hidden states where the family allows it, ``naive``: full forwards)."""
+    def finish(key: str, logits: list[torch.Tensor]) -> None:
+        store.save(key, **_record(batches, logits))
+        if on_done is not None:
+            on_done(key)
+
+    return run_variants(model, batches, revert_variants(model, base, units), {TUNED: lambda _layer: no_change()},
+                        finish, method)
 
 
 def run_revert(
@@ -143,9 +161,16 @@ def run_revert(
     fp_settings = {"mode": MODE, "base": base_fingerprint(base), "batch_size": scoring.batch_size}
     store = ProgressStore(progress_dir, fingerprint_of(model, batches, fp_settings))
     pending = [u for u in plan if u.key not in store]
-    logger.info("revert: %d of %d units to run (a full forward each)", len(pending), len(plan))
+    logger.info("revert: %d of %d units to run", len(pending), len(plan))
     t1 = time.perf_counter()
-    _sweep(model, base, batches, store, pending, len(plan), len(plan) - len(pending), on_unit)
+    by_key, done = {u.key: u for u in pending}, [len(plan) - len(pending)]
+
+    def on_done(key: str) -> None:
+        done[0] += 1
+        if on_unit is not None:
+            on_unit(by_key[key], done[0], len(plan))
+
+    method = sweep_units(model, base, batches, store, pending, on_done=on_done)
     t2 = time.perf_counter()
     per_example = {u.key: store.get(u.key) for u in plan}
     table = score_units(plan, per_example, batches.y_examples, task=batches.task, mode=MODE, exclude_special=False,
@@ -155,7 +180,7 @@ def run_revert(
         "heads": heads, "layer_modes": [u for u in REVERT_UNITS if u in units],
         "layer_mode_names": {u: f"{MODE}_{u}" for u in REVERT_UNITS if u in units},
         "refused": refused, "batch_size": scoring.batch_size, "n_bootstrap": n_bootstrap, "seed": seed,
-        "method": "naive", "n_examples": len(batches.y_examples), "n_layers": sites.num_layers(model),
+        "method": method, "n_examples": len(batches.y_examples), "n_layers": sites.num_layers(model),
         "n_heads": sites.num_heads(model), "fingerprint": store.fingerprint, "base_fingerprint": fp_settings["base"],
         "resumed_units": len(plan) - len(pending), "task": batches.task.name,
         "delta": "reverted minus intact (the tuned model); helps = ci_low > 0 where higher is better, ci_high < 0 "

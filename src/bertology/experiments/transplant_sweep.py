@@ -12,8 +12,14 @@ patch a fine-tuned model's components into the base model). Rows of the ``transp
   k layers transplanted. The embeddings go with the bottom: ``bottom`` k >= 1 includes them, ``top`` includes them at
   k = L only (``with_embeddings``), so both curves run from k = 0, the head alone, to k = L, the tuned model.
 
-Every distinct set of transplanted units runs one full forward of the corpus (``top 1`` is ``layer L``, run once);
-the tuned model's weights are restored bit for bit after each (:func:`bertology.models.transplant.transplanted`).
+Every distinct set of transplanted units is scored once (``top 1`` is ``layer L``, run once); the tuned model's
+weights are restored bit for bit after each (:func:`bertology.models.transplant.transplanted`). Where the family's
+blocks allow it (BERT, RoBERTa, XLM-R, ELECTRA) a set reuses the hidden states of the reference it shares the
+most lower layers with (:mod:`bertology.experiments.layer_cache`), bit-identical to a full forward: the head
+alone's for single units at layer ``l`` and the top-k curve (layers below ``l`` or ``L - k + 1`` are the base's), the
+tuned model's for the bottom-k curve (the embeddings and layers ``1..k`` are the tuned ones). Sets that change the
+embeddings against both references run a full forward, as does every set of the other families
+(``params["method"]``: ``cached`` or ``naive``).
 ALBERT shares one layer across all depths: only its embeddings are transplanted (``params["refused"]`` says why).
 Resuming works as in the revert sweep (``progress_dir``; the base's weights are in the fingerprint).
 """
@@ -22,7 +28,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -31,12 +39,13 @@ import torch
 from bertology.data.encode import EncodedCorpus
 from bertology.errors import BertologyError
 from bertology.experiments.revert_sweep import base_fingerprint
-from bertology.experiments.scoring import HeadScoring, ProgressStore, _logits, _record, classifier_batches, fingerprint_of
+from bertology.experiments.layer_cache import Method, Variant, no_change, run_variants
+from bertology.experiments.scoring import HeadScoring, ProgressStore, _record, classifier_batches, fingerprint_of
 from bertology.experiments.transplant_score import (
     HEAD_ALONE_KEY, TABLE, TABLE_COLUMNS, TUNED_KEY, gain_of, scores,  # noqa: F401  (TABLE re-exported)
 )
 from bertology.models import sites
-from bertology.models.revert import EMBEDDINGS, check_base
+from bertology.models.revert import EMBEDDINGS, check_base, reverted, unit_pieces
 from bertology.models.transplant import Part, parts_key, transplanted
 
 logger = logging.getLogger(__name__)
@@ -111,20 +120,52 @@ def plan_transplant(model: torch.nn.Module, *, layers: Sequence[int] | None = No
     return rows + (curve_rows(n_layers) if curves else []), None
 
 
-def _sweep(model, base, batches, store: ProgressStore, todo: dict[str, frozenset], total: int, done: int,
-           on_unit: Callable[[str, int, int], None] | None) -> None:
-    """A full forward of every batch per set of parts (the tuned model itself for ``intact``), restored after each."""
-    for key, parts in todo.items():
+def starts(parts: frozenset, n_layers: int) -> tuple[int, int]:
+    """The first layer at which a transplant of ``parts`` differs from the head alone and from the tuned model
+    (0: the embeddings; ``n_layers + 1``: nowhere). Only a whole tuned layer counts as equal to the tuned model's."""
+    from_head = min((0 if p.kind == EMBEDDINGS else p.layer for p in parts), default=n_layers + 1)
+    if Part(EMBEDDINGS) not in parts:
+        return from_head, 0
+    from_tuned = next((j for j in range(1, n_layers + 1) if Part("layer", j) not in parts), n_layers + 1)
+    return from_head, from_tuned
+
+
+def transplant_variants(model, base, runs: dict[str, frozenset]) -> list[Variant]:
+    """One :class:`Variant` per set of parts, reusing the reference (head alone or tuned) that it shares more lower
+    layers with; the tuned model itself is the tuned reference's own run."""
+    n = sites.num_layers(model)
+    out = []
+    for key, parts in runs.items():
         if key == TUNED_KEY:
-            with torch.inference_mode():
-                logits = [_logits(model, inp) for inp in batches.inputs]
-        else:
-            with transplanted(model, base, parts), torch.inference_mode():
-                logits = [_logits(model, inp) for inp in batches.inputs]
+            out.append(Variant(key, no_change, TUNED_KEY, n + 1))
+            continue
+        from_head, from_tuned = starts(parts, n)
+        ref, start = (HEAD_ALONE_KEY, from_head) if from_head >= from_tuned else (TUNED_KEY, from_tuned)
+        out.append(Variant(key, partial(transplanted, model, base, parts), ref, start))
+    return out
+
+
+def head_alone_weights(model, base) -> Callable[[int], AbstractContextManager]:
+    """The head alone's weights for block ``layer`` (0: the embeddings): that unit reverted, the rest left tuned
+    (the head alone's hidden states entering ``layer + 1`` depend on nothing else)."""
+    def weights(layer: int) -> AbstractContextManager:
+        pieces = unit_pieces(model, EMBEDDINGS) if layer == 0 else unit_pieces(model, "layer", layer)
+        return reverted(model, base, pieces)
+
+    return weights
+
+
+def sweep_runs(model, base, batches, store: ProgressStore, todo: dict[str, frozenset], *, method: Method = "cached",
+               on_done: Callable[[str], None] | None = None) -> Method:
+    """Score every set of parts (the tuned model itself for ``intact``) into ``store``, the tuned model restored after
+    each; the method that ran (``cached`` where the family allows it, ``naive``: a full forward per set)."""
+    def finish(key: str, logits: list[torch.Tensor]) -> None:
         store.save(key, **_record(batches, logits))
-        done += 1
-        if on_unit is not None:
-            on_unit(key, done, total)
+        if on_done is not None:
+            on_done(key)
+
+    references = {HEAD_ALONE_KEY: head_alone_weights(model, base), TUNED_KEY: lambda _layer: no_change()}
+    return run_variants(model, batches, transplant_variants(model, base, todo), references, finish, method)
 
 
 def transplant_table(rows: Sequence[Row], per_example: dict, y: np.ndarray, task, n_bootstrap: int,
@@ -188,9 +229,16 @@ def run_transplant(model: torch.nn.Module, base: torch.nn.Module, encoded: Encod
     store = ProgressStore(progress_dir, fingerprint_of(model, batches, {
         "mode": MODE, "base": base_fingerprint(base), "batch_size": scoring.batch_size}))
     todo = {k: v for k, v in runs.items() if k not in store}
-    logger.info("transplant: %d of %d models to run (a full forward each)", len(todo), len(runs))
+    logger.info("transplant: %d of %d models to run", len(todo), len(runs))
     t1 = time.perf_counter()
-    _sweep(model, base, batches, store, todo, len(runs), len(runs) - len(todo), on_unit)
+    done = [len(runs) - len(todo)]
+
+    def on_done(key: str) -> None:
+        done[0] += 1
+        if on_unit is not None:
+            on_unit(key, done[0], len(runs))
+
+    method = sweep_runs(model, base, batches, store, todo, on_done=on_done)
     t2 = time.perf_counter()
     per_example = {k: store.get(k) for k in runs}
     table = transplant_table(rows, per_example, batches.y_examples, batches.task, n_bootstrap, seed)
@@ -199,6 +247,7 @@ def run_transplant(model: torch.nn.Module, base: torch.nn.Module, encoded: Encod
         "refused": refused, "batch_size": scoring.batch_size, "n_bootstrap": n_bootstrap, "seed": seed,
         "n_examples": len(batches.y_examples), "n_layers": sites.num_layers(model), "n_heads": sites.num_heads(model),
         "fingerprint": store.fingerprint, "resumed_units": len(runs) - len(todo), "forwards": len(runs),
+        "method": method,
         "task": batches.task.name,
         "gain_recovered": "(with the unit - head alone) / (tuned - head alone), paired bootstrap over examples; "
                           "undefined (NaN, reason) when tuned - head alone's 95% interval includes 0",
