@@ -29,7 +29,6 @@ _FULL_WEIGHTS = ("model*.safetensors", "pytorch_model*.bin")
 #: peft's task types -> the head bertology loads the base with (``load_model``'s ``kind``).
 TASK_KINDS = {"SEQ_CLS": "classifier", "TOKEN_CLS": "token_classifier", "QUESTION_ANS": "qa",
               "FEATURE_EXTRACTION": "encoder"}
-PEFT_MISSING = "{where} is a PEFT adapter; reading it needs the peft library: pip install 'bertology[peft]'."
 
 
 def is_adapter_folder(path: str | os.PathLike) -> bool:
@@ -38,17 +37,18 @@ def is_adapter_folder(path: str | os.PathLike) -> bool:
     return (folder / ADAPTER_CONFIG).is_file() and not any(any(folder.glob(g)) for g in _FULL_WEIGHTS)
 
 
-def _peft(where: str):
+def import_peft(needs: str):
+    """The ``peft`` module, or one clear error: "``needs`` needs the peft library" and the extra that installs it."""
     try:
         import peft
     except ImportError:
-        raise BertologyError(PEFT_MISSING.format(where=where)) from None
+        raise BertologyError(f"{needs} needs the peft library: pip install 'bertology[peft]'.") from None
     return peft
 
 
 def adapter_config(where: str):
     """The adapter's ``PeftConfig`` (local folder or hub id), or one clear error."""
-    peft = _peft(where)
+    peft = import_peft(f"{where} is a PEFT adapter; reading it")
     try:
         return peft.PeftConfig.from_pretrained(where)
     except (OSError, ValueError) as err:
@@ -132,6 +132,7 @@ class AdapterPlan:
     base: str
     kind: str
     num_labels: int | None
+    weights: Path | None  # the adapter's safetensors file (in the hub cache for a hub id), located once
 
 
 def plan_adapter(name: str, where: str, source: str, *, base: str | None = None, kind: str = "auto") -> AdapterPlan:
@@ -145,8 +146,9 @@ def plan_adapter(name: str, where: str, source: str, *, base: str | None = None,
     if not base_name:
         raise BertologyError(f"The adapter {name!r} does not record its base model; pass the base (--base).")
     want = TASK_KINDS.get(_name(cfg.task_type), "encoder") if kind == "auto" else kind
-    labels = saved_head_labels(_weights_file(where, source)) if want in ("classifier", "token_classifier") else None
-    return AdapterPlan(name, where, source, cfg, base_name, want, labels)
+    weights = _weights_file(where, source)
+    labels = saved_head_labels(weights) if want in ("classifier", "token_classifier") else None
+    return AdapterPlan(name, where, source, cfg, base_name, want, labels, weights)
 
 
 def merge_adapter(plan: AdapterPlan, base_model: torch.nn.Module, fresh: list[str]) -> tuple[torch.nn.Module, dict]:
@@ -155,7 +157,7 @@ def merge_adapter(plan: AdapterPlan, base_model: torch.nn.Module, fresh: list[st
     The saved head's weights replace the fresh ones. A base of another shape is one clear error naming the
     base the adapter records; head weights neither the base nor the adapter holds (``fresh``) are named.
     """
-    peft = _peft(plan.where)
+    peft = import_peft(f"{plan.where} is a PEFT adapter; reading it")
     recorded = plan.config.base_model_name_or_path
     try:
         with warnings.catch_warnings():
@@ -169,7 +171,7 @@ def merge_adapter(plan: AdapterPlan, base_model: torch.nn.Module, fresh: list[st
             f"was trained from: --base {recorded!r} (the base it records)."
         ) from None
     merged.eval()
-    unsaved = unsaved_fresh_weights(fresh, _weights_file(plan.where, plan.source))
+    unsaved = unsaved_fresh_weights(fresh, plan.weights)
     if unsaved:
         logger.warning("The adapter %s does not hold %s, which its base %s lacks too: they are random here, so the "
                        "task head's outputs (ablation, the head's predictions) are not the trained model's. Save them "

@@ -7,7 +7,6 @@ folder must be on a filesystem every worker sees; see :mod:`bertology.study.exec
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -15,19 +14,14 @@ from typing import Any
 
 from bertology.runs import fingerprint
 from bertology.study.spec import CompareSpec, StudySpec, TaskSpec
+from bertology.study.verify import sha256_file
 
 
 @lru_cache(maxsize=256)
 def file_sha256(path: str) -> str:
     """A data file's contents as a hash (``hf:`` specs and folders hash their name)."""
     p = Path(path)
-    if not p.is_file():
-        return path
-    h = hashlib.sha256()
-    with p.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return sha256_file(p) if p.is_file() else path
 
 
 def model_identity(name: str) -> str:

@@ -165,30 +165,29 @@ def prepare_folder(study: Path, spec: StudySpec, overwrite: bool) -> dict:
 
     Returns the manifest an earlier run left (empty for a new study), before this run marks it ``running``."""
     manifest = study / "manifest.json"
+    previous = _earlier_manifest(manifest)
     if study.exists() and any(p.name != LOCK for p in study.iterdir()):
-        kind = None
-        if manifest.exists():
-            try:
-                kind = json.loads(manifest.read_text(encoding="utf-8")).get("kind")
-            except (OSError, json.JSONDecodeError):
-                kind = None
-        if kind != KIND and not overwrite:
+        if previous.get("kind") != KIND and not overwrite:
             raise BertologyError(f"{study} is not empty and holds no study; choose another --out or pass --overwrite.")
         if overwrite:  # everything but the lock this study holds
             for entry in study.iterdir():
                 if entry.name != LOCK:
                     shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+            previous = {}
     study.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(spec.path, study / "study.toml")
-    previous = {}
-    if manifest.exists():
-        try:
-            previous = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            previous = {}
     # marked as a study from the start, so a rerun after a kill recognises the folder and resumes it
     atomic_write_text(manifest, json.dumps({**previous, "kind": KIND, "status": "running", "started": now_iso()}, indent=2))
-    return previous if isinstance(previous, dict) else {}
+    return previous
+
+
+def _earlier_manifest(path: Path) -> dict:
+    """The manifest an earlier run left, or {} when there is none or it is not a readable JSON object."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def run_study(spec: StudySpec | str | Path, out: str | Path | None = None, *, executor: Executor | str | None = None,

@@ -20,6 +20,7 @@ import torch
 
 from bertology.config import FinetuneConfig
 from bertology.errors import BertologyError
+from bertology.models.peft_adapter import import_peft
 from bertology.training.loop import head_parameter_names
 
 logger = logging.getLogger(__name__)
@@ -75,11 +76,7 @@ def base_name(model: str) -> str:
 
 def peft_library():
     """The ``peft`` module, or one clear error naming the extra that installs it."""
-    try:
-        import peft
-    except ImportError:
-        raise BertologyError("--method lora needs the peft library: pip install 'bertology[peft]'.") from None
-    return peft
+    return import_peft("--method lora")
 
 
 def wrap_lora(model: torch.nn.Module, config: FinetuneConfig, task: str) -> LoraRun:
