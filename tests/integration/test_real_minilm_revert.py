@@ -14,6 +14,7 @@ import torch
 
 from bertology.data.corpus import Corpus, Example
 from bertology.data.encode import encode_corpus
+from bertology.experiments.ablation_sweep import SweepPlan
 from bertology.experiments.revert_sweep import run_revert
 from bertology.experiments.scoring import HeadScoring
 from bertology.models.loading import load_model
@@ -68,12 +69,13 @@ def test_the_cached_revert_sweep_on_minilm_equals_the_hand_copy(minilm):
     labels = np.array([i % 2 for i in range(len(texts))])
     encoded = encode_corpus(Corpus([Example(t, label=str(y)) for t, y in zip(texts, labels)], source="test"), tok, 64)
     scoring = HeadScoring.for_tokenizer(tok, batch_size=8)
-    result = run_revert(tuned, base, encoded, labels, scoring, layers=[4], heads=False, units=("layer",), n_bootstrap=0)
+    result = run_revert(tuned, base, encoded, labels, scoring, n_bootstrap=0,
+                        sweep=SweepPlan(layers=[4], heads=False, layer_modes=("layer",)))
     hand = copy.deepcopy(tuned)
     with torch.no_grad():
         for name, p in hand.bert.encoder.layer[3].named_parameters():
             p.copy_(base.encoder.layer[3].get_parameter(name))
-    ref = run_revert(hand, base, encoded, labels, scoring, heads=False, units=(), n_bootstrap=0)
+    ref = run_revert(hand, base, encoded, labels, scoring, sweep=SweepPlan(heads=False, layer_modes=()), n_bootstrap=0)
     assert result.params["method"] == "cached"
     for rec in ("pred", "loss"):
         np.testing.assert_array_equal(result.per_example["layer-layer-L4"][rec], ref.per_example["intact"][rec])

@@ -12,6 +12,7 @@ from transformers import AutoModelForSequenceClassification
 from bertology.data.corpus import Corpus, Example
 from bertology.data.encode import encode_corpus
 from bertology.errors import BertologyError
+from bertology.experiments.ablation_sweep import SweepPlan
 from bertology.experiments.revert_sweep import plan_revert_units, run_revert
 from bertology.experiments.scoring import HeadScoring
 from bertology.models.loading import load_model
@@ -50,7 +51,7 @@ def test_revert_sweep_restores_the_model_and_each_unit_equals_a_hand_copy(tmp_pa
     with torch.no_grad():
         for name, p in hand.bert.encoder.layer[1].named_parameters():
             p.copy_(base.encoder.layer[1].get_parameter(name))
-    ref = run_revert(hand, base, encoded, labels, scoring, heads=False, units=(), n_bootstrap=0)
+    ref = run_revert(hand, base, encoded, labels, scoring, sweep=SweepPlan(heads=False, layer_modes=()), n_bootstrap=0)
     for rec in ("pred", "loss"):
         np.testing.assert_array_equal(result.per_example["layer-layer-L2"][rec], ref.per_example["intact"][rec])
     assert not np.array_equal(result.per_example["intact"]["loss"], ref.per_example["intact"]["loss"])

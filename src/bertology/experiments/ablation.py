@@ -210,18 +210,16 @@ def _sweep(model, base, encoded: EncodedCorpus, label_ids, scoring: HeadScoring,
     (:func:`~bertology.experiments.revert_sweep.run_revert`, which needs ``base``)."""
     on_unit = (lambda u, d, t: on_progress("ablation", d, t)) if on_progress else None
     progress_dir = None if partial is None else partial / "ablation"
+    run = dict(n_bootstrap=settings.n_bootstrap, seed=settings.seed, progress_dir=progress_dir, on_unit=on_unit,
+               sweep=SweepPlan(layers=settings.layers, heads=settings.heads, layer_modes=settings.layer_modes))
     if settings.mode == "revert":
         from bertology.experiments.revert_sweep import run_revert
 
         if base is None:
             raise BertologyError("Ablation mode revert needs the base model (--base): the pretrained model the tuned "
                                  "one was fine-tuned from.")
-        return run_revert(model, base, encoded, label_ids, scoring, layers=settings.layers, heads=settings.heads,
-                          units=settings.layer_modes, n_bootstrap=settings.n_bootstrap, seed=settings.seed,
-                          progress_dir=progress_dir, on_unit=on_unit)
-    return run_ablation(model, encoded, label_ids, scoring, n_bootstrap=settings.n_bootstrap, seed=settings.seed,
-                        progress_dir=progress_dir, on_unit=on_unit,
-                        sweep=SweepPlan(layers=settings.layers, heads=settings.heads, layer_modes=settings.layer_modes))
+        return run_revert(model, base, encoded, label_ids, scoring, **run)
+    return run_ablation(model, encoded, label_ids, scoring, **run)
 
 
 #: Why revert mode runs no head importance (the manifest's ``head_importance`` then says so).

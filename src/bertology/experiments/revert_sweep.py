@@ -37,7 +37,7 @@ import torch
 
 from bertology.data.encode import EncodedCorpus
 from bertology.errors import BertologyError
-from bertology.experiments.ablation_sweep import AblationResult, Unit, degeneracy_record, score_units
+from bertology.experiments.ablation_sweep import AblationResult, SweepPlan, Unit, degeneracy_record, score_units
 from bertology.experiments.scoring import (
     HeadScoring,
     ProgressStore,
@@ -137,9 +137,7 @@ def run_revert(
     label_ids: np.ndarray | Sequence[int],
     scoring: HeadScoring = HeadScoring(),
     *,
-    layers: Sequence[int] | None = None,
-    heads: bool = True,
-    units: Sequence[str] = REVERT_UNITS,
+    sweep: SweepPlan = SweepPlan(layer_modes=REVERT_UNITS),
     n_bootstrap: int = 1000,
     seed: int = 0,
     progress_dir: str | Path | None = None,
@@ -149,8 +147,12 @@ def run_revert(
 
     ``base`` is the pretrained model ``model`` was fine-tuned from (checked: same family and every encoder
     parameter's shape, one :class:`BertologyError` line otherwise); ``scoring`` gives the batch size and device
-    (its head mode is not used). The rest is as in :func:`~bertology.experiments.ablation_sweep.run_ablation`.
+    (its head mode is not used). ``sweep`` is the ablation's plan: its ``layer_modes`` are revert's layer units
+    (``attention``, ``ffn``, ``layer``, ``embeddings``), its ``method`` whether hidden states below the first
+    reverted layer are reused (``cached``, where the family allows) or every unit runs a full forward (``naive``).
+    The rest is as in :func:`~bertology.experiments.ablation_sweep.run_ablation`.
     """
+    layers, heads, units = sweep.layers, sweep.heads, sweep.layer_modes
     t0 = time.perf_counter()
     check_base(model, base)
     batches = classifier_batches(model, encoded, label_ids, scoring)
@@ -170,7 +172,7 @@ def run_revert(
         if on_unit is not None:
             on_unit(by_key[key], done[0], len(plan))
 
-    method = sweep_units(model, base, batches, store, pending, on_done=on_done)
+    method = sweep_units(model, base, batches, store, pending, method=sweep.method, on_done=on_done)
     t2 = time.perf_counter()
     per_example = {u.key: store.get(u.key) for u in plan}
     table = score_units(plan, per_example, batches.y_examples, task=batches.task, mode=MODE, exclude_special=False,
