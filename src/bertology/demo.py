@@ -21,6 +21,9 @@ from bertology.training.run import finetune_to_dir
 
 logger = logging.getLogger(__name__)
 
+#: The demo's ablation modes: every one that reads the tuned classifier, so the report shows them all.
+DEMO_ABLATION_MODES = ("uniform", "revert", "transplant")
+
 
 @dataclass
 class DemoResult:
@@ -84,6 +87,9 @@ def run_demo(
         data=DataConfig(path=f"{data_path} (held-out split, stratified sample)", max_examples=compare_examples),
         out=str(out),
         seed=seed,
+        # what the tuned model needs (heads disabled), which of its changes the task needs (units put back to the
+        # base's weights) and how much of the gain each carries (tuned units put into the base): issue 33
+        ablation_mode=DEMO_ABLATION_MODES,
     )
     summary = {
         "task": "sentence polarity (Pang & Lee 2005), labels 1 / -1",

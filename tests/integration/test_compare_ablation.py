@@ -104,7 +104,7 @@ def test_cli_compare_prints_ablation_summary(pair_dirs, labels, tmp_path):
     assert "ablation of the tuned classifier" in text and "mode zero" in text
     assert re.search(r"intact: accuracy \d\.\d{4}", text)
     manifest = json.loads((tmp_path / "run/manifest.json").read_text())
-    assert manifest["config"]["ablation_mode"] == "zero"
+    assert manifest["config"]["ablation_mode"] == ["zero"]
     assert not (tmp_path / "run/tables/head_importance.parquet").exists()
     bad = runner.invoke(app, ["compare", "--base", str(base), "--tuned", str(tuned), "--data", str(data),
                               "--out", str(tmp_path / "bad"), "--ablation-mode", "half"])

@@ -277,3 +277,40 @@ def test_ablation_layer_units_keep_their_layer_mode_apart():
     by_unit = out[out["seed"] == 1].set_index("unit")["change"]
     assert by_unit["L2 revert_attention"] == pytest.approx(-0.29) and by_unit["L2 revert_ffn"] == pytest.approx(0.01)
     assert by_unit["L0 revert_embeddings"] == pytest.approx(-0.5) and set(out["level"]) == {"layer"}
+
+
+def _per_seed(seeds, row):
+    """One task's rows for each seed: ``row(seed)`` gives that seed's rows."""
+    return pd.DataFrame([{"tuned": f"t/s{s}", "task": "t", "seed": s, **r} for s in seeds for r in row(s)])
+
+
+def test_transplant_gain_is_aggregated_per_unit_and_judged_against_seed_noise():
+    """Four seeds: the top layer's transplant recovers ~0.8 of the gain in every seed (beyond noise), the
+    embeddings' gain jumps around 0 (not), and a seed whose gain is undefined leaves that seed out."""
+    def rows(s):
+        out = [{"unit_kind": "layer", "layer": 2, "head": -1, "label": "L2", "metric": "accuracy",
+                "gain_recovered": 0.8 + 0.01 * s},
+               {"unit_kind": "embeddings", "layer": 0, "head": -1, "label": "embeddings", "metric": "accuracy",
+                "gain_recovered": (-0.3, 0.2, -0.1, 0.3)[s - 1]},
+               {"unit_kind": "layers", "layer": -1, "head": -1, "label": "top 1 layers", "metric": "accuracy",
+                "gain_recovered": np.nan if s == 4 else 0.7}]
+        return out
+    tables = study_tables({"transplant": _per_seed((1, 2, 3, 4), rows)}, {})
+    effects = tables["study_effects"].set_index("unit")
+    assert set(effects["table"]) == {"transplant"}
+    assert effects.loc["L2", "level"] == "layer" and effects.loc["top 1 layers", "level"] == "layers"
+    assert bool(effects.loc["L2", "beyond_noise"]) and not bool(effects.loc["embeddings", "beyond_noise"])
+    assert int(effects.loc["top 1 layers", "n_seeds"]) == 3  # seed 4's undefined gain is left out
+    assert effects.loc["L2", "change_mean"] == pytest.approx(np.mean([0.81, 0.82, 0.83, 0.84]))
+
+
+def test_changed_vs_needed_rho_is_one_unit_per_level_and_measure():
+    def rows(s):
+        return [{"level": lv, "change_measure": cm, "needed_measure": "revert_drop", "metric": "loss",
+                 "spearman": rho + 0.01 * s, "ci_low": np.nan, "ci_high": np.nan}
+                for lv, cm, rho in (("head", "weight", 0.6), ("layer", "attention_js", 0.1))]
+    tables = study_tables({"changed_vs_needed": _per_seed((1, 2, 3), rows)}, {})
+    effects = tables["study_effects"].set_index("unit")
+    assert set(effects.index) == {"heads: weight", "layers: attention_js"} and set(effects["level"]) == {"model"}
+    assert effects.loc["heads: weight", "change_mean"] == pytest.approx(0.62)
+    assert bool(effects.loc["heads: weight", "beyond_noise"])  # 0.61-0.63 in every seed, seeds 0.01-0.02 apart

@@ -18,10 +18,11 @@ def _spec(tmp_path, compare_lines: str):
 
 def test_a_declared_compare_setting_reaches_the_job_s_config(tmp_path):
     spec = _spec(tmp_path, 'rsa_tokens = 50\nablation_mode = "zero"\npca_examples = [0, 1]')
-    assert dict(spec.compare.settings) == {"rsa_tokens": 50, "ablation_mode": "zero", "pca_examples": (0, 1)}
+    # a comma-list setting given as one word is read as the list of that one word
+    assert dict(spec.compare.settings) == {"rsa_tokens": 50, "ablation_mode": ("zero",), "pca_examples": (0, 1)}
     job = CompareJob("j", "compare", "minilm", (), spec.compare, "cpu", str(tmp_path / "out"), "fp")
     config = job.config()
-    assert config.rsa_tokens == 50 and config.ablation_mode == "zero" and config.pca_examples == (0, 1)
+    assert config.rsa_tokens == 50 and config.ablation_mode == ("zero",) and config.pca_examples == (0, 1)
 
 
 @pytest.mark.parametrize(("line", "message"), [

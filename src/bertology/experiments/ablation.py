@@ -47,10 +47,10 @@ from bertology.experiments.degenerate import table_degeneracy
 from bertology.experiments.transplant_study import HEADS_HELP
 from bertology.experiments.head_importance import ImportanceResult, importance_vs_deltas, run_head_importance
 from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec, jsonable
-from bertology.config import ABLATION_MODES, DEVICE_HELP, AblationMode
+from bertology.config import ABLATION_MODES, DEVICE_HELP, MODES, AblationMode
 from bertology.conventions import PRESETS
 from bertology.progress import parse_layer_list
-from bertology.settings import Setting, check_fields, setting_field
+from bertology.settings import Setting, check_fields, comma_list, setting_field
 from bertology.progress import stage_bars
 from bertology.results import Result
 from bertology.experiments.scoring import (  # noqa: F401  (re-exported: the ablation API)
@@ -319,16 +319,35 @@ def _rho(value: float) -> str:
 
 
 def summary(tables: Mapping[str, pd.DataFrame], note: str = "") -> str:
-    """The ablation headlines: intact score, harmful heads, layers, helpful removals, importance, pruning.
+    """The ablation headlines of every mode the run has: each sweep mode's (:func:`mode_summary`), then transplant's.
+
+    A run of several modes (``uniform,revert,transplant``) says each in turn; the head importance lines go with the
+    head mode whose sweep they belong to (the first one: :func:`_importance_mode`).
+    """
+    parts = []
+    if "ablation" in tables:
+        t = tables["ablation"]
+        modes = list(dict.fromkeys(t["mode"].astype(str))) if "mode" in t else [""]
+        importance_mode = next((m for m in modes if m in MODES), None)
+        for mode in modes:
+            one = dict(tables) if len(modes) == 1 else {
+                **{k: v for k, v in tables.items() if mode == importance_mode or k not in ("head_importance", "pruning_curve")},
+                "ablation": t[t["mode"].astype(str) == mode].reset_index(drop=True)}
+            parts.append(mode_summary(one, note))
+    if "transplant" in tables:  # --ablation-mode transplant: its own table and headline
+        from bertology.experiments.transplant_study import summary as transplant_summary
+
+        parts.append(transplant_summary(tables, note))
+    return "\n".join(parts)
+
+
+def mode_summary(tables: Mapping[str, pd.DataFrame], note: str = "") -> str:
+    """One sweep mode's headlines: intact score, harmful heads, layers, helpful removals, importance, pruning.
 
     In the task's own metrics (accuracy for a classifier, Pearson for a regressor). A degenerate intact
     model (constant predictions, or not above chance) is said in the first line, and then no head is
     listed as harmful to remove.
     """
-    if "ablation" not in tables and "transplant" in tables:  # --mode transplant: its own table and headline
-        from bertology.experiments.transplant_study import summary as transplant_summary
-
-        return transplant_summary(tables, note)
     t = tables["ablation"]
     task = task_of_table(t)
     main, loss = task.primary, task.loss_metric
@@ -379,21 +398,35 @@ def summary(tables: Mapping[str, pd.DataFrame], note: str = "") -> str:
     return "\n".join(lines)
 
 
-def settings_from(config: CompareConfig) -> AblationSettings:
-    """The sweep's settings inside ``compare``: every head, every layer, both layer modes."""
+def modes_of(config: CompareConfig) -> tuple[str, ...]:
+    """The ablation modes compare runs, in the order given (``ablation_mode`` is a comma list: each mode its own sweep)."""
+    mode = config.ablation_mode
+    return tuple(dict.fromkeys(comma_list(mode) if isinstance(mode, str) else mode))
+
+
+def settings_from(config: CompareConfig, mode: str | None = None) -> AblationSettings:
+    """The sweep's settings inside ``compare`` for ``mode`` (default: the first mode): every head, every layer, the
+    mode's whole-layer units."""
     return AblationSettings(
-        mode=config.ablation_mode, exclude_special=config.ablation_exclude_special, batch_size=config.batch_size,
+        mode=mode or modes_of(config)[0], exclude_special=config.ablation_exclude_special, batch_size=config.batch_size,
         n_bootstrap=config.ablation_bootstrap, seed=config.seed, device=config.device,
         max_examples=config.ablation_examples or None, max_length=config.data.max_length,
-        importance=config.ablation_importance, conventions=config.conventions,
+        importance=config.ablation_importance and mode in (None, _importance_mode(config)),
+        conventions=config.conventions,
     )
 
 
+def _importance_mode(config: CompareConfig) -> str | None:
+    """The mode whose sweep head importance goes with: the first head mode (uniform, zero, mean) given; revert and
+    transplant run none (Michel et al.'s importance removes heads, it does not revert them)."""
+    return next((m for m in modes_of(config) if m in MODES), None)
+
+
 def _tables(config: CompareConfig) -> tuple[str, ...]:
-    if config.ablation_mode == "transplant":
-        return ("transplant",)
-    importance = config.ablation_importance and config.ablation_mode != "revert"  # revert runs no head importance
-    return (TABLE, "head_importance", "pruning_curve") if importance else (TABLE,)
+    modes = modes_of(config)
+    sweeps = (TABLE,) if any(m != "transplant" for m in modes) else ()
+    importance = ("head_importance", "pruning_curve") if config.ablation_importance and _importance_mode(config) else ()
+    return sweeps + importance + (("transplant",) if "transplant" in modes else ())
 
 
 def skip_reason(ctx: ExperimentContext) -> str | None:
@@ -420,22 +453,46 @@ def skip_reason(ctx: ExperimentContext) -> str | None:
     return None
 
 
+#: What the manifest keeps of each mode's run: what a reader needs to trust the numbers (as ``bertology ablate``'s does:
+#: how the sweep ran, what a delta is, the tokenisation, head importance's settings); the tables hold the rest.
+_KEEP = ("settings", "ablation", "head_importance", "task", "intact", "degenerate", "n_examples", "tokenisation",
+         "timing_s", "importance_vs_ablation_spearman", "transplant")
+
+
 def _run(ctx: ExperimentContext) -> ExperimentOutcome:
-    """Ablate every head and layer of the tuned classifier (and estimate head importance)."""
-    settings = settings_from(ctx.config)
-    with stage_bars(ctx.progress, lambda s: "ablations" if s == "ablation" else "head importance") as on_progress:
-        study = run_ablation_study(ctx.pair.tuned.model, ctx.pair.tuned.tokenizer, ctx.corpus, settings, ctx.work_dir,
-                                   on_progress=on_progress, base=ctx.pair.base.model)
-    results = {n: Result(n, table, study.summary.get("settings", {})) for n, table in study.tables.items()}
-    # the manifest keeps what a reader needs to trust the numbers (as `bertology ablate`'s does: how the sweep ran,
-    # what a delta is, the tokenisation, head importance's settings); the tables hold the rest
-    keep = ("settings", "ablation", "head_importance", "task", "intact", "degenerate", "n_examples", "tokenisation",
-            "timing_s", "importance_vs_ablation_spearman")
-    return ExperimentOutcome(results, jsonable({k: v for k, v in study.summary.items() if k in keep}))
+    """Ablate every head and layer of the tuned classifier (and estimate head importance), once per mode.
+
+    Several modes (``uniform,revert,transplant``) run one after the other on the same sample: the sweeps' rows share
+    the ``ablation`` table (its ``mode`` column tells them apart), transplant writes its own table. The manifest
+    section is the first mode's, with every mode's under ``by_mode`` when there are several."""
+    modes = modes_of(ctx.config)
+    tables: dict[str, list[pd.DataFrame]] = {}
+    params: dict[str, dict] = {}
+    sections: dict[str, dict] = {}
+    for i, mode in enumerate(modes):
+        settings = settings_from(ctx.config, mode)
+        # the first mode keeps the folder a one-mode run resumes from; each other mode has its own
+        work_dir = ctx.work_dir if i == 0 or ctx.work_dir is None else Path(ctx.work_dir) / f"mode-{mode}"
+        label = f" ({mode})" if len(modes) > 1 else ""
+        with stage_bars(ctx.progress, lambda s, lb=label: ("ablations" if s == "ablation" else "head importance") + lb) as on_progress:
+            study = run_ablation_study(ctx.pair.tuned.model, ctx.pair.tuned.tokenizer, ctx.corpus, settings, work_dir,
+                                       on_progress=on_progress, base=ctx.pair.base.model)
+        for name, table in study.tables.items():
+            tables.setdefault(name, []).append(table)
+            params.setdefault(name, study.summary.get("settings", {}))
+        sections[mode] = jsonable({k: v for k, v in study.summary.items() if k in _KEEP})
+    results = {n: Result(n, pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0], params[n])
+               for n, parts in tables.items()}
+    section = dict(sections[modes[0]])
+    if len(modes) > 1:
+        section["by_mode"] = sections
+    return ExperimentOutcome(results, section)
 
 
 SETTINGS = (
-    Setting("ablation_mode", "uniform", MODE_HELP, choices=ABLATION_MODES, paper=KOVALEVA),
+    Setting("ablation_mode", ("uniform",), MODE_HELP + " A comma list (uniform,revert,transplant) runs each mode in "
+            "turn on the same examples.", kind=tuple, parse=comma_list, choices=ABLATION_MODES, minimum=1,
+            paper=KOVALEVA, metavar="MODE[,MODE...]"),
     Setting("ablation_examples", 500, EXAMPLES_HELP, minimum=0),
     Setting("ablation_exclude_special", False, EXCLUDE_SPECIAL_HELP),
     Setting("ablation_bootstrap", 1000, BOOTSTRAP_HELP, minimum=0),

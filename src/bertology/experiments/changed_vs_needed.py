@@ -109,10 +109,10 @@ def rank_links(units: pd.DataFrame, n_bootstrap: int, seed: int) -> pd.DataFrame
     return pd.DataFrame(rows, columns=cols).astype({"spearman": float, "ci_low": float, "ci_high": float})
 
 
-def missing_inputs(tables: Mapping[str, pd.DataFrame] | None, ablation_mode: str) -> str | None:
-    """Why the run lacks what changed-vs-needed reads (None when it has it; before the run, only the mode is known)."""
-    if ablation_mode != "revert":
-        return "it needs the ablation in revert mode (--ablation-mode revert)"
+def missing_inputs(tables: Mapping[str, pd.DataFrame] | None, ablation_mode: str | tuple[str, ...]) -> str | None:
+    """Why the run lacks what changed-vs-needed reads (None when it has it; before the run, only the modes are known)."""
+    if "revert" not in ((ablation_mode,) if isinstance(ablation_mode, str) else ablation_mode):
+        return "it needs the ablation in revert mode (--ablation-mode revert, or a list with revert)"
     if tables is None:
         return None
     if "ablation" not in tables or not (tables["ablation"]["mode"] == "revert").any():

@@ -36,6 +36,10 @@ What the change is, per table (``CHANGES`` below):
   unit ``L5 query``; ALBERT's shared block is one unit at its first depth) and per head of the attention
   projections (level ``head``, unit ``L5H3 query``); seed distances from ``seedpair_weight_change``, the same
   quantity between two seeds' weights.
+- ``transplant``: ``gain_recovered`` per transplanted unit and per point of the top/bottom layer curves (level = the
+  table's ``unit_kind``, unit = its label: ``L3 attention``, ``top 2 layers``); ``changed_vs_needed``: Spearman's rho
+  between change and revert drop (level ``model``, unit ``heads: weight``), per metric. Per-model tables: is the gain
+  (the rho) consistently away from 0 by more than two seeds' values differ?
 
 Task differences compare the per-seed changes of two tasks with the two-sided exact Mann-Whitney test
 (exact under the null that the two tasks' per-seed changes are exchangeable). Many units mean many
@@ -276,6 +280,32 @@ def _weight_change(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True).drop(columns="module")
 
 
+def _transplant(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Gain recovered per transplanted unit (``L3 attention``) and per point of the layer curves (``top 2 layers``):
+    level = the table's ``unit_kind``; a gain that is undefined for a seed (the tuned model no better than the head
+    alone) is left out for that seed."""
+    _need(df, "transplant", ("unit_kind", "layer", "head", "label", "metric", "gain_recovered"))
+    rows = df.dropna(subset=["gain_recovered"])
+    rows = rows.groupby([*keys, "unit_kind", "label", "layer", "head", "metric"], dropna=False, as_index=False)[
+        "gain_recovered"].mean()
+    out = _units(rows.rename(columns={"gain_recovered": "change"}), "unit")
+    single_head = out["unit_kind"] == "head"
+    out["head"] = out["head"].where(single_head)  # a layer, block or curve point names no head
+    out["level"], out["unit"] = out.pop("unit_kind").astype(str), out.pop("label").astype(str)
+    return out
+
+
+def _changed_vs_needed(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Spearman's rho between change and revert drop, one whole-run unit per level and change measure
+    (``heads: weight``), per metric; a rho that is undefined for a seed is left out for that seed."""
+    _need(df, "changed_vs_needed", ("level", "change_measure", "metric", "spearman"))
+    rows = df.dropna(subset=["spearman"])
+    rows = rows.groupby([*keys, "level", "change_measure", "metric"], as_index=False)["spearman"].mean()
+    out = _units(rows.rename(columns={"spearman": "change"}).drop(columns="level"), "model")
+    out["unit"] = rows["level"].astype(str).values + "s: " + rows["change_measure"].astype(str).values
+    return out.drop(columns="change_measure")
+
+
 #: One entry per pair table the study knows; a table that is absent is skipped.
 CHANGES: dict[str, Change] = {
     "attention_change": Change("attention_change", True, _attention_change),
@@ -285,6 +315,8 @@ CHANGES: dict[str, Change] = {
     "geometry": Change("geometry", False, _geometry),
     "ablation": Change("ablation", False, _ablation),
     "weight_change": Change("weight_change", True, _weight_change),
+    "transplant": Change("transplant", False, _transplant),
+    "changed_vs_needed": Change("changed_vs_needed", False, _changed_vs_needed),
 }
 
 _CHANGE_COLS = [*UNIT_COLUMNS, "change", "base", "tuned", "ci_low", "ci_high"]
@@ -565,7 +597,7 @@ def study_tables(
 
     ``base_tables``: ``{name: table}`` with columns ``tuned, task, seed`` + the pair table's own
     (``attention_change``, ``representation_similarity``, ``attention_patterns``, ``probe``,
-    ``geometry``, ``ablation``, ``weight_change``; absent ones are skipped). ``seed_tables``: ``{seedpair_<name>: table}``
+    ``geometry``, ``ablation``, ``weight_change``, ``transplant``, ``changed_vs_needed``; absent ones are skipped). ``seed_tables``: ``{seedpair_<name>: table}``
     with ``task, seed_a, seed_b`` first (only the pairwise tables need them). Returns
     ``study_summary``, ``study_seed_noise``, ``study_effects``, ``study_counts``, ``study_rule``
     and ``study_task_differences`` (schemas in docs/studies.md, "Seed noise").

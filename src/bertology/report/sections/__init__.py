@@ -29,6 +29,7 @@ _MODULES = (
     "weight_change",
     "probe",
     "ablation",
+    "revert",
     "transplant",
     "changed_vs_needed",
     "attention_viewer",

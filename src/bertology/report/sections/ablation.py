@@ -33,6 +33,9 @@ def _needed_head_card(t: pd.DataFrame, mode: str) -> dict | None:
     if not len(worst):
         return None
     w = worst.iloc[0]
+    if mode == "revert":
+        return {"label": "Head whose change the task needs most", "text": str(w["label"]),
+                "note": f"Δ{main} {w['delta']:+.3f} when reverted to the base"}
     return {"label": "Head the task needs most", "text": str(w["label"]),
             "note": f"Δ{main} {w['delta']:+.3f} when disabled ({mode})"}
 
@@ -74,8 +77,10 @@ LAYER_UNIT_WORDS = {"revert_attention": "attention block", "revert_ffn": "feed-f
                     "revert_layer": "whole layer", "revert_embeddings": "embeddings"}
 
 
-def _figures(t: pd.DataFrame, imp: pd.DataFrame | None, curve: pd.DataFrame | None, figs: Figures, how: str) -> list:
-    """The section's figures: per-head and per-layer deltas, head importance, importance vs delta, pruning curve."""
+def _figures(t: pd.DataFrame, imp: pd.DataFrame | None, curve: pd.DataFrame | None, figs: Figures, how: str,
+             prefix: str = "ablation") -> list:
+    """The section's figures: per-head and per-layer deltas, head importance, importance vs delta, pruning curve
+    (``prefix`` names the delta figures' files: ``ablation_heads_accuracy``, ``revert_heads_accuracy``)."""
     from bertology.viz.ablation import ablation_heatmap, importance_scatter, layer_ablation_bars, pruning_curve_figure
     from bertology.viz.figures import head_heatmap
 
@@ -86,7 +91,7 @@ def _figures(t: pd.DataFrame, imp: pd.DataFrame | None, curve: pd.DataFrame | No
     if has_heads:
         for metric, what in ((main, _WHAT[main]), (loss, _WHAT[loss])):
             figures.append(figs.make(
-                f"ablation_heads_{metric}", lambda m=metric: ablation_heatmap(t, m),
+                f"{prefix}_heads_{metric}", lambda m=metric: ablation_heatmap(t, m),
                 f"Change in {what} when one head is {'reverted' if how.startswith('its weights') else 'disabled'} ({how}); "
                 "blue: the task gains, red: it loses. "
                 "Outlined cells: the 95% bootstrap interval excludes zero (solid: removal helps, dotted: it hurts).",
@@ -95,7 +100,7 @@ def _figures(t: pd.DataFrame, imp: pd.DataFrame | None, curve: pd.DataFrame | No
     if (t["target"] == "layer").any():
         reverted = (t["mode"] == "revert").any() if "mode" in t else False
         figures.append(figs.make(
-            f"ablation_layers_{main}", lambda: layer_ablation_bars(t, main, names=LAYER_UNIT_WORDS),
+            f"{prefix}_layers_{main}", lambda: layer_ablation_bars(t, main, names=LAYER_UNIT_WORDS),
             (f"Change in {_WHAT[main]} when one unit of a layer is put back to the base model's weights: its attention "
              "block, feed-forward block or the whole layer (the embeddings at layer 0)" if reverted else
              f"Change in {_WHAT[main]} when a whole layer is disabled: skipped (the block returns its input) or with all "
@@ -155,8 +160,9 @@ def _removals_table(t: pd.DataFrame, main: str, also: list[str]) -> dict:
 
 
 def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived: list[dict],
-                     warnings: list[str] | None = None) -> dict:
-    """Single head and layer ablations of the tuned classifier, head importance and pruning curves.
+                     warnings: list[str] | None = None, section_id: str = "ablation") -> dict:
+    """Single head and layer ablations of the tuned classifier, head importance and pruning curves (or, with
+    ``section_id="revert"``, the reverts: the same table shape, their own words and figure names).
 
     When the intact classifier is degenerate, the section and the overview say so (and ``warnings``
     gets the line) instead of naming a head the task needs.
@@ -171,7 +177,7 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
     first = t.iloc[0]
     mode = str(first.get("mode", "uniform"))
     has_heads = bool((t["target"] == "head").any())
-    figures = _figures(t, imp, tables.get("pruning_curve"), figs, _how(first, mode))
+    figures = _figures(t, imp, tables.get("pruning_curve"), figs, _how(first, mode), prefix=section_id)
     intact = t[t["target"] == "intact"].set_index("metric")["value"]
     also = [m for m in _ALSO if m in task.metrics and m != main]
     table = _removals_table(t, main, also)
@@ -200,12 +206,29 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
     metrics = ", ".join(_WHAT[m] for m in dict.fromkeys([main, *also, loss]))
     lede = (REVERT_LEDE if mode == "revert" else LEDE).format(metrics=metrics)
     return {"figures": [f for f in figures if f], "table": table, "facts": facts, "degenerate": degenerate,
-            "lede": lede}
+            "lede": lede,
+            "table_title": "Reverts that matter most" if mode == "revert" else "Removals that matter most"}
+
+
+def mode_rows(tables: Mapping[str, pd.DataFrame], revert: bool) -> dict[str, pd.DataFrame] | None:
+    """The run's tables with the ablation table cut to its revert rows (``revert``) or to the others (head modes,
+    with head importance and the pruning curve, which go with them); None when there are no such rows."""
+    t = tables.get("ablation")
+    if t is None:
+        return None
+    is_revert = (t["mode"].astype(str) == "revert") if "mode" in t else pd.Series(False, index=t.index)
+    rows = t[is_revert if revert else ~is_revert].reset_index(drop=True)
+    if rows.empty:
+        return None
+    own = {k: v for k, v in tables.items() if not (revert and k in ("head_importance", "pruning_curve"))}
+    return {**own, "ablation": rows}
 
 
 def build(inp: SectionInput) -> dict | None:
-    """The section's dict, or None when the run lacks its table (importance and pruning curve are optional)."""
-    return ablation_section(inp.tables, inp.figures, inp.derived, inp.warnings) if "ablation" in inp.tables else None
+    """The section's dict, or None when the run has no head-mode ablation (importance and pruning curve are optional;
+    a revert sweep has its own section: :mod:`bertology.report.sections.revert`)."""
+    tables = mode_rows(inp.tables, revert=False)
+    return None if tables is None else ablation_section(tables, inp.figures, inp.derived, inp.warnings)
 
 
 SECTION = Section(
