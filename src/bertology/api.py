@@ -270,7 +270,10 @@ def finetune(model: str, data: str | Path, *, out: str | Path, eval_data: str | 
     config = FinetuneConfig(model=str(model), data=data_config, out=str(out),
                             eval_data=str(eval_data) if eval_data else None, **config_values)
     train, evaluation = read_data(config)
-    done = finetune_to_dir(config, train, evaluation, overwrite=overwrite, retrain=overwrite, progress=progress)
+    from bertology.integrations.tracker import finetune_tracker
+
+    done = finetune_to_dir(config, train, evaluation, overwrite=overwrite, retrain=overwrite, progress=progress,
+                           tracker=finetune_tracker)
     return load_run(done.out)
 
 

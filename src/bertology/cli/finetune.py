@@ -4,7 +4,8 @@ and save it where ``compare --tuned`` can read it.
 Writes, under ``--out``: ``model/`` (Hugging Face folder, safetensors), ``tables/finetune.parquet`` and
 ``.csv`` (``step, epoch, split, metric, value, slice``), ``tables/finetune_predictions.parquet``/``.csv``
 (held-out predictions; classification), ``tables/anisotropy`` (contrastive), ``checkpoints/step-N/``
-(with ``--save-every``) and ``manifest.json``. Experiments: ``--drop-layers``, ``--freeze-layers``,
+(with ``--save-every``), ``tracking/`` (with ``--track-every``: a run folder of kind ``track``) and
+``manifest.json``. Experiments: ``--drop-layers``, ``--freeze-layers``,
 ``--freeze-embeddings``, ``--exclude-words``, ``--objective contrastive``. An interrupted run with
 ``--save-every`` continues from its latest checkpoint when the same command is run again.
 """
@@ -87,6 +88,10 @@ def _details(manifest: dict) -> list[str]:
     es = s.get("early_stopping")
     if es and es.get("stopped_early"):
         lines.append(f"early stopping: best {es['metric']} at step {es['best_step']} (weights restored)")
+    if s.get("tracking"):
+        tr = s["tracking"]
+        lines.append(f"tracked against the base every {tr['every']} steps ({', '.join(tr['analyses'])}, gradient "
+                     f"norms): {tr['folder']} (bertology report {tr['folder']})")
     if s.get("resumed_from_step") is not None:
         lines.append(f"resumed from the checkpoint at step {s['resumed_from_step']}")
     if s.get("train_time_s") is not None:
@@ -109,6 +114,7 @@ PANELS = (
     ("question answering", ("doc_stride", "max_answer_length", "null_threshold", "qa_split")),
     ("dependency parsing", ("arc_dim", "label_dim")),
     ("parameter-efficient (LoRA)", ("method", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "lora_merge")),
+    ("tracking while training", ("track_every", "track_analyses", "track_examples")),
 )
 
 
@@ -162,7 +168,10 @@ def finetune_command(
 
         finished_summary(against)  # refuse before training, not after
     train, evaluation = read_data(config)  # checks the settings, then reads with the reader the task needs
-    run = finetune_to_dir(config, train, evaluation, overwrite=overwrite, retrain=overwrite, progress=True)
+    from bertology.integrations.tracker import finetune_tracker
+
+    run = finetune_to_dir(config, train, evaluation, overwrite=overwrite, retrain=overwrite, progress=True,
+                          tracker=finetune_tracker)
     _print_run(run, against, no_report)
 
 

@@ -1,4 +1,6 @@
-"""The callback's run folder: ``bertology track``'s tables and figures, in a folder of kind ``track``.
+"""The tracker's run folder: ``bertology track``'s tables and figures, in a folder of kind ``track``.
+
+Written for :class:`~bertology.integrations.trainer.BertologyCallback` and ``bertology finetune --track-every``.
 
 Tables are rewritten (atomically) at every event, so a run stopped half-way leaves what it measured;
 the manifest says ``running`` until training ends, then ``complete`` with its figures listed.
@@ -20,12 +22,17 @@ KIND = "track"
 class TrackWriter:
     """Holds the run folder (its lock) from the first event to the end of training."""
 
-    def __init__(self, out: Path, callback: Any, *, overwrite: bool = False):
-        self.settings, self.corpus = callback.settings, callback.corpus
-        self.analysis_settings = callback.analysis_settings
+    def __init__(self, out: Path, tracker: Any, *, overwrite: bool = False):
+        """``tracker``: the :class:`~bertology.integrations.tracker.Tracker` whose settings, probe corpus and
+        analysis settings the folder records (and fingerprints)."""
+        self.settings, self.corpus = tracker.settings, tracker.corpus
+        self.analysis_settings = tracker.analysis_settings
         print_ = fingerprint(vars(self.settings), self.analysis_settings, self.corpus.fingerprint())
         self.opened = open_run(out, KIND, print_, overwrite=overwrite, fresh=True)
         self.fingerprint = print_
+        self.source = getattr(tracker, "source", "BertologyCallback (transformers Trainer)")
+        #: the tables an identical earlier run left in the folder (a resumed run reads them back)
+        self.previous_tables = [str(t).removeprefix("track_") for t in self.opened.previous.get("tables") or []]
         self.written: set[str] = set()
         self._manifest("running")
 
@@ -38,7 +45,7 @@ class TrackWriter:
         previous = self.opened.dir.read_manifest() or {}
         manifest = build_manifest(
             KIND, self.fingerprint, created=previous.get("created"), status=status, data=self.corpus.describe(),
-            source="BertologyCallback (transformers Trainer)",
+            source=self.source,
             track={"analyses": list(self.settings.analyses), "settings": describe_fields([("callback", self.settings)]),
                    "analysis_settings": self.analysis_settings, "max_examples": self.settings.max_examples,
                    "max_length": self.settings.max_length, "figures": list(figures)},

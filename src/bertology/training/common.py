@@ -288,9 +288,10 @@ def training_record(config: FinetuneConfig, model: torch.nn.Module, training: Tr
 
 
 def checkpoint_fingerprint(config: FinetuneConfig, train: Corpus, eval: Corpus | None) -> str:  # noqa: A002
-    """Identity of the settings that checkpoints must share to be resumed (not ``out``, ``save_every``, ``device``)."""
+    """Identity of the settings that checkpoints must share to be resumed (not ``out``, ``device``, nor a setting
+    that does not change the numbers: ``save_every``, the ``track_*`` settings)."""
     d = config.to_dict()
-    for key in ("out", "save_every", "device", "recipe"):
+    for key in ("out", "device", "recipe", *(s.name for s in field_settings(FinetuneConfig) if not s.changes_numbers)):
         d.pop(key, None)
     parts = [d, train.fingerprint(), eval.fingerprint() if eval is not None else None]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -406,6 +406,7 @@ def finetune(
     *,
     resume: bool = True,
     on_step=None,
+    tracker=None,
 ) -> FinetuneResult:
     """Fine-tune ``config.model`` on ``train``; evaluate on ``eval`` or a held-out split; return a :class:`FinetuneResult`.
 
@@ -421,10 +422,13 @@ def finetune(
     (``slice="with_words"``) and without (``slice="without_words"``) those words, with their ``n_eval``.
 
     With ``save_every`` the run keeps ``checkpoints/step-N/`` and, when ``resume``, continues from the latest
-    one written with the same settings. ``on_step(step)`` is called after every optimiser step.
+    one written with the same settings. ``on_step(step)`` is called after every optimiser step. With
+    ``track_every`` the loop is watched by ``tracker(config, tokenizer, probe data)``
+    (:func:`bertology.integrations.tracker.finetune_tracker`; see :data:`~bertology.training.skeleton.TrackerFactory`).
     """
     config = resolve_config(config, train)
-    return trainer_for(config, train).run(train, eval, progress=progress, resume=resume, on_step=on_step)
+    return trainer_for(config, train).run(train, eval, progress=progress, resume=resume, on_step=on_step,
+                                          tracker=tracker)
 
 
 def read_data(config: FinetuneConfig):

@@ -63,6 +63,34 @@ class TrainTask(Protocol):
         """Write a loadable model folder (weights as ``model.safetensors``) into ``folder``."""
 
 
+class LoopObserver(Protocol):
+    """What watches a run from inside the loop without changing it (``bertology finetune --track-every``: the
+    tracker of :mod:`bertology.integrations.tracker`). ``step`` is the number of the optimiser step an event
+    belongs to (1 for the first update); an observer must leave the weights, gradients, module modes and
+    random states as it found them."""
+
+    def prepare(self, model: torch.nn.Module) -> None:
+        """Before resumption: ``model`` is still the base (as loaded and prepared, before any update)."""
+
+    def begin(self, model: torch.nn.Module, step: int) -> None:
+        """Training starts at ``step`` (0, or the checkpoint a run resumed from)."""
+
+    def step_begin(self, step: int) -> None:
+        """Optimiser step ``step`` is about to run its forward and backward passes."""
+
+    def after_backward(self, step: int) -> None:
+        """Step ``step``'s gradients are accumulated and not yet unscaled or clipped."""
+
+    def step_end(self, model: torch.nn.Module, step: int) -> None:
+        """Step ``step``'s update is done (before its evaluation and checkpoint)."""
+
+    def evaluated(self, model: torch.nn.Module, step: int) -> None:
+        """The model was evaluated at step ``step``."""
+
+    def end(self, complete: bool = True) -> None:
+        """Training ended (``complete``) or was interrupted by an error."""
+
+
 @dataclass
 class LoopConfig:
     total_steps: int
@@ -265,12 +293,15 @@ class _Run:
                     ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float)))
         self.last_metrics = metrics
 
-    def optimiser_step(self, step: int, indices: list[int]) -> None:
-        """One optimiser step on the effective batch ``indices``; the loss window's rows when a log step."""
+    def optimiser_step(self, step: int, indices: list[int], observer: LoopObserver | None = None) -> None:
+        """One optimiser step on the effective batch ``indices``; the loss window's rows when a log step.
+        ``observer`` sees the gradients before they are unscaled and clipped."""
         cfg, model = self.cfg, self.model
         self.optimizer.zero_grad(set_to_none=True)
         total = accumulate_gradients(model, self.task, indices, cfg.batch_size, step, cfg.learning_rate,
                                      precision=self.precision)
+        if observer is not None:
+            observer.after_backward(step)
         if cfg.max_grad_norm and cfg.max_grad_norm > 0:
             self.precision.unscale(self.optimizer)
             torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
@@ -339,34 +370,46 @@ def train_loop(
     *,
     progress: bool = False,
     on_step: Callable[[int], None] | None = None,
+    observer: LoopObserver | None = None,
 ) -> LoopOutcome:
     """Train ``model`` on ``task`` (see the module docs). ``on_step(step)`` is called after every optimiser
-    step and any evaluation or checkpoint of that step (tests use it to interrupt a run)."""
+    step and any evaluation or checkpoint of that step (tests use it to interrupt a run). ``observer``
+    (:class:`LoopObserver`) is told of every step, evaluation and the run's start and end."""
     from bertology.progress import progress_bar
 
     _check(cfg)
     run = _Run(model, task, cfg)
-    run.resume()
-    run.t_start = time.perf_counter()
-    if run.start_step == 0:
-        run.evaluate(0)
-    stopped_early = False
-    batches = batch_stream(task.n_items, cfg.effective_batch, cfg.seed, skip=run.start_step)
-    model.train()
-    step = run.start_step
-    fields = {"epoch": step / cfg.steps_per_epoch, "loss": "-" if run.running is None else f"{run.running:.4f}"}
+    if observer is not None:
+        observer.prepare(model)  # before resume(): the model is still the base
     try:
+        run.resume()
+        run.t_start = time.perf_counter()
+        if run.start_step == 0:
+            run.evaluate(0)
+        stopped_early = False
+        batches = batch_stream(task.n_items, cfg.effective_batch, cfg.seed, skip=run.start_step)
+        model.train()
+        step = run.start_step
+        fields = {"epoch": step / cfg.steps_per_epoch, "loss": "-" if run.running is None else f"{run.running:.4f}"}
+        if observer is not None:
+            observer.begin(model, step)
         with progress_bar("fine-tuning", cfg.total_steps, progress, template="epoch {task.fields[epoch]:.2f}  loss {task.fields[loss]}",
                           fields=fields, completed=step, stderr=True) as advance:
             while step < cfg.total_steps:
                 step += 1
-                run.optimiser_step(step, next(batches))
+                if observer is not None:
+                    observer.step_begin(step)
+                run.optimiser_step(step, next(batches), observer)
+                if observer is not None:
+                    observer.step_end(model, step)
                 if advance is not None:
                     advance(1, epoch=step / cfg.steps_per_epoch, loss=f"{run.running:.4f}")
                 last = step == cfg.total_steps
                 if step % cfg.steps_per_epoch == 0 or last or (cfg.eval_every and step % cfg.eval_every == 0):
                     run.evaluate(step)
                     model.train()
+                    if observer is not None:
+                        observer.evaluated(model, step)
                     stopped_early = cfg.early_stopping is not None and run.stop_early(step)
                 if cfg.save_every and cfg.checkpoint_dir is not None and (step % cfg.save_every == 0 or last or stopped_early):
                     run.save_checkpoint(step)
@@ -376,8 +419,14 @@ def train_loop(
                     logger.info("Early stopping at step %d: no %s improvement in %d evaluations (best %.4f at step %d)",
                                 step, cfg.metric, cfg.early_stopping, run.best["value"], run.best["step"])
                     break
+    except BaseException:
+        if observer is not None:
+            observer.end(complete=False)
+        raise
     finally:
         model.eval()
+    if observer is not None:
+        observer.end()
     return run.outcome(step, stopped_early)
 
 

@@ -120,12 +120,21 @@ def finetune_to_dir(
     retrain: bool = False,
     progress: bool = False,
     on_step=None,
+    tracker=None,
 ) -> FinetuneRun:
     """Fine-tune into ``config.out``, or reuse the identical run already there (unless ``retrain``).
 
     A folder holding a different run is refused unless ``overwrite`` (see :class:`RunDirectory`). An
     identical run that was interrupted resumes from its latest checkpoint (``save_every``) unless
     ``retrain``; ``on_step(step)`` is passed to the training loop.
+
+    ``track_every`` (with ``tracker``, :func:`bertology.integrations.tracker.finetune_tracker`) tracks the model
+    against its base into ``tracking/``, a run folder of kind ``track`` (``bertology report RUN/tracking``); the
+    manifest's ``result.tracking`` and ``summary.tracking`` say what was tracked. The tracking settings are not in
+    the fingerprint (the weights do not depend on them), but a finished run is reused only when it tracked with
+    the same settings (or none were asked for); otherwise it is trained again from the start, with the same
+    numbers, to track it. A run resumed from a checkpoint keeps the tracking rows up to that checkpoint; when the
+    interrupted part did not track, the tables start at the checkpoint.
     """
     from bertology.training.finetune import finetune, resolve_run_config
 
@@ -133,10 +142,15 @@ def finetune_to_dir(
     resolve_dtype(config.dtype, resolve_device(config.device))  # a missing GPU or dtype: an error before the run folder is touched
     fingerprint = run_fingerprint(config, train, evaluation)
     # another run (allowed by --overwrite) or a retrain: nothing of the old one may remain
-    with open_run(config.out, KIND, fingerprint, overwrite=overwrite, fresh=retrain, scratch=("checkpoints", "model")) as opened:
+    with open_run(config.out, KIND, fingerprint, overwrite=overwrite, fresh=retrain,
+                  scratch=("checkpoints", "model", "tracking")) as opened:
         run_dir, old, resume = opened.dir, opened.previous, opened.resumed
         model_dir = run_dir.path / "model"
-        if resume and old.get("metrics") and run_dir.has_table(KIND) and _model_intact(model_dir, old):
+        finished = resume and old.get("metrics") and run_dir.has_table(KIND) and _model_intact(model_dir, old)
+        if finished and not _tracked_as_asked(config, old):
+            logger.info("%s holds this run without the tracking asked for (--track-every): training it again", run_dir.path)
+            finished = resume = False  # the same numbers again, from the start, with the tracker watching
+        if finished:
             return FinetuneRun(
                 run_dir.path, model_dir, read_table(run_dir.path, KIND), old["metrics"],
                 old.get("result", {}).get("n_train"), 0.0, reused=True, warnings=old.get("warnings", []),
@@ -146,7 +160,7 @@ def finetune_to_dir(
                    "seed": config.seed}
         run_dir.write_manifest(started)
 
-        result = finetune(config, train, evaluation, progress=progress, resume=resume, on_step=on_step)
+        result = finetune(config, train, evaluation, progress=progress, resume=resume, on_step=on_step, tracker=tracker)
         write_table(run_dir.path, KIND, result.table)
         tables = [KIND]
         if result.predictions is not None:
@@ -193,6 +207,22 @@ def finetune_to_dir(
             run_dir.path, Path(result.model_dir), result.table, result.metrics, result.n_train,
             result.wall_time_s, reused=False, warnings=warnings,
         )
+
+
+def tracking_settings(config: FinetuneConfig) -> dict | None:
+    """The tracking a run asks for (``track_every``, ``track_analyses``, ``track_examples``), or None when off."""
+    if not config.track_every:
+        return None
+    return {"every": config.track_every, "analyses": list(config.track_analyses), "max_examples": config.track_examples}
+
+
+def _tracked_as_asked(config: FinetuneConfig, manifest: dict) -> bool:
+    """Whether a finished run's manifest shows the tracking ``config`` asks for (always, when it asks for none)."""
+    asked = tracking_settings(config)
+    if asked is None:
+        return True
+    done = (manifest.get("result") or {}).get("tracking") or {}
+    return {"every": done.get("every"), "analyses": done.get("analyses"), "max_examples": done.get("max_examples")} == asked
 
 
 def is_model_folder(folder: Path) -> bool:
@@ -312,6 +342,8 @@ def summary_of(result) -> dict:
     if d.get("lora"):
         out["lora"] = {k: d["lora"][k] for k in ("rank", "alpha", "targets", "trainable_parameters", "total_parameters",
                                                  "trainable_percent", "merged_model_dir") if k in d["lora"]}
+    if d.get("tracking"):
+        out["tracking"] = {k: d["tracking"][k] for k in ("folder", "every", "analyses", "tables") if k in d["tracking"]}
     if d.get("checkpoints") and d["checkpoints"].get("resumed_from_step") is not None:
         out["resumed_from_step"] = d["checkpoints"]["resumed_from_step"]
     return out

@@ -36,10 +36,27 @@ from bertology.training.common import (
 )
 from bertology.training.data import eval_slices, exclude_examples
 from bertology.training.lora import MERGED_DIR, AdapterSaving, save_merged, wrap_lora
-from bertology.training.loop import LoopOutcome, TrainTask, seed_everything, train_loop
+from bertology.training.loop import LoopObserver, LoopOutcome, TrainTask, seed_everything, train_loop
 from bertology.training.recipes import apply_recipe, recipe_record
 
 logger = logging.getLogger(__name__)
+
+
+#: Makes the loop's observer of a run that tracks its model (``track_every``): ``(config, tokenizer, probe data)``
+#: -> a :class:`~bertology.training.loop.LoopObserver` with a ``record()`` for the manifest. The tracker lives
+#: above the training room (:func:`bertology.integrations.tracker.finetune_tracker`), so the caller hands it in.
+TrackerFactory = Callable[[FinetuneConfig, Any, Any], LoopObserver]
+
+
+def observe(config: FinetuneConfig, tracker: TrackerFactory | None, tokenizer: Any, data: "RunData") -> LoopObserver | None:
+    """The loop's observer: ``tracker``'s, probing the held-out data (else the training data), when ``track_every``
+    is set; None otherwise. ``track_every`` without a ``tracker`` is one clear error."""
+    if not config.track_every:
+        return None
+    if tracker is None:
+        raise BertologyError("--track-every (track_every) needs the tracker of bertology.integrations: run bertology "
+                             "finetune or bertology.finetune(...), or pass tracker=finetune_tracker.")
+    return tracker(config, tokenizer, data.eval if data.eval is not None else data.train)
 
 
 def random_split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -186,8 +203,10 @@ class Trainer(ABC):
                                  f"choose from {', '.join(task.metrics)}.")
 
     def run(self, train, eval=None, *, progress: bool = False, resume: bool = True,  # noqa: A002
-            on_step=None) -> FinetuneResult:
-        """Fine-tune: check, prepare the data, seed, load, prepare the model, train, save, record."""
+            on_step=None, tracker: TrackerFactory | None = None) -> FinetuneResult:
+        """Fine-tune: check, prepare the data, seed, load, prepare the model, train, save, record.
+
+        ``tracker`` makes the loop's observer when ``track_every`` asks for one (see :func:`observe`)."""
         t0 = time.perf_counter()
         config = self.config = apply_recipe(self.config, self.recipe_name)
         check_config(config)
@@ -208,13 +227,15 @@ class Trainer(ABC):
                     config.learning_rate, config.head_lr)
         checkpoint_dir = checkpoint_folder(config, data.train, data.eval, resume)
         metric = config.early_stopping_metric or self.default_metric()
+        observer = observe(config, tracker, loaded.tokenizer, data)
         outcome = train_loop(loaded.model, head, loop_config(config, schedule, metric, checkpoint_dir, resume),
-                             progress=progress, on_step=on_step)
+                             progress=progress, on_step=on_step, observer=observer)
         metrics = self.final_metrics(head, loaded.model, outcome)
         done = self.finish(loaded, head, data, outcome)
         model_dir = atomic_folder(Path(config.out) / "model", lambda tmp: head.save(loaded.model, tmp))
         details = self._details(loaded, head, data, Training(schedule, surgery, outcome, metric, device), done)
         details["lora"] = lora.record if lora is not None else None
+        details["tracking"] = observer.record() if observer is not None else None
         if lora is not None and config.lora_merge:
             merged = atomic_folder(Path(config.out) / MERGED_DIR, lambda tmp: save_merged(lora, loaded.tokenizer, tmp))
             details["lora"] = {**lora.record, "merged_model_dir": str(merged)}
