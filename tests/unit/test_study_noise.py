@@ -314,3 +314,22 @@ def test_changed_vs_needed_rho_is_one_unit_per_level_and_measure():
     assert set(effects.index) == {"heads: weight", "layers: attention_js"} and set(effects["level"]) == {"model"}
     assert effects.loc["heads: weight", "change_mean"] == pytest.approx(0.62)
     assert bool(effects.loc["heads: weight", "beyond_noise"])  # 0.61-0.63 in every seed, seeds 0.01-0.02 apart
+
+
+def test_the_study_report_lists_rho_and_transplant_curves_per_task_with_verdicts():
+    from bertology.report.study import _which_change
+
+    def transplant(s):
+        return [{"unit_kind": "layers", "layer": -1, "head": -1, "label": "top 1 layers", "metric": "accuracy",
+                 "gain_recovered": 0.7 + 0.01 * s},
+                {"unit_kind": "layer", "layer": 2, "head": -1, "label": "L2", "metric": "accuracy", "gain_recovered": 0.5}]
+
+    def rho(s):
+        return [{"level": "head", "change_measure": "weight", "needed_measure": "revert_drop", "metric": "loss",
+                 "spearman": (0.3, -0.2, 0.1)[s - 1], "ci_low": np.nan, "ci_high": np.nan}]
+    tables = study_tables({"transplant": _per_seed((1, 2, 3), transplant), "changed_vs_needed": _per_seed((1, 2, 3), rho)}, {})
+    body = _which_change(tables)
+    rows = [[c["text"] if isinstance(c, dict) else c for c in r] for r in body["table"]["rows"]]
+    assert [(r[1], r[2], r[-1]) for r in rows] == [("Spearman, change vs revert drop", "heads: weight", "within noise"),
+                                                  ("gain recovered", "top 1 layers", "beyond noise")]
+    assert _which_change({"study_effects": pd.DataFrame()}) is None

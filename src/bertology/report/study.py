@@ -351,8 +351,9 @@ def _ablation(tables: Mapping[str, pd.DataFrame], figs: Figures) -> dict | None:
     summ = _rows(tables.get("study_summary"), table="ablation", level="head", quantity="change")
     chosen = []
     for task, g in eff.groupby("task", sort=True):
-        metrics = list(pd.unique(g["metric"]))
-        metric = next((m for m in metrics if not str(m).endswith("loss")), metrics[0])
+        metrics = list(pd.unique(g["metric"]))  # several modes: "uniform/accuracy", "revert/accuracy"
+        metric = next((m for m in metrics if not str(m).endswith("loss") and not str(m).startswith("revert/")),
+                      next((m for m in metrics if not str(m).endswith("loss")), metrics[0]))
         chosen.append(g[g["metric"] == metric])
     heads = pd.concat(chosen, ignore_index=True)
     key = ["task", "metric", "unit"]
@@ -399,6 +400,29 @@ def _probe(tables: Mapping[str, pd.DataFrame], figs: Figures) -> dict | None:
             f"Probe {label} per layer per task",
         ))
     return {"figures": [f for f in figures if f]} if figures else None
+
+
+def _which_change(tables: Mapping[str, pd.DataFrame]) -> dict | None:
+    """Per task, across seeds: the changed-vs-needed rank correlations and the transplant layer curves' gain recovered,
+    each with the seed-noise verdict (the study's ``study_effects`` rows of those tables)."""
+    eff = tables.get("study_effects")
+    if eff is None or eff.empty:
+        return None
+    rows = []
+    for name, what in (("changed_vs_needed", "Spearman, change vs revert drop"), ("transplant", "gain recovered")):
+        part = _rows(eff, table=name)
+        if name == "transplant" and not part.empty:
+            part = part[part["level"] == "layers"]  # the layer curves; single units are in the study's tables
+        rows += [[str(r["task"]), what, str(r["unit"]), str(r["metric"]), float(r["change_mean"]), r["change_sd"],
+                  int(r["n_seeds"]), r["noise_max"], r["p_value"], _verdict(r["beyond_noise"])]
+                 for _, r in part.sort_values(["task", "metric", "unit"]).iterrows()]
+    if not rows:
+        return None
+    table = sortable([("task", "Task", "text"), ("what", "Quantity", "text"), ("unit", "Unit", "text"),
+                      ("metric", "Metric", "text"), ("mean", "Mean over seeds", "num"), ("sd", "SD over seeds", "num"),
+                      ("n", "Seeds", "num"), ("noise", "Largest seed-vs-seed", "num"), ("p", "p", "num"),
+                      ("verdict", "Verdict", "text")], rows)
+    return {"figures": [], "table": table, "one_column": True}
 
 
 def _differences(tables: Mapping[str, pd.DataFrame]) -> dict | None:
@@ -474,6 +498,7 @@ def build_study_context(study_dir: str | Path) -> dict:
     add("similarity", "Representation similarity", _similarity(tables, figs))
     add("patterns", "Attention patterns", _patterns(tables, figs))
     add("ablation", "Head ablation", _ablation(tables, figs))
+    add("which-change", "Which change matters", _which_change(tables))
     add("probe", "Structural probes", _probe(tables, figs))
     add("differences", "Task differences", _differences(tables))
     add("jobs", "Jobs", _jobs(manifest))
