@@ -114,3 +114,22 @@ def test_a_lora_parser_saves_its_head_beside_the_adapter_and_loads_as_the_parser
     assert res.exit_code == 0, res.output
     info = json.loads((root / "parser-compare" / "manifest.json").read_text())["models"]["tuned"]
     assert info["class"] == "BiaffineParser" and info["adapter"]["shares_base_weights"]["shared_tensors"] > 0
+
+
+def test_a_lora_parser_checkpoint_restores_its_head(base, tmp_path):
+    from bertology.config import FinetuneConfig
+    from bertology.models.parser import ParserConfig
+    from bertology.training.lora import load_adapter_weights, save_adapter, wrap_lora
+
+    encoder = load_model(base).model
+    parser = BiaffineParser(encoder, ParserConfig(labels=("det", "root"), hidden_size=encoder.config.hidden_size,
+                                                  arc_dim=8, label_dim=4))
+    run = wrap_lora(parser, FinetuneConfig(model=str(base), method="lora", lora_rank=2), "parsing")
+    assert run.record["trainable_parameters"] == (sum(p.numel() for p in parser.parameters() if p.requires_grad))
+    assert all(p.requires_grad for p in parser.head.parameters())
+    torch.nn.init.normal_(parser.head.arc.weight)
+    save_adapter(run, tiny_tokenizer(), tmp_path)
+    saved = parser.head.arc.weight.detach().clone()
+    torch.nn.init.zeros_(parser.head.arc.weight)
+    load_adapter_weights(run, tmp_path)  # resuming: the adapter and the head come back
+    torch.testing.assert_close(parser.head.arc.weight.detach(), saved, rtol=0, atol=0)
