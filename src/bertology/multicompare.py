@@ -136,7 +136,7 @@ def compare_many(
     config, selection, dtype = resolve_settings(config)
     base = load_model(config.base, trust_remote_code=config.trust_remote_code, dtype=dtype)
     pairs = [in_dtype(ModelPair(base, load_model(t.path, trust_remote_code=config.trust_remote_code, dtype=dtype,
-                                                  adapter_base=config.base)), dtype)
+                                                  adapter_base=config.base, shared_base=base)), dtype)
              for t in tuned]  # ModelPair checks shape and tokenizer: one error before any work
     inputs = prepare_inputs(config, selection, corpus, base.tokenizer)
     out = Path(config.out).expanduser()

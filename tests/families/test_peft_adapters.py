@@ -138,3 +138,64 @@ def test_head_weights_the_adapter_did_not_save_are_named_in_the_manifest(tmp_pat
     assert loaded.describe()["adapter"]["unsaved_head_weights"] == ["pooler.dense.bias", "pooler.dense.weight"]
     assert "does not hold pooler.dense.bias, pooler.dense.weight" in caplog.text
     assert load_model(make_lora(base, tmp_path / "whole")).describe()["adapter"]["unsaved_head_weights"] == []
+
+
+def _changed_by(adapter) -> set[str]:
+    """The full parameter names the adapter changes: its LoRA targets' weights (the head is modules_to_save)."""
+    from safetensors import safe_open
+
+    with safe_open(str(adapter / "adapter_model.safetensors"), "pt") as f:
+        keys = list(f.keys())
+    return {k.removeprefix("base_model.model.").split(".lora_")[0] + ".weight" for k in keys if ".lora_A" in k}
+
+
+@pytest.mark.parametrize("model_type", list(FAMILY_CONFIGS))
+def test_an_adapter_compared_with_its_base_shares_every_tensor_it_does_not_change(adapters, batch, model_type):
+    from bertology.models.pair import ModelPair
+
+    base, adapter = adapters[model_type]
+    alone = load_model(base)
+    inputs = sites.model_inputs(alone.model, batch)
+    with torch.inference_mode():
+        before = alone.model(**inputs, output_hidden_states=True).hidden_states
+    pair = ModelPair.load(str(base), str(adapter))
+    base_ptrs = {t.data_ptr() for t in (*pair.base.model.parameters(), *pair.base.model.buffers())}
+    changed = _changed_by(adapter)
+    n_shared = n_own = 0
+    for name, tensor in pair.tuned.model.named_parameters():
+        own = name in changed or any(f".{h}." in f".{name}" for h in HEADS)  # a LoRA target or modules_to_save
+        assert (tensor.data_ptr() not in base_ptrs) == own, name
+        n_shared, n_own = n_shared + (not own), n_own + own
+    assert changed and n_shared > 0
+    info = pair.tuned.describe()["adapter"]
+    assert info["shares_base_weights"]["own_tensors"] == n_own and "sharing its base's tensors" in info["weights"]
+    # the same numbers as peft's own merge, bit for bit
+    reference = peft_merged(base, adapter)
+    model = pair.tuned.model
+    with torch.inference_mode():
+        want = reference(**inputs, output_attentions=True)
+        with capture(model) as cap:
+            got = model(**inputs)
+        after = pair.base.model(**inputs, output_hidden_states=True).hidden_states
+    for layer in range(1, model.config.num_hidden_layers + 1):
+        torch.testing.assert_close(cap.attentions[layer], want.attentions[layer - 1], rtol=0, atol=0)
+    torch.testing.assert_close(got.logits, want.logits, rtol=0, atol=0)
+    # nothing merged into the base in place: its outputs are those of the base loaded alone
+    for b, a in zip(before, after):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_moving_a_sharing_pair_keeps_one_copy(adapters):
+    from bertology.models.pair import ModelPair
+    from bertology.models.shared_base import to_device_together
+
+    base, adapter = adapters["bert"]
+    pair = ModelPair.load(str(base), str(adapter))
+    shared = lambda: {n for n, t in pair.tuned.model.named_parameters()  # noqa: E731
+                      if t.data_ptr() in {b.data_ptr() for b in pair.base.model.parameters()}}
+    names = shared()
+    to_device_together((pair.base.model, pair.tuned.model), "cpu", torch.float64)  # each tensor converted once
+    assert shared() == names and next(pair.tuned.model.parameters()).dtype == torch.float64
+    before = {n: t.data_ptr() for n, t in pair.base.model.named_parameters()}
+    to_device_together((pair.base.model, pair.tuned.model), "cpu")  # already there: nothing moves
+    assert {n: t.data_ptr() for n, t in pair.base.model.named_parameters()} == before and shared() == names

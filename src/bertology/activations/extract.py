@@ -19,6 +19,7 @@ from bertology.data.encode import EncodedCorpus
 from bertology.models import sites
 from bertology.models.hooks import Captured, capture
 from bertology.models.pair import ModelPair
+from bertology.models.shared_base import to_device_together
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +56,7 @@ def iter_pair_batches(
     """Yield one :class:`PairBatch` per length bucket, each model run once on it."""
     dev = torch.device(device)
     pad_id = pair.tokenizer.pad_token_id or 0
-    for model in (pair.base.model, pair.tuned.model):
-        model.to(dev).eval()
+    to_device_together((pair.base.model, pair.tuned.model), dev)  # an adapter's shared base tensors stay shared
     with torch.inference_mode():
         for items in length_batches(encoded.items, batch_size):
             t = collate(items, pad_id, pad_to)
@@ -140,8 +140,7 @@ def run_shared_analyses(
         if opt is not None:
             pad_to = max(pad_to or 0, opt)
     active = [i for i, cs in enumerate(consumers) if cs]
-    for model in (base, *(tuned[i] for i in active)):
-        model.to(dev).eval()
+    to_device_together((base, *(tuned[i] for i in active)), dev)  # an adapter's shared base tensors stay shared
     # NumPy's BLAS on one thread for the whole pass: the analyses' small products beside torch's threads
     # (bertology.blas explains why)
     with torch.inference_mode(), one_blas_thread():

@@ -32,7 +32,8 @@ from transformers import (
 from bertology.errors import BertologyError
 from bertology.models.adapters import adapter_for
 from bertology.models.parser import attach_saved_head, is_parser_folder
-from bertology.models.peft_adapter import adapted_identity, hub_adapter, is_adapter_folder, merge_adapter, plan_adapter
+from bertology.models.peft_adapter import (adapted_identity, apply_task_config, hub_adapter, is_adapter_folder,
+                                           merge_adapter, plan_adapter)
 
 logger = logging.getLogger(__name__)
 
@@ -230,6 +231,7 @@ def load_model(
     num_labels: int | None = None,
     dtype: torch.dtype = torch.float32,
     adapter_base: str | None = None,
+    shared_base: LoadedModel | None = None,
 ) -> LoadedModel:
     """Load a model and tokenizer with eager attention, in eval mode.
 
@@ -241,10 +243,13 @@ def load_model(
     ``"token_classifier"``) with ``num_labels`` creates a fresh head on top of an encoder (for fine-tuning),
     ``kind="qa"`` a fresh start/end head (or keeps the checkpoint's). ``is_classifier`` is True for a
     sequence or token head. A PEFT adapter (:mod:`bertology.models.peft_adapter`) is put on ``adapter_base``
-    (default: the base it records) and merged.
+    (default: the base it records) and merged; ``shared_base``, the model already loaded from ``adapter_base`` (the
+    base of a comparison), is used instead of loading it again, the adapted model sharing every tensor the adapter
+    does not change with it (:mod:`bertology.models.shared_base`). A saved parser head beside an adapter
+    (``finetune --task parsing --method lora``) makes it the parser.
     """
     source, where = resolve_model(name_or_path)
-    adapted = dict(base=adapter_base, kind=kind, trust_remote_code=trust_remote_code, dtype=dtype)
+    adapted = dict(base=adapter_base, kind=kind, trust_remote_code=trust_remote_code, dtype=dtype, shared=shared_base)
     if source == "adapter":
         return _load_adapter(str(name_or_path), where, source, **adapted)
     hub_kwargs: dict = {"trust_remote_code": trust_remote_code}
@@ -303,15 +308,34 @@ def load_model(
 
 
 def _load_adapter(name: str, where: str, source: str, *, base: str | None, kind: ModelKind, trust_remote_code: bool,
-                  dtype: torch.dtype) -> LoadedModel:
-    """A PEFT adapter put on its base and merged (:mod:`bertology.models.peft_adapter`), as a :class:`LoadedModel`."""
+                  dtype: torch.dtype, shared: LoadedModel | None) -> LoadedModel:
+    """A PEFT adapter put on its base and merged (:mod:`bertology.models.peft_adapter`), as a :class:`LoadedModel`:
+    on ``shared`` (already loaded from that base), sharing its tensors, when the adapter is LoRA; the base loaded
+    afresh otherwise."""
+    from bertology.models.shared_base import sharing_counts, skeleton_on_base
+
     plan = plan_adapter(name, where, source, base=base, kind=kind)
-    base_loaded = load_model(plan.base, plan.kind, trust_remote_code=trust_remote_code, num_labels=plan.num_labels,
-                             dtype=dtype)
+    share = shared is not None and getattr(plan.config.peft_type, "value", plan.config.peft_type) == "LORA"
+    if share:
+        skeleton, fresh = skeleton_on_base(shared.model, plan.kind, num_labels=plan.num_labels, dtype=dtype,
+                                           trust_remote_code=trust_remote_code)
+        base_loaded = LoadedModel(skeleton, shared.tokenizer, shared.name, shared.source, shared.path,
+                                  plan.kind in ("classifier", "token_classifier"), shared.weights_sha256,
+                                  {"fresh_weights": fresh})
+    else:
+        base_loaded = load_model(plan.base, plan.kind, trust_remote_code=trust_remote_code, num_labels=plan.num_labels,
+                                 dtype=dtype)
     with quiet_transformers():
-        merged, info = merge_adapter(plan, base_loaded.model, base_loaded.extra.get("fresh_weights", []))
+        merged, info = merge_adapter(plan, base_loaded.model, base_loaded.extra.get("fresh_weights", []),
+                                     shares_base=share)
+    apply_task_config(merged, where, source)
+    is_classifier = base_loaded.is_classifier
+    if kind == "auto" and plan.kind == "encoder" and source != "hub" and is_parser_folder(where):
+        merged, is_classifier = attach_saved_head(merged, where), True  # a LoRA parser: its head saved beside
+    if share:
+        info["shares_base_weights"] = sharing_counts(shared.model, merged)
     adapter_sha = weights_fingerprint(where) if source != "hub" else None
     return LoadedModel(model=merged, tokenizer=base_loaded.tokenizer, name=name, source=source, path=where,
-                       is_classifier=base_loaded.is_classifier,
+                       is_classifier=is_classifier,
                        weights_sha256=adapted_identity(base_loaded.weights_sha256, plan.base, adapter_sha, where),
                        extra={"adapter": {**info, "adapter_sha256": adapter_sha}})

@@ -60,12 +60,11 @@ class ModelPair:
 
     @classmethod
     def load(cls, base: str, tuned: str, *, trust_remote_code: bool = False, dtype: torch.dtype = torch.float32) -> "ModelPair":
-        """Load both models (each as its classifier when it has one, in ``dtype``) and check them."""
-        return cls(
-            load_model(base, trust_remote_code=trust_remote_code, dtype=dtype),
-            # a PEFT adapter as the tuned model goes on the base it is compared with
-            load_model(tuned, trust_remote_code=trust_remote_code, dtype=dtype, adapter_base=base),
-        )
+        """Load both models (each as its classifier when it has one, in ``dtype``) and check them. A PEFT adapter as the
+        tuned model goes on the base it is compared with, sharing the base's tensors (one copy of the base)."""
+        loaded = load_model(base, trust_remote_code=trust_remote_code, dtype=dtype)
+        return cls(loaded, load_model(tuned, trust_remote_code=trust_remote_code, dtype=dtype, adapter_base=base,
+                                      shared_base=loaded))
 
     @property
     def tokenizer(self):

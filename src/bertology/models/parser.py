@@ -147,12 +147,8 @@ class BiaffineParser(nn.Module):
 
     def save_pretrained(self, folder: str | Path, safe_serialization: bool = True) -> None:
         """The encoder as a Hugging Face folder, plus the head's weights and config beside it."""
-        from safetensors.torch import save_file
-
-        folder = Path(folder)
         self.encoder.save_pretrained(folder, safe_serialization=True)
-        save_file({k: v.detach().contiguous().cpu() for k, v in self.head.state_dict().items()}, str(folder / HEAD_WEIGHTS))
-        (folder / HEAD_CONFIG).write_text(json.dumps(self.parser_config.to_dict(), indent=2))
+        save_head(self, folder)
 
     def load_folder_weights(self, folder: str | Path) -> None:
         """Load the encoder and head weights of a folder written by :meth:`save_pretrained` (resuming a checkpoint)."""
@@ -169,7 +165,24 @@ class BiaffineParser(nn.Module):
         if missing or unexpected:
             raise BertologyError(f"Checkpoint {folder} does not fit the parser's encoder (missing {missing[:3]}, "
                                  f"unexpected {unexpected[:3]}); pass --overwrite to start again.")
-        self.head.load_state_dict(load_file(str(folder / HEAD_WEIGHTS)))
+        load_head(self, folder)
+
+
+def save_head(parser: BiaffineParser, folder: str | Path) -> None:
+    """The parser's head (:data:`HEAD_WEIGHTS`) and its config (:data:`HEAD_CONFIG`) into ``folder``: beside the
+    encoder of a full parser folder, or beside the encoder's PEFT adapter (``finetune --method lora``)."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    save_file({k: v.detach().contiguous().cpu() for k, v in parser.head.state_dict().items()}, str(folder / HEAD_WEIGHTS))
+    (folder / HEAD_CONFIG).write_text(json.dumps(parser.parser_config.to_dict(), indent=2))
+
+
+def load_head(parser: BiaffineParser, folder: str | Path) -> None:
+    """The head weights :func:`save_head` wrote into ``folder``, into ``parser``'s head (resuming a checkpoint)."""
+    from safetensors.torch import load_file
+
+    parser.head.load_state_dict(load_file(str(Path(folder) / HEAD_WEIGHTS)))
 
 
 def is_parser_folder(folder: str | Path) -> bool:

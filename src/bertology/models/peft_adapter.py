@@ -4,7 +4,9 @@ An adapter folder (or hub id) holds ``adapter_config.json`` and the adapter's we
 It is put on its base (the ``base_model_name_or_path`` it records, or the base a comparison names) with
 ``peft``, the task head saved with it (``modules_to_save``) is kept, and the adapter is merged into the
 weights (``merge_and_unload``): every analysis sees an ordinary model whose weights are the base's plus
-the adapter's update. Merging holds a second copy of the base's weights; the manifest says so.
+the adapter's update. Put on a base already in memory (the base of a comparison), the merged model shares every
+tensor the adapter does not change with that base (:mod:`bertology.models.shared_base`); loaded on its own, it holds
+a second copy of the base's weights. The manifest says which.
 """
 from __future__ import annotations
 
@@ -26,6 +28,9 @@ logger = logging.getLogger(__name__)
 ADAPTER_CONFIG = "adapter_config.json"
 #: Full-model weight files: a folder holding one of them is a model, even beside an adapter_config.json.
 _FULL_WEIGHTS = ("model*.safetensors", "pytorch_model*.bin")
+#: The trained model's label names and bertology's own config fields (the tag field...), saved beside an adapter made
+#: by ``finetune --method lora``: the base's config lacks them, and a tagger's or classifier's task reads them.
+TASK_CONFIG = "task_config.json"
 #: peft's task types -> the head bertology loads the base with (``load_model``'s ``kind``).
 TASK_KINDS = {"SEQ_CLS": "classifier", "TOKEN_CLS": "token_classifier", "QUESTION_ANS": "qa",
               "FEATURE_EXTRACTION": "encoder"}
@@ -44,6 +49,41 @@ def import_peft(needs: str):
     except ImportError:
         raise BertologyError(f"{needs} needs the peft library: pip install 'bertology[peft]'.") from None
     return peft
+
+
+def task_config_fields(config) -> dict:
+    """The fields of a trained model's config that its task reads and its base lacks: ``id2label``, ``label2id``,
+    ``problem_type`` and bertology's own (``bertology_*``, e.g. a tagger's tag field)."""
+    d = config.to_dict()
+    keep = [k for k in d if k in ("id2label", "label2id", "problem_type") or k.startswith("bertology_")]
+    return {k: d[k] for k in keep if d[k] is not None}
+
+
+def save_task_config(config, folder: str | os.PathLike) -> None:
+    """Write :data:`TASK_CONFIG` (:func:`task_config_fields` of ``config``) into an adapter folder."""
+    import json
+
+    (Path(folder) / TASK_CONFIG).write_text(json.dumps(task_config_fields(config), indent=2, sort_keys=True))
+
+
+def apply_task_config(model: torch.nn.Module, where: str, source: str) -> dict:
+    """Put a local adapter's :data:`TASK_CONFIG` (when it has one) on the adapted model's config; what was put."""
+    import json
+
+    path = Path(where) / TASK_CONFIG
+    if source == "hub" or not path.is_file():
+        return {}
+    try:
+        fields = json.loads(path.read_text())
+    except ValueError as err:
+        raise BertologyError(f"{path} is not JSON ({err}); save the adapter again.") from None
+    if "id2label" in fields:
+        fields["id2label"] = {int(k): v for k, v in fields["id2label"].items()}
+    if len(fields.get("id2label", {})) not in (0, getattr(model.config, "num_labels", 0)):
+        return {}  # labels of another head size (the head was not saved): the base's stay
+    for key, value in fields.items():
+        setattr(model.config, key, value)
+    return fields
 
 
 def adapter_config(where: str):
@@ -151,18 +191,21 @@ def plan_adapter(name: str, where: str, source: str, *, base: str | None = None,
     return AdapterPlan(name, where, source, cfg, base_name, want, labels, weights)
 
 
-def merge_adapter(plan: AdapterPlan, base_model: torch.nn.Module, fresh: list[str]) -> tuple[torch.nn.Module, dict]:
+def merge_adapter(plan: AdapterPlan, base_model: torch.nn.Module, fresh: list[str], *,
+                  shares_base: bool = False) -> tuple[torch.nn.Module, dict]:
     """Put the adapter on ``base_model`` (loaded as the plan says) and merge it; the merged model and what was done.
 
     The saved head's weights replace the fresh ones. A base of another shape is one clear error naming the
     base the adapter records; head weights neither the base nor the adapter holds (``fresh``) are named.
+    ``shares_base``: ``base_model``'s tensors are another model's too (:mod:`bertology.models.shared_base`), so the
+    merge writes each merged matrix into a new tensor (peft's safe merge), never into the shared one.
     """
     peft = import_peft(f"{plan.where} is a PEFT adapter; reading it")
     recorded = plan.config.base_model_name_or_path
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # peft asks transformers a deprecated question
-            merged = peft.PeftModel.from_pretrained(base_model, plan.where).merge_and_unload()
+            merged = peft.PeftModel.from_pretrained(base_model, plan.where).merge_and_unload(safe_merge=shares_base)
     except (RuntimeError, ValueError, KeyError) as err:
         lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [type(err).__name__]
         detail = next((line for line in lines if "size mismatch" in line), lines[0])[:300]
@@ -178,7 +221,9 @@ def merge_adapter(plan: AdapterPlan, base_model: torch.nn.Module, fresh: list[st
                        "with the adapter (modules_to_save).", plan.name, ", ".join(unsaved), plan.base)
     info = {"peft_type": _name(plan.config.peft_type), "task_type": _name(plan.config.task_type), "base": plan.base,
             "recorded_base": recorded, "merged": True,
-            "weights": "the adapter merged into a copy of its base (merge_and_unload); the base is held twice",
+            "weights": ("the adapter merged into a model sharing its base's tensors (merge_and_unload, safe merge): only "
+                        "the merged target matrices and the saved head are its own" if shares_base else
+                        "the adapter merged into a copy of its base (merge_and_unload); the base is held twice"),
             "unsaved_head_weights": unsaved}
     for key in ("r", "lora_alpha", "target_modules", "modules_to_save"):
         value = getattr(plan.config, key, None)

@@ -196,7 +196,7 @@ def _models(models: ProbeModels, loading: Loading, torch_dtype, seed: int) -> di
     loaded = {"base": load_model(models.base, kind="auto", trust_remote_code=loading.trust_remote_code, dtype=torch_dtype)}
     if models.tuned is not None:
         loaded["tuned"] = load_model(models.tuned, kind="auto", trust_remote_code=loading.trust_remote_code,
-                                     dtype=torch_dtype, adapter_base=models.base)
+                                     dtype=torch_dtype, adapter_base=models.base, shared_base=loaded["base"])
     if models.random_control:
         loaded["random"] = random_init_model(loaded["base"], seed)
     return loaded

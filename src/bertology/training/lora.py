@@ -6,6 +6,12 @@ wraps), so every trainer keeps calling its own model; the head's modules (every 
 encoder) are peft's ``modules_to_save``. :class:`AdapterSaving` stands in for the trainer's
 :class:`~bertology.training.loop.TrainTask` so that checkpoints and the final model folder hold the adapter
 (LoRA matrices + head) and a resumed run loads them back (``load_weights``) before the optimiser state.
+
+Every task head trains this way. The biaffine parser's head is bertology's own module, not a Hugging Face head: the
+adapters go into its encoder alone (peft's ``FEATURE_EXTRACTION``), the head trains fully and is saved beside the
+adapter as a full parser folder saves it (:data:`~bertology.models.parser.HEAD_WEIGHTS`,
+:data:`~bertology.models.parser.HEAD_CONFIG`), so the adapter folder loads back as the parser. Every adapter folder also
+holds the trained model's label names (:data:`~bertology.models.peft_adapter.TASK_CONFIG`), which the base lacks.
 """
 from __future__ import annotations
 
@@ -20,17 +26,16 @@ import torch
 
 from bertology.config import FinetuneConfig
 from bertology.errors import BertologyError
-from bertology.models.peft_adapter import import_peft
+from bertology.models.parser import BiaffineParser, load_head, save_head
+from bertology.models.peft_adapter import import_peft, save_task_config
 from bertology.training.loop import head_parameter_names
 
 logger = logging.getLogger(__name__)
 
 #: The task heads LoRA trains, by the trained task's name -> peft's task type (what the adapter loader reads).
+#: The parser's adapter is its encoder's (``FEATURE_EXTRACTION``); its head is saved beside it.
 TASK_TYPES = {"classification": "SEQ_CLS", "regression": "SEQ_CLS", "tagging": "TOKEN_CLS", "bio_tagging": "TOKEN_CLS",
-              "qa": "QUESTION_ANS"}
-#: Why the other trainers are refused, by task name.
-REFUSED = {"parsing": "the biaffine parser's saved folder (encoder + head) has no adapter form bertology can load back "
-                      "yet; use --method full"}
+              "qa": "QUESTION_ANS", "parsing": "FEATURE_EXTRACTION"}
 #: Where a LoRA run's merged model goes (``--lora-merge``), beside ``model/``.
 MERGED_DIR = "model-merged"
 
@@ -59,6 +64,7 @@ class LoraRun:
     peft_model: Any
     base: str
     record: dict
+    parser: BiaffineParser | None = None  # the parser whose encoder holds the adapters (its head saved beside them)
 
 
 def trainable_counts(model: torch.nn.Module) -> dict:
@@ -81,37 +87,53 @@ def peft_library():
 
 def wrap_lora(model: torch.nn.Module, config: FinetuneConfig, task: str) -> LoraRun:
     """Put LoRA adapters (``config``'s rank, alpha, dropout, targets) into ``model`` in place; the head modules train
-    fully, every other weight is frozen. ``task`` (the trained task's name) decides peft's task type."""
+    fully, every other weight is frozen. ``task`` (the trained task's name) decides peft's task type. A
+    :class:`~bertology.models.parser.BiaffineParser` gets the adapters in its encoder; its head trains fully outside
+    peft and is saved beside the adapter (:func:`save_adapter`)."""
     peft = peft_library()
 
     if task not in TASK_TYPES:
-        raise BertologyError(f"--method lora: the {task} task is not supported ({REFUSED.get(task, 'no adapter form')}).")
+        raise BertologyError(f"--method lora: the {task} task has no adapter form; use --method full.")
     targets = tuple(config.lora_targets) or default_targets(model)
     heads = head_modules(model)
+    parser = model if isinstance(model, BiaffineParser) else None
     lora = peft.LoraConfig(task_type=TASK_TYPES[task], r=config.lora_rank, lora_alpha=config.lora_alpha,
                            lora_dropout=config.lora_dropout, target_modules=list(targets),
-                           modules_to_save=list(heads))  # a copy: peft adds its defaults to the list it is given
+                           # a copy: peft adds its defaults to the list it is given; the parser's head is saved apart
+                           modules_to_save=None if parser is not None else list(heads))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            wrapped = peft.get_peft_model(model, lora)
+            wrapped = peft.get_peft_model(parser.encoder if parser is not None else model, lora)
     except ValueError as err:
         raise BertologyError(f"--lora-targets {','.join(targets)}: {str(err).splitlines()[0][:200]}") from None
     base = base_name(config.model)
     wrapped.peft_config["default"].base_model_name_or_path = base
+    counts = trainable_counts(wrapped)
+    if parser is not None:  # the head trains outside peft: add it to peft's count of the encoder
+        n_head = sum(p.numel() for p in parser.head.parameters() if p.requires_grad)
+        trainable, total = counts["trainable_parameters"] + n_head, counts["total_parameters"] + n_head
+        counts = {"trainable_parameters": trainable, "total_parameters": total,
+                  "trainable_percent": round(100.0 * trainable / total, 4)}
     record = {"method": "lora", "rank": config.lora_rank, "alpha": config.lora_alpha, "dropout": config.lora_dropout,
               "targets": list(targets), "targets_source": "given" if config.lora_targets else "the family's query and value",
               "modules_to_save": heads, "task_type": TASK_TYPES[task], "base": base, "library": f"peft {peft.__version__}",
-              **trainable_counts(wrapped)}
+              **counts}
+    if parser is not None:
+        record["head_saved"] = "beside the adapter, as a parser folder's (parser_head.safetensors, parser_config.json)"
     logger.info("LoRA r=%d on %s: %d of %d parameters trainable (%.2f%%)", config.lora_rank, ", ".join(targets),
                 record["trainable_parameters"], record["total_parameters"], record["trainable_percent"])
-    return LoraRun(wrapped, base, record)
+    return LoraRun(wrapped, base, record, parser)
 
 
 def save_adapter(run: LoraRun, tokenizer, folder: Path) -> None:
-    """Write the adapter folder: ``adapter_config.json``, ``adapter_model.safetensors`` (LoRA + head) and the
-    tokenizer, which bertology loads as a model by putting it on its recorded base."""
+    """Write the adapter folder: ``adapter_config.json``, ``adapter_model.safetensors`` (LoRA + head), the trained
+    model's label names (``task_config.json``), the parser's head beside them (a parser's run) and the tokenizer,
+    which bertology loads as a model by putting it on its recorded base."""
     run.peft_model.save_pretrained(str(folder))
+    save_task_config(run.peft_model.get_base_model().config, folder)
+    if run.parser is not None:
+        save_head(run.parser, folder)
     tokenizer.save_pretrained(str(folder))
 
 
@@ -126,6 +148,8 @@ def load_adapter_weights(run: LoraRun, folder: Path) -> None:
     result = peft.set_peft_model_state_dict(run.peft_model, load_file(str(path)))
     if getattr(result, "unexpected_keys", None):
         raise BertologyError(f"Checkpoint {folder} does not fit the adapter (unexpected {result.unexpected_keys[:3]}).")
+    if run.parser is not None:
+        load_head(run.parser, folder)
 
 
 def save_merged(run: LoraRun, tokenizer, folder: Path) -> None:
@@ -136,6 +160,10 @@ def save_merged(run: LoraRun, tokenizer, folder: Path) -> None:
     from bertology.models.loading import save_model
 
     merged = copy.deepcopy(run.peft_model).merge_and_unload()
+    if run.parser is not None:  # the merged encoder under a copy of the trained head
+        parser = BiaffineParser(merged, run.parser.parser_config)
+        parser.head.load_state_dict(run.parser.head.state_dict())
+        merged = parser
     save_model(merged, tokenizer, folder)
 
 
