@@ -82,7 +82,8 @@ def test_representation_similarity_matches_direct_computation(planted_pair):
     pair = ModelPair.load(*map(str, planted_pair))
     analysis = RepresentationSimilarity(2, n_tokens=30, seed=3)
     (table,) = _run(pair, [analysis])
-    x, y = analysis.base[1].astype(float), analysis.tuned[2].astype(float)
+    _, base, tuned = analysis.token_sample()
+    x, y = base[1].astype(float), tuned[2].astype(float)
     row = table[(table.layer_base == 1) & (table.layer_tuned == 2)].set_index("metric").value
     assert row["cka_linear"] == pytest.approx(linear_cka(x, y))
     assert row["cka_debiased"] == pytest.approx(debiased_cka(x, y))

@@ -27,8 +27,21 @@ from bertology.metrics.attention import map_cosine
 from bertology.results import Result
 
 
+def _moved(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``t`` on ``like``'s device and in its dtype, the dtype changed on whichever side has both (MPS lacks float64)."""
+    if like.device.type == "mps":
+        return t.to(like.dtype).to(like.device)
+    return t.to(like.device).to(like.dtype)
+
+
 class AttentionChange(Analysis):
-    """Per-head cosine similarity and JS divergence between base and tuned attention maps."""
+    """Per-head cosine similarity and JS divergence between base and tuned attention maps.
+
+    The three ``[layers, heads]`` float64 sums live where the maps are (issue 35): they are added to on the
+    maps' device each batch and cross to the host once, in ``compute``. The per-batch terms are the shared
+    layer statistics' float64 (``dots``, ``js``), so the sums are float64 on every device but MPS (no
+    float64 there: float32 sums, ~1e-7 relative per addition).
+    """
 
     name = "attention_change"
     requires = frozenset({"attentions"})
@@ -38,11 +51,21 @@ class AttentionChange(Analysis):
             raise ValueError(f"mode must be 'cropped' or 'padded', not {mode!r}")
         self.num_layers, self.num_heads = num_layers, num_heads
         self.mode, self.pad_length = mode, pad_length
-        shape = (num_layers, num_heads)
-        self.cos_sum = np.zeros(shape)
-        self.cos_sq = np.zeros(shape)
-        self.js_sum = np.zeros(shape)
+        self.cos_sum, self.cos_sq, self.js_sum = (self._zeros(torch.device("cpu")) for _ in range(3))
         self.n = 0
+
+    def _zeros(self, device: torch.device) -> torch.Tensor:
+        """A fresh ``[layers, heads]`` accumulator on ``device`` (float64, or float32 on MPS, which has no float64)."""
+        dtype = torch.float32 if device.type == "mps" else torch.float64
+        with torch.inference_mode(False):  # a normal tensor: updates add to it in place inside inference mode or not
+            return torch.zeros((self.num_layers, self.num_heads), dtype=dtype, device=device)
+
+    def _to(self, device: torch.device) -> None:
+        """Move the accumulators to ``device`` (the first batch's, or a shard's when merging into an empty one)."""
+        if self.cos_sum.device != device:
+            with torch.inference_mode(False):
+                self.cos_sum, self.cos_sq, self.js_sum = (_moved(t, self._zeros(device)) for t in
+                                                          (self.cos_sum, self.cos_sq, self.js_sum))
 
     def params(self) -> dict:
         return {"mode": self.mode, "pad_length": self.pad_length if self.mode == "padded" else None,
@@ -52,7 +75,8 @@ class AttentionChange(Analysis):
         return {"pad_to": self.pad_length} if self.mode == "padded" else {}
 
     def update(self, batch: PairBatch) -> None:
-        n_rows = batch.mask.to(torch.float64).sum(-1)[:, None]  # [B, 1] real query rows
+        self._to(batch.base.attentions[1].device)
+        n_rows = batch.mask.to(self.cos_sum.device, self.cos_sum.dtype).sum(-1)[:, None]  # [B, 1] real query rows
         for layer in range(1, self.num_layers + 1):
             a, b = batch.base.attentions[layer], batch.tuned.attentions[layer]  # [B, H, T, T]
             # Cosine parts and the JS divergence summed over real rows come with the statistics the
@@ -64,31 +88,35 @@ class AttentionChange(Analysis):
             else:  # padded: the padding query rows count in the cosine
                 cos = map_cosine(a, b, None, scratch=batch.scratch(a, 0))
             js = stats.js / n_rows / math.log(2.0)  # mean over real rows, bits
-            self.cos_sum[layer - 1] += cos.sum(0).cpu().numpy()
-            self.cos_sq[layer - 1] += (cos**2).sum(0).cpu().numpy()
-            self.js_sum[layer - 1] += js.sum(0).cpu().numpy()
+            self.cos_sum[layer - 1] += cos.sum(0)
+            self.cos_sq[layer - 1] += (cos**2).sum(0)
+            self.js_sum[layer - 1] += js.sum(0)
         self.n += batch.size
 
     def merge(self, other: "AttentionChange") -> "AttentionChange":
         self._check_mergeable(other)
-        self.cos_sum += other.cos_sum
-        self.cos_sq += other.cos_sq
-        self.js_sum += other.js_sum
+        if other.n:
+            if not self.n:
+                self._to(other.cos_sum.device)
+            with torch.inference_mode(False):
+                for mine, theirs in ((self.cos_sum, other.cos_sum), (self.cos_sq, other.cos_sq), (self.js_sum, other.js_sum)):
+                    mine += _moved(theirs, mine)
         self.n += other.n
         return self
 
     def compute(self) -> Result:
         if self.n == 0:
             raise ValueError("attention_change saw no examples")
-        mean = self.cos_sum / self.n
-        var = np.maximum(self.cos_sq / self.n - mean**2, 0.0) * (self.n / max(self.n - 1, 1))
+        cos_sum, cos_sq, js_sum = (t.cpu().numpy().astype(np.float64) for t in (self.cos_sum, self.cos_sq, self.js_sum))
+        mean = cos_sum / self.n
+        var = np.maximum(cos_sq / self.n - mean**2, 0.0) * (self.n / max(self.n - 1, 1))
         layers, heads = np.meshgrid(np.arange(1, self.num_layers + 1), np.arange(self.num_heads), indexing="ij")
         df = pd.DataFrame(
             {
                 "layer": layers.ravel(),
                 "head": heads.ravel(),
                 "cosine": mean.ravel(),
-                "js_divergence": (self.js_sum / self.n).ravel(),
+                "js_divergence": (js_sum / self.n).ravel(),
                 "n_examples": self.n,
                 "cosine_std": np.sqrt(var).ravel(),
                 "mode": self.mode,

@@ -22,6 +22,7 @@ from bertology.analyses.registry import AnalysisSpec, BuildContext
 from bertology.settings import Setting
 from bertology.config import CompareConfig
 from bertology.metrics.similarity import similarity_grids
+from bertology.metrics.similarity_torch import token_keys_torch, similarity_grids_torch
 from bertology.results import Result
 
 METRICS = ("rsa_pearson", "rsa_spearman", "cka_linear", "cka_debiased")
@@ -33,7 +34,8 @@ def token_keys(seed: int, example: np.ndarray, position: np.ndarray) -> np.ndarr
     """Deterministic pseudo-random uint64 key per (seed, example, position): SplitMix64 finaliser.
 
     Hand-written because NumPy's generators are sequential: a key must not depend on the order in
-    which tokens arrive.
+    which tokens arrive. The analysis computes them on the device with
+    :func:`bertology.metrics.similarity_torch.token_keys_torch` (pinned to this one bit for bit).
     """
     with np.errstate(over="ignore"):
         z = (np.uint64(seed) * _GOLD) ^ (example.astype(np.uint64) * _M1) ^ (position.astype(np.uint64) + np.uint64(1)) * _M2
@@ -43,19 +45,32 @@ def token_keys(seed: int, example: np.ndarray, position: np.ndarray) -> np.ndarr
 
 
 class RepresentationSimilarity(Analysis):
-    """RSA and CKA between every base layer and every tuned layer on one shared token sample."""
+    """RSA and CKA between every base layer and every tuned layer on one shared token sample.
+
+    The sample lives where the hidden states are (issue 35): keys, ids and the sampled vectors are torch
+    tensors on the captured tensors' device, so on a GPU no batch is copied to the host (the only per-batch
+    wait is the size of the content-token and candidate index lists). The vectors are kept in float32 (the
+    captured states' values, exactly as before; the statistics are float64 in ``compute``). ``compute``
+    runs where the sample is: on the CPU the NumPy/Numba :func:`similarity_grids` (faster there), on other
+    devices :func:`similarity_grids_torch` in float64; on MPS, which has no float64, the sample is copied to
+    the host once and the NumPy path computes it.
+    """
 
     name = "representation_similarity"
     requires = frozenset({"hidden_states"})
+    #: Where ``compute`` runs: None follows the sample (CPU and MPS: NumPy on the host; others: torch on the
+    #: device); True forces the torch path (tests run it on the CPU), False the NumPy one.
+    compute_on_device: bool | None = None
 
     def __init__(self, num_layers: int, n_tokens: int = 2000, seed: int = 0):
         if n_tokens < 4:
             raise ValueError("n_tokens must be at least 4")
         self.num_layers, self.n_tokens, self.seed = num_layers, n_tokens, seed
-        self.keys = np.zeros(0, dtype=np.uint64)
-        self.ids = np.zeros((0, 2), dtype=np.int64)  # (example index, position)
-        self.base: list[np.ndarray] | None = None  # per layer [k, hidden] float32
-        self.tuned: list[np.ndarray] | None = None
+        self.device = torch.device("cpu")
+        self.keys = torch.zeros(0, dtype=torch.int64)  # token_keys_torch's sortable form of the uint64 keys
+        self.ids = torch.zeros((0, 2), dtype=torch.int64)  # (example index, position)
+        self.base: list[torch.Tensor] | None = None  # per layer [k, hidden] float32, on self.device
+        self.tuned: list[torch.Tensor] | None = None
         self.n_seen = 0
         self._pending: list[tuple] = []
         self._n_pending = 0
@@ -76,53 +91,77 @@ class RepresentationSimilarity(Analysis):
         if not self._pending:
             return
         parts = ([(self.keys, self.ids, self.base, self.tuned)] if self.base is not None else []) + self._pending
-        keys = np.concatenate([p[0] for p in parts])
-        ids = np.concatenate([p[1] for p in parts])
-        # Tie-break on (example, position) so the sample is a pure function of the keys.
-        order = np.lexsort((ids[:, 1], ids[:, 0], keys))[: self.n_tokens]
+        keys = torch.cat([p[0] for p in parts])
+        ids = torch.cat([p[1] for p in parts])
+        # Tie-break on (example, position) so the sample is a pure function of the keys: NumPy's
+        # lexsort((position, example, key)) as three stable sorts, least significant first.
+        order = torch.sort(ids[:, 1], stable=True).indices
+        order = order[torch.sort(ids[order, 0], stable=True).indices]
+        order = order[torch.sort(keys[order], stable=True).indices][: self.n_tokens]
         self.keys, self.ids = keys[order], ids[order]
         n_layers = len(parts[0][2])
-        self.base = [np.concatenate([p[2][l] for p in parts])[order] for l in range(n_layers)]
-        self.tuned = [np.concatenate([p[3][l] for p in parts])[order] for l in range(n_layers)]
+        self.base = [torch.cat([p[2][l] for p in parts])[order] for l in range(n_layers)]
+        self.tuned = [torch.cat([p[3][l] for p in parts])[order] for l in range(n_layers)]
         self._pending, self._n_pending = [], 0
 
     def update(self, batch: PairBatch) -> None:
-        rows, cols = batch.content.nonzero(as_tuple=True)
+        dev = batch.base.hidden_states[0].device
+        rows, cols = batch.content.to(dev).nonzero(as_tuple=True)
         if len(rows) == 0:
             return
-        rows_np, cols_np = rows.cpu().numpy(), cols.cpu().numpy()
-        example = batch.example_indices[rows_np]
-        keys = token_keys(self.seed, example, cols_np)
+        if self.base is None and not self._pending:
+            self.device = dev
+            self.keys, self.ids = self.keys.to(dev), self.ids.to(dev)
+        example = torch.as_tensor(batch.example_indices, device=dev)[rows]
+        keys = token_keys_torch(self.seed, example, cols)
         # Only tokens that could enter the current bottom-k are gathered (the threshold is the
         # largest kept key; queued candidates only make it conservative, never wrong).
         if len(self.keys) >= self.n_tokens:
-            cand = np.nonzero(keys <= self.keys[-1])[0]
+            cand = (keys <= self.keys[-1]).nonzero(as_tuple=True)[0]
         else:
-            cand = np.argsort(keys, kind="stable")[: self.n_tokens]
-        self.n_seen += len(rows_np)
+            cand = torch.sort(keys, stable=True).indices[: self.n_tokens]
+        self.n_seen += len(rows)
         if len(cand) == 0:
             return
         r, c = rows[cand], cols[cand]
-        base = [batch.base.hidden_states[l][r, c].float().cpu().numpy() for l in range(self.num_layers + 1)]
-        tuned = [batch.tuned.hidden_states[l][r, c].float().cpu().numpy() for l in range(self.num_layers + 1)]
-        ids = np.stack([example[cand], cols_np[cand]], axis=1)
+        base = [batch.base.hidden_states[l][r, c].float() for l in range(self.num_layers + 1)]
+        tuned = [batch.tuned.hidden_states[l][r, c].float() for l in range(self.num_layers + 1)]
+        ids = torch.stack([example[cand], c], dim=1)
         self._keep(keys[cand], ids, base, tuned)
 
     def merge(self, other: "RepresentationSimilarity") -> "RepresentationSimilarity":
         self._check_mergeable(other)
         other._flush()
         if other.base is not None:
-            self._keep(other.keys, other.ids, other.base, other.tuned)
+            if self.base is None and not self._pending:
+                self.device = other.device
+                self.keys, self.ids = self.keys.to(other.device), self.ids.to(other.device)
+            to = self.device
+            self._keep(other.keys.to(to), other.ids.to(to), [t.to(to) for t in other.base], [t.to(to) for t in other.tuned])
         self._flush()
         self.n_seen += other.n_seen
         return self
 
     def token_sample(self) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
-        """The sampled tokens so far: ``(ids [k, 2] = (example, position), base layers, tuned layers)``."""
+        """The sampled tokens so far, copied to the host: ``(ids [k, 2] = (example, position), base layers, tuned layers)``."""
         self._flush()
+        ids = self.ids.cpu().numpy()
         if self.base is None:
-            return self.ids, [], []
-        return self.ids, self.base, self.tuned
+            return ids, [], []
+        return ids, [t.cpu().numpy() for t in self.base], [t.cpu().numpy() for t in self.tuned]
+
+    def _grids(self) -> dict[str, np.ndarray]:
+        """RSA and CKA grids of the sample, computed where :attr:`compute_on_device` says."""
+        on_device = self.compute_on_device
+        if on_device is None:
+            on_device = self.device.type not in ("cpu", "mps")  # MPS has no float64
+        if on_device:
+            return similarity_grids_torch(self.base, self.tuned)
+        # One Gram matrix per model and layer serves RSA and CKA (similarity_grids); its products and sorts are
+        # NumPy that releases the GIL: one layer per thread torch may use. The base layers' terms are kept, the
+        # tuned ones ``workers`` at a time (memory: see similarity_grids). On the CPU ``.numpy()`` is a view.
+        return similarity_grids([t.cpu().numpy() for t in self.base], [t.cpu().numpy() for t in self.tuned],
+                                workers=max(1, torch.get_num_threads()))
 
     def compute(self) -> Result:
         self._flush()
@@ -130,10 +169,7 @@ class RepresentationSimilarity(Analysis):
             raise ValueError("representation_similarity needs at least 4 content tokens")
         n = len(self.keys)
         layers = self.num_layers + 1
-        # One Gram matrix per model and layer serves RSA and CKA (similarity_grids); its products and sorts are
-        # NumPy that releases the GIL: one layer per thread torch may use. The base layers' terms are kept, the
-        # tuned ones ``workers`` at a time (memory: see similarity_grids).
-        grids = similarity_grids(self.base, self.tuned, workers=max(1, torch.get_num_threads()))
+        grids = self._grids()
         records = []
         for lb in range(layers):
             for lt in range(layers):
