@@ -51,6 +51,9 @@ def main() -> None:
     rs.ids = np.stack([np.arange(2000), np.zeros(2000, np.int64)], axis=1)
     rs.base = [vectors(rng, 2000) for _ in range(n_layers)]
     rs.tuned = [vectors(rng, 2000) for _ in range(n_layers)]
+    if isinstance(getattr(rs, "device", None), torch.device):  # issue 35: the sample is torch tensors (CPU here)
+        rs.keys, rs.ids = torch.arange(2000), torch.from_numpy(rs.ids)
+        rs.base, rs.tuned = [torch.from_numpy(v) for v in rs.base], [torch.from_numpy(v) for v in rs.tuned]
     rs.n_seen = 12622
     pv = PCAViews(args.layers)
     for i in range(20):

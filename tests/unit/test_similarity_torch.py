@@ -82,6 +82,7 @@ class _TorchOnCpu(RepresentationSimilarity):
     """The path a GPU takes (sample and grids in torch), forced on the CPU."""
 
     compute_on_device = True
+    host_rows = False
 
 
 def _copy_batch(batch: PairBatch, device: str) -> PairBatch:
@@ -130,6 +131,10 @@ def test_representation_similarity_torch_path_on_the_cpu_equals_the_numpy_path(p
     ref, dev = RepresentationSimilarity(2, n_tokens=40, seed=5), _TorchOnCpu(2, n_tokens=40, seed=5)
     _side_by_side(planted_pair, [ref], [dev], "cpu")
     assert isinstance(dev.base[0], torch.Tensor) and dev.base[0].dtype == torch.float32
+    (ids, base, tuned), (ids_t, base_t, tuned_t) = ref.token_sample(), dev.token_sample()
+    np.testing.assert_array_equal(ids, ids_t)
+    for x, y in zip(base + tuned, base_t + tuned_t):  # rows copied by NumPy == rows copied by torch
+        np.testing.assert_array_equal(x, y)
     _assert_rs_equal(dev.compute().table, ref.compute().table)
     # shards merged on the torch path give the whole corpus's table
     halves = [_TorchOnCpu(2, n_tokens=40, seed=5) for _ in range(2)]
@@ -163,7 +168,7 @@ def test_the_updates_make_no_host_copy(planted_pair, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a per-batch host copy")
 
-    analyses = [AttentionChange(2, 4), RepresentationSimilarity(2, n_tokens=10, seed=1)]
+    analyses = [AttentionChange(2, 4), _TorchOnCpu(2, n_tokens=10, seed=1)]  # rows copied by torch, as on a GPU
     for name in ("cpu", "numpy", "item", "tolist"):
         monkeypatch.setattr(torch.Tensor, name, refuse)
     for batch in batches:

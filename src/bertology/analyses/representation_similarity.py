@@ -44,6 +44,25 @@ def token_keys(seed: int, example: np.ndarray, position: np.ndarray) -> np.ndarr
         return z ^ (z >> np.uint64(31))
 
 
+def _rows(h: torch.Tensor, r: torch.Tensor, c: torch.Tensor, host: bool) -> torch.Tensor:
+    """``h[r, c].float()``: the rows of a ``[batch, seq, hidden]`` tensor at ``(r, c)``, in float32, on ``h``'s device.
+
+    With ``host`` (CPU float32 tensors only) NumPy makes the copy: the same bits, 10x faster here, because
+    torch's CPU allocator faults in the pages of every new large tensor (26 gathers of 2,000 x 768 took
+    0.29 s in torch against 0.02 s in NumPy on our 2 shared cores).
+    """
+    if host and h.device.type == "cpu" and h.dtype == torch.float32:
+        return torch.from_numpy(h.numpy()[r.numpy(), c.numpy()])
+    return h[r, c].float()
+
+
+def _cat_rows(parts: list[torch.Tensor], order: torch.Tensor, host: bool) -> torch.Tensor:
+    """``torch.cat(parts)[order]`` (on the parts' device); with ``host`` on the CPU by NumPy, as :func:`_rows`."""
+    if host and parts[0].device.type == "cpu":
+        return torch.from_numpy(np.concatenate([p.numpy() for p in parts])[order.numpy()])
+    return torch.cat(parts)[order]
+
+
 class RepresentationSimilarity(Analysis):
     """RSA and CKA between every base layer and every tuned layer on one shared token sample.
 
@@ -61,6 +80,8 @@ class RepresentationSimilarity(Analysis):
     #: Where ``compute`` runs: None follows the sample (CPU and MPS: NumPy on the host; others: torch on the
     #: device); True forces the torch path (tests run it on the CPU), False the NumPy one.
     compute_on_device: bool | None = None
+    #: On the CPU, copy sampled rows with NumPy (:func:`_rows`; the same bits). False: torch, as on a GPU.
+    host_rows: bool = True
 
     def __init__(self, num_layers: int, n_tokens: int = 2000, seed: int = 0):
         if n_tokens < 4:
@@ -100,8 +121,8 @@ class RepresentationSimilarity(Analysis):
         order = order[torch.sort(keys[order], stable=True).indices][: self.n_tokens]
         self.keys, self.ids = keys[order], ids[order]
         n_layers = len(parts[0][2])
-        self.base = [torch.cat([p[2][l] for p in parts])[order] for l in range(n_layers)]
-        self.tuned = [torch.cat([p[3][l] for p in parts])[order] for l in range(n_layers)]
+        self.base = [_cat_rows([p[2][l] for p in parts], order, self.host_rows) for l in range(n_layers)]
+        self.tuned = [_cat_rows([p[3][l] for p in parts], order, self.host_rows) for l in range(n_layers)]
         self._pending, self._n_pending = [], 0
 
     def update(self, batch: PairBatch) -> None:
@@ -124,8 +145,8 @@ class RepresentationSimilarity(Analysis):
         if len(cand) == 0:
             return
         r, c = rows[cand], cols[cand]
-        base = [batch.base.hidden_states[l][r, c].float() for l in range(self.num_layers + 1)]
-        tuned = [batch.tuned.hidden_states[l][r, c].float() for l in range(self.num_layers + 1)]
+        base = [_rows(batch.base.hidden_states[l], r, c, self.host_rows) for l in range(self.num_layers + 1)]
+        tuned = [_rows(batch.tuned.hidden_states[l], r, c, self.host_rows) for l in range(self.num_layers + 1)]
         ids = torch.stack([example[cand], c], dim=1)
         self._keep(keys[cand], ids, base, tuned)
 

@@ -1,0 +1,143 @@
+"""CPU cost of representation_similarity and attention_change, old tree vs this one, interleaved in one process (issue 35).
+
+No model: BERT-base-shaped batches (13 hidden states of width 768, 12 layers x 12 heads of softmaxed maps,
+``--batch`` sentences of 20..``--length`` tokens) are made once from a seed and fed, in alternating order
+each round, to the analyses of this tree and to the same files of ``--old`` (a git ref, read with
+``git show``; they import the rest of bertology from this tree, which they share unchanged). The shared
+layer statistics are computed before the clock starts (both trees read the same cache). Prints per round
+the seconds of the updates (``--batches`` batches) and of representation_similarity's compute(), the
+new/old ratios (median over rounds), and checks that the tables are equal::
+
+    PYTHONPATH=src python benchmarks/analysis_device.py --old main --rounds 3
+
+``--torch-compute`` also times one sample's grids on the NumPy path and on the torch path on the CPU (the path
+a GPU takes), once each (``--rounds 0``: only that).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bertology.activations.batch import PairBatch
+from bertology.analyses.attention_change import AttentionChange
+from bertology.analyses.representation_similarity import RepresentationSimilarity
+from bertology.models.hooks import Captured
+
+FILES = {"rs": "src/bertology/analyses/representation_similarity.py", "ac": "src/bertology/analyses/attention_change.py"}
+
+
+def old_module(ref: str, key: str, folder: Path):
+    """The analysis module at git ``ref``, imported under a private name."""
+    path = folder / f"old_{key}.py"
+    path.write_text(subprocess.run(["git", "show", f"{ref}:{FILES[key]}"], check=True, capture_output=True, text=True).stdout)
+    spec = importlib.util.spec_from_file_location(f"_old_{key}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def make_batches(n_distinct: int, n: int, size: int, length: int, layers: int = 12, heads: int = 12,
+                 hidden: int = 768) -> list[PairBatch]:
+    """``n`` batches cycling over ``n_distinct`` sets of seeded tensors, each with its own example indices."""
+    g = torch.Generator().manual_seed(0)
+    sets = []
+    for _ in range(n_distinct):
+        lengths = torch.randint(20, length + 1, (size,), generator=g)
+        t = int(lengths.max())
+        mask = torch.arange(t)[None, :] < lengths[:, None]
+        content = mask.clone()
+        content[:, 0] = False
+        content[torch.arange(size), lengths - 1] = False
+        caps = []
+        for _model in range(2):
+            hs = [torch.randn(size, t, hidden, generator=g) for _ in range(layers + 1)]
+            att = [None] + [torch.softmax(torch.randn(size, heads, t, t, generator=g) + (~mask[:, None, None, :]) * -1e9, -1)
+                            for _ in range(layers)]
+            caps.append(Captured(hs, att))
+        sets.append((mask, content, lengths, caps, {}))
+    out = []
+    for i in range(n):
+        mask, content, lengths, caps, cache = sets[i % n_distinct]
+        items = [SimpleNamespace(index=i * size + j) for j in range(size)]
+        out.append(PairBatch(items, torch.zeros_like(mask, dtype=torch.long), mask, content, lengths, caps[0], caps[1], cache))
+    for b in out[:n_distinct]:
+        for layer in range(1, layers + 1):
+            b.layer_stats(layer)  # shared by both trees' attention_change: outside the clock
+    return out
+
+
+def run(classes: tuple, batches: list[PairBatch], layers: int) -> tuple[float, float, list[pd.DataFrame]]:
+    """Seconds of every update, seconds of representation_similarity's compute, and both tables."""
+    ac, rs = classes[0](layers, 12), classes[1](layers, 2000, 0)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for b in batches:
+            ac.update(b)
+            rs.update(b)
+    t1 = time.perf_counter()
+    rs_table = rs.compute().table
+    t2 = time.perf_counter()
+    return t1 - t0, t2 - t1, [ac.compute().table, rs_table]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--old", default="main")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batches", type=int, default=40)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--length", type=int, default=48)
+    ap.add_argument("--torch-compute", action="store_true")
+    args = ap.parse_args()
+    layers = 12
+    with tempfile.TemporaryDirectory() as tmp:
+        old = (old_module(args.old, "ac", Path(tmp)).AttentionChange, old_module(args.old, "rs", Path(tmp)).RepresentationSimilarity)
+    new = (AttentionChange, RepresentationSimilarity)
+    batches = make_batches(4, args.batches, args.batch, args.length)
+    times: dict[str, list] = {"old": [], "new": []}
+    tables = {}
+    for r in range(args.rounds):  # --rounds 0: only --torch-compute
+        for tree in (("old", "new") if r % 2 == 0 else ("new", "old")):
+            up, comp, tabs = run(old if tree == "old" else new, batches, layers)
+            times[tree].append((up, comp))
+            tables[tree] = tabs
+            print(f"round {r} {tree}: update {up:.3f} s, rs compute {comp:.3f} s", flush=True)
+    out = {"torch_threads": torch.get_num_threads(), "batches": args.batches, "batch": args.batch}
+    if args.rounds:
+        for a, b in zip(tables["new"], tables["old"]):
+            pd.testing.assert_frame_equal(a, b, check_exact=True)
+        med = {t: [statistics.median(x[i] for x in v) for i in range(2)] for t, v in times.items()}
+        out.update({"median_seconds": med, "tables_equal": "exactly",
+                    "ratio_new_over_old": {"update": med["new"][0] / med["old"][0], "rs_compute": med["new"][1] / med["old"][1]}})
+    if args.torch_compute:  # the same sample's grids on both paths, alternately
+        rs = RepresentationSimilarity(layers, 2000, 0)
+        with torch.inference_mode():
+            for b in batches:
+                rs.update(b)
+        secs: dict[bool, float] = {}
+        grids = {}
+        for on_device in (False, True):
+            rs.compute_on_device = on_device
+            t0 = time.perf_counter()
+            grids[on_device] = rs._grids()
+            secs[on_device] = time.perf_counter() - t0
+        out["rs_compute_seconds_numpy_vs_torch_on_cpu"] = [secs[False], secs[True]]
+        out["torch_path_max_abs_diff"] = max(float(np.abs(grids[True][k] - grids[False][k]).max()) for k in grids[False])
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
