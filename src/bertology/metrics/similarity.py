@@ -453,7 +453,9 @@ def similarity_grids(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], workers
     count sums a dot product in another order: within ``m eps`` of each other); CKA is :func:`cka_grid`'s
     formulas on the same ``<Kc_a, Kc_b>``, ``diag(Kc)`` and ``K~ 1 = -diag(Kc)`` (``Kc 1 = 0`` exactly), equal
     to rounding (tested to 1e-10 relative on data with a mean 10x its spread).
-    Inside :func:`reused_signatures` a layer seen before is not recomputed.
+    Inside :func:`reused_signatures` a layer seen before is not recomputed. The device path (GPU) is
+    :func:`bertology.metrics.similarity_torch.similarity_grids_torch`, the same steps in torch; a test pins the two
+    together (``tests/unit/test_similarity_torch.py``).
 
     Memory (``m = n (n - 1) / 2``): every ``xs`` layer's two signatures and centred triangle are kept
     (``24 len(xs) m`` bytes: 624 MB at 13 layers and 2,000 tokens, the old signatures' 416 MB plus the
