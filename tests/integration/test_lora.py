@@ -4,6 +4,7 @@ and bad settings refused in one line."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import pandas as pd
 import pytest
@@ -100,8 +101,6 @@ def test_saving_an_adapter_of_a_named_base_asks_no_hub_and_warns_nothing(familie
 
     monkeypatch.setattr(save_and_load, "check_file_exists_on_hf_hub", no_hub)
     monkeypatch.setattr("bertology.training.lora.base_name", lambda model: "a-named-base")
-    import warnings
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run = _run(families["bert"], data, tmp_path / "run", save_every=2)
