@@ -4,6 +4,7 @@ and bad settings refused in one line."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import pandas as pd
 import pytest
@@ -73,6 +74,8 @@ def test_a_lora_run_saves_an_adapter_that_loads_with_the_trained_logits(families
         hidden = adapted.model.base_model(**inputs).last_hidden_state
         base_hidden = base.model.base_model(**inputs).last_hidden_state
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)  # merged from the trained model in memory
+    heads = adapted.describe()["adapter"]["modules_to_save"]  # the manifest's record: peft repeats the names it adds
+    assert len(heads) == len(set(heads)) and ("classifier" in heads or "score" in heads)
     assert not torch.allclose(hidden, base_hidden, atol=1e-4)  # the adapters were trained and kept
 
 
@@ -86,6 +89,25 @@ def test_the_trainable_parameters_are_the_adapters_and_the_head(families, data, 
     assert lora["trainable_parameters"] == adapters + head
     assert lora["modules_to_save"] == ["classifier"]
     assert 0 < lora["trainable_percent"] < 100
+
+
+def test_saving_an_adapter_of_a_named_base_asks_no_hub_and_warns_nothing(families, data, tmp_path, monkeypatch):
+    """A base named, not a folder (``minilm``, a hub id): peft would look its config up on the hub to decide whether to
+    save the embeddings (never trained here) and warn when it cannot; and wrapping warns of a deprecated question."""
+    import peft.utils.save_and_load as save_and_load
+
+    def no_hub(*args, **kwargs):
+        raise AssertionError("peft asked the hub for the base's config")
+
+    monkeypatch.setattr(save_and_load, "check_file_exists_on_hf_hub", no_hub)
+    monkeypatch.setattr("bertology.training.lora.base_name", lambda model: "a-named-base")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = _run(families["bert"], data, tmp_path / "run", save_every=2)
+    assert json.loads((run.model_dir / "adapter_config.json").read_text())["base_model_name_or_path"] == "a-named-base"
+    noisy = [str(w.message) for w in caught if "is_gradient_checkpointing" in str(w.message)
+             or "Could not find a config file" in str(w.message)]
+    assert noisy == []
 
 
 @pytest.mark.parametrize("settings, words", [

@@ -228,7 +228,8 @@ def merge_adapter(plan: AdapterPlan, base_model: torch.nn.Module, fresh: list[st
     for key in ("r", "lora_alpha", "target_modules", "modules_to_save"):
         value = getattr(plan.config, key, None)
         if value is not None:
-            info[key] = sorted(value) if isinstance(value, set) else value
+            info[key] = sorted(value) if isinstance(value, set) else list(dict.fromkeys(value)) if isinstance(
+                value, list) else value  # peft repeats the head names it adds to modules_to_save
     return merged, info
 
 

@@ -104,6 +104,7 @@ def wrap_lora(model: torch.nn.Module, config: FinetuneConfig, task: str) -> Lora
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
+            warnings.simplefilter("ignore", FutureWarning)  # peft asks transformers a deprecated question
             wrapped = peft.get_peft_model(parser.encoder if parser is not None else model, lora)
     except ValueError as err:
         raise BertologyError(f"--lora-targets {','.join(targets)}: {str(err).splitlines()[0][:200]}") from None
@@ -130,7 +131,9 @@ def save_adapter(run: LoraRun, tokenizer, folder: Path) -> None:
     """Write the adapter folder: ``adapter_config.json``, ``adapter_model.safetensors`` (LoRA + head), the trained
     model's label names (``task_config.json``), the parser's head beside them (a parser's run) and the tokenizer,
     which bertology loads as a model by putting it on its recorded base."""
-    run.peft_model.save_pretrained(str(folder))
+    # the embeddings are never trained or resized here: without this peft looks the base's config up (on the hub
+    # for ``minilm`` or a hub id) to decide, and warns when it cannot
+    run.peft_model.save_pretrained(str(folder), save_embedding_layers=False)
     save_task_config(run.peft_model.get_base_model().config, folder)
     if run.parser is not None:
         save_head(run.parser, folder)
