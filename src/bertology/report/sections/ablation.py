@@ -132,7 +132,7 @@ def _figures(t: pd.DataFrame, imp: pd.DataFrame | None, curve: pd.DataFrame | No
     return figures
 
 
-def _removals_table(t: pd.DataFrame, main: str, also: list[str]) -> dict:
+def _removals_table(t: pd.DataFrame, main: str, also: list[str], verb: str = "Removed") -> dict:
     """The table of removals: the heads that hurt and help most, then every layer, with the ``also`` metrics beside."""
     from bertology.experiments.ablation import ranked
 
@@ -153,7 +153,7 @@ def _removals_table(t: pd.DataFrame, main: str, also: list[str]) -> dict:
                            ("helps most", helping[better * helping["delta"] > 0])):  # only heads whose removal helps
             rows += [row(r, kind) for r in part.itertuples()]
     rows += [row(r, "layer") for r in t[(t["target"] == "layer") & (t["metric"] == main)].itertuples()]
-    return sortable([("unit", "Removed", "text"), ("kind", "Kind", "text"), ("delta", f"Δ {_WHAT[main]}", "num"),
+    return sortable([("unit", verb, "text"), ("kind", "Kind", "text"), ("delta", f"Δ {_WHAT[main]}", "num"),
                      ("lo", "95% CI low", "num"), ("hi", "95% CI high", "num"), ("sig", "Beyond the CI", "text")]
                     + [c for m in also for c in ((f"d_{m}", f"Δ {_WHAT[m]}", "num"), (f"lo_{m}", f"{_WHAT[m]} CI low", "num"),
                                                  (f"hi_{m}", f"{_WHAT[m]} CI high", "num"))], rows)
@@ -180,15 +180,17 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
     figures = _figures(t, imp, tables.get("pruning_curve"), figs, _how(first, mode), prefix=section_id)
     intact = t[t["target"] == "intact"].set_index("metric")["value"]
     also = [m for m in _ALSO if m in task.metrics and m != main]
-    table = _removals_table(t, main, also)
+    reverts = mode == "revert"
+    noun = "Reverts" if reverts else "Removals"
+    table = _removals_table(t, main, also, "Reverted" if reverts else "Removed")
     good_acc, good_loss = helpful(t, main), helpful(t, loss)
     facts = [("Task", task.name),
              ("Mode", mode + (" ([CLS]/[SEP] excluded)" if bool(first.get("exclude_special")) else "")),
              ("Examples", fmt_value(first.get("n_examples"))),
              (f"Intact {_WHAT[main]}", fmt_value(intact.get(main))), (f"Intact {_WHAT[loss]}", fmt_value(intact.get(loss))),
              *((f"Intact {_WHAT[m]}", fmt_value(intact.get(m))) for m in also),
-             (f"Removals that help {_WHAT[main]} (beyond CI)", str(len(good_acc))),
-             (f"Removals that lower the {_WHAT[loss]} (beyond CI)", str(len(good_loss)))]
+             (f"{noun} that help {_WHAT[main]} (beyond CI)", str(len(good_acc))),
+             (f"{noun} that lower the {_WHAT[loss]} (beyond CI)", str(len(good_loss)))]
     if imp is not None and len(imp) and has_heads:
         rho = importance_vs_deltas(imp, t)[loss]["spearman"]
         facts.append((f"Spearman, importance vs Δ{loss}", fmt_value(rho, 3)))
@@ -201,13 +203,14 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
             warnings.append(warning)
     elif has_heads and (card := _needed_head_card(t, mode)) is not None:
         derived.append(card)
-    derived.append({"label": "Removals that help", "text": f"{len(good_acc)} ({main}), {len(good_loss)} ({loss})",
-                    "note": "heads or layers whose removal improves the task beyond the 95% interval"})
+    derived.append({"label": f"{noun} that help", "text": f"{len(good_acc)} ({main}), {len(good_loss)} ({loss})",
+                    "note": f"units whose {'revert to the base' if reverts else 'removal'} improves the task beyond "
+                            "the 95% interval"})
     metrics = ", ".join(_WHAT[m] for m in dict.fromkeys([main, *also, loss]))
     lede = (REVERT_LEDE if mode == "revert" else LEDE).format(metrics=metrics)
     return {"figures": [f for f in figures if f], "table": table, "facts": facts, "degenerate": degenerate,
             "lede": lede,
-            "table_title": "Reverts that matter most" if mode == "revert" else "Removals that matter most"}
+            "table_title": f"{noun} that matter most"}
 
 
 def mode_rows(tables: Mapping[str, pd.DataFrame], revert: bool) -> dict[str, pd.DataFrame] | None:
