@@ -1,4 +1,6 @@
-"""Shared helpers of the CLI tests: run a command in-process, and check a user error's shape."""
+"""Shared helpers of the CLI tests: run a command in-process, check a user error's shape, write labelled data."""
+import csv
+
 from typer.testing import CliRunner
 
 from bertology.cli import app
@@ -20,3 +22,12 @@ def assert_user_error(result, *fragments):
     assert "error:" in text
     for frag in fragments:
         assert frag in text, text
+
+
+def labelled_csv(path, texts, labels):
+    """``texts`` with their ``labels`` as a CSV with the columns ``text``, ``label``; returns ``path``."""
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["text", "label"])
+        w.writerows(zip(texts, labels))
+    return path

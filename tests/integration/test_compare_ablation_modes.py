@@ -1,6 +1,5 @@
 """Several ablation modes in one ``compare`` (``--ablation-mode uniform,revert,transplant``): each mode's rows equal a
 run of that mode alone, and the report and the summary show each."""
-import csv
 import json
 
 import pandas as pd
@@ -8,7 +7,7 @@ import pytest
 from pandas.testing import assert_frame_equal
 
 from bertology.testing import SENTENCES, split_classifier, tiny_bert_pair
-from cli_checks import invoke  # noqa: E402
+from cli_checks import invoke, labelled_csv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -21,11 +20,7 @@ def runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("modes")
     base, tuned = tiny_bert_pair(folder, planted=(2, 1), classifier=True)
     labels = split_classifier(tuned, SENTENCES * 2)
-    data = folder / "d.csv"
-    with data.open("w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(["text", "label"])
-        w.writerows(zip(SENTENCES * 2, labels))
+    data = labelled_csv(folder / "d.csv", SENTENCES * 2, labels)
     out = {}
     for name, modes in (("all", "uniform,revert,transplant"), ("uniform", "uniform"), ("revert", "revert"),
                         ("transplant", "transplant")):

@@ -1,12 +1,11 @@
 """Changed vs needed inside ``compare --ablation-mode revert`` on a tiny classifier pair with one planted head."""
-import csv
 import json
 
 import pandas as pd
 import pytest
 
 from bertology.testing import SENTENCES, split_classifier, tiny_bert_pair
-from cli_checks import invoke  # noqa: E402
+from cli_checks import invoke, labelled_csv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -19,11 +18,7 @@ def run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cvn")
     base, tuned = tiny_bert_pair(folder, planted=PLANTED, classifier=True)
     labels = split_classifier(tuned, SENTENCES * 2)
-    data = folder / "d.csv"
-    with data.open("w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(["text", "label"])
-        w.writerows(zip(SENTENCES * 2, labels))
+    data = labelled_csv(folder / "d.csv", SENTENCES * 2, labels)
     out = folder / "run"
     result = invoke("compare", "--base", base, "--tuned", tuned, "--data", data, "--out", out, "--analyses",
                     "attention_change,weight_change,ablation,changed_vs_needed", "--ablation-mode", "revert",

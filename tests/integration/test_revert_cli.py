@@ -1,12 +1,11 @@
 """``bertology ablate --mode revert --base B`` and ``compare --ablation-mode revert`` end to end on a tiny BERT pair."""
-import csv
 import json
 
 import pandas as pd
 import pytest
 
 from bertology.testing import SENTENCES, moved_classifier_pair, save_tiny_bert
-from cli_checks import assert_user_error, invoke  # noqa: E402
+from cli_checks import assert_user_error, invoke, labelled_csv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -21,12 +20,7 @@ def pair(tmp_path_factory):
 
 @pytest.fixture()
 def data(tmp_path, pair):
-    path = tmp_path / "d.csv"
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(["text", "label"])
-        w.writerows(zip(SENTENCES * 2, pair[2]))
-    return path
+    return labelled_csv(tmp_path / "d.csv", SENTENCES * 2, pair[2])
 
 
 def _check_revert_table(t: pd.DataFrame, n_layers: int = 2, n_heads: int = 4) -> None:

@@ -1,13 +1,12 @@
 """``bertology ablate --mode transplant --base B`` and ``compare --ablation-mode transplant`` end to end on a tiny
 BERT pair: the table, the headline, the report section with its curves, and the CLI equal to the Python call."""
-import csv
 import json
 
 import pandas as pd
 import pytest
 
 from bertology.testing import SENTENCES, moved_classifier_pair
-from cli_checks import assert_user_error, invoke  # noqa: E402
+from cli_checks import assert_user_error, invoke, labelled_csv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -20,12 +19,7 @@ def pair(tmp_path_factory):
 
 @pytest.fixture()
 def data(tmp_path, pair):
-    path = tmp_path / "d.csv"
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(["text", "label"])
-        w.writerows(zip(SENTENCES * 2, pair[2]))
-    return path
+    return labelled_csv(tmp_path / "d.csv", SENTENCES * 2, pair[2])
 
 
 def _check(t: pd.DataFrame, n_layers: int = 2) -> None:
