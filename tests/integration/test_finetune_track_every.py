@@ -165,3 +165,21 @@ def test_the_flag_from_the_command_line(tiny, tmp_path):
     assert sorted(rs.step.unique()) == list(range(0, 4))  # 12 x 0.8 = 9 training examples / 3 = 3 steps
     help_text = CliRunner().invoke(app, ["finetune", "--help"]).output
     assert "--track-every" in help_text and "--track-examples" in help_text
+
+
+def test_the_report_and_the_notebook_api_draw_the_tracked_tables(runs):
+    """``bertology report RUN/tracking`` has the tracking section with one figure per tracked table, and
+    ``Run.plot`` draws the same figures."""
+    from bertology.api import load_run
+    from bertology.report.render import render_report
+
+    folder = runs["tracked"].out / "tracking"
+    html = render_report(folder).read_text(encoding="utf-8")
+    section = html[html.index('<section id="tracking"'):]
+    section = section[:section.index("</section>")]
+    for name in ("track_representation_similarity", "track_attention_change", "track_gradient_norms"):
+        assert f'id="fig-{name}"' in section, name
+    assert "Steps tracked" in section
+    run = load_run(folder)
+    assert "track_representation_similarity" in run.figures()
+    assert run.plot("track_gradient_norms").axes  # a matplotlib Figure with panels

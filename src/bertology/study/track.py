@@ -318,9 +318,14 @@ def track_figures(tables: dict[str, pd.DataFrame]) -> dict[str, "object"]:
         panels = {k: v for k, v in _summaries(analysis, table).items() if not v.empty}
         if not panels:
             continue
-        fig = Figure(figsize=(4.2 * len(panels), 3.2), layout="constrained")
+        ncols = min(2, len(panels))  # two panels a row: four side by side are unreadable in a report's column
+        nrows = -(-len(panels) // ncols)
+        fig = Figure(figsize=(4.2 * ncols, 3.2 * nrows), layout="constrained")
         FigureCanvasAgg(fig)
-        axes = fig.subplots(1, len(panels), squeeze=False)[0]
+        grid = fig.subplots(nrows, ncols, squeeze=False).ravel()
+        for ax in grid[len(panels):]:
+            ax.set_visible(False)
+        axes = grid[:len(panels)]
         for ax, (label, frame) in zip(axes, panels.items()):
             colors = _colors(frame.shape[1])
             for color, col in zip(colors, frame.columns):

@@ -33,6 +33,7 @@ _MODULES = (
     "transplant",
     "changed_vs_needed",
     "attention_viewer",
+    "tracking",
     "finetune",
 )
 
