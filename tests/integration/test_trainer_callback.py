@@ -122,7 +122,7 @@ def test_scalars_reach_tensorboard_at_the_expected_steps(with_and_without):
 def test_the_run_folder_is_a_track_run_the_report_renders(with_and_without):
     from bertology.report.render import render_report
     from bertology.results import read_table
-    from bertology.study.track import track_figures
+    from bertology.viz.track import track_figures
 
     run = with_and_without["root"] / "track"
     manifest = json.loads((run / "manifest.json").read_text())

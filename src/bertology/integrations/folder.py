@@ -63,7 +63,7 @@ class TrackWriter:
 
     def finish(self, tables: dict[str, pd.DataFrame]) -> None:
         """Draw ``figures/track_<name>.svg`` (track's figures), mark the run complete, release the folder."""
-        from bertology.study.track import track_figures
+        from bertology.viz.track import track_figures
         from bertology.viz.figures import figure_to_svg
 
         try:

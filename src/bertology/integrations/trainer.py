@@ -23,7 +23,7 @@ Outputs. With ``out=FOLDER`` a run folder of kind ``track`` with the tables ``be
 ``tables/track_<analysis>`` (the analysis's columns plus ``model``, ``checkpoint`` = ``step-N``,
 ``step``, ``event``) and ``tables/track_gradient_norms`` (``step, group, layer, metric, value,
 n_params``), rewritten at every event, and at the end ``figures/track_*.svg`` (each metric over steps,
-drawn by :func:`bertology.study.track.track_figures`); ``bertology report FOLDER`` renders it. With
+drawn by :func:`bertology.viz.track.track_figures`); ``bertology report FOLDER`` renders it. With
 ``log_to_trainer=True`` (after :meth:`BertologyCallback.attach`) the per-layer scalars go through
 ``Trainer.log`` to whatever ``report_to`` names (TensorBoard, W&B ...): ``bertology/cka_linear/layer_3``
 and so on; this module imports no tracker.

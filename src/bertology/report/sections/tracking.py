@@ -2,7 +2,7 @@
 
 The tables of a ``track`` run folder: ``bertology track`` (checkpoints analysed after training), ``bertology finetune
 --track-every N`` (``RUN/tracking/``) and :class:`~bertology.integrations.BertologyCallback` (a Trainer run's ``out=``).
-The figures are :func:`bertology.study.track.track_figures`, the ones those commands also save as
+The figures are :func:`bertology.viz.track.track_figures`, the ones those commands also save as
 ``figures/track_*.svg``; here the report draws them, and a notebook gets them from ``Run.plot``.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ TRACKED = {
 
 def build(inp: SectionInput) -> dict | None:
     """One figure per tracked table the run has, or None when it has none."""
-    from bertology.study.track import track_figures
+    from bertology.viz.track import track_figures
 
     figures = []
     for name, caption in TRACKED.items():
