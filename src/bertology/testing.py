@@ -374,3 +374,44 @@ def check_final_intervals(run_dir: str | Path, metrics: Sequence[str]) -> "pd.Da
         assert np.isfinite(row["ci_low"]) and row["ci_low"] <= row["ci_high"], (m, row.to_dict())
         assert row["n_eval"] > 1 and row["n_bootstrap"] == 1000
     return ci.reset_index()
+
+
+#: Every family's head modules (DeBERTa's pooler, DistilBERT's pre_classifier, ModernBERT's head): saved whole by
+#: :func:`save_lora_adapter`.
+LORA_HEADS = ("classifier", "pooler", "pre_classifier", "head")
+
+
+def _peft_classifier(base: str | Path, num_labels: int) -> torch.nn.Module:
+    from transformers import AutoModelForSequenceClassification
+
+    from bertology.models.loading import quiet_transformers
+
+    with quiet_transformers():
+        return AutoModelForSequenceClassification.from_pretrained(base, num_labels=num_labels, attn_implementation="eager")
+
+
+def save_lora_adapter(base: str | Path, folder: str | Path, *, num_labels: int = 3, seed: int = 0,
+                      heads: Sequence[str] = LORA_HEADS) -> Path:
+    """A ``peft`` LoRA adapter on every linear layer of ``base``'s encoder, its ``num_labels``-label head saved whole,
+    into ``folder`` (``init_lora_weights=False``: a non-zero update, so an adapter silently dropped fails a test)."""
+    import peft
+
+    from bertology.models.loading import quiet_transformers
+
+    torch.manual_seed(seed)
+    config = peft.LoraConfig(task_type=peft.TaskType.SEQ_CLS, r=4, lora_alpha=8, target_modules="all-linear",
+                             exclude_modules=r".*(classifier|pooler|head).*", modules_to_save=list(heads),
+                             init_lora_weights=False)
+    with quiet_transformers():
+        peft.get_peft_model(_peft_classifier(base, num_labels), config).save_pretrained(folder)
+    return Path(folder)
+
+
+def peft_merged_model(base: str | Path, adapter: str | Path, *, num_labels: int = 3) -> torch.nn.Module:
+    """``peft``'s own merged model of ``adapter`` on ``base``, built independently of bertology's loader."""
+    import peft
+
+    from bertology.models.loading import quiet_transformers
+
+    with quiet_transformers():
+        return peft.PeftModel.from_pretrained(_peft_classifier(base, num_labels), adapter).merge_and_unload().eval()

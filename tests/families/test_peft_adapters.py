@@ -18,7 +18,8 @@ from bertology.errors import BertologyError
 from bertology.models import sites
 from bertology.models.hooks import capture
 from bertology.models.loading import load_model, quiet_transformers, resolve_model
-from bertology.testing import FAMILY_CONFIGS, SENTENCES, save_tiny_family, tiny_tokenizer
+from bertology.testing import (FAMILY_CONFIGS, LORA_HEADS, SENTENCES, peft_merged_model, save_lora_adapter,
+                               save_tiny_family, tiny_tokenizer)
 
 peft = pytest.importorskip("peft")
 pytestmark = [pytest.mark.usefixtures("one_thread"),
@@ -31,25 +32,14 @@ def _classifier(base) -> torch.nn.Module:
         return AutoModelForSequenceClassification.from_pretrained(base, num_labels=N_LABELS, attn_implementation="eager")
 
 
-#: every family's head modules (DeBERTa's pooler, DistilBERT's pre_classifier, ModernBERT's head): saved whole
-HEADS = ["classifier", "pooler", "pre_classifier", "head"]
-
-
-def make_lora(base, folder, seed: int = 0, heads=HEADS):
+def make_lora(base, folder, seed: int = 0, heads=LORA_HEADS):
     """A LoRA adapter on every linear layer of ``base``'s encoder, its 3-label head saved whole, into ``folder``."""
-    torch.manual_seed(seed)
-    config = peft.LoraConfig(task_type=peft.TaskType.SEQ_CLS, r=4, lora_alpha=8, target_modules="all-linear",
-                             exclude_modules=r".*(classifier|pooler|head).*", modules_to_save=heads,
-                             init_lora_weights=False)
-    with quiet_transformers():
-        peft.get_peft_model(_classifier(base), config).save_pretrained(folder)
-    return folder
+    return save_lora_adapter(base, folder, num_labels=N_LABELS, seed=seed, heads=heads)
 
 
 def peft_merged(base, adapter) -> torch.nn.Module:
     """peft's own merged model, built independently of bertology's loader."""
-    with quiet_transformers():
-        return peft.PeftModel.from_pretrained(_classifier(base), adapter).merge_and_unload().eval()
+    return peft_merged_model(base, adapter, num_labels=N_LABELS)
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +153,7 @@ def test_an_adapter_compared_with_its_base_shares_every_tensor_it_does_not_chang
     changed = _changed_by(adapter)
     n_shared = n_own = 0
     for name, tensor in pair.tuned.model.named_parameters():
-        own = name in changed or any(f".{h}." in f".{name}" for h in HEADS)  # a LoRA target or modules_to_save
+        own = name in changed or any(f".{h}." in f".{name}" for h in LORA_HEADS)  # a LoRA target or modules_to_save
         assert (tensor.data_ptr() not in base_ptrs) == own, name
         n_shared, n_own = n_shared + (not own), n_own + own
     assert changed and n_shared > 0
