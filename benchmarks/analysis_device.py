@@ -10,6 +10,13 @@ new/old ratios (median over rounds), and checks that the tables are equal::
 
     PYTHONPATH=src python benchmarks/analysis_device.py --old main --rounds 3
 
+``--geometry`` times the geometry analysis instead (updates, then compute() and the word table), its items given
+token ids, word ids and special tokens (1..3 pieces a word, a vocabulary of 2,000 ids, so words repeat), and once
+more with the device path forced on the CPU (``on_device=True``, the path a GPU takes; informative: the CPU keeps
+NumPy)::
+
+    PYTHONPATH=src python benchmarks/analysis_device.py --old main --rounds 3 --geometry
+
 ``--torch-compute`` also times one sample's grids on the NumPy path and on the torch path on the CPU (the path
 a GPU takes), once each (``--rounds 0``: only that).
 """
@@ -32,10 +39,12 @@ import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.attention_change import AttentionChange
+from bertology.analyses.geometry import Geometry
 from bertology.analyses.representation_similarity import RepresentationSimilarity
 from bertology.models.hooks import Captured
 
-FILES = {"rs": "src/bertology/analyses/representation_similarity.py", "ac": "src/bertology/analyses/attention_change.py"}
+FILES = {"rs": "src/bertology/analyses/representation_similarity.py", "ac": "src/bertology/analyses/attention_change.py",
+         "geo": "src/bertology/analyses/geometry.py"}
 
 
 def old_module(ref: str, key: str, folder: Path):
@@ -79,6 +88,38 @@ def make_batches(n_distinct: int, n: int, size: int, length: int, layers: int = 
     return out
 
 
+def with_words(batches: list[PairBatch], vocab: int = 2000, seed: int = 1) -> list[PairBatch]:
+    """The batches with items geometry can read: token ids, word ids (1..3 pieces a word), special [CLS]/[SEP]."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for b in batches:
+        items = []
+        for it, n in zip(b.items, b.lengths.tolist()):
+            sizes = rng.integers(1, 4, n)
+            wid = np.repeat(np.arange(n), sizes)[: n - 2]
+            word_ids = np.concatenate([[-1], wid, [-1]]).astype(np.int64)
+            ids = rng.integers(10, vocab, n)  # a word's pieces: one id per (word, piece) below, so forms repeat
+            ids[1:-1] = 10 + (rng.zipf(1.3, int(wid.max()) + 1)[wid] * 7 + np.arange(n - 2) - np.searchsorted(wid, wid)) % vocab
+            special = word_ids < 0
+            items.append(SimpleNamespace(index=it.index, input_ids=ids, word_ids=word_ids, special=special,
+                                         segment=np.where(special, -1, 0)))
+        out.append(PairBatch(items, b.input_ids, b.mask, b.content, b.lengths, b.base, b.tuned, b._cache))
+    return out
+
+
+def run_geometry(cls, batches: list[PairBatch], layers: int, on_device: bool | None = None) -> tuple[float, float, list[pd.DataFrame]]:
+    """Seconds of every update, seconds of compute() and the word table, and both tables."""
+    g = cls(layers, n_pairs=1000, seed=0)
+    g.on_device = on_device
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for b in batches:
+            g.update(b)
+    t1 = time.perf_counter()
+    tables = [g.compute().table, g.word_table().table]
+    return t1 - t0, time.perf_counter() - t1, tables
+
+
 def run(classes: tuple, batches: list[PairBatch], layers: int) -> tuple[float, float, list[pd.DataFrame]]:
     """Seconds of every update, seconds of representation_similarity's compute, and both tables."""
     ac, rs = classes[0](layers, 12), classes[1](layers, 2000, 0)
@@ -101,8 +142,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--length", type=int, default=48)
     ap.add_argument("--torch-compute", action="store_true")
+    ap.add_argument("--geometry", action="store_true")
     args = ap.parse_args()
     layers = 12
+    if args.geometry:
+        return main_geometry(args, layers)
     with tempfile.TemporaryDirectory() as tmp:
         old = (old_module(args.old, "ac", Path(tmp)).AttentionChange, old_module(args.old, "rs", Path(tmp)).RepresentationSimilarity)
     new = (AttentionChange, RepresentationSimilarity)
@@ -137,6 +181,30 @@ def main() -> None:
         out["rs_compute_seconds_numpy_vs_torch_on_cpu"] = [secs[False], secs[True]]
         out["torch_path_max_abs_diff"] = max(float(np.abs(grids[True][k] - grids[False][k]).max()) for k in grids[False])
     print(json.dumps(out))
+
+
+def main_geometry(args, layers: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        old = old_module(args.old, "geo", Path(tmp)).Geometry
+    batches = with_words(make_batches(4, args.batches, args.batch, args.length))
+    times: dict[str, list] = {"old": [], "new": []}
+    tables = {}
+    for r in range(args.rounds):
+        for tree in (("old", "new") if r % 2 == 0 else ("new", "old")):
+            up, comp, tabs = run_geometry(old if tree == "old" else Geometry, batches, layers)
+            times[tree].append((up, comp))
+            tables[tree] = tabs
+            print(f"round {r} {tree}: update {up:.3f} s, compute {comp:.3f} s", flush=True)
+    for a, b in zip(tables["new"], tables["old"]):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    med = {t: [statistics.median(x[i] for x in v) for i in range(2)] for t, v in times.items()}
+    up, comp, dev_tables = run_geometry(Geometry, batches, layers, on_device=True)
+    diff = float(np.nanmax(np.abs(dev_tables[0]["value"].to_numpy() - tables["old"][0]["value"].to_numpy())))
+    print(json.dumps({"torch_threads": torch.get_num_threads(), "batches": args.batches, "batch": args.batch,
+                      "words": len(tables["old"][1]) // (2 * (layers + 1)), "median_seconds": med, "tables_equal": "exactly",
+                      "ratio_new_over_old": {"update": med["new"][0] / med["old"][0], "compute": med["new"][1] / med["old"][1],
+                                             "update_plus_compute": sum(med["new"]) / sum(med["old"])},
+                      "device_path_on_cpu_seconds": [up, comp], "device_path_max_abs_value_diff": diff}))
 
 
 if __name__ == "__main__":

@@ -52,6 +52,13 @@ stored words qualify (``<= max_contexts`` occurrences each) and the others have 
 occurrences are held: 13,000 with the defaults, i.e. <= 140 MB for MiniLM, <= 520 MB for BERT-base
 (typically far less: most word forms occur once). The baseline keeps ``n_pairs`` tokens in float32
 (19 MB for MiniLM); intra-sentence similarity keeps sums.
+
+Device (issue 35): with the hidden states on a GPU (:attr:`Geometry.on_device`), the per-batch state stays there:
+the baseline's float32 rows, the words' float16 occurrences and the float64 intra-sentence sums are tensors on
+that device, gathered and pooled there; every choice (keys, positions, word forms) is made on the host from the
+examples' own arrays, so no batch tensor is read back. ``compute`` copies the samples and sums to the host once and
+fits them with NumPy as before. On the CPU the NumPy path (views of the tensors, no copy) is kept: it is faster
+there, and ``tests/unit/test_geometry_device.py`` pins the device path to it.
 """
 from __future__ import annotations
 
@@ -144,14 +151,30 @@ class _Word:
         last_key, last_example = self.occ_keys[-1], int(self.occ_examples[-1])
         return bool(key > last_key or (key == last_key and example > last_example))
 
-    def add(self, keys: np.ndarray, examples: np.ndarray, vectors: np.ndarray, count: int, cap: int) -> None:
+    def add(self, keys: np.ndarray, examples: np.ndarray, vectors, count: int, cap: int) -> None:
+        """Add occurrences; ``vectors`` NumPy, or a tensor where the kept ones are tensors (the device path)."""
         self.count += count
         k = np.concatenate([self.occ_keys, keys])
         e = np.concatenate([self.occ_examples, examples])
         order = np.lexsort((e, k))[:cap]
         self.occ_keys, self.occ_examples = k[order], e[order]
-        v = vectors if self.vectors is None else np.concatenate([self.vectors, vectors])
-        self.vectors = v[order]
+        self.vectors = _kept(self.vectors, vectors, order)
+
+
+def _kept(mine, new, order: np.ndarray):
+    """``concatenate([mine, new])[order]`` (``mine`` may be None), in torch on ``mine``'s device when either is a tensor."""
+    if isinstance(mine, torch.Tensor) or isinstance(new, torch.Tensor):
+        ref = mine if isinstance(mine, torch.Tensor) else new
+        new = torch.as_tensor(new).to(ref.device)
+        v = new if mine is None else torch.cat([torch.as_tensor(mine).to(ref.device), new])
+        return v[torch.from_numpy(order).to(ref.device)]
+    v = new if mine is None else np.concatenate([mine, new])
+    return v[order]
+
+
+def _host(v) -> np.ndarray | None:
+    """A NumPy copy of device state (in ``compute``), NumPy arrays and None as they are."""
+    return v.cpu().numpy() if isinstance(v, torch.Tensor) else v
 
 
 @dataclass(frozen=True)
@@ -185,6 +208,9 @@ class Geometry(Analysis):
     name = "geometry"
     words_name = "geometry_words"
     requires = frozenset({"hidden_states"})
+    #: Where the per-batch state lives (issue 35). None: with the hidden states, unless they are on the CPU, where
+    #: the NumPy path (views of the tensors, no copy) is kept; True forces the device path (tests, benchmarks).
+    on_device: bool | None = None
 
     def __init__(
         self,
@@ -334,7 +360,8 @@ class Geometry(Analysis):
             local = np.repeat(np.arange(len(kept)), [len(p) for p in pos])  # kept word j's tokens -> word j
             order = np.argsort(np.concatenate(pos), kind="stable")  # the tokens in sentence order
             pooled = pool_words(tokens(np.concatenate(pos)[order]), local[order], "mean")  # [K, 2, L + 1, D]
-            stored = float16(pooled)  # every kept occurrence of the sentence at once
+            # every kept occurrence of the sentence at once (a tensor where the hidden states are, on the device path)
+            stored = pooled.to(torch.float16) if isinstance(pooled, torch.Tensor) else float16(pooled)
             for (i, entry, _), vectors in zip(kept, stored):
                 entry.add(okeys[i : i + 1], np.array([index], np.int64), vectors[None], 1, self.max_contexts)
 
@@ -343,10 +370,9 @@ class Geometry(Analysis):
         k = np.concatenate([self.base_keys, keys])
         e = np.concatenate([self.base_examples, examples])
         p = np.concatenate([self.base_positions, positions])
-        v = vectors if self.base_vectors is None else np.concatenate([self.base_vectors, vectors])
         order = np.lexsort((e, k))[: self.n_pairs]
         self.base_keys, self.base_examples, self.base_positions = k[order], e[order], p[order]
-        self.base_vectors = v[order]
+        self.base_vectors = _kept(self.base_vectors, vectors, order)
 
     def update(self, batch: PairBatch) -> None:
         # The words' pooling products are small and alternate with torch's float16 conversions: a threaded BLAS
@@ -356,6 +382,11 @@ class Geometry(Analysis):
 
     def _update(self, batch: PairBatch) -> None:
         self._finished.clear()
+        on_device = self.on_device
+        if on_device is None:
+            on_device = batch.base.hidden_states[0].device.type != "cpu"
+        if on_device:
+            return self._update_on_device(batch)
         n_layers = self.num_layers + 1
         # Per model and layer, [B, T, D] float32 on the CPU (no copy when it already is); only the tokens an
         # example needs (its baseline token, its kept words' pieces) are stacked from these, never the whole batch.
@@ -396,6 +427,62 @@ class Geometry(Analysis):
                                 np.array(cand_pos, np.int64), np.stack(cand_vec).astype(np.float32))
         self._update_threshold()
 
+    def _update_on_device(self, batch: PairBatch) -> None:
+        """:meth:`_update` with the hidden states left where they are (issue 35): nothing per batch crosses to the host.
+
+        Which tokens count comes from the examples (``special``, their lengths), as ``collate`` builds
+        ``batch.mask`` / ``batch.content`` from them, so the choices (keys, positions, words) are made on the host
+        exactly as the host path makes them, without reading a tensor. Only the chosen tokens are gathered, on
+        the device: the baseline's float32 rows, the kept words' pieces, pooled there
+        (:func:`bertology.data.align.pool_words` on tensors) and stored as float16 tensors; the intra-sentence
+        sums are float64 tensors there. ``compute`` copies the samples and sums to the host once.
+        """
+        n_layers = self.num_layers + 1
+        hs = [[cap.hidden_states[l] for l in range(n_layers)] for cap in (batch.base, batch.tuned)]
+        device = hs[0][0].device
+        eligible_t = batch.mask if self.include_special else batch.content
+        idx = batch.example_indices
+        self.n_seen += len(idx)
+        eligible = [np.ones(len(it.input_ids), bool) if self.include_special else ~np.asarray(it.special, bool)
+                    for it in batch.items]
+        has = np.array([e.any() for e in eligible])
+        intra = torch.stack([torch.stack([masked_intra_similarity(h, eligible_t) for h in layers]) for layers in hs])
+        keep = torch.from_numpy(has).to(device)
+        intra = torch.where(keep, intra, 0.0)  # [2, L + 1, B] float64: rows without a token count as nothing
+        if not isinstance(self.intra_sum, torch.Tensor) or self.intra_sum.device != device:
+            with torch.inference_mode(False):
+                self.intra_sum, self.intra_sq = (torch.as_tensor(t, dtype=torch.float64).to(device).clone()
+                                                 for t in (self.intra_sum, self.intra_sq))
+        with torch.inference_mode(False):
+            self.intra_sum += intra.sum(-1)
+            self.intra_sq += (intra * intra).sum(-1)
+        self.n_sentences += int(has.sum())
+        ekeys = example_keys(self.seed ^ _SALT_BASELINE, idx)
+        cand_keys, cand_ex, cand_pos, cand_rows = [], [], [], []
+        limit = self.base_keys[-1] if len(self.base_keys) >= self.n_pairs else None
+        for row, item in enumerate(batch.items):
+            index = int(item.index)
+
+            def tokens(positions, row: int = row) -> torch.Tensor:
+                """The example's tokens at ``positions``: ``[..., 2, L + 1, D]`` float32, gathered on the device."""
+                at = torch.as_tensor(positions).to(device)
+                return torch.stack([torch.stack([h[row, at] for h in layers], dim=-2) for layers in hs], dim=-3).float()
+
+            pos = np.nonzero(eligible[row])[0]
+            if pos.size and (limit is None or ekeys[row] <= limit):
+                pk = token_keys(self.seed ^ _SALT_POSITION, np.full(pos.size, index), pos)
+                cand_keys.append(ekeys[row])
+                cand_ex.append(index)
+                cand_pos.append(int(pos[np.argmin(pk)]))
+                cand_rows.append(row)
+            self._add_words(index, item, tokens)
+        if cand_keys:
+            rows, at = (torch.as_tensor(np.array(v, np.int64)).to(device) for v in (cand_rows, cand_pos))
+            vectors = torch.stack([torch.stack([h[rows, at] for h in layers], dim=-2) for layers in hs], dim=-3).float()
+            self._keep_baseline(np.array(cand_keys, np.uint64), np.array(cand_ex, np.int64),
+                                np.array(cand_pos, np.int64), vectors)
+        self._update_threshold()
+
     def merge(self, other: "Geometry") -> "Geometry":
         self._check_mergeable(other)
         self._finished.clear()
@@ -403,8 +490,15 @@ class Geometry(Analysis):
             raise ValueError("geometry: the shards share examples")
         if other.base_vectors is not None:
             self._keep_baseline(other.base_keys, other.base_examples, other.base_positions, other.base_vectors)
-        self.intra_sum += other.intra_sum
-        self.intra_sq += other.intra_sq
+        if isinstance(self.intra_sum, torch.Tensor) or isinstance(other.intra_sum, torch.Tensor):
+            ref = self.intra_sum if isinstance(self.intra_sum, torch.Tensor) else other.intra_sum
+            with torch.inference_mode(False):
+                self.intra_sum, self.intra_sq = (torch.as_tensor(a).to(ref.device) + torch.as_tensor(b).to(ref.device)
+                                                 for a, b in ((self.intra_sum, other.intra_sum),
+                                                              (self.intra_sq, other.intra_sq)))
+        else:
+            self.intra_sum += other.intra_sum
+            self.intra_sq += other.intra_sq
         self.n_sentences += other.n_sentences
         self.n_seen += other.n_seen
         for form, w in other.words.items():
@@ -412,7 +506,8 @@ class Geometry(Analysis):
                 continue
             mine = self.words.get(form)
             if mine is None:
-                self.words[form] = _Word(w.key, w.count, w.occ_keys.copy(), w.occ_examples.copy(), w.vectors.copy())
+                vectors = w.vectors.clone() if isinstance(w.vectors, torch.Tensor) else w.vectors.copy()
+                self.words[form] = _Word(w.key, w.count, w.occ_keys.copy(), w.occ_examples.copy(), vectors)
             else:
                 mine.add(w.occ_keys, w.occ_examples, w.vectors, w.count, self.max_contexts)
         if other.threshold is not None and (self.threshold is None or other.threshold < self.threshold):
@@ -442,7 +537,7 @@ class Geometry(Analysis):
         mev = np.full((len(forms), 2, n_layers), np.nan)
         with one_blas_thread():  # small fits: see _baseline
             for i, f in enumerate(forms):
-                x = np.moveaxis(self.words[f].vectors.astype(np.float64), 0, 2)  # [2, L + 1, m, D]
+                x = np.moveaxis(_host(self.words[f].vectors).astype(np.float64), 0, 2)  # [2, L + 1, m, D]
                 ss[i] = mean_offdiagonal_cosine(x)
                 mev[i] = max_explainable_variance(x, center=self.mev_center)
         return forms, ss, mev
@@ -474,10 +569,11 @@ class Geometry(Analysis):
         # BLAS on one thread, as pca_views' fits: LAPACK's tridiagonal reduction of the 2 (L + 1) Grams (768 x 768
         # at BERT-base) synchronises its threads per column, and two threads on a shared 2-core machine took
         # 2.8-7.7 s against 1.5-2.3 s with one (docs/results/benchmarks.md, issue 18). Values change by rounding only.
+        base_vectors = _host(self.base_vectors)  # the device path's sample comes to the host once
         with one_blas_thread():
             for m in range(2):
                 for layer in range(n_layers):
-                    v = self.base_vectors[:, m, layer].astype(np.float64)  # [k, D]
+                    v = base_vectors[:, m, layer].astype(np.float64)  # [k, D]
                     if self.baseline_pairs == "chain":
                         cos = pair_cosines(v[a], v[b])
                     else:
@@ -504,8 +600,9 @@ class Geometry(Analysis):
 
         stats["self_similarity"] = (*over_words(ss), nw)
         stats["mev"] = (*over_words(mev), nw)
-        m = self.intra_sum / self.n_sentences
-        var = (self.intra_sq - self.n_sentences * m**2) / max(self.n_sentences - 1, 1)
+        intra_sum, intra_sq = (np.asarray(_host(t), dtype=np.float64) for t in (self.intra_sum, self.intra_sq))
+        m = intra_sum / self.n_sentences
+        var = (intra_sq - self.n_sentences * m**2) / max(self.n_sentences - 1, 1)
         stats["intra_similarity"] = (m, np.sqrt(np.clip(var, 0, None)) if self.n_sentences > 1 else np.full_like(m, np.nan),
                                      self.n_sentences)
         # Adjusted: per word (self-similarity, MEV) the baseline is a constant, so the sd is unchanged.
