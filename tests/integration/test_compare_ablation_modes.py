@@ -29,6 +29,7 @@ def runs(tmp_path_factory):
                         "weight_change,ablation" + (",changed_vs_needed" if "revert" in modes else ""), *(("--no-report",) if name != "all" else ()))
         assert result.exit_code == 0, result.output
         out[name] = (folder / name, " ".join(result.output.split()))
+    out["inputs"] = (base, tuned, data)
     return out
 
 
@@ -96,3 +97,19 @@ def test_one_mode_keeps_the_fingerprint_it_had_as_a_plain_name():
     both = complete_config(CompareConfig(base="minilm", tuned="t", data=DataConfig(path="d.txt"),
                                          ablation_mode="uniform,revert"))
     assert both.fingerprint() != config.fingerprint()
+
+
+def test_two_head_modes_are_never_drawn_as_one(runs, tmp_path):
+    """uniform and zero in one run: the report's ablation section draws the first (head importance's mode) and names
+    the other in a warning; the summary states both."""
+    base, tuned, data = runs["inputs"]
+    result = invoke("compare", "--base", base, "--tuned", tuned, "--data", data, "--out", tmp_path / "two",
+                    "--ablation-mode", "zero,uniform", *COMMON, "--analyses", "ablation", "--no-importance")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "mode zero" in text and "mode uniform" in text
+    html = (tmp_path / "two" / "report.html").read_text(encoding="utf-8")
+    section = html[html.index('<section id="ablation"'):]
+    section = section[:section.index("</section>")]
+    assert "<dt>Mode</dt><dd>zero</dd>" in section and "<dd>uniform</dd>" not in section
+    assert "the rows of mode(s) uniform are in tables/ablation" in " ".join(html.split())

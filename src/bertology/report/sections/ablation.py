@@ -160,9 +160,9 @@ def _removals_table(t: pd.DataFrame, main: str, also: list[str], verb: str = "Re
 
 
 def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived: list[dict],
-                     warnings: list[str] | None = None, section_id: str = "ablation") -> dict:
-    """Single head and layer ablations of the tuned classifier, head importance and pruning curves (or, with
-    ``section_id="revert"``, the reverts: the same table shape, their own words and figure names).
+                     warnings: list[str] | None = None) -> dict:
+    """Single head and layer ablations of the tuned classifier, head importance and pruning curves (or, when the
+    rows are a revert sweep's, the reverts: the same table shape, their own words and figure names).
 
     When the intact classifier is degenerate, the section and the overview say so (and ``warnings``
     gets the line) instead of naming a head the task needs.
@@ -177,10 +177,11 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
     first = t.iloc[0]
     mode = str(first.get("mode", "uniform"))
     has_heads = bool((t["target"] == "head").any())
-    figures = _figures(t, imp, tables.get("pruning_curve"), figs, _how(first, mode), prefix=section_id)
+    reverts = mode == "revert"
+    figures = _figures(t, imp, tables.get("pruning_curve"), figs, _how(first, mode),
+                       prefix="revert" if reverts else "ablation")
     intact = t[t["target"] == "intact"].set_index("metric")["value"]
     also = [m for m in _ALSO if m in task.metrics and m != main]
-    reverts = mode == "revert"
     noun = "Reverts" if reverts else "Removals"
     table = _removals_table(t, main, also, "Reverted" if reverts else "Removed")
     good_acc, good_loss = helpful(t, main), helpful(t, loss)
@@ -213,24 +214,38 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
             "table_title": f"{noun} that matter most"}
 
 
-def mode_rows(tables: Mapping[str, pd.DataFrame], revert: bool) -> dict[str, pd.DataFrame] | None:
-    """The run's tables with the ablation table cut to its revert rows (``revert``) or to the others (head modes,
-    with head importance and the pruning curve, which go with them); None when there are no such rows."""
+def mode_rows(tables: Mapping[str, pd.DataFrame], mode: str) -> dict[str, pd.DataFrame] | None:
+    """The run's tables with the ablation table cut to the rows of ``mode`` (head importance and the pruning curve go
+    with a head mode only); None when there are no such rows."""
     t = tables.get("ablation")
     if t is None:
         return None
-    is_revert = (t["mode"].astype(str) == "revert") if "mode" in t else pd.Series(False, index=t.index)
-    rows = t[is_revert if revert else ~is_revert].reset_index(drop=True)
+    rows = t[t["mode"].astype(str) == mode].reset_index(drop=True) if "mode" in t else t
     if rows.empty:
         return None
-    own = {k: v for k, v in tables.items() if not (revert and k in ("head_importance", "pruning_curve"))}
+    own = {k: v for k, v in tables.items() if mode != "revert" or k not in ("head_importance", "pruning_curve")}
     return {**own, "ablation": rows}
 
 
+def head_modes(tables: Mapping[str, pd.DataFrame]) -> list[str]:
+    """The head modes (uniform, zero, mean) whose rows the ablation table holds, in table order."""
+    t = tables.get("ablation")
+    if t is None or "mode" not in t:
+        return ["uniform"] if t is not None else []
+    return [m for m in dict.fromkeys(t["mode"].astype(str)) if m != "revert"]
+
+
 def build(inp: SectionInput) -> dict | None:
-    """The section's dict, or None when the run has no head-mode ablation (importance and pruning curve are optional;
-    a revert sweep has its own section: :mod:`bertology.report.sections.revert`)."""
-    tables = mode_rows(inp.tables, revert=False)
+    """The section's dict for the first head mode (the one head importance goes with), or None when the run has no
+    head-mode ablation; a revert sweep has its own section (:mod:`bertology.report.sections.revert`). Other head modes
+    of the same run are named in a warning: their rows are in the table and the command's summary."""
+    modes = head_modes(inp.tables)
+    if not modes:
+        return None
+    if len(modes) > 1:
+        inp.warnings.append(f"Ablation: the report draws mode {modes[0]}; the rows of mode(s) {', '.join(modes[1:])} are "
+                            "in tables/ablation (column mode) and the summary.")
+    tables = mode_rows(inp.tables, modes[0])
     return None if tables is None else ablation_section(tables, inp.figures, inp.derived, inp.warnings)
 
 

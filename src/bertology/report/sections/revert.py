@@ -10,8 +10,8 @@ from bertology.report.sections.base import Section, SectionInput
 
 def build(inp: SectionInput) -> dict | None:
     """The section's dict, or None when the run has no revert sweep."""
-    tables = mode_rows(inp.tables, revert=True)
-    return None if tables is None else ablation_section(tables, inp.figures, inp.derived, inp.warnings, section_id="revert")
+    tables = mode_rows(inp.tables, "revert")
+    return None if tables is None else ablation_section(tables, inp.figures, inp.derived, inp.warnings)
 
 
 SECTION = Section(
