@@ -412,20 +412,27 @@ class Geometry(Analysis):
                 """The example's tokens at ``positions``: ``[..., 2, L + 1, D]``, copied from the batch's layers."""
                 return np.stack([np.stack([h[row, positions] for h in layers], axis=-2) for layers in hs], axis=-3)
 
-            pos = np.nonzero(eligible[row])[0]
-            if pos.size:
-                if limit is None or ekeys[row] <= limit:
-                    pk = token_keys(self.seed ^ _SALT_POSITION, np.full(pos.size, index), pos)
-                    p = int(pos[np.argmin(pk)])
-                    cand_keys.append(ekeys[row])
-                    cand_ex.append(index)
-                    cand_pos.append(p)
-                    cand_vec.append(tokens(p))
+            p = self._baseline_position(index, eligible[row], ekeys[row], limit)
+            if p is not None:
+                cand_keys.append(ekeys[row])
+                cand_ex.append(index)
+                cand_pos.append(p)
+                cand_vec.append(tokens(p))
             self._add_words(index, item, tokens)
         if cand_keys:
             self._keep_baseline(np.array(cand_keys, np.uint64), np.array(cand_ex, np.int64),
                                 np.array(cand_pos, np.int64), np.stack(cand_vec).astype(np.float32))
         self._update_threshold()
+
+    def _baseline_position(self, index: int, eligible: np.ndarray, key: np.uint64, limit: np.uint64 | None) -> int | None:
+        """Example ``index``'s baseline token: its eligible position of lowest key, when the example's ``key`` may
+        still enter the sample (at most ``limit``, the largest kept key once the sample is full); else None. Both
+        update paths choose with it, so they choose alike."""
+        pos = np.nonzero(eligible)[0]
+        if not pos.size or (limit is not None and key > limit):
+            return None
+        pk = token_keys(self.seed ^ _SALT_POSITION, np.full(pos.size, index), pos)
+        return int(pos[np.argmin(pk)])
 
     def _update_on_device(self, batch: PairBatch) -> None:
         """:meth:`_update` with the hidden states left where they are (issue 35): nothing per batch crosses to the host.
@@ -468,12 +475,11 @@ class Geometry(Analysis):
                 at = torch.as_tensor(positions).to(device)
                 return torch.stack([torch.stack([h[row, at] for h in layers], dim=-2) for layers in hs], dim=-3).float()
 
-            pos = np.nonzero(eligible[row])[0]
-            if pos.size and (limit is None or ekeys[row] <= limit):
-                pk = token_keys(self.seed ^ _SALT_POSITION, np.full(pos.size, index), pos)
+            p = self._baseline_position(index, eligible[row], ekeys[row], limit)
+            if p is not None:
                 cand_keys.append(ekeys[row])
                 cand_ex.append(index)
-                cand_pos.append(int(pos[np.argmin(pk)]))
+                cand_pos.append(p)
                 cand_rows.append(row)
             self._add_words(index, item, tokens)
         if cand_keys:

@@ -26,11 +26,12 @@ def build(inp: SectionInput) -> dict | None:
     """One figure per tracked table the run has, or None when it has none."""
     from bertology.viz.track import track_figures
 
-    figures = []
+    figures, steps = [], set()
     for name, caption in TRACKED.items():
         table = inp.table(name)
         if table is None:
             continue
+        steps.update(int(s) for s in table["step"].dropna())
         what = name.removeprefix("track_")
         figures.append(inp.figures.make(
             name, lambda t=table, w=what: track_figures({w: t})[w], caption + " One line per layer, over training steps.",
@@ -38,8 +39,7 @@ def build(inp: SectionInput) -> dict | None:
     figures = [f for f in figures if f]
     if not figures:
         return None
-    steps = sorted({int(s) for name in TRACKED if (t := inp.table(name)) is not None for s in t["step"].dropna()})
-    facts = [("Steps tracked", f"{len(steps)} ({steps[0]} to {steps[-1]})")] if steps else []
+    facts = [("Steps tracked", f"{len(steps)} ({min(steps)} to {max(steps)})")] if steps else []
     return {"figures": figures, "facts": facts}
 
 
