@@ -30,6 +30,7 @@ from bertology.experiments.registry import ExperimentContext, ExperimentSpec
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.errors import BertologyError
+from bertology.memory import MemoryWatch
 from bertology.metrics.trees import tree_problem
 from bertology.models.device import resolve_device
 from bertology.models.precision import resolve_dtype
@@ -313,6 +314,7 @@ class PairJob:
         """Take the run folder (see :func:`open_run`) and build the analyses; a context manager for the run."""
         inputs = self.inputs
         self.opened = open_run(self.config.out, "compare", self.fingerprint, overwrite=self.overwrite)
+        self.memory = MemoryWatch.start(self.config.device)
         try:
             self.run_dir, self.resuming = self.opened.dir, self.opened.resumed
             self.analyses = build_analyses(self.config, self.pair, inputs.corpus, inputs.encoded, inputs.specs)
@@ -370,6 +372,7 @@ class PairJob:
             "warnings": warnings,
             "wall_time_s": round(time.perf_counter() - self.t0, 2),
             "timings": stage_timings(self.timings),
+            "memory": self.memory.record(),
             "resumed_tables": done,
             "views": views,
             "summary": summary or {},

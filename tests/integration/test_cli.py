@@ -41,6 +41,11 @@ def test_compare_writes_tables_manifest_and_report(planted_pair, corpus_txt, tmp
     assert all(set(t) == {"update_s", "compute_s"} and min(t.values()) >= 0 for t in timings["analyses"].values())
     staged = timings["forward_s"] + sum(sum(t.values()) for t in timings["analyses"].values())
     assert 0 < staged <= manifest["wall_time_s"] + 0.01
+    # what the run held at its peak: on the CPU the device is the host, so there is no device record
+    memory = manifest["memory"]
+    assert memory["device"] == "cpu" and not any(k.startswith("device_") for k in memory)
+    if memory["host_peak_rss_mib"] is not None:  # Linux (/proc) or ru_maxrss
+        assert memory["host_peak_rss_mib"] >= memory["host_rss_at_start_mib"] > 0
     assert (out / "report.html").exists()
     assert "L2H1" in result.output  # the summary names the most changed head
 

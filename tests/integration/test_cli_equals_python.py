@@ -33,7 +33,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 #: Keys whose values differ between two identical runs: timestamps, wall times, the command line.
 VOLATILE = {"created", "started", "finished", "wall_time_s", "timing_s", "timings_s", "timings", "training_per_epoch", "seconds",
-            "train_time_s", "command"}
+            "train_time_s", "command", "memory"}
 
 
 def normalised(value, out: Path, drop: frozenset = frozenset()):
