@@ -116,3 +116,18 @@ def test_the_registry_alone_does_not_show_an_unknown_table(tmp_path):
     assert 'id="toy-counts"' not in html
     listing = {t["name"]: t["shown"] for t in build_context(run)["overview"]["tables"]}
     assert listing == {"finetune": True, "toy_counts": False}
+
+
+def test_the_run_settings_show_the_recorded_peak_memory():
+    """A CUDA run's memory record reaches the report's Run group, in MiB, and the note stays out of it."""
+    from bertology.report.sections.overview import _settings
+
+    manifest = {"kind": "compare", "device": "cuda", "memory": {
+        "device": "cuda", "device_peak_allocated_mib": 1182.4, "device_peak_reserved_mib": 1310.0,
+        "host_peak_rss_mib": 4637.2, "host_rss_at_start_mib": 3102.5, "note": "..."}}
+    run = {r["label"]: r["text"] for g in _settings(manifest) if g["group"] == "Run" for r in g["rows"]}
+    assert run["Peak device memory allocated (MiB)"].replace(",", "") == "1182"  # fmt_value: whole MiB at this size
+    assert "Peak host memory of the process (MiB)" in run and "Host memory at the start (MiB)" in run
+    assert not any("Device memory allocated at the end" in k for k in run)
+    cpu = {r["label"] for g in _settings({"memory": {"device": "cpu", "host_peak_rss_mib": 900.0}}) for r in g["rows"]}
+    assert cpu == {"Peak host memory of the process (MiB)"}

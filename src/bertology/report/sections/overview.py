@@ -64,6 +64,21 @@ _RUN_FIELDS = (
 )
 
 
+_MEMORY_FIELDS = (
+    ("device_peak_allocated_mib", "Peak device memory allocated (MiB)"),
+    ("device_peak_reserved_mib", "Peak device memory reserved (MiB)"),
+    ("device_allocated_at_end_mib", "Device memory allocated at the end (MiB)"),
+    ("host_peak_rss_mib", "Peak host memory of the process (MiB)"),
+    ("host_rss_at_start_mib", "Host memory at the start (MiB)"),
+)
+
+
+def _memory_rows(memory: Mapping[str, Any]) -> list[dict]:
+    """The run's recorded peak memory (``manifest["memory"]``), the fields it has, in a fixed order."""
+    return [{"label": label, "text": fmt_value(memory[key]), "code": False}
+            for key, label in _MEMORY_FIELDS if memory.get(key) is not None]
+
+
 def _model_rows(manifest: Mapping[str, Any]) -> tuple[list[str], list[dict]]:
     """Model names (base, tuned, then any other) and one row per recorded field, known fields first."""
     models = mapping(manifest.get("models"))
@@ -159,6 +174,7 @@ def _settings(manifest: Mapping[str, Any]) -> list[dict]:
     for key, label in _RUN_FIELDS:
         if key in manifest and not isinstance(manifest[key], Mapping):
             run_rows.append({"label": label, "text": fmt_value(manifest[key]), "code": False})
+    run_rows += _memory_rows(mapping(manifest.get("memory")))
     if run_rows:
         settings.append({"group": "Run", "rows": run_rows})
     declared = mapping(manifest.get("settings"))
