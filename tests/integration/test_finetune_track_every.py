@@ -134,6 +134,33 @@ def test_an_interrupted_tracked_run_resumes_and_keeps_its_rows(runs, tiny, tmp_p
     assert merged.value_full.to_numpy() == pytest.approx(merged.value_cut.to_numpy(), abs=1e-6)
 
 
+def test_gradient_norms_are_written_at_checkpoints_not_every_step(runs, tiny, tmp_path, monkeypatch):
+    """Rewriting the growing gradient table every step made long runs' I/O quadratic: it is written with the
+    analyses' tables, at each checkpoint (so a process killed after one has every row up to it) and at the end."""
+    from bertology.integrations.folder import TrackWriter
+
+    writes: list[str] = []
+    write = TrackWriter.write
+    monkeypatch.setattr(TrackWriter, "write", lambda self, name, table: (writes.append(name), write(self, name, table)))
+    folder = tmp_path / "ck" / "tracking"
+    on_disk: dict[int, list[int]] = {}
+
+    def look(step: int) -> None:  # after the step's evaluation and checkpoint
+        path = folder / "tables" / "track_gradient_norms.parquet"
+        on_disk[step] = sorted(read_table(folder, "track_gradient_norms").step.unique()) if path.exists() else []
+
+    cfg = config(tiny, tmp_path / "ck", track_every=4, save_every=3)
+    finetune_to_dir(cfg, runs["train"], runs["held"], tracker=finetune_tracker, on_step=look)
+    assert on_disk[1] == on_disk[2] == []  # steps 1 and 2: no event to write at
+    assert on_disk[3] == [1, 2, 3] and on_disk[6] == list(range(1, 7))  # checkpoints at 3 and 6
+    assert on_disk[4] == [1, 2, 3, 4]  # written with the analyses at step 4
+    assert on_disk[5] == [1, 2, 3, 4]  # not rewritten for step 5 alone
+    # 8 steps: written at the checkpoint of 3, the analyses of 4, the checkpoint of 6, the analyses (and the final
+    # checkpoint) of 8 and the end: never more than once per event, against 8 times before
+    assert 3 <= writes.count("gradient_norms") <= 5
+    assert sorted(read_table(folder, "track_gradient_norms").step.unique()) == list(range(1, 9))
+
+
 def test_track_every_without_a_tracker_is_one_clear_error(tiny, tmp_path):
     with pytest.raises(BertologyError, match="track_every"):
         finetune_to_dir(config(tiny, tmp_path / "x", track_every=2), polarity(8), polarity(4, seed=5))

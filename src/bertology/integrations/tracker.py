@@ -115,12 +115,26 @@ class Tracker:
         self.out = None if out is None else Path(out).expanduser()
         self.tokenizer, self.base, self.overwrite, self.log, self.source = tokenizer, base, overwrite, log, source
         self.analysis_settings = dict(analysis_settings or {})
-        self.tables: dict[str, pd.DataFrame] = {}
+        self._tables: dict[str, pd.DataFrame] = {}
+        #: rows added since a table was last gathered (appended per step, concatenated once: not per step)
+        self._chunks: dict[str, list[pd.DataFrame]] = {}
+        #: tables with rows the run folder does not have yet (the gradient norms between writes)
+        self._unwritten: set[str] = set()
         self.ready = False
         self._done_steps: set[int] = set()
         self._grads: GradientNorms | None = None
         self._pending_grads: pd.DataFrame | None = None
         self._writer = None
+
+    @property
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """Every table so far, its rows in the order they were added."""
+        for name, chunks in self._chunks.items():
+            if chunks:
+                old = self._tables.get(name)
+                self._tables[name] = pd.concat(([] if old is None else [old]) + chunks, ignore_index=True)
+                chunks.clear()
+        return self._tables
 
     @property
     def path(self) -> Path | None:
@@ -236,6 +250,11 @@ class Tracker:
         if self.settings.at_evaluate:
             self.analyse(model, step, "evaluate")
 
+    def saved(self, step: int) -> None:
+        """A checkpoint of ``step`` was written: the run folder gets every row up to it, so a run resumed from
+        that checkpoint finds them (:meth:`restore`)."""
+        self._write_pending()
+
     def end(self, complete: bool = True) -> None:
         """Remove the gradient hooks; when training ``complete``\\ d, write the figures and mark the folder complete
         (an interrupted run leaves the folder ``running``, its tables as last rewritten, and releases it)."""
@@ -243,6 +262,7 @@ class Tracker:
             self._grads.remove()
             self._grads = None
         if self._writer is not None:
+            self._write_pending()
             writer, self._writer = self._writer, None
             if complete:
                 writer.finish(self.tables)
@@ -264,13 +284,27 @@ class Tracker:
         self._log(logged)
 
     def _add(self, name: str, rows: pd.DataFrame, label: bool = True) -> None:
-        """Append rows to table ``name`` (and rewrite it in the run folder)."""
+        """Append rows to table ``name``; an analysis's table is rewritten in the run folder at once.
+
+        The gradient norms come every step: rewriting their growing table each time made a long run's I/O
+        quadratic in its steps. They are written with the analyses' tables, at each checkpoint (:meth:`saved`,
+        so a resumed run finds every row up to its checkpoint) and at the end, interrupted or not.
+        """
         if name == GRADIENTS and label:
             rows = _label(rows, int(rows["step"].iloc[0]), "step")
-        old = self.tables.get(name)
-        self.tables[name] = rows if old is None else pd.concat([old, rows], ignore_index=True)
-        if self._writer is not None:
-            self._writer.write(name, self.tables[name])
+        self._chunks.setdefault(name, []).append(rows)
+        self._unwritten.add(name)
+        if name != GRADIENTS:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        """Rewrite in the run folder every table with rows it does not have yet."""
+        if self._writer is None or not self._unwritten:
+            return
+        tables = self.tables
+        for name in sorted(self._unwritten):
+            self._writer.write(name, tables[name])
+        self._unwritten.clear()
 
     def _log(self, values: dict[str, float]) -> None:
         if self.log is not None and values:

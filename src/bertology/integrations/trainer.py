@@ -116,6 +116,10 @@ class BertologyCallback(TrainerCallback):
             self.tracker.prepare(model, kwargs.get("processing_class"))
             self.tracker.evaluated(model, state.global_step)
 
+    def on_save(self, args, state, control, **kwargs):
+        """A checkpoint was written: the run folder gets every row up to its step (a resumed run finds them)."""
+        self.tracker.saved(state.global_step)
+
     def on_train_end(self, args, state, control, **kwargs):
         """Remove the gradient hooks; write the figures and mark the run folder complete."""
         self.tracker.end()

@@ -87,6 +87,9 @@ class LoopObserver(Protocol):
     def evaluated(self, model: torch.nn.Module, step: int) -> None:
         """The model was evaluated at step ``step``."""
 
+    def saved(self, step: int) -> None:
+        """A checkpoint of step ``step`` was written (a resumed run starts from it)."""
+
     def end(self, complete: bool = True) -> None:
         """Training ended (``complete``) or was interrupted by an error."""
 
@@ -413,6 +416,8 @@ def train_loop(
                     stopped_early = cfg.early_stopping is not None and run.stop_early(step)
                 if cfg.save_every and cfg.checkpoint_dir is not None and (step % cfg.save_every == 0 or last or stopped_early):
                     run.save_checkpoint(step)
+                    if observer is not None:
+                        observer.saved(step)
                 if on_step is not None:
                     on_step(step)
                 if stopped_early:
