@@ -1,11 +1,14 @@
 """How far apart are two folders of tables? The largest absolute difference per table and numeric column.
 
-    python benchmarks/table_diff.py TABLES_A TABLES_B
+    python benchmarks/table_diff.py TABLES_A TABLES_B [--rtol R]
 
 For a change that is allowed to move numbers by rounding (issue 18: faster ranks, PCA and CKA): every
 ``*.parquet`` in both folders is read; non-numeric columns must be equal (they are the keys), and
 for each float column the largest ``|a - b|`` (NaN equal to NaN) is printed. Exit status 1 when a
-table is missing, its shape or keys differ, or a NaN sits on one side only.
+table is missing, its shape or keys differ, or a NaN sits on one side only; with ``--rtol R`` also when a
+column's largest difference exceeds ``R`` times the column's largest magnitude (at least 1): the check of a GPU
+run's float32 tables against the CPU's (``benchmarks/gpu.sh``), where the maps differ by kernel rounding
+(~1e-6 relative) and what is computed from them by a few orders more where it divides by small gaps (PCA axes).
 """
 from __future__ import annotations
 
@@ -34,7 +37,23 @@ def table_diff(a: pd.DataFrame, b: pd.DataFrame) -> tuple[dict[str, float], list
     return diffs, problems
 
 
+def beyond(a: pd.DataFrame, diffs: dict[str, float], rtol: float) -> list[str]:
+    """The columns whose largest difference exceeds ``rtol`` times their scale (``max |a|``, at least 1)."""
+    out = []
+    for col, d in diffs.items():
+        values = np.abs(a[col].to_numpy(dtype=float))
+        scale = max(1.0, float(values[~np.isnan(values)].max())) if (~np.isnan(values)).any() else 1.0
+        if d > rtol * scale:
+            out.append(f"{col} {d:.1e} > {rtol:g} x {scale:.3g}")
+    return out
+
+
 def main(argv: list[str]) -> int:
+    rtol = None
+    if "--rtol" in argv:
+        i = argv.index("--rtol")
+        rtol = float(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
     a, b = Path(argv[1]), Path(argv[2])
     bad = 0
     for pa in sorted(a.glob("*.parquet")):
@@ -43,7 +62,10 @@ def main(argv: list[str]) -> int:
             print(f"{pa.stem}: missing in {b}")
             bad += 1
             continue
-        diffs, problems = table_diff(pd.read_parquet(pa), pd.read_parquet(pb))
+        ta = pd.read_parquet(pa)
+        diffs, problems = table_diff(ta, pd.read_parquet(pb))
+        if rtol is not None:
+            problems += beyond(ta, diffs, rtol)
         bad += bool(problems)
         cols = ", ".join(f"{c} {d:.1e}" for c, d in diffs.items() if d > 0) or "identical"
         print(f"{pa.stem}: {cols}" + (f"; PROBLEMS: {'; '.join(problems)}" if problems else ""))
