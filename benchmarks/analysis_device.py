@@ -13,7 +13,8 @@ new/old ratios (median over rounds), and checks that the tables are equal::
 ``--geometry`` times the geometry analysis instead (updates, then compute() and the word table), its items given
 token ids, word ids and special tokens (1..3 pieces a word, a vocabulary of 2,000 ids, so words repeat), and once
 more with the device path forced on the CPU (``on_device=True``, the path a GPU takes; informative: the CPU keeps
-NumPy)::
+NumPy), and compute() + word table of one state on the NumPy path and the torch path (the GPU's compute, tensors on
+the CPU), interleaved::
 
     PYTHONPATH=src python benchmarks/analysis_device.py --old main --rounds 3 --geometry
 
@@ -30,6 +31,7 @@ a GPU takes), once each (``--rounds 0``: only that).
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import json
 import statistics
@@ -212,11 +214,32 @@ def main_geometry(args, layers: int) -> None:
     med = {t: [statistics.median(x[i] for x in v) for i in range(2)] for t, v in times.items()}
     up, comp, dev_tables = run_geometry(Geometry, batches, layers, on_device=True)
     diff = float(np.nanmax(np.abs(dev_tables[0]["value"].to_numpy() - tables["old"][0]["value"].to_numpy())))
+    # the same state, compute() + word table on the NumPy path and on the torch path (tensors on the CPU), alternately
+    host = Geometry(layers, n_pairs=1000, seed=0)
+    with torch.inference_mode():
+        for b in batches:
+            host.update(b)
+    dev = copy.deepcopy(host)
+    dev.base_vectors = torch.from_numpy(dev.base_vectors)
+    dev.intra_sum, dev.intra_sq = torch.from_numpy(dev.intra_sum), torch.from_numpy(dev.intra_sq)
+    for w in dev.words.values():
+        w.vectors = None if w.vectors is None else torch.from_numpy(w.vectors)
+    secs: dict[str, list] = {"numpy": [], "torch": []}
+    for r in range(max(args.rounds, 1)):
+        for path in (("numpy", "torch") if r % 2 == 0 else ("torch", "numpy")):
+            g = host if path == "numpy" else dev
+            g._finished.clear()
+            t0 = time.perf_counter()
+            g.compute(), g.word_table()
+            secs[path].append(time.perf_counter() - t0)
+    cmp = {p: statistics.median(v) for p, v in secs.items()}
     print(json.dumps({"torch_threads": torch.get_num_threads(), "batches": args.batches, "batch": args.batch,
                       "words": len(tables["old"][1]) // (2 * (layers + 1)), "median_seconds": med, "tables_equal": "exactly",
                       "ratio_new_over_old": {"update": med["new"][0] / med["old"][0], "compute": med["new"][1] / med["old"][1],
                                              "update_plus_compute": sum(med["new"]) / sum(med["old"])},
-                      "device_path_on_cpu_seconds": [up, comp], "device_path_max_abs_value_diff": diff}))
+                      "device_path_on_cpu_seconds": [up, comp], "device_path_max_abs_value_diff": diff,
+                      "compute_seconds_numpy_vs_torch_on_cpu": [cmp["numpy"], cmp["torch"]],
+                      "torch_over_numpy": cmp["torch"] / cmp["numpy"]}))
 
 
 def run_pca(cls, batches: list[PairBatch], layers: int, n_examples: int) -> tuple[float, float, pd.DataFrame, object]:
