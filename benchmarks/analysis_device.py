@@ -13,9 +13,17 @@ new/old ratios (median over rounds), and checks that the tables are equal::
 ``--geometry`` times the geometry analysis instead (updates, then compute() and the word table), its items given
 token ids, word ids and special tokens (1..3 pieces a word, a vocabulary of 2,000 ids, so words repeat), and once
 more with the device path forced on the CPU (``on_device=True``, the path a GPU takes; informative: the CPU keeps
-NumPy)::
+NumPy), and compute() + word table of one state on the NumPy path and the torch path (the GPU's compute, tensors on
+the CPU), interleaved::
 
     PYTHONPATH=src python benchmarks/analysis_device.py --old main --rounds 3 --geometry
+
+``--pca`` times pca_views (``--pca-examples`` sampled examples, 13 layers, both fits): updates and compute() of
+``--old``'s pca_views.py vs this tree, interleaved, tables checked exactly equal; then, on the same kept sample,
+compute() on the NumPy path vs the torch path (the path a GPU takes, tensors on the CPU), interleaved, with the
+largest coordinate and ratio differences::
+
+    PYTHONPATH=src python benchmarks/analysis_device.py --old main --rounds 3 --pca
 
 ``--torch-compute`` also times one sample's grids on the NumPy path and on the torch path on the CPU (the path
 a GPU takes), once each (``--rounds 0``: only that).
@@ -23,6 +31,7 @@ a GPU takes), once each (``--rounds 0``: only that).
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import json
 import statistics
@@ -40,11 +49,12 @@ import torch
 from bertology.activations.batch import PairBatch
 from bertology.analyses.attention_change import AttentionChange
 from bertology.analyses.geometry import Geometry
+from bertology.analyses.pca_views import PCAViews
 from bertology.analyses.representation_similarity import RepresentationSimilarity
 from bertology.models.hooks import Captured
 
 FILES = {"rs": "src/bertology/analyses/representation_similarity.py", "ac": "src/bertology/analyses/attention_change.py",
-         "geo": "src/bertology/analyses/geometry.py"}
+         "geo": "src/bertology/analyses/geometry.py", "pca": "src/bertology/analyses/pca_views.py"}
 
 
 def old_module(ref: str, key: str, folder: Path):
@@ -143,8 +153,12 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=48)
     ap.add_argument("--torch-compute", action="store_true")
     ap.add_argument("--geometry", action="store_true")
+    ap.add_argument("--pca", action="store_true")
+    ap.add_argument("--pca-examples", type=int, default=20)
     args = ap.parse_args()
     layers = 12
+    if args.pca:
+        return main_pca(args, layers)
     if args.geometry:
         return main_geometry(args, layers)
     with tempfile.TemporaryDirectory() as tmp:
@@ -200,11 +214,84 @@ def main_geometry(args, layers: int) -> None:
     med = {t: [statistics.median(x[i] for x in v) for i in range(2)] for t, v in times.items()}
     up, comp, dev_tables = run_geometry(Geometry, batches, layers, on_device=True)
     diff = float(np.nanmax(np.abs(dev_tables[0]["value"].to_numpy() - tables["old"][0]["value"].to_numpy())))
+    # the same state, compute() + word table on the NumPy path and on the torch path (tensors on the CPU), alternately
+    host = Geometry(layers, n_pairs=1000, seed=0)
+    with torch.inference_mode():
+        for b in batches:
+            host.update(b)
+    dev = copy.deepcopy(host)
+    dev.base_vectors = torch.from_numpy(dev.base_vectors)
+    dev.intra_sum, dev.intra_sq = torch.from_numpy(dev.intra_sum), torch.from_numpy(dev.intra_sq)
+    for w in dev.words.values():
+        w.vectors = None if w.vectors is None else torch.from_numpy(w.vectors)
+    secs: dict[str, list] = {"numpy": [], "torch": []}
+    for r in range(max(args.rounds, 1)):
+        for path in (("numpy", "torch") if r % 2 == 0 else ("torch", "numpy")):
+            g = host if path == "numpy" else dev
+            g._finished.clear()
+            t0 = time.perf_counter()
+            g.compute(), g.word_table()
+            secs[path].append(time.perf_counter() - t0)
+    cmp = {p: statistics.median(v) for p, v in secs.items()}
     print(json.dumps({"torch_threads": torch.get_num_threads(), "batches": args.batches, "batch": args.batch,
                       "words": len(tables["old"][1]) // (2 * (layers + 1)), "median_seconds": med, "tables_equal": "exactly",
                       "ratio_new_over_old": {"update": med["new"][0] / med["old"][0], "compute": med["new"][1] / med["old"][1],
                                              "update_plus_compute": sum(med["new"]) / sum(med["old"])},
-                      "device_path_on_cpu_seconds": [up, comp], "device_path_max_abs_value_diff": diff}))
+                      "device_path_on_cpu_seconds": [up, comp], "device_path_max_abs_value_diff": diff,
+                      "compute_seconds_numpy_vs_torch_on_cpu": [cmp["numpy"], cmp["torch"]],
+                      "torch_over_numpy": cmp["torch"] / cmp["numpy"]}))
+
+
+def run_pca(cls, batches: list[PairBatch], layers: int, n_examples: int) -> tuple[float, float, pd.DataFrame, object]:
+    """Seconds of every update and of compute(), the table, and the analysis (its kept sample)."""
+    a = cls(layers, n_examples=n_examples, seed=0)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for b in batches:
+            a.update(b)
+    t1 = time.perf_counter()
+    table = a.compute().table
+    return t1 - t0, time.perf_counter() - t1, table, a
+
+
+def main_pca(args, layers: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        old = old_module(args.old, "pca", Path(tmp)).PCAViews
+    batches = with_words(make_batches(4, args.batches, args.batch, args.length))
+    times: dict[str, list] = {"old": [], "new": []}
+    tables = {}
+    for r in range(args.rounds):
+        for tree in (("old", "new") if r % 2 == 0 else ("new", "old")):
+            up, comp, tables[tree], _ = run_pca(old if tree == "old" else PCAViews, batches, layers, args.pca_examples)
+            times[tree].append((up, comp))
+            print(f"round {r} {tree}: update {up:.3f} s, compute {comp:.3f} s", flush=True)
+    out = {"torch_threads": torch.get_num_threads(), "batches": args.batches, "batch": args.batch}
+    if args.rounds:
+        pd.testing.assert_frame_equal(tables["new"], tables["old"], check_exact=True)
+        med = {t: [statistics.median(x[i] for x in v) for i in range(2)] for t, v in times.items()}
+        out.update({"median_seconds": med, "tables_equal": "exactly",
+                    "ratio_new_over_old": {"update": med["new"][0] / med["old"][0], "compute": med["new"][1] / med["old"][1]}})
+    # the same sample, compute() on the NumPy path and on the torch path (tensors on the CPU), alternately
+    host = run_pca(PCAViews, batches, layers, args.pca_examples)[3]
+    dev = PCAViews(layers, n_examples=args.pca_examples, seed=0)
+    dev.kept = [type(e)(e.key, e.index, e.tokens, e.categories, e.positions, torch.from_numpy(e.vectors)) for e in host.kept]
+    dev.n_seen = host.n_seen
+    secs: dict[str, list] = {"numpy": [], "torch": []}
+    result = {}
+    for r in range(max(args.rounds, 1)):
+        for path in (("numpy", "torch") if r % 2 == 0 else ("torch", "numpy")):
+            t0 = time.perf_counter()
+            result[path] = (host if path == "numpy" else dev).compute().table
+            secs[path].append(time.perf_counter() - t0)
+    a, b = result["torch"], result["numpy"]
+    n_tokens = int(b.n_tokens.iloc[0])
+    out.update({"pca_tokens": n_tokens, "compute_seconds_numpy_vs_torch_on_cpu": [statistics.median(secs["numpy"]),
+                                                                                  statistics.median(secs["torch"])],
+                "torch_over_numpy": statistics.median(secs["torch"]) / statistics.median(secs["numpy"]),
+                "torch_path_max_abs_xy_diff": float(np.abs(a[["x", "y"]].to_numpy() - b[["x", "y"]].to_numpy()).max()),
+                "max_abs_xy": float(np.abs(b[["x", "y"]].to_numpy()).max()),
+                "torch_path_max_abs_ratio_diff": float(np.abs(a.explained_variance_x - b.explained_variance_x).max())})
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

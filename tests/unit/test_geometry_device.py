@@ -2,8 +2,8 @@
 
 On the CPU the NumPy path stays (views of the tensors, no copy; its tables are those of before, unchanged code).
 The device path (``on_device=True``: torch gathers, pooling and float16 rounding on the tensors' device, float64
-intra-sentence sums there) runs here on the CPU and is pinned to the NumPy path; the CUDA-only test runs it where
-CUDA is.
+intra-sentence sums there, and ``compute`` in torch there: :mod:`bertology.metrics.geometry_torch`) runs here on the
+CPU and is pinned to the NumPy path; the CUDA-only test runs it where CUDA is.
 
 Tolerances, from the arithmetic:
 - the choices (baseline examples and positions, words, their occurrences and counts) are made on the host from
@@ -12,8 +12,12 @@ Tolerances, from the arithmetic:
 - a stored word vector is the float32 mean of its pieces rounded to float16. NumPy sums the pieces by a one-hot
   matrix product, torch by ``index_add`` in sentence order: for one or two pieces the sum is one rounding and
   equal; for three or more the float32 sums may differ by an ulp (2^-24 relative), which flips a float16
-  rounding only where the float32 mean lies within an ulp of a float16 tie. Equal here (tested exactly on the
-  CPU; the tables' word rows then follow exactly, the same NumPy compute on the same arrays);
+  rounding only where the float32 mean lies within an ulp of a float16 tie. Equal here (tested exactly on the CPU);
+- ``compute`` measures the same arrays with the same formulas in another summation order: a cosine of unit vectors
+  in ``d`` dimensions moves by ``<= d eps`` (NumPy's einsum vs torch's sum), a mean or sd over pairs or words by
+  as much; an MEV ``l_1 / total`` by ``<= 8 max(n, d) eps`` (each path's Gram matrix and eigensolver perturb the
+  eigenvalues by ``<= max(n, d) eps total``, Weyl). At the test sizes (``d = 32``, ``n <= 9``) all are below
+  ``3e-14``; 1e-12 (values, word table) leaves margin;
 - the intra-sentence sums add the same float64 per-sentence values (one kernel) in another order: NumPy sums
   a batch's ``b`` values pairwise, torch in its own order, each partial sum rounded: ``|err| <= b eps`` per batch
   on values in [-1, 1], so the mean over ``n`` sentences moves by ``<= max_b b eps ~ 1e-14`` and the sd (from
@@ -79,7 +83,10 @@ def _assert_same_tables(got: Geometry, ref: Geometry, atol: float = 1e-12, sd_at
     pd.testing.assert_frame_equal(a.drop(columns=["value", "sd"]), b.drop(columns=["value", "sd"]))
     np.testing.assert_allclose(a.value, b.value, rtol=0, atol=atol)
     np.testing.assert_allclose(a.sd, b.sd, rtol=0, atol=sd_atol)
-    pd.testing.assert_frame_equal(got.word_table().table, ref.word_table().table, check_exact=True)
+    a, b = got.word_table().table, ref.word_table().table
+    floats = ["self_similarity", "mev", "self_similarity_adjusted", "mev_adjusted"]
+    pd.testing.assert_frame_equal(a.drop(columns=floats), b.drop(columns=floats), check_exact=True)
+    np.testing.assert_allclose(a[floats], b[floats], rtol=0, atol=atol)
 
 
 def test_device_path_on_the_cpu_equals_the_numpy_path(planted, encoded):
@@ -95,6 +102,13 @@ def test_device_path_on_the_cpu_equals_the_numpy_path(planted, encoded):
     np.testing.assert_allclose(dev.intra_sum.numpy(), ref.intra_sum, rtol=0, atol=1e-12)
 
 
+def test_device_path_all_pairs_and_uncentred_mev_equal_the_numpy_path(planted, encoded):
+    kw = dict(baseline_pairs="all", mev_center=False, include_special=True)
+    ref, dev = _run(None, planted, encoded, **kw), _run(True, planted, encoded, **kw)
+    _assert_same_state(dev, ref)
+    _assert_same_tables(dev, ref)
+
+
 def test_device_path_shards_merge_to_the_whole_corpus(planted, encoded):
     ref = _run(None, planted, encoded)
     cut = 13
@@ -108,6 +122,51 @@ def test_device_path_shards_merge_to_the_whole_corpus(planted, encoded):
     _assert_same_tables(mixed, ref)
     mixed = _run(True, planted, shards[0]).merge(_run(None, planted, shards[1]))
     _assert_same_tables(mixed, ref)
+
+
+@pytest.mark.parametrize("n, d", [(2, 32), (9, 32), (10, 768), (200, 150), (300, 140)])
+@pytest.mark.parametrize("center", [True, False])
+def test_geometry_metrics_in_torch_equal_the_numpy_metrics(n, d, center):
+    """Cosines, self-similarity and MEV in torch against NumPy on stacks ``[2, 3, n, d]`` (dense route up to a
+    smaller side of 128, Lanczos on the NumPy side above): within the bounds of the module notes, ``d eps`` for
+    cosines and ``8 max(n, d) eps`` for MEV; zero rows (cosine 0) and flat stacks (MEV 1) alike."""
+    from bertology.metrics.geometry import max_explainable_variance, mean_offdiagonal_cosine, pair_cosines
+    from bertology.metrics.geometry_torch import (max_explainable_variance_torch, mean_offdiagonal_cosine_torch,
+                                                  pair_cosines_torch)
+
+    rng = np.random.default_rng(n + d)
+    x = rng.standard_normal((2, 3, n, d)) * np.r_[3.0, np.linspace(1.0, 0.1, d - 1)] + rng.standard_normal(d)
+    x[0, 0, 0] = 0.0  # a zero row
+    x[1, 2] = x[1, 2, :1]  # a flat stack: every row the same
+    eps = np.finfo(float).eps
+    t = torch.from_numpy(x)
+    np.testing.assert_allclose(pair_cosines_torch(t, t.flip(-2)).numpy(), pair_cosines(x, x[..., ::-1, :]),
+                               rtol=0, atol=d * eps)
+    np.testing.assert_allclose(mean_offdiagonal_cosine_torch(t).numpy(), mean_offdiagonal_cosine(x), rtol=0,
+                               atol=d * eps)
+    got, want = max_explainable_variance_torch(t, center=center).numpy(), max_explainable_variance(x, center=center)
+    np.testing.assert_allclose(got, want, rtol=0, atol=8 * max(n, d) * eps)
+    if center:
+        assert got[1, 2] == want[1, 2] == 1.0
+
+
+def test_compute_runs_in_torch_where_the_state_is(planted, encoded, monkeypatch):
+    """The forced device path's compute is the torch one (no NumPy fit), the host path's the NumPy one."""
+    import bertology.analyses.geometry as geo
+
+    dev, ref = _run(True, planted, encoded), _run(None, planted, encoded)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a NumPy fit on the device path")
+
+    with monkeypatch.context() as mp:
+        for name in ("max_explainable_variance", "mean_offdiagonal_cosine", "pair_cosines"):
+            mp.setattr(geo, name, refuse)
+        table = dev.compute().table
+    assert table.value.notna().any()
+    with monkeypatch.context() as mp:
+        mp.setattr(geo, "max_explainable_variance_torch", refuse)
+        ref.compute()
 
 
 def test_the_updates_make_no_host_copy(planted, encoded, monkeypatch):
@@ -150,6 +209,13 @@ def test_on_a_gpu_the_state_stays_there_and_the_tables_equal_the_cpu_tables(plan
     np.testing.assert_array_equal(gpu.base_examples, ref.base_examples)
     np.testing.assert_array_equal(gpu.base_positions, ref.base_positions)
     assert gpu.selected_words() == ref.selected_words()
+    # the CPU's own state moved to the GPU: only compute's arithmetic differs (module notes)
+    same = _run(None, ModelPair.load(*map(str, planted_pair)), encoded)
+    same.base_vectors = torch.from_numpy(same.base_vectors).cuda()
+    same.intra_sum, same.intra_sq = (torch.from_numpy(t).cuda() for t in (same.intra_sum, same.intra_sq))
+    for w in same.words.values():
+        w.vectors = None if w.vectors is None else torch.from_numpy(w.vectors).cuda()
+    _assert_same_tables(same, ref)
     a, b = gpu.compute().table, ref.compute().table
     pd.testing.assert_frame_equal(a.drop(columns=["value", "sd"]), b.drop(columns=["value", "sd"]))
     np.testing.assert_allclose(a.value, b.value, rtol=0, atol=2e-3)  # float16 words, float32 forward on another device

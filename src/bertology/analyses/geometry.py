@@ -56,9 +56,12 @@ occurrences are held: 13,000 with the defaults, i.e. <= 140 MB for MiniLM, <= 52
 Device (issue 35): with the hidden states on a GPU (:attr:`Geometry.on_device`), the per-batch state stays there:
 the baseline's float32 rows, the words' float16 occurrences and the float64 intra-sentence sums are tensors on
 that device, gathered and pooled there; every choice (keys, positions, word forms) is made on the host from the
-examples' own arrays, so no batch tensor is read back. ``compute`` copies the samples and sums to the host once and
-fits them with NumPy as before. On the CPU the NumPy path (views of the tensors, no copy) is kept: it is faster
-there, and ``tests/unit/test_geometry_device.py`` pins the device path to it.
+examples' own arrays, so no batch tensor is read back. ``compute`` measures there too
+(:mod:`bertology.metrics.geometry_torch`: the baseline's cosines and MEV, the words' self-similarity and MEV, batched
+by occurrence count) and copies only the final per-layer and per-word arrays and the intra-sentence sums to the host,
+once. On the CPU the NumPy path (views of the tensors, no copy; NumPy fits) is kept: it is faster there, and
+``tests/unit/test_geometry_device.py`` pins the device path to it. On MPS (no float64) the state is fitted on the
+host with NumPy.
 """
 from __future__ import annotations
 
@@ -80,6 +83,12 @@ from bertology.config import CompareConfig
 from bertology.analyses.head_map import example_keys
 from bertology.analyses.representation_similarity import token_keys
 from bertology.data.align import global_word_ids, pool_words
+from bertology.metrics.geometry_torch import (
+    max_explainable_variance_torch,
+    mean_offdiagonal_cosine_torch,
+    pair_cosines_torch,
+    unit_rows_torch,
+)
 from bertology.metrics.geometry import (
     chain_pairs,
     masked_intra_similarity,
@@ -177,6 +186,13 @@ def _host(v) -> np.ndarray | None:
     return v.cpu().numpy() if isinstance(v, torch.Tensor) else v
 
 
+def _to_host(tensors: list[torch.Tensor]) -> list[np.ndarray]:
+    """float64 NumPy copies of ``tensors`` (one device), in one transfer: the only one of ``compute`` on the device."""
+    flat = torch.cat([t.reshape(-1).to(torch.float64) for t in tensors]).cpu().numpy()
+    ends = np.cumsum([t.numel() for t in tensors])
+    return [flat[end - t.numel(): end].reshape(t.shape) for t, end in zip(tensors, ends)]
+
+
 @dataclass(frozen=True)
 class WordSample:
     """Which words self-similarity and MEV are measured on, and how many of their occurrences are kept.
@@ -208,8 +224,9 @@ class Geometry(Analysis):
     name = "geometry"
     words_name = "geometry_words"
     requires = frozenset({"hidden_states"})
-    #: Where the per-batch state lives (issue 35). None: with the hidden states, unless they are on the CPU, where
-    #: the NumPy path (views of the tensors, no copy) is kept; True forces the device path (tests, benchmarks).
+    #: Where the per-batch state lives (issue 35), and so where ``compute`` measures it. None: with the hidden states,
+    #: unless they are on the CPU, where the NumPy path (views of the tensors, no copy; NumPy fits) is kept; True
+    #: forces the device path (tests, benchmarks).
     on_device: bool | None = None
 
     def __init__(
@@ -533,7 +550,11 @@ class Geometry(Analysis):
     def _word_stats(self) -> tuple[list[str], np.ndarray, np.ndarray]:
         """Per selected word: ``(words, self-similarity [n, 2, L + 1], MEV [n, 2, L + 1])``."""
         if "words" not in self._finished:
-            self._finished["words"] = self._compute_word_stats()
+            device = self._state_device()
+            if device is not None:
+                self._finished.update(self._compute_on_device(device))
+            else:
+                self._finished["words"] = self._compute_word_stats()
         return self._finished["words"]
 
     def _compute_word_stats(self) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -551,8 +572,77 @@ class Geometry(Analysis):
     def _baseline(self) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
         """``anisotropy`` and ``mev_baseline``: (mean [2, L + 1], sd [2, L + 1], n)."""
         if "baseline" not in self._finished:
-            self._finished["baseline"] = self._compute_baseline()
+            device = self._state_device()
+            if device is not None:
+                self._finished.update(self._compute_on_device(device))
+            else:
+                self._finished["baseline"] = self._compute_baseline()
         return dict(self._finished["baseline"])  # callers add metrics to their copy
+
+    def _intra(self) -> tuple[np.ndarray, np.ndarray]:
+        """The intra-sentence sums ``(sum, sum of squares)`` ``[2, L + 1]`` on the host (the device path's came with
+        its one transfer)."""
+        if "intra" in self._finished:
+            return self._finished["intra"]
+        return tuple(np.asarray(_host(t), dtype=np.float64) for t in (self.intra_sum, self.intra_sq))
+
+    def _state_device(self) -> torch.device | None:
+        """Where the device path's state is (None: NumPy state, fitted with NumPy). MPS state is fitted on the host
+        too: MPS has no float64."""
+        found = [t for t in (self.base_vectors, self.intra_sum) if isinstance(t, torch.Tensor)]
+        found = found or [w.vectors for w in self.words.values() if isinstance(w.vectors, torch.Tensor)][:1]
+        return found[0].device if found and found[0].device.type != "mps" else None
+
+    def _compute_on_device(self, device: torch.device) -> dict[str, object]:
+        """:meth:`_compute_baseline`, :meth:`_compute_word_stats` and the intra sums where the state is (issue 35).
+
+        The same formulas in torch (:mod:`bertology.metrics.geometry_torch`), one model's ``[L + 1, k, D]`` float64
+        stack at a time for the baseline (80 MB at BERT-base) and the words batched by occurrence count, 64 at a
+        time (``[64, 2, L + 1, m, D]``); the final arrays cross to the host in one transfer.
+        """
+        n_layers = self.num_layers + 1
+        k = len(self.base_keys)
+        nan = torch.full((2, n_layers), torch.nan, dtype=torch.float64, device=device)
+        aniso_mean, aniso_sd, mev_base = nan.clone(), nan.clone(), nan.clone()
+        n_pairs = 0
+        if k >= 2:
+            vectors = torch.as_tensor(self.base_vectors).to(device)
+            if self.baseline_pairs == "chain":
+                a, b = (torch.from_numpy(i).to(device) for i in chain_pairs(k))
+                n_pairs = len(a)
+            else:
+                iu = torch.triu_indices(k, k, 1, device=device)
+                n_pairs = iu.shape[1]
+            for m in range(2):
+                v = vectors[:, m].transpose(0, 1).double()  # [L + 1, k, D]
+                if self.baseline_pairs == "chain":
+                    cos = pair_cosines_torch(v[:, a], v[:, b])
+                else:
+                    u = unit_rows_torch(v)
+                    cos = (u @ u.transpose(-1, -2))[:, iu[0], iu[1]]
+                aniso_mean[m] = cos.mean(-1)
+                if n_pairs > 1:
+                    aniso_sd[m] = cos.std(-1, correction=1)
+                mev_base[m] = max_explainable_variance_torch(v, center=self.mev_center)
+        forms = self.selected_words()
+        ss = torch.full((len(forms), 2, n_layers), torch.nan, dtype=torch.float64, device=device)
+        mev = ss.clone()
+        by_count: dict[int, list[int]] = {}
+        for i, f in enumerate(forms):
+            by_count.setdefault(len(self.words[f].occ_keys), []).append(i)
+        for ids in by_count.values():
+            for start in range(0, len(ids), 64):
+                chunk = ids[start: start + 64]
+                x = torch.stack([torch.as_tensor(self.words[forms[i]].vectors).to(device) for i in chunk])
+                x = x.permute(0, 2, 3, 1, 4).double()  # [w, 2, L + 1, m, D], as the NumPy path's moveaxis per word
+                at = torch.from_numpy(np.array(chunk, dtype=np.int64)).to(device)
+                ss[at] = mean_offdiagonal_cosine_torch(x)
+                mev[at] = max_explainable_variance_torch(x, center=self.mev_center)
+        intra = [torch.as_tensor(t).to(device, torch.float64) for t in (self.intra_sum, self.intra_sq)]
+        am, asd, mb, ss, mev, isum, isq = _to_host([aniso_mean, aniso_sd, mev_base, ss, mev, *intra])
+        nan = np.full((2, n_layers), np.nan)
+        return {"baseline": {"anisotropy": (am, asd, n_pairs if k >= 2 else 0), "mev_baseline": (mb, nan, k)},
+                "words": (forms, ss, mev), "intra": (isum, isq)}
 
     def _compute_baseline(self) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
         n_layers = self.num_layers + 1
@@ -606,7 +696,7 @@ class Geometry(Analysis):
 
         stats["self_similarity"] = (*over_words(ss), nw)
         stats["mev"] = (*over_words(mev), nw)
-        intra_sum, intra_sq = (np.asarray(_host(t), dtype=np.float64) for t in (self.intra_sum, self.intra_sq))
+        intra_sum, intra_sq = self._intra()
         m = intra_sum / self.n_sentences
         var = (intra_sq - self.n_sentences * m**2) / max(self.n_sentences - 1, 1)
         stats["intra_similarity"] = (m, np.sqrt(np.clip(var, 0, None)) if self.n_sentences > 1 else np.full_like(m, np.nan),

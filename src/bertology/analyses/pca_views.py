@@ -21,14 +21,23 @@ the projection does not depend on batching.
 The sample (without ``examples``) is the ``n_examples`` examples with the smallest hashed keys of
 ``(seed, example index)``, exact under batching and ``merge``; memory is those examples' tokens only
 (``T x 2 x layers x hidden`` float32 each).
+
+Device (issue 35): with the hidden states on a GPU (:attr:`PCAViews.on_device`), the kept examples' token vectors
+stay there as float32 tensors, gathered on the device at positions chosen on the host from the examples' own
+arrays (``special``, their lengths), so no batch tensor is read back; ``compute`` centres them in float64 there,
+takes the two leading eigenpairs with torch (:func:`leading_pca_torch`: the same sides, rank rule and ``svd_flip``
+signs as :func:`leading_pca`), projects, and brings only the coordinates and variance ratios to the host, once.
+On the CPU the NumPy path is kept (faster there: ``benchmarks/analysis_device.py --pca``);
+``tests/unit/test_pca_views_device.py`` pins the two together.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
+import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.attention_targets import is_punct_token
@@ -38,7 +47,7 @@ from bertology.settings import Setting, count_or_indices
 from bertology.blas import one_blas_thread
 from bertology.config import CompareConfig
 from bertology.errors import BertologyError
-from bertology.metrics.principal import top_eigenpairs
+from bertology.metrics.principal import top_eigenpairs, top_eigenpairs_torch
 from bertology.analyses.head_map import example_keys
 from bertology.data.align import annotated_word_ids
 from bertology.data.corpus import Corpus
@@ -85,6 +94,33 @@ def leading_pca(x: np.ndarray, k: int = 2) -> tuple[np.ndarray, np.ndarray, np.n
     return mean, np.ascontiguousarray(vt), ratio
 
 
+def leading_pca_torch(x: torch.Tensor, k: int = 2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`leading_pca` in torch on ``x``'s device, batched over leading axes: ``x`` ``[..., n, dim]`` (centred
+    in float64) gives ``(mean [..., dim], components [..., k, dim], ratio [..., k])``, nothing copied to the host.
+
+    The eigenpairs come from :func:`bertology.metrics.principal.top_eigenpairs_torch` (the same side and rank rule
+    as the NumPy path, a full ``eigh`` instead of Lanczos); the signs follow the same ``svd_flip`` rule (each axis's
+    largest-magnitude coordinate positive, the first such on ties). Pinned to :func:`leading_pca` by
+    ``tests/unit/test_pca_views_device.py``: axes to ``~eps sigma_1^2 / gap``, ratios to rounding.
+    """
+    x = x.double()
+    n, dim = x.shape[-2:]
+    if not 1 <= k <= min(n, dim):
+        raise ValueError(f"cannot fit {k} components to {n} points of dimension {dim}")
+    mean = x.mean(-2)
+    xc = x - mean[..., None, :]
+    w, vt = top_eigenpairs_torch(xc, k)
+    top = vt.abs().argmax(-1, keepdim=True)  # [..., k, 1]
+    vt = vt * torch.where(vt.gather(-1, top) < 0, -1.0, 1.0)
+    total = (xc * xc).sum((-2, -1))
+    return mean, vt, w / total[..., None]
+
+
+def _host(v) -> np.ndarray:
+    """A NumPy array of an example's vectors (a host copy of a tensor: in ``compute`` only)."""
+    return v.cpu().numpy() if isinstance(v, torch.Tensor) else v
+
+
 @dataclass
 class _Example:
     key: np.uint64
@@ -92,7 +128,7 @@ class _Example:
     tokens: list[str]
     categories: list[str]
     positions: np.ndarray  # int64 [n]
-    vectors: np.ndarray  # float32 [n, 2, n_layers, hidden]
+    vectors: np.ndarray | torch.Tensor  # float32 [n, 2, n_layers, hidden]; a tensor on the maps' device (issue 35)
 
 
 class PCAViews(Analysis):
@@ -100,6 +136,9 @@ class PCAViews(Analysis):
 
     name = "pca_views"
     requires = frozenset({"hidden_states"})
+    #: Where the kept token vectors live (issue 35). None: with the hidden states, unless they are on the CPU, where
+    #: the NumPy path is kept (faster there); True forces the device path (tests, benchmarks), False the host one.
+    on_device: bool | None = None
 
     def __init__(
         self,
@@ -176,7 +215,15 @@ class PCAViews(Analysis):
         allx.sort(key=lambda e: (int(e.key), e.index))
         self.kept = allx[: self.n_examples]
 
+    def _positions(self, item) -> np.ndarray:
+        """The example's kept token positions: all of them, or (``include_special=False``) its non-special ones. The
+        same positions as ``batch.mask`` / ``batch.content`` (``collate`` builds them from these arrays), from the host."""
+        special = np.asarray(item.special, dtype=bool)
+        return np.arange(len(special), dtype=np.int64) if self.include_special else np.flatnonzero(~special)
+
     def update(self, batch: PairBatch) -> None:
+        """Keep the sampled examples' tokens: NumPy copies on the CPU, float32 tensors gathered where the hidden states
+        are otherwise (no host copy: rows and positions are chosen from the examples' host arrays)."""
         idx = batch.example_indices
         self.n_seen += len(idx)
         keys = example_keys(self.seed ^ _SALT, idx)
@@ -188,25 +235,41 @@ class PCAViews(Analysis):
             rows = [r for r in range(len(idx)) if limit is None or (int(keys[r]), int(idx[r])) < limit]
         if not rows:
             return
-        mask = (batch.mask if self.include_special else batch.content).cpu().numpy()
+        on_device = self.on_device
+        if on_device is None:
+            on_device = batch.base.hidden_states[0].device.type != "cpu"
+        caps = (batch.base, batch.tuned)
         new = []
         for r in rows:
             item = batch.items[r]
-            pos = np.nonzero(mask[r])[0]
-            vec = np.stack(
-                [np.stack([cap.hidden_states[l][r, pos].float().cpu().numpy() for l in self.layers], axis=1)
-                 for cap in (batch.base, batch.tuned)], axis=1)  # [n, 2, n_layers, D]
+            pos = self._positions(item)
+            if on_device:
+                at = torch.from_numpy(pos).to(caps[0].hidden_states[0].device)
+                vec = torch.stack([torch.stack([cap.hidden_states[l][r, at] for l in self.layers], dim=1)
+                                   for cap in caps], dim=1).float()  # [n, 2, n_layers, D] on the device
+            else:
+                vec = np.stack(
+                    [np.stack([cap.hidden_states[l][r, pos].float().cpu().numpy() for l in self.layers], axis=1)
+                     for cap in caps], axis=1).astype(np.float32)  # [n, 2, n_layers, D]
             tokens = self._token_strings(item.input_ids)
             cats = self._categories(item, tokens)
-            new.append(_Example(keys[r], int(item.index), [tokens[p] for p in pos], [cats[p] for p in pos],
-                                pos.astype(np.int64), vec.astype(np.float32)))
+            new.append(_Example(keys[r], int(item.index), [tokens[p] for p in pos], [cats[p] for p in pos], pos, vec))
         self._keep(new)
+
+    def _device(self) -> torch.device | None:
+        """The device of the kept tensors (None: the kept vectors are NumPy arrays)."""
+        return next((e.vectors.device for e in self.kept if isinstance(e.vectors, torch.Tensor)), None)
 
     def merge(self, other: "PCAViews") -> "PCAViews":
         self._check_mergeable(other)
         if {e.index for e in self.kept} & {e.index for e in other.kept}:
             raise ValueError("pca_views: the shards share examples")
-        self._keep(list(other.kept))
+        device = self._device() or other._device()  # a device shard's tensors go to this one's device (or come here)
+        kept = self.kept + list(other.kept)
+        if device is not None:
+            kept = [replace(e, vectors=torch.as_tensor(e.vectors).to(device)) for e in kept]
+        self.kept = []
+        self._keep(kept)
         self.n_seen += other.n_seen
         return self
 
@@ -220,7 +283,7 @@ class PCAViews(Analysis):
         """The kept tokens' vectors of one model (0 base, 1 tuned) and layer, in (example, position) order."""
         li = self.layers.index(layer)
         ex = sorted(self.kept, key=lambda e: e.index)
-        return np.concatenate([e.vectors[:, model, li] for e in ex]).astype(np.float64)
+        return np.concatenate([_host(e.vectors[:, model, li]) for e in ex]).astype(np.float64)
 
     def compute(self) -> Result:
         """The ``pca_views`` table: one row per model, layer, fit and token."""
@@ -235,17 +298,26 @@ class PCAViews(Analysis):
             "category": [c for e in ex for c in e.categories],
             "label": [self.label_of(e.index) for e in ex for _ in e.positions],
         })
+        device = self._device()
+        # MPS has no float64 (nor eigh): its tensors are fitted on the host, as the CPU's.
+        fits = self._fits_on_device(ex, device) if device is not None and device.type != "mps" else self._fits()
         parts = []
+        for (layer, fit), (xy, ratio) in fits.items():
+            for m, model in enumerate(MODELS):
+                r = np.pad(ratio[m], (0, 2 - len(ratio[m])))
+                parts.append(meta.assign(model=model, layer=layer, fit=fit, x=xy[m][:, 0], y=xy[m][:, 1],
+                                         explained_variance=float(r.sum()), explained_variance_x=float(r[0]),
+                                         explained_variance_y=float(r[1]), n_tokens=n))
+        df = pd.concat(parts, ignore_index=True)[COLUMNS]
+        df["n_examples_seen"] = self.n_seen
+        return Result(self.name, df, self.params())
 
-        def frame(model: str, layer: int, fit: str, xy: np.ndarray, ratio: np.ndarray) -> pd.DataFrame:
-            ratio = np.pad(ratio, (0, 2 - len(ratio)))
-            return meta.assign(model=model, layer=layer, fit=fit, x=xy[:, 0], y=xy[:, 1],
-                               explained_variance=float(ratio.sum()), explained_variance_x=float(ratio[0]),
-                               explained_variance_y=float(ratio[1]), n_tokens=n)
-
+    def _fits(self) -> dict[tuple[int, str], tuple[list[np.ndarray], list[np.ndarray]]]:
+        """Per (layer, fit), in table order: each model's coordinates ``[n, 2]`` and variance ratios ``[2]`` (NumPy)."""
         def project(x: np.ndarray, fit: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
             return (x - fit[0]) @ fit[1].T
 
+        out = {}
         # BLAS on one thread: the products and eighs are small (a few hundred rows), LAPACK's tridiagonal reduction
         # synchronises its threads once per column, and on a shared 2-core machine BERT-base's 13 layers took
         # 1.6 s to 57 s with two threads (the busier the cores elsewhere, the longer), 1.0 s with one
@@ -254,16 +326,33 @@ class PCAViews(Analysis):
             for layer in self.layers:
                 xs = [self.token_matrix(m, layer) for m in range(2)]
                 if "per_layer" in self.fits:
-                    for m, model in enumerate(MODELS):
-                        fit = leading_pca(xs[m])
-                        parts.append(frame(model, layer, "per_layer", project(xs[m], fit), fit[2]))
+                    fit = [leading_pca(x) for x in xs]
+                    out[layer, "per_layer"] = ([project(x, f) for x, f in zip(xs, fit)], [f[2] for f in fit])
                 if "shared" in self.fits:
                     fit = leading_pca(np.concatenate(xs))
-                    for m, model in enumerate(MODELS):
-                        parts.append(frame(model, layer, "shared", project(xs[m], fit), fit[2]))
-        df = pd.concat(parts, ignore_index=True)[COLUMNS]
-        df["n_examples_seen"] = self.n_seen
-        return Result(self.name, df, self.params())
+                    out[layer, "shared"] = ([project(x, fit) for x in xs], [fit[2]] * 2)
+        return out
+
+    def _fits_on_device(self, ex: list[_Example], device: torch.device) -> dict[tuple[int, str], tuple[np.ndarray, np.ndarray]]:
+        """:meth:`_fits` where the tensors are (issue 35): one layer's ``[2, n, D]`` at a time in float64, both models'
+        per-layer fits as one batched :func:`leading_pca_torch`; the coordinates and ratios of every fit cross to the
+        host together at the end, the only host copy."""
+        vectors = torch.cat([torch.as_tensor(e.vectors).to(device) for e in ex])  # [n, 2, n_layers, D] float32
+        keys, xys, ratios = [], [], []
+        for li, layer in enumerate(self.layers):
+            x = vectors[:, :, li].transpose(0, 1).double()  # [2, n, D]
+            if "per_layer" in self.fits:
+                mean, comps, ratio = leading_pca_torch(x)
+                keys.append((layer, "per_layer"))
+                xys.append((x - mean[:, None]) @ comps.transpose(-1, -2))
+                ratios.append(ratio)
+            if "shared" in self.fits:
+                mean, comps, ratio = leading_pca_torch(x.reshape(-1, x.shape[-1]))
+                keys.append((layer, "shared"))
+                xys.append((x - mean) @ comps.T)
+                ratios.append(ratio.expand(2, -1))
+        xy, ratio = torch.stack(xys).cpu().numpy(), torch.stack(ratios).cpu().numpy()
+        return {key: (xy[i], ratio[i]) for i, key in enumerate(keys)}
 
 
 def _build(config: CompareConfig, ctx: BuildContext) -> PCAViews:

@@ -6,7 +6,8 @@ forms the smaller of ``Xc Xc'`` and ``Xc' Xc`` and tridiagonalises all of it, ``
 ``s <= l``; Lanczos (``scipy.sparse.linalg.eigsh``, ARPACK) only multiplies by ``Xc`` and ``Xc'``, ``O(s l)`` per
 step. Measured on captured BERT-base clouds (460-920 tokens x 768, one BLAS thread): PCA views' 39 fits
 0.87 -> 0.35 s, the MEV baseline's 26 stacks 0.43 -> 0.19 s; on synthetic ones of that shape 0.19x and 0.24x
-(``benchmarks/principal_axes.py``; ``docs/results/benchmarks.md``, issue 18).
+(``benchmarks/principal_axes.py``; ``docs/results/benchmarks.md``, issue 18). :func:`top_eigenpairs_torch` is the
+same solve in torch for tensors on a GPU (issue 35), a full ``eigh`` there.
 
 Accuracy: ARPACK runs to ``tol=0``, i.e. a residual ``|A v - lambda v|`` of about machine epsilon times
 ``lambda``, as a dense solver's: eigenvalues to ``~eps sigma_1^2``, an axis to ``~eps sigma_1^2 / gap``. So the
@@ -22,6 +23,7 @@ import inspect
 
 import numpy as np
 import scipy.linalg
+import torch
 from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, LinearOperator, eigsh
 
 #: Up to this smaller side the dense eigensolver is used: it takes well under a millisecond there, less than
@@ -83,3 +85,32 @@ def top_eigenpairs(xc: np.ndarray, k: int, vectors: bool = True) -> tuple[np.nda
     with np.errstate(invalid="ignore", divide="ignore"):
         axes = (xc.T @ u).T / np.sqrt(np.where(real, w, 1.0))[:, None] if gram_side else u.T
     return w, np.ascontiguousarray(np.where(real[:, None], axes, 0.0))
+
+
+def top_eigenpairs_torch(xc: torch.Tensor, k: int, vectors: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`top_eigenpairs` in torch on ``xc``'s device (issue 35: PCA where the maps are), batched over leading axes.
+
+    ``xc`` ``[..., n, dim]`` float64; returns the ``k`` largest eigenvalues of ``Xc' Xc`` ``[..., k]`` (descending,
+    clipped at 0) and, with ``vectors``, their unit eigenvectors as rows ``[..., k, dim]``, zeros where the eigenvalue
+    is at the rounding level, by the same rule and from the same (smaller) side as :func:`top_eigenpairs`. The
+    solver differs (``torch.linalg.eigh`` of the whole ``s x s`` matrix: on a GPU it costs milliseconds at 768,
+    and there is no Lanczos there), the accuracy does not: eigenvalues to ``~eps sigma_1^2``, an axis to
+    ``~eps sigma_1^2 / gap``; signs are as the solver gives them. Nothing is copied to the host (on CUDA, ``eigh``
+    waits for the device once per call to check its result: a synchronisation, not a copy).
+    """
+    n, dim = xc.shape[-2:]
+    if not 1 <= k <= min(n, dim):
+        raise ValueError(f"cannot find {k} eigenpairs of a {n} x {dim} matrix")
+    gram_side = n <= dim
+    xt = xc.transpose(-1, -2)
+    mat = xc @ xt if gram_side else xt @ xc
+    if not vectors:
+        return torch.linalg.eigvalsh(mat)[..., -k:].flip(-1).clamp_min(0.0), None
+    w, u = torch.linalg.eigh(mat)
+    w, u = w[..., -k:].flip(-1).clamp_min(0.0), u[..., -k:].flip(-1)  # [..., k], [..., s, k]
+    real = w > max(n, dim) * np.finfo(float).eps * w[..., :1]
+    if gram_side:
+        axes = (xt @ u).transpose(-1, -2) / torch.sqrt(torch.where(real, w, 1.0))[..., None]
+    else:
+        axes = u.transpose(-1, -2)
+    return w, torch.where(real[..., None], axes, 0.0).contiguous()
