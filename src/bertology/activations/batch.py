@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from bertology.data.batching import token_arrays
 from bertology.data.encode import EncodedExample
 from bertology.metrics.attention import LayerStatistics, layer_statistics
 from bertology.models.hooks import Captured
@@ -31,6 +32,23 @@ class PairBatch:
     @property
     def size(self) -> int:
         return len(self.items)
+
+    @property
+    def lengths_host(self) -> np.ndarray:
+        """The real token counts as NumPy int64, from the items (``lengths`` may sit on a GPU)."""
+        return np.array([len(it) for it in self.items], dtype=np.int64)
+
+    def host_tokens(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``input_ids``, ``mask`` and ``content`` as NumPy ``[B, T]`` arrays built from the items (padding ids 0).
+
+        The same values as the tensors (:func:`bertology.data.batching.token_arrays`, which ``collate`` uses), on
+        the host whatever device the tensors are on: lookups by token id run here without a copy back (issue 35).
+        Computed once per batch for the analyses that share it.
+        """
+        key = ("host_tokens",)
+        if key not in self._cache:
+            self._cache[key] = token_arrays(self.items, self.mask.shape[1])
+        return self._cache[key]
 
     @property
     def example_indices(self) -> np.ndarray:

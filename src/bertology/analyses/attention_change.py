@@ -19,19 +19,13 @@ import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
+from bertology.analyses.device_state import moved as _moved
 from bertology.analyses.registry import AnalysisSpec, BuildContext
 from bertology.settings import Setting
 from bertology.conventions import setting as convention
 from bertology.config import CompareConfig
 from bertology.metrics.attention import map_cosine
 from bertology.results import Result
-
-
-def _moved(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``t`` on ``like``'s device and in its dtype, the dtype changed on whichever side has both (MPS lacks float64)."""
-    if like.device.type == "mps":
-        return t.to(like.dtype).to(like.device)
-    return t.to(like.device).to(like.dtype)
 
 
 class AttentionChange(Analysis):

@@ -25,6 +25,8 @@ shards must share thresholds and classifier (a CNN is identified by its weights'
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
+
 import numpy as np
 import pandas as pd
 import torch
@@ -32,6 +34,7 @@ import torch
 from bertology.activations.batch import PairBatch
 from bertology.analyses.attention_targets import PunctuationLookup
 from bertology.analyses.base import Analysis
+from bertology.analyses.device_state import moved as _moved, to_device, zeros
 from bertology.analyses.registry import AnalysisSpec, BuildContext
 from bertology.settings import Setting
 from bertology.config import CompareConfig
@@ -54,22 +57,29 @@ MODELS = ("base", "tuned")
 
 
 def vertical_key_mask(
-    tokenizer, input_ids: torch.Tensor, mask: torch.Tensor, content: torch.Tensor,
-    lookup: PunctuationLookup | None = None,
+    tokenizer, input_ids: np.ndarray, mask: np.ndarray, content: np.ndarray,
+    lookup: PunctuationLookup | None = None, device: torch.device | str = "cpu",
 ) -> torch.Tensor:
-    """``[B, T]`` bool: real tokens that are special ([CLS], [SEP]...) or made only of punctuation.
+    """``[B, T]`` bool on ``device``: real tokens that are special ([CLS], [SEP]...) or made only of punctuation.
 
+    From the batch's host arrays (``[B, T]`` NumPy ids, real-token and content masks: :meth:`PairBatch.host_tokens`),
+    so a batch on a GPU is not copied back for the lookup; one small bool tensor goes to ``device``.
     ``lookup`` (a :class:`PunctuationLookup` kept across batches) saves converting the same ids again.
     """
     lookup = PunctuationLookup(tokenizer) if lookup is None else lookup
-    punct = lookup(input_ids.cpu().numpy())
-    m = mask.cpu().numpy().astype(bool)
-    special = m & ~content.cpu().numpy().astype(bool)
-    return torch.as_tensor(m & (special | punct), device=mask.device)
+    real = np.asarray(mask, dtype=bool)
+    punct = np.zeros_like(real)
+    punct[real] = lookup(np.asarray(input_ids)[real])
+    return torch.as_tensor(real & (~np.asarray(content, dtype=bool) | punct), device=device)
+
+
+def pair_examples(items) -> np.ndarray:
+    """``[B]`` bool: which examples are sentence pairs (have a token of the second text), from the host-side items."""
+    return np.array([bool((np.asarray(item.segment) == 1).any()) for item in items], dtype=bool)
 
 
 def segment_ids(items, mask: torch.Tensor) -> torch.Tensor:
-    """``[B, T]`` int64: 0/1 for tokens of the first/second text, -1 for special tokens and padding."""
+    """``[B, T]`` int64 on ``mask``'s device: 0/1 for tokens of the first/second text, -1 for special tokens and padding."""
     seg = np.full(tuple(mask.shape), -1, dtype=np.int64)
     for b, item in enumerate(items):
         seg[b, : len(item)] = item.segment
@@ -77,7 +87,21 @@ def segment_ids(items, mask: torch.Tensor) -> torch.Tensor:
 
 
 class AttentionPatterns(Analysis):
-    """Per head and model: the mix of Kovaleva's pattern classes over examples, and mean features."""
+    """Per head and model: the mix of Kovaleva's pattern classes over examples, and mean features.
+
+    The class counts (int64) and feature sums (float64; float32 on MPS, which has no float64) live where the maps
+    are (issue 35): each batch adds to them on the maps' device and they cross to the host once, in ``compute``.
+    The vertical keys and which examples are pairs come from the host-side items, so nothing is copied back per
+    batch (the CNN classifier, when used, may copy its own inputs).
+
+    The feature sums over a batch's examples are taken by NumPy on the CPU (a view, no copy: the tables of
+    before, bit for bit) and by torch where the maps are elsewhere (another summation order: the same sums to
+    ``B eps`` relative per batch of ``B``); ``on_device`` forces one (tests pin them together).
+    """
+
+    #: Where a batch's feature sums are taken: None (default) by torch when the maps are not on the CPU, else by
+    #: NumPy; True or False forces one.
+    on_device: ClassVar[bool | None] = None
 
     name = "attention_patterns"
     requires = frozenset({"attentions"})
@@ -95,8 +119,8 @@ class AttentionPatterns(Analysis):
         self.thresholds = thresholds
         self.classifier = classifier
         shape = (2, num_layers, num_heads)
-        self.counts = np.zeros(shape + (len(PATTERNS),), dtype=np.int64)
-        self.feature_sums = np.zeros(shape + (len(FEATURES),))
+        self.counts = zeros(shape + (len(PATTERNS),), torch.int64)
+        self.feature_sums = zeros(shape + (len(FEATURES),), torch.float64)
         self.n_examples = 0
         self.n_pairs = 0
         self._punct = PunctuationLookup(tokenizer)
@@ -115,12 +139,18 @@ class AttentionPatterns(Analysis):
         }
 
     def _vertical_keys(self, batch: PairBatch) -> torch.Tensor:
-        return vertical_key_mask(self.tokenizer, batch.input_ids, batch.mask, batch.content, self._punct)
+        return vertical_key_mask(self.tokenizer, *batch.host_tokens(), self._punct, device=batch.mask.device)
+
+    def _to(self, device: torch.device) -> None:
+        """Move the accumulators to ``device`` (the first batch's, or a shard's when merging into an empty one)."""
+        self.counts = to_device(self.counts, device, torch.int64)
+        self.feature_sums = to_device(self.feature_sums, device, torch.float64)
 
     def update(self, batch: PairBatch) -> None:
+        self._to(batch.mask.device)
         vk = self._vertical_keys(batch)
         seg = segment_ids(batch.items, batch.mask)
-        is_pair = ((seg == 1) & batch.mask).any(-1).cpu().numpy()
+        is_pair = pair_examples(batch.items)
         P = len(PATTERNS)
         L = self.num_layers
         band = self.thresholds.band
@@ -149,11 +179,13 @@ class AttentionPatterns(Analysis):
         else:
             codes = torch.stack([self.classifier.predict_batch(cap.attentions[layer], batch.lengths)
                                  for cap in (batch.base, batch.tuned) for layer in range(1, L + 1)])
-        onehot = torch.nn.functional.one_hot(codes.cpu(), P)  # [2 L, B, H, P]
-        self.counts += onehot.sum(1).reshape(2, L, self.num_heads, P).numpy()
-        f = feats[..., : len(FEATURES)].cpu().numpy()  # [2 L, B, H, F]
-        f = np.where(np.isnan(f), 0.0, f)  # block of single texts: not summed
-        self.feature_sums += f.sum(1).reshape(2, L, self.num_heads, len(FEATURES))
+        onehot = torch.nn.functional.one_hot(codes.to(self.counts.device), P)  # [2 L, B, H, P]
+        self.counts += onehot.sum(1).reshape(2, L, self.num_heads, P)
+        f = feats[..., : len(FEATURES)]  # [2 L, B, H, F] float64
+        f = torch.where(torch.isnan(f), torch.zeros((), dtype=f.dtype, device=f.device), f)  # block of single texts: not summed
+        on_device = self.on_device if self.on_device is not None else f.device.type != "cpu"
+        f_sum = f.sum(1) if on_device else torch.from_numpy(f.numpy().sum(1))  # over the batch's examples
+        self.feature_sums += _moved(f_sum.reshape(2, L, self.num_heads, len(FEATURES)), self.feature_sums)
         self.n_examples += batch.size
         self.n_pairs += int(is_pair.sum())
 
@@ -166,8 +198,12 @@ class AttentionPatterns(Analysis):
         # The same CNN (same sha256) may sit at different paths on different workers.
         if type(other) is not type(self) or other._merge_key() != self._merge_key():
             raise ValueError(f"cannot merge {type(other).__name__}{other.params()} into {type(self).__name__}{self.params()}")
-        self.counts += other.counts
-        self.feature_sums += other.feature_sums
+        if other.n_examples:
+            if not self.n_examples:
+                self._to(other.counts.device)
+            with torch.inference_mode(False):
+                self.counts += _moved(other.counts, self.counts)
+                self.feature_sums += _moved(other.feature_sums, self.feature_sums)
         self.n_examples += other.n_examples
         self.n_pairs += other.n_pairs
         return self
@@ -176,10 +212,11 @@ class AttentionPatterns(Analysis):
         if self.n_examples == 0:
             raise ValueError("attention_patterns saw no examples")
         L, H, P = self.num_layers, self.num_heads, len(PATTERNS)
-        means = self.feature_sums / self.n_examples
-        means[..., _BLOCK] = self.feature_sums[..., _BLOCK] / self.n_pairs if self.n_pairs else np.nan
+        feature_sums = self.feature_sums.cpu().numpy().astype(np.float64)  # the one copy to the host
+        means = feature_sums / self.n_examples
+        means[..., _BLOCK] = feature_sums[..., _BLOCK] / self.n_pairs if self.n_pairs else np.nan
         m_idx, l_idx, h_idx, p_idx = np.meshgrid(np.arange(2), np.arange(L), np.arange(H), np.arange(P), indexing="ij")
-        counts = self.counts.ravel()
+        counts = self.counts.cpu().numpy().ravel()
         table = pd.DataFrame(
             {
                 "model": np.array(MODELS)[m_idx.ravel()],

@@ -61,6 +61,7 @@ import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
+from bertology.analyses.device_state import moved as _moved, to_device, zeros
 from bertology.analyses.registry import AnalysisSpec, BuildContext
 from bertology.conventions import setting as convention
 from bertology.config import CompareConfig
@@ -185,7 +186,13 @@ def kovaleva_target_words(ex: Example) -> tuple[frozenset[str], ...] | None:
 
 
 class AttentionTargets(Analysis):
-    """Per head: how much attention goes to [CLS], [SEP], punctuation, neighbours and word categories."""
+    """Per head: how much attention goes to [CLS], [SEP], punctuation, neighbours and word categories.
+
+    The sums (float64; float32 on MPS, which has no float64) and counts (int64) live where the maps are (issue 35):
+    each batch adds to them on the maps' device and they cross to the host once, in ``compute``. The key masks
+    are built on the host from the items (:meth:`PairBatch.host_tokens`) and sent to the device, so nothing is
+    copied back per batch.
+    """
 
     name = "attention_targets"
     requires = frozenset({"attentions"})
@@ -221,8 +228,8 @@ class AttentionTargets(Analysis):
             + tuple(f"from_cls_{c}" for c in FROM_CLS_CATEGORIES if c not in WORD_TARGETS or self.word_level)
         )
         self._index = {t: i for i, t in enumerate(self.targets)}
-        self.sums = np.zeros((2, num_layers, num_heads, len(self.targets)))
-        self.counts = np.zeros(len(self.targets), dtype=np.int64)
+        self.sums = zeros((2, num_layers, num_heads, len(self.targets)), torch.float64)
+        self.counts = zeros((len(self.targets),), torch.int64)
         self.n_examples = 0
         self.n_annotated = 0
         self._is_punct = PunctuationLookup(tokenizer, punctuation)
@@ -307,9 +314,8 @@ class AttentionTargets(Analysis):
     def _batch_masks(self, batch: PairBatch):
         """Key masks ``[B, C, T]`` (C = TOKEN_TARGETS, WORD_TARGETS, other), presence ``[B, C]``, word map."""
         B, T = batch.mask.shape
-        mask = batch.mask.cpu().numpy()
-        ids = batch.input_ids.cpu().numpy()
-        special = mask & ~batch.content.cpu().numpy()
+        ids, mask, content = batch.host_tokens()  # from the items: no copy of a GPU batch
+        special = mask & ~content
         is_cls = mask & (ids == self.cls_id) if self.cls_id is not None else np.zeros_like(mask)
         is_sep = mask & (ids == self.sep_id) if self.sep_id is not None else np.zeros_like(mask)
         punct = mask & ~special & self._is_punct(ids)
@@ -355,7 +361,13 @@ class AttentionTargets(Analysis):
 
     # -- streaming ---------------------------------------------------------------------------------
 
+    def _to(self, device: torch.device) -> None:
+        """Move the accumulators to ``device`` (the first batch's, or a shard's when merging into an empty one)."""
+        self.sums = to_device(self.sums, device, torch.float64)
+        self.counts = to_device(self.counts, device, torch.int64)
+
     def update(self, batch: PairBatch) -> None:
+        self._to(batch.mask.device)
         keys_np, present_np, piece_word, n_w, is_cls_np, annotated = self._batch_masks(batch)
         dev = batch.mask.device
         B, T = batch.mask.shape
@@ -367,17 +379,18 @@ class AttentionTargets(Analysis):
         n_tok, n_word = len(TOKEN_TARGETS), len(WORD_TARGETS)
         is_sep = torch.as_tensor(keys_np[:, 1], device=dev)
         # word one-hot of first-text pieces [B, T, W] and the category of each word [B, n_word, W]
-        onehot = torch.zeros(B, T, n_w, dtype=dt, device=dev)
+        # (a scatter, not a boolean index: no device sync; a piece of no word writes its 0 to word 0's column)
         pw = torch.as_tensor(piece_word, device=dev)
-        has = pw >= 0
-        onehot[has.nonzero(as_tuple=True) + (pw[has],)] = 1.0
-        word_cat = torch.zeros(B, n_word, n_w, dtype=torch.bool, device=dev)
+        onehot = torch.zeros(B, T, n_w, dtype=dt, device=dev).scatter_(2, pw.clamp_min(0)[..., None],
+                                                                      (pw >= 0)[..., None].to(dt))
+        word_cat_np = np.zeros((B, n_word, n_w), dtype=bool)
         kovaleva = self.word_categories == "kovaleva2019"
         if self.word_level and not kovaleva:
             for b, item in enumerate(batch.items):
                 if annotated[b]:
                     cats = self._word_categories(item.index)
-                    word_cat[b, :, : len(cats)] = torch.as_tensor(cats.T, device=dev)
+                    word_cat_np[b, :, : len(cats)] = cats.T
+        word_cat = torch.as_tensor(word_cat_np, device=dev)
         has_cls = torch.as_tensor(is_cls_np.any(-1), device=dev)
         cls_pos = torch.as_tensor(is_cls_np.argmax(-1), device=dev)
         idx = self._index
@@ -438,15 +451,19 @@ class AttentionTargets(Analysis):
             for c in cats:
                 out[m * L + L - 1, ..., idx[f"from_cls_{c}"]] = from_cls[..., _KEY_INDEX[c]]
         out = torch.where(pres[:, None, :], out, torch.zeros((), dtype=dt, device=dev))
-        self.sums += out.sum(1).reshape(2, L, H, len(self.targets)).cpu().numpy()
-        self.counts += pres.sum(0).cpu().numpy()
+        self.sums += _moved(out.sum(1).reshape(2, L, H, len(self.targets)), self.sums)
+        self.counts += pres.sum(0)
         self.n_examples += batch.size
         self.n_annotated += int(annotated.sum())
 
     def merge(self, other: "AttentionTargets") -> "AttentionTargets":
         self._check_mergeable(other)
-        self.sums += other.sums
-        self.counts += other.counts
+        if other.n_examples:
+            if not self.n_examples:
+                self._to(other.sums.device)
+            with torch.inference_mode(False):
+                self.sums += _moved(other.sums, self.sums)
+                self.counts += _moved(other.counts, self.counts)
         self.n_examples += other.n_examples
         self.n_annotated += other.n_annotated
         return self
@@ -456,10 +473,12 @@ class AttentionTargets(Analysis):
             raise ValueError("attention_targets saw no examples")
         rows = []
         L, H = self.num_layers, self.num_heads
+        sums = self.sums.cpu().numpy().astype(np.float64)  # the one copy to the host
+        counts = self.counts.cpu().numpy()
         layers, heads = np.meshgrid(np.arange(1, L + 1), np.arange(H), indexing="ij")
-        skipped = [t for t, c in zip(self.targets, self.counts) if c == 0]
+        skipped = [t for t, c in zip(self.targets, counts) if c == 0]
         for ti, target in enumerate(self.targets):
-            n = int(self.counts[ti])
+            n = int(counts[ti])
             if n == 0:
                 continue
             if target.startswith("from_cls_"):
@@ -469,7 +488,7 @@ class AttentionTargets(Analysis):
                 variant = ("max" if target.startswith("max_") else "position" if target in POSITION_TARGETS
                            else "entropy" if target == "entropy" else "share")
             for m, model in enumerate(("base", "tuned")):
-                s = self.sums[m, layer_sel, :, ti]
+                s = sums[m, layer_sel, :, ti]
                 rows.append(
                     pd.DataFrame(
                         {

@@ -39,7 +39,7 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import pandas as pd
@@ -98,6 +98,13 @@ def unchanged_heads(base: torch.Tensor, tuned: torch.Tensor) -> tuple[torch.Tens
     rep = torch.cumsum(distinct, 0) - 1
     rep[h:][same] = torch.arange(h, device=rep.device)[same]
     return rep, distinct
+
+
+def _take_rows(x: np.ndarray | torch.Tensor, rows: np.ndarray) -> np.ndarray | torch.Tensor:
+    """Rows ``rows`` (NumPy integers) of ``x``, a NumPy array or a tensor on any device."""
+    if isinstance(x, torch.Tensor):
+        return x[torch.as_tensor(rows, dtype=torch.long, device=x.device)]
+    return x[rows]
 
 
 def head_index(num_layers: int, num_heads: int) -> pd.DataFrame:
@@ -188,11 +195,21 @@ def _orient(x: np.ndarray, layers: np.ndarray | None) -> np.ndarray:
 
 
 class HeadMap(Analysis):
-    """JS distances between all heads of both models on a hashed example sample, and their MDS map."""
+    """JS distances between all heads of both models on a hashed example sample, and their MDS map.
+
+    Where the sums live (issue 35): on the CPU as NumPy arrays (the fused Numba kernel of
+    :func:`pairwise_js_sums` makes them there); with the maps on a GPU as float64 tensors on that device, so no
+    example's ``K (K - 1) / 2`` sums are copied back per batch, only the total once in ``compute``. The sample
+    (keys, indices, token counts) is chosen on the host from the items either way.
+    """
 
     name = "head_map"
     distance_name = "head_distance"
     requires = frozenset({"attentions"})
+    #: Where the per-example sums are kept: None (default) as tensors on the maps' device when it is not the CPU,
+    #: else as NumPy arrays; True or False forces one. The sums are the same either way; only the order in which
+    #: their total is added may differ (tested).
+    on_device: ClassVar[bool | None] = None
 
     def __init__(
         self,
@@ -269,8 +286,8 @@ class HeadMap(Analysis):
              for cap in (batch.base, batch.tuned) for layer in range(1, self.num_layers + 1)]
         )
 
-    def _example_sums(self, batch: PairBatch, row: int, length: int) -> np.ndarray:
-        """One example's JS sums over its tokens for every pair of heads (:func:`pair_indices` order).
+    def _example_sums(self, batch: PairBatch, row: int, length: int) -> torch.Tensor:
+        """One example's float64 JS sums over its tokens for every pair of heads (:func:`pair_indices` order), on the maps' device.
 
         The base-vs-tuned pairs of the same head are recomputed in the precise float64 form, so an
         unchanged head has ``moved == 0`` exactly and small moves are not float32 noise. A tuned head
@@ -286,7 +303,24 @@ class HeadMap(Analysis):
         rep, distinct = unchanged_heads(p[:half], p[half:])
         sums = expand_pairs(pairwise_js_sums(p[distinct], block_elements=self.block_elements), rep)
         sums[self._moved_pairs.to(sums.device)] = paired_js_sums(p[:half], p[half:]).to(sums.device)
-        return sums.cpu().numpy()
+        return sums
+
+    def _state(self, x: np.ndarray | torch.Tensor | None) -> np.ndarray | torch.Tensor | None:
+        """Sums ``x`` in this instance's form: NumPy, or float64 tensors on the device of :attr:`total`."""
+        if x is None:
+            return None
+        if isinstance(self.total, torch.Tensor):
+            return torch.as_tensor(x).to(self.total.device, torch.float64)
+        return x.cpu().numpy() if isinstance(x, torch.Tensor) else x
+
+    def _to(self, device: torch.device | None) -> None:
+        """Keep the sums as float64 tensors on ``device``, or as NumPy arrays for None (moving what is kept)."""
+        if device is None:
+            self.total = self.total.cpu().numpy() if isinstance(self.total, torch.Tensor) else self.total
+        elif not isinstance(self.total, torch.Tensor) or self.total.device != device:
+            with torch.inference_mode(False):
+                self.total = torch.as_tensor(self.total).to(device, torch.float64)
+        self.sums = self._state(self.sums)
 
     def update(self, batch: PairBatch) -> None:
         idx = batch.example_indices
@@ -305,17 +339,23 @@ class HeadMap(Analysis):
         cand = cand[np.lexsort((idx[cand], keys[cand]))][: self.max_examples]
         if len(cand) == 0:
             return
-        lengths = batch.lengths.cpu().numpy()
-        sums = np.stack([self._example_sums(batch, int(r), int(lengths[r])) for r in cand])
-        self._keep(keys[cand], idx[cand], sums, lengths[cand].astype(np.int64))
+        lengths = batch.lengths_host  # from the items: no copy of a GPU batch
+        dev = batch.base.attentions[1].device
+        on_device = self.on_device if self.on_device is not None else dev.type != "cpu"
+        self._to(dev if on_device else None)
+        sums = torch.stack([self._example_sums(batch, int(r), int(lengths[r])) for r in cand])
+        self._keep(keys[cand], idx[cand], sums, lengths[cand])
 
-    def _keep(self, keys: np.ndarray, indices: np.ndarray, sums: np.ndarray | None, rows: np.ndarray,
-              total: np.ndarray | None = None) -> None:
+    def _keep(self, keys: np.ndarray, indices: np.ndarray, sums: np.ndarray | torch.Tensor | None, rows: np.ndarray,
+              total: np.ndarray | torch.Tensor | None = None) -> None:
         """Add candidates and keep the bottom ``max_examples`` by (key, index).
 
         ``sums`` are per example; without them (a shard that kept only its ``total``) those examples
-        cannot be evicted, which is exact when they were chosen from the whole corpus's indices.
+        cannot be evicted, which is exact when they were chosen from the whole corpus's indices. They
+        may be NumPy arrays or tensors on any device: they are taken into this instance's form first.
         """
+        sums, total = self._state(sums), self._state(total)
+        take = _take_rows
         mine = self.sums is not None
         theirs = sums is not None
         all_keys = np.concatenate([self.keys, keys])
@@ -324,7 +364,8 @@ class HeadMap(Analysis):
         order = np.lexsort((all_indices, all_keys))
         kept, dropped = order[: self.max_examples], order[self.max_examples :]
         if mine and theirs:
-            self.sums = np.concatenate([self.sums, sums])[kept]
+            joined = torch.cat([self.sums, sums]) if isinstance(sums, torch.Tensor) else np.concatenate([self.sums, sums])
+            self.sums = take(joined, kept)
         else:
             fixed = np.concatenate([np.full(len(self.keys), not mine), np.full(len(keys), not theirs)])
             if fixed[dropped].any():
@@ -333,20 +374,24 @@ class HeadMap(Analysis):
             n_self = len(self.keys)
             total = (self.total if not mine else 0) + (total if not theirs else 0)
             if mine:
-                total = total + self.sums[kept[kept < n_self]].sum(0)
+                total = total + take(self.sums, kept[kept < n_self]).sum(0)
             if theirs:
-                total = total + sums[kept[kept >= n_self] - n_self].sum(0)
+                total = total + take(sums, kept[kept >= n_self] - n_self).sum(0)
             self.total, self.sums = total, None
         self.keys, self.indices, self.rows = all_keys[kept], all_indices[kept], all_rows[kept]
 
     def _total(self) -> np.ndarray:
+        """The JS sums over the sample (float64 NumPy: the one copy to the host of a device run)."""
         # Per-example sums are added in key order, so the total does not depend on batching or sharding.
-        return self.sums.sum(0) if self.sums is not None else self.total
+        total = self.sums.sum(0) if self.sums is not None else self.total
+        return total.cpu().numpy() if isinstance(total, torch.Tensor) else total
 
     def merge(self, other: "HeadMap") -> "HeadMap":
         self._check_mergeable(other)
         if np.intersect1d(self.indices, other.indices).size:
             raise ValueError("head_map: the shards share examples")
+        if not len(self.keys) and len(other.keys):  # an empty instance takes the shard's form and device
+            self._to(other.total.device if isinstance(other.total, torch.Tensor) else None)
         self._keep(other.keys, other.indices, other.sums, other.rows, other.total)
         self.n_seen += other.n_seen
         return self

@@ -123,6 +123,9 @@ class RelationHeads(ArgmaxHeads):
     #: (:func:`word_argmax_hits`, which reads the maps as NumPy arrays). True or False forces one; the counts are the
     #: same either way (tested), except that ``word_attention="clark2019"`` always runs the kernel (its float16 maps).
     score_on_device: ClassVar[bool | None] = None
+    #: Hit counts ``[R, model, direction, L, H]`` (int64) of the batches scored on a device, kept there (issue 35):
+    #: folded into the host counts when :attr:`correct` is read (``compute``, ``merge``), one copy per run.
+    _device_correct: torch.Tensor | None = None
 
     def __init__(
         self,
@@ -174,12 +177,29 @@ class RelationHeads(ArgmaxHeads):
             idx = len(self.relations)
             self.relations.append(name)
             self._rel_index[name] = idx
-            self.correct = np.concatenate([self.correct, np.zeros((1,) + self.correct.shape[1:], np.int64)])
+            self._correct = np.concatenate([self._correct, np.zeros((1,) + self._correct.shape[1:], np.int64)])
             self.baseline_correct = np.concatenate(
                 [self.baseline_correct, np.zeros((1,) + self.baseline_correct.shape[1:], np.int64)]
             )
             self.n = np.concatenate([self.n, np.zeros(1, np.int64)])
         return idx
+
+    def _fold_device_counts(self) -> None:
+        """Add the hit counts kept on a device to the host counts (one copy) and drop them."""
+        if self._device_correct is not None:
+            counts = self._device_correct.cpu().numpy()
+            self._correct[: len(counts)] += counts
+            self._device_correct = None
+
+    @property
+    def correct(self) -> np.ndarray:
+        """Hit counts ``[R, model, direction, L, H]`` on the host, those kept on a device folded in."""
+        self._fold_device_counts()
+        return self._correct
+
+    @correct.setter
+    def correct(self, value: np.ndarray) -> None:
+        self._correct = value
 
     def _pairs(self, item, T: int):
         """Gold pairs of one example that can be scored, the candidate mask and the token word ids."""
@@ -207,28 +227,35 @@ class RelationHeads(ArgmaxHeads):
         return wid, W, present, dep, gov, rels
 
     def _hits(self, att: torch.Tensor, wid: np.ndarray, W: int, present: np.ndarray, dep, gov) -> np.ndarray:
-        """Reference for one example: ``att`` ``[L, H, T, T]`` -> bool ``[2 directions, L, H, P]``."""
+        """Reference for one example: ``att`` ``[L, H, T, T]`` -> bool ``[2 directions, L, H, P]`` (NumPy)."""
+        return self._hits_where(att, wid, W, present, dep, gov).cpu().numpy()
+
+    def _hits_where(self, att: torch.Tensor, wid: np.ndarray, W: int, present: np.ndarray, dep, gov) -> torch.Tensor:
+        """:meth:`_hits` as a bool tensor on ``att``'s device (word attention pooled and scored there, float64)."""
         A = word_attention(att.double(), wid, self.to_method, self.from_method, n_words=W)  # [L, H, W, W]
         return self._score(A, present, dep, gov)
 
-    def _score(self, A: torch.Tensor, present: np.ndarray, dep, gov) -> np.ndarray:
-        """Word attention ``[L, H, W, W]`` -> bool hits ``[2 directions, L, H, P]`` (argmax, self excluded)."""
+    def _score(self, A: torch.Tensor, present: np.ndarray, dep, gov) -> torch.Tensor:
+        """Word attention ``[L, H, W, W]`` -> bool hits ``[2 directions, L, H, P]`` on ``A``'s device (argmax, self
+        excluded). The gold pairs ``dep``/``gov`` (host integers) go to the device, the argmaxes stay there."""
         W = A.shape[-1]
         absent = torch.as_tensor(~present, device=A.device)
         self_pair = torch.eye(W, dtype=torch.bool, device=A.device)
         A = A.masked_fill(absent[:, None] | absent[None, :] | self_pair, float("-inf"))
-        from_d = A.argmax(-1).cpu().numpy()  # [L, H, W]: word most attended from each word
+        dep = torch.as_tensor(np.asarray(dep, dtype=np.int64), device=A.device)
+        gov = torch.as_tensor(np.asarray(gov, dtype=np.int64), device=A.device)
+        from_d = A.argmax(-1)  # [L, H, W]: word most attended from each word
         dep_head = from_d[:, :, dep] == gov
         if self.reverse == "transpose":
-            to_d = A.argmax(-2).cpu().numpy()  # [L, H, W]: word attending most to each word
+            to_d = A.argmax(-2)  # [L, H, W]: word attending most to each word
             head_dep = to_d[:, :, dep] == gov
         else:
             head_dep = from_d[:, :, gov] == dep
-        return np.stack([dep_head, head_dep])
+        return torch.stack([dep_head, head_dep])
 
     def update(self, batch: PairBatch) -> None:
         found_all = []
-        lengths = batch.lengths.tolist()
+        lengths = batch.lengths_host  # from the items: no copy of a GPU batch
         for b, item in enumerate(batch.items):
             found = self._pairs(item, int(lengths[b]))
             if found is None:
@@ -281,17 +308,18 @@ class RelationHeads(ArgmaxHeads):
             on_device = batch.base.attentions[1].device.type != "cpu"
         if on_device and not clark:
             hits = self._hits_on_device(batch, scored, [found_all[b] for b in scored], [int(lengths[b]) for b in scored])
-        else:
-            # Every layer of both models (base first): hits [2 L, 2 directions, H, P]
-            maps = [cap.attentions[layer].detach().cpu().numpy() for cap in (batch.base, batch.tuned)
-                    for layer in range(1, L + 1)]
-            to_method = self.to_method
-            if clark:  # their code: float16 maps, each word's summed column in its first piece's column
-                maps = [clark_float16_columns(a, word_ids) for a in maps]
-                to_method = "first"
-            hits = word_argmax_hits(maps, word_ids, n_words, allowed, WordPairs(pair_start, dep, gov),
-                                    to_method=to_method, from_method=self.from_method, transpose=self.reverse == "transpose",
-                                    self_as_zero=clark)
+            self._count_on_device(hits, rel_ids, all_idx)
+            return
+        # Every layer of both models (base first): hits [2 L, 2 directions, H, P]
+        maps = [cap.attentions[layer].detach().cpu().numpy() for cap in (batch.base, batch.tuned)
+                for layer in range(1, L + 1)]
+        to_method = self.to_method
+        if clark:  # their code: float16 maps, each word's summed column in its first piece's column
+            maps = [clark_float16_columns(a, word_ids) for a in maps]
+            to_method = "first"
+        hits = word_argmax_hits(maps, word_ids, n_words, allowed, WordPairs(pair_start, dep, gov),
+                                to_method=to_method, from_method=self.from_method, transpose=self.reverse == "transpose",
+                                self_as_zero=clark)
         hits = hits.reshape(2, L, 2, H, P).transpose(0, 2, 1, 3, 4)  # [model, direction, L, H, P]
         for m in range(2):
             flat = hits[m].reshape(-1, P)
@@ -300,22 +328,42 @@ class RelationHeads(ArgmaxHeads):
             per_rel[:, all_idx] = flat.sum(1)
             self.correct[:, m] += np.moveaxis(per_rel.reshape(2, L, H, R), -1, 0)
 
-    def _hits_on_device(self, batch: PairBatch, rows: list[int], found: list, lengths: list[int]) -> np.ndarray:
-        """Hits ``[2 L, 2 directions, H, P]`` (as :func:`word_argmax_hits` lays them out) scored where the maps are.
+    def _hits_on_device(self, batch: PairBatch, rows: list[int], found: list, lengths: list[int]) -> torch.Tensor:
+        """Hits ``[model, direction, L, H, P]``, a bool tensor where the maps are.
 
-        Each scored example's word attention is pooled and its argmaxes taken on the maps' device (:meth:`_hits`,
-        float64), so only the argmax indices come to the CPU, never the ``[B, H, T, T]`` maps of every layer.
-        ``rows``: the scored examples' rows in the batch, ``found`` their :meth:`_pairs`, ``lengths`` their real token
-        counts; the pairs come in that order, as the kernel's do.
+        Each scored example's word attention is pooled, its argmaxes taken and checked against the gold pairs on the
+        maps' device (:meth:`_hits_where`, float64): nothing comes back to the CPU. ``rows``: the scored examples'
+        rows in the batch, ``found`` their :meth:`_pairs`, ``lengths`` their real token counts; the pairs come in
+        that order, as the kernel's do.
         """
         L = self.num_layers
         parts = []
         for row, (wid, W, present, dep, gov, _rels), T in zip(rows, found, lengths):
-            per_model = [self._hits(torch.stack([cap.attentions[layer][row, :, :T, :T] for layer in range(1, L + 1)]),
-                                    wid, W, present, dep, gov) for cap in (batch.base, batch.tuned)]
-            parts.append(np.stack(per_model))  # [model, direction, L, H, pairs of this example]
-        hits = np.concatenate(parts, axis=-1)
-        return hits.transpose(0, 2, 1, 3, 4).reshape(2 * L, len(DIRECTIONS), self.num_heads, hits.shape[-1])
+            per_model = [self._hits_where(torch.stack([cap.attentions[layer][row, :, :T, :T] for layer in range(1, L + 1)]),
+                                          wid, W, present, dep, gov) for cap in (batch.base, batch.tuned)]
+            parts.append(torch.stack(per_model))  # [model, direction, L, H, pairs of this example]
+        return torch.cat(parts, dim=-1)
+
+    def _count_on_device(self, hits: torch.Tensor, rel_ids: np.ndarray, all_idx: int) -> None:
+        """Add hits ``[model, direction, L, H, P]`` (bool, on a device) to the device counts by relation.
+
+        ``rel_ids`` (host, ``[P]``) is each pair's relation; every pair also counts for ``all``. The same counts as
+        the host path's segment sums (integers: exactly).
+        """
+        R, dev = len(self.relations), hits.device
+        h = hits.to(torch.int64)
+        with torch.inference_mode(False):  # kept across batches: normal tensors
+            per_rel = torch.zeros(h.shape[:-1] + (R,), dtype=torch.int64, device=dev)
+            per_rel.index_add_(-1, torch.as_tensor(rel_ids, device=dev), h)
+            per_rel[..., all_idx] = h.sum(-1)
+            counts = self._device_correct
+            if counts is None or counts.device != dev:
+                self._fold_device_counts()  # batches on another device before: to the host first
+                counts = torch.zeros((0,) + tuple(h.shape[:-1]), dtype=torch.int64, device=dev)
+            if len(counts) < R:  # relations first seen in this batch
+                counts = torch.cat([counts, counts.new_zeros((R - len(counts),) + tuple(counts.shape[1:]))])
+            counts += per_rel.permute(4, 0, 1, 2, 3)
+            self._device_correct = counts
 
     def merge(self, other: "RelationHeads") -> "RelationHeads":
         self._check_mergeable(other)

@@ -102,7 +102,7 @@ def _pool_torch(x: torch.Tensor, gids: np.ndarray, W: int, method: str, axis: in
     keep = gids >= 0
     idx_np = gids[keep]
     idx = torch.as_tensor(idx_np, device=x.device)
-    xs = x[torch.as_tensor(keep, device=x.device)].to(dtype)
+    xs = x[torch.as_tensor(np.flatnonzero(keep), device=x.device)].to(dtype)  # positions, not a mask: no device sync
     shape = (W,) + tuple(x.shape[1:])
     if method in ("sum", "mean"):
         out = torch.zeros(shape, dtype=dtype, device=x.device).index_add(0, idx, xs)

@@ -19,22 +19,36 @@ def length_batches(items: Sequence[EncodedExample], batch_size: int) -> list[lis
     return [[items[i] for i in order[s : s + batch_size]] for s in range(0, len(order), batch_size)]
 
 
-def collate(items: Sequence[EncodedExample], pad_id: int, pad_to: int | None = None) -> dict[str, torch.Tensor]:
-    """Pad a batch to its longest example (or to ``pad_to``) and build the masks."""
-    width = max(len(it) for it in items)
-    if pad_to is not None:
-        width = max(width, pad_to)
+def token_arrays(
+    items: Sequence[EncodedExample], width: int, pad_id: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``[B, width]`` NumPy input ids (``pad_id`` after each example), real-token mask and content mask.
+
+    The content mask is the real tokens that are not special ([CLS], [SEP]...). What :func:`collate` sends to the
+    models, built on the host from the items: analyses whose batch tensors sit on a GPU read these instead of
+    copying the tensors back (issue 35).
+    """
     n = len(items)
     ids = np.full((n, width), pad_id, dtype=np.int64)
-    tti = np.zeros((n, width), dtype=np.int64)
     mask = np.zeros((n, width), dtype=bool)
     content = np.zeros((n, width), dtype=bool)
     for row, it in enumerate(items):
         k = len(it)
         ids[row, :k] = it.input_ids
-        tti[row, :k] = it.token_type_ids
         mask[row, :k] = True
         content[row, :k] = ~it.special
+    return ids, mask, content
+
+
+def collate(items: Sequence[EncodedExample], pad_id: int, pad_to: int | None = None) -> dict[str, torch.Tensor]:
+    """Pad a batch to its longest example (or to ``pad_to``) and build the masks (:func:`token_arrays`)."""
+    width = max(len(it) for it in items)
+    if pad_to is not None:
+        width = max(width, pad_to)
+    ids, mask, content = token_arrays(items, width, pad_id)
+    tti = np.zeros((len(items), width), dtype=np.int64)
+    for row, it in enumerate(items):
+        tti[row, : len(it)] = it.token_type_ids
     return {
         "input_ids": torch.from_numpy(ids),
         "token_type_ids": torch.from_numpy(tti),

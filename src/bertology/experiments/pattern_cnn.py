@@ -352,7 +352,7 @@ def sample_maps(
             with capture(encoder, hidden_states=False) as cap:
                 encoder(**inputs)
             mask = t["mask"].to(dev)
-            vk = vertical_key_mask(tok, t["input_ids"], mask, t["content"].to(dev), punct)
+            vk = vertical_key_mask(tok, t["input_ids"].numpy(), t["mask"].numpy(), t["content"].numpy(), punct, device=dev)
             seg = segment_ids(group, mask)
             layers = sorted({layer for it in group for layer, _ in wanted[pos_of[id(it)]]})
             for layer in layers:
