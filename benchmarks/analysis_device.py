@@ -25,6 +25,12 @@ largest coordinate and ratio differences::
 
     PYTHONPATH=src python benchmarks/analysis_device.py --old main --rounds 3 --pca
 
+``--attention`` times attention_patterns and attention_targets (token categories; no word annotations) on the same
+batches, their items given token ids whose every 25th is punctuation, [CLS] and [SEP] (the key masks now come from
+the items)::
+
+    PYTHONPATH=src python benchmarks/analysis_device.py --old main --rounds 5 --attention
+
 ``--torch-compute`` also times one sample's grids on the NumPy path and on the torch path on the CPU (the path
 a GPU takes), once each (``--rounds 0``: only that).
 """
@@ -48,13 +54,16 @@ import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.attention_change import AttentionChange
+from bertology.analyses.attention_patterns import AttentionPatterns
+from bertology.analyses.attention_targets import AttentionTargets
 from bertology.analyses.geometry import Geometry
 from bertology.analyses.pca_views import PCAViews
 from bertology.analyses.representation_similarity import RepresentationSimilarity
 from bertology.models.hooks import Captured
 
 FILES = {"rs": "src/bertology/analyses/representation_similarity.py", "ac": "src/bertology/analyses/attention_change.py",
-         "geo": "src/bertology/analyses/geometry.py", "pca": "src/bertology/analyses/pca_views.py"}
+         "geo": "src/bertology/analyses/geometry.py", "pca": "src/bertology/analyses/pca_views.py",
+         "ap": "src/bertology/analyses/attention_patterns.py", "at": "src/bertology/analyses/attention_targets.py"}
 
 
 def old_module(ref: str, key: str, folder: Path):
@@ -117,6 +126,52 @@ def with_words(batches: list[PairBatch], vocab: int = 2000, seed: int = 1) -> li
     return out
 
 
+class StubTokenizer:
+    """Token strings for :func:`with_tokens`' ids: 1 is [CLS], 2 is [SEP], every 25th id a full stop."""
+
+    cls_token_id, sep_token_id = 1, 2
+
+    def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
+        return ["[CLS]" if i == 1 else "[SEP]" if i == 2 else "." if i % 25 == 0 else f"w{i}" for i in ids]
+
+
+def with_tokens(batches: list[PairBatch]) -> list[PairBatch]:
+    """:func:`with_words`' batches with [CLS]/[SEP] ids at the ends and ``input_ids`` built from the items."""
+    out = []
+    for b in with_words(batches):
+        ids = torch.zeros_like(b.mask, dtype=torch.long)
+        items = []
+        for row, it in enumerate(b.items):
+            tok_ids = it.input_ids.copy()
+            tok_ids[0], tok_ids[-1] = 1, 2
+            items.append(_Item(**{**vars(it), "input_ids": tok_ids}))
+            ids[row, : len(tok_ids)] = torch.from_numpy(tok_ids)
+        out.append(PairBatch(items, ids, b.mask, b.content, b.lengths, b.base, b.tuned, b._cache))
+    return out
+
+
+class _Item(SimpleNamespace):
+    """An item with a length (the host-side masks count tokens with ``len``)."""
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def run_attention(classes: tuple, batches: list[PairBatch], layers: int) -> tuple[float, float, list[pd.DataFrame]]:
+    """Seconds of every update of attention_patterns and attention_targets, of their compute(), and both tables."""
+    tok = StubTokenizer()
+    made = [classes[0](tok, layers, 12), classes[1](None, tok, layers, 12, word_level=False)]
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for b in batches:
+            b._cache.pop(("host_tokens",), None)  # built per batch in a run: inside the clock
+            for a in made:
+                a.update(b)
+    t1 = time.perf_counter()
+    tables = [a.compute().table for a in made]
+    return t1 - t0, time.perf_counter() - t1, tables
+
+
 def run_geometry(cls, batches: list[PairBatch], layers: int, on_device: bool | None = None) -> tuple[float, float, list[pd.DataFrame]]:
     """Seconds of every update, seconds of compute() and the word table, and both tables."""
     g = cls(layers, n_pairs=1000, seed=0)
@@ -155,12 +210,15 @@ def main() -> None:
     ap.add_argument("--geometry", action="store_true")
     ap.add_argument("--pca", action="store_true")
     ap.add_argument("--pca-examples", type=int, default=20)
+    ap.add_argument("--attention", action="store_true")
     args = ap.parse_args()
     layers = 12
     if args.pca:
         return main_pca(args, layers)
     if args.geometry:
         return main_geometry(args, layers)
+    if args.attention:
+        return main_attention(args, layers)
     with tempfile.TemporaryDirectory() as tmp:
         old = (old_module(args.old, "ac", Path(tmp)).AttentionChange, old_module(args.old, "rs", Path(tmp)).RepresentationSimilarity)
     new = (AttentionChange, RepresentationSimilarity)
@@ -195,6 +253,30 @@ def main() -> None:
         out["rs_compute_seconds_numpy_vs_torch_on_cpu"] = [secs[False], secs[True]]
         out["torch_path_max_abs_diff"] = max(float(np.abs(grids[True][k] - grids[False][k]).max()) for k in grids[False])
     print(json.dumps(out))
+
+
+def main_attention(args, layers: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        old = (old_module(args.old, "ap", Path(tmp)).AttentionPatterns, old_module(args.old, "at", Path(tmp)).AttentionTargets)
+    new = (AttentionPatterns, AttentionTargets)
+    batches = with_tokens(make_batches(4, args.batches, args.batch, args.length))
+    times: dict[str, list] = {"old": [], "new": []}
+    tables = {}
+    for r in range(args.rounds):
+        for tree in (("old", "new") if r % 2 == 0 else ("new", "old")):
+            up, comp, tabs = run_attention(old if tree == "old" else new, batches, layers)
+            times[tree].append((up, comp))
+            tables[tree] = tabs
+            print(f"round {r} {tree}: update {up:.3f} s, compute {comp:.3f} s", flush=True)
+    for a, b in zip(tables["new"], tables["old"]):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert (tables["old"][1].query("target == 'punct'")["n"] > 0).all()  # punctuation keys were found
+    med = {t: [statistics.median(x[i] for x in v) for i in range(2)] for t, v in times.items()}
+    ratios = [n[0] / o[0] for n, o in zip(times["new"], times["old"])]
+    print(json.dumps({"torch_threads": torch.get_num_threads(), "batches": args.batches, "batch": args.batch,
+                      "median_seconds": med, "tables_equal": "exactly",
+                      "ratio_new_over_old": {"update": med["new"][0] / med["old"][0], "compute": med["new"][1] / med["old"][1],
+                                             "update_per_round_median": statistics.median(ratios)}}))
 
 
 def main_geometry(args, layers: int) -> None:

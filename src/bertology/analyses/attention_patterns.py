@@ -25,7 +25,6 @@ shards must share thresholds and classifier (a CNN is identified by its weights'
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -73,17 +72,17 @@ def vertical_key_mask(
     return torch.as_tensor(real & (~np.asarray(content, dtype=bool) | punct), device=device)
 
 
-def pair_examples(items) -> np.ndarray:
-    """``[B]`` bool: which examples are sentence pairs (have a token of the second text), from the host-side items."""
-    return np.array([bool((np.asarray(item.segment) == 1).any()) for item in items], dtype=bool)
+def segment_array(items, width: int) -> np.ndarray:
+    """``[B, width]`` int64 on the host: 0/1 for tokens of the first/second text, -1 for special tokens and padding."""
+    seg = np.full((len(items), width), -1, dtype=np.int64)
+    if len(items):  # row-major boolean assignment: each row's first len(item) positions, in item order
+        seg[np.arange(width) < np.array([len(it) for it in items])[:, None]] = np.concatenate([it.segment for it in items])
+    return seg
 
 
 def segment_ids(items, mask: torch.Tensor) -> torch.Tensor:
-    """``[B, T]`` int64 on ``mask``'s device: 0/1 for tokens of the first/second text, -1 for special tokens and padding."""
-    seg = np.full(tuple(mask.shape), -1, dtype=np.int64)
-    for b, item in enumerate(items):
-        seg[b, : len(item)] = item.segment
-    return torch.as_tensor(seg, device=mask.device)
+    """:func:`segment_array` as a tensor on ``mask``'s device (``mask`` gives the width)."""
+    return torch.as_tensor(segment_array(items, mask.shape[1]), device=mask.device)
 
 
 class AttentionPatterns(Analysis):
@@ -99,12 +98,11 @@ class AttentionPatterns(Analysis):
     ``B eps`` relative per batch of ``B``); ``on_device`` forces one (tests pin them together).
     """
 
-    #: Where a batch's feature sums are taken: None (default) by torch when the maps are not on the CPU, else by
-    #: NumPy; True or False forces one.
-    on_device: ClassVar[bool | None] = None
-
     name = "attention_patterns"
     requires = frozenset({"attentions"})
+    #: Where a batch's feature sums are taken: None (default) by torch when the maps are not on the CPU, else by
+    #: NumPy; True or False forces one (on the class or an instance).
+    on_device: bool | None = None
 
     def __init__(
         self,
@@ -149,8 +147,9 @@ class AttentionPatterns(Analysis):
     def update(self, batch: PairBatch) -> None:
         self._to(batch.mask.device)
         vk = self._vertical_keys(batch)
-        seg = segment_ids(batch.items, batch.mask)
-        is_pair = pair_examples(batch.items)
+        seg_host = segment_array(batch.items, batch.mask.shape[1])
+        is_pair = (seg_host == 1).any(-1)  # sentence pairs, known on the host
+        seg = torch.as_tensor(seg_host, device=batch.mask.device)
         P = len(PATTERNS)
         L = self.num_layers
         band = self.thresholds.band

@@ -39,7 +39,7 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import ClassVar, Literal
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -208,8 +208,8 @@ class HeadMap(Analysis):
     requires = frozenset({"attentions"})
     #: Where the per-example sums are kept: None (default) as tensors on the maps' device when it is not the CPU,
     #: else as NumPy arrays; True or False forces one. The sums are the same either way; only the order in which
-    #: their total is added may differ (tested).
-    on_device: ClassVar[bool | None] = None
+    #: their total is added may differ (tested). Set on the class or an instance.
+    on_device: bool | None = None
 
     def __init__(
         self,
@@ -355,7 +355,6 @@ class HeadMap(Analysis):
         may be NumPy arrays or tensors on any device: they are taken into this instance's form first.
         """
         sums, total = self._state(sums), self._state(total)
-        take = _take_rows
         mine = self.sums is not None
         theirs = sums is not None
         all_keys = np.concatenate([self.keys, keys])
@@ -365,7 +364,7 @@ class HeadMap(Analysis):
         kept, dropped = order[: self.max_examples], order[self.max_examples :]
         if mine and theirs:
             joined = torch.cat([self.sums, sums]) if isinstance(sums, torch.Tensor) else np.concatenate([self.sums, sums])
-            self.sums = take(joined, kept)
+            self.sums = _take_rows(joined, kept)
         else:
             fixed = np.concatenate([np.full(len(self.keys), not mine), np.full(len(keys), not theirs)])
             if fixed[dropped].any():
@@ -374,9 +373,9 @@ class HeadMap(Analysis):
             n_self = len(self.keys)
             total = (self.total if not mine else 0) + (total if not theirs else 0)
             if mine:
-                total = total + take(self.sums, kept[kept < n_self]).sum(0)
+                total = total + _take_rows(self.sums, kept[kept < n_self]).sum(0)
             if theirs:
-                total = total + take(sums, kept[kept >= n_self] - n_self).sum(0)
+                total = total + _take_rows(sums, kept[kept >= n_self] - n_self).sum(0)
             self.total, self.sums = total, None
         self.keys, self.indices, self.rows = all_keys[kept], all_indices[kept], all_rows[kept]
 

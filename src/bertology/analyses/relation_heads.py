@@ -119,7 +119,7 @@ class RelationHeads(ArgmaxHeads):
     name = "relation_heads"
     requires = frozenset({"attentions"})
     #: Where word attention is pooled and scored: None (default) on the maps' device when they are not on the CPU
-    #: (``--device cuda``: the maps stay there, only argmax indices are copied), else the CPU's Numba kernel
+    #: (``--device cuda``: the maps stay there, hits are counted there too), else the CPU's Numba kernel
     #: (:func:`word_argmax_hits`, which reads the maps as NumPy arrays). True or False forces one; the counts are the
     #: same either way (tested), except that ``word_attention="clark2019"`` always runs the kernel (its float16 maps).
     score_on_device: ClassVar[bool | None] = None

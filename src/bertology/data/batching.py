@@ -29,14 +29,12 @@ def token_arrays(
     copying the tensors back (issue 35).
     """
     n = len(items)
+    mask = np.arange(width) < np.array([len(it) for it in items], dtype=np.int64)[:, None]
     ids = np.full((n, width), pad_id, dtype=np.int64)
-    mask = np.zeros((n, width), dtype=bool)
     content = np.zeros((n, width), dtype=bool)
-    for row, it in enumerate(items):
-        k = len(it)
-        ids[row, :k] = it.input_ids
-        mask[row, :k] = True
-        content[row, :k] = ~it.special
+    if n:  # row-major boolean assignment: each row's first len(item) positions, in item order
+        ids[mask] = np.concatenate([it.input_ids for it in items])
+        content[mask] = ~np.concatenate([it.special for it in items]).astype(bool)
     return ids, mask, content
 
 
