@@ -192,7 +192,6 @@ def _keep_batches(pair: ModelPair, enc: EncodedCorpus) -> list[PairBatch]:
         def update(self, batch):
             for layer in range(1, pair.num_layers + 1):
                 batch.layer_stats(layer)  # the shared statistics (their CPU kernel reads NumPy views)
-            batch.host_tokens()  # built from the items: no tensor is read
             batches.append(batch)
 
     run_analyses(pair, enc, [Keep()], batch_size=5)
