@@ -112,19 +112,22 @@ def compare_units(args, loaded, enc, y, kw: dict, tuned: str, load_before: float
     k = args.units_per_forward
     arms = {"K=1": SweepPlan(units_per_forward=1), f"K={k}": SweepPlan(units_per_forward=k)}
     times: dict[str, list[float]] = {name: [] for name in arms}
+    cpu: dict[str, list[float]] = {name: [] for name in arms}  # this process's CPU seconds: less moved by other load
     results = {}
     for r in range(args.repeats):
         for name in arms if r % 2 == 0 else reversed(arms):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             results[name] = run_ablation(loaded.model, enc, y, **kw, sweep=arms[name])
             _sync(args.device)
             times[name].append(time.perf_counter() - t)
-            print(f"round {r + 1}: {name} {times[name][-1]:.2f} s", flush=True)
+            cpu[name].append(time.process_time() - c)
+            print(f"round {r + 1}: {name} {times[name][-1]:.2f} s wall, {cpu[name][-1]:.2f} s CPU", flush=True)
     a, b = results["K=1"], results[f"K={k}"]
     max_diff = max(float(np.abs(a.per_example[u]["loss"] - b.per_example[u]["loss"]).max()) for u in a.per_example)
     same = all(bool((a.per_example[u]["pred"] == b.per_example[u]["pred"]).all()) for u in a.per_example)
     max_delta_diff = float(np.nanmax(np.abs(a.table["delta"].to_numpy() - b.table["delta"].to_numpy())))
     one, many = float(np.median(times["K=1"])), float(np.median(times[f"K={k}"]))
+    cpu_one, cpu_many = float(np.median(cpu["K=1"])), float(np.median(cpu[f"K={k}"]))
     out = {
         "benchmark": f"ablation sweep: cached, 1 vs {k} units per forward",
         "git_head": _git_head(),
@@ -136,9 +139,12 @@ def compare_units(args, loaded, enc, y, kw: dict, tuned: str, load_before: float
         "n_units": len(b.units), "batch_size": args.batch_size, "units_per_forward": k,
         "seconds": times, "median_s": {"K=1": round(one, 3), f"K={k}": round(many, 3)},
         f"ratio_K{k}_over_K1": round(many / one, 3),
+        "cpu_seconds": cpu, "median_cpu_s": {"K=1": round(cpu_one, 3), f"K={k}": round(cpu_many, 3)},
+        f"cpu_ratio_K{k}_over_K1": round(cpu_many / cpu_one, 3),
         "max_abs_loss_difference": max_diff, "identical_predictions": same, "max_abs_delta_difference": max_delta_diff,
     }
-    print(json.dumps(out["median_s"]), f"ratio K={k} / K=1 {many / one:.3f}; max |Δloss| {max_diff:.2e}; "
+    print(json.dumps(out["median_s"]), f"ratio K={k} / K=1 {many / one:.3f} (CPU time {cpu_many / cpu_one:.3f}); "
+          f"max |Δloss| {max_diff:.2e}; "
           f"identical predictions {same}; max |Δdelta| {max_delta_diff:.1e}", flush=True)
     if not args.no_save:
         args.out_dir.mkdir(parents=True, exist_ok=True)

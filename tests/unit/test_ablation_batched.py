@@ -254,6 +254,19 @@ def test_the_setting_reaches_the_sweep_and_the_manifest(clf, data):
     assert study.summary["settings"]["units_per_forward"] == 2
 
 
+def test_compare_declares_the_setting_once_and_keeps_its_fingerprint():
+    """compare's ``ablation_units_per_forward`` (a study's [compare] takes it too) reaches the sweep's settings, and,
+    like the device, leaves the run's fingerprint as it was (it changes the numbers by float rounding only)."""
+    from bertology.config import CompareConfig
+    from bertology.experiments.ablation import settings_from
+    from bertology.pipeline import complete_config
+
+    plain = complete_config(CompareConfig())
+    four = complete_config(CompareConfig(ablation_units_per_forward=4))
+    assert settings_from(plain).units_per_forward is None and settings_from(four).units_per_forward == 4
+    assert plain.fingerprint() == four.fingerprint()
+
+
 @pytest.mark.parametrize("model_type", ["distilbert", "modernbert"])
 def test_a_family_without_the_cached_layout_batches_its_full_forwards(tmp_path, monkeypatch, model_type):
     """The plain (naive) sweep of a family without ``cached_sweep`` runs K units per full forward, within the bound."""
@@ -268,3 +281,25 @@ def test_a_family_without_the_cached_layout_batches_its_full_forwards(tmp_path, 
         many, many_logits = _sweep_with_logits(monkeypatch, loaded.model, enc, y, scoring, units_per_forward=3)
         assert one.params["method"] == many.params["method"] == "naive"
         _assert_within_the_bound(one, one_logits, many, many_logits, positions)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_a_gpu_auto_batches_within_the_bound(tmp_path, monkeypatch):
+    """On CUDA the automatic K is AUTO_UNITS_ON_CUDA for a tiny model (memory is no bound) and the batched sweep
+    stays within the module's bound of the one-unit sweep on the same device."""
+    import copy
+
+    folder = save_tiny_bert(tmp_path / "gpu", classifier=True, num_labels=3, num_hidden_layers=3, initializer_range=0.3)
+    loaded = load_model(folder)
+    model = copy.deepcopy(loaded.model)
+    corpus = _corpus()
+    enc = encode_corpus(corpus, loaded.tokenizer)
+    y = label_ids_for(corpus, model)
+    scoring = HeadScoring(mode="uniform", special_ids=[loaded.tokenizer.cls_token_id, loaded.tokenizer.sep_token_id],
+                          batch_size=4, device="cuda")
+    positions = classifier_batches(model, enc, y, scoring).positions
+    one, one_logits = _sweep_with_logits(monkeypatch, model, enc, y, scoring, units_per_forward=1)
+    auto, auto_logits = _sweep_with_logits(monkeypatch, model, enc, y, scoring)
+    assert auto.params["units_per_forward"] == AUTO_UNITS_ON_CUDA
+    _assert_within_the_bound(one, {k: v.cpu() for k, v in one_logits.items()}, auto,
+                             {k: v.cpu() for k, v in auto_logits.items()}, positions)

@@ -34,7 +34,7 @@ method (a full forward per ablation with the same hooks), so the results equal i
 ``first_token_shortcut=True`` lets the last block's feed-forward run on the first token only (see
 :func:`run_ablation`), equal to the naive re-run to float rounding.
 
-Batched (``SweepPlan.units_per_forward`` = K > 1; auto: K on CUDA, 1 on the CPU): the head units of one layer
+Batched (``SweepPlan.units_per_forward`` = K > 1; auto: up to 8 on CUDA, 1 on the CPU): the head units of one layer
 (single heads and the ``heads`` layer unit) run K at a time, in one forward over the batch's rows repeated K times
 (the cached hidden states, the inputs and the replayed attention output alike), unit k's heads ablated in rows
 ``[k*B, (k+1)*B)`` (:func:`~bertology.models.ablate.ablate_head_groups`); the logits are split back per unit, so
