@@ -19,7 +19,16 @@ tokenizer) and ``--data SST-2/dev.tsv`` takes the sentences and labels of a labe
 stratified sample of ``--n``). Besides per-example losses, the script then says whether every delta of
 the ``ablation`` table (``n_bootstrap=0``) is bit-identical between the two methods.
 
-Writes ``benchmarks/results/ablation.json`` and ``ablation.md``.
+Batched sweep (issue 35, item 3): ``--units-per-forward K`` times the cached sweep with one unit per forward
+against K units per forward (``SweepPlan.units_per_forward``), interleaved over ``--repeats`` rounds (the order
+alternates), and reports the ratio and how far the per-example losses and the table's deltas moved (the batched
+sweep rounds differently: other matrix shapes). ``--random-small`` builds a random-init BERT of MiniLM-L6's shape
+(6 x 12 heads, hidden 384, intermediate 1536, seed 0) for a quick CPU round:
+
+    HF_HUB_OFFLINE=1 PYTHONPATH=src .venv/bin/python benchmarks/ablation.py --random-small --n 64 --units-per-forward 4 --repeats 3
+
+Writes ``benchmarks/results/ablation.json`` and ``ablation.md`` (``ablation-units.json`` with
+``--units-per-forward``, unless ``--out-name`` says otherwise).
 """
 from __future__ import annotations
 
@@ -65,8 +74,13 @@ def _git_head() -> str | None:
         return None
 
 
-def _random_bert_base(tokenizer: str | None = None) -> str:
-    """A random-init BERT-base sentence classifier (2 labels, seed 0) with the packaged tokenizer, in a temp folder."""
+#: ``--random-small``: MiniLM-L6's shape.
+SMALL = dict(num_hidden_layers=6, hidden_size=384, num_attention_heads=12, intermediate_size=1536)
+
+
+def _random_bert_base(tokenizer: str | None = None, labels: list[str] | None = None, **size) -> str:
+    """A random-init BERT-base sentence classifier (``labels``, default 0/1; seed 0) with the packaged tokenizer, in a
+    temp folder; ``size`` overrides BERT-base's shape (e.g. :data:`SMALL`)."""
     import tempfile
 
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
@@ -77,7 +91,9 @@ def _random_bert_base(tokenizer: str | None = None) -> str:
     atexit.register(shutil.rmtree, scratch, ignore_errors=True)  # the models and runs are GBs
     folder = scratch / "bert-base-random"
     tok = AutoTokenizer.from_pretrained(tokenizer or builtin_model_path("minilm"))
-    cfg = BertConfig(vocab_size=len(tok), num_labels=2, id2label={0: "0", 1: "1"}, label2id={"0": 0, "1": 1})
+    labels = labels or ["0", "1"]
+    cfg = BertConfig(vocab_size=len(tok), num_labels=len(labels), id2label=dict(enumerate(labels)),
+                     label2id={name: i for i, name in enumerate(labels)}, **size)
     torch.manual_seed(0)
     BertForSequenceClassification(cfg).eval().save_pretrained(folder)
     tok.save_pretrained(folder)
@@ -90,6 +106,52 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def compare_units(args, loaded, enc, y, kw: dict, tuned: str, load_before: float) -> None:
+    """``--units-per-forward K``: the cached sweep with 1 and with K units per forward, interleaved; time ratio and
+    how far the numbers moved."""
+    k = args.units_per_forward
+    arms = {"K=1": SweepPlan(units_per_forward=1), f"K={k}": SweepPlan(units_per_forward=k)}
+    times: dict[str, list[float]] = {name: [] for name in arms}
+    cpu: dict[str, list[float]] = {name: [] for name in arms}  # this process's CPU seconds: less moved by other load
+    results = {}
+    for r in range(args.repeats):
+        for name in arms if r % 2 == 0 else reversed(arms):
+            t, c = time.perf_counter(), time.process_time()
+            results[name] = run_ablation(loaded.model, enc, y, **kw, sweep=arms[name])
+            _sync(args.device)
+            times[name].append(time.perf_counter() - t)
+            cpu[name].append(time.process_time() - c)
+            print(f"round {r + 1}: {name} {times[name][-1]:.2f} s wall, {cpu[name][-1]:.2f} s CPU", flush=True)
+    a, b = results["K=1"], results[f"K={k}"]
+    max_diff = max(float(np.abs(a.per_example[u]["loss"] - b.per_example[u]["loss"]).max()) for u in a.per_example)
+    same = all(bool((a.per_example[u]["pred"] == b.per_example[u]["pred"]).all()) for u in a.per_example)
+    max_delta_diff = float(np.nanmax(np.abs(a.table["delta"].to_numpy() - b.table["delta"].to_numpy())))
+    one, many = float(np.median(times["K=1"])), float(np.median(times[f"K={k}"]))
+    cpu_one, cpu_many = float(np.median(cpu["K=1"])), float(np.median(cpu[f"K={k}"]))
+    out = {
+        "benchmark": f"ablation sweep: cached, 1 vs {k} units per forward",
+        "git_head": _git_head(),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
+                    "threads": torch.get_num_threads(), "device": args.device,
+                    "gpu": torch.cuda.get_device_name() if torch.device(args.device).type == "cuda" else None,
+                    "load_average_before": round(load_before, 2), "load_average_after": round(os.getloadavg()[0], 2)},
+        "model": tuned, "mode": args.mode, "n_sentences": len(enc.items), "n_tokens": enc.n_tokens,
+        "n_units": len(b.units), "batch_size": args.batch_size, "units_per_forward": k,
+        "seconds": times, "median_s": {"K=1": round(one, 3), f"K={k}": round(many, 3)},
+        f"ratio_K{k}_over_K1": round(many / one, 3),
+        "cpu_seconds": cpu, "median_cpu_s": {"K=1": round(cpu_one, 3), f"K={k}": round(cpu_many, 3)},
+        f"cpu_ratio_K{k}_over_K1": round(cpu_many / cpu_one, 3),
+        "max_abs_loss_difference": max_diff, "identical_predictions": same, "max_abs_delta_difference": max_delta_diff,
+    }
+    print(json.dumps(out["median_s"]), f"ratio K={k} / K=1 {many / one:.3f} (CPU time {cpu_many / cpu_one:.3f}); "
+          f"max |Δloss| {max_diff:.2e}; "
+          f"identical predictions {same}; max |Δdelta| {max_delta_diff:.1e}", flush=True)
+    if not args.no_save:
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        name = args.out_name if args.out_name != "ablation" else "ablation-units"
+        (args.out_dir / f"{name}.json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=500)
@@ -100,22 +162,27 @@ def main() -> None:
     ap.add_argument("--no-save", action="store_true")
     ap.add_argument("--data", default=None, help="A labelled file (e.g. SST-2 dev.tsv) instead of the demo's held-out split.")
     ap.add_argument("--random-bert-base", action="store_true", help="A random-init BERT-base classifier instead of --tuned.")
+    ap.add_argument("--random-small", action="store_true",
+                    help="A random-init BERT of MiniLM-L6's shape (6 x 12 heads, hidden 384) instead of --tuned.")
+    ap.add_argument("--units-per-forward", type=int, default=None, metavar="K",
+                    help="Time the cached sweep with 1 and with K units per forward (interleaved) instead of cached vs naive.")
     ap.add_argument("--out-name", default="ablation", help="Results file stem under benchmarks/results.")
     ap.add_argument("--tokenizer", default=None, help="Tokenizer folder for --random-bert-base (default: the packaged MiniLM's).")
     ap.add_argument("--device", default="cpu", help="Where both sweeps run (cpu, cuda).")
     ap.add_argument("--out-dir", type=Path, default=RESULTS, help="Folder for the results files.")
     args = ap.parse_args()
 
-    if args.random_bert_base:
-        tuned = _random_bert_base(args.tokenizer)
-    else:
-        tuned = args.tuned or _default_tuned()
-    loaded = load_model(tuned)
     if args.data:
         sample = sample_examples(load_corpus(args.data), args.n, 0)
     else:
         _, heldout = split_heldout(load_corpus(polarity_path()), 0.2, 0)
         sample = sample_examples(heldout, args.n, 0)
+    if args.random_bert_base or args.random_small:
+        labels = sorted({str(ex.label) for ex in sample})  # the data's label names (SST-2: 0/1, polarity: -1/1)
+        tuned = _random_bert_base(args.tokenizer, labels, **(SMALL if args.random_small else {}))
+    else:
+        tuned = args.tuned or _default_tuned()
+    loaded = load_model(tuned)
     enc = encode_corpus(sample, loaded.tokenizer, overlong="truncate")
     y = label_ids_for(sample, loaded.model)
     kw = dict(scoring=HeadScoring(mode=args.mode, batch_size=args.batch_size, pad_id=loaded.tokenizer.pad_token_id or 0,
@@ -131,9 +198,13 @@ def main() -> None:
     logging.disable(logging.WARNING)
     try:
         for method in ("cached", "naive"):
-            run_ablation(loaded.model, small, y, **kw, sweep=SweepPlan(method=method, layers=[6]))
+            run_ablation(loaded.model, small, y, **kw, sweep=SweepPlan(method=method, layers=[6],
+                                                                     units_per_forward=args.units_per_forward or 1))
     finally:
         logging.disable(logging.NOTSET)
+    if args.units_per_forward:
+        compare_units(args, loaded, enc, y, kw, tuned, load_before)
+        return
 
     times: dict[str, list[float]] = {"cached": [], "naive": []}
     results = {}

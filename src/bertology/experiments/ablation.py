@@ -83,6 +83,16 @@ IMPORTANCE_HELP = "Also head importance and pruning curves."
 CONVENTIONS_HELP = ("Paper conventions preset: bertology, clark2019, kovaleva2019 or hewitt2019 (docs: Paper conventions), "
                     "recorded in the manifest; none of its conventions changes the ablation's numbers.")
 KOVALEVA, MICHEL = "Kovaleva et al. 2019", "Michel et al. 2019"
+#: ``--units-per-forward`` (``bertology ablate``) and ``--ablation-units-per-forward`` (compare, a study's [compare]):
+#: one declaration, named by each owner. Recorded, not fingerprinted (as the device is not): it changes the numbers
+#: by float rounding only, and the sweep's unit store fingerprints it when it is above 1 (a one-unit sweep's store
+#: keeps its old fingerprint; no unit of one K is resumed into a sweep of another).
+UNITS_PER_FORWARD = dict(
+    default=None, kind=int, minimum=1, zero_is_none=True, changes_numbers=False, metavar="K",
+    help="Head ablations scored by one forward pass (uniform, zero, mean): the batch's rows K times over, one "
+         "unit's heads per copy, so a GPU runs fewer, larger kernels; skip, revert and transplant units run one "
+         "per forward. 0 or not given: auto, 1 on the CPU (equal to the naive re-run bit for bit; no gain there), "
+         "up to 8 on CUDA as memory allows (equal to the one-unit sweep to float rounding).")
 
 
 def _layer_modes(text: str) -> tuple[str, ...]:
@@ -130,6 +140,7 @@ class AblationSettings:
         "attention, ffn, layer, embeddings (the default there: all four); or none.",
         choices=LAYER_MODES + REVERT_UNITS, parse=_layer_modes, metavar="skip,heads|attention,ffn,layer,embeddings|none")
     batch_size: int = setting_field(32, "Examples per forward pass.", minimum=1)
+    units_per_forward: int | None = setting_field(**UNITS_PER_FORWARD)
     n_bootstrap: int = setting_field(1000, BOOTSTRAP_HELP, minimum=0, flag="--bootstrap")
     seed: int = setting_field(0, "Seed of the sample, the bootstrap and the random pruning order.")
     device: str = setting_field("cpu", DEVICE_HELP, changes_numbers=False)  # results agree across devices to rounding
@@ -211,7 +222,8 @@ def _sweep(model, base, encoded: EncodedCorpus, label_ids, scoring: HeadScoring,
     on_unit = (lambda u, d, t: on_progress("ablation", d, t)) if on_progress else None
     progress_dir = None if partial is None else partial / "ablation"
     run = dict(n_bootstrap=settings.n_bootstrap, seed=settings.seed, progress_dir=progress_dir, on_unit=on_unit,
-               sweep=SweepPlan(layers=settings.layers, heads=settings.heads, layer_modes=settings.layer_modes))
+               sweep=SweepPlan(layers=settings.layers, heads=settings.heads, layer_modes=settings.layer_modes,
+                               units_per_forward=settings.units_per_forward))
     if settings.mode == "revert":
         from bertology.experiments.revert_sweep import run_revert
 
@@ -409,6 +421,7 @@ def settings_from(config: CompareConfig, mode: str | None = None) -> AblationSet
     mode's whole-layer units."""
     return AblationSettings(
         mode=mode or modes_of(config)[0], exclude_special=config.ablation_exclude_special, batch_size=config.batch_size,
+        units_per_forward=config.ablation_units_per_forward,
         n_bootstrap=config.ablation_bootstrap, seed=config.seed, device=config.device,
         max_examples=config.ablation_examples or None, max_length=config.data.max_length,
         importance=config.ablation_importance and mode in (None, _importance_mode(config)),
@@ -497,6 +510,7 @@ SETTINGS = (
     Setting("ablation_exclude_special", False, EXCLUDE_SPECIAL_HELP),
     Setting("ablation_bootstrap", 1000, BOOTSTRAP_HELP, minimum=0),
     Setting("ablation_importance", True, IMPORTANCE_HELP, paper=MICHEL, flag="--importance"),
+    Setting("ablation_units_per_forward", **UNITS_PER_FORWARD),
 )
 
 SPEC = ExperimentSpec(

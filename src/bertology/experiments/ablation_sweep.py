@@ -34,10 +34,18 @@ method (a full forward per ablation with the same hooks), so the results equal i
 ``first_token_shortcut=True`` lets the last block's feed-forward run on the first token only (see
 :func:`run_ablation`), equal to the naive re-run to float rounding.
 
+Batched (``SweepPlan.units_per_forward`` = K > 1; auto: up to 8 on CUDA, 1 on the CPU): the head units of one layer
+(single heads and the ``heads`` layer unit) run K at a time, in one forward over the batch's rows repeated K times
+(the cached hidden states, the inputs and the replayed attention output alike), unit k's heads ablated in rows
+``[k*B, (k+1)*B)`` (:func:`~bertology.models.ablate.ablate_head_groups`); the logits are split back per unit, so
+every unit is still recorded and reported on its own. Both methods batch; ``skip`` units, and the revert and
+transplant sweeps, run one unit per forward. Larger products round differently, so a batched sweep equals the
+one-unit sweep to float rounding only (a few ulp of the logits; tests/unit/test_ablation_batched.py).
+
 Resuming: with ``progress_dir``, every finished ablation is written there atomically as
 ``units/<key>.npz`` (per-example predictions and losses) next to ``progress.json`` (a fingerprint of
-the model weights, the tokenised data, the labels and the settings). A later call with the same
-fingerprint skips the finished ablations; with another fingerprint the old files are discarded.
+the model weights, the tokenised data, the labels and the settings, K among them when above 1). A later call with
+the same fingerprint skips the finished ablations; with another fingerprint the old files are discarded.
 
 The settings of a whole study, its headlines and the experiment inside ``compare`` are in
 :mod:`bertology.experiments.ablation`, which re-exports this module's public names.
@@ -47,7 +55,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -61,7 +69,7 @@ from bertology.errors import BertologyError
 from bertology.metrics.bootstrap import bootstrap_counts
 from bertology.models import sites
 from bertology.models.ablate import (
-    ablate_heads,
+    ablate_head_groups,
     keep_first_token,
     replay_output,
     skip_layers,
@@ -78,6 +86,8 @@ from bertology.experiments.scoring import (
     classifier_batches,
     fingerprint_of,
     head_means,
+    split_rows,
+    tile_rows,
 )
 from bertology.tasks.base import Task
 from bertology.tasks.catalog import get_task, task_of_table
@@ -221,6 +231,8 @@ class _Sweep:
         total: int,
         done: int,
         first_token_shortcut: bool = False,
+        units_per_forward: int = 1,
+        planned: Sequence[Unit] | None = None,
     ) -> None:
         self.model, self.batches, self.store = model, batches, store
         self.mode, self.exclude_special, self.special_ids = scoring.mode, scoring.exclude_special, scoring.special_ids
@@ -230,6 +242,8 @@ class _Sweep:
         self.n_layers = sites.num_layers(model)
         self.n_heads = sites.num_heads(model)
         self.allow_first_token_shortcut = first_token_shortcut
+        self.units_per_forward = units_per_forward
+        self.planned = planned  # every unit of the sweep, finished or not: the groups are cut from it
         # (batches whose last block ran on [CLS] only, batches) in the cached sweep; None when it did not run
         self.first_token_shortcut: tuple[int, int] | None = None
 
@@ -241,12 +255,41 @@ class _Sweep:
             return [(unit.layer, h) for h in range(self.n_heads)]
         return []
 
-    def _ablation(self, unit: Unit, means: torch.Tensor | None):
-        heads = self._heads_of(unit)
-        return ablate_heads(
-            self.model, heads, self.mode, exclude_special=self.exclude_special,
+    def _ablation(self, group: Sequence[Unit], means: torch.Tensor | None):
+        """The hooks of a group of units scored by one forward: unit ``k``'s heads in row group ``k``."""
+        return ablate_head_groups(
+            self.model, [self._heads_of(u) for u in group], self.mode, exclude_special=self.exclude_special,
             special_ids=self.special_ids, means=means,
         )
+
+    def _groups(self, pending: Sequence[Unit]) -> list[list[Unit]]:
+        """The units that share a forward, in the order they run: the head units of one layer (single heads and the
+        ``heads`` layer unit) ``units_per_forward`` at a time, every other unit (intact, ``skip``) alone.
+
+        The groups are cut from the sweep's planned units, finished or not, so a resumed sweep runs the groups an
+        uninterrupted one runs (the same matrix shapes, hence the same bits); a group's finished units are run
+        again and not recorded. With one unit per forward every pending unit is its own group, in plan order.
+        """
+        k, todo = self.units_per_forward, {u.key for u in pending}
+        plan = list(self.planned) if self.planned is not None else list(pending)
+        together: dict[int, list[Unit]] = {}
+        for u in plan:
+            if k > 1 and self._heads_of(u):
+                together.setdefault(u.layer, []).append(u)
+        first: dict[str, list[Unit]] = {}  # a group by the key of its first unit
+        for units in together.values():
+            for i in range(0, len(units), k):
+                group = units[i:i + k]
+                if any(u.key in todo for u in group):
+                    first[group[0].key] = group
+        return [first[u.key] if u.key in first else [u] for u in plan
+                if u.key in first or (u.key in todo and not (k > 1 and self._heads_of(u)))]
+
+    def _finish_group(self, group: Sequence[Unit], logits: list[list[torch.Tensor]], pending: Collection[str]) -> None:
+        """Record the pending units of a group from their row group's logits (``logits[k]``: unit ``k``'s batches)."""
+        for unit, lg in zip(group, logits, strict=True):
+            if unit.key in pending:
+                self._finish(unit, lg)
 
     def _finish(self, unit: Unit, logits: list[torch.Tensor]) -> None:
         self.store.save(unit.key, **_record(self.batches, logits))
@@ -259,16 +302,18 @@ class _Sweep:
 
     # ------------------------------------------------------------------ naive
     def naive(self, units: Sequence[Unit]) -> None:
-        """A full forward of every batch per unit, with the unit's hooks."""
+        """A full forward of every batch per group of units (:meth:`_groups`), with the group's hooks."""
         means = self.means
         if self._need_means(units):
             means = head_means(self.model, self.batches)
+        pending = {u.key for u in units}
         with torch.inference_mode():
-            for unit in units:
-                hooks = skip_layers(self.model, [unit.layer]) if unit.layer_mode == "skip" else self._ablation(unit, means)
-                with hooks:
-                    logits = [_logits(self.model, inp) for inp in self.batches.inputs]
-                self._finish(unit, logits)
+            for group in self._groups(units):
+                k = len(group)
+                skip = group[0].layer_mode == "skip"
+                with skip_layers(self.model, [group[0].layer]) if skip else self._ablation(group, means):
+                    logits = [_logits(self.model, tile_rows(inp, k)) for inp in self.batches.inputs]
+                self._finish_group(group, split_rows(logits, k), pending)
 
     # ------------------------------------------------------------------ cached
     def _first_token_shortcut_ok(self) -> list[bool]:
@@ -311,18 +356,19 @@ class _Sweep:
         return ok
 
     def _run_from(self, start: int, cache: list[torch.Tensor], *, shortcut: Sequence[bool] | None = None,
-                  stop: int | None = None, extra=None) -> list[torch.Tensor]:
+                  stop: int | None = None, extra=None, repeat: int = 1) -> list[torch.Tensor]:
         """Logits of every batch entering block ``start`` with the cached hidden states (:func:`layer_cache.run_from`)."""
-        return run_from(self.model, self.batches, start, cache, stop=stop, shortcut=shortcut, extra=extra)
+        return run_from(self.model, self.batches, start, cache, stop=stop, shortcut=shortcut, extra=extra, repeat=repeat)
 
     def cached(self, units: Sequence[Unit]) -> None:
         """Layer by layer from cached hidden states; see the module docstring."""
         model, n = self.model, self.n_layers
-        by_layer: dict[int, list[Unit]] = {}
+        pending = {u.key for u in units}
+        by_layer: dict[int, list[list[Unit]]] = {}  # the groups of units (:meth:`_groups`) at each layer
         intact = [u for u in units if u.target == "intact"]
-        for u in units:
-            if u.target != "intact":
-                by_layer.setdefault(u.layer, []).append(u)
+        for group in self._groups(units):
+            if group[0].target != "intact":
+                by_layer.setdefault(group[0].layer, []).append(group)
         tops = ([n] if intact else []) + list(by_layer)
         if not tops:
             return
@@ -335,11 +381,11 @@ class _Sweep:
             cache = embedded(model, self.batches)  # hidden states entering block 1 (hidden state 0)
             for layer in range(1, top + 1):
                 todo = by_layer.get(layer, [])
-                need_means = self._need_means(todo)
+                need_means = self._need_means([u for group in todo for u in group])
                 acc = _MeanAccumulator(n, n_heads, head_size) if need_means else None
                 nxt: list[torch.Tensor] = []
                 contexts: list[tuple] = []  # the intact attention.self outputs of this layer, replayed for head ablations
-                replay = any(self._heads_of(u) for u in todo)
+                replay = any(self._heads_of(u) for group in todo for u in group)
                 advance = layer < top or need_means or replay or (layer == n and intact)
                 if advance:
                     handles = [sites.block(model, layer).register_forward_hook(
@@ -364,13 +410,15 @@ class _Sweep:
                     if layer == n and intact:
                         self._finish(intact[0], logits)
                 means = self.means if acc is None else acc.means()
-                for unit in todo:
-                    if unit.layer_mode == "skip":
+                for group in todo:
+                    k = len(group)
+                    if group[0].layer_mode == "skip":
                         logits = self._run_from(layer + 1, cache, shortcut=shortcut)
-                    else:
-                        with replay_output(sites.attention(model, layer)) as rp, self._ablation(unit, means):
-                            logits = self._run_from(layer, cache, shortcut=shortcut, extra=lambda b: rp.set(contexts[b]))
-                    self._finish(unit, logits)
+                    else:  # k units at once: the batch's rows k times over, unit j's heads ablated in row group j
+                        with replay_output(sites.attention(model, layer)) as rp, self._ablation(group, means):
+                            logits = self._run_from(layer, cache, shortcut=shortcut, repeat=k,
+                                                    extra=lambda b: rp.set(tile_rows(contexts[b], k)))
+                    self._finish_group(group, split_rows(logits, k), pending)
                 cache = nxt
 
 
@@ -385,6 +433,12 @@ class SweepPlan:
     model (about a tenth less work at BERT-base). Off by default: matrix kernels chosen by shape may still round
     an ablated unit's one-row product differently (seen on tiny RoBERTa models), so its numbers equal the naive
     re-run's to float rounding only; without it they are equal bit for bit.
+
+    ``units_per_forward`` (K): how many head units (single heads and ``heads`` layer units of one layer) one
+    forward scores, on K copies of each batch with unit k's heads ablated in copy k (:meth:`_Sweep._groups`), so
+    a GPU runs fewer, larger kernels. ``skip`` units, and the revert and transplant sweeps, stay one unit per
+    forward. None: :func:`units_per_forward_for` (1 on the CPU, up to :data:`AUTO_UNITS_ON_CUDA` on CUDA). K > 1
+    multiplies matrices of other shapes, so its numbers equal the one-unit sweep's to float rounding only.
     """
 
     layers: Sequence[int] | None = None
@@ -392,6 +446,46 @@ class SweepPlan:
     layer_modes: Sequence[str] = LAYER_MODES
     method: Method = "cached"
     first_token_shortcut: bool = False
+    units_per_forward: int | None = None
+
+
+#: The most units one forward scores on CUDA when ``units_per_forward`` is not given (fewer when memory is short).
+AUTO_UNITS_ON_CUDA = 8
+
+
+def units_per_forward_for(setting: int | None, model: torch.nn.Module, batches: Batches, *,
+                          device: torch.device | None = None, free_bytes: int | None = None) -> int:
+    """The K a sweep runs: ``setting`` when given; else 1 off CUDA (a CPU gains nothing from larger products, and
+    one unit per forward keeps the cached sweep equal to the naive one bit for bit), and on CUDA
+    :data:`AUTO_UNITS_ON_CUDA`, fewer when a quarter of the free memory (``free_bytes``, default the device's)
+    holds fewer copies of one forward's largest activations (:func:`forward_bytes`). ``device``: where the
+    batches are (default: read from them)."""
+    if setting is not None:
+        if isinstance(setting, bool) or not isinstance(setting, int) or setting < 1:
+            raise ValueError(f"units_per_forward must be a whole number >= 1 or None (auto), not {setting!r}")
+        return setting
+    if device is None:
+        device = batches.inputs[0]["input_ids"].device if batches.inputs else torch.device("cpu")
+    if device.type != "cuda":
+        return 1
+    free = torch.cuda.mem_get_info(device)[0] if free_bytes is None else free_bytes
+    return int(max(1, min(AUTO_UNITS_ON_CUDA, free // (4 * max(1, forward_bytes(model, batches))))))
+
+
+def forward_bytes(model: torch.nn.Module, batches: Batches) -> int:
+    """Bytes of the activations one block holds at once for the largest batch, one unit per forward: the hidden
+    states and the attention output (4 x hidden), the feed-forward's intermediate, the scores and probabilities
+    (2 x heads x T x T per row). An estimate for :func:`units_per_forward_for`, not a measurement."""
+    cfg = model.config
+    hidden = int(getattr(cfg, "hidden_size"))
+    inner = int(getattr(cfg, "intermediate_size", 4 * hidden) or 4 * hidden)
+    heads = sites.num_heads(model)
+    size = next(model.parameters()).element_size()
+    most = 0
+    for inp in batches.inputs:
+        rows, t = inp["input_ids"].shape[:2]
+        most = max(most, rows * t * (4 * hidden + inner) + 2 * rows * heads * t * t)
+    return most * size
 
 
 def run_ablation(
@@ -425,6 +519,7 @@ def run_ablation(
         logger.info("ablation: %s blocks cannot be bypassed or replayed; using the plain sweep", sites.adapter(model).family)
         method = "naive"
     units = plan_units(n_layers, n_heads, layers=layers, heads=heads, layer_modes=layer_modes)
+    units_per_forward = units_per_forward_for(sweep.units_per_forward, model, batches)
     fp_settings = {
         "mode": mode, "exclude_special": exclude_special, "special_ids": sorted(scoring.special_ids),
         "batch_size": scoring.batch_size,
@@ -432,12 +527,14 @@ def run_ablation(
     }
     if first_token_shortcut and method == "cached":  # other rounding: not resumed into an exact sweep, nor back
         fp_settings["first_token_shortcut"] = True
+    if units_per_forward > 1:  # other shapes, other rounding; a one-unit sweep keeps the fingerprint it always had
+        fp_settings["units_per_forward"] = units_per_forward
     store = ProgressStore(progress_dir, fingerprint_of(model, batches, fp_settings))
     pending = [u for u in units if u.key not in store]
     logger.info("ablation: %d of %d units to run (%s method)", len(pending), len(units), method)
     runner = _Sweep(
         model, batches, store, scoring, on_unit=on_unit, total=len(units), done=len(units) - len(pending),
-        first_token_shortcut=first_token_shortcut,
+        first_token_shortcut=first_token_shortcut, units_per_forward=units_per_forward, planned=units,
     )
     t1 = time.perf_counter()
     if pending:
@@ -460,6 +557,8 @@ def run_ablation(
         # when the cached sweep did not run
         "first_token_shortcut": None if runner.first_token_shortcut is None else runner.first_token_shortcut[0] > 0,
         "first_token_shortcut_batches": None if runner.first_token_shortcut is None else list(runner.first_token_shortcut),
+        # how many head units one forward scored (SweepPlan.units_per_forward: given, or chosen for the device)
+        "units_per_forward": units_per_forward,
         "n_examples": len(batches.y_examples),
         "n_layers": n_layers,
         "n_heads": n_heads,

@@ -27,7 +27,7 @@ from typing import Literal
 
 import torch
 
-from bertology.experiments.scoring import Batches, _logits
+from bertology.experiments.scoring import Batches, _logits, tile_rows
 from bertology.models import sites
 from bertology.models.ablate import bypass_blocks, keep_first_token, replace_embeddings
 from bertology.models.hooks import block_input
@@ -75,11 +75,14 @@ def full_forward(model: torch.nn.Module, batches: Batches) -> list[torch.Tensor]
 
 def run_from(model: torch.nn.Module, batches: Batches, start: int, cache: Sequence[torch.Tensor], *,
              stop: int | None = None, shortcut: Sequence[bool] | None = None,
-             extra: Callable[[int], None] | None = None) -> list[torch.Tensor]:
+             extra: Callable[[int], None] | None = None, repeat: int = 1) -> list[torch.Tensor]:
     """Logits of every batch for a forward that enters block ``start`` with the cached hidden states ``cache[b]``.
 
     Blocks before ``start`` (and after ``stop``) are bypassed; ``start = L + 1`` runs no block. ``shortcut[b]``:
     batch ``b`` runs the last block's feed-forward on the first token only; ``extra(b)`` runs before batch ``b``.
+    ``repeat``: every batch's rows (inputs and cached states) ``repeat`` times over
+    (:func:`~bertology.experiments.scoring.tile_rows`), for a forward that scores that many units at once; its
+    logits then hold ``repeat`` row groups.
     """
     n = sites.num_layers(model)
     bypass = [l for l in range(1, n + 1) if l < start or (stop is not None and l > stop)]
@@ -87,12 +90,12 @@ def run_from(model: torch.nn.Module, batches: Batches, start: int, cache: Sequen
     out = []
     with replace_embeddings(model) as repl, bypass_blocks(model, bypass):
         for b, inp in enumerate(batches.inputs):
-            repl.set(cache[b])
+            repl.set(tile_rows(cache[b], repeat))
             if extra is not None:
                 extra(b)
             cut = shortcut is not None and shortcut[b] and runs_last
             with keep_first_token(model) if cut else nullcontext():
-                out.append(_logits(model, inp))
+                out.append(_logits(model, tile_rows(inp, repeat)))
     return out
 
 

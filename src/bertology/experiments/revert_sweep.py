@@ -149,7 +149,8 @@ def run_revert(
     parameter's shape, one :class:`BertologyError` line otherwise); ``scoring`` gives the batch size and device
     (its head mode is not used). ``sweep`` is the ablation's plan: its ``layer_modes`` are revert's layer units
     (``attention``, ``ffn``, ``layer``, ``embeddings``), its ``method`` whether hidden states below the first
-    reverted layer are reused (``cached``, where the family allows) or every unit runs a full forward (``naive``).
+    reverted layer are reused (``cached``, where the family allows) or every unit runs a full forward (``naive``);
+    its ``units_per_forward`` is not read (each reverted unit has its own weights: one unit per forward).
     The rest is as in :func:`~bertology.experiments.ablation_sweep.run_ablation`.
     """
     layers, heads, units = sweep.layers, sweep.heads, sweep.layer_modes

@@ -233,6 +233,29 @@ def _logits(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Te
     return head_logits(model(**inputs)).float()
 
 
+def tile_rows(x, k: int):
+    """``k`` copies of the rows of ``x`` one after the other (a tensor, or a dict or tuple of them; anything else as
+    it is): the batch of a forward that scores ``k`` units at once (:func:`~bertology.models.ablate.ablate_head_groups`).
+    ``x`` itself when ``k`` is 1."""
+    if k == 1:
+        return x
+    if isinstance(x, torch.Tensor):
+        return torch.cat([x] * k)
+    if isinstance(x, dict):
+        return {name: tile_rows(v, k) for name, v in x.items()}
+    if isinstance(x, tuple):
+        return tuple(tile_rows(v, k) for v in x)
+    return x
+
+
+def split_rows(logits: Sequence[torch.Tensor], k: int) -> list[list[torch.Tensor]]:
+    """Per unit, every batch's logits of a forward that scored ``k`` units (:func:`tile_rows`): row group ``j`` of each."""
+    parts = [lg.chunk(k) for lg in logits]
+    if any(len(p) != k or p[0].shape[0] * k != lg.shape[0] for p, lg in zip(parts, logits)):
+        raise RuntimeError(f"logits of {[lg.shape[0] for lg in logits]} rows do not hold {k} equal row groups")
+    return [[p[j] for p in parts] for j in range(k)]
+
+
 class _MeanAccumulator:
     """Sums each head's context vector over real tokens (pre-hook on the output projection)."""
 

@@ -20,6 +20,9 @@ ALBERT's shared layer is hooked by call order, so ablating a head of layer 3 lea
 * ``mean``: the head's context slice is replaced by its mean over a reference corpus
   (:func:`bertology.experiments.ablation.head_means`).
 
+:func:`ablate_head_groups` applies several such ablations in one forward, each to its own block of rows (the
+batched ablation sweep); :func:`ablate_heads` is its one-group case, so each mode's arithmetic is written once.
+
 Whole layers: :func:`skip_layers` makes hidden state ``l`` equal to block ``l``'s input; "all heads of a
 layer" is :func:`ablate_heads` with every head of that layer. :func:`bypass_blocks`,
 :func:`replay_output` and :func:`keep_first_token` serve the cached ablation sweep, which only families
@@ -28,8 +31,8 @@ with ``adapter.cached_sweep`` (the BERT layout) use.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 
 import torch
 from torch import nn
@@ -45,6 +48,7 @@ __all__ = [
     "MODES",
     "HeadGates",
     "Mode",
+    "ablate_head_groups",
     "ablate_heads",
     "bypass_blocks",
     "check_mode",
@@ -98,7 +102,6 @@ def _head_slices(head_size: int, heads: Iterable[int]) -> list[slice]:
     return [slice(h * head_size, (h + 1) * head_size) for h in heads]
 
 
-@contextmanager
 def ablate_heads(
     model: nn.Module,
     heads: Iterable[tuple[int, int]],
@@ -107,17 +110,44 @@ def ablate_heads(
     exclude_special: bool = False,
     special_ids: Collection[int] | None = None,
     means: Mapping[tuple[int, int], torch.Tensor] | torch.Tensor | None = None,
-) -> Iterator[None]:
+) -> AbstractContextManager[None]:
     """Disable the given ``(layer, head)`` pairs for every forward pass inside the block.
 
     ``exclude_special`` (uniform mode) leaves the tokens whose ids are in ``special_ids`` ([CLS] and
     [SEP]; the ids are read from the ``input_ids`` the embeddings receive) out of the 1/L average.
     ``means`` (mean mode) maps ``(layer, head)`` to that head's mean context vector, or is a
-    ``[layers, heads, head_size]`` tensor indexed ``[layer - 1, head]``.
+    ``[layers, heads, head_size]`` tensor indexed ``[layer - 1, head]``. One row group of
+    :func:`ablate_head_groups` (every row of every forward).
+    """
+    return ablate_head_groups(model, [heads], mode, exclude_special=exclude_special, special_ids=special_ids,
+                              means=means)
+
+
+@contextmanager
+def ablate_head_groups(
+    model: nn.Module,
+    groups: Sequence[Iterable[tuple[int, int]]],
+    mode: Mode = "uniform",
+    *,
+    exclude_special: bool = False,
+    special_ids: Collection[int] | None = None,
+    means: Mapping[tuple[int, int], torch.Tensor] | torch.Tensor | None = None,
+) -> Iterator[None]:
+    """Disable ``groups[k]``'s ``(layer, head)`` pairs in the ``k``-th of ``len(groups)`` equal blocks of rows.
+
+    Every forward's batch is read as ``len(groups)`` copies of ``B`` rows (``B`` = rows / ``len(groups)``):
+    rows ``[k*B, (k+1)*B)`` get group ``k``'s heads, so one forward scores several ablations (the batched
+    ablation sweep, :mod:`bertology.experiments.ablation_sweep`). The other arguments are as in
+    :func:`ablate_heads` (one group); each mode's arithmetic is written once, per row group, and with one
+    group it is the whole batch (the same products as before groups existed).
     """
     check_mode(mode)
     n_layers, n_heads, size = sites.num_layers(model), sites.num_heads(model), sites.head_size(model)
-    by_layer = _group(heads, n_layers, n_heads)
+    by_layer: dict[int, list[tuple[int, list[int]]]] = defaultdict(list)
+    for k, heads in enumerate(groups):
+        for layer, hs in _group(heads, n_layers, n_heads).items():
+            by_layer[layer].append((k, hs))
+    n_groups = len(groups)
     if exclude_special and mode == "uniform" and not special_ids:
         raise ValueError("exclude_special needs the special token ids ([CLS], [SEP]) in special_ids")
     if mode == "mean" and means is None:
@@ -125,17 +155,27 @@ def ablate_heads(
     handles: list[torch.utils.hooks.RemovableHandle] = []
     try:
         if mode == "uniform":
-            handles.extend(_uniform_hooks(model, by_layer, size, special_ids if exclude_special else None))
+            handles.extend(_uniform_hooks(model, by_layer, n_groups, size, special_ids if exclude_special else None))
         else:
             replace = {
-                layer: _replace_slices_hook(hs, size, None if mode == "zero" else torch.stack([_mean_of(means, layer, h) for h in hs]))
-                for layer, hs in by_layer.items()
+                layer: _replace_slices_hook(
+                    [(k, hs, None if mode == "zero" else torch.stack([_mean_of(means, layer, h) for h in hs]))
+                     for k, hs in entries], n_groups, size)
+                for layer, entries in by_layer.items()
             }
             handles.extend(on_layers(model, sites.out_proj, replace, pre=True))
         yield
     finally:
         for h in handles:
             h.remove()
+
+
+def _group_rows(k: int, n_groups: int, n_rows: int) -> slice:
+    """The rows of row group ``k`` of ``n_groups`` equal groups (all rows when there is one group)."""
+    if n_rows % n_groups:
+        raise RuntimeError(f"a batch of {n_rows} rows cannot hold {n_groups} equal row groups")
+    b = n_rows // n_groups
+    return slice(k * b, (k + 1) * b)
 
 
 def _mean_of(means, layer: int, head: int) -> torch.Tensor:
@@ -147,23 +187,30 @@ def _mean_of(means, layer: int, head: int) -> torch.Tensor:
         raise ValueError(f"no mean context vector for L{layer}H{head}") from None
 
 
-def _replace_slices_hook(heads: list[int], size: int, values: torch.Tensor | None):
-    """Pre-hook on the output projection: zero (values None) or overwrite the heads' context slices."""
+#: The row groups' heads at one layer: ``(k, heads)`` per group that ablates a head there.
+_Entries = Sequence[tuple[int, list[int]]]
+
+
+def _replace_slices_hook(entries: Sequence[tuple[int, list[int], torch.Tensor | None]], n_groups: int, size: int):
+    """Pre-hook on the output projection: per row group ``(k, heads, values)``, zero (values None) or overwrite the
+    heads' context slices in that group's rows."""
 
     def hook(_m, args):
         x = args[0].clone()
-        for i, sl in enumerate(_head_slices(size, heads)):
-            if values is None:
-                x[..., sl] = 0
-            else:
-                x[..., sl] = values[i].to(dtype=x.dtype, device=x.device)
+        for k, heads, values in entries:
+            rows = _group_rows(k, n_groups, x.shape[0])
+            for i, sl in enumerate(_head_slices(size, heads)):
+                if values is None:
+                    x[rows, ..., sl] = 0
+                else:
+                    x[rows, ..., sl] = values[i].to(dtype=x.dtype, device=x.device)
         return (x, *args[1:])
 
     return hook
 
 
 def _uniform_hooks(
-    model: nn.Module, by_layer: Mapping[int, list[int]], size: int, special_ids: Collection[int] | None
+    model: nn.Module, by_layer: Mapping[int, _Entries], n_groups: int, size: int, special_ids: Collection[int] | None
 ) -> list[torch.utils.hooks.RemovableHandle]:
     """Hooks that replace the heads' context by the mean of their value vectors over the real keys.
 
@@ -173,6 +220,8 @@ def _uniform_hooks(
     affine, so this is the mean of the value vectors) into the heads' slices; a forward hook on the
     attention module sets the heads' returned probabilities to those weights. The attention module's
     own computation may be replayed from a cache (:func:`replay_output`): its pre-hooks still run.
+    ``by_layer[layer]`` holds ``(k, heads)`` per row group (:func:`ablate_head_groups`); each group's mean is
+    taken over its own rows, so a group's products have the shapes they have in a forward of that group alone.
     """
     state: dict = {}
     ids = None if special_ids is None else torch.tensor(sorted(int(i) for i in special_ids), dtype=torch.long)
@@ -200,24 +249,25 @@ def _uniform_hooks(
 
         return hook
 
-    def write_means(layer: int, heads: list[int]):
+    def write_means(layer: int, entries: _Entries):
         weight, bias = sites.value_projection(model, layer)
-        slices = _head_slices(size, heads)
 
         def hook(_m, args):
             hidden, w = state[layer]  # kept: the probabilities hook may run after this one (out_proj inside attention)
-            pooled = torch.einsum("bt,bth->bh", w, hidden)  # mean of the inputs, then the (affine) projection
             x = args[0].clone()
-            for sl in slices:
-                mean = nn.functional.linear(pooled, weight[sl], None if bias is None else bias[sl])
-                x[..., sl] = mean[:, None, :].to(x.dtype)
+            for k, heads in entries:
+                rows = _group_rows(k, n_groups, x.shape[0])
+                pooled = torch.einsum("bt,bth->bh", w[rows], hidden[rows])  # mean of the inputs, then the (affine) projection
+                for sl in _head_slices(size, heads):
+                    mean = nn.functional.linear(pooled, weight[sl], None if bias is None else bias[sl])
+                    x[rows, ..., sl] = mean[:, None, :].to(x.dtype)
             return (x, *args[1:])
 
         return hook
 
     probs_index = sites.adapter(model).probs_index
 
-    def show_uniform(layer: int, heads: list[int]):
+    def show_uniform(layer: int, entries: _Entries):
         def hook(_m, _args, output):
             if not isinstance(output, tuple) or len(output) <= probs_index or output[probs_index] is None:
                 return None
@@ -225,8 +275,10 @@ def _uniform_hooks(
             if w is None:
                 return None
             probs = output[probs_index].clone()
-            for h in heads:
-                probs[:, h] = w[:, None, :].to(probs.dtype)
+            for k, heads in entries:
+                rows = _group_rows(k, n_groups, probs.shape[0])
+                for h in heads:
+                    probs[rows, h] = w[rows, None, :].to(probs.dtype)
             return (*output[:probs_index], probs, *output[probs_index + 1:])
 
         return hook
@@ -234,8 +286,8 @@ def _uniform_hooks(
     handles = [sites.encoder(model).register_forward_pre_hook(read_inputs, with_kwargs=True)]
     try:
         handles += on_layers(model, sites.attention, {l: keep_input(l) for l in by_layer}, pre=True, with_kwargs=True)
-        handles += on_layers(model, sites.attention, {l: show_uniform(l, hs) for l, hs in by_layer.items()})
-        handles += on_layers(model, sites.out_proj, {l: write_means(l, hs) for l, hs in by_layer.items()}, pre=True)
+        handles += on_layers(model, sites.attention, {l: show_uniform(l, e) for l, e in by_layer.items()})
+        handles += on_layers(model, sites.out_proj, {l: write_means(l, e) for l, e in by_layer.items()}, pre=True)
     except BaseException:
         remove_hooks(handles)
         raise

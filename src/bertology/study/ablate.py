@@ -21,7 +21,7 @@ from bertology.conventions import record
 from bertology.errors import BertologyError
 from bertology.experiments.ablation import AblationSettings
 from bertology.runs import RunResult, build_manifest, fingerprint, open_run, run_folder
-from bertology.settings import check_fields, describe_fields, setting_field, settings_object
+from bertology.settings import check_fields, describe_fields, field_settings, setting_field, settings_object
 from bertology.study.inputs import Columns, Loading, resolve, stderr_console
 
 logger = logging.getLogger(__name__)
@@ -103,8 +103,11 @@ def ablate(
     loaded, corpus, task, encoded, qa_used = _inputs(model, data, settings, columns, qa, loading, torch_dtype)
     base_loaded = None if base is None else _load_base(base, loaded, loading, torch_dtype)
     d = {**settings.to_dict(), **qa_used}
-    d.pop("device")  # results agree across devices to float rounding; a run may resume on another
-    d.pop("conventions")  # no convention changes the sweep: recorded, and runs keep their fingerprints
+    # recorded, not fingerprinted (declared changes_numbers=False): the device and the units per forward (results agree
+    # to float rounding; a run may resume on another device), the conventions (none changes the sweep)
+    for declared in field_settings(AblationSettings):
+        if not declared.changes_numbers:
+            d.pop(declared.name)
     weights = loaded.weights_sha256 or loaded.path
     extra = [loading.dtype] if loading.dtype != "float32" else []  # float32 runs keep their old fingerprints
     if base_loaded is not None:  # revert's numbers depend on the base's weights
