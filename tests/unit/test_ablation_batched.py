@@ -226,8 +226,8 @@ def test_a_one_unit_sweep_keeps_its_fingerprint(clf, data):
 
 
 def test_the_automatic_k(clf, data):
-    """1 off CUDA; on CUDA at most AUTO_UNITS_ON_CUDA, fewer when a quarter of the free memory holds fewer copies of
-    one forward's activations (the arithmetic, run here with a stated device and free memory)."""
+    """1 off CUDA; on CUDA at most AUTO_UNITS_ON_CUDA, fewer when a quarter of the device's memory holds fewer copies of
+    one forward's activations (the arithmetic, run here with a stated device and memory)."""
     _, enc, y = data
     batches = classifier_batches(clf.model, enc, y, HeadScoring(batch_size=4))
     assert units_per_forward_for(None, clf.model, batches) == 1
@@ -236,9 +236,9 @@ def test_the_automatic_k(clf, data):
     one = forward_bytes(clf.model, batches)
     t = max(inp["input_ids"].shape[1] for inp in batches.inputs)
     assert one >= 4 * 4 * t * 32  # at least one row's hidden states, float32
-    assert units_per_forward_for(None, clf.model, batches, device=cuda, free_bytes=10**12) == AUTO_UNITS_ON_CUDA
-    assert units_per_forward_for(None, clf.model, batches, device=cuda, free_bytes=4 * one * 3) == 3
-    assert units_per_forward_for(None, clf.model, batches, device=cuda, free_bytes=0) == 1
+    assert units_per_forward_for(None, clf.model, batches, device=cuda, memory_bytes=10**12) == AUTO_UNITS_ON_CUDA
+    assert units_per_forward_for(None, clf.model, batches, device=cuda, memory_bytes=4 * one * 3) == 3
+    assert units_per_forward_for(None, clf.model, batches, device=cuda, memory_bytes=0) == 1
     for bad in (0, -2, 1.5, True):
         with pytest.raises(ValueError, match="units_per_forward"):
             units_per_forward_for(bad, clf.model, batches)

@@ -454,11 +454,13 @@ AUTO_UNITS_ON_CUDA = 8
 
 
 def units_per_forward_for(setting: int | None, model: torch.nn.Module, batches: Batches, *,
-                          device: torch.device | None = None, free_bytes: int | None = None) -> int:
+                          device: torch.device | None = None, memory_bytes: int | None = None) -> int:
     """The K a sweep runs: ``setting`` when given; else 1 off CUDA (a CPU gains nothing from larger products, and
     one unit per forward keeps the cached sweep equal to the naive one bit for bit), and on CUDA
-    :data:`AUTO_UNITS_ON_CUDA`, fewer when a quarter of the free memory (``free_bytes``, default the device's)
-    holds fewer copies of one forward's largest activations (:func:`forward_bytes`). ``device``: where the
+    :data:`AUTO_UNITS_ON_CUDA`, fewer when a quarter of the device's memory (``memory_bytes``, default its total)
+    holds fewer copies of one forward's largest activations (:func:`forward_bytes`). The device's total, not what
+    is free now: free memory moves with other processes, and a K that moved between runs would change the unit
+    store's fingerprint, so an interrupted sweep would start over instead of resuming. ``device``: where the
     batches are (default: read from them)."""
     if setting is not None:
         if isinstance(setting, bool) or not isinstance(setting, int) or setting < 1:
@@ -468,8 +470,8 @@ def units_per_forward_for(setting: int | None, model: torch.nn.Module, batches: 
         device = batches.inputs[0]["input_ids"].device if batches.inputs else torch.device("cpu")
     if device.type != "cuda":
         return 1
-    free = torch.cuda.mem_get_info(device)[0] if free_bytes is None else free_bytes
-    return int(max(1, min(AUTO_UNITS_ON_CUDA, free // (4 * max(1, forward_bytes(model, batches))))))
+    total = torch.cuda.get_device_properties(device).total_memory if memory_bytes is None else memory_bytes
+    return int(max(1, min(AUTO_UNITS_ON_CUDA, total // (4 * max(1, forward_bytes(model, batches))))))
 
 
 def forward_bytes(model: torch.nn.Module, batches: Batches) -> int:
