@@ -6,6 +6,7 @@ milliseconds, and check that an analysis finds a change that was put there on pu
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -349,7 +350,7 @@ def save_tiny_qa(folder: str | Path, *, seed: int = 0, model_type: str = "bert",
     return folder
 
 
-def check_final_intervals(run_dir: str | Path, metrics: Sequence[str]) -> "pd.DataFrame":
+def check_final_intervals(run_dir: str | Path, metrics: Sequence[str]) -> "pd.DataFrame":  # noqa: F821 (pandas imported inside)
     """Assert a fine-tuning run's ``finetune_intervals`` table agrees with its ``finetune`` table; return it.
 
     Each listed metric's value must equal the last eval row of ``finetune`` (the same records, the same
@@ -415,3 +416,69 @@ def peft_merged_model(base: str | Path, adapter: str | Path, *, num_labels: int 
 
     with quiet_transformers():
         return peft.PeftModel.from_pretrained(_peft_classifier(base, num_labels), adapter).merge_and_unload().eval()
+
+
+# --------------------------------------------------------------------------------------------------
+# Device paths on the CPU (issue 35): the batches an analysis sees, moved elsewhere, with host copies refused
+# --------------------------------------------------------------------------------------------------
+
+
+def captured_batches(pair, encoded, requires: frozenset[str], batch_size: int, *, each=None) -> list:
+    """The :class:`~bertology.activations.batch.PairBatch` es the extraction loop hands its analyses, kept.
+
+    ``each(batch)`` runs on every batch as it arrives (e.g. filling the shared layer statistics, whose CPU kernel
+    reads NumPy views, before a test refuses host copies).
+    """
+    from bertology.activations.extract import run_analyses
+
+    kept: list = []
+
+    class _Keep:
+        def __init__(self) -> None:
+            self.requires = frozenset(requires)
+
+        def extraction_options(self) -> dict:
+            return {}
+
+        def update(self, batch) -> None:
+            if each is not None:
+                each(batch)
+            kept.append(batch)
+
+    run_analyses(pair, encoded, [_Keep()], batch_size=batch_size)
+    return kept
+
+
+#: What copies a tensor to the host (or waits for the device to read one value back).
+HOST_COPIES = ("cpu", "numpy", "item", "tolist", "__array__")
+
+
+@contextmanager
+def no_host_copies():
+    """Inside the block every :data:`HOST_COPIES` method of a tensor raises ``AssertionError``: run an analysis's
+    device path on the CPU in it to show a GPU run would copy nothing back per batch. Restored on exit."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a per-batch host copy")
+
+    saved = {name: getattr(torch.Tensor, name) for name in HOST_COPIES}
+    try:
+        for name in HOST_COPIES:
+            setattr(torch.Tensor, name, refuse)
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(torch.Tensor, name, method)
+
+
+def batch_on(batch, device: str | torch.device):
+    """The same :class:`~bertology.activations.batch.PairBatch` with every tensor on ``device``."""
+    from bertology.activations.batch import PairBatch
+    from bertology.models.hooks import Captured
+
+    def moved(c: Captured) -> Captured:
+        return Captured([None if t is None else t.to(device) for t in c.hidden_states],
+                        [None if t is None else t.to(device) for t in c.attentions])
+
+    return PairBatch(batch.items, batch.input_ids.to(device), batch.mask.to(device), batch.content.to(device),
+                     batch.lengths.to(device), moved(batch.base), moved(batch.tuned))

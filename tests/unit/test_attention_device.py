@@ -33,9 +33,8 @@ from bertology.analyses.head_map import HeadMap
 from bertology.analyses.relation_heads import RelationHeads
 from bertology.data.corpus import Corpus, Example
 from bertology.data.encode import EncodedCorpus, encode_corpus
-from bertology.models.hooks import Captured
 from bertology.models.pair import ModelPair
-from bertology.testing import SENTENCES, TINY_WORDS, random_heads
+from bertology.testing import SENTENCES, TINY_WORDS, batch_on, captured_batches, no_host_copies, random_heads
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: checks the GPU path itself")
 
@@ -181,21 +180,11 @@ def test_shards_merge_across_paths(planted, encoded):
 
 
 def _keep_batches(pair: ModelPair, enc: EncodedCorpus) -> list[PairBatch]:
-    batches = []
+    def stats(batch: PairBatch) -> None:  # the shared statistics (their CPU kernel reads NumPy views)
+        for layer in range(1, pair.num_layers + 1):
+            batch.layer_stats(layer)
 
-    class Keep:
-        requires = frozenset({"attentions"})
-
-        def extraction_options(self):
-            return {}
-
-        def update(self, batch):
-            for layer in range(1, pair.num_layers + 1):
-                batch.layer_stats(layer)  # the shared statistics (their CPU kernel reads NumPy views)
-            batches.append(batch)
-
-    run_analyses(pair, enc, [Keep()], batch_size=5)
-    return batches
+    return captured_batches(pair, enc, frozenset({"attentions"}), batch_size=5, each=stats)
 
 
 def test_the_updates_make_no_host_copy(planted, encoded, monkeypatch):
@@ -207,14 +196,9 @@ def test_the_updates_make_no_host_copy(planted, encoded, monkeypatch):
     batches = _keep_batches(planted, encoded)
     analyses = _analyses(planted, True)
 
-    def refuse(*args, **kwargs):
-        raise AssertionError("a per-batch host copy")
-
     monkeypatch.setattr(head_distance, "_cpu_mixture_sums",
                         lambda p, rows: head_distance._torch_mixture_sums(p, rows, head_distance.BLOCK_ELEMENTS))
-    for name in ("cpu", "numpy", "item", "tolist", "__array__"):
-        monkeypatch.setattr(torch.Tensor, name, refuse)
-    with torch.inference_mode():
+    with no_host_copies(), torch.inference_mode():
         for batch in batches:
             for a in analyses.values():
                 a.update(batch)
@@ -225,16 +209,6 @@ def test_the_updates_make_no_host_copy(planted, encoded, monkeypatch):
     np.testing.assert_array_equal(analyses["relations"].correct, ref["relations"].correct)
     for name in ("patterns", "targets", "targets_kovaleva", "relations"):  # head_map: another float32 form (above)
         _assert_paths_agree({name: analyses[name]}, {name: ref[name]})
-
-
-def _copy_batch(batch: PairBatch, device: str) -> PairBatch:
-    """The same batch with every tensor on ``device``."""
-    def cap(c: Captured) -> Captured:
-        return Captured([None if t is None else t.to(device) for t in c.hidden_states],
-                        [None if t is None else t.to(device) for t in c.attentions])
-
-    return PairBatch(batch.items, batch.input_ids.to(device), batch.mask.to(device), batch.content.to(device),
-                     batch.lengths.to(device), cap(batch.base), cap(batch.tuned))
 
 
 class _Tee:
@@ -250,7 +224,7 @@ class _Tee:
     def update(self, batch: PairBatch) -> None:
         for a in self.here:
             a.update(batch)
-        moved = _copy_batch(batch, self.device)
+        moved = batch_on(batch, self.device)
         for a in self.there:
             a.update(moved)
 

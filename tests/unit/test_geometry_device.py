@@ -33,6 +33,7 @@ from bertology.analyses.geometry import Geometry, WordSample
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.models.pair import ModelPair
+from bertology.testing import captured_batches, no_host_copies
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: checks the GPU path itself")
 
@@ -169,32 +170,14 @@ def test_compute_runs_in_torch_where_the_state_is(planted, encoded, monkeypatch)
         ref.compute()
 
 
-def test_the_updates_make_no_host_copy(planted, encoded, monkeypatch):
+def test_the_updates_make_no_host_copy(planted, encoded):
     """What a GPU run would copy to the host per batch: nothing (guarded on the CPU by refusing the copies)."""
-    batches = []
-
-    class Keep:
-        requires = frozenset({"hidden_states"})
-
-        def extraction_options(self):
-            return {}
-
-        def update(self, batch):
-            batches.append(batch)
-
-    run_analyses(planted, encoded, [Keep()], batch_size=4)
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a per-batch host copy")
-
+    batches = captured_batches(planted, encoded, frozenset({"hidden_states"}), batch_size=4)
     g = Geometry(planted.num_layers, tokenizer=planted.tokenizer, **KW)
     g.on_device = True  # the path a GPU takes
-    for name in ("cpu", "numpy", "item", "tolist", "__array__"):
-        monkeypatch.setattr(torch.Tensor, name, refuse)
-    with torch.inference_mode():
+    with no_host_copies(), torch.inference_mode():
         for batch in batches:
             g.update(batch)
-    monkeypatch.undo()
     assert g.n_seen == len(encoded.items) and len(g.selected_words()) == 6
     _assert_same_tables(g, _run(None, planted, encoded))
 

@@ -30,7 +30,7 @@ from bertology.analyses.pca_views import COLUMNS, PCAViews, _Example, leading_pc
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.models.pair import ModelPair
-from bertology.testing import SENTENCES
+from bertology.testing import SENTENCES, captured_batches, no_host_copies
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: checks the GPU path itself")
@@ -220,32 +220,14 @@ def test_device_path_shards_merge_to_the_whole_corpus(planted, corpus, encoded):
         _run(True, planted, encoded, corpus).merge(_run(None, planted, encoded, corpus))
 
 
-def test_the_updates_make_no_host_copy(planted, corpus, encoded, monkeypatch):
+def test_the_updates_make_no_host_copy(planted, corpus, encoded):
     """What a GPU run would copy to the host per batch: nothing (guarded on the CPU by refusing the copies)."""
-    batches = []
-
-    class Keep:
-        requires = frozenset({"hidden_states"})
-
-        def extraction_options(self):
-            return {}
-
-        def update(self, batch):
-            batches.append(batch)
-
-    run_analyses(planted, encoded, [Keep()], batch_size=3)
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a per-batch host copy")
-
+    batches = captured_batches(planted, encoded, frozenset({"hidden_states"}), batch_size=3)
     a = PCAViews(planted.num_layers, tokenizer=planted.tokenizer, corpus=corpus, n_examples=4, seed=1)
     a.on_device = True  # the path a GPU takes
-    for name in ("cpu", "numpy", "item", "tolist", "__array__"):
-        monkeypatch.setattr(torch.Tensor, name, refuse)
-    with torch.inference_mode():
+    with no_host_copies(), torch.inference_mode():
         for batch in batches:
             a.update(batch)
-    monkeypatch.undo()
     ref = _run(None, planted, encoded, corpus)
     _assert_same_state(a, ref)
     _assert_same_tables(a.compute().table, ref.compute().table, ref)

@@ -27,9 +27,8 @@ from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.metrics.similarity import similarity_grids
 from bertology.metrics.similarity_torch import average_ranks_torch, keys_to_uint64, similarity_grids_torch, token_keys_torch
-from bertology.models.hooks import Captured
 from bertology.models.pair import ModelPair
-from bertology.testing import SENTENCES
+from bertology.testing import SENTENCES, batch_on, captured_batches, no_host_copies
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: checks the GPU path itself")
 
@@ -85,16 +84,6 @@ class _TorchOnCpu(RepresentationSimilarity):
     host_rows = False
 
 
-def _copy_batch(batch: PairBatch, device: str) -> PairBatch:
-    """The same batch with every tensor on ``device``."""
-    def cap(c: Captured) -> Captured:
-        return Captured([None if t is None else t.to(device) for t in c.hidden_states],
-                        [None if t is None else t.to(device) for t in c.attentions])
-
-    return PairBatch(batch.items, batch.input_ids.to(device), batch.mask.to(device), batch.content.to(device),
-                     batch.lengths.to(device), cap(batch.base), cap(batch.tuned))
-
-
 class _Tee:
     """A consumer of the extraction loop that feeds ``here`` the batch and ``there`` a copy of it on ``device``."""
 
@@ -108,7 +97,7 @@ class _Tee:
     def update(self, batch: PairBatch) -> None:
         for a in self.here:
             a.update(batch)
-        moved = _copy_batch(batch, self.device)
+        moved = batch_on(batch, self.device)
         for a in self.there:
             a.update(moved)
 
@@ -146,35 +135,21 @@ def test_representation_similarity_torch_path_on_the_cpu_equals_the_numpy_path(p
     _assert_rs_equal(halves[0].merge(halves[1]).compute().table, ref.compute().table)
 
 
-def test_the_updates_make_no_host_copy(planted_pair, monkeypatch):
+def test_the_updates_make_no_host_copy(planted_pair):
     """What a GPU run would copy to the host per batch: nothing (guarded on the CPU by refusing the copies)."""
-    batches = []
     pair = ModelPair.load(*map(str, planted_pair))
     enc = encode_corpus(Corpus.from_list(SENTENCES), pair.tokenizer)
 
-    class Keep:
-        requires = frozenset({"hidden_states", "attentions"})
+    def stats(batch: PairBatch) -> None:  # the shared statistics (their CPU kernel reads NumPy views)
+        for layer in range(1, 3):
+            batch.layer_stats(layer)
 
-        def extraction_options(self):
-            return {}
-
-        def update(self, batch):
-            for layer in range(1, 3):
-                batch.layer_stats(layer)  # the shared statistics (their CPU kernel reads NumPy views)
-            batches.append(batch)
-
-    run_analyses(pair, enc, [Keep()], batch_size=4)
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a per-batch host copy")
-
+    batches = captured_batches(pair, enc, frozenset({"hidden_states", "attentions"}), batch_size=4, each=stats)
     analyses = [AttentionChange(2, 4), _TorchOnCpu(2, n_tokens=10, seed=1)]  # rows copied by torch, as on a GPU
-    for name in ("cpu", "numpy", "item", "tolist"):
-        monkeypatch.setattr(torch.Tensor, name, refuse)
-    for batch in batches:
-        for a in analyses:
-            a.update(batch)
-    monkeypatch.undo()
+    with no_host_copies():
+        for batch in batches:
+            for a in analyses:
+                a.update(batch)
     assert analyses[1].n_seen > 10 and analyses[0].n == len(SENTENCES)
 
 
