@@ -42,6 +42,7 @@ from bertology.experiments.scoring import (
     fingerprint_of,
     head_means,
 )
+from bertology.analyses.device_state import state_dtype
 from bertology.data.encode import EncodedCorpus
 from bertology.errors import BertologyError
 from bertology.models import sites
@@ -105,13 +106,14 @@ def gradient_pass(
                         gates.prepare(len(y), device=y.device)
                         logits = _logits(model, inp)  # float32 loss for a bfloat16/float16 model
                         batches.task.loss(logits, y, reduction="sum").backward()
-                        g = gates.grad.detach().abs().sum(0).double().cpu()
+                        g = gates.grad.detach().abs().sum(0)  # stays where the model is: one host copy at the end
+                        g = g.to(state_dtype(torch.float64, g.device))  # float64 (float32 on MPS, which has none)
                         total = g if total is None else total + g
                         logits_all.append(logits.detach())
     finally:
         for p in params:
             p.requires_grad_(True)
-    raw = None if total is None else (total / batches.n).numpy()
+    raw = None if total is None else (total / batches.n).cpu().numpy().astype(np.float64)
     return raw, _record(batches, logits_all)
 
 
