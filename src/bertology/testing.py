@@ -450,13 +450,18 @@ def captured_batches(pair, encoded, requires: frozenset[str], batch_size: int, *
 
 
 #: What copies a tensor to the host (or waits for the device to read one value back).
-HOST_COPIES = ("cpu", "numpy", "item", "tolist", "__array__")
+HOST_COPIES = ("cpu", "numpy", "item", "tolist", "__array__", "__bool__", "__int__", "__float__", "__index__")
 
 
 @contextmanager
 def no_host_copies():
     """Inside the block every :data:`HOST_COPIES` method of a tensor raises ``AssertionError``: run an analysis's
-    device path on the CPU in it to show a GPU run would copy nothing back per batch. Restored on exit."""
+    device path on the CPU in it to show a GPU run would copy nothing back per batch. Restored on exit.
+
+    The scalar conversions (``bool``, ``int``, ``float``, ``__index__``: ``if t.any():``, ``int(t.max())``) are
+    refused too, since on a GPU each waits for the device. What it cannot see: boolean-mask indexing, ``nonzero``
+    and ``torch.bincount``, which on a GPU read a size back inside torch (the device paths avoid them by reading).
+    """
 
     def refuse(*args, **kwargs):
         raise AssertionError("a per-batch host copy")

@@ -19,7 +19,7 @@ from bertology.data.absa import (  # noqa: E402
 from bertology.data.encode import encode_corpus  # noqa: E402
 from bertology.data.spans import split_words  # noqa: E402
 from bertology.errors import BertologyError  # noqa: E402
-from bertology.testing import tiny_tokenizer  # noqa: E402
+from bertology.testing import no_host_copies, tiny_tokenizer  # noqa: E402
 
 CATS = ("food", "service", "price", "ambience", MISC)
 
@@ -208,3 +208,55 @@ def test_sep_share_summed_where_the_maps_are_equals_numpy(restaurant):
     pd.testing.assert_frame_equal(tables[0], tables[1], rtol=1e-15, atol=1e-15)
     s = tables[0][(tables[0].model == "tuned") & (tables[0]["head"] == 1)].iloc[0]
     assert s.sep_absent == pytest.approx(0.8) and s.sep_present == pytest.approx(0.1)
+
+
+def _both_paths(instances, tok, on_device: bool) -> AbsaHeads:
+    """Absa heads with the [SEP] shares summed and the span hits counted on the device (forced) or on the host."""
+    a = AbsaHeads(instances, 1, 2, tok.sep_token_id)
+    a.sum_on_device = on_device
+    a.spans.count_on_device = on_device
+    return a
+
+
+def test_the_absa_updates_make_no_host_copy_and_keep_their_sums_on_the_device(restaurant):
+    """Issue 35: the device paths (forced on the CPU) copy nothing to the host per batch (``Tensor.cpu/numpy/item/
+    tolist/__array__`` and the scalar conversions refused), keep the [SEP] sums and hit counts there until read,
+    and give the host paths' tables: hit counts exactly; the [SEP] shares to float64 rounding (1e-15: each
+    example's share is the same few float64 sums in another order, then added in the same order on both paths)."""
+    pairs = [p for p in absa_pairs(restaurant, "qa_m").pairs if p.sentence_id in {"1", "2", "4", "6", "10"}]
+    instances = absa_instances(pairs)
+    batch, tok = _planted_batch(pairs, instances, {x.example for x in instances if "aspect" in x.targets})
+    dev, host = _both_paths(instances, tok, True), _both_paths(instances, tok, False)
+    with no_host_copies(), torch.inference_mode():
+        dev.update(batch)
+    host.update(batch)
+    assert dev._device_sep_sum is not None and dev.spans._device_correct is not None
+    assert host._device_sep_sum is None and host.spans._device_correct is None
+    pd.testing.assert_frame_equal(dev.sep_table(), host.sep_table(), rtol=1e-15, atol=1e-15)
+    assert dev._device_sep_sum is None  # read once: folded into the host sums
+    pd.testing.assert_frame_equal(dev.compute().table, host.compute().table, check_exact=True)
+    # a device shard merges with a host shard (into an empty instance): the sum of their sums, exactly
+    again = _both_paths(instances, tok, True)
+    again.update(batch)
+    assert again._device_sep_sum is not None
+    counts = again.spans._device_correct.clone()
+    merged = _both_paths(instances, tok, False).merge(again).merge(host)
+    np.testing.assert_array_equal(merged.sep_sum, dev.sep_sum + host.sep_sum)
+    np.testing.assert_array_equal(merged.spans.correct, counts.numpy() + host.spans.correct)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: checks the GPU path itself")
+def test_on_a_gpu_absa_sums_stay_there_and_equal_the_cpu_tables(restaurant):
+    """The hand-built batch on the GPU (default paths) and on the CPU: the same counts, [SEP] shares to 1e-15."""
+    pairs = [p for p in absa_pairs(restaurant, "qa_m").pairs if p.sentence_id in {"1", "2", "4", "6", "10"}]
+    instances = absa_instances(pairs)
+    batch, tok = _planted_batch(pairs, instances, {x.example for x in instances if "aspect" in x.targets})
+    gpu, cpu = AbsaHeads(instances, 1, 2, tok.sep_token_id), AbsaHeads(instances, 1, 2, tok.sep_token_id)
+    moved = PairBatch(batch.items, batch.input_ids.cuda(), batch.mask.cuda(), batch.content.cuda(), batch.lengths.cuda(),
+                      SimpleNamespace(attentions={1: batch.base.attentions[1].cuda()}),
+                      SimpleNamespace(attentions={1: batch.tuned.attentions[1].cuda()}))
+    gpu.update(moved)
+    cpu.update(batch)
+    assert gpu._device_sep_sum.device.type == "cuda" and gpu.spans._device_correct.device.type == "cuda"
+    pd.testing.assert_frame_equal(gpu.sep_table(), cpu.sep_table(), rtol=1e-15, atol=1e-15)
+    pd.testing.assert_frame_equal(gpu.compute().table, cpu.compute().table, check_exact=True)

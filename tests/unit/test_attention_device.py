@@ -3,7 +3,7 @@
 On the CPU the tables are those of before (tests/unit/test_attention_targets.py, test_patterns.py, test_head_map.py,
 test_relation_heads.py pin them; the key masks now come from the items, the same values). Where a device path
 differs from the CPU path it is forced here on the CPU and pinned to it; the host-copy guard runs every update
-with ``Tensor.cpu/numpy/item/tolist/__array__`` refused; the CUDA-only tests run wherever CUDA is.
+with ``Tensor.cpu/numpy/item/tolist/__array__`` and the scalar conversions (``bool/int/float/__index__``) refused; the CUDA-only tests run wherever CUDA is.
 
 Tolerances, from the arithmetic:
 - counts (pattern classes, target occurrences, relation hits) are integers: exactly equal;

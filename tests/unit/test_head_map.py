@@ -12,6 +12,7 @@ from bertology.analyses.head_map import (
     HeadMap,
     example_keys,
     head_index,
+    head_representatives,
     mds_embedding,
     most_moved,
     unchanged_heads,
@@ -112,6 +113,12 @@ def test_copied_heads_take_their_originals_pairs_bit_for_bit():
     rep, distinct = unchanged_heads(base, tuned)
     assert rep.tolist() == [0, 1, 2, 3, 1, 4] and distinct.tolist() == [True] * 4 + [False, True]
     assert expand_pairs(torch.zeros(0), torch.zeros(3, dtype=torch.long)).tolist() == [0.0] * 3
+    # the device form: every head computed, the unchanged tuned head pointing at its base version; the same pairs
+    stack = torch.cat([base, tuned])
+    every = head_representatives(base, tuned)
+    assert every.tolist() == [0, 1, 2, 3, 1, 5]
+    np.testing.assert_array_equal(expand_pairs(pairwise_js_sums(stack), every, n_distinct=6).numpy(),
+                                  expand_pairs(pairwise_js_sums(stack[distinct]), rep).numpy())
 
 
 def test_points_with_identical_distance_rows_coincide_exactly_from_the_classical_start():
@@ -422,3 +429,25 @@ def test_cpu_kernel_padding_rows_are_skipped_and_threads_do_not_change_a_bit():
         np.testing.assert_array_equal(out, outs[0])
     # cropping the keys changes nothing (padding keys hold 0, clamped alike); rows are float64 sums
     np.testing.assert_allclose(outs[0], loop, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("which", ["identical_pair", "planted_pair"])
+def test_device_form_of_unchanged_heads_equals_the_cpu_form_bit_for_bit(which, request):
+    """Issue 35: the device form computes every head's pairs (which tuned heads are unchanged is not read back to
+    the host) and points the unchanged ones at their base versions; forced on the CPU, where each pair's sum depends
+    only on its two heads (the kernel test above), every example's sums equal the CPU form's to the last bit. (Their
+    total is added by torch there, by NumPy here: ``k eps`` relative for ``k`` examples, 1e-12 on the divergences;
+    the MDS map, a smooth function of them from the deterministic classical start, to 1e-9.) The identical pair has
+    every tuned head unchanged, the planted one every tuned head but the planted one."""
+    pair = ModelPair.load(*map(str, request.getfixturevalue(which)))
+    enc = _encoded(pair)
+    host, dev = HeadMap(pair.num_layers, pair.num_heads, seed=1), HeadMap(pair.num_layers, pair.num_heads, seed=1)
+    dev.on_device = True
+    run_analyses(pair, enc, [host, dev], batch_size=4)
+    assert isinstance(dev.sums, torch.Tensor) and isinstance(host.sums, np.ndarray)
+    np.testing.assert_array_equal(dev.sums.numpy(), host.sums)
+    half = pair.num_layers * pair.num_heads
+    moved = np.diag(host.divergence_matrix()[:half, half:])
+    assert (moved == 0).sum() == (half if which == "identical_pair" else half - 1)  # the unchanged tuned heads
+    np.testing.assert_allclose(dev.divergence_matrix(), host.divergence_matrix(), rtol=1e-12, atol=0)
+    pd.testing.assert_frame_equal(dev.compute().table, host.compute().table, rtol=1e-9, atol=1e-12)

@@ -15,10 +15,13 @@ from bertology.errors import BertologyError
 from bertology.metrics.patterns import (
     PATTERNS,
     PatternThresholds,
+    block_sums,
     classify,
     excess,
+    features_from_sums,
     features_one_map,
     pattern_features,
+    pattern_sums,
 )
 from bertology.models.hooks import capture
 from bertology.models.pair import ModelPair
@@ -172,6 +175,14 @@ def test_features_equal_a_per_map_loop_on_padded_batches(planted_pair, band):
                 slow = features_one_map(a[b, h, :n, :n].numpy(), vk[b, :n].numpy(), it.segment, band=band)
                 np.testing.assert_allclose(fast[b, h], slow, atol=1e-6, equal_nan=True)
         assert np.isnan(fast[: len(SENTENCES), :, 2]).all() and not np.isnan(fast[len(SENTENCES) :, :, 2]).any()
+        # the pairs told from the host (issue 35: no read-back of the segments) give the same features, bit for bit
+        pairs = np.array([(np.asarray(it.segment) == 1).any() for it in enc.items])
+        sums = pattern_sums(a, t["mask"], vk, seg, band=band, pairs=pairs)
+        told = features_from_sums({k: v[None] for k, v in sums.items()}, t["mask"], vk, seg, band, pairs=pairs)[0]
+        np.testing.assert_array_equal(told.numpy(), fast)
+        np.testing.assert_array_equal(block_sums(a, t["mask"], seg, pairs).numpy(), block_sums(a, t["mask"], seg).numpy())
+        singles = np.zeros(B, dtype=bool)  # no pair in the batch: every block NaN, nothing indexed
+        assert torch.isnan(block_sums(a, t["mask"], seg, singles)).all()
 
 
 def _run(pair, corpus=CORPUS, batch_size=4, items=None, **kwargs):

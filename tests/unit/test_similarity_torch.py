@@ -159,7 +159,7 @@ def test_on_a_gpu_both_analyses_stay_there_and_equal_the_cpu_tables(planted_pair
     gpu = [AttentionChange(2, 4), AttentionChange(2, 4, mode="padded", pad_length=40), RepresentationSimilarity(2, 40, 5)]
     _side_by_side(planted_pair, cpu, gpu, "cuda")
     assert all(t.device.type == "cuda" for a in gpu[:2] for t in (a.cos_sum, a.cos_sq, a.js_sum))
-    assert gpu[2].base[0].device.type == "cuda" and gpu[2].keys.device.type == "cuda"
+    assert gpu[2].base[0].device.type == "cuda" and isinstance(gpu[2].keys, np.ndarray)  # the bookkeeping: on the host
     for c, g in zip(cpu[:2], gpu[:2]):
         ref, got = c.compute().table, g.compute().table
         pd.testing.assert_frame_equal(got.drop(columns=["cosine", "cosine_std", "js_divergence"]),

@@ -2,6 +2,7 @@
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -11,6 +12,7 @@ from bertology.data.encode import encode_corpus
 from bertology.data.spans import load_span_relations, split_words
 from bertology.errors import BertologyError
 from bertology.models.pair import ModelPair
+from bertology.testing import batch_on, captured_batches, no_host_copies
 
 # "movies", "books", "dogs", "reading" are several word pieces in the tiny vocabulary.
 RECORDS = [
@@ -177,3 +179,70 @@ def test_merge_of_shards_equals_whole(identical_pair, spans):
     b = table[table.model == "base"].accuracy.to_numpy()
     t = table[table.model == "tuned"].accuracy.to_numpy()
     np.testing.assert_array_equal(b, t)
+
+
+# ------------------------------------------------------------------------ issue 35: the hits counted where the maps are
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: checks the GPU path itself")
+
+
+def _span_heads(pair, rels, on_device: bool | None) -> SpanRelationHeads:
+    a = SpanRelationHeads(rels, pair.num_layers, pair.num_heads)
+    a.count_on_device = on_device
+    return a
+
+
+def test_hits_counted_on_the_device_equal_the_host_counts(planted_pair, spans):
+    """The device path (forced on the CPU) counts the same hits as the host path: integers, exactly; its counts
+    stay on the device until read, then cross once; shards of either path merge into the whole corpus's counts."""
+    pair = ModelPair.load(*map(str, planted_pair))
+    corpus, rels = spans
+    enc = encode_corpus(corpus, pair.tokenizer)
+    host, dev = _span_heads(pair, rels, False), _span_heads(pair, rels, True)
+    run_analyses(pair, enc, [host, dev], batch_size=3)
+    assert host._device_correct is None and dev._device_correct is not None
+    assert dev._device_correct.dtype == torch.int64 and int(dev._device_correct.sum()) > 0
+    np.testing.assert_array_equal(dev.correct, host.correct)
+    assert dev._device_correct is None  # read once: folded into the host counts
+    pd.testing.assert_frame_equal(dev.compute().table, host.compute().table, check_exact=True)
+    items, half = enc.items, len(enc.items) // 2
+    for paths in ((True, False), (False, True)):
+        parts = [_span_heads(pair, rels, p) for p in paths]
+        for part, chunk in zip(parts, (items[:half], items[half:])):
+            enc.items = chunk
+            run_analyses(pair, enc, [part], batch_size=2)
+        enc.items = items
+        pd.testing.assert_frame_equal(parts[0].merge(parts[1]).compute().table, host.compute().table, check_exact=True)
+
+
+def test_the_span_updates_make_no_host_copy(planted_pair, spans):
+    """What a GPU run would copy to the host per batch: nothing (the device path forced on the CPU, with
+    ``Tensor.cpu/numpy/item/tolist/__array__`` and the scalar conversions refused during the updates)."""
+    pair = ModelPair.load(*map(str, planted_pair))
+    corpus, rels = spans
+    enc = encode_corpus(corpus, pair.tokenizer)
+    batches = captured_batches(pair, enc, frozenset({"attentions"}), batch_size=3)
+    dev, host = _span_heads(pair, rels, True), _span_heads(pair, rels, False)
+    with no_host_copies(), torch.inference_mode():
+        for batch in batches:
+            dev.update(batch)
+    for batch in batches:
+        host.update(batch)
+    assert host.correct.sum() > 0
+    np.testing.assert_array_equal(dev.correct, host.correct)
+
+
+@needs_cuda
+def test_on_a_gpu_span_hits_are_counted_there_and_equal_the_cpu_counts(planted_pair, spans):
+    """The same batches on the GPU (default path: counted there) and on the CPU: the same hits. The word attention
+    is float64 on both; an argmax could differ only between two units within float64 rounding (none here)."""
+    pair = ModelPair.load(*map(str, planted_pair))
+    corpus, rels = spans
+    enc = encode_corpus(corpus, pair.tokenizer)
+    batches = captured_batches(pair, enc, frozenset({"attentions"}), batch_size=3)
+    gpu, cpu = _span_heads(pair, rels, None), _span_heads(pair, rels, None)
+    with torch.inference_mode():
+        for batch in batches:
+            cpu.update(batch)
+            gpu.update(batch_on(batch, "cuda"))
+    assert gpu._device_correct.device.type == "cuda" and cpu._device_correct is None
+    np.testing.assert_array_equal(gpu.correct, cpu.correct)

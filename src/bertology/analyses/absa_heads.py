@@ -36,6 +36,7 @@ import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
+from bertology.analyses.device_state import moved, zeros
 from bertology.analyses.relation_heads import MODELS
 from bertology.analyses.span_relations import SpanRelationHeads, instance_words
 from bertology.data.absa import AbsaPair
@@ -96,9 +97,13 @@ class AbsaHeads(Analysis):
 
     name = "absa_heads"
     requires = frozenset({"attentions"})
-    #: Where the [SEP] shares are summed: None (default) where the maps are (``--device cuda``: on the GPU, only the
-    #: ``L x H`` sums copied), else NumPy on the CPU; True or False forces one (the same numbers to rounding, tested).
+    #: Where the [SEP] shares are summed: None (default) where the maps are (``--device cuda``: on the GPU, and kept
+    #: there until read, issue 35), else NumPy on the CPU; True or False forces one (the same numbers to rounding,
+    #: tested).
     sum_on_device: ClassVar[bool | None] = None
+    #: The [SEP] share sums ``[model, condition, L, H]`` of the examples summed on a device, kept there: folded into
+    #: the host sums when :attr:`sep_sum` is read (``merge``, ``sep_table``), one copy per run.
+    _device_sep_sum: torch.Tensor | None = None
 
     def __init__(self, instances: Sequence[AbsaInstance], num_layers: int, num_heads: int, sep_token_id: int,
                  offsets: Iterable[int] = range(-3, 3)):
@@ -123,14 +128,44 @@ class AbsaHeads(Analysis):
             **({"span": self.spans.params()} if self.spans else {}),
         }
 
+    @property
+    def sep_sum(self) -> np.ndarray:
+        """[SEP] share sums ``[model, condition, L, H]`` (float64) on the host, those kept on a device folded in."""
+        self._fold_sep_sum()
+        return self._sep_sum
+
+    @sep_sum.setter
+    def sep_sum(self, value: np.ndarray) -> None:
+        self._sep_sum = value
+
+    def _fold_sep_sum(self) -> None:
+        """Add the [SEP] share sums kept on a device to the host sums (one copy) and drop them."""
+        if self._device_sep_sum is not None:
+            self._sep_sum += self._device_sep_sum.cpu().numpy().astype(np.float64)
+            self._device_sep_sum = None
+
+    def _add_sep_share(self, m: int, c: int, share: np.ndarray | torch.Tensor) -> None:
+        """Add one example's ``[L, H]`` [SEP] shares of model ``m`` in condition ``c``: to the host sums (NumPy) or to
+        those kept on the share's device (a tensor); shares of another device fold the kept ones in first."""
+        if not isinstance(share, torch.Tensor):
+            self._sep_sum[m, c] += share
+            return
+        kept = self._device_sep_sum
+        if kept is None or kept.device != share.device:
+            self._fold_sep_sum()  # shares summed on another device before
+            kept = self._device_sep_sum = zeros(self._sep_sum.shape, torch.float64, share.device)
+        with torch.inference_mode(False):
+            kept[m, c] += moved(share, kept)
+
     def update(self, batch: PairBatch) -> None:
         if self.spans is not None:
             self.spans.update(batch)
+        lengths = batch.lengths_host  # from the items: no copy of a GPU batch
         for b, item in enumerate(batch.items):
             x = self.instances.get(item.index)
             if x is None:
                 continue
-            T = int(batch.mask[b].sum())
+            T = int(lengths[b])
             n_words = max([max(x.source)] + [max(t) for t in x.targets.values()]) + 1
             wid, present = instance_words(item, T, x.n_first_words, n_words)
             if not all(present[w] for w in x.source):
@@ -142,15 +177,15 @@ class AbsaHeads(Analysis):
             c = CONDITIONS.index("present" if x.present else "absent")
             self.sep_n[c] += 1
             for m, cap in enumerate((batch.base, batch.tuned)):
-                self.sep_sum[m, c] += self._sep_share(cap, b, T, rows, np.flatnonzero(sep))
+                self._add_sep_share(m, c, self._sep_share(cap, b, T, rows, np.flatnonzero(sep)))
 
-    def _sep_share(self, cap, row: int, T: int, rows: np.ndarray, sep: np.ndarray) -> np.ndarray:
+    def _sep_share(self, cap, row: int, T: int, rows: np.ndarray, sep: np.ndarray) -> np.ndarray | torch.Tensor:
         """``[L, H]`` float64: attention from the aspect word's pieces (``rows``) summed over the [SEP] tokens,
         averaged over the pieces, for one example of one model's capture.
 
-        On a GPU (or with :attr:`sum_on_device`) the sums are taken where the maps are and only the ``L x H``
-        result is copied, never the example's ``[L, H, T, T]`` maps; on the CPU NumPy sums them (the numbers
-        of earlier runs, bit for bit). The two agree to float64 rounding (tested).
+        On a GPU (or with :attr:`sum_on_device`) the sums are taken where the maps are and returned there (a
+        tensor: nothing is copied per example); on the CPU NumPy sums them (the numbers of earlier runs, bit for
+        bit). The two agree to float64 rounding (tested).
         """
         L = self.num_layers
         att = [cap.attentions[layer][row, :, :T, :T] for layer in range(1, L + 1)]
@@ -160,7 +195,7 @@ class AbsaHeads(Analysis):
         if on_device:
             dev = att[0].device
             picked = torch.stack(att).double()[:, :, torch.as_tensor(rows, device=dev)]
-            return picked[..., torch.as_tensor(sep, device=dev)].sum(-1).mean(-1).cpu().numpy()
+            return picked[..., torch.as_tensor(sep, device=dev)].sum(-1).mean(-1)
         full = np.stack([a.double().cpu().numpy() for a in att])
         return full[:, :, rows][..., sep].sum(-1).mean(-1)
 

@@ -164,15 +164,16 @@ class AttentionPatterns(Analysis):
                 batch.mask, vk, band,
             )
             if is_pair.any():
-                sums["block"] = torch.stack([block_sums(batch.captured(m).attentions[layer], batch.mask, seg)
+                sums["block"] = torch.stack([block_sums(batch.captured(m).attentions[layer], batch.mask, seg, is_pair)
                                              for m, layer in layers])
             else:
                 sums["block"] = torch.full_like(sums["band"], float("nan"))
         else:
             per_layer = [pattern_sums(batch.captured(m).attentions[layer], batch.mask, vk, seg, batch.row_entropy(m, layer),
-                                      band=band, received=batch.received(m, layer)) for m, layer in layers]
+                                      band=band, received=batch.received(m, layer), pairs=is_pair)
+                         for m, layer in layers]
             sums = {k: torch.stack([x[k] for x in per_layer]) for k in SUMS}
-        feats = features_from_sums(sums, batch.mask, vk, seg, band)
+        feats = features_from_sums(sums, batch.mask, vk, seg, band, pairs=is_pair)
         if self.classifier is None:
             codes = classify(feats, self.thresholds)  # [2 L, B, H]
         else:

@@ -96,8 +96,21 @@ def unchanged_heads(base: torch.Tensor, tuned: torch.Tensor) -> tuple[torch.Tens
     same = (base == tuned).flatten(1).all(1)
     distinct = torch.cat([torch.ones_like(same), ~same])
     rep = torch.cumsum(distinct, 0) - 1
-    rep[h:][same] = torch.arange(h, device=rep.device)[same]
+    rep[h:] = torch.where(same, torch.arange(h, device=rep.device), rep[h:])
     return rep, distinct
+
+
+def head_representatives(base: torch.Tensor, tuned: torch.Tensor) -> torch.Tensor:
+    """``[2 H]`` int64: each head's index among all ``2 H`` (base then tuned), an unchanged tuned head its base version's.
+
+    The device form of :func:`unchanged_heads`: every head's pairs are computed (``K' = 2 H`` for
+    :func:`expand_pairs`) and the copies take their originals' values, so nothing about which heads changed
+    (the size of the distinct set) has to be read back to the host.
+    """
+    h = base.shape[0]
+    same = (base == tuned).flatten(1).all(1)
+    own = torch.arange(2 * h, device=base.device)
+    return torch.cat([own[:h], torch.where(same, own[:h], own[h:])])
 
 
 def _take_rows(x: np.ndarray | torch.Tensor, rows: np.ndarray) -> np.ndarray | torch.Tensor:
@@ -300,8 +313,17 @@ class HeadMap(Analysis):
         if self.distance == "clark2019":  # their smoothing, over the example's own tokens
             p = p * (1.0 - CLARK_JS_SMOOTHING) + CLARK_JS_SMOOTHING / length
         half = self.num_layers * self.num_heads
-        rep, distinct = unchanged_heads(p[:half], p[half:])
-        sums = expand_pairs(pairwise_js_sums(p[distinct], block_elements=self.block_elements), rep)
+        if isinstance(self.total, torch.Tensor):
+            # Device form: which heads are unchanged stays on the device (its count would size p[distinct], a
+            # sync per example), so every head's pairs are computed and the copies take their originals'. The
+            # same values in the CPU kernel (a pair's sum depends only on its two heads' maps: tested), to
+            # float32 rounding in the torch form (other blocks); more work only where tuned heads equal their
+            # base versions: (2 L / (2 L - f))^2 for f unchanged layers of L, 4x for identical models.
+            rep = head_representatives(p[:half], p[half:])
+            sums = expand_pairs(pairwise_js_sums(p, block_elements=self.block_elements), rep, n_distinct=len(rep))
+        else:
+            rep, distinct = unchanged_heads(p[:half], p[half:])
+            sums = expand_pairs(pairwise_js_sums(p[distinct], block_elements=self.block_elements), rep)
         sums[self._moved_pairs.to(sums.device)] = paired_js_sums(p[:half], p[half:]).to(sums.device)
         return sums
 

@@ -77,6 +77,40 @@ class ArgmaxHeads(Analysis):
 
     #: The two directions a relation is scored in, first axis after the model of ``correct``.
     directions: ClassVar[tuple[str, str]] = DIRECTIONS
+    #: Hit counts ``[R, model, direction, L, H]`` (int64) of the batches counted on a device, kept there (issue 35):
+    #: folded into the host counts when :attr:`correct` is read (``compute``, ``merge``), one copy per run.
+    _device_correct: torch.Tensor | None = None
+
+    @property
+    def correct(self) -> np.ndarray:
+        """Hit counts ``[R, model, direction, L, H]`` on the host, those kept on a device folded in."""
+        self._fold_device_counts()
+        return self._correct
+
+    @correct.setter
+    def correct(self, value: np.ndarray) -> None:
+        self._correct = value
+
+    def _fold_device_counts(self) -> None:
+        """Add the hit counts kept on a device to the host counts (one copy) and drop them."""
+        if self._device_correct is not None:
+            counts = self._device_correct.cpu().numpy()
+            self._correct[: len(counts)] += counts
+            self._device_correct = None
+
+    def _device_counts(self, device: torch.device) -> torch.Tensor:
+        """The hit counts kept on ``device`` (``[R, model, direction, L, H]`` int64, a normal tensor to add to in
+        place), grown to the relations known now; counts kept on another device are folded into the host's first."""
+        R = len(self._correct)
+        counts = self._device_correct
+        with torch.inference_mode(False):
+            if counts is None or counts.device != device:
+                self._fold_device_counts()
+                counts = torch.zeros((0,) + self._correct.shape[1:], dtype=torch.int64, device=device)
+            if len(counts) < R:  # relations first seen since
+                counts = torch.cat([counts, counts.new_zeros((R - len(counts),) + tuple(counts.shape[1:]))])
+        self._device_correct = counts
+        return counts
 
     def _setup(
         self, num_layers: int, num_heads: int, to_method: Pooling, from_method: Pooling, offsets: Iterable[int],
@@ -123,9 +157,6 @@ class RelationHeads(ArgmaxHeads):
     #: (:func:`word_argmax_hits`, which reads the maps as NumPy arrays). True or False forces one; the counts are the
     #: same either way (tested), except that ``word_attention="clark2019"`` always runs the kernel (its float16 maps).
     score_on_device: ClassVar[bool | None] = None
-    #: Hit counts ``[R, model, direction, L, H]`` (int64) of the batches scored on a device, kept there (issue 35):
-    #: folded into the host counts when :attr:`correct` is read (``compute``, ``merge``), one copy per run.
-    _device_correct: torch.Tensor | None = None
 
     def __init__(
         self,
@@ -183,23 +214,6 @@ class RelationHeads(ArgmaxHeads):
             )
             self.n = np.concatenate([self.n, np.zeros(1, np.int64)])
         return idx
-
-    def _fold_device_counts(self) -> None:
-        """Add the hit counts kept on a device to the host counts (one copy) and drop them."""
-        if self._device_correct is not None:
-            counts = self._device_correct.cpu().numpy()
-            self._correct[: len(counts)] += counts
-            self._device_correct = None
-
-    @property
-    def correct(self) -> np.ndarray:
-        """Hit counts ``[R, model, direction, L, H]`` on the host, those kept on a device folded in."""
-        self._fold_device_counts()
-        return self._correct
-
-    @correct.setter
-    def correct(self, value: np.ndarray) -> None:
-        self._correct = value
 
     def _pairs(self, item, T: int):
         """Gold pairs of one example that can be scored, the candidate mask and the token word ids."""
@@ -356,14 +370,8 @@ class RelationHeads(ArgmaxHeads):
             per_rel = torch.zeros(h.shape[:-1] + (R,), dtype=torch.int64, device=dev)
             per_rel.index_add_(-1, torch.as_tensor(rel_ids, device=dev), h)
             per_rel[..., all_idx] = h.sum(-1)
-            counts = self._device_correct
-            if counts is None or counts.device != dev:
-                self._fold_device_counts()  # batches on another device before: to the host first
-                counts = torch.zeros((0,) + tuple(h.shape[:-1]), dtype=torch.int64, device=dev)
-            if len(counts) < R:  # relations first seen in this batch
-                counts = torch.cat([counts, counts.new_zeros((R - len(counts),) + tuple(counts.shape[1:]))])
+            counts = self._device_counts(dev)
             counts += per_rel.permute(4, 0, 1, 2, 3)
-            self._device_correct = counts
 
     def merge(self, other: "RelationHeads") -> "RelationHeads":
         self._check_mergeable(other)

@@ -22,7 +22,7 @@ from bertology.analyses.registry import AnalysisSpec, BuildContext
 from bertology.settings import Setting
 from bertology.config import CompareConfig
 from bertology.metrics.similarity import similarity_grids
-from bertology.metrics.similarity_torch import token_keys_torch, similarity_grids_torch
+from bertology.metrics.similarity_torch import similarity_grids_torch
 from bertology.results import Result
 
 METRICS = ("rsa_pearson", "rsa_spearman", "cka_linear", "cka_debiased")
@@ -34,8 +34,9 @@ def token_keys(seed: int, example: np.ndarray, position: np.ndarray) -> np.ndarr
     """Deterministic pseudo-random uint64 key per (seed, example, position): SplitMix64 finaliser.
 
     Hand-written because NumPy's generators are sequential: a key must not depend on the order in
-    which tokens arrive. The analysis computes them on the device with
-    :func:`bertology.metrics.similarity_torch.token_keys_torch` (pinned to this one bit for bit).
+    which tokens arrive. The analysis computes them here, on the host, from the items (example indices and
+    content positions are known there); :func:`bertology.metrics.similarity_torch.token_keys_torch` is the same
+    function on a device (pinned to this one bit for bit).
     """
     with np.errstate(over="ignore"):
         z = (np.uint64(seed) * _GOLD) ^ (example.astype(np.uint64) * _M1) ^ (position.astype(np.uint64) + np.uint64(1)) * _M2
@@ -56,19 +57,21 @@ def _rows(h: torch.Tensor, r: torch.Tensor, c: torch.Tensor, host: bool) -> torc
     return h[r, c].float()
 
 
-def _cat_rows(parts: list[torch.Tensor], order: torch.Tensor, host: bool) -> torch.Tensor:
+def _cat_rows(parts: list[torch.Tensor], order: np.ndarray, host: bool) -> torch.Tensor:
     """``torch.cat(parts)[order]`` (on the parts' device); with ``host`` on the CPU by NumPy, as :func:`_rows`."""
     if host and parts[0].device.type == "cpu":
-        return torch.from_numpy(np.concatenate([p.numpy() for p in parts])[order.numpy()])
-    return torch.cat(parts)[order]
+        return torch.from_numpy(np.concatenate([p.numpy() for p in parts])[order])
+    return torch.cat(parts)[torch.as_tensor(order, device=parts[0].device)]
 
 
 class RepresentationSimilarity(Analysis):
     """RSA and CKA between every base layer and every tuned layer on one shared token sample.
 
-    The sample lives where the hidden states are (issue 35): keys, ids and the sampled vectors are torch
-    tensors on the captured tensors' device, so on a GPU no batch is copied to the host (the only per-batch
-    wait is the size of the content-token and candidate index lists). The vectors are kept in float32 (the
+    The sampled vectors live where the hidden states are (issue 35): torch tensors on the captured tensors'
+    device, so on a GPU nothing is read back from the device per batch (no copy, no index list to size). Which tokens
+    are candidates and which are kept is decided on the host: their keys (:func:`token_keys`), example indices and
+    positions come from the items (:meth:`PairBatch.host_tokens`), and only the gather positions go to the
+    device. The vectors are kept in float32 (the
     captured states' values, exactly as before; the statistics are float64 in ``compute``). ``compute``
     runs where the sample is: on the CPU the NumPy/Numba :func:`similarity_grids` (faster there), on other
     devices :func:`similarity_grids_torch` in float64; on MPS, which has no float64, the sample is copied to
@@ -88,8 +91,8 @@ class RepresentationSimilarity(Analysis):
             raise ValueError("n_tokens must be at least 4")
         self.num_layers, self.n_tokens, self.seed = num_layers, n_tokens, seed
         self.device = torch.device("cpu")
-        self.keys = torch.zeros(0, dtype=torch.int64)  # token_keys_torch's sortable form of the uint64 keys
-        self.ids = torch.zeros((0, 2), dtype=torch.int64)  # (example index, position)
+        self.keys = np.zeros(0, dtype=np.uint64)  # the sample's keys (token_keys), sorted; on the host
+        self.ids = np.zeros((0, 2), dtype=np.int64)  # (example index, position), in the same order
         self.base: list[torch.Tensor] | None = None  # per layer [k, hidden] float32, on self.device
         self.tuned: list[torch.Tensor] | None = None
         self.n_seen = 0
@@ -112,13 +115,10 @@ class RepresentationSimilarity(Analysis):
         if not self._pending:
             return
         parts = ([(self.keys, self.ids, self.base, self.tuned)] if self.base is not None else []) + self._pending
-        keys = torch.cat([p[0] for p in parts])
-        ids = torch.cat([p[1] for p in parts])
-        # Tie-break on (example, position) so the sample is a pure function of the keys: NumPy's
-        # lexsort((position, example, key)) as three stable sorts, least significant first.
-        order = torch.sort(ids[:, 1], stable=True).indices
-        order = order[torch.sort(ids[order, 0], stable=True).indices]
-        order = order[torch.sort(keys[order], stable=True).indices][: self.n_tokens]
+        keys = np.concatenate([p[0] for p in parts])
+        ids = np.concatenate([p[1] for p in parts])
+        # Tie-break on (example, position) so the sample is a pure function of the keys.
+        order = np.lexsort((ids[:, 1], ids[:, 0], keys))[: self.n_tokens]
         self.keys, self.ids = keys[order], ids[order]
         n_layers = len(parts[0][2])
         self.base = [_cat_rows([p[2][l] for p in parts], order, self.host_rows) for l in range(n_layers)]
@@ -127,28 +127,26 @@ class RepresentationSimilarity(Analysis):
 
     def update(self, batch: PairBatch) -> None:
         dev = batch.base.hidden_states[0].device
-        rows, cols = batch.content.to(dev).nonzero(as_tuple=True)
+        rows, cols = np.nonzero(batch.host_tokens()[2])  # content tokens, from the items: nothing read back
         if len(rows) == 0:
             return
         if self.base is None and not self._pending:
             self.device = dev
-            self.keys, self.ids = self.keys.to(dev), self.ids.to(dev)
-        example = torch.as_tensor(batch.example_indices, device=dev)[rows]
-        keys = token_keys_torch(self.seed, example, cols)
+        example = batch.example_indices[rows]
+        keys = token_keys(self.seed, example, cols)
         # Only tokens that could enter the current bottom-k are gathered (the threshold is the
         # largest kept key; queued candidates only make it conservative, never wrong).
         if len(self.keys) >= self.n_tokens:
-            cand = (keys <= self.keys[-1]).nonzero(as_tuple=True)[0]
+            cand = np.flatnonzero(keys <= self.keys[-1])
         else:
-            cand = torch.sort(keys, stable=True).indices[: self.n_tokens]
+            cand = np.argsort(keys, kind="stable")[: self.n_tokens]
         self.n_seen += len(rows)
         if len(cand) == 0:
             return
-        r, c = rows[cand], cols[cand]
+        r, c = (torch.as_tensor(x[cand], device=dev) for x in (rows, cols))
         base = [_rows(batch.base.hidden_states[l], r, c, self.host_rows) for l in range(self.num_layers + 1)]
         tuned = [_rows(batch.tuned.hidden_states[l], r, c, self.host_rows) for l in range(self.num_layers + 1)]
-        ids = torch.stack([example[cand], c], dim=1)
-        self._keep(keys[cand], ids, base, tuned)
+        self._keep(keys[cand], np.stack([example[cand], cols[cand]], axis=1), base, tuned)
 
     def merge(self, other: "RepresentationSimilarity") -> "RepresentationSimilarity":
         self._check_mergeable(other)
@@ -156,9 +154,8 @@ class RepresentationSimilarity(Analysis):
         if other.base is not None:
             if self.base is None and not self._pending:
                 self.device = other.device
-                self.keys, self.ids = self.keys.to(other.device), self.ids.to(other.device)
             to = self.device
-            self._keep(other.keys.to(to), other.ids.to(to), [t.to(to) for t in other.base], [t.to(to) for t in other.tuned])
+            self._keep(other.keys, other.ids, [t.to(to) for t in other.base], [t.to(to) for t in other.tuned])
         self._flush()
         self.n_seen += other.n_seen
         return self
@@ -166,7 +163,7 @@ class RepresentationSimilarity(Analysis):
     def token_sample(self) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
         """The sampled tokens so far, copied to the host: ``(ids [k, 2] = (example, position), base layers, tuned layers)``."""
         self._flush()
-        ids = self.ids.cpu().numpy()
+        ids = self.ids.copy()
         if self.base is None:
             return ids, [], []
         return ids, [t.cpu().numpy() for t in self.base], [t.cpu().numpy() for t in self.tuned]

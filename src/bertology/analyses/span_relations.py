@@ -25,6 +25,7 @@ The table has the columns of ``relation_heads`` (``kind = "span"``) so both can 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -76,11 +77,19 @@ def span_units(word_ids: np.ndarray, source: Sequence[int], n_words: int) -> tup
 
 
 class SpanRelationHeads(ArgmaxHeads):
-    """Per head and user relation: how often the argmax of span attention lands in a target span."""
+    """Per head and user relation: how often the argmax of span attention lands in a target span.
+
+    Word attention is pooled and argmaxed where the maps are. Where the hits are counted: on the CPU the argmaxes
+    index the host's target mask (NumPy, as before); with the maps elsewhere (issue 35) the hits are counted on
+    their device and cross to the host once, when :attr:`correct` is read. The same integers either way (tested).
+    """
 
     name = "relation_heads"
     requires = frozenset({"attentions"})
     directions = DIRECTIONS
+    #: Where the hits are counted: None (default) on the maps' device when it is not the CPU, else on the host;
+    #: True or False forces one (on the class or an instance).
+    count_on_device: ClassVar[bool | None] = None
 
     def __init__(
         self,
@@ -119,16 +128,20 @@ class SpanRelationHeads(ArgmaxHeads):
         return np.asarray(hits, dtype=np.int64)
 
     def update(self, batch: PairBatch) -> None:
+        lengths = batch.lengths_host  # from the items: no copy of a GPU batch
+        on_device = self.count_on_device
+        if on_device is None:
+            on_device = batch.base.attentions[1].device.type != "cpu"
         for b, item in enumerate(batch.items):
             instances = self.by_example.get(item.index)
             if not instances:
                 continue
             self.n_examples += 1
-            T = int(batch.mask[b].sum())
+            T = int(lengths[b])
             n_words = int(max(max(max(r.source), max(r.targets)) for r in instances)) + 1
             wid, present = instance_words(item, T, instances[0].n_first_words, n_words)
             n_words = len(present)
-            # kept where the model ran (a GPU's maps are pooled and argmaxed there; only the argmax indices come back)
+            # kept where the model ran (a GPU's maps are pooled, argmaxed and counted there)
             maps = [
                 torch.stack([cap.attentions[layer][b, :, :T, :T] for layer in range(1, self.num_layers + 1)]).double()
                 for cap in (batch.base, batch.tuned)
@@ -149,12 +162,27 @@ class SpanRelationHeads(ArgmaxHeads):
                 self.n[r] += 1
                 self.baseline_correct[r] += self._baseline(rel, n_words)[None, :]
                 excluded = torch.as_tensor(~candidate, device=maps[0].device)
-                for m, att in enumerate(maps):
+                argmaxes = []  # [model][direction]: [L, H] unit indices
+                for att in maps:
                     A = word_attention(att, units, self.to_method, self.from_method, n_words=U)  # [L, H, U, U]
                     out_row = A[:, :, src_u, :].masked_fill(excluded, float("-inf"))
                     in_col = A[:, :, :, src_u].masked_fill(excluded, float("-inf"))
-                    self.correct[r, m, 0] += target_u[out_row.argmax(-1).cpu().numpy()]
-                    self.correct[r, m, 1] += target_u[in_col.argmax(-1).cpu().numpy()]
+                    argmaxes.append((out_row.argmax(-1), in_col.argmax(-1)))
+                if on_device:
+                    self._count_on_device(r, argmaxes, target_u)
+                else:
+                    for m, pair in enumerate(argmaxes):
+                        for d, best in enumerate(pair):
+                            self.correct[r, m, d] += target_u[best.cpu().numpy()]
+
+    def _count_on_device(self, r: int, argmaxes: list[tuple[torch.Tensor, torch.Tensor]], target_u: np.ndarray) -> None:
+        """Add one instance's hits to the counts kept on the argmaxes' device: ``argmaxes[model][direction]`` (``[L, H]``
+        unit indices) looked up in the target-unit mask ``target_u`` (host bool ``[U]``, sent along)."""
+        dev = argmaxes[0][0].device
+        hit = torch.as_tensor(target_u, device=dev)[torch.stack([torch.stack(pair) for pair in argmaxes])]
+        counts = self._device_counts(dev)
+        with torch.inference_mode(False):
+            counts[r] += hit.to(torch.int64)  # [model, direction, L, H]
 
     def merge(self, other: "SpanRelationHeads") -> "SpanRelationHeads":
         self._check_mergeable(other)

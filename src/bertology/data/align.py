@@ -106,9 +106,9 @@ def _pool_torch(x: torch.Tensor, gids: np.ndarray, W: int, method: str, axis: in
     shape = (W,) + tuple(x.shape[1:])
     if method in ("sum", "mean"):
         out = torch.zeros(shape, dtype=dtype, device=x.device).index_add(0, idx, xs)
-        if method == "mean":
-            counts = torch.bincount(idx, minlength=W).to(dtype).reshape((W,) + (1,) * (x.dim() - 1))
-            out = out / counts  # 0/0 -> NaN for words without tokens
+        if method == "mean":  # counted on the host (torch.bincount on a GPU reads its maximum back)
+            counts = torch.as_tensor(np.bincount(idx_np, minlength=W), device=x.device)
+            out = out / counts.to(dtype).reshape((W,) + (1,) * (x.dim() - 1))  # 0/0 -> NaN for words without tokens
     elif method == "first":
         words, first = np.unique(idx_np, return_index=True)
         out = torch.full(shape, float("nan"), dtype=dtype, device=x.device)

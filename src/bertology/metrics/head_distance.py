@@ -204,16 +204,19 @@ def paired_js_sums(p: torch.Tensor, q: torch.Tensor, rows: torch.Tensor | None =
     return js.sum(-1) / math.log(2.0)
 
 
-def expand_pairs(values: torch.Tensor, representative: torch.Tensor) -> torch.Tensor:
+def expand_pairs(values: torch.Tensor, representative: torch.Tensor, n_distinct: int | None = None) -> torch.Tensor:
     """Pair values of ``K`` heads from those of their distinct representatives: ``[..., K' (K' - 1) / 2] -> [..., K (K - 1) / 2]``.
 
     ``representative[k]`` (``[K]``, integers in ``0..K'-1``) is head ``k``'s index among the ``K'``
     distinct heads whose pairs ``values`` holds (:func:`pair_indices` order). Two heads with the same
     representative get 0; every other pair takes its representatives' value, so heads with identical
     maps get identical rows bit for bit, whatever block or position their pairs would have had.
+    ``n_distinct`` is ``K'`` when the caller knows it (without it ``K'`` is read from ``representative``:
+    a device sync on a GPU). ``values`` may hold more heads than are represented (``K' = K``, every head
+    computed, copies pointing at their originals: :func:`~bertology.analyses.head_map.head_representatives`).
     """
     rep = representative.to(torch.long)
-    kd = int(rep.max()) + 1 if rep.numel() else 0
+    kd = n_distinct if n_distinct is not None else (int(rep.max()) + 1 if rep.numel() else 0)
     ia, ib = (torch.from_numpy(x).to(rep.device) for x in pair_indices(rep.numel()))
     if kd < 2:  # every head the same: all pairs 0
         return values.new_zeros((*values.shape[:-1], len(ia)))

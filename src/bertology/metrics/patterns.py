@@ -126,12 +126,13 @@ def pattern_sums(
     row_entropy: torch.Tensor | None = None,
     band: int = 1,
     received: torch.Tensor | None = None,
+    pairs: np.ndarray | None = None,
 ) -> dict[str, torch.Tensor]:
     """The sums over one layer's maps that :func:`pattern_features` divides (``[B, H]`` float64 each).
 
     The only part that reads the ``[B, H, T, T]`` maps; :func:`features_from_sums` turns the sums of
     many layers and models (stacked on a leading axis) into features at once. ``block`` is NaN for
-    examples without a second text.
+    examples without a second text; ``pairs`` (host bool ``[B]``) says which rows are pairs (:func:`pair_rows`).
     """
     if band < 0:
         raise ValueError(f"band must be >= 0, not {band}")
@@ -155,7 +156,7 @@ def pattern_sums(
     if received is None:
         received = column_sums(attn, real)  # [B, H, T]: attention each key receives
     on_vertical = torch.einsum("bhk,bk->bh", received, vk)
-    block = block_sums(attn, mask, segment)
+    block = block_sums(attn, mask, segment, pairs)
     if row_entropy is None:
         row_entropy = -torch.linalg.vecdot(attn, torch.log(attn.clamp_min(torch.finfo(dt).tiny)))
     ent = (row_entropy.to(f64) * mask.to(f64)[:, None]).sum(-1)
@@ -163,14 +164,29 @@ def pattern_sums(
             "entropy": ent, "block": block}
 
 
-def block_sums(attn: torch.Tensor, mask: torch.Tensor, segment: torch.Tensor) -> torch.Tensor:
-    """``[B, H]`` float64: the mass of content queries on their own segment (NaN for single texts)."""
+def pair_rows(segment: torch.Tensor, mask: torch.Tensor, pairs: np.ndarray | None = None) -> torch.Tensor | None:
+    """Positions ``[b]`` (int64, on ``segment``'s device) of the batch's sentence pairs, or None when there are none.
+
+    ``pairs`` (``[B]`` bool, on the host: e.g. from the items' segments) says which rows are pairs without
+    reading the device; without it the rows are found from ``segment`` and ``mask`` (on a GPU a device sync:
+    the number of pairs sizes the result).
+    """
+    if pairs is None:
+        pairs = ((segment == 1) & mask.bool()).any(-1).cpu().numpy()
+    rows = np.flatnonzero(np.asarray(pairs, dtype=bool))
+    return torch.as_tensor(rows, dtype=torch.long, device=segment.device) if len(rows) else None
+
+
+def block_sums(attn: torch.Tensor, mask: torch.Tensor, segment: torch.Tensor, pairs: np.ndarray | None = None) -> torch.Tensor:
+    """``[B, H]`` float64: the mass of content queries on their own segment (NaN for single texts).
+
+    ``pairs``: which rows are sentence pairs, as a host array (:func:`pair_rows`; saves a device sync).
+    """
     B, H = attn.shape[:2]
     mask = mask.bool()
     block = torch.full((B, H), float("nan"), dtype=torch.float64, device=attn.device)
-    is_pair = ((segment == 1) & mask).any(-1)
-    if bool(is_pair.any()):
-        idx = is_pair.nonzero(as_tuple=True)[0]
+    idx = pair_rows(segment, mask, pairs)
+    if idx is not None:
         seg = segment[idx]
         content = (seg >= 0) & mask[idx]  # [b, T]; specials are in no segment
         same = (seg[:, :, None] == seg[:, None, :]) & content[:, :, None]  # [b, q, k]
@@ -216,8 +232,12 @@ def stacked_pattern_sums(
 
 def features_from_sums(
     sums: dict[str, torch.Tensor], mask: torch.Tensor, vertical_keys: torch.Tensor, segment: torch.Tensor, band: int = 1,
+    pairs: np.ndarray | None = None,
 ) -> torch.Tensor:
-    """Features ``[S, B, H, 7]`` (:data:`FEATURE_COLUMNS`) from :func:`pattern_sums` stacked to ``[S, B, H]``."""
+    """Features ``[S, B, H, 7]`` (:data:`FEATURE_COLUMNS`) from :func:`pattern_sums` stacked to ``[S, B, H]``.
+
+    ``pairs``: which rows are sentence pairs, as a host array (:func:`pair_rows`; saves a device sync).
+    """
     mask = mask.bool()
     B, T = mask.shape
     first = sums["band"]
@@ -239,9 +259,8 @@ def features_from_sums(
     # Block: mass of content queries on their own segment (specials are in no segment).
     out[..., _B] = float("nan")
     out[..., _BU] = float("nan")
-    is_pair = ((segment == 1) & mask).any(-1)
-    if bool(is_pair.any()):
-        idx = is_pair.nonzero(as_tuple=True)[0]
+    idx = pair_rows(segment, mask, pairs)
+    if idx is not None:
         seg = segment[idx]
         content = (seg >= 0) & mask[idx]  # [b, T]
         same = (seg[:, :, None] == seg[:, None, :]) & content[:, :, None]  # [b, q, k]
@@ -270,11 +289,16 @@ def classify(features: torch.Tensor | np.ndarray, thresholds: PatternThresholds 
     v, d, blk = ex[..., 0], ex[..., 1], ex[..., 2]
     t = thresholds
     out = torch.full(v.shape, HETEROGENEOUS, dtype=torch.long, device=ex.device)
-    # Assign in reverse priority so that the earlier rules overwrite the later ones.
-    out[blk >= t.block_min] = BLOCK  # NaN (single text) compares False
-    out[(v >= t.mixed_each_min) & (d >= t.mixed_each_min) & (v + d >= t.mixed_sum_min)] = VERTICAL_DIAGONAL
-    out[(d >= t.diagonal_min) & (v < t.other_max)] = DIAGONAL
-    out[(v >= t.vertical_min) & (d < t.other_max)] = VERTICAL
+    # Applied in reverse priority so that the earlier rules overwrite the later ones; torch.where, not boolean-mask
+    # assignment (which on a GPU reads the number of hits back to the host).
+    rules = (
+        (blk >= t.block_min, BLOCK),  # NaN (single text) compares False
+        ((v >= t.mixed_each_min) & (d >= t.mixed_each_min) & (v + d >= t.mixed_sum_min), VERTICAL_DIAGONAL),
+        ((d >= t.diagonal_min) & (v < t.other_max), DIAGONAL),
+        ((v >= t.vertical_min) & (d < t.other_max), VERTICAL),
+    )
+    for hit, code in rules:
+        out = torch.where(hit, code, out)
     return out
 
 
