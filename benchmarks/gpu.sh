@@ -14,9 +14,11 @@
 #     download), with each method's peak device memory; the first run keeps its tables (tables-<size>-<n>/);
 #  5. cpu-reference.log and table-check.log: the first run's compare once more on the CPU (float32, one round), and
 #     benchmarks/table_diff.py --rtol RTOL (default 1e-3) of the GPU's float32 tables against it;
-#  6. status.txt: each step's exit code (a failed step does not stop the next).
+#  6. ablation-units.json/.log: benchmarks/ablation.py, the cached sweep at BERT-base with 1 vs 8 head units per
+#     forward (issue 35, item 3), interleaved, 128 labelled sentences of dev.tsv (it needs a 'label' column);
+#  7. status.txt: each step's exit code (a failed step does not stop the next).
 # Each step runs under its own time limit (seconds: TESTS_S, SCALE_S, CPU_S), so one hang cannot eat the others'
-# device time. REPEATS (default 2) sets the rounds per dtype.
+# device time (ABLATION_S for 6). REPEATS (default 2) sets the rounds per dtype.
 # A check of this script on a CPU-only machine (the CUDA-only tests skip there):
 #   DEVICE=cpu RUNS=small:40 REPEATS=1 OUT=/tmp/x benchmarks/gpu.sh
 set -uo pipefail
@@ -61,5 +63,8 @@ step cpu-reference "${CPU_S:-240}" $py benchmarks/scale_gpu.py --data "$in/dev.t
   --out "$out/cpu-reference.json"
 step table-check 60 $py benchmarks/table_diff.py "$out/tables-$size-$n/float32-0" "$out/cpu-tables/float32-0" \
   --rtol "${RTOL:-1e-3}"
+step ablation-units "${ABLATION_S:-240}" $py benchmarks/ablation.py $([ "$device" = cpu ] && echo --random-small || echo --random-bert-base) \
+  --data "$in/dev.tsv" --n "${ABLATION_N:-128}" --device "$device" --units-per-forward "${UNITS:-8}" --repeats 2 \
+  ${tok[@]+"${tok[@]}"} --out-dir "$out" --out-name ablation-units
 echo "== done $(date -u +%H:%M:%S)"
 cat "$out/status.txt"
