@@ -4,7 +4,7 @@ The device path (torch, float64) runs here with device="cpu" and is pinned to th
 uses; ``BERTOLOGY_TEST_DEVICE`` is not needed: the CUDA-only tests run wherever CUDA is.
 
 Tolerances, from the arithmetic (float64 throughout, the sample's float32 values widened exactly):
-- the keys, the ranks of equal values and the token sample are integers or copies: exactly equal;
+- the ranks of equal values and the token sample are integers or copies: exactly equal;
 - a cosine or Gram entry is a length-``d`` dot product summed in another order (another BLAS):
   ``|err| <= d eps |x||y|``, ~1e-13 at d = 64..768; RSA-Pearson is a dot product of two unit vectors
   of length ``m = n (n - 1) / 2`` (``m eps`` ~ 1e-11 at n = 300), CKA a ratio of such sums: 1e-9
@@ -22,11 +22,11 @@ from scipy.stats import rankdata
 from bertology.activations.batch import PairBatch
 from bertology.activations.extract import run_analyses
 from bertology.analyses.attention_change import AttentionChange
-from bertology.analyses.representation_similarity import RepresentationSimilarity, token_keys
+from bertology.analyses.representation_similarity import RepresentationSimilarity
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.metrics.similarity import similarity_grids
-from bertology.metrics.similarity_torch import average_ranks_torch, keys_to_uint64, similarity_grids_torch, token_keys_torch
+from bertology.metrics.similarity_torch import average_ranks_torch, similarity_grids_torch
 from bertology.models.pair import ModelPair
 from bertology.testing import SENTENCES, batch_on, captured_batches, no_host_copies
 
@@ -39,16 +39,6 @@ def _vectors(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
     x = rng.standard_normal((n, dim)) * scale + 4.0 * rng.standard_normal(dim) * scale
     x[1::37] = x[0]
     return x.astype(np.float32)
-
-
-@pytest.mark.parametrize("seed", [0, 3, 2**40 + 7, 2**64 - 1])
-def test_token_keys_on_the_device_are_the_numpy_keys_bit_for_bit_and_sort_alike(seed):
-    rng = np.random.default_rng(seed % 1000)
-    example, position = rng.integers(0, 10**9, 50_000), rng.integers(0, 4096, 50_000)
-    expected = token_keys(seed, example, position)
-    got = token_keys_torch(seed, torch.from_numpy(example), torch.from_numpy(position))
-    np.testing.assert_array_equal(keys_to_uint64(got), expected)
-    np.testing.assert_array_equal(torch.sort(got, stable=True).indices.numpy(), np.argsort(expected, kind="stable"))
 
 
 def test_average_ranks_on_the_device_are_scipys_exactly():

@@ -35,8 +35,7 @@ def token_keys(seed: int, example: np.ndarray, position: np.ndarray) -> np.ndarr
 
     Hand-written because NumPy's generators are sequential: a key must not depend on the order in
     which tokens arrive. The analysis computes them here, on the host, from the items (example indices and
-    content positions are known there); :func:`bertology.metrics.similarity_torch.token_keys_torch` is the same
-    function on a device (pinned to this one bit for bit).
+    content positions are known there), on every device: no key is computed or read back on a GPU.
     """
     with np.errstate(over="ignore"):
         z = (np.uint64(seed) * _GOLD) ^ (example.astype(np.uint64) * _M1) ^ (position.astype(np.uint64) + np.uint64(1)) * _M2

@@ -23,36 +23,6 @@ import torch
 
 from bertology.metrics.similarity import _cka_from_gram_terms
 
-_INT64_MIN = -(1 << 63)
-_M1, _M2, _GOLD = (c - (1 << 64) for c in (0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 0x9E3779B97F4A7C15))
-
-
-def _shift_right(z: torch.Tensor, s: int) -> torch.Tensor:
-    """Logical (unsigned) right shift of int64 bits: torch's ``>>`` is arithmetic on int64."""
-    return (z >> s) & ((1 << (64 - s)) - 1)
-
-
-def token_keys_torch(seed: int, example: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
-    """:func:`bertology.analyses.representation_similarity.token_keys` on int64 tensors (any device).
-
-    Returns the uint64 key's order as int64: the key's bits with the sign bit flipped, so int64 ``<`` on
-    the result is uint64 ``<`` on the key (torch has no uint64 arithmetic on every device). Multiplication
-    wraps modulo 2**64 in two's complement on every torch backend, as NumPy's uint64 does; a test pins the
-    two key functions together bit for bit.
-    """
-    seed_term = ((seed % (1 << 64)) * (_GOLD % (1 << 64))) % (1 << 64)
-    seed_term -= (1 << 64) if seed_term >= (1 << 63) else 0
-    z = seed_term ^ (example.to(torch.int64) * _M1) ^ ((position.to(torch.int64) + 1) * _M2)
-    z = (z ^ _shift_right(z, 30)) * _M1
-    z = (z ^ _shift_right(z, 27)) * _M2
-    return (z ^ _shift_right(z, 31)) ^ _INT64_MIN
-
-
-def keys_to_uint64(keys: torch.Tensor) -> np.ndarray:
-    """The uint64 keys of :func:`token_keys_torch`'s sortable int64 values (on the host)."""
-    return (keys ^ _INT64_MIN).cpu().numpy().view(np.uint64)
-
-
 def average_ranks_torch(v: torch.Tensor) -> torch.Tensor:
     """``scipy.stats.rankdata(v)`` ('average') in float64 torch operations on ``v``'s device, without a sync.
 
