@@ -36,4 +36,3 @@ def to_device(t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torc
         return t
     with torch.inference_mode(False):
         return moved(t, torch.empty(0, dtype=dtype, device=device))
-
