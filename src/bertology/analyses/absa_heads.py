@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bertology import transfer
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
 from bertology.analyses.device_state import moved, zeros
@@ -194,8 +195,8 @@ class AbsaHeads(Analysis):
             on_device = att[0].device.type != "cpu"
         if on_device:
             dev = att[0].device
-            picked = torch.stack(att).double()[:, :, torch.as_tensor(rows, device=dev)]
-            return picked[..., torch.as_tensor(sep, device=dev)].sum(-1).mean(-1)
+            picked = torch.stack(att).double()[:, :, transfer.send(rows, dev)]
+            return picked[..., transfer.send(sep, dev)].sum(-1).mean(-1)
         full = np.stack([a.double().cpu().numpy() for a in att])
         return full[:, :, rows][..., sep].sum(-1).mean(-1)
 

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bertology import transfer
 from bertology.activations.batch import PairBatch
 from bertology.analyses.attention_targets import PunctuationLookup
 from bertology.analyses.base import Analysis
@@ -69,7 +70,7 @@ def vertical_key_mask(
     real = np.asarray(mask, dtype=bool)
     punct = np.zeros_like(real)
     punct[real] = lookup(np.asarray(input_ids)[real])
-    return torch.as_tensor(real & (~np.asarray(content, dtype=bool) | punct), device=device)
+    return transfer.send(real & (~np.asarray(content, dtype=bool) | punct), device)
 
 
 def segment_array(items, width: int) -> np.ndarray:
@@ -82,7 +83,7 @@ def segment_array(items, width: int) -> np.ndarray:
 
 def segment_ids(items, mask: torch.Tensor) -> torch.Tensor:
     """:func:`segment_array` as a tensor on ``mask``'s device (``mask`` gives the width)."""
-    return torch.as_tensor(segment_array(items, mask.shape[1]), device=mask.device)
+    return transfer.send(segment_array(items, mask.shape[1]), mask.device)
 
 
 class AttentionPatterns(Analysis):
@@ -149,7 +150,7 @@ class AttentionPatterns(Analysis):
         vk = self._vertical_keys(batch)
         seg_host = segment_array(batch.items, batch.mask.shape[1])
         is_pair = (seg_host == 1).any(-1)  # sentence pairs, known on the host
-        seg = torch.as_tensor(seg_host, device=batch.mask.device)
+        seg = transfer.send(seg_host, batch.mask.device)
         P = len(PATTERNS)
         L = self.num_layers
         band = self.thresholds.band

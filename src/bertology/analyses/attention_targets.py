@@ -59,6 +59,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bertology import transfer
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
 from bertology.analyses.device_state import moved as _moved, to_device, zeros
@@ -374,13 +375,13 @@ class AttentionTargets(Analysis):
         dt = torch.float64
         real = batch.mask.to(dt)  # [B, T]
         nq = real.sum(-1)  # [B]
-        keys = torch.as_tensor(keys_np, device=dev).to(dt)  # [B, C, T]
-        present = torch.as_tensor(present_np, device=dev)
+        keys = transfer.send(keys_np, dev).to(dt)  # [B, C, T]
+        present = transfer.send(present_np, dev)
         n_tok, n_word = len(TOKEN_TARGETS), len(WORD_TARGETS)
-        is_sep = torch.as_tensor(keys_np[:, 1], device=dev)
+        is_sep = transfer.send(keys_np[:, 1], dev)
         # word one-hot of first-text pieces [B, T, W] and the category of each word [B, n_word, W]
         # (a scatter, not a boolean index: no device sync; a piece of no word writes its 0 to word 0's column)
-        pw = torch.as_tensor(piece_word, device=dev)
+        pw = transfer.send(piece_word, dev)
         onehot = torch.zeros(B, T, n_w, dtype=dt, device=dev).scatter_(2, pw.clamp_min(0)[..., None],
                                                                       (pw >= 0)[..., None].to(dt))
         word_cat_np = np.zeros((B, n_word, n_w), dtype=bool)
@@ -390,14 +391,14 @@ class AttentionTargets(Analysis):
                 if annotated[b]:
                     cats = self._word_categories(item.index)
                     word_cat_np[b, :, : len(cats)] = cats.T
-        word_cat = torch.as_tensor(word_cat_np, device=dev)
-        has_cls = torch.as_tensor(is_cls_np.any(-1), device=dev)
-        cls_pos = torch.as_tensor(is_cls_np.argmax(-1), device=dev)
+        word_cat = transfer.send(word_cat_np, dev)
+        has_cls = transfer.send(is_cls_np.any(-1), dev)
+        cls_pos = transfer.send(is_cls_np.argmax(-1), dev)
         idx = self._index
         word_level = self.word_level
         w0, m0 = idx.get(WORD_TARGETS[0]), idx.get(f"max_{WORD_TARGETS[0]}")  # None without word level
         L, H = self.num_layers, self.num_heads
-        neg_inf = torch.tensor(float("-inf"), dtype=dt, device=dev)
+        neg_inf = float("-inf")  # a Python scalar: a tensor made from it on the device would be a host copy
         # Which targets each example has; the same for every model, layer and head.
         pres = torch.zeros(B, len(self.targets), dtype=torch.bool, device=dev)
         pres[:, :n_tok] = present[:, :n_tok]

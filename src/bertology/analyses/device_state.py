@@ -2,7 +2,8 @@
 
 An analysis adds each batch's terms to tensors on the batch's device, so a GPU run copies nothing back per batch
 (each copy is a device sync). The helpers here make such tensors, move them between devices (a shard merged into
-another), and pick the dtype a device can hold: MPS has no float64, so float64 sums are float32 there.
+another), and pick the dtype a device can hold: MPS has no float64, so float64 sums are float32 there. The host's
+per-batch index and mask arrays go to the device by :func:`bertology.transfer.send` (no wait for the device).
 """
 from __future__ import annotations
 

@@ -74,6 +74,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bertology import transfer
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
@@ -176,7 +177,7 @@ def _kept(mine, new, order: np.ndarray):
         ref = mine if isinstance(mine, torch.Tensor) else new
         new = torch.as_tensor(new).to(ref.device)
         v = new if mine is None else torch.cat([torch.as_tensor(mine).to(ref.device), new])
-        return v[torch.from_numpy(order).to(ref.device)]
+        return v[transfer.send(order, ref.device)]
     v = new if mine is None else np.concatenate([mine, new])
     return v[order]
 
@@ -471,11 +472,11 @@ class Geometry(Analysis):
                     for it in batch.items]
         has = np.array([e.any() for e in eligible])
         intra = torch.stack([torch.stack([masked_intra_similarity(h, eligible_t) for h in layers]) for layers in hs])
-        keep = torch.from_numpy(has).to(device)
+        keep = transfer.send(has, device)
         intra = torch.where(keep, intra, 0.0)  # [2, L + 1, B] float64: rows without a token count as nothing
         if not isinstance(self.intra_sum, torch.Tensor) or self.intra_sum.device != device:
             with torch.inference_mode(False):
-                self.intra_sum, self.intra_sq = (torch.as_tensor(t, dtype=torch.float64).to(device).clone()
+                self.intra_sum, self.intra_sq = (transfer.send(t, device, torch.float64).clone()
                                                  for t in (self.intra_sum, self.intra_sq))
         with torch.inference_mode(False):
             self.intra_sum += intra.sum(-1)
@@ -489,7 +490,7 @@ class Geometry(Analysis):
 
             def tokens(positions, row: int = row) -> torch.Tensor:
                 """The example's tokens at ``positions``: ``[..., 2, L + 1, D]`` float32, gathered on the device."""
-                at = torch.as_tensor(positions).to(device)
+                at = transfer.send(positions, device)
                 return torch.stack([torch.stack([h[row, at] for h in layers], dim=-2) for layers in hs], dim=-3).float()
 
             p = self._baseline_position(index, eligible[row], ekeys[row], limit)
@@ -500,7 +501,7 @@ class Geometry(Analysis):
                 cand_rows.append(row)
             self._add_words(index, item, tokens)
         if cand_keys:
-            rows, at = (torch.as_tensor(np.array(v, np.int64)).to(device) for v in (cand_rows, cand_pos))
+            rows, at = (transfer.send(np.array(v, np.int64), device) for v in (cand_rows, cand_pos))
             vectors = torch.stack([torch.stack([h[rows, at] for h in layers], dim=-2) for layers in hs], dim=-3).float()
             self._keep_baseline(np.array(cand_keys, np.uint64), np.array(cand_ex, np.int64),
                                 np.array(cand_pos, np.int64), vectors)

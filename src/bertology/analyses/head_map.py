@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bertology import transfer
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
@@ -116,7 +117,7 @@ def head_representatives(base: torch.Tensor, tuned: torch.Tensor) -> torch.Tenso
 def _take_rows(x: np.ndarray | torch.Tensor, rows: np.ndarray) -> np.ndarray | torch.Tensor:
     """Rows ``rows`` (NumPy integers) of ``x``, a NumPy array or a tensor on any device."""
     if isinstance(x, torch.Tensor):
-        return x[torch.as_tensor(rows, dtype=torch.long, device=x.device)]
+        return x[transfer.send(rows, x.device, torch.long)]
     return x[rows]
 
 
@@ -324,7 +325,7 @@ class HeadMap(Analysis):
         else:
             rep, distinct = unchanged_heads(p[:half], p[half:])
             sums = expand_pairs(pairwise_js_sums(p[distinct], block_elements=self.block_elements), rep)
-        sums[self._moved_pairs.to(sums.device)] = paired_js_sums(p[:half], p[half:]).to(sums.device)
+        sums[transfer.send(self._moved_pairs, sums.device)] = paired_js_sums(p[:half], p[half:]).to(sums.device)
         return sums
 
     def _state(self, x: np.ndarray | torch.Tensor | None) -> np.ndarray | torch.Tensor | None:
@@ -341,7 +342,7 @@ class HeadMap(Analysis):
             self.total = self.total.cpu().numpy() if isinstance(self.total, torch.Tensor) else self.total
         elif not isinstance(self.total, torch.Tensor) or self.total.device != device:
             with torch.inference_mode(False):
-                self.total = torch.as_tensor(self.total).to(device, torch.float64)
+                self.total = transfer.send(self.total, device, torch.float64)
         self.sums = self._state(self.sums)
 
     def update(self, batch: PairBatch) -> None:

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bertology import transfer
 from bertology.activations.batch import PairBatch
 from bertology.analyses.attention_targets import is_punct_token
 from bertology.analyses.base import Analysis
@@ -244,7 +245,7 @@ class PCAViews(Analysis):
             item = batch.items[r]
             pos = self._positions(item)
             if on_device:
-                at = torch.from_numpy(pos).to(caps[0].hidden_states[0].device)
+                at = transfer.send(pos, caps[0].hidden_states[0].device)
                 vec = torch.stack([torch.stack([cap.hidden_states[l][r, at] for l in self.layers], dim=1)
                                    for cap in caps], dim=1).float()  # [n, 2, n_layers, D] on the device
             else:

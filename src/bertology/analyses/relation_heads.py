@@ -50,6 +50,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bertology import transfer
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
@@ -253,11 +254,11 @@ class RelationHeads(ArgmaxHeads):
         """Word attention ``[L, H, W, W]`` -> bool hits ``[2 directions, L, H, P]`` on ``A``'s device (argmax, self
         excluded). The gold pairs ``dep``/``gov`` (host integers) go to the device, the argmaxes stay there."""
         W = A.shape[-1]
-        absent = torch.as_tensor(~present, device=A.device)
+        absent = transfer.send(~present, A.device)
         self_pair = torch.eye(W, dtype=torch.bool, device=A.device)
         A = A.masked_fill(absent[:, None] | absent[None, :] | self_pair, float("-inf"))
-        dep = torch.as_tensor(np.asarray(dep, dtype=np.int64), device=A.device)
-        gov = torch.as_tensor(np.asarray(gov, dtype=np.int64), device=A.device)
+        dep = transfer.send(np.asarray(dep, dtype=np.int64), A.device)
+        gov = transfer.send(np.asarray(gov, dtype=np.int64), A.device)
         from_d = A.argmax(-1)  # [L, H, W]: word most attended from each word
         dep_head = from_d[:, :, dep] == gov
         if self.reverse == "transpose":
@@ -368,7 +369,7 @@ class RelationHeads(ArgmaxHeads):
         h = hits.to(torch.int64)
         with torch.inference_mode(False):  # kept across batches: normal tensors
             per_rel = torch.zeros(h.shape[:-1] + (R,), dtype=torch.int64, device=dev)
-            per_rel.index_add_(-1, torch.as_tensor(rel_ids, device=dev), h)
+            per_rel.index_add_(-1, transfer.send(rel_ids, dev), h)
             per_rel[..., all_idx] = h.sum(-1)
             counts = self._device_counts(dev)
             counts += per_rel.permute(4, 0, 1, 2, 3)

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bertology import transfer
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
@@ -60,7 +61,7 @@ def _cat_rows(parts: list[torch.Tensor], order: np.ndarray, host: bool) -> torch
     """``torch.cat(parts)[order]`` (on the parts' device); with ``host`` on the CPU by NumPy, as :func:`_rows`."""
     if host and parts[0].device.type == "cpu":
         return torch.from_numpy(np.concatenate([p.numpy() for p in parts])[order])
-    return torch.cat(parts)[torch.as_tensor(order, device=parts[0].device)]
+    return torch.cat(parts)[transfer.send(order, parts[0].device)]
 
 
 class RepresentationSimilarity(Analysis):
@@ -142,7 +143,7 @@ class RepresentationSimilarity(Analysis):
         self.n_seen += len(rows)
         if len(cand) == 0:
             return
-        r, c = (torch.as_tensor(x[cand], device=dev) for x in (rows, cols))
+        r, c = (transfer.send(x[cand], dev) for x in (rows, cols))
         base = [_rows(batch.base.hidden_states[l], r, c, self.host_rows) for l in range(self.num_layers + 1)]
         tuned = [_rows(batch.tuned.hidden_states[l], r, c, self.host_rows) for l in range(self.num_layers + 1)]
         self._keep(keys[cand], np.stack([example[cand], cols[cand]], axis=1), base, tuned)

@@ -30,6 +30,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from bertology import transfer
 from bertology.activations.batch import PairBatch
 from bertology.analyses.relation_heads import ArgmaxHeads
 from bertology.data.align import Pooling, annotated_word_ids, word_attention
@@ -161,7 +162,7 @@ class SpanRelationHeads(ArgmaxHeads):
                 r = self._rel_index[rel.relation]
                 self.n[r] += 1
                 self.baseline_correct[r] += self._baseline(rel, n_words)[None, :]
-                excluded = torch.as_tensor(~candidate, device=maps[0].device)
+                excluded = transfer.send(~candidate, maps[0].device)
                 argmaxes = []  # [model][direction]: [L, H] unit indices
                 for att in maps:
                     A = word_attention(att, units, self.to_method, self.from_method, n_words=U)  # [L, H, U, U]
@@ -179,7 +180,7 @@ class SpanRelationHeads(ArgmaxHeads):
         """Add one instance's hits to the counts kept on the argmaxes' device: ``argmaxes[model][direction]`` (``[L, H]``
         unit indices) looked up in the target-unit mask ``target_u`` (host bool ``[U]``, sent along)."""
         dev = argmaxes[0][0].device
-        hit = torch.as_tensor(target_u, device=dev)[torch.stack([torch.stack(pair) for pair in argmaxes])]
+        hit = transfer.send(target_u, dev)[torch.stack([torch.stack(pair) for pair in argmaxes])]
         counts = self._device_counts(dev)
         with torch.inference_mode(False):
             counts[r] += hit.to(torch.int64)  # [model, direction, L, H]

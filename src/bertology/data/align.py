@@ -17,6 +17,8 @@ from typing import Literal, TypeVar
 import numpy as np
 import torch
 
+from bertology import transfer
+
 Pooling = Literal["first", "mean", "sum", "max"]
 POOLING_METHODS: tuple[str, ...] = ("first", "mean", "sum", "max")
 
@@ -101,23 +103,23 @@ def _pool_torch(x: torch.Tensor, gids: np.ndarray, W: int, method: str, axis: in
     dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
     keep = gids >= 0
     idx_np = gids[keep]
-    idx = torch.as_tensor(idx_np, device=x.device)
-    xs = x[torch.as_tensor(np.flatnonzero(keep), device=x.device)].to(dtype)  # positions, not a mask: no device sync
+    idx = transfer.send(idx_np, x.device)
+    xs = x[transfer.send(np.flatnonzero(keep), x.device)].to(dtype)  # positions, not a mask: no device sync
     shape = (W,) + tuple(x.shape[1:])
     if method in ("sum", "mean"):
         out = torch.zeros(shape, dtype=dtype, device=x.device).index_add(0, idx, xs)
         if method == "mean":  # counted on the host (torch.bincount on a GPU reads its maximum back)
-            counts = torch.as_tensor(np.bincount(idx_np, minlength=W), device=x.device)
+            counts = transfer.send(np.bincount(idx_np, minlength=W), x.device)
             out = out / counts.to(dtype).reshape((W,) + (1,) * (x.dim() - 1))  # 0/0 -> NaN for words without tokens
     elif method == "first":
         words, first = np.unique(idx_np, return_index=True)
         out = torch.full(shape, float("nan"), dtype=dtype, device=x.device)
-        out = out.index_copy(0, torch.as_tensor(words, device=x.device), xs[torch.as_tensor(first, device=x.device)])
+        out = out.index_copy(0, transfer.send(words, x.device), xs[transfer.send(first, x.device)])
     else:  # max
         out = torch.full(shape, float("-inf"), dtype=dtype, device=x.device)
         index = idx.reshape((-1,) + (1,) * (x.dim() - 1)).expand_as(xs)
         out = out.scatter_reduce(0, index, xs, "amax", include_self=False)
-        empty = torch.as_tensor(np.bincount(idx_np, minlength=W) == 0, device=x.device)
+        empty = transfer.send(np.bincount(idx_np, minlength=W) == 0, x.device)
         out = out.masked_fill(empty.reshape((W,) + (1,) * (x.dim() - 1)), float("nan"))
     return out.movedim(0, axis)
 

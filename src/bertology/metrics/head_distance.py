@@ -15,6 +15,7 @@ import numba
 import numpy as np
 import torch
 
+from bertology import transfer
 from bertology.metrics.fast_log import log32
 
 #: Default block size (elements of one mixture tensor, 1 MB in float32): the passes over it stay in cache.
@@ -61,7 +62,7 @@ def pairwise_js_sums(
     # JS summed over rows = sum H(m) - (sum H(p) + sum H(q)) / 2, clamped at 0 (rounding). The diagonal
     # "mixture" of a head with itself is the head (m = 2 p/2 exactly), so -mix_sum[i, i] is H(p_i) summed.
     h_sum = -torch.diagonal(mix_sum, dim1=1, dim2=2)
-    ia, ib = (torch.from_numpy(x).to(p.device) for x in pair_indices(k))
+    ia, ib = (transfer.send(x, p.device) for x in pair_indices(k))
     js = (-mix_sum[:, ia, ib] - 0.5 * (h_sum[:, ia] + h_sum[:, ib])).clamp_min_(0.0)
     out = js / math.log(2.0)
     return out.reshape(*lead, len(ia))
@@ -217,7 +218,7 @@ def expand_pairs(values: torch.Tensor, representative: torch.Tensor, n_distinct:
     """
     rep = representative.to(torch.long)
     kd = n_distinct if n_distinct is not None else (int(rep.max()) + 1 if rep.numel() else 0)
-    ia, ib = (torch.from_numpy(x).to(rep.device) for x in pair_indices(rep.numel()))
+    ia, ib = (transfer.send(x, rep.device) for x in pair_indices(rep.numel()))
     if kd < 2:  # every head the same: all pairs 0
         return values.new_zeros((*values.shape[:-1], len(ia)))
     lo, hi = torch.minimum(rep[ia], rep[ib]), torch.maximum(rep[ia], rep[ib])

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from bertology import transfer
 from bertology.metrics.attention import DIAGONAL_OFFSETS, column_sums
 
 #: The five classes, in the order of their integer codes.
@@ -174,7 +175,7 @@ def pair_rows(segment: torch.Tensor, mask: torch.Tensor, pairs: np.ndarray | Non
     if pairs is None:
         pairs = ((segment == 1) & mask.bool()).any(-1).cpu().numpy()
     rows = np.flatnonzero(np.asarray(pairs, dtype=bool))
-    return torch.as_tensor(rows, dtype=torch.long, device=segment.device) if len(rows) else None
+    return transfer.send(rows, segment.device, torch.long) if len(rows) else None
 
 
 def block_sums(attn: torch.Tensor, mask: torch.Tensor, segment: torch.Tensor, pairs: np.ndarray | None = None) -> torch.Tensor:
