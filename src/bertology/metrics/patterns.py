@@ -138,7 +138,7 @@ def pattern_sums(
     if band < 0:
         raise ValueError(f"band must be >= 0, not {band}")
     B, H, T, _ = attn.shape
-    dt, dev = attn.dtype, attn.device
+    dt = attn.dtype
     f64 = torch.float64
     mask = mask.bool()
     real = mask.to(dt)  # [B, T]
