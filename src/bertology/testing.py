@@ -487,3 +487,22 @@ def batch_on(batch, device: str | torch.device):
 
     return PairBatch(batch.items, batch.input_ids.to(device), batch.mask.to(device), batch.content.to(device),
                      batch.lengths.to(device), moved(batch.base), moved(batch.tuned))
+
+
+class SideBySide:
+    """A consumer of the extraction loop that feeds ``here`` each batch and ``there`` a copy of it on ``device``
+    (:func:`batch_on`): the same maps reach both sets of analyses, so their tables can be compared."""
+
+    def __init__(self, here: list, there: list, device: str | torch.device):
+        self.here, self.there, self.device = here, there, device
+        self.requires = frozenset().union(*(a.requires for a in [*here, *there]))
+
+    def extraction_options(self) -> dict:
+        return {}
+
+    def update(self, batch) -> None:
+        for a in self.here:
+            a.update(batch)
+        moved = batch_on(batch, self.device)
+        for a in self.there:
+            a.update(moved)

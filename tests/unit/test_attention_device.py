@@ -34,7 +34,7 @@ from bertology.analyses.relation_heads import RelationHeads
 from bertology.data.corpus import Corpus, Example
 from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.models.pair import ModelPair
-from bertology.testing import SENTENCES, TINY_WORDS, batch_on, captured_batches, no_host_copies, random_heads
+from bertology.testing import SENTENCES, SideBySide, TINY_WORDS, captured_batches, no_host_copies, random_heads
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: checks the GPU path itself")
 
@@ -211,24 +211,6 @@ def test_the_updates_make_no_host_copy(planted, encoded, monkeypatch):
         _assert_paths_agree({name: analyses[name]}, {name: ref[name]})
 
 
-class _Tee:
-    """Feeds ``here`` the batch and ``there`` a copy of it on ``device`` (the same maps on both)."""
-
-    def __init__(self, here: list, there: list, device: str):
-        self.here, self.there, self.device = here, there, device
-        self.requires = frozenset({"attentions"})
-
-    def extraction_options(self) -> dict:
-        return {}
-
-    def update(self, batch: PairBatch) -> None:
-        for a in self.here:
-            a.update(batch)
-        moved = batch_on(batch, self.device)
-        for a in self.there:
-            a.update(moved)
-
-
 def _max_pair_bound(enc: EncodedCorpus) -> float:
     """Twice the float32 bound of one query row's JS (bits) at the longest example: see the module docstring."""
     n = max(len(it) for it in enc.items)
@@ -258,7 +240,7 @@ def _assert_gpu_tables(gpu: dict, ref: dict, enc: EncodedCorpus) -> None:
 @needs_cuda
 def test_on_a_gpu_the_state_stays_there_and_the_tables_equal_the_cpu_tables(planted, encoded):
     ref, gpu = _analyses(planted, False), _analyses(planted, False)
-    run_analyses(planted, encoded, [_Tee(list(ref.values()), list(gpu.values()), "cuda")], batch_size=5)
+    run_analyses(planted, encoded, [SideBySide(list(ref.values()), list(gpu.values()), "cuda")], batch_size=5)
     assert gpu["patterns"].counts.device.type == "cuda" and gpu["patterns"].feature_sums.device.type == "cuda"
     assert gpu["targets"].sums.device.type == "cuda" and gpu["targets"].counts.device.type == "cuda"
     assert gpu["head_map"].sums.device.type == "cuda" and gpu["head_map_hinted"].total.device.type == "cuda"
@@ -274,7 +256,7 @@ def test_on_a_gpu_shards_merge_with_cpu_shards(planted, encoded):
     shards = _shards(encoded)
     ref = [_analyses(planted, False) for _ in shards]
     parts = [_analyses(planted, False) for _ in shards]
-    run_analyses(planted, shards[0], [_Tee(list(ref[0].values()), list(parts[0].values()), "cuda")], batch_size=5)
+    run_analyses(planted, shards[0], [SideBySide(list(ref[0].values()), list(parts[0].values()), "cuda")], batch_size=5)
     for part in (ref[1], parts[1]):
         run_analyses(planted, shards[1], list(part.values()), batch_size=5)
     merged, ref = _merged(planted, parts), _merged(planted, ref)

@@ -28,7 +28,7 @@ from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.metrics.similarity import similarity_grids
 from bertology.metrics.similarity_torch import average_ranks_torch, similarity_grids_torch
 from bertology.models.pair import ModelPair
-from bertology.testing import SENTENCES, batch_on, captured_batches, no_host_copies
+from bertology.testing import SENTENCES, SideBySide, captured_batches, no_host_copies
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: checks the GPU path itself")
 
@@ -74,28 +74,10 @@ class _TorchOnCpu(RepresentationSimilarity):
     host_rows = False
 
 
-class _Tee:
-    """A consumer of the extraction loop that feeds ``here`` the batch and ``there`` a copy of it on ``device``."""
-
-    def __init__(self, here, there, device: str):
-        self.here, self.there, self.device = here, there, device
-        self.requires = frozenset().union(*(a.requires for a in here + there))
-
-    def extraction_options(self) -> dict:
-        return {}
-
-    def update(self, batch: PairBatch) -> None:
-        for a in self.here:
-            a.update(batch)
-        moved = batch_on(batch, self.device)
-        for a in self.there:
-            a.update(moved)
-
-
 def _side_by_side(planted_pair, here, there, device: str, batch_size: int = 3):
     pair = ModelPair.load(*map(str, planted_pair))
     enc = encode_corpus(Corpus.from_list(SENTENCES), pair.tokenizer)
-    run_analyses(pair, enc, [_Tee(here, there, device)], batch_size=batch_size)
+    run_analyses(pair, enc, [SideBySide(here, there, device)], batch_size=batch_size)
     return pair
 
 
