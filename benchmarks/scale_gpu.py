@@ -135,6 +135,8 @@ def main() -> None:
     device = torch.device(args.device)
     tok_dir = args.tokenizer or builtin_model_path("minilm")
     texts = read_sentences(args.data, args.n)
+    if len(texts) < args.n:  # a run labelled 4,000 sentences must have them (SST-2 dev has 872: use train's rows)
+        raise SystemExit(f"{args.data} has {len(texts)} sentences, fewer than --n {args.n}")
     corpus = Corpus.from_list(texts)
     tmp = Path(tempfile.mkdtemp())
     atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # the saved models and runs are GBs
