@@ -19,6 +19,8 @@
 #  7. status.txt: each step's exit code (a failed step does not stop the next).
 # Each step runs under its own time limit (seconds: TESTS_S, SCALE_S, CPU_S), so one hang cannot eat the others'
 # device time (ABLATION_S for 6). REPEATS (default 2) sets the rounds per dtype.
+# The default limits add up to ~31 min, more than a 15-minute device lease: size a call with RUNS, REPEATS=1 and
+# the *_S limits (e.g. RUNS="base:500 base:4000" REPEATS=1 SCALE_S=200 CPU_S=150).
 # A check of this script on a CPU-only machine (the CUDA-only tests skip there):
 #   DEVICE=cpu RUNS=small:40 REPEATS=1 OUT=/tmp/x benchmarks/gpu.sh
 set -uo pipefail
