@@ -19,7 +19,7 @@ import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
-from bertology.analyses.device_state import moved as _moved
+from bertology.analyses.device_state import moved as _moved, to_device, zeros
 from bertology.analyses.registry import AnalysisSpec, BuildContext
 from bertology.settings import Setting
 from bertology.conventions import setting as convention
@@ -45,21 +45,14 @@ class AttentionChange(Analysis):
             raise ValueError(f"mode must be 'cropped' or 'padded', not {mode!r}")
         self.num_layers, self.num_heads = num_layers, num_heads
         self.mode, self.pad_length = mode, pad_length
-        self.cos_sum, self.cos_sq, self.js_sum = (self._zeros(torch.device("cpu")) for _ in range(3))
+        # [layers, heads] float64 sums (float32 on MPS, which has no float64), where the maps are once updated
+        self.cos_sum, self.cos_sq, self.js_sum = (zeros((num_layers, num_heads), torch.float64) for _ in range(3))
         self.n = 0
-
-    def _zeros(self, device: torch.device) -> torch.Tensor:
-        """A fresh ``[layers, heads]`` accumulator on ``device`` (float64, or float32 on MPS, which has no float64)."""
-        dtype = torch.float32 if device.type == "mps" else torch.float64
-        with torch.inference_mode(False):  # a normal tensor: updates add to it in place inside inference mode or not
-            return torch.zeros((self.num_layers, self.num_heads), dtype=dtype, device=device)
 
     def _to(self, device: torch.device) -> None:
         """Move the accumulators to ``device`` (the first batch's, or a shard's when merging into an empty one)."""
-        if self.cos_sum.device != device:
-            with torch.inference_mode(False):
-                self.cos_sum, self.cos_sq, self.js_sum = (_moved(t, self._zeros(device)) for t in
-                                                          (self.cos_sum, self.cos_sq, self.js_sum))
+        self.cos_sum, self.cos_sq, self.js_sum = (to_device(t, device, torch.float64)
+                                                  for t in (self.cos_sum, self.cos_sq, self.js_sum))
 
     def params(self) -> dict:
         return {"mode": self.mode, "pad_length": self.pad_length if self.mode == "padded" else None,

@@ -37,6 +37,7 @@ from bertology.analyses.base import Analysis
 from bertology.analyses.device_state import moved as _moved, to_device, zeros
 from bertology.analyses.registry import AnalysisSpec, BuildContext
 from bertology.settings import Setting
+from bertology.data.batching import padded_rows
 from bertology.config import CompareConfig
 from bertology.metrics.patterns import (
     FEATURE_COLUMNS,
@@ -75,10 +76,7 @@ def vertical_key_mask(
 
 def segment_array(items, width: int) -> np.ndarray:
     """``[B, width]`` int64 on the host: 0/1 for tokens of the first/second text, -1 for special tokens and padding."""
-    seg = np.full((len(items), width), -1, dtype=np.int64)
-    if len(items):  # row-major boolean assignment: each row's first len(item) positions, in item order
-        seg[np.arange(width) < np.array([len(it) for it in items])[:, None]] = np.concatenate([it.segment for it in items])
-    return seg
+    return padded_rows([it.segment for it in items], width, -1, np.int64)
 
 
 def segment_ids(items, mask: torch.Tensor) -> torch.Tensor:

@@ -36,3 +36,8 @@ def to_device(t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torc
         return t
     with torch.inference_mode(False):
         return moved(t, torch.empty(0, dtype=dtype, device=device))
+
+
+def host(v):
+    """Device state as a NumPy copy (in ``compute``: one copy per run); NumPy arrays and None as they are."""
+    return v.cpu().numpy() if isinstance(v, torch.Tensor) else v

@@ -75,6 +75,7 @@ import pandas as pd
 import torch
 
 from bertology import transfer
+from bertology.analyses.device_state import host
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
@@ -180,11 +181,6 @@ def _kept(mine, new, order: np.ndarray):
         return v[transfer.send(order, ref.device)]
     v = new if mine is None else np.concatenate([mine, new])
     return v[order]
-
-
-def _host(v) -> np.ndarray | None:
-    """A NumPy copy of device state (in ``compute``), NumPy arrays and None as they are."""
-    return v.cpu().numpy() if isinstance(v, torch.Tensor) else v
 
 
 def _to_host(tensors: list[torch.Tensor]) -> list[np.ndarray]:
@@ -565,7 +561,7 @@ class Geometry(Analysis):
         mev = np.full((len(forms), 2, n_layers), np.nan)
         with one_blas_thread():  # small fits: see _baseline
             for i, f in enumerate(forms):
-                x = np.moveaxis(_host(self.words[f].vectors).astype(np.float64), 0, 2)  # [2, L + 1, m, D]
+                x = np.moveaxis(host(self.words[f].vectors).astype(np.float64), 0, 2)  # [2, L + 1, m, D]
                 ss[i] = mean_offdiagonal_cosine(x)
                 mev[i] = max_explainable_variance(x, center=self.mev_center)
         return forms, ss, mev
@@ -585,7 +581,7 @@ class Geometry(Analysis):
         its one transfer)."""
         if "intra" in self._finished:
             return self._finished["intra"]
-        return tuple(np.asarray(_host(t), dtype=np.float64) for t in (self.intra_sum, self.intra_sq))
+        return tuple(np.asarray(host(t), dtype=np.float64) for t in (self.intra_sum, self.intra_sq))
 
     def _state_device(self) -> torch.device | None:
         """Where the device path's state is (None: NumPy state, fitted with NumPy). MPS state is fitted on the host
@@ -666,7 +662,7 @@ class Geometry(Analysis):
         # BLAS on one thread, as pca_views' fits: LAPACK's tridiagonal reduction of the 2 (L + 1) Grams (768 x 768
         # at BERT-base) synchronises its threads per column, and two threads on a shared 2-core machine took
         # 2.8-7.7 s against 1.5-2.3 s with one (docs/results/benchmarks.md, issue 18). Values change by rounding only.
-        base_vectors = _host(self.base_vectors)  # the device path's sample comes to the host once
+        base_vectors = host(self.base_vectors)  # the device path's sample comes to the host once
         with one_blas_thread():
             for m in range(2):
                 for layer in range(n_layers):

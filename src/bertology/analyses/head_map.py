@@ -46,6 +46,7 @@ import pandas as pd
 import torch
 
 from bertology import transfer
+from bertology.analyses.device_state import host
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
@@ -334,12 +335,12 @@ class HeadMap(Analysis):
             return None
         if isinstance(self.total, torch.Tensor):
             return torch.as_tensor(x).to(self.total.device, torch.float64)
-        return x.cpu().numpy() if isinstance(x, torch.Tensor) else x
+        return host(x)
 
     def _to(self, device: torch.device | None) -> None:
         """Keep the sums as float64 tensors on ``device``, or as NumPy arrays for None (moving what is kept)."""
         if device is None:
-            self.total = self.total.cpu().numpy() if isinstance(self.total, torch.Tensor) else self.total
+            self.total = host(self.total)
         elif not isinstance(self.total, torch.Tensor) or self.total.device != device:
             with torch.inference_mode(False):
                 self.total = transfer.send(self.total, device, torch.float64)

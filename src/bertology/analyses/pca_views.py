@@ -40,6 +40,7 @@ import pandas as pd
 import torch
 
 from bertology import transfer
+from bertology.analyses.device_state import host
 from bertology.activations.batch import PairBatch
 from bertology.analyses.attention_targets import is_punct_token
 from bertology.analyses.base import Analysis
@@ -115,11 +116,6 @@ def leading_pca_torch(x: torch.Tensor, k: int = 2) -> tuple[torch.Tensor, torch.
     vt = vt * torch.where(vt.gather(-1, top) < 0, -1.0, 1.0)
     total = (xc * xc).sum((-2, -1))
     return mean, vt, w / total[..., None]
-
-
-def _host(v) -> np.ndarray:
-    """A NumPy array of an example's vectors (a host copy of a tensor: in ``compute`` only)."""
-    return v.cpu().numpy() if isinstance(v, torch.Tensor) else v
 
 
 @dataclass
@@ -284,7 +280,7 @@ class PCAViews(Analysis):
         """The kept tokens' vectors of one model (0 base, 1 tuned) and layer, in (example, position) order."""
         li = self.layers.index(layer)
         ex = sorted(self.kept, key=lambda e: e.index)
-        return np.concatenate([_host(e.vectors[:, model, li]) for e in ex]).astype(np.float64)
+        return np.concatenate([host(e.vectors[:, model, li]) for e in ex]).astype(np.float64)
 
     def compute(self) -> Result:
         """The ``pca_views`` table: one row per model, layer, fit and token."""

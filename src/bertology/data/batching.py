@@ -19,6 +19,14 @@ def length_batches(items: Sequence[EncodedExample], batch_size: int) -> list[lis
     return [[items[i] for i in order[s : s + batch_size]] for s in range(0, len(order), batch_size)]
 
 
+def padded_rows(rows: Sequence[np.ndarray], width: int, fill, dtype) -> np.ndarray:
+    """``[len(rows), width]``: each row's values first, ``fill`` after them (one boolean assignment, row-major)."""
+    out = np.full((len(rows), width), fill, dtype=dtype)
+    if len(rows):
+        out[np.arange(width) < np.array([len(r) for r in rows], dtype=np.int64)[:, None]] = np.concatenate(rows)
+    return out
+
+
 def token_arrays(
     items: Sequence[EncodedExample], width: int, pad_id: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -28,13 +36,9 @@ def token_arrays(
     models, built on the host from the items: analyses whose batch tensors sit on a GPU read these instead of
     copying the tensors back (issue 35).
     """
-    n = len(items)
+    ids = padded_rows([it.input_ids for it in items], width, pad_id, np.int64)
     mask = np.arange(width) < np.array([len(it) for it in items], dtype=np.int64)[:, None]
-    ids = np.full((n, width), pad_id, dtype=np.int64)
-    content = np.zeros((n, width), dtype=bool)
-    if n:  # row-major boolean assignment: each row's first len(item) positions, in item order
-        ids[mask] = np.concatenate([it.input_ids for it in items])
-        content[mask] = ~np.concatenate([it.special for it in items]).astype(bool)
+    content = padded_rows([~np.asarray(it.special, dtype=bool) for it in items], width, False, bool)
     return ids, mask, content
 
 
@@ -44,9 +48,7 @@ def collate(items: Sequence[EncodedExample], pad_id: int, pad_to: int | None = N
     if pad_to is not None:
         width = max(width, pad_to)
     ids, mask, content = token_arrays(items, width, pad_id)
-    tti = np.zeros((len(items), width), dtype=np.int64)
-    for row, it in enumerate(items):
-        tti[row, : len(it)] = it.token_type_ids
+    tti = padded_rows([it.token_type_ids for it in items], width, 0, np.int64)
     return {
         "input_ids": torch.from_numpy(ids),
         "token_type_ids": torch.from_numpy(tti),
