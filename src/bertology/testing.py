@@ -506,3 +506,38 @@ class SideBySide:
         moved = batch_on(batch, self.device)
         for a in self.there:
             a.update(moved)
+
+
+#: Tags and relations of :func:`random_annotated_corpus` (a few of each, so every category and relation recurs).
+UPOS_TAGS = ("NOUN", "VERB", "PRON", "DET", "ADJ", "PART", "PROPN")
+XPOS_TAGS = ("NN", "VB", "PRP", "DT", "JJ", "RB", "NNP", "VBD")
+DEPRELS = ("nsubj", "obj", "det", "amod", "advmod", "neg", "iobj", "obl")
+#: Words beside :data:`TINY_WORDS`: two-piece words and punctuation.
+EXTRA_WORDS = ("cats", "reading", "slowly", ".", ",", "!")
+
+
+def random_annotated_corpus(n: int, seed: int = 0, *, min_words: int = 3, pair_every: int = 5,
+                            labels: bool = False) -> "Corpus":  # noqa: F821 (imported inside: no start-up cost)
+    """``n`` random sentences of the tiny vocabulary with random trees, UPOS, XPOS and relations (and labels ``a``/``b``
+    alternating, with ``labels``); every ``pair_every``-th is a sentence pair annotated over both texts. For the
+    analyses that need annotations (attention targets, relation heads, patterns over pairs) on the tiny models."""
+    import numpy as np
+
+    from bertology.data.corpus import Corpus, Example
+
+    rng = np.random.default_rng(seed)
+    vocab = list(TINY_WORDS) + list(EXTRA_WORDS)
+    out = []
+    for i in range(n):
+        words = tuple(rng.choice(vocab, size=int(rng.integers(min_words, 10))))
+        nw = len(words)
+        ann = dict(words=words, upos=tuple(rng.choice(UPOS_TAGS, nw)), xpos=tuple(rng.choice(XPOS_TAGS, nw)),
+                   heads=random_heads(rng, nw), deprels=tuple(rng.choice(DEPRELS, nw)))
+        if labels:
+            ann["label"] = "ab"[i % 2]
+        if i % pair_every == pair_every - 1:
+            cut = int(rng.integers(1, nw))
+            out.append(Example(" ".join(words[:cut]), text_pair=" ".join(words[cut:]), n_first_words=cut, **ann))
+        else:
+            out.append(Example(" ".join(words), **ann))
+    return Corpus(out)

@@ -34,33 +34,14 @@ from bertology.analyses.relation_heads import RelationHeads
 from bertology.data.corpus import Corpus, Example
 from bertology.data.encode import EncodedCorpus, encode_corpus
 from bertology.models.pair import ModelPair
-from bertology.testing import SENTENCES, SideBySide, TINY_WORDS, captured_batches, no_host_copies, random_heads
+from bertology.testing import SENTENCES, SideBySide, captured_batches, no_host_copies, random_annotated_corpus
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: checks the GPU path itself")
 
-UPOS = ("NOUN", "VERB", "PRON", "DET", "ADJ", "PART", "PROPN")
-XPOS = ("NN", "VB", "PRP", "DT", "JJ", "RB", "NNP", "VBD")
-DEPRELS = ("nsubj", "obj", "det", "amod", "advmod", "neg", "iobj", "obl")
-EXTRA = ("cats", "reading", "slowly", ".", ",", "!")  # two-piece words and punctuation
-
-
-def _corpus(n: int = 26, seed: int = 0) -> Corpus:
+def _corpus() -> Corpus:
     """Annotated sentences (trees, UPOS, XPOS) and pairs annotated over both texts, plus unannotated ones."""
-    rng = np.random.default_rng(seed)
-    vocab = list(TINY_WORDS) + list(EXTRA)
-    out = []
-    for i in range(n):
-        words = tuple(rng.choice(vocab, size=int(rng.integers(3, 10))))
-        nw = len(words)
-        ann = dict(words=words, upos=tuple(rng.choice(UPOS, nw)), xpos=tuple(rng.choice(XPOS, nw)),
-                   heads=random_heads(rng, nw), deprels=tuple(rng.choice(DEPRELS, nw)))
-        if i % 5 == 4:  # a sentence pair, both texts annotated
-            cut = int(rng.integers(1, nw))
-            out.append(Example(" ".join(words[:cut]), text_pair=" ".join(words[cut:]), n_first_words=cut, **ann))
-        else:
-            out.append(Example(" ".join(words), **ann))
-    out += [Example(s) for s in SENTENCES[:5]] + [Example(SENTENCES[5], text_pair=SENTENCES[6])]
-    return Corpus(out)
+    annotated = random_annotated_corpus(26, 0, min_words=3, pair_every=5).examples
+    return Corpus(annotated + [Example(s) for s in SENTENCES[:5]] + [Example(SENTENCES[5], text_pair=SENTENCES[6])])
 
 
 CORPUS = _corpus()

@@ -34,21 +34,17 @@ from bertology.analyses.relation_heads import RelationHeads
 from bertology.analyses.representation_similarity import RepresentationSimilarity
 from bertology.analyses.span_relations import SpanRelationHeads
 from bertology.data.absa import AbsaPairs, absa_pairs, read_absa
-from bertology.data.corpus import Corpus, Example
+from bertology.data.corpus import Corpus
 from bertology.data.encode import encode_corpus
 from bertology.data.spans import load_span_relations
 from bertology.models.pair import ModelPair
-from bertology.testing import TINY_WORDS, batch_on, captured_batches, random_heads
+from bertology.testing import batch_on, captured_batches, random_annotated_corpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from absa_fixture import write_absa  # noqa: E402
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: checks the GPU path itself")
 
-UPOS = ("NOUN", "VERB", "PRON", "DET", "ADJ", "PART", "PROPN")
-XPOS = ("NN", "VB", "PRP", "DT", "JJ", "RB", "NNP", "VBD")
-DEPRELS = ("nsubj", "obj", "det", "amod", "advmod", "neg", "iobj", "obl")
-EXTRA = ("cats", "reading", "slowly", ".", ",", "!")  # two-piece words and punctuation
 SPANS = [
     {"text": "the movies were funny but the plot was boring .", "from": "movies", "to": "funny", "relation": "aspect"},
     {"text": "john saw mary and he liked her books .", "from": "he", "to": "john", "relation": "coref"},
@@ -58,22 +54,9 @@ SPANS = [
 ANALYSES = ("patterns", "targets", "head_map", "relations", "spans", "absa", "rsa", "geometry", "pca", "change")
 
 
-def _corpus(n: int = 16, seed: int = 0) -> Corpus:
+def _corpus() -> Corpus:
     """Annotated sentences (trees, UPOS, XPOS, labels), every fourth a sentence pair annotated over both texts."""
-    rng = np.random.default_rng(seed)
-    vocab = list(TINY_WORDS) + list(EXTRA)
-    out = []
-    for i in range(n):
-        words = tuple(rng.choice(vocab, size=int(rng.integers(4, 10))))
-        nw = len(words)
-        ann = dict(words=words, upos=tuple(rng.choice(UPOS, nw)), xpos=tuple(rng.choice(XPOS, nw)),
-                   heads=random_heads(rng, nw), deprels=tuple(rng.choice(DEPRELS, nw)), label="ab"[i % 2])
-        if i % 4 == 3:
-            cut = int(rng.integers(1, nw))
-            out.append(Example(" ".join(words[:cut]), text_pair=" ".join(words[cut:]), n_first_words=cut, **ann))
-        else:
-            out.append(Example(" ".join(words), **ann))
-    return Corpus(out)
+    return random_annotated_corpus(16, 0, min_words=4, pair_every=4, labels=True)
 
 
 class _TorchRsa(RepresentationSimilarity):
