@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
+import os
 import tempfile
 from contextlib import nullcontext
 from collections.abc import Iterable, Mapping, Sequence
@@ -190,22 +191,31 @@ def load_run(path: str | Path) -> Run:
     return Run(folder, tables, manifest, report if report.exists() else None)
 
 
-def _corpus(data: Any):
-    """``data`` as compare takes it: a path (str or Path), a list of sentences, or a Corpus."""
-    from bertology.data.corpus import Corpus
+def in_memory(data: Any) -> bool:
+    """True when ``data`` is held in memory (a DataFrame, a Dataset, a list, a Corpus), not named by a path or
+    ``hf:`` spec; such data is read here, with the run's column settings, and handed over as a Corpus."""
+    return not isinstance(data, (str, os.PathLike))
 
-    if isinstance(data, Corpus):
-        return "", data
-    if isinstance(data, (str, Path)):
-        return str(data), None
-    if isinstance(data, Sequence) and all(isinstance(t, str) for t in data):
-        return "", Corpus.from_list(list(data))
-    raise BertologyError("data must be a file path, hf:NAME:SPLIT, a list of sentences or a Corpus.")
+
+def _read(data: Any, columns: Mapping[str, Any], limit: int | None = None):
+    """The Corpus of in-memory ``data``, read with the column flags ``columns`` (``text_column``, ``pair_column``,
+    ``label_column``) as a file would be."""
+    from bertology.data.loaders import load_corpus
+
+    return load_corpus(data, **{k: columns.get(k) for k in ("text_column", "pair_column", "label_column")}, limit=limit)
+
+
+def _columns(data: Any) -> dict[str, Any]:
+    """A DataConfig's column flags by their load_corpus names."""
+    return {k: getattr(data, k) for k in ("text_column", "pair_column", "label_column")}
 
 
 def compare(base: str, tuned: str, data: Any, *, analyses: str | Sequence[str] = "all", out: str | Path | None = None,
             report: bool = False, overwrite: bool = False, progress: bool = False, **settings: Any) -> Run:
     """Compare a base and a fine-tuned encoder on ``data`` with the chosen analyses; the result in memory.
+
+    ``data``: a file path, ``hf:NAME[:CONFIG]:SPLIT``, or data in memory (a pandas DataFrame, a ``datasets.Dataset``,
+    a list of dicts or of sentences, a Corpus), read with the same column settings as a file (docs: Input data).
 
     ``out``: also keep the run folder there (resumable; ``report=True`` renders report.html in it).
     ``settings``: any declared setting by name (``bertology compare --help`` lists them as flags).
@@ -215,12 +225,13 @@ def compare(base: str, tuned: str, data: Any, *, analyses: str | Sequence[str] =
 
     if report and out is None:
         raise BertologyError("report=True needs out=FOLDER: the report is a file in the run folder.")
-    path, corpus = _corpus(data)
     names = (analyses,) if isinstance(analyses, str) else tuple(analyses)
     # in memory: the run folder is a temporary one, removed once the tables are read
     with tempfile.TemporaryDirectory(prefix="bertology-") if out is None else nullcontext() as tmp:
         folder = Path(out).expanduser() if out is not None else Path(tmp) / "run"
-        config = make_config(path, base=str(base), tuned=str(tuned), out=str(folder), analyses=names, **settings)
+        config = make_config("" if in_memory(data) else str(data), base=str(base), tuned=str(tuned), out=str(folder),
+                             analyses=names, **settings)
+        corpus = _read(data, _columns(config.data), config.data.max_examples) if in_memory(data) else None
         done = run_compare(config, corpus=corpus, overwrite=overwrite, progress=progress, report=report)
         tables = {name: res.table for name, res in done.results.items()}
     manifest = json.loads(json.dumps(done.manifest, default=str))  # as load_run reads it back: lists, not tuples
@@ -256,20 +267,29 @@ def _split(values: dict[str, Any], *groups: type, renames: Mapping[str, str] | N
     return out
 
 
-def finetune(model: str, data: str | Path, *, out: str | Path, eval_data: str | Path | None = None,
+def finetune(model: str, data: Any, *, out: str | Path, eval_data: Any = None,
              overwrite: bool = False, progress: bool = False, **settings: Any) -> Run:
     """Fine-tune ``model`` on ``data`` into ``out`` (``out/model`` is the tuned model; an identical run already
-    there is reused, an interrupted one resumes). ``settings``: ``bertology finetune``'s, by name
+    there is reused, an interrupted one resumes). ``data`` and ``eval_data``: paths, or data in memory as
+    :func:`compare` takes it. ``settings``: ``bertology finetune``'s, by name
     (``task="regression"``, ``epochs=3``, ``learning_rate=2e-5``, ``text_column="sentence"`` ...)."""
     from bertology.config import DataConfig, FinetuneConfig
     from bertology.training.finetune import read_data
     from bertology.training.run import finetune_to_dir
 
     data_values, config_values = _split(settings, DataConfig, FinetuneConfig)
-    data_config = DataConfig(str(data), **{"max_examples": None, "overlong": "truncate", **data_values})
+    data_config = DataConfig("" if in_memory(data) else str(data),
+                             **{"max_examples": None, "overlong": "truncate", **data_values})
+    held = eval_data if eval_data is None or in_memory(eval_data) else str(eval_data)
     config = FinetuneConfig(model=str(model), data=data_config, out=str(out),
-                            eval_data=str(eval_data) if eval_data else None, **config_values)
-    train, evaluation = read_data(config)
+                            eval_data=held if isinstance(held, str) else None, **config_values)
+    if in_memory(data) or (held is not None and in_memory(held)):
+        if config.task == "qa":
+            raise BertologyError("task='qa' reads SQuAD .json files (questions over contexts); pass their paths.")
+        train = _read(data, _columns(data_config))
+        evaluation = None if held is None else _read(held, _columns(data_config))
+    else:
+        train, evaluation = read_data(config)
     from bertology.integrations.tracker import finetune_tracker
 
     done = finetune_to_dir(config, train, evaluation, overwrite=overwrite, retrain=overwrite, progress=progress,
@@ -277,10 +297,10 @@ def finetune(model: str, data: str | Path, *, out: str | Path, eval_data: str | 
     return load_run(done.out)
 
 
-def ablate(model: str, data: str | Path, *, out: str | Path | None = None, report: bool = False,
+def ablate(model: str, data: Any, *, out: str | Path | None = None, report: bool = False,
            overwrite: bool = False, progress: bool = False, **settings: Any) -> Run:
-    """Disable every head and layer of a fine-tuned ``model`` and measure its task on ``data`` (in memory unless
-    ``out``). ``settings``: ``bertology ablate``'s, by name (``mode="zero"``, ``n_bootstrap=200``,
+    """Disable every head and layer of a fine-tuned ``model`` and measure its task on ``data`` (a path, or labelled
+    data in memory as :func:`compare` takes it; the result in memory unless ``out``). ``settings``: ``bertology ablate``'s, by name (``mode="zero"``, ``n_bootstrap=200``,
     ``text_column="sentence"``, ``dtype="bfloat16"`` ...)."""
     from bertology.experiments.ablation import AblationSettings
     from bertology.study.ablate import QaOptions
@@ -291,16 +311,20 @@ def ablate(model: str, data: str | Path, *, out: str | Path | None = None, repor
         raise BertologyError("report=True needs out=FOLDER: the report is a file in the run folder.")
     renames = {"text_column": "text", "pair_column": "pair", "label_column": "label"}
     ablation, columns, qa, loading = _split(settings, AblationSettings, Columns, QaOptions, Loading, renames=renames)
-    done = run_ablate(str(model), str(data), ablation, out=out, columns=Columns(**columns), qa=QaOptions(**qa),
-                      loading=Loading(**loading), overwrite=overwrite, report=report, progress=progress)
+    if in_memory(data):  # read here with the column settings; the sweep's sampling (max_examples) still applies
+        data, columns = _read(data, Columns(**columns).to_dict()), {}
+    done = run_ablate(str(model), data if in_memory(data) else str(data), ablation, out=out, columns=Columns(**columns),
+                      qa=QaOptions(**qa), loading=Loading(**loading), overwrite=overwrite, report=report,
+                      progress=progress)
     return Run.of(done)
 
 
-def probe(base: str, train: str | Path, test: str | Path, *, tuned: str | None = None, dev: str | Path | None = None,
+def probe(base: str, train: Any, test: Any, *, tuned: str | None = None, dev: Any = None,
           random_control: bool = False, out: str | Path | None = None, report: bool = False, overwrite: bool = False,
           progress: bool = False, **settings: Any) -> Run:
     """Structural probes (Hewitt & Manning 2019) on every layer of ``base`` (and ``tuned``, and a random-init control),
-    trained on the trees of ``train`` and scored on ``test`` (CoNLL-U, or text parsed by spaCy). ``settings``:
+    trained on the trees of ``train`` and scored on ``test`` (CoNLL-U, or text parsed by spaCy; paths, or sentences in
+    memory as :func:`compare` takes them). ``settings``:
     ``bertology probe``'s, by name (``rank=64``, ``epochs=10``, ``max_sentences=500``, ``conventions="hewitt2019"``)."""
     from bertology.experiments.probe import ProbeSettings
     from bertology.study.inputs import Loading
@@ -311,8 +335,10 @@ def probe(base: str, train: str | Path, test: str | Path, *, tuned: str | None =
         raise BertologyError("report=True needs out=FOLDER: the report is a file in the run folder.")
     conventions = settings.pop("conventions", "bertology")
     probe_settings, data, loading = _split(settings, ProbeSettings, ProbeData, Loading)
+    given = [_read(d, {}) if in_memory(d) else str(d) for d in (train, test)]  # in memory: a list, a DataFrame ...
+    held = None if dev is None else _read(dev, {}) if in_memory(dev) else str(dev)
     done = run_probe(ProbeModels(str(base), str(tuned) if tuned else None, random_control),
-                     ProbeData(str(train), str(test), str(dev) if dev else None, **data), probe_settings,
+                     ProbeData(*given, held, **data), probe_settings,
                      conventions=conventions, out=out, loading=Loading(**loading), overwrite=overwrite, report=report,
                      progress=progress)
     return Run.of(done)

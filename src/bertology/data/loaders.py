@@ -46,7 +46,20 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from bertology.data.columns import (
+    KNOWN_NAMES,
+    LABEL_COLUMNS,
+    NO_GOLD_LABEL,
+    PAIR_COLUMNS,
+    TEXT_COLUMNS,
+    ColumnFlag,
+    clean_rows,
+    detect_columns,
+    dropped_note,
+    is_position,
+)
 from bertology.data.conllu_file import read_conllu
 from bertology.data.corpus import Corpus, Example
 from bertology.data.tagfile import TAG_FILE_EXTENSIONS, read_tag_file
@@ -56,31 +69,8 @@ logger = logging.getLogger(__name__)
 
 SUPPORTED_EXTENSIONS = (".txt", ".csv", ".tsv", ".jsonl", ".conllu", ".json") + TAG_FILE_EXTENSIONS
 
-PAIR_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("sentence1", "sentence2"),
-    ("premise", "hypothesis"),
-    ("question1", "question2"),
-    ("#1 string", "#2 string"),
-    ("question", "sentence"),
-    ("text_a", "text_b"),
-    ("text", "text_pair"),
-)
-TEXT_COLUMNS: tuple[str, ...] = ("text", "sentence", "review", "content", "document")
-LABEL_COLUMNS: tuple[str, ...] = (
-    "gold_label",
-    "label",
-    "labels",
-    "quality",
-    "is_duplicate",
-    "class",
-    "sentiment",
-    "polarity",
-    "score",  # GLUE STS-B: a regression target (bertology finetune --task auto chooses regression for it)
-)
-_KNOWN_NAMES = frozenset(TEXT_COLUMNS + LABEL_COLUMNS + tuple(n for pair in PAIR_COLUMNS for n in pair))
-
-#: Label value that SNLI/MNLI use for "annotators did not agree": such rows are dropped.
-NO_GOLD_LABEL = "-"
+__all__ = ["LABEL_COLUMNS", "NO_GOLD_LABEL", "PAIR_COLUMNS", "SUPPORTED_EXTENSIONS", "TEXT_COLUMNS", "load_corpus",
+           "label_warnings"]
 
 
 @dataclass(frozen=True)
@@ -110,11 +100,8 @@ HEADERLESS_LAYOUTS: tuple[HeaderlessLayout, ...] = (GLUE_COLA,)
 #: Fewer labelled examples than this are not checked by :func:`label_warnings` (too few to judge).
 MIN_LABELS_CHECKED = 10
 
-ColumnFlag = str | int | None
-
-
 def load_corpus(
-    spec: str | os.PathLike,
+    spec: str | os.PathLike | Any,
     *,
     text_column: ColumnFlag = None,
     pair_column: ColumnFlag = None,
@@ -122,36 +109,70 @@ def load_corpus(
     limit: int | None = None,
     name: str | None = None,
 ) -> Corpus:
-    """Read a corpus from a path or ``hf:NAME[:CONFIG]:SPLIT``.
+    """Read a corpus from a path, ``hf:NAME[:CONFIG]:SPLIT``, or data in memory (a pandas DataFrame, a
+    ``datasets.Dataset``, a list of dicts or of sentences, a :class:`Corpus`: :mod:`bertology.data.frames`).
 
     Column flags name a column (or give its 0-based position, for files without a header); left
     out, the columns are auto-detected (see the module docstring). ``limit`` keeps the first
     ``limit`` examples after cleaning. Labels are stored as strings.
     """
+    from bertology.data import frames
+
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise BertologyError(f"limit must be a positive integer, not {limit!r}")
     flags = {"text": text_column, "pair": pair_column, "label": label_column}
-    spec_str = os.fspath(spec)
-    if isinstance(spec_str, str) and spec_str.startswith("hf:"):
-        examples, stats, default_name = _load_hf(spec_str, flags)
-        source = spec_str
-    else:
+    if isinstance(spec, Corpus):
+        given = [k for k, v in flags.items() if v is not None]
+        if given:
+            raise BertologyError(f"column flags ({', '.join(given)}) do not apply to a Corpus: its columns are read")
+        return _finish(list(spec.examples), dict(spec.stats), spec.source, name or spec.name, limit, check=False)
+    if isinstance(spec, (str, os.PathLike)):
+        spec_str = os.fspath(spec)
+        if spec_str.startswith("hf:"):
+            examples, stats, default_name = _load_hf(spec_str, flags)
+            return _finish(examples, stats, spec_str, name or default_name, limit)
         path = Path(spec_str)
         examples, stats = _load_file(path, flags)
-        source, default_name = str(path), path.stem
+        return _finish(examples, stats, str(path), name or path.stem, limit)
+    if frames.is_frame(spec):
+        examples, stats = frames.read_frame(spec, flags)
+        return _finish(examples, stats, "pandas DataFrame", name or "dataframe", limit)
+    if frames.is_dataset(spec):
+        source = f"datasets.Dataset {getattr(spec.info, 'dataset_name', None) or ''}".strip()
+        examples, stats = frames.read_dataset(spec, flags, source)
+        return _finish(examples, stats, source, name or "dataset", limit)
+    if isinstance(spec, Sequence) and not isinstance(spec, (bytes, bytearray)) and len(spec) > 0:
+        examples, stats, source = frames.read_sequence(spec, flags)
+        return _finish(examples, stats, source, name or "corpus", limit)
+    if type(spec).__module__.startswith("pandas") and type(spec).__name__ == "Series":  # one column of sentences
+        return load_corpus(list(spec), text_column=text_column, pair_column=pair_column, label_column=label_column,
+                           limit=limit, name=name)
+    if type(spec).__name__ in ("DatasetDict", "IterableDatasetDict"):
+        raise BertologyError(f"data is a datasets.DatasetDict with splits {list(spec)}; pass one split, e.g. "
+                             f"ds[{next(iter(spec), 'train')!r}].")
+    kind = type(spec)
+    what = ("an empty list" if isinstance(spec, Sequence) else
+            f"a {kind.__qualname__}" if kind.__module__ == "builtins" else f"a {kind.__module__}.{kind.__qualname__}")
+    raise BertologyError(f"data is {what}; give a file path, hf:NAME[:CONFIG]:SPLIT, or {frames.IN_MEMORY_KINDS}.")
+
+
+def _finish(examples: list[Example], stats: dict, source: str, name: str, limit: int | None, *,
+            check: bool = True) -> Corpus:
+    """The corpus every reader ends in: refused when empty, cut to ``limit`` (recorded), labels checked once."""
     if not examples:
-        raise BertologyError(f"{source} has no examples{_dropped_note(stats)}.")
+        raise BertologyError(f"{source} has no examples{dropped_note(stats)}.")
     if limit is not None and len(examples) > limit:
         stats["n_before_limit"] = len(examples)
         stats["limited_to"] = limit
         examples = examples[:limit]
-    label_column = (stats.get("columns") or {}).get("label")
-    warnings = label_warnings([ex.label for ex in examples if ex.label is not None], label_column, source)
-    for warning in warnings:
-        logger.warning("%s", warning)
-    if warnings:
-        stats["label_warnings"] = warnings
-    return Corpus(examples, name=name or default_name, source=source, stats=stats)
+    if check:
+        label_column = (stats.get("columns") or {}).get("label")
+        warnings = label_warnings([ex.label for ex in examples if ex.label is not None], label_column, source)
+        for warning in warnings:
+            logger.warning("%s", warning)
+        if warnings:
+            stats["label_warnings"] = warnings
+    return Corpus(examples, name=name, source=source, stats=stats)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -227,108 +248,6 @@ def _read_txt(text: str) -> tuple[list[Example], dict]:
 # column choice
 
 
-def _is_position(flag: ColumnFlag) -> bool:
-    if isinstance(flag, bool):
-        return False
-    return isinstance(flag, int) or (isinstance(flag, str) and re.fullmatch(r"\s*\d+\s*", flag) is not None)
-
-
-def _resolve_flag(flag: ColumnFlag, columns: Sequence[str], what: str, source: str) -> int:
-    """Index of the column a flag names: exact name, then case-insensitive name, then position."""
-    if isinstance(flag, str):
-        if flag in columns:
-            return list(columns).index(flag)
-        folded = [i for i, c in enumerate(columns) if c.strip().lower() == flag.strip().lower()]
-        if folded:
-            return folded[0]
-    if _is_position(flag):
-        pos = int(flag)
-        if pos < len(columns):
-            return pos
-        raise BertologyError(
-            f"{source}: {what} column position {pos} is out of range; the file has {len(columns)} "
-            f"column(s) (0-based): {list(columns)}"
-        )
-    raise BertologyError(f"{source}: no {what} column {flag!r}; available columns: {list(columns)}")
-
-
-def _detect_columns(columns: Sequence[str], flags: dict, source: str) -> dict[str, int | None]:
-    """Column index for text, pair and label: flags first, then the known names."""
-    chosen: dict[str, int | None] = {
-        k: (None if v is None else _resolve_flag(v, columns, k, source)) for k, v in flags.items()
-    }
-    lower: dict[str, int] = {}
-    for i, c in enumerate(columns):
-        lower.setdefault(str(c).strip().lower(), i)
-    if chosen["text"] is None:
-        for a, b in PAIR_COLUMNS:
-            if a in lower and b in lower:
-                chosen["text"] = lower[a]
-                if flags["pair"] is None:
-                    chosen["pair"] = lower[b]
-                break
-        else:
-            for n in TEXT_COLUMNS:
-                if n in lower:
-                    chosen["text"] = lower[n]
-                    break
-    if chosen["text"] is None:
-        raise BertologyError(
-            f"{source}: cannot tell which column holds the text; available columns: {list(columns)}. "
-            f"Name it with --text-column (and --pair-column / --label-column), or give 0-based positions "
-            f"for a file without a header row (e.g. --text-column 1 --label-column 0)."
-        )
-    if chosen["label"] is None and flags["label"] is None:
-        for n in LABEL_COLUMNS:
-            if n in lower and lower[n] not in (chosen["text"], chosen["pair"]):
-                chosen["label"] = lower[n]
-                break
-    return chosen
-
-
-def _clean(
-    rows: Iterable[tuple[object, object, object]], stats: dict, source: str, no_label: object = NO_GOLD_LABEL
-) -> list[Example]:
-    """Strip texts; drop rows with an empty text (or pair) or with no gold label; count the drops."""
-    examples: list[Example] = []
-    n_empty = n_no_gold = 0
-    for text, pair, label in rows:
-        label = None if label is None else str(label).strip()
-        if label == "":
-            label = None
-        if label is not None and label == str(no_label):
-            n_no_gold += 1
-            continue
-        text = "" if text is None else str(text).strip()
-        if pair is not None:
-            pair = str(pair).strip()
-        if not text or pair == "":
-            n_empty += 1
-            continue
-        examples.append(Example(text=text, text_pair=pair, label=label))
-    stats["n_empty_text"] = n_empty
-    stats["n_no_gold_label"] = n_no_gold
-    if n_empty:
-        logger.warning("%s: dropped %d row(s) with an empty text", source, n_empty)
-    if n_no_gold:
-        logger.info("%s: dropped %d row(s) without a gold label (%r)", source, n_no_gold, no_label)
-    return examples
-
-
-def _dropped_note(stats: dict) -> str:
-    parts = []
-    if stats.get("n_rows"):
-        parts.append(f"{stats['n_rows']} row(s) read")
-    for key, why in (("n_empty_text", "with an empty text"), ("n_no_gold_label", "without a gold label")):
-        if stats.get(key):
-            parts.append(f"{stats[key]} dropped {why}")
-    return f" ({'; '.join(parts)})" if parts else ""
-
-
-# --------------------------------------------------------------------------------------------------
-# label sanity
-
-
 def _looks_continuous(values: Iterable[str]) -> bool:
     """True when every value is a number and some have a decimal point: a regression target."""
     seen_fraction = False
@@ -390,11 +309,11 @@ def _read_table(path: Path, text: str, sep: str, flags: dict) -> tuple[list[Exam
     rows = df.to_numpy().tolist()
     given = {k: v for k, v in flags.items() if v is not None}
     first = [str(c).strip() for c in rows[0]] if rows else []
-    first_known = any(c.lower() in _KNOWN_NAMES for c in first)
+    first_known = any(c.lower() in KNOWN_NAMES for c in first)
     layout = None if first_known else _headerless_layout(rows)
     if layout is not None:
         header = False
-    elif given and all(_is_position(v) for v in given.values()):
+    elif given and all(is_position(v) for v in given.values()):
         header = first_known
     else:
         header = bool(given) or first_known or not _looks_like_data(rows)
@@ -406,7 +325,7 @@ def _read_table(path: Path, text: str, sep: str, flags: dict) -> tuple[list[Exam
     if not header and not given and layout is None:
         chosen = _guess_label_and_text(rows, str(path))
     else:
-        chosen = _detect_columns(columns, flags, str(path))
+        chosen = detect_columns(columns, flags, str(path))
     stats = {
         "format": fmt,
         "header": header,
@@ -420,7 +339,7 @@ def _read_table(path: Path, text: str, sep: str, flags: dict) -> tuple[list[Exam
     def cell(row: list, i: int | None):
         return None if i is None else row[i]
 
-    examples = _clean(
+    examples = clean_rows(
         ((cell(r, chosen["text"]), cell(r, chosen["pair"]), cell(r, chosen["label"])) for r in rows), stats, str(path)
     )
     return examples, stats
@@ -530,7 +449,7 @@ def _read_jsonl(path: Path, text: str, flags: dict) -> tuple[list[Example], dict
             # a key that only some records carry is fine, so look at all of them before refusing
             keys += [k for _, obj in records for k in obj if k not in keys]
             break
-    chosen = _detect_columns(keys, {k: (v if v is None else str(v)) for k, v in flags.items()}, str(path))
+    chosen = detect_columns(keys, {k: (v if v is None else str(v)) for k, v in flags.items()}, str(path))
     names = {k: (None if i is None else keys[i]) for k, i in chosen.items()}
     stats["columns"] = names
 
@@ -546,7 +465,7 @@ def _read_jsonl(path: Path, text: str, flags: dict) -> tuple[list[Example], dict
             label = None if names["label"] is None else obj.get(names["label"])
             yield obj[names["text"]], pair, label
 
-    return _clean(rows(), stats, str(path)), stats
+    return clean_rows(rows(), stats, str(path)), stats
 
 
 # --------------------------------------------------------------------------------------------------
@@ -577,25 +496,8 @@ def _load_hf(spec: str, flags: dict) -> tuple[list[Example], dict, str]:
             f"Could not load the Hugging Face dataset {name!r} (config {config!r}, split {split!r}): "
             f"{type(err).__name__}: {err}"
         ) from None
-    columns = list(ds.column_names)
-    chosen = _detect_columns(columns, flags, spec)
-    names = {k: (None if i is None else columns[i]) for k, i in chosen.items()}
-    stats: dict = {"format": "hf", "hf": {"name": name, "config": config, "split": split}, "columns": names}
-    no_label: object = NO_GOLD_LABEL
-    feature = (getattr(ds, "features", None) or {}).get(names["label"]) if names["label"] else None
-    if getattr(feature, "names", None):  # a ClassLabel: -1 marks "no gold label" (e.g. SNLI)
-        stats["label_names"] = list(feature.names)
-        no_label = -1
-    stats["n_rows"] = len(ds)
+    from bertology.data.frames import read_dataset
 
-    def rows():
-        for row in ds:
-            yield (
-                row[names["text"]],
-                None if names["pair"] is None else row[names["pair"]],
-                None if names["label"] is None else row[names["label"]],
-            )
-
-    examples = _clean(rows(), stats, spec, no_label=no_label)
+    examples, stats = read_dataset(ds, flags, spec, {"format": "hf", "hf": {"name": name, "config": config, "split": split}})
     default_name = "-".join(p.replace("/", "_") for p in (name.split("/")[-1], config, re.sub(r"\[.*", "", split)) if p)
     return examples, stats, default_name

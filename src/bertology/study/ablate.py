@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bertology.conventions import record
+from bertology.data.corpus import Corpus
 from bertology.errors import BertologyError
 from bertology.experiments.ablation import AblationSettings
 from bertology.runs import RunResult, build_manifest, fingerprint, open_run, run_folder
@@ -73,7 +74,7 @@ def settings_record(settings: AblationSettings, qa: Mapping[str, Any]) -> dict:
 
 def ablate(
     model: str,
-    data: str,
+    data: str | Corpus,
     settings: AblationSettings | Mapping[str, Any] | None = None,
     *,
     out: str | Path | None = None,
@@ -154,8 +155,8 @@ def _load_base(base: str, tuned, loading: Loading, torch_dtype):
     return loaded
 
 
-def _inputs(model: str, data: str, settings: AblationSettings, columns: Columns, qa: QaOptions, loading: Loading,
-            torch_dtype):
+def _inputs(model: str, data: str | Corpus, settings: AblationSettings, columns: Columns, qa: QaOptions,
+            loading: Loading, torch_dtype):
     """The loaded model, the (sampled) corpus, the model's task, the encoded QA windows and the QA settings used."""
     from bertology.data.loaders import load_corpus
     from bertology.experiments.ablation import sample_examples
@@ -165,6 +166,8 @@ def _inputs(model: str, data: str, settings: AblationSettings, columns: Columns,
     loaded = load_model(model, kind="auto", trust_remote_code=loading.trust_remote_code, dtype=torch_dtype)
     task = task_of_model(loaded.model, name=f"Model {model!r}")
     if task.name == "qa":  # SQuAD JSON: every question cut into windows; the bootstrap resamples questions
+        if not isinstance(data, str):
+            raise BertologyError(f"Model {model!r} answers questions: its data is a SQuAD .json file; pass its path.")
         from bertology.data.qa_features import encode_squad
         from bertology.data.squad import read_squad
 
@@ -175,14 +178,14 @@ def _inputs(model: str, data: str, settings: AblationSettings, columns: Columns,
     # a parser scores trees and a tagger word tags, not sentence labels
     if not task.token_level and not any(ex.label is not None for ex in corpus):
         raise BertologyError(
-            f"{data} has no labels; ablation measures a task and needs labelled data. "
-            "Name the label column with --label-column."
+            f"{corpus.source} has no labels; ablation measures a task and needs labelled data. "
+            "Name the label column with --label-column (label_column= in Python)."
         )
     task.targets(corpus, loaded.model)
     return loaded, sample_examples(corpus, settings.max_examples, settings.seed), task, None, {}
 
 
-def _run(folder: Path, fp: str, model: str, data: str, loaded, corpus, task, encoded, settings: AblationSettings,
+def _run(folder: Path, fp: str, model: str, data: str | Corpus, loaded, corpus, task, encoded, settings: AblationSettings,
          how: _Run) -> AblateRun:
     """Open ``folder``, run the study (resuming finished ablations), write tables, figures or report and manifest."""
     from bertology.experiments.ablation import run_ablation_study, summary
@@ -195,7 +198,7 @@ def _run(folder: Path, fp: str, model: str, data: str, loaded, corpus, task, enc
             logger.info("resuming the run in %s (finished ablations are kept)", path)
         manifest = build_manifest(
             KIND, fp, created=opened.previous.get("created"),
-            config={"model": model, "data": data, **how.columns.to_dict(), **settings.to_dict(), **how.qa,
+            config={"model": model, "data": data if isinstance(data, str) else data.source, **how.columns.to_dict(), **settings.to_dict(), **how.qa,
                     "dtype": how.loading.dtype},
             seed=settings.seed, device=settings.device, dtype=how.loading.dtype, attn_implementation="eager",
             settings=settings_record(settings, how.qa), ablation_mode=settings.mode, task=task.name,

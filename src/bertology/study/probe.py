@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bertology.config import SPACY_MODEL_HELP
+from bertology.data.corpus import Corpus
 from bertology.experiments.probe import TABLE, ProbeSettings
 from bertology.runs import RunResult, build_manifest, fingerprint, open_run, run_folder
 from bertology.settings import check_fields, describe_fields, setting_field, settings_object
@@ -43,9 +44,9 @@ class ProbeData:
     """The trees: ``train`` and ``test`` (CoNLL-U with gold trees, or text parsed with spaCy), ``dev`` (default: a
     seeded 10% of train), at most ``max_sentences`` of each file, and the spaCy pipeline for plain text."""
 
-    train: str
-    test: str
-    dev: str | None = None
+    train: str | Corpus
+    test: str | Corpus
+    dev: str | Corpus | None = None
     max_sentences: int | None = setting_field(0, "Use at most the first N sentences of each file (0 = all).", minimum=0,
                                               zero_is_none=True)
     spacy_model: str | None = setting_field(None, SPACY_MODEL_HELP, kind=str)
@@ -143,8 +144,8 @@ def probe(
     fp = fingerprint(d, {k: c.fingerprint() for k, c in corpora.items()}, ids, models.random_control, *extra)
     manifest = build_manifest(
         KIND, fp,
-        config={"base": models.base, "tuned": models.tuned, "random_control": models.random_control, "train": data.train,
-                "dev": data.dev, "test": data.test, "max_sentences": data.max_sentences or 0,
+        config={"base": models.base, "tuned": models.tuned, "random_control": models.random_control,
+                "train": _named(data.train), "dev": _named(data.dev), "test": _named(data.test), "max_sentences": data.max_sentences or 0,
                 "spacy_model": data.spacy_model, **settings.to_dict(), "dtype": loading.dtype},
         conventions=record(conventions, {"probe_punctuation": settings.punctuation}), seed=settings.seed, device=device,
         dtype=loading.dtype, attn_implementation="eager", pooling="mean of sub-word pieces",
@@ -165,6 +166,11 @@ def probe(
     return run
 
 
+def _named(data: str | Corpus | None) -> str | None:
+    """A file's path, or where an in-memory corpus came from (the manifest's ``train``/``dev``/``test``)."""
+    return data if data is None or isinstance(data, str) else data.source
+
+
 def _corpora(data: ProbeData) -> dict:
     """The train, dev (when given) and test corpora with trees (plain text parsed with one spaCy pipeline)."""
     from bertology.data.annotate import load_spacy
@@ -174,7 +180,7 @@ def _corpora(data: ProbeData) -> dict:
     limit = data.max_sentences or None
     nlp: dict = {}
 
-    def load(path: str, what: str):
+    def load(path: str | Corpus, what: str):
         corpus = load_corpus(path, limit=limit, name=what)
         if not corpus.has_trees and not corpus.has_pairs and not any(ex.words is not None for ex in corpus):
             if "nlp" not in nlp:
