@@ -117,3 +117,14 @@ def test_a_corpus_passes_through_with_its_limit():
 def test_what_cannot_be_read_is_one_clear_error(data, message):
     with pytest.raises(BertologyError, match=message):
         load_corpus(data)
+
+
+def test_a_trainers_eval_set_is_a_probe_set():
+    """BertologyCallback's probe may be the Trainer's own eval table: its text column is found, other columns left."""
+    from bertology.integrations.trainer import probe_corpus
+
+    table = pd.DataFrame({"sentence": ["a good film", "a bad film"], "label": [1, 0], "input_ids": [[1, 2], [1, 3]]})
+    assert [ex.text for ex in probe_corpus(table)] == ["a good film", "a bad film"]
+    datasets = pytest.importorskip("datasets")
+    assert probe_corpus(datasets.Dataset.from_pandas(table)).examples == probe_corpus(table).examples
+    assert [ex.text for ex in probe_corpus(table, text_column="label")] == ["1", "0"]
