@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from bertology.errors import BertologyError
+from bertology.errors import BertologyError, did_you_mean, each_with_suggestion
 from bertology.results import MANIFEST, read_table
 from bertology.runs import RunResult
 from bertology.settings import field_settings
@@ -69,7 +69,7 @@ class Run(RunResult):
         if name in tables:
             return tables[name]
         kind = (self.__dict__.get("manifest") or {}).get("kind", "")
-        raise AttributeError(f"this {kind} run has no table {name!r}; "
+        raise AttributeError(f"this {kind} run has no table {name!r}{did_you_mean(name, tables)}; "
                              f"its tables: {', '.join(sorted(tables)) or 'none'}")
 
     def __dir__(self) -> Iterable[str]:
@@ -117,7 +117,9 @@ class Run(RunResult):
         for names, fig, _ in drawn.values():
             if name in names:
                 return fig
-        raise BertologyError(f"No figure {name!r}; choose from: {', '.join(drawn)} (or a table's name).")
+        tables = [t for names, _, _ in drawn.values() for t in names]
+        raise BertologyError(f"No figure {name!r}{did_you_mean(name, [*drawn, *tables])}; "
+                             f"choose from: {', '.join(drawn)} (or a table's name).")
 
     def _drawn(self) -> dict:
         if self._figures is None:
@@ -262,8 +264,9 @@ def _split(values: dict[str, Any], *groups: type, renames: Mapping[str, str] | N
         inverse = {v: k for k, v in renames.items()}
         accepted += [inverse.get(n, n) for n in names]
     if left:
-        raise BertologyError(f"Unknown setting{'s' if len(left) > 1 else ''} {', '.join(sorted(left))}; "
-                             f"known: {', '.join(sorted(n for n in accepted if not n.startswith('_')))}.")
+        known = sorted(n for n in accepted if not n.startswith('_'))
+        raise BertologyError(f"Unknown setting{'s' if len(left) > 1 else ''} {each_with_suggestion(sorted(left), known)}; "
+                             f"known: {', '.join(known)}.")
     return out
 
 

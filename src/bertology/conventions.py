@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bertology.config import CompareConfig
-from bertology.errors import BertologyError
+from bertology.errors import BertologyError, did_you_mean
 from bertology.settings import Setting
 
 
@@ -109,12 +109,14 @@ def setting(field: str, paper: str | None = None) -> Setting:
 def choose(preset: str, field: str, value: str | None) -> str:
     """One convention's value: ``value`` if given, else the preset's, else bertology's; one clear error for bad names."""
     if preset not in PRESETS:
-        raise BertologyError(f"Unknown conventions preset {preset!r}; choose from: {', '.join(PRESETS)}.")
+        raise BertologyError(f"Unknown conventions preset {preset!r}{did_you_mean(preset, PRESETS)}; "
+                             f"choose from: {', '.join(PRESETS)}.")
     conv = _BY_FIELD[field]
     if value is None:
         value = PRESETS[preset].get(field, conv.default)
     if value not in conv.choices:
-        raise BertologyError(f"Unknown {field} {value!r}; choose from: {', '.join(conv.choices)}.")
+        raise BertologyError(f"Unknown {field} {value!r}{did_you_mean(value, conv.choices)}; "
+                             f"choose from: {', '.join(conv.choices)}.")
     return value
 
 

@@ -1,6 +1,9 @@
 """The one exception type users see: a message they can act on, no traceback."""
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class BertologyError(Exception):
     """An error caused by the user's input (paths, data, models, flags).
@@ -9,10 +12,31 @@ class BertologyError(Exception):
     """
 
 
+#: How alike (difflib's ratio) a mistyped name and a known one must be for the known one to be suggested.
+SUGGEST_CUTOFF = 0.6
+
+
+def did_you_mean(name: object, known: Iterable[object]) -> str:
+    """``" (did you mean X?)"`` for the known name closest to the mistyped ``name`` (difflib's ratio at least
+    :data:`SUGGEST_CUTOFF`), else ``""``: an error leads with the likely fix before it lists every known name."""
+    if not isinstance(name, str):
+        return ""
+    close = difflib.get_close_matches(name, [str(k) for k in known if str(k) != name], n=1, cutoff=SUGGEST_CUTOFF)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def each_with_suggestion(names: Iterable[str], known: Iterable[object], *, quoted: bool = False) -> str:
+    """``names`` as a comma list (``quoted``: as ``repr`` writes them), each followed by its :func:`did_you_mean`
+    (for an error naming several at once)."""
+    known = list(known)
+    return ", ".join(f"{n!r}{did_you_mean(n, known)}" if quoted else f"{n}{did_you_mean(n, known)}" for n in names)
+
+
 def check_choice(value: object, choices: "tuple | list", setting: str, flag: str) -> None:
     """Refuse ``value`` unless it is one of ``choices``: one line naming the flag and the setting."""
     if value not in choices:
-        raise BertologyError(f"{flag} ({setting}) must be one of {', '.join(map(str, choices))}, not {value!r}.")
+        raise BertologyError(f"{flag} ({setting}) must be one of {', '.join(map(str, choices))}, "
+                             f"not {value!r}{did_you_mean(value, choices)}.")
 
 
 def check_range(value: float | None, setting: str, flag: str, *, minimum: float | None = None,

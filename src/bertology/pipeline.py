@@ -29,7 +29,7 @@ from bertology.experiments.catalog import EXPERIMENTS
 from bertology.experiments.registry import ExperimentContext, ExperimentSpec
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, encode_corpus
-from bertology.errors import BertologyError
+from bertology.errors import BertologyError, each_with_suggestion
 from bertology.memory import MemoryWatch
 from bertology.metrics.trees import tree_problem
 from bertology.models.device import resolve_device
@@ -101,7 +101,8 @@ def select(names: Sequence[str]) -> Selection:
     known = selectable()
     unknown = [n for n in names if n != "all" and n not in known]
     if unknown or not names:
-        raise BertologyError(f"Unknown analysis {', '.join(unknown) or '(none)'}; choose from: all, {', '.join(known)}.")
+        raise BertologyError(f"Unknown analysis {each_with_suggestion(unknown, ('all', *known)) or '(none)'}; "
+                             f"choose from: all, {', '.join(known)}.")
     named = frozenset(n for n in names if n != "all")
     chosen = set(known) if "all" in names else named
     return Selection(tuple(ANALYSES.spec(n) for n in ANALYSES.names() if n in chosen),

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 
-from bertology.errors import BertologyError
+from bertology.errors import BertologyError, did_you_mean
 from bertology.results import MANIFEST, atomic_write_text, now_iso, package_versions
 
 if TYPE_CHECKING:
@@ -273,7 +273,8 @@ class RunResult:
     def table(self, name: str) -> "pd.DataFrame":
         """The table ``name`` (one clear error naming the tables there are)."""
         if name not in self.tables:
-            raise BertologyError(f"This run has no table {name!r}; it has: {', '.join(self.tables) or 'none'}.")
+            raise BertologyError(f"This run has no table {name!r}{did_you_mean(name, self.tables)}; "
+                                 f"it has: {', '.join(self.tables) or 'none'}.")
         return self.tables[name]
 
     def _repr_html_(self) -> str:

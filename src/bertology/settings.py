@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bertology.errors import BertologyError
+from bertology.errors import BertologyError, did_you_mean, each_with_suggestion
 
 #: The plain kinds a setting's value can have (a tuple is a comma list on the command line).
 KINDS = (bool, int, float, str, tuple)
@@ -76,9 +76,10 @@ class Setting:
         """The flag, e.g. ``--rsa-tokens``."""
         return self.flag or "--" + self.name.replace("_", "-")
 
-    def refuse(self, what: str, value: Any) -> BertologyError:
-        """The one-line error for ``value``: ``--flag (name) <what>, not <value>.`` (for a check no field expresses)."""
-        return BertologyError(f"{self.cli_flag} ({self.name}) {what}, not {value!r}.")
+    def refuse(self, what: str, value: Any, hint: str = "") -> BertologyError:
+        """The one-line error for ``value``: ``--flag (name) <what>, not <value><hint>.`` (for a check no field
+        expresses; ``hint``: e.g. :func:`~bertology.errors.did_you_mean`'s)."""
+        return BertologyError(f"{self.cli_flag} ({self.name}) {what}, not {value!r}{hint}.")
 
     @property
     def flag_name(self) -> str:
@@ -105,7 +106,7 @@ class Setting:
         if self.choices is not None:
             for item in value if self.kind is tuple and isinstance(value, tuple) else (value,):
                 if item not in self.choices:
-                    raise self.refuse(f"must be one of {', '.join(self.choices)}", item)
+                    raise self.refuse(f"must be one of {', '.join(self.choices)}", item, did_you_mean(item, self.choices))
         if self.kind is tuple and isinstance(value, tuple):
             if self.minimum is not None and len(value) < self.minimum:
                 raise self.refuse(f"must name at least {self.minimum:g} item{'s' * (self.minimum != 1)}", value)
@@ -197,7 +198,8 @@ def settings_object(cls: type, values: Any, command: str) -> Any:
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise BertologyError(f"{command} has no setting {', '.join(unknown)}; its settings are: {', '.join(sorted(known))}.")
+        raise BertologyError(f"{command} has no setting {each_with_suggestion(unknown, known)}; "
+                             f"its settings are: {', '.join(sorted(known))}.")
     return cls(**values)  # every value checked by its declaration
 
 
@@ -237,9 +239,9 @@ def complete(declared: Mapping[str, Setting], given: Mapping[str, Any], *, where
     given = by_flag(declared, given)
     unknown = sorted(set(given) - set(declared))
     if unknown:
-        known = ", ".join(sorted(declared))
-        raise BertologyError(f"Unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}"
-                             f"{' for ' + where if where else ''}; known: {known}.")
+        spellings = [*declared, *(s.flag_name for s in declared.values())]  # a suggestion is one that is accepted
+        raise BertologyError(f"Unknown setting{'s' if len(unknown) > 1 else ''} {each_with_suggestion(unknown, spellings)}"
+                             f"{' for ' + where if where else ''}; known: {', '.join(sorted(declared))}.")
     return {name: s.check(given[name]) if name in given else s.default for name, s in declared.items()}
 
 

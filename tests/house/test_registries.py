@@ -225,7 +225,7 @@ def test_a_toy_analysis_s_settings_reach_flags_help_manifest_fingerprint_and_rep
     assert bad.exit_code == 2 and "--toy-scale (toy_scale) must be at least 1, not 0." in bad.output
     with pytest.raises(BertologyError, match="--toy-label \\(toy_label\\) must be one of tokens, pieces, not 'words'"):
         complete_config(_config(identical_pair, tmp_path / "py", ["toy_token_count"], toy_label="words"))
-    with pytest.raises(BertologyError, match="Unknown setting toy_scal for compare"):
+    with pytest.raises(BertologyError, match=r"Unknown setting toy_scal \(did you mean toy_scale\?\) for compare; known: "):
         complete_config(_config(identical_pair, tmp_path / "py", ["toy_token_count"], toy_scal=2))
 
 

@@ -85,7 +85,7 @@ def test_finetune_then_compare_then_ablate_from_python(tmp_path):
     tuned = bt.finetune(base, data, out=tmp_path / "ft", epochs=1, batch_size=8, seed=0, eval_fraction=0.25)
     assert tuned.kind == "finetune" and (tuned.model_dir / "config.json").exists()
     assert {"step", "epoch", "split", "metric", "value"} <= set(tuned.finetune.columns)
-    with pytest.raises(BertologyError, match="Unknown setting epoch;"):
+    with pytest.raises(BertologyError, match=r"Unknown setting epoch \(did you mean epochs\?\);"):
         bt.finetune(base, data, out=tmp_path / "ft2", epoch=1)
     cmp = bt.compare(base, tuned.model_dir, data, analyses=["attention_change", "ablation"], ablation_bootstrap=20,
                      ablation_importance=False, view_examples=0)
@@ -141,7 +141,7 @@ def test_settings_by_flag_spelling_and_paths(pair, tmp_path):
 
     data, ft = _split({"lr": 1e-4, "text_column": "s", "eval_slices": "good"}, DataConfig, FinetuneConfig)
     assert data == {"text_column": "s"} and ft == {"learning_rate": 1e-4, "slice_words": "good"}
-    with pytest.raises(BertologyError, match="Unknown setting epoch; known: .*epochs") as err:
+    with pytest.raises(BertologyError, match=r"Unknown setting epoch \(did you mean epochs\?\); known: .*epochs") as err:
         _split({"epoch": 1}, DataConfig, FinetuneConfig)
     assert " model," not in str(err.value) and " out," not in str(err.value)  # arguments are not settings
 

@@ -37,9 +37,9 @@ def _edit(spec, old, new):
 
 @pytest.mark.parametrize("old, new, message", [
     ('out = "out"', 'out = "out"\nworkers = 3', "Unknown key 'workers' in the top level of study.toml; allowed: base, seeds"),
-    ("epochs = 1", "epochs = 1\nepoch = 2", "Unknown key 'epoch' in [lab]; allowed: epochs, batch_size, lr"),
+    ("epochs = 1", "epochs = 1\nepoch = 2", "Unknown key 'epoch' (did you mean epochs?) in [lab]; allowed: epochs, batch_size, lr"),
     ('name = "b"', 'name = "b"\nlabel = "x"', "Unknown key 'label' in [[task]] #2 ('b'); allowed: name, type, data"),
-    ("max_examples = 10", "max_examples = 10\nanalysis = 'x'", "Unknown key 'analysis' in [compare]; allowed: data,"),
+    ("max_examples = 10", "max_examples = 10\nanalysis = 'x'", "Unknown key 'analysis' (did you mean analyses?) in [compare]; allowed: data,"),
     ('data = "b_train.tsv"', 'data = "nowhere.tsv"', "[[task]] #2 ('b'): data 'nowhere.tsv' does not exist"),
     ('data = "shared.tsv"', 'data = "gone.txt"', "[compare]: data 'gone.txt' does not exist"),
     ('name = "b"', 'name = "a"', "Two tasks are called 'a'; task names must be unique"),

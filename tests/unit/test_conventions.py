@@ -27,7 +27,7 @@ def test_presets_fill_only_what_the_user_left_open():
 
 
 def test_bad_names_are_one_clear_error():
-    with pytest.raises(BertologyError, match="Unknown conventions preset 'clark'; choose from: bertology, clark2019"):
+    with pytest.raises(BertologyError, match="Unknown conventions preset 'clark' \\(did you mean clark2019\\?\\); choose from: bertology, clark2019"):
         resolve(CompareConfig(conventions="clark"))
     with pytest.raises(BertologyError, match="Unknown attention_mode 'full'; choose from: cropped, padded"):
         resolve(CompareConfig(attention_mode="full"))  # type: ignore[arg-type]

@@ -117,7 +117,7 @@ def _spec(tmp_path, lab: str):
     ("epochs = -1", "[lab]: --epochs (epochs) must be above 0, not -1."),
     ("freeze_layers = -1", "[lab]: --freeze-layers (freeze_layers) must be at least 0, not -1."),
     ('objective = "mlm"', "[lab]: --objective (objective) must be one of supervised, contrastive, not 'mlm'."),
-    ('dtype = "float8"', "[lab]: --dtype (dtype) must be one of float32, bfloat16, float16, not 'float8'."),
+    ('dtype = "float8"', "[lab]: --dtype (dtype) must be one of float32, bfloat16, float16, not 'float8' (did you mean float32?)."),
     ("batch_size = 8.5", "[lab]: --batch-size (batch_size) must be a whole number, not 8.5."),
     ("max_length = 1", "[lab]: --max-length (max_length) must be at least 2, not 1."),
     ('drop_layers = "x"', "[lab]: --drop-layers (drop_layers) takes a comma list of layer numbers (1-based), not 'x'."),

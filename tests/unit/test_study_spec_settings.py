@@ -28,7 +28,7 @@ def test_a_declared_compare_setting_reaches_the_job_s_config(tmp_path):
 @pytest.mark.parametrize(("line", "message"), [
     ("rsa_tokens = 2", r"\[compare\]: --rsa-tokens \(rsa_tokens\) must be at least 4, not 2\."),
     ('ablation_mode = "half"', r"\[compare\]: --ablation-mode \(ablation_mode\) must be one of uniform, zero, mean"),
-    ("rsa_tokenz = 5", r"Unknown key 'rsa_tokenz' in \[compare\]"),
+    ("rsa_tokenz = 5", r"Unknown key 'rsa_tokenz' \(did you mean rsa_tokens\?\) in \[compare\]"),
 ])
 def test_a_bad_compare_setting_is_refused_when_the_spec_is_read(tmp_path, line, message):
     with pytest.raises(BertologyError, match=message):

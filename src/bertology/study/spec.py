@@ -49,7 +49,7 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
-from bertology.errors import BertologyError
+from bertology.errors import BertologyError, each_with_suggestion
 
 TOP_KEYS = ("base", "seeds", "out", "device", "lab", "task", "compare")
 #: ``[lab]``'s short names (kept from before every fine-tuning setting could be given by its own name) -> the
@@ -143,7 +143,8 @@ class StudySpec:
 def _check_keys(table: dict, allowed, where: str) -> None:
     unknown = [k for k in table if k not in allowed]
     if unknown:
-        raise BertologyError(f"Unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} in {where}; "
+        named = each_with_suggestion(unknown, allowed, quoted=True)
+        raise BertologyError(f"Unknown key{'s' if len(unknown) > 1 else ''} {named} in {where}; "
                              f"allowed: {', '.join(allowed)}.")
 
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import torch
 
-from bertology.errors import BertologyError
+from bertology.errors import BertologyError, did_you_mean
 from bertology.tasks.base import Task
 
 #: In the order they are listed to the user.
@@ -23,7 +23,7 @@ TASKS: Mapping[str, str] = {
 def get_task(name: str) -> Task:
     """The task called ``name``; one clear error for an unknown name."""
     if name not in TASKS:
-        raise BertologyError(f"Unknown task {name!r}; choose from: {', '.join(TASKS)}.")
+        raise BertologyError(f"Unknown task {name!r}{did_you_mean(name, TASKS)}; choose from: {', '.join(TASKS)}.")
     task: Task = importlib.import_module(TASKS[name]).TASK
     return task
 
