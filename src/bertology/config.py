@@ -389,7 +389,7 @@ class FinetuneConfig:
         self.check_method()
         n = self.data.max_examples
         if n is not None and n < 2:  # 0 is "all" (DataConfig makes it None), 1 is too few to split
-            raise BertologyError(f"--max-examples (max_examples) must be at least 2, not {n!r}.")
+            raise BertologyError(f"--max-examples (max_examples) must be at least 2, or 0 for all, not {n!r}.")
 
     def check_method(self) -> None:
         """LoRA refuses what it cannot honour, in one line: a contrastive encoder (no task head to save with the

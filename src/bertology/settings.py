@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -118,13 +119,21 @@ class Setting:
 
     def _in_bounds(self, value: float) -> None:
         if self.minimum is not None and value < self.minimum:
-            raise self.refuse(f"must be at least {self.minimum:g}", value)
+            zero = f", or 0 for {self.zero_means}" if self.zero_is_none and self.minimum > 0 else ""
+            raise self.refuse(f"must be at least {self.minimum:g}{zero}", value)
         if self.maximum is not None and value > self.maximum:
             raise self.refuse(f"must be at most {self.maximum:g}", value)
         if self.above is not None and not value > self.above:
             raise self.refuse(f"must be above {self.above:g}", value)
         if self.below is not None and not value < self.below:
             raise self.refuse(f"must be below {self.below:g}", value)
+
+    @property
+    def zero_means(self) -> str:
+        """What 0 stands for in a ``zero_is_none`` setting, as its help says it (``(0 = all)``, ``0 or not given:
+        auto``); "none" when the help does not say."""
+        found = re.search(r"\b0 = ([^),;.]+)|\b0 or not given: ([^),;.]+)", self.help)
+        return (found.group(1) or found.group(2)).strip() if found else "none"
 
     def _of_kind(self, value: Any) -> Any:
         kind = self.kind

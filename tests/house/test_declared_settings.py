@@ -121,7 +121,8 @@ def invalid_values(s: Setting) -> list[tuple[str, Any, str]]:
         low = number(s.minimum - 1)
         if s.zero_is_none and low == 0:  # 0 means "not set": the next one down is the invalid one
             low = number(-1)
-        out.append((str(low), low, f"must be at least {s.minimum:g}, not {low!r}."))
+        zero = f", or 0 for {s.zero_means}" if s.zero_is_none and s.minimum > 0 else ""  # 0 is allowed: say what it is
+        out.append((str(low), low, f"must be at least {s.minimum:g}{zero}, not {low!r}."))
     if s.maximum is not None:
         high = number(s.maximum + 1)
         out.append((str(high), high, f"must be at most {s.maximum:g}, not {high!r}."))

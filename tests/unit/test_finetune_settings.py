@@ -82,7 +82,7 @@ def test_a_bad_value_is_the_same_one_line_from_python_and_the_command_line(owner
     (["--lr", "0"], "--lr (learning_rate) must be above 0, not 0.0."),
     (["--warmup-ratio", "1"], "--warmup-ratio (warmup_ratio) must be below 1, not 1.0."),
     (["--temperature", "0"], "--temperature (temperature) must be above 0, not 0.0."),
-    (["--max-examples", "1"], "--max-examples (max_examples) must be at least 2, not 1."),
+    (["--max-examples", "1"], "--max-examples (max_examples) must be at least 2, or 0 for all, not 1."),
     (["--drop-layers", "x"], "--drop-layers (drop_layers) takes a comma list of layer numbers (1-based), not 'x'."),
     (["--exclude-words", ","], "--exclude-words (exclude_words) is empty: give words as a comma list or @FILE, not ','."),
 ])
