@@ -143,6 +143,14 @@ def resolve_model(name_or_path: str | os.PathLike) -> tuple[str, str]:
     return "hub", text
 
 
+def no_local_folder(text: str) -> str:
+    """``", and there is no local folder /abs/path"`` when ``text`` looks like a path (it has a path separator or
+    starts with ``.``, ``/``, ``~``), else ``""``: an id sent to the hub (``org/name``) may be a local path with a typo."""
+    if not (text.startswith((".", "/", "~")) or "/" in text or "\\" in text):
+        return ""
+    return f", and there is no local folder {Path(text).expanduser().resolve()}"
+
+
 def weights_fingerprint(folder: str | os.PathLike) -> str | None:
     """SHA-256 of the weight files in a local folder (safetensors preferred), for provenance."""
     folder = Path(folder)
@@ -260,8 +268,8 @@ def load_model(
             return _load_adapter(str(name_or_path), where, source, **adapted)
         if source == "hub":
             raise BertologyError(
-                f"Could not load model {where!r} from the Hugging Face hub ({err.__class__.__name__}). "
-                "Check the id and your connection, or pass a local folder."
+                f"Could not load model {where!r} from the Hugging Face hub ({err.__class__.__name__})"
+                f"{no_local_folder(where)}. Check the id and your connection, or pass a local folder."
             ) from err
         raise BertologyError(f"Could not read the model config in {where}: {err}") from err
     except ValueError as err:
