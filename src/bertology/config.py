@@ -112,8 +112,9 @@ class CompareConfig:
         None, "Also save hidden states to this folder (safetensors shards).", kind=str, changes_numbers=False)
     #: every spec's settings by name (see the class docstring)
     settings: dict[str, Any] = field(default_factory=dict)
-    #: names in ``settings`` whose declaration says they do not change the numbers (not fingerprinted)
-    not_fingerprinted: frozenset[str] = field(default=frozenset(), repr=False)
+    #: names in ``settings`` whose declaration says they do not change the numbers (not fingerprinted); None until
+    #: ``bertology.pipeline.complete_config`` has filled the config in (declarations live above this module)
+    not_fingerprinted: frozenset[str] | None = field(default=None, repr=False)
 
     def __init__(self, **values: Any) -> None:
         own = {f.name: f for f in dataclasses.fields(self)}
@@ -149,7 +150,12 @@ class CompareConfig:
         return {**d, **self.settings}
 
     def fingerprint(self) -> str:
-        """Hash of every setting that changes the numbers (not where they are written)."""
+        """Hash of every setting that changes the numbers (not where they are written), of a completed config only:
+        before ``complete_config`` the specs' defaults are missing and their speed settings not known as such, so
+        the hash would differ from the run's own for the same numbers."""
+        if self.not_fingerprinted is None:
+            raise BertologyError("CompareConfig.fingerprint() needs a completed config: "
+                                 "bertology.pipeline.complete_config(config).fingerprint().")
         d = self.to_dict()
         d.pop("out", None)
         for name in self.not_fingerprinted | {s.name for s in field_settings(type(self)) if not s.changes_numbers}:
