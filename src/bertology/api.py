@@ -121,6 +121,36 @@ class Run(RunResult):
         raise BertologyError(f"No figure {name!r}{did_you_mean(name, [*drawn, *tables])}; "
                              f"choose from: {', '.join(drawn)} (or a table's name).")
 
+    def save(self, out: str | Path, *, report: bool = False, overwrite: bool = False) -> "Run":
+        """Keep a run made in memory in the run folder ``out``: its tables and manifest, and ``report.html`` with
+        ``report=True``, as if the command had been given ``out=``; returns the run as :func:`load_run` reads it.
+
+        The folder is taken as any run takes it: an identical run there is kept, another run's folder is refused
+        unless ``overwrite``. What a run in memory does not hold is not saved: the attention viewer's examples
+        (``views/``) and the resumable work (``partial/``); the report then has no viewer section.
+        """
+        from bertology.results import write_table
+        from bertology.runs import open_run
+
+        if self.out is not None:
+            raise BertologyError(f"This {self.kind} run is kept in {self.out} already; copy that folder to keep it "
+                                 "elsewhere.")
+        folder = Path(out).expanduser()
+        manifest = json.loads(json.dumps(self.manifest))
+        if "out" in (manifest.get("config") or {}):
+            manifest["config"]["out"] = str(folder)
+        with open_run(folder, self.kind, str(manifest.get("fingerprint")), overwrite=overwrite) as opened:
+            for name, table in self.tables.items():
+                write_table(opened.path, name, table)
+            # not in memory: the viewer's example files and the figure files (the report draws its own)
+            manifest.update({k: [] for k in ("views", "figures") if k in manifest}, saved_from_memory=True)
+            opened.dir.write_manifest(manifest)
+        if report:
+            from bertology.report.render import render_report
+
+            render_report(folder)
+        return load_run(folder)
+
     def _drawn(self) -> dict:
         if self._figures is None:
             from bertology.report.render import section_figures

@@ -78,3 +78,22 @@ def test_probe_a_list_of_sentences_as_its_text_file(pair, tmp_path):
     from_file = bt.probe(base, tmp_path / "s.txt", tmp_path / "s.txt", **kw)
     _equal_tables(from_list, from_file)
     assert from_list.manifest["config"]["train"] == "python list"
+
+
+def test_a_run_made_in_memory_is_saved_and_reopened(pair, tmp_path):
+    base, tuned = map(str, pair)
+    run = bt.compare(base, tuned, SENTENCES, analyses=["attention_change", "geometry"], view_examples=2)
+    kept = run.save(tmp_path / "kept", report=True)
+    assert kept.out == tmp_path / "kept" and kept.report == tmp_path / "kept" / "report.html"
+    _equal_tables(kept, run)
+    assert kept.manifest["config"]["out"] == str(tmp_path / "kept") and kept.manifest["saved_from_memory"] is True
+    assert kept.manifest["views"] == [] and kept.manifest["fingerprint"] == run.manifest["fingerprint"]
+    html = kept.report.read_text(encoding="utf-8")
+    assert "could not be shown" not in html and "Attention change" in html
+    assert run.save(tmp_path / "kept").out == tmp_path / "kept"  # the identical run is there: kept as it is
+    other = bt.compare(base, tuned, SENTENCES[:5], analyses=["attention_change"], view_examples=0)
+    with pytest.raises(BertologyError, match="overwrite"):
+        other.save(tmp_path / "kept")
+    assert set(other.save(tmp_path / "kept", overwrite=True).tables) == {"attention_change"}
+    with pytest.raises(BertologyError, match="is kept in .* already"):
+        kept.save(tmp_path / "elsewhere")
