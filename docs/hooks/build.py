@@ -10,12 +10,15 @@
   paper and help, generated from the declarations as the flags are.
 - ``<!-- bertology-recipe: TASK -->`` becomes the table of that task's recipe (its fine-tuning defaults, each
   with its source, and the figure it reached here), from :data:`bertology.training.recipes.RECIPES`.
+- Tutorials run without progress bars (``BERTOLOGY_PROGRESS=0`` for the kernels, unless set): bars drawn into a
+  notebook's outputs would be kept in the page.
 - The site must read offline: after the build, any page that loads a script, stylesheet or font from
   another host fails it (nbconvert's notebook template leaves an empty MathJax ``<script src="">``,
   which is removed).
 """
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 from pathlib import Path
@@ -28,6 +31,11 @@ EMPTY_SCRIPT = re.compile(r'<script src="">\s*</script>')
 NB_LINK = re.compile(r'href="(?![a-z][a-z0-9+.-]*:|#|/)([^"#]+\.(?:md|ipynb))(#[^"]*)?"')
 _FILES: dict = {}
 REMOTE = re.compile(r'<(?:script|img|iframe)\b[^>]*\bsrc="(?:https?:)?//|<link\b[^>]*\bhref="(?:https?:)?//')
+
+
+def on_startup(**_: object) -> None:
+    """No progress bars in the executed tutorials (the kernels inherit this environment)."""
+    os.environ.setdefault("BERTOLOGY_PROGRESS", "0")
 
 
 def _help(args: list[str]) -> str:

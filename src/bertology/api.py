@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from bertology.errors import BertologyError, did_you_mean, each_with_suggestion
+from bertology.progress import progress_wanted
 from bertology.results import MANIFEST, read_table
 from bertology.runs import RunResult
 from bertology.settings import field_settings
@@ -243,7 +244,7 @@ def _columns(data: Any) -> dict[str, Any]:
 
 
 def compare(base: str, tuned: str, data: Any, *, analyses: str | Sequence[str] = "all", out: str | Path | None = None,
-            report: bool = False, overwrite: bool = False, progress: bool = False, **settings: Any) -> Run:
+            report: bool = False, overwrite: bool = False, progress: bool | None = None, **settings: Any) -> Run:
     """Compare a base and a fine-tuned encoder on ``data`` with the chosen analyses; the result in memory.
 
     ``data``: a file path, ``hf:NAME[:CONFIG]:SPLIT``, or data in memory (a pandas DataFrame, a ``datasets.Dataset``,
@@ -251,6 +252,9 @@ def compare(base: str, tuned: str, data: Any, *, analyses: str | Sequence[str] =
 
     ``out``: also keep the run folder there (resumable; ``report=True`` renders report.html in it).
     ``settings``: any declared setting by name (``bertology compare --help`` lists them as flags).
+    ``progress``: progress bars; None (every function's default) draws them in a terminal or a Jupyter notebook
+    with ipywidgets, and not in a script whose output goes to a file; ``BERTOLOGY_PROGRESS=0``/``1`` decides for
+    every call.
     """
     from bertology.pipeline import compare as run_compare
     from bertology.pipeline import make_config
@@ -264,7 +268,8 @@ def compare(base: str, tuned: str, data: Any, *, analyses: str | Sequence[str] =
         config = make_config("" if in_memory(data) else str(data), base=str(base), tuned=str(tuned), out=str(folder),
                              analyses=names, **settings)
         corpus = _read(data, _columns(config.data), config.data.max_examples) if in_memory(data) else None
-        done = run_compare(config, corpus=corpus, overwrite=overwrite, progress=progress, report=report)
+        done = run_compare(config, corpus=corpus, overwrite=overwrite, progress=progress_wanted(progress),
+                          report=report)
         tables = {name: res.table for name, res in done.results.items()}
     manifest = json.loads(json.dumps(done.manifest, default=str))  # as load_run reads it back: lists, not tuples
     return Run(done.out if out is not None else None, tables, manifest, done.report)
@@ -301,7 +306,7 @@ def _split(values: dict[str, Any], *groups: type, renames: Mapping[str, str] | N
 
 
 def finetune(model: str, data: Any, *, out: str | Path, eval_data: Any = None,
-             overwrite: bool = False, progress: bool = False, **settings: Any) -> Run:
+             overwrite: bool = False, progress: bool | None = None, **settings: Any) -> Run:
     """Fine-tune ``model`` on ``data`` into ``out`` (``out/model`` is the tuned model; an identical run already
     there is reused, an interrupted one resumes). ``data`` and ``eval_data``: paths, or data in memory as
     :func:`compare` takes it. ``settings``: ``bertology finetune``'s, by name
@@ -325,16 +330,18 @@ def finetune(model: str, data: Any, *, out: str | Path, eval_data: Any = None,
         train, evaluation = read_data(config)
     from bertology.integrations.tracker import finetune_tracker
 
-    done = finetune_to_dir(config, train, evaluation, overwrite=overwrite, retrain=overwrite, progress=progress,
+    done = finetune_to_dir(config, train, evaluation, overwrite=overwrite, retrain=overwrite,
+                           progress=progress_wanted(progress),
                            tracker=finetune_tracker)
     return load_run(done.out)
 
 
 def ablate(model: str, data: Any, *, out: str | Path | None = None, report: bool = False,
-           overwrite: bool = False, progress: bool = False, **settings: Any) -> Run:
+           overwrite: bool = False, progress: bool | None = None, **settings: Any) -> Run:
     """Disable every head and layer of a fine-tuned ``model`` and measure its task on ``data`` (a path, or labelled
-    data in memory as :func:`compare` takes it; the result in memory unless ``out``). ``settings``: ``bertology ablate``'s, by name (``mode="zero"``, ``n_bootstrap=200``,
-    ``text_column="sentence"``, ``dtype="bfloat16"`` ...)."""
+    data in memory as :func:`compare` takes it; the result in memory unless ``out``). ``settings``: ``bertology
+    ablate``'s, by name (``mode="zero"``, ``n_bootstrap=200``, ``text_column="sentence"``, ``dtype="bfloat16"`` ...).
+    """
     from bertology.experiments.ablation import AblationSettings
     from bertology.study.ablate import QaOptions
     from bertology.study.ablate import ablate as run_ablate
@@ -348,13 +355,13 @@ def ablate(model: str, data: Any, *, out: str | Path | None = None, report: bool
         data, columns = _read(data, Columns(**columns).to_dict()), {}
     done = run_ablate(str(model), data if in_memory(data) else str(data), ablation, out=out, columns=Columns(**columns),
                       qa=QaOptions(**qa), loading=Loading(**loading), overwrite=overwrite, report=report,
-                      progress=progress)
+                      progress=progress_wanted(progress))
     return Run.of(done)
 
 
 def probe(base: str, train: Any, test: Any, *, tuned: str | None = None, dev: Any = None,
           random_control: bool = False, out: str | Path | None = None, report: bool = False, overwrite: bool = False,
-          progress: bool = False, **settings: Any) -> Run:
+          progress: bool | None = None, **settings: Any) -> Run:
     """Structural probes (Hewitt & Manning 2019) on every layer of ``base`` (and ``tuned``, and a random-init control),
     trained on the trees of ``train`` and scored on ``test`` (CoNLL-U, or text parsed by spaCy; paths, or sentences in
     memory as :func:`compare` takes them). ``settings``:
@@ -373,22 +380,22 @@ def probe(base: str, train: Any, test: Any, *, tuned: str | None = None, dev: An
     done = run_probe(ProbeModels(str(base), str(tuned) if tuned else None, random_control),
                      ProbeData(*given, held, **data), probe_settings,
                      conventions=conventions, out=out, loading=Loading(**loading), overwrite=overwrite, report=report,
-                     progress=progress)
+                     progress=progress_wanted(progress))
     return Run.of(done)
 
 
 def study(spec: str | Path, *, out: str | Path | None = None, executor: str = "local", overwrite: bool = False,
-          progress: bool = False) -> Run:
+          progress: bool | None = None) -> Run:
     """Run a study (``STUDY.toml``: one base, tasks x seeds, their comparisons and seed-noise verdicts) into ``out``
     (default: the spec's ``out``); a finished job is reused, so a rerun resumes. Failed jobs are in
     ``run.manifest["jobs"]``; the study tables (``study_effects`` ...) are the run's tables."""
     from bertology.study.runner import run_study
 
-    return Run.of(run_study(spec, out, executor=executor, overwrite=overwrite, progress=progress))
+    return Run.of(run_study(spec, out, executor=executor, overwrite=overwrite, progress=progress_wanted(progress)))
 
 
 def absa(data: str | Path, *, base: str = "minilm", tuned: str | None = None, out: str | Path = "runs/absa",
-         report: bool = True, overwrite: bool = False, progress: bool = False, **settings: Any) -> Run:
+         report: bool = True, overwrite: bool = False, progress: bool | None = None, **settings: Any) -> Run:
     """The aspect-heads study (Sun et al. 2019's auxiliary sentences; Clark et al. 2019's heads) on a SemEval-2014
     Task 4 XML file: fine-tune ``base`` on aspect pairs (unless ``tuned`` is given), then find the heads that
     link aspects to their opinions. ``settings``: ``bertology absa``'s, by name (``style="nli_m"``, ``epochs=2``)."""
@@ -397,7 +404,7 @@ def absa(data: str | Path, *, base: str = "minilm", tuned: str | None = None, ou
     (chosen,) = _split(settings, AbsaConfig)
     config = AbsaConfig(data=str(data), out=str(out), base=str(base), tuned=str(tuned) if tuned else None,
                         report=report, **chosen)
-    return Run.of(run_absa(config, overwrite=overwrite, progress=progress))
+    return Run.of(run_absa(config, overwrite=overwrite, progress=progress_wanted(progress)))
 
 
 def demo_data() -> Path:

@@ -50,6 +50,30 @@ def progress_bar(label: str, total: int, enabled: bool = True, *, unit: str = ""
         yield advance
 
 
+def progress_wanted(progress: bool | None) -> bool:
+    """Whether to draw bars: ``progress`` when given, else ``BERTOLOGY_PROGRESS`` (``0``/``1``) when set, else on in
+    an interactive session (a Jupyter kernel with ipywidgets, which rich needs to draw there, or a terminal on
+    stderr) and off elsewhere (scripts whose output goes to a file, tests, the docs build)."""
+    import os
+    import sys
+
+    if progress is not None:
+        return bool(progress)
+    env = os.environ.get("BERTOLOGY_PROGRESS", "").strip().lower()
+    if env in ("0", "1", "false", "true", "no", "yes", "off", "on"):
+        return env in ("1", "true", "yes", "on")
+    if "IPython" in sys.modules:
+        try:
+            shell = sys.modules["IPython"].get_ipython()
+        except AttributeError:  # an IPython without get_ipython at the top (not a shell)
+            shell = None
+        if type(shell).__name__ == "ZMQInteractiveShell":  # a Jupyter kernel: rich draws its bars as a widget,
+            import importlib.util                          # and without ipywidgets only warns and draws nothing
+
+            return importlib.util.find_spec("ipywidgets") is not None
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
 @contextmanager
 def stage_bars(enabled: bool = True, describe: Callable[[str], str] = str, console=None) -> Iterator[ProgressFn | None]:
     """Yield an ``on_progress(stage, done, total)`` callback drawing one bar per stage (``None`` if disabled)."""
