@@ -22,6 +22,9 @@ _LAZY = {
     "ablate": "bertology.api",
     "probe": "bertology.api",
     "absa": "bertology.api",
+    "view": "bertology.api",
+    "track": "bertology.api",
+    "render_report": "bertology.api",
     "demo_data": "bertology.api",
     "study": "bertology.study",  # the package, callable (see its docstring)
     "load_run": "bertology.api",

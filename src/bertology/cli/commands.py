@@ -108,36 +108,16 @@ def _print_blocks(blocks: list[tuple[str | None, str]]) -> None:
 @user_errors
 def report_command(run_dir: Path = typer.Argument(..., help="A run directory written by bertology.")) -> None:
     """Re-render report.html from a run directory's tables."""
-    from bertology.report.render import render_report
+    from bertology.report.rerender import rerender
 
-    if not (run_dir / "manifest.json").exists():
-        raise BertologyError(f"{run_dir} is not a bertology run directory (no manifest.json).")
-    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
     problems: list[str] = []
-    if isinstance(manifest, dict) and manifest.get("kind") == "compare_many":  # each pair's report, then the index page
-        from bertology.report.many import rerender_many
-
-        path = rerender_many(run_dir, manifest, problems)
-    else:
-        path = render_report(run_dir, warnings=problems)
-    for w in problems:
-        console.print("[yellow]warning:[/] ", end="")
-        console.print(w, markup=False, highlight=False, soft_wrap=True)
+    try:
+        path = rerender(run_dir, problems)
+    finally:  # the warnings first, also when some tables could not be read (then the error follows)
+        for w in problems:
+            console.print("[yellow]warning:[/] ", end="")
+            console.print(w, markup=False, highlight=False, soft_wrap=True)
     console.print(f"report: [bold]{escape(str(path))}[/]")
-    unreadable = _unreadable_tables(problems)
-    if unreadable:  # the page is written, but part of the run is missing from it: not a success
-        raise BertologyError(f"Table(s) {', '.join(unreadable)} of {run_dir} could not be read, so their sections are "
-                             "left out of the report; rerun the command that made the run to rewrite them.")
-
-
-def _unreadable_tables(problems: list[str]) -> list[str]:
-    """The tables the report could not read, by name (``ablation``; a pair's as ``attention_change (pairs/b)``)."""
-    out = set()
-    for w in problems:
-        if w.startswith("Could not read ") and "tables/" in w:
-            where, _, name = w.split(":")[0].removeprefix("Could not read ").rpartition("tables/")
-            out.add(Path(name).stem + (f" ({where.rstrip('/')})" if where else ""))
-    return sorted(out)
 
 
 @app.command("env")

@@ -20,7 +20,7 @@ import pandas as pd
 
 from bertology.config import DEVICE_HELP
 from bertology.data.corpus import Corpus
-from bertology.errors import BertologyError
+from bertology.errors import BertologyError, each_with_suggestion
 from bertology.runs import RunResult
 from bertology.settings import check_fields, comma_list, describe_fields, setting_field
 from bertology.viz.track import track_figures
@@ -159,7 +159,8 @@ def _settings(settings: TrackSettings | None, values: dict) -> TrackSettings:
     known = set(TrackSettings.__dataclass_fields__)
     unknown = sorted(set(values) - known)
     if unknown:
-        raise BertologyError(f"track has no setting {', '.join(unknown)}; its settings are: {', '.join(sorted(known))}.")
+        raise BertologyError(f"track has no setting {each_with_suggestion(unknown, known)}; its settings are: "
+                             f"{', '.join(sorted(known))}.")
     return replace(settings or TrackSettings(), **values)  # replace() re-checks every field
 
 
