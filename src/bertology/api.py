@@ -46,6 +46,8 @@ class Run(RunResult):
 
     report: Path | None = None
     _figures: dict | None = field(default=None, repr=False)
+    #: a many-model compare's pairs: each tuned model's own run by its name (empty for every other run)
+    pairs: dict[str, "Run"] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, result: RunResult) -> "Run":
@@ -95,7 +97,11 @@ class Run(RunResult):
                 if r.get("value") != r.get("default")}
 
     def summary(self) -> str:
-        """The command line's summary lines, one block per analysis and experiment (compare runs)."""
+        """The command line's summary lines, one block per analysis and experiment (compare runs; a many-model
+        compare's per tuned model)."""
+        if self.pairs:
+            return "\n".join(f"{name}: {line}" for name, pair in self.pairs.items()
+                             for line in pair.summary().splitlines())
         if self.kind not in _COMPARE_KINDS:
             return ""
         names = (self.manifest.get("config") or {}).get("analyses") or ["all"]
@@ -221,7 +227,9 @@ def load_run(path: str | Path) -> Run:
     tables = {n: read_table(folder, n) for n in names if (folder / "tables" / f"{n}.parquet").exists()
               or (folder / "tables" / f"{n}.csv").exists()}
     report = folder / "report.html"
-    return Run(folder, tables, manifest, report if report.exists() else None)
+    pairs = {p["tuned"]: load_run(folder / p["dir"]) for p in manifest.get("pairs") or []
+             if isinstance(p, dict) and manifest.get("kind") == "compare_many" and (folder / p["dir"]).is_dir()}
+    return Run(folder, tables, manifest, report if report.exists() else None, pairs=pairs)
 
 
 def in_memory(data: Any) -> bool:
@@ -243,10 +251,14 @@ def _columns(data: Any) -> dict[str, Any]:
     return {k: getattr(data, k) for k in ("text_column", "pair_column", "label_column")}
 
 
-def compare(base: str, tuned: str, data: Any, *, analyses: str | Sequence[str] = "all", out: str | Path | None = None,
+def compare(base: str, tuned: str | Sequence[str] | Mapping[str, str], data: Any, *,
+            analyses: str | Sequence[str] = "all", out: str | Path | None = None,
             report: bool = False, overwrite: bool = False, progress: bool | None = None, **settings: Any) -> Run:
     """Compare a base and a fine-tuned encoder on ``data`` with the chosen analyses; the result in memory.
 
+    ``tuned``: one model, or several compared with the one base in one run (the base's forward shared): a list of
+    models or ``NAME=PATH`` strings, or ``{name: model}``; ``task/sN`` names (``"sst2/s0"``) fill the combined tables'
+    ``task`` and ``seed`` columns, and ``run.pairs`` holds each model's own run (docs: Studies).
     ``data``: a file path, ``hf:NAME[:CONFIG]:SPLIT``, or data in memory (a pandas DataFrame, a ``datasets.Dataset``,
     a list of dicts or of sentences, a Corpus), read with the same column settings as a file (docs: Input data).
 
@@ -265,14 +277,42 @@ def compare(base: str, tuned: str, data: Any, *, analyses: str | Sequence[str] =
     # in memory: the run folder is a temporary one, removed once the tables are read
     with tempfile.TemporaryDirectory(prefix="bertology-") if out is None else nullcontext() as tmp:
         folder = Path(out).expanduser() if out is not None else Path(tmp) / "run"
-        config = make_config("" if in_memory(data) else str(data), base=str(base), tuned=str(tuned), out=str(folder),
-                             analyses=names, **settings)
+        models = None if isinstance(tuned, (str, os.PathLike)) else _tuned_models(tuned)
+        config = make_config("" if in_memory(data) else str(data), base=str(base),
+                             tuned="" if models else str(tuned), out=str(folder), analyses=names, **settings)
         corpus = _read(data, _columns(config.data), config.data.max_examples) if in_memory(data) else None
+        if models:
+            from bertology.multicompare import compare_many
+
+            many = compare_many(config, models, corpus=corpus, overwrite=overwrite, progress=progress_wanted(progress),
+                                report=report)
+            pairs = {name: _kept(pair, out) for name, pair in many.pairs.items()}
+            return _kept(many, out, pairs=pairs, tables=dict(many.tables))
         done = run_compare(config, corpus=corpus, overwrite=overwrite, progress=progress_wanted(progress),
                           report=report)
-        tables = {name: res.table for name, res in done.results.items()}
+        return _kept(done, out)
+
+
+def _tuned_models(tuned: Any) -> list:
+    """Several tuned models as a many-model compare takes them: ``{name: path}``, or a list of paths and
+    ``NAME=PATH`` strings as ``--tuned`` takes them (``task/sN`` names give the task and seed columns)."""
+    from bertology.multicompare import TunedModel, parse_tuned
+
+    if isinstance(tuned, Mapping):
+        return [TunedModel(str(name), str(path)) for name, path in tuned.items()]
+    if isinstance(tuned, Sequence) and tuned and all(isinstance(t, (str, os.PathLike)) for t in tuned):
+        return parse_tuned([str(t) for t in tuned])
+    raise BertologyError("tuned must be a model (hub id, folder or 'minilm'), a list of them, or {name: model}; "
+                         f"not {type(tuned).__name__} {tuned!r}.")
+
+
+def _kept(done: Any, out: Any, *, pairs: dict | None = None, tables: dict | None = None) -> Run:
+    """The Run of a finished compare (or many-model compare, or one of its pairs): its tables read while its folder
+    exists, its folder kept only when the user gave ``out``."""
+    tables = tables if tables is not None else {name: res.table for name, res in done.results.items()}
     manifest = json.loads(json.dumps(done.manifest, default=str))  # as load_run reads it back: lists, not tuples
-    return Run(done.out if out is not None else None, tables, manifest, done.report)
+    return Run(done.out if out is not None else None, tables, manifest, done.report if out is not None else None,
+               pairs=pairs or {})
 
 
 def _split(values: dict[str, Any], *groups: type, renames: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
@@ -300,7 +340,8 @@ def _split(values: dict[str, Any], *groups: type, renames: Mapping[str, str] | N
         accepted += [inverse.get(n, n) for n in names]
     if left:
         known = sorted(n for n in accepted if not n.startswith('_'))
-        raise BertologyError(f"Unknown setting{'s' if len(left) > 1 else ''} {each_with_suggestion(sorted(left), known)}; "
+        named = each_with_suggestion(sorted(left), known)
+        raise BertologyError(f"Unknown setting{'s' if len(left) > 1 else ''} {named}; "
                              f"known: {', '.join(known)}.")
     return out
 
@@ -435,8 +476,9 @@ def track(run: str | Path, data: Any = None, *, base: str | None = None, overwri
 
 
 def render_report(run: str | Path) -> Path:
-    """``bertology report``: render ``report.html`` again from a run folder's tables (after an upgrade, or with tables edited); its
-    path. A table that cannot be read is one error, after the page without its section is written."""
+    """``bertology report``: render ``report.html`` again from a run folder's tables (after an upgrade, or with tables
+    edited) and return its path. A table that cannot be read is one error, after the page without its section is
+    written."""
     from bertology.report.rerender import rerender
 
     return rerender(run)

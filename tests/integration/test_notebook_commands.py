@@ -54,3 +54,28 @@ def test_report_renders_a_kept_run_again(pair, tmp_path):
         bt.render_report(tmp_path / "run")
     with pytest.raises(BertologyError, match="no manifest.json"):
         bt.render_report(tmp_path / "nowhere")
+
+
+def test_compare_several_tuned_models_as_the_command_does(tmp_path):
+    """``bt.compare(base, {name: model})`` is ``bertology compare --tuned NAME=PATH ...``: one run, combined tables with
+    tuned/task/seed first, each pair's own run; the same with a list of NAME=PATH strings and from load_run."""
+    base = save_tiny_bert(tmp_path / "base")
+    a = tiny_bert_pair(tmp_path / "a", planted=(1, 2))[1]
+    b = tiny_bert_pair(tmp_path / "b", planted=(2, 1))[1]
+    models = {"sst2/s0": str(a), "sst2/s1": str(b)}
+    kw = dict(analyses=["attention_change"], view_examples=0)
+    run = bt.compare(base, models, SENTENCES, **kw)
+    assert run.kind == "compare_many" and run.out is None and set(run.pairs) == set(models)
+    table = run.attention_change
+    assert list(table.columns[:3]) == ["tuned", "task", "seed"] and set(table["seed"]) == {0, 1}
+    for name, pair in run.pairs.items():
+        mine = table[table["tuned"] == name].drop(columns=["tuned", "task", "seed"]).reset_index(drop=True)
+        pd.testing.assert_frame_equal(mine, pair.attention_change.reset_index(drop=True), check_dtype=False)
+    assert run.summary().startswith("sst2/s0: attention change")
+    kept = bt.compare(base, [f"{n}={p}" for n, p in models.items()], SENTENCES, out=tmp_path / "many", **kw)
+    again = bt.load_run(tmp_path / "many")
+    assert set(again.pairs) == set(models) and again.pairs["sst2/s1"].out == tmp_path / "many/pairs/sst2~s1"
+    pd.testing.assert_frame_equal(again.attention_change, kept.attention_change, check_dtype=False)
+    pd.testing.assert_frame_equal(kept.attention_change, run.attention_change, check_dtype=False)
+    with pytest.raises(BertologyError, match="tuned must be a model"):
+        bt.compare(base, 3, SENTENCES)
