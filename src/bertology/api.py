@@ -346,12 +346,13 @@ def _split(values: dict[str, Any], *groups: type, renames: Mapping[str, str] | N
     return out
 
 
-def finetune(model: str, data: Any, *, out: str | Path, eval_data: Any = None,
+def finetune(model: str, data: Any, *, out: str | Path, eval_data: Any = None, report: bool = False,
              overwrite: bool = False, progress: bool | None = None, **settings: Any) -> Run:
     """Fine-tune ``model`` on ``data`` into ``out`` (``out/model`` is the tuned model; an identical run already
     there is reused, an interrupted one resumes). ``data`` and ``eval_data``: paths, or data in memory as
-    :func:`compare` takes it. ``settings``: ``bertology finetune``'s, by name
-    (``task="regression"``, ``epochs=3``, ``learning_rate=2e-5``, ``text_column="sentence"`` ...)."""
+    :func:`compare` takes it. ``report=True`` writes ``out/report.html`` (the training curve and final scores).
+    ``settings``: ``bertology finetune``'s, by name (``task="regression"``, ``epochs=3``, ``learning_rate=2e-5``,
+    ``text_column="sentence"`` ...)."""
     from bertology.config import DataConfig, FinetuneConfig
     from bertology.training.finetune import read_data
     from bertology.training.run import finetune_to_dir
@@ -372,16 +373,20 @@ def finetune(model: str, data: Any, *, out: str | Path, eval_data: Any = None,
     from bertology.integrations.tracker import finetune_tracker
 
     done = finetune_to_dir(config, train, evaluation, overwrite=overwrite, retrain=overwrite,
-                           progress=progress_wanted(progress),
-                           tracker=finetune_tracker)
+                           progress=progress_wanted(progress), tracker=finetune_tracker)
+    if report:  # as the command ends
+        from bertology.report.render import render_report as render
+
+        render(done.out)
     return load_run(done.out)
 
 
-def ablate(model: str, data: Any, *, out: str | Path | None = None, report: bool = False,
+def ablate(model: str, data: Any, *, base: str | None = None, out: str | Path | None = None, report: bool = False,
            overwrite: bool = False, progress: bool | None = None, **settings: Any) -> Run:
     """Disable every head and layer of a fine-tuned ``model`` and measure its task on ``data`` (a path, or labelled
     data in memory as :func:`compare` takes it; the result in memory unless ``out``). ``settings``: ``bertology
     ablate``'s, by name (``mode="zero"``, ``n_bootstrap=200``, ``text_column="sentence"``, ``dtype="bfloat16"`` ...).
+    ``base``: the pretrained model ``model`` was fine-tuned from, which ``mode="revert"`` (and ``"transplant"``) needs.
     """
     from bertology.experiments.ablation import AblationSettings
     from bertology.study.ablate import QaOptions
@@ -396,7 +401,7 @@ def ablate(model: str, data: Any, *, out: str | Path | None = None, report: bool
         data, columns = _read(data, Columns(**columns).to_dict()), {}
     done = run_ablate(str(model), data if in_memory(data) else str(data), ablation, out=out, columns=Columns(**columns),
                       qa=QaOptions(**qa), loading=Loading(**loading), overwrite=overwrite, report=report,
-                      progress=progress_wanted(progress))
+                      progress=progress_wanted(progress), base=str(base) if base else None)
     return Run.of(done)
 
 
@@ -425,14 +430,16 @@ def probe(base: str, train: Any, test: Any, *, tuned: str | None = None, dev: An
     return Run.of(done)
 
 
-def study(spec: str | Path, *, out: str | Path | None = None, executor: str = "local", overwrite: bool = False,
-          progress: bool | None = None) -> Run:
+def study(spec: str | Path, *, out: str | Path | None = None, executor: str = "local", ray_address: str | None = None,
+          overwrite: bool = False, progress: bool | None = None) -> Run:
     """Run a study (``STUDY.toml``: one base, tasks x seeds, their comparisons and seed-noise verdicts) into ``out``
-    (default: the spec's ``out``); a finished job is reused, so a rerun resumes. Failed jobs are in
-    ``run.manifest["jobs"]``; the study tables (``study_effects`` ...) are the run's tables."""
+    (default: the spec's ``out``); a finished job is reused, so a rerun resumes. ``executor="ray"`` runs the jobs
+    on Ray (``ray_address``: the cluster to join; default a local one). Failed jobs are in ``run.manifest["jobs"]``;
+    the study tables (``study_effects`` ...) are the run's tables."""
     from bertology.study.runner import run_study
 
-    return Run.of(run_study(spec, out, executor=executor, overwrite=overwrite, progress=progress_wanted(progress)))
+    return Run.of(run_study(spec, out, executor=executor, ray_address=ray_address, overwrite=overwrite,
+                            progress=progress_wanted(progress)))
 
 
 def absa(data: str | Path, *, base: str = "minilm", tuned: str | None = None, out: str | Path = "runs/absa",

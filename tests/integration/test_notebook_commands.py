@@ -79,3 +79,25 @@ def test_compare_several_tuned_models_as_the_command_does(tmp_path):
     pd.testing.assert_frame_equal(kept.attention_change, run.attention_change, check_dtype=False)
     with pytest.raises(BertologyError, match="tuned must be a model"):
         bt.compare(base, 3, SENTENCES)
+
+
+def test_what_the_commands_take_the_functions_take(tmp_path):
+    """``bertology ablate --base`` (revert), ``finetune``'s report and ``study --ray-address`` were CLI-only."""
+    from bertology.study.ablate import ablate
+
+    base = save_tiny_bert(tmp_path / "base")
+    frame = pd.DataFrame({"sentence": SENTENCES * 2, "label": ["pos", "neg"] * len(SENTENCES)})
+    ft = bt.finetune(base, frame, out=tmp_path / "ft", epochs=1, batch_size=8, report=True)
+    assert ft.report == tmp_path / "ft" / "report.html" and ft.report.exists()
+    kw = dict(n_bootstrap=10, importance=False)
+    reverted = bt.ablate(ft.model_dir, frame, base=base, mode="revert", **kw)
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    command = ablate(str(ft.model_dir), str(tmp_path / "d.csv"), {"mode": "revert", **kw}, base=str(base), report=False)
+    pd.testing.assert_frame_equal(reverted.ablation, command.tables["ablation"], check_dtype=False)
+    with pytest.raises(BertologyError, match="needs --base"):
+        bt.ablate(ft.model_dir, frame, mode="revert", **kw)
+    import inspect
+
+    from bertology.api import study
+
+    assert "ray_address" in inspect.signature(study).parameters  # passed on to run_study (tests/integration/test_study_ray)
