@@ -414,18 +414,17 @@ def probe(base: str, train: Any, test: Any, *, tuned: str | None = None, dev: An
     ``bertology probe``'s, by name (``rank=64``, ``epochs=10``, ``max_sentences=500``, ``conventions="hewitt2019"``)."""
     from bertology.experiments.probe import ProbeSettings
     from bertology.study.inputs import Loading
-    from bertology.study.probe import ProbeData, ProbeModels
+    from bertology.study.probe import ProbeData, ProbeModels, ProbeOptions
     from bertology.study.probe import probe as run_probe
 
     if report and out is None:
         raise BertologyError("report=True needs out=FOLDER: the report is a file in the run folder.")
-    conventions = settings.pop("conventions", "bertology")
-    probe_settings, data, loading = _split(settings, ProbeSettings, ProbeData, Loading)
+    probe_settings, data, options, loading = _split(settings, ProbeSettings, ProbeData, ProbeOptions, Loading)
     given = [_read(d, {}) if in_memory(d) else str(d) for d in (train, test)]  # in memory: a list, a DataFrame ...
     held = None if dev is None else _read(dev, {}) if in_memory(dev) else str(dev)
     done = run_probe(ProbeModels(str(base), str(tuned) if tuned else None, random_control),
                      ProbeData(*given, held, **data), probe_settings,
-                     conventions=conventions, out=out, loading=Loading(**loading), overwrite=overwrite, report=report,
+                     **options, out=out, loading=Loading(**loading), overwrite=overwrite, report=report,
                      progress=progress_wanted(progress))
     return Run.of(done)
 
