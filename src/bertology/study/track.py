@@ -193,7 +193,8 @@ def _corpus(corpus: Corpus | None, data: str | None, cfg: dict, columns: dict) -
         return corpus, data
     data = data or cfg.get("eval_data") or (cfg.get("data", {}) or {}).get("path")
     if not data:
-        raise BertologyError("No data to compare on: pass --data.")
+        raise BertologyError("No data to compare on: the run names no data file (trained on data in memory?); pass "
+                             "--data (data= in Python).")
     try:
         return load_corpus(data, **columns), data
     except BertologyError:
