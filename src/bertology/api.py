@@ -191,10 +191,12 @@ def summary_blocks(analyses: Sequence[str], tables: Mapping[str, Any], *,
 def _card(run: Run) -> str:
     """A compact HTML card: what was compared, headline lines, changed settings, warnings, the tables."""
     e = html.escape
-    models = run.manifest.get("models") or {}
-    names = " → ".join(str((models.get(k) or {}).get("name") or (models.get(k) or {}).get("path") or "?")
-                       for k in ("base", "tuned") if k in models)
-    data = run.manifest.get("data") or {}
+    first = next(iter(run.pairs.values()), run)  # a many-model run: its pairs share the base, data and settings
+    models = first.manifest.get("models") or {}
+    shown = ("base",) if run.pairs else ("base", "tuned")
+    names = " → ".join([*(str((models.get(k) or {}).get("name") or (models.get(k) or {}).get("path") or "?")
+                          for k in shown if k in models), *([", ".join(run.pairs)] if run.pairs else [])])
+    data = first.manifest.get("data") or {}
     head = f"<b>bertology {e(run.kind)}</b>" + (f": {e(names)}" if names else "")
     head += f" <span style='color:#666'>({e(str(run.out)) if run.out else 'in memory'}"
     head += f"; {data.get('n_examples')} examples)</span>" if data.get("n_examples") is not None else ")</span>"
@@ -202,13 +204,16 @@ def _card(run: Run) -> str:
     summary = run.summary().splitlines()[:8]
     if summary:
         parts.append("<ul style='margin:4px 0'>" + "".join(f"<li>{e(line)}</li>" for line in summary) + "</ul>")
-    changed = run.changed_settings()
+    changed = first.changed_settings()
     if changed:
         shown = {k: ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v for k, v in changed.items()}
         parts.append("<div>settings: " + ", ".join(f"<code>{e(k)} {e(str(v))}</code>" for k, v in shown.items())
                      + "</div>")
-    for w in run.warnings[:5]:
+    warnings = [f"{n}: {w}" for n, pair in run.pairs.items() for w in pair.warnings] if run.pairs else run.warnings
+    for w in warnings[:5]:
         parts.append(f"<div style='color:#a15c00'>warning: {e(str(w))}</div>")
+    if run.pairs:
+        parts.append("<div style='color:#666'>each model's own run: run.pairs[name]</div>")
     listing = ", ".join(f"<code>{e(n)}</code> ({len(df)} rows)" for n, df in sorted(run.tables.items()))
     parts.append(f"<div style='color:#666'>tables (run.&lt;name&gt;): {listing}</div></div>")
     return "".join(parts)

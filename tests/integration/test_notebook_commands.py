@@ -72,6 +72,8 @@ def test_compare_several_tuned_models_as_the_command_does(tmp_path):
         mine = table[table["tuned"] == name].drop(columns=["tuned", "task", "seed"]).reset_index(drop=True)
         pd.testing.assert_frame_equal(mine, pair.attention_change.reset_index(drop=True), check_dtype=False)
     assert run.summary().startswith("sst2/s0: attention change")
+    card = run._repr_html_()
+    assert "→ sst2/s0, sst2/s1" in card and "run.pairs[name]" in card and "10 examples" in card
     kept = bt.compare(base, [f"{n}={p}" for n, p in models.items()], SENTENCES, out=tmp_path / "many", **kw)
     again = bt.load_run(tmp_path / "many")
     assert set(again.pairs) == set(models) and again.pairs["sst2/s1"].out == tmp_path / "many/pairs/sst2~s1"
