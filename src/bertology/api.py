@@ -146,16 +146,22 @@ class Run(RunResult):
         manifest = json.loads(json.dumps(self.manifest))
         if "out" in (manifest.get("config") or {}):
             manifest["config"]["out"] = str(folder)
+        slugs = manifest.get("slugs") or {}
         with open_run(folder, self.kind, str(manifest.get("fingerprint")), overwrite=overwrite) as opened:
+            for name, pair in self.pairs.items():  # a many-model run: each pair's run in its folder first
+                pair.save(folder / "pairs" / slugs.get(name, name), overwrite=overwrite)
             for name, table in self.tables.items():
                 write_table(opened.path, name, table)
             # not in memory: the viewer's example files and the figure files (the report draws its own)
             manifest.update({k: [] for k in ("views", "figures") if k in manifest}, saved_from_memory=True)
+            for entry in manifest.get("pairs") or []:  # the index page links the pair reports rendered below
+                if isinstance(entry, dict) and "dir" in entry:
+                    entry["report"] = f"{entry['dir']}/report.html" if report else None
             opened.dir.write_manifest(manifest)
-        if report:
-            from bertology.report.render import render_report
+        if report:  # a many-model run: each pair's report and the index page
+            from bertology.report.rerender import rerender
 
-            render_report(folder)
+            rerender(folder)
         return load_run(folder)
 
     def _drawn(self) -> dict:

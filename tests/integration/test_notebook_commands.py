@@ -103,3 +103,17 @@ def test_what_the_commands_take_the_functions_take(tmp_path):
     from bertology.api import study
 
     assert "ray_address" in inspect.signature(study).parameters  # passed on to run_study (tests/integration/test_study_ray)
+
+
+def test_a_many_model_run_made_in_memory_is_saved_with_its_pairs(tmp_path):
+    base = save_tiny_bert(tmp_path / "base")
+    models = {"a": str(tiny_bert_pair(tmp_path / "a", planted=(1, 2))[1]),
+              "b": str(tiny_bert_pair(tmp_path / "b", planted=(2, 1))[1])}
+    run = bt.compare(base, models, SENTENCES, analyses=["attention_change"], view_examples=0)
+    kept = run.save(tmp_path / "kept", report=True)
+    assert set(kept.pairs) == {"a", "b"} and kept.report.exists()
+    for name, pair in kept.pairs.items():
+        assert pair.out == tmp_path / "kept" / "pairs" / name and pair.report.exists()
+        pd.testing.assert_frame_equal(pair.attention_change, run.pairs[name].attention_change, check_dtype=False)
+    assert [p["report"] for p in kept.manifest["pairs"]] == ["pairs/a/report.html", "pairs/b/report.html"]
+    assert 'href="pairs/a/report.html"' in kept.report.read_text(encoding="utf-8")
