@@ -480,7 +480,8 @@ def view(text: str, text_pair: str | None = None, *, model: str = "minilm", comp
 def track(run: str | Path, data: Any = None, *, base: str | None = None, overwrite: bool = False,
           progress: bool | None = None, **settings: Any) -> Run:
     """Compare every checkpoint of a fine-tuning run (``bt.finetune(..., save_every=N)``) with its base model:
-    each analysis per step, as ``track_<analysis>`` tables in ``run/tracking``. ``data``: the corpus (a path, or
+    each analysis per step, as ``track_<analysis>`` tables in ``run/tables`` (one comparison per checkpoint in
+    ``run/track``). ``data``: the corpus (a path, or
     data in memory as :func:`compare` takes it; default: the run's eval data, else its training data).
     ``settings``: ``bertology track``'s, by name (``analyses=...``, ``max_examples=32``)."""
     from bertology.study.track import track as run_track

@@ -123,6 +123,7 @@ def _spec(tmp_path, lab: str):
     ('drop_layers = "x"', "[lab]: --drop-layers (drop_layers) takes a comma list of layer numbers (1-based), not 'x'."),
     ("lr = 1e-3\nlearning_rate = 1e-3", "[lab]: lr is given twice (lr and learning_rate are one setting)."),
     ("seed = 3", "Unknown key 'seed' in [lab]; allowed: epochs, batch_size, lr,"),
+    ("track_every = 5", "[lab]: track_every: a study cannot track while training yet;"),
 ])
 def test_a_bad_lab_value_is_refused_when_the_spec_is_read(tmp_path, line, message):
     with pytest.raises(BertologyError) as err:

@@ -62,6 +62,9 @@ LAB_KEYS = {
 }
 #: Fine-tuning settings a study sets itself: the seeds, the device, each [[task]]'s type and columns.
 LAB_DECIDED = ("seed", "device", "task", "text_column", "pair_column", "label_column")
+#: Fine-tuning settings a study cannot take yet: tracking while training needs a tracker its fine-tune jobs do not
+#: start, so these are refused when the spec is read rather than failing every fine-tune job.
+LAB_REFUSED = ("track_every", "track_analyses", "track_examples")
 TASK_KEYS = ("name", "type", "data", "eval_data", "text_column", "pair_column", "label_column", "seeds", "models",
              "method")
 #: How a [[task]] may fine-tune (``method``; default: [lab]'s, else full): LoRA vs full on one study's seeds.
@@ -273,7 +276,7 @@ def lab_settings() -> dict[str, Any]:
     from bertology.config import FINETUNE_DATA_SETTINGS, FinetuneConfig
     from bertology.settings import field_settings
 
-    declared = {s.name: s for s in (*field_settings(FinetuneConfig), *FINETUNE_DATA_SETTINGS) if s.name not in LAB_DECIDED}
+    declared = {s.name: s for s in (*field_settings(FinetuneConfig), *FINETUNE_DATA_SETTINGS) if s.name not in (*LAB_DECIDED, *LAB_REFUSED)}
     short = {key: declared[name] for key, name in LAB_KEYS.items()}
     return {**short, **{name: s for name, s in declared.items() if name not in short}}
 
@@ -299,6 +302,10 @@ def _lab(raw, root: Path) -> dict[str, Any]:
     declared = lab_settings()
     if not isinstance(raw, dict):
         raise BertologyError(f"[lab] must be a table of fine-tuning settings ({', '.join(declared)}).")
+    refused = [k for k in raw if k in LAB_REFUSED]
+    if refused:
+        raise BertologyError(f"[lab]: {', '.join(refused)}: a study cannot track while training yet; track a study's "
+                             "fine-tune afterwards (save_every = N, then bertology track on its finetune/ folder).")
     _check_keys(raw, tuple(declared), "[lab]")
     short = {name: key for key, name in LAB_KEYS.items() if key != name}  # learning_rate -> lr
     lab: dict[str, Any] = {}
