@@ -490,7 +490,8 @@ def track(run: str | Path, data: Any = None, *, base: str | None = None, overwri
     done = run_track(run, corpus=corpus, data=None if data is None or corpus is not None else str(data),
                      base=str(base) if base else None, overwrite=overwrite, progress=progress_wanted(progress),
                      **settings)
-    return Run.of(done)
+    run = Run.of(done)  # its tables under the names they have in the folder (and from load_run): track_<analysis>
+    return dataclasses.replace(run, tables={f"track_{name}": table for name, table in run.tables.items()})
 
 
 def render_report(run: str | Path) -> Path:

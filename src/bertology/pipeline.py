@@ -123,7 +123,8 @@ def complete_config(config: CompareConfig) -> CompareConfig:
     """``config`` with every declared setting checked (one clear line for a bad or unknown one) and its
     default filled in: what the run, its manifest and its fingerprint use."""
     declared, _ = declared_settings()
-    values = complete_settings(declared, config.settings, where="compare")
+    own = [s.name for group in (CompareConfig, DataConfig) for s in field_settings(group)]  # taken by make_config
+    values = complete_settings(declared, config.settings, where="compare", also=own)
     return dataclasses.replace(config, settings=values,
                                not_fingerprinted=frozenset(n for n, s in declared.items() if not s.changes_numbers))
 

@@ -242,15 +242,18 @@ def by_flag(declared: Mapping[str, Setting], given: Mapping[str, Any]) -> dict[s
     return out
 
 
-def complete(declared: Mapping[str, Setting], given: Mapping[str, Any], *, where: str = "") -> dict[str, Any]:
+def complete(declared: Mapping[str, Setting], given: Mapping[str, Any], *, where: str = "",
+             also: Iterable[str] = ()) -> dict[str, Any]:
     """Every declared setting's value: the checked given value (by its name or its flag's spelling), else the
-    default; unknown names refused."""
+    default; unknown names refused (``also``: the names the caller takes besides these, e.g. the run's own fields,
+    suggested and listed with them)."""
     given = by_flag(declared, given)
     unknown = sorted(set(given) - set(declared))
     if unknown:
-        spellings = [*declared, *(s.flag_name for s in declared.values())]  # a suggestion is one that is accepted
+        also = sorted(set(also))
+        spellings = [*declared, *(s.flag_name for s in declared.values()), *also]  # a suggestion is one that is accepted
         raise BertologyError(f"Unknown setting{'s' if len(unknown) > 1 else ''} {each_with_suggestion(unknown, spellings)}"
-                             f"{' for ' + where if where else ''}; known: {', '.join(sorted(declared))}.")
+                             f"{' for ' + where if where else ''}; known: {', '.join(sorted({*declared, *also}))}.")
     return {name: s.check(given[name]) if name in given else s.default for name, s in declared.items()}
 
 

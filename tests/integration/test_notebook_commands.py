@@ -36,8 +36,10 @@ def test_track_a_run_trained_from_a_dataframe_on_a_dataframe(tmp_path):
     with pytest.raises(BertologyError, match="No data to compare on"):
         bt.track(ft.out, max_examples=8)  # trained from memory: no file to fall back on
     tracked = bt.track(ft.out, frame, max_examples=8)
-    assert sorted(tracked.tables) == ["attention_change", "representation_similarity"]
-    steps = sorted(set(tracked.attention_change["step"]))
+    assert sorted(tracked.tables) == ["track_attention_change", "track_representation_similarity"]
+    again = bt.load_run(ft.out)
+    pd.testing.assert_frame_equal(again.track_attention_change, tracked.track_attention_change, check_dtype=False)
+    steps = sorted(set(tracked.track_attention_change["step"]))
     assert steps[0] == 2  # the first checkpoint (one every 2 steps)
     with pytest.raises(BertologyError, match=r"max_example \(did you mean max_examples\?\)"):
         bt.track(ft.out, frame, max_example=8)
