@@ -75,6 +75,8 @@ def test_a_list_of_dicts_and_a_dataset_read_as_the_frame(frame):
     assert load_corpus(ds).examples == expected.examples
     with pytest.raises(BertologyError, match=r"a datasets.DatasetDict with splits \['train'\]; pass one split"):
         load_corpus(datasets.DatasetDict({"train": ds}))
+    with pytest.raises(BertologyError, match=r"a streaming datasets.IterableDataset; take the examples first"):
+        load_corpus(ds.to_iterable_dataset())
 
 
 def test_a_dataset_class_label_names_and_no_gold_label():

@@ -25,8 +25,10 @@ def is_frame(data: object) -> bool:
 
 
 def is_dataset(data: object) -> bool:
-    """True for a Hugging Face ``datasets.Dataset`` (not a DatasetDict: that needs a split named)."""
-    return type(data).__module__.startswith("datasets") and hasattr(data, "column_names") and hasattr(data, "features")
+    """True for a Hugging Face ``datasets.Dataset`` (not a DatasetDict: that needs a split named; not a streaming
+    IterableDataset: it has no length and maybe no end)."""
+    return (type(data).__module__.startswith("datasets") and hasattr(data, "column_names") and hasattr(data, "features")
+            and hasattr(data, "__len__"))
 
 
 def _missing(value: object) -> bool:

@@ -147,6 +147,9 @@ def load_corpus(
     if type(spec).__module__.startswith("pandas") and type(spec).__name__ == "Series":  # one column of sentences
         return load_corpus(list(spec), text_column=text_column, pair_column=pair_column, label_column=label_column,
                            limit=limit, name=name)
+    if type(spec).__name__ == "IterableDataset":  # streamed: no length, maybe no end
+        raise BertologyError("data is a streaming datasets.IterableDataset; take the examples first, e.g. "
+                             "datasets.Dataset.from_list(list(ds.take(1000))).")
     if type(spec).__name__ in ("DatasetDict", "IterableDatasetDict"):
         raise BertologyError(f"data is a datasets.DatasetDict with splits {list(spec)}; pass one split, e.g. "
                              f"ds[{next(iter(spec), 'train')!r}].")
