@@ -440,10 +440,10 @@ def probe(base: str, train: Any, test: Any, *, tuned: str | None = None, dev: An
     return Run.of(done)
 
 
-def study(spec: str | Path, *, out: str | Path | None = None, executor: str = "local", ray_address: str | None = None,
+def study(spec: str | Path | Mapping[str, Any], *, out: str | Path | None = None, executor: str = "local", ray_address: str | None = None,
           overwrite: bool = False, progress: bool | None = None) -> Run:
-    """Run a study (``STUDY.toml``: one base, tasks x seeds, their comparisons and seed-noise verdicts) into ``out``
-    (default: the spec's ``out``); a finished job is reused, so a rerun resumes. ``executor="ray"`` runs the jobs
+    """Run a study (``STUDY.toml``, or the same tables as a dict: one base, tasks x seeds, their comparisons and
+    seed-noise verdicts) into ``out`` (default: the spec's ``out``); a finished job is reused, so a rerun resumes. ``executor="ray"`` runs the jobs
     on Ray (``ray_address``: the cluster to join; default a local one). Failed jobs are in ``run.manifest["jobs"]``;
     the study tables (``study_effects`` ...) are the run's tables."""
     from bertology.study.runner import run_study

@@ -28,8 +28,10 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -175,7 +177,10 @@ def prepare_folder(study: Path, spec: StudySpec, overwrite: bool) -> dict:
                     shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
             previous = {}
     study.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(spec.path, study / "study.toml")
+    if spec.path is not None:
+        shutil.copyfile(spec.path, study / "study.toml")
+    else:  # a dict spec: the TOML it stands for
+        atomic_write_text(study / "study.toml", spec.text or "")
     # marked as a study from the start, so a rerun after a kill recognises the folder and resumes it
     atomic_write_text(manifest, json.dumps({**previous, "kind": KIND, "status": "running", "started": now_iso()}, indent=2))
     return previous
@@ -190,7 +195,8 @@ def _earlier_manifest(path: Path) -> dict:
     return found if isinstance(found, dict) else {}
 
 
-def run_study(spec: StudySpec | str | Path, out: str | Path | None = None, *, executor: Executor | str | None = None,
+def run_study(spec: StudySpec | str | Path | Mapping[str, Any], out: str | Path | None = None, *,
+              executor: Executor | str | None = None,
               ray_address: str | None = None, overwrite: bool = False, progress: bool = False) -> StudyResult:
     """Run a study (see module docs): every check first, then the fine-tunes, then the comparisons, then the tables.
 
@@ -271,7 +277,7 @@ def _run_locked(spec: StudySpec, study: Path, executor: Executor, overwrite: boo
         "status": "complete" if complete else "incomplete",
         "finished": now_iso(),
         "base": spec.base,
-        "spec": str(spec.path),
+        "spec": str(spec.path) if spec.path is not None else "a dict (study.toml holds it)",
         "tasks": [{"name": t.name, "task": kinds.get(t.name), "type": t.type, "seeds": list(t.seeds),
                    "models": {str(s): _rel(study, models[(t.name, s)][0]) for s in t.seeds if (t.name, s) in models}}
                   for t in spec.tasks],

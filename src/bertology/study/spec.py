@@ -134,13 +134,14 @@ class CompareSpec:
 class StudySpec:
     """A whole study, paths resolved: what :func:`bertology.study.runner.run_study` runs."""
 
-    path: Path  # the spec file
+    path: Path | None  # the spec file (None: a dict spec, kept as ``text``)
     base: str
     tasks: tuple[TaskSpec, ...]
     compare: CompareSpec
     lab: dict[str, Any] = field(default_factory=dict)
     out: Path | None = None
     device: str = "cpu"
+    text: str | None = None  # a dict spec's TOML, written as the study's study.toml
 
 
 def _check_keys(table: dict, allowed, where: str) -> None:
@@ -321,22 +322,53 @@ def _lab(raw, root: Path) -> dict[str, Any]:
         raise BertologyError(f"[lab]: {err}") from None
 
 
-def load_spec(path: str | Path) -> StudySpec:
-    """Read and check ``STUDY.toml`` (schema, names, seeds, files); one clear error for the first problem."""
-    path = Path(path).expanduser()
+def load_spec(spec: str | Path | Mapping[str, Any]) -> StudySpec:
+    """Read and check a study spec (schema, names, seeds, files); one clear error for the first problem.
+
+    ``spec`` is ``STUDY.toml``, or the same tables as a dict (a notebook's spec: ``{"base": "minilm", "seeds":
+    [0, 1], "task": [{"name": "sst2", "data": "train.tsv"}], ...}``; its relative paths from the working
+    directory; model seeds may be ints). A dict must be what TOML can hold; it is kept as the study's
+    ``study.toml``."""
+    if isinstance(spec, Mapping):
+        text = spec_toml(spec)
+        return _spec(tomllib.loads(text), Path.cwd().resolve(), "the study spec (a dict)", None, text)
+    path = Path(spec).expanduser()
     if not path.is_file():
         raise BertologyError(f"Study spec {path} does not exist.")
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise BertologyError(f"{path} is not valid TOML: {err}") from None
-    root = path.parent.resolve()
-    _check_keys(raw, TOP_KEYS, f"the top level of {path.name}")
-    base = _model(_typed(raw.get("base", "minilm"), str, "base", path.name, "a model name or path"), root)
-    top_seeds = _seeds(raw["seeds"], path.name) if "seeds" in raw else None
+    return _spec(raw, path.parent.resolve(), path.name, path.resolve(), None)
+
+
+def spec_toml(spec: Mapping[str, Any]) -> str:
+    """A dict spec as the TOML it stands for (keys as strings, paths as text); one clear error for a value TOML
+    cannot hold (a DataFrame: a study's jobs read their data from files)."""
+    import tomli_w
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {str(k): plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return str(value) if isinstance(value, Path) else value
+
+    try:
+        return tomli_w.dumps(plain(spec))
+    except TypeError as err:
+        raise BertologyError(f"The study spec (a dict) holds what TOML cannot ({err}); give files by path: a study's "
+                             "jobs read their data from files.") from None
+
+
+def _spec(raw: dict, root: Path, name: str, path: Path | None, text: str | None) -> StudySpec:
+    """The StudySpec of a parsed spec whose relative paths start at ``root`` (``name``: what errors call it)."""
+    _check_keys(raw, TOP_KEYS, f"the top level of {name}")
+    base = _model(_typed(raw.get("base", "minilm"), str, "base", name, "a model name or path"), root)
+    top_seeds = _seeds(raw["seeds"], name) if "seeds" in raw else None
     tasks_raw = raw.get("task")
     if not isinstance(tasks_raw, list) or not tasks_raw:
-        raise BertologyError(f"{path.name} has no [[task]] tables; add at least one.")
+        raise BertologyError(f"{name} has no [[task]] tables; add at least one.")
     tasks = tuple(_task(t, i, top_seeds, root) for i, t in enumerate(tasks_raw))
     names = [t.name for t in tasks]
     repeated = sorted({n for n in names if names.count(n) > 1})
@@ -344,10 +376,10 @@ def load_spec(path: str | Path) -> StudySpec:
         raise BertologyError(f"Two tasks are called {', '.join(map(repr, repeated))}; task names must be unique "
                              "(they name the tuned models: <task>/s<seed>).")
     out = raw.get("out")
-    device = _typed(raw.get("device", "cpu"), str, "device", path.name, "a string")
-    return StudySpec(path=path.resolve(), base=base, tasks=tasks, compare=_compare(raw.get("compare"), root),
-                     lab=_lab(raw.get("lab", {}), root), out=(root / _typed(out, str, "out", path.name, "a path")) if out else None,
-                     device=device)
+    device = _typed(raw.get("device", "cpu"), str, "device", name, "a string")
+    return StudySpec(path=path, base=base, tasks=tasks, compare=_compare(raw.get("compare"), root),
+                     lab=_lab(raw.get("lab", {}), root), out=(root / _typed(out, str, "out", name, "a path")) if out else None,
+                     device=device, text=text)
 
 
 def check_models(spec: StudySpec) -> None:
