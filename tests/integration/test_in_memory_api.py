@@ -60,8 +60,10 @@ def test_finetune_and_ablate_from_a_dataframe_as_from_its_file(tmp_path):
     assert from_frame.manifest["data"]["train"]["source"] == "pandas DataFrame"
     kw = dict(text_column="review", label_column="stars", n_bootstrap=20, importance=False)
     _equal_tables(bt.ablate(from_frame.model_dir, frame, **kw), bt.ablate(from_frame.model_dir, path, **kw))
-    with pytest.raises(BertologyError, match=r"python list has no labels; .*label_column= in Python"):
+    with pytest.raises(BertologyError, match=r"python list has no labels; .*Give rows with their labels: a list of dicts"):
         bt.ablate(from_frame.model_dir, list(frame["review"]))
+    with pytest.raises(BertologyError, match=r"pandas DataFrame has no labels; .*label_column= in Python"):
+        bt.ablate(from_frame.model_dir, frame[["review"]], text_column="review")
 
 
 def test_probe_a_list_of_sentences_as_its_text_file(pair, tmp_path):

@@ -177,10 +177,9 @@ def _inputs(model: str, data: str | Corpus, settings: AblationSettings, columns:
     corpus = load_corpus(data, **columns.to_dict())
     # a parser scores trees and a tagger word tags, not sentence labels
     if not task.token_level and not any(ex.label is not None for ex in corpus):
-        raise BertologyError(
-            f"{corpus.source} has no labels; ablation measures a task and needs labelled data. "
-            "Name the label column with --label-column (label_column= in Python)."
-        )
+        fix = ("Give rows with their labels: a list of dicts, a DataFrame or a file." if corpus.stats.get("format") == "list"
+               else "Name the label column with --label-column (label_column= in Python).")
+        raise BertologyError(f"{corpus.source} has no labels; ablation measures a task and needs labelled data. {fix}")
     task.targets(corpus, loaded.model)
     return loaded, sample_examples(corpus, settings.max_examples, settings.seed), task, None, {}
 
