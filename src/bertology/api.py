@@ -238,8 +238,9 @@ def load_run(path: str | Path) -> Run:
     tables = {n: read_table(folder, n) for n in names if (folder / "tables" / f"{n}.parquet").exists()
               or (folder / "tables" / f"{n}.csv").exists()}
     report = folder / "report.html"
-    pairs = {p["tuned"]: load_run(folder / p["dir"]) for p in manifest.get("pairs") or []
-             if isinstance(p, dict) and manifest.get("kind") == "compare_many" and (folder / p["dir"]).is_dir()}
+    listed = manifest.get("pairs") if manifest.get("kind") == "compare_many" else None  # a many-model run's pairs
+    pairs = {p["tuned"]: load_run(folder / p["dir"]) for p in listed or []
+             if isinstance(p, dict) and (folder / p["dir"]).is_dir()}
     return Run(folder, tables, manifest, report if report.exists() else None, pairs=pairs)
 
 
@@ -295,8 +296,8 @@ def compare(base: str, tuned: str | Sequence[str] | Mapping[str, str], data: Any
         if models:
             from bertology.multicompare import compare_many
 
-            many = compare_many(config, models, corpus=corpus, overwrite=overwrite, progress=progress_wanted(progress),
-                                report=report)
+            many = compare_many(config, models, corpus=corpus, overwrite=overwrite,
+                                progress=progress_wanted(progress), report=report)
             pairs = {name: _kept(pair, out) for name, pair in many.pairs.items()}
             return _kept(many, out, pairs=pairs, tables=dict(many.tables))
         done = run_compare(config, corpus=corpus, overwrite=overwrite, progress=progress_wanted(progress),
@@ -410,9 +411,9 @@ def ablate(model: str, data: Any, *, base: str | None = None, out: str | Path | 
     ablation, columns, qa, loading = _split(settings, AblationSettings, Columns, QaOptions, Loading, renames=renames)
     if in_memory(data):  # read here with the column settings; the sweep's sampling (max_examples) still applies
         data, columns = _read(data, Columns(**columns).to_dict()), {}
-    done = run_ablate(str(model), data if in_memory(data) else str(data), ablation, out=out, columns=Columns(**columns),
-                      qa=QaOptions(**qa), loading=Loading(**loading), overwrite=overwrite, report=report,
-                      progress=progress_wanted(progress), base=str(base) if base else None)
+    done = run_ablate(str(model), data if in_memory(data) else str(data), ablation, out=out,
+                      columns=Columns(**columns), qa=QaOptions(**qa), loading=Loading(**loading), overwrite=overwrite,
+                      report=report, progress=progress_wanted(progress), base=str(base) if base else None)
     return Run.of(done)
 
 
@@ -421,8 +422,8 @@ def probe(base: str, train: Any, test: Any, *, tuned: str | None = None, dev: An
           progress: bool | None = None, **settings: Any) -> Run:
     """Structural probes (Hewitt & Manning 2019) on every layer of ``base`` (and ``tuned``, and a random-init control),
     trained on the trees of ``train`` and scored on ``test`` (CoNLL-U, or text parsed by spaCy; paths, or sentences in
-    memory as :func:`compare` takes them). ``settings``:
-    ``bertology probe``'s, by name (``rank=64``, ``epochs=10``, ``max_sentences=500``, ``conventions="hewitt2019"``)."""
+    memory as :func:`compare` takes them). ``settings``: ``bertology probe``'s, by name (``rank=64``, ``epochs=10``,
+    ``max_sentences=500``, ``conventions="hewitt2019"``)."""
     from bertology.experiments.probe import ProbeSettings
     from bertology.study.inputs import Loading
     from bertology.study.probe import ProbeData, ProbeModels, ProbeOptions
@@ -440,12 +441,12 @@ def probe(base: str, train: Any, test: Any, *, tuned: str | None = None, dev: An
     return Run.of(done)
 
 
-def study(spec: str | Path | Mapping[str, Any], *, out: str | Path | None = None, executor: str = "local", ray_address: str | None = None,
-          overwrite: bool = False, progress: bool | None = None) -> Run:
+def study(spec: str | Path | Mapping[str, Any], *, out: str | Path | None = None, executor: str = "local",
+          ray_address: str | None = None, overwrite: bool = False, progress: bool | None = None) -> Run:
     """Run a study (``STUDY.toml``, or the same tables as a dict: one base, tasks x seeds, their comparisons and
-    seed-noise verdicts) into ``out`` (default: the spec's ``out``); a finished job is reused, so a rerun resumes. ``executor="ray"`` runs the jobs
-    on Ray (``ray_address``: the cluster to join; default a local one). Failed jobs are in ``run.manifest["jobs"]``;
-    the study tables (``study_effects`` ...) are the run's tables."""
+    seed-noise verdicts) into ``out`` (default: the spec's ``out``); a finished job is reused, so a rerun resumes.
+    ``executor="ray"`` runs the jobs on Ray (``ray_address``: the cluster to join; default a local one). Failed jobs
+    are in ``run.manifest["jobs"]``; the study tables (``study_effects`` ...) are the run's tables."""
     from bertology.study.runner import run_study
 
     return Run.of(run_study(spec, out, executor=executor, ray_address=ray_address, overwrite=overwrite,
@@ -481,8 +482,8 @@ def track(run: str | Path, data: Any = None, *, base: str | None = None, overwri
           progress: bool | None = None, **settings: Any) -> Run:
     """Compare every checkpoint of a fine-tuning run (``bt.finetune(..., save_every=N)``) with its base model:
     each analysis per step, as ``track_<analysis>`` tables in ``run/tables`` (one comparison per checkpoint in
-    ``run/track``). ``data``: the corpus (a path, or
-    data in memory as :func:`compare` takes it; default: the run's eval data, else its training data).
+    ``run/track``). ``data``: the corpus (a path, or data in memory as :func:`compare` takes it; default: the run's
+    eval data, else its training data).
     ``settings``: ``bertology track``'s, by name (``analyses=...``, ``max_examples=32``)."""
     from bertology.study.track import track as run_track
 

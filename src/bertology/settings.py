@@ -204,12 +204,18 @@ def settings_object(cls: type, values: Any, command: str) -> Any:
         check_fields(values)
         return values
     values = dict(values or {})
+    refuse_unknown(cls, values, command)
+    return cls(**values)  # every value checked by its declaration
+
+
+def refuse_unknown(cls: type, values: Mapping[str, Any], command: str) -> None:
+    """One line naming ``command``, each name ``values`` has that the dataclass ``cls`` has not (with the closest
+    one it has), and the names it has."""
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
         raise BertologyError(f"{command} has no setting {each_with_suggestion(unknown, known)}; "
                              f"its settings are: {', '.join(sorted(known))}.")
-    return cls(**values)  # every value checked by its declaration
 
 
 def compose(groups: Iterable[tuple[str, Iterable[Setting]]]) -> dict[str, Setting]:
@@ -251,8 +257,9 @@ def complete(declared: Mapping[str, Setting], given: Mapping[str, Any], *, where
     unknown = sorted(set(given) - set(declared))
     if unknown:
         also = sorted(set(also))
-        spellings = [*declared, *(s.flag_name for s in declared.values()), *also]  # a suggestion is one that is accepted
-        raise BertologyError(f"Unknown setting{'s' if len(unknown) > 1 else ''} {each_with_suggestion(unknown, spellings)}"
+        spellings = [*declared, *(s.flag_name for s in declared.values()), *also]  # a suggestion is an accepted name
+        named = each_with_suggestion(unknown, spellings)
+        raise BertologyError(f"Unknown setting{'s' if len(unknown) > 1 else ''} {named}"
                              f"{' for ' + where if where else ''}; known: {', '.join(sorted({*declared, *also}))}.")
     return {name: s.check(given[name]) if name in given else s.default for name, s in declared.items()}
 

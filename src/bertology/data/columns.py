@@ -104,6 +104,11 @@ def detect_columns(columns: Sequence[str], flags: dict, source: str) -> dict[str
     return chosen
 
 
+def column_names(columns: Sequence[str], chosen: dict[str, int | None]) -> dict[str, str | None]:
+    """The names of the columns :func:`detect_columns` chose (``text``, ``pair``, ``label``): the stats' ``columns``."""
+    return {k: (None if i is None else columns[i]) for k, i in chosen.items()}
+
+
 def clean_rows(
     rows: Iterable[tuple[object, object, object]], stats: dict, source: str, no_label: object = NO_GOLD_LABEL
 ) -> list[Example]:

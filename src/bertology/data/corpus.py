@@ -170,6 +170,11 @@ class Corpus:
         return cls(examples, name=name)
 
 
+def source_name(data: "str | Corpus | None") -> str | None:
+    """A manifest's record of a command's data: the path as given, or where a corpus held in memory came from."""
+    return data.source if isinstance(data, Corpus) else data
+
+
 def require_labels(corpus: Corpus, needs: str, where: str, lack: str = "no label") -> None:
     """Raise one clear error, naming the first unlabelled rows, when any example of ``corpus`` has no label.
 

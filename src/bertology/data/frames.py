@@ -8,10 +8,11 @@ the same fingerprint.
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from bertology.data.columns import NO_GOLD_LABEL, clean_rows, detect_columns
+from bertology.data.columns import NO_GOLD_LABEL, clean_rows, column_names, detect_columns
 from bertology.data.corpus import Example
 from bertology.errors import BertologyError
 
@@ -19,37 +20,40 @@ from bertology.errors import BertologyError
 IN_MEMORY_KINDS = "a pandas DataFrame, a datasets.Dataset, a list of dicts, a list of sentences or a Corpus"
 
 
-def is_frame(data: object) -> bool:
-    """True for a pandas DataFrame (checked by module, so pandas is not imported for a path)."""
-    return type(data).__module__.startswith("pandas") and hasattr(data, "columns") and hasattr(data, "itertuples")
+def _is(data: object, module: str, *names: str) -> bool:
+    """``data`` is an instance of one of ``module``'s classes ``names``: checked only when that module is imported
+    already (an object of it cannot exist otherwise), so reading a path imports neither pandas nor datasets."""
+    loaded = sys.modules.get(module)
+    return loaded is not None and isinstance(data, tuple(getattr(loaded, n) for n in names if hasattr(loaded, n)))
 
 
-def is_dataset(data: object) -> bool:
-    """True for a Hugging Face ``datasets.Dataset`` (not a DatasetDict: that needs a split named; not a streaming
-    IterableDataset: it has no length and maybe no end)."""
-    return (type(data).__module__.startswith("datasets") and hasattr(data, "column_names") and hasattr(data, "features")
-            and hasattr(data, "__len__"))
+def is_table(data: object) -> bool:
+    """A table in memory with named columns: a pandas DataFrame or a ``datasets.Dataset``."""
+    return _is(data, "pandas", "DataFrame") or _is(data, "datasets", "Dataset")
 
 
-def _missing(value: object) -> bool:
-    """A cell pandas holds for "no value" (NaN, None, pd.NA, NaT): read as an empty cell, as in a CSV."""
-    if value is None:
-        return True
-    try:
-        import pandas as pd
-
-        return bool(pd.isna(value)) if not isinstance(value, (list, tuple, dict)) else False
-    except (TypeError, ValueError):
-        return False
-
-
-def _cell(value: object) -> object:
-    """A cell as a file would hold it: missing -> None, a NumPy scalar -> its Python value."""
-    if _missing(value):
-        return None
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        return value.item()
-    return value
+def read_object(data: Any, flags: dict) -> tuple[list[Example], dict, str, str]:
+    """The examples of data held in memory, their stats, the source's description and the corpus's default name;
+    one clear error for what cannot be read (a DatasetDict, a streaming dataset, a mixed or empty list ...)."""
+    if _is(data, "pandas", "DataFrame"):
+        return (*read_frame(data, flags), "pandas DataFrame", "dataframe")
+    if _is(data, "pandas", "Series"):  # one column of sentences
+        return read_object(data.tolist(), flags)
+    if _is(data, "datasets", "Dataset"):
+        source = f"datasets.Dataset {getattr(data.info, 'dataset_name', None) or ''}".strip()
+        return (*read_dataset(data, flags, source), source, "dataset")
+    if _is(data, "datasets", "IterableDataset"):  # streamed: no length, maybe no end
+        raise BertologyError("data is a streaming datasets.IterableDataset; take the examples first, e.g. "
+                             "datasets.Dataset.from_list(list(ds.take(1000))).")
+    if _is(data, "datasets", "DatasetDict", "IterableDatasetDict"):
+        raise BertologyError(f"data is a datasets.DatasetDict with splits {list(data)}; pass one split, e.g. "
+                             f"ds[{next(iter(data), 'train')!r}].")
+    if isinstance(data, Sequence) and not isinstance(data, (bytes, bytearray)) and len(data) > 0:
+        return (*read_sequence(data, flags), "corpus")
+    kind = type(data)
+    what = ("an empty list" if isinstance(data, Sequence) else
+            f"a {kind.__qualname__}" if kind.__module__ == "builtins" else f"a {kind.__module__}.{kind.__qualname__}")
+    raise BertologyError(f"data is {what}; give a file path, hf:NAME[:CONFIG]:SPLIT, or {IN_MEMORY_KINDS}.")
 
 
 def _unwidened(column: Any) -> Any:
@@ -62,30 +66,30 @@ def _unwidened(column: Any) -> Any:
     return column.astype("Int64") if bool((present == present.round()).all()) else column
 
 
+def _cells(column: Any) -> list:
+    """A column's cells as a file would hold them: Python values, and None where pandas holds "no value" (NaN,
+    None, pd.NA, NaT) as a CSV's empty cell."""
+    return [None if missing else value for value, missing in zip(column.tolist(), column.isna().tolist())]
+
+
 def read_frame(df: Any, flags: dict, source: str = "pandas DataFrame") -> tuple[list[Example], dict]:
     """The examples of a DataFrame: its columns detected or named by ``flags`` as in a CSV with a header."""
     if getattr(df.columns, "nlevels", 1) > 1:
         raise BertologyError(f"{source}: a DataFrame with a MultiIndex header; flatten its columns first.")
     columns = [str(c) for c in df.columns]
     chosen = detect_columns(columns, flags, source)
-    names = {k: (None if i is None else columns[i]) for k, i in chosen.items()}
-    stats: dict = {"format": "dataframe", "columns": names, "n_rows": len(df)}
-
-    picked = [None if chosen[k] is None else _unwidened(df.iloc[:, chosen[k]]) for k in ("text", "pair", "label")]
-
-    def rows() -> Iterator[tuple[object, object, object]]:
-        for i in range(len(df)):
-            yield tuple(None if column is None else _cell(column.iat[i]) for column in picked)
-
-    return clean_rows(rows(), stats, source), stats
+    stats: dict = {"format": "dataframe", "columns": column_names(columns, chosen), "n_rows": len(df)}
+    none = [None] * len(df)
+    cells = [none if chosen[k] is None else _cells(_unwidened(df.iloc[:, chosen[k]]))
+             for k in ("text", "pair", "label")]
+    return clean_rows(zip(*cells), stats, source), stats
 
 
 def read_dataset(ds: Any, flags: dict, source: str, stats: dict | None = None) -> tuple[list[Example], dict]:
     """The examples of a ``datasets.Dataset``; a ClassLabel column gives its names to the stats and marks -1 as
     "no gold label" (SNLI), as the ``hf:`` reader always did."""
     columns = list(ds.column_names)
-    chosen = detect_columns(columns, flags, source)
-    names = {k: (None if i is None else columns[i]) for k, i in chosen.items()}
+    names = column_names(columns, detect_columns(columns, flags, source))
     stats = {**(stats or {"format": "dataset"}), "columns": names}
     no_label: object = NO_GOLD_LABEL
     feature = (getattr(ds, "features", None) or {}).get(names["label"]) if names["label"] else None

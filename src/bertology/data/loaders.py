@@ -56,10 +56,12 @@ from bertology.data.columns import (
     TEXT_COLUMNS,
     ColumnFlag,
     clean_rows,
+    column_names,
     detect_columns,
     dropped_note,
     is_position,
 )
+from bertology.data import frames
 from bertology.data.conllu_file import read_conllu
 from bertology.data.corpus import Corpus, Example
 from bertology.data.tagfile import TAG_FILE_EXTENSIONS, read_tag_file
@@ -116,8 +118,6 @@ def load_corpus(
     out, the columns are auto-detected (see the module docstring). ``limit`` keeps the first
     ``limit`` examples after cleaning. Labels are stored as strings.
     """
-    from bertology.data import frames
-
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise BertologyError(f"limit must be a positive integer, not {limit!r}")
     flags = {"text": text_column, "pair": pair_column, "label": label_column}
@@ -134,29 +134,8 @@ def load_corpus(
         path = Path(spec_str)
         examples, stats = _load_file(path, flags)
         return _finish(examples, stats, str(path), name or path.stem, limit)
-    if frames.is_frame(spec):
-        examples, stats = frames.read_frame(spec, flags)
-        return _finish(examples, stats, "pandas DataFrame", name or "dataframe", limit)
-    if frames.is_dataset(spec):
-        source = f"datasets.Dataset {getattr(spec.info, 'dataset_name', None) or ''}".strip()
-        examples, stats = frames.read_dataset(spec, flags, source)
-        return _finish(examples, stats, source, name or "dataset", limit)
-    if isinstance(spec, Sequence) and not isinstance(spec, (bytes, bytearray)) and len(spec) > 0:
-        examples, stats, source = frames.read_sequence(spec, flags)
-        return _finish(examples, stats, source, name or "corpus", limit)
-    if type(spec).__module__.startswith("pandas") and type(spec).__name__ == "Series":  # one column of sentences
-        return load_corpus(list(spec), text_column=text_column, pair_column=pair_column, label_column=label_column,
-                           limit=limit, name=name)
-    if type(spec).__name__ == "IterableDataset":  # streamed: no length, maybe no end
-        raise BertologyError("data is a streaming datasets.IterableDataset; take the examples first, e.g. "
-                             "datasets.Dataset.from_list(list(ds.take(1000))).")
-    if type(spec).__name__ in ("DatasetDict", "IterableDatasetDict"):
-        raise BertologyError(f"data is a datasets.DatasetDict with splits {list(spec)}; pass one split, e.g. "
-                             f"ds[{next(iter(spec), 'train')!r}].")
-    kind = type(spec)
-    what = ("an empty list" if isinstance(spec, Sequence) else
-            f"a {kind.__qualname__}" if kind.__module__ == "builtins" else f"a {kind.__module__}.{kind.__qualname__}")
-    raise BertologyError(f"data is {what}; give a file path, hf:NAME[:CONFIG]:SPLIT, or {frames.IN_MEMORY_KINDS}.")
+    examples, stats, source, default_name = frames.read_object(spec, flags)
+    return _finish(examples, stats, source, name or default_name, limit)
 
 
 def _finish(examples: list[Example], stats: dict, source: str, name: str, limit: int | None, *,
@@ -248,7 +227,7 @@ def _read_txt(text: str) -> tuple[list[Example], dict]:
 
 
 # --------------------------------------------------------------------------------------------------
-# column choice
+# label sanity
 
 
 def _looks_continuous(values: Iterable[str]) -> bool:
@@ -332,7 +311,7 @@ def _read_table(path: Path, text: str, sep: str, flags: dict) -> tuple[list[Exam
     stats = {
         "format": fmt,
         "header": header,
-        "columns": {k: (None if i is None else columns[i]) for k, i in chosen.items()},
+        "columns": column_names(columns, chosen),
         "n_rows": len(rows),
     }
     if layout is not None:
@@ -453,7 +432,7 @@ def _read_jsonl(path: Path, text: str, flags: dict) -> tuple[list[Example], dict
             keys += [k for _, obj in records for k in obj if k not in keys]
             break
     chosen = detect_columns(keys, {k: (v if v is None else str(v)) for k, v in flags.items()}, str(path))
-    names = {k: (None if i is None else keys[i]) for k, i in chosen.items()}
+    names = column_names(keys, chosen)
     stats["columns"] = names
 
     def rows():

@@ -66,12 +66,12 @@ class CallbackSettings:
 def probe_corpus(probe: Corpus | Sequence[str] | str | Path | Any, text_column: str | None = None) -> Corpus:
     """The probe set: a Corpus, a list of texts, a data file (any format ``--data`` reads), or a table in memory (a
     DataFrame or ``datasets.Dataset``, e.g. the Trainer's eval set: its text column detected or ``text_column``)."""
-    from bertology.data.frames import is_dataset, is_frame
+    from bertology.data.frames import is_table
     from bertology.data.loaders import load_corpus
 
     if isinstance(probe, Corpus):
         return probe
-    if isinstance(probe, (str, Path)) or is_frame(probe) or is_dataset(probe):
+    if isinstance(probe, (str, Path)) or is_table(probe):
         return load_corpus(probe, text_column=text_column)
     texts = [str(t) for t in probe]
     if not texts:

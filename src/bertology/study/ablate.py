@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bertology.conventions import record
-from bertology.data.corpus import Corpus
+from bertology.data.corpus import Corpus, source_name
 from bertology.errors import BertologyError
 from bertology.experiments.ablation import AblationSettings
 from bertology.runs import RunResult, build_manifest, fingerprint, open_run, run_folder
@@ -177,15 +177,16 @@ def _inputs(model: str, data: str | Corpus, settings: AblationSettings, columns:
     corpus = load_corpus(data, **columns.to_dict())
     # a parser scores trees and a tagger word tags, not sentence labels
     if not task.token_level and not any(ex.label is not None for ex in corpus):
-        fix = ("Give rows with their labels: a list of dicts, a DataFrame or a file." if corpus.stats.get("format") == "list"
+        fix = ("Give rows with their labels: a list of dicts, a DataFrame or a file."
+               if corpus.stats.get("format") == "list"
                else "Name the label column with --label-column (label_column= in Python).")
         raise BertologyError(f"{corpus.source} has no labels; ablation measures a task and needs labelled data. {fix}")
     task.targets(corpus, loaded.model)
     return loaded, sample_examples(corpus, settings.max_examples, settings.seed), task, None, {}
 
 
-def _run(folder: Path, fp: str, model: str, data: str | Corpus, loaded, corpus, task, encoded, settings: AblationSettings,
-         how: _Run) -> AblateRun:
+def _run(folder: Path, fp: str, model: str, data: str | Corpus, loaded, corpus, task, encoded,
+         settings: AblationSettings, how: _Run) -> AblateRun:
     """Open ``folder``, run the study (resuming finished ablations), write tables, figures or report and manifest."""
     from bertology.experiments.ablation import run_ablation_study, summary
     from bertology.progress import stage_bars
@@ -197,7 +198,7 @@ def _run(folder: Path, fp: str, model: str, data: str | Corpus, loaded, corpus, 
             logger.info("resuming the run in %s (finished ablations are kept)", path)
         manifest = build_manifest(
             KIND, fp, created=opened.previous.get("created"),
-            config={"model": model, "data": data if isinstance(data, str) else data.source, **how.columns.to_dict(), **settings.to_dict(), **how.qa,
+            config={"model": model, "data": source_name(data), **how.columns.to_dict(), **settings.to_dict(), **how.qa,
                     "dtype": how.loading.dtype},
             seed=settings.seed, device=settings.device, dtype=how.loading.dtype, attn_implementation="eager",
             settings=settings_record(settings, how.qa), ablation_mode=settings.mode, task=task.name,

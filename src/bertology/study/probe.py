@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bertology.config import SPACY_MODEL_HELP
-from bertology.data.corpus import Corpus
+from bertology.data.corpus import Corpus, source_name
 from bertology.experiments.probe import TABLE, ProbeSettings
 from bertology.runs import RunResult, build_manifest, fingerprint, open_run, run_folder
 from bertology.settings import check_fields, describe_fields, setting_field, settings_object
@@ -145,7 +145,8 @@ def probe(
     manifest = build_manifest(
         KIND, fp,
         config={"base": models.base, "tuned": models.tuned, "random_control": models.random_control,
-                "train": _named(data.train), "dev": _named(data.dev), "test": _named(data.test), "max_sentences": data.max_sentences or 0,
+                "train": source_name(data.train), "dev": source_name(data.dev), "test": source_name(data.test),
+                "max_sentences": data.max_sentences or 0,
                 "spacy_model": data.spacy_model, **settings.to_dict(), "dtype": loading.dtype},
         conventions=record(conventions, {"probe_punctuation": settings.punctuation}), seed=settings.seed, device=device,
         dtype=loading.dtype, attn_implementation="eager", pooling="mean of sub-word pieces",
@@ -164,11 +165,6 @@ def probe(
         if out is None:
             run.out, run.figures = None, []
     return run
-
-
-def _named(data: str | Corpus | None) -> str | None:
-    """A file's path, or where an in-memory corpus came from (the manifest's ``train``/``dev``/``test``)."""
-    return data if data is None or isinstance(data, str) else data.source
 
 
 def _corpora(data: ProbeData) -> dict:

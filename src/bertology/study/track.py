@@ -20,9 +20,9 @@ import pandas as pd
 
 from bertology.config import DEVICE_HELP
 from bertology.data.corpus import Corpus
-from bertology.errors import BertologyError, each_with_suggestion
+from bertology.errors import BertologyError
 from bertology.runs import RunResult
-from bertology.settings import check_fields, comma_list, describe_fields, setting_field
+from bertology.settings import check_fields, comma_list, describe_fields, refuse_unknown, setting_field
 from bertology.viz.track import track_figures
 
 logger = logging.getLogger(__name__)
@@ -156,11 +156,7 @@ def track(
 
 def _settings(settings: TrackSettings | None, values: dict) -> TrackSettings:
     """The settings with ``values`` applied, each checked by its declaration (one line naming the flag and the field)."""
-    known = set(TrackSettings.__dataclass_fields__)
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise BertologyError(f"track has no setting {each_with_suggestion(unknown, known)}; its settings are: "
-                             f"{', '.join(sorted(known))}.")
+    refuse_unknown(TrackSettings, values, "track")
     return replace(settings or TrackSettings(), **values)  # replace() re-checks every field
 
 
