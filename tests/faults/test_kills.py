@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from bertology.errors import BertologyError
 from bertology.testing import SENTENCES, tiny_bert_pair
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
@@ -176,14 +177,14 @@ def _trees(folder: Path, n: int) -> Path:
 
 def _probe_epochs(partial: Path) -> int:
     """Epochs finished so far, read from the probes' training checkpoint in ``partial`` (0 when there is none yet)."""
-    import torch
+    from bertology.state_files import load_state
 
     try:
         checkpoint = next(partial.glob("**/probe-training.pt"))
-        return int(torch.load(checkpoint, weights_only=False)["state"]["epoch"])
+        return int(load_state(checkpoint)["state"]["epoch"])
     except StopIteration:
         return 0
-    except (OSError, EOFError, KeyError, RuntimeError):  # replaced while read
+    except (OSError, EOFError, KeyError, RuntimeError, BertologyError):  # replaced while read
         return 0
 
 
@@ -279,3 +280,31 @@ def test_a_killed_lora_finetune_resumes_with_the_same_adapter_bit_for_bit(setup,
     assert a.keys() == b.keys() and any("lora_B" in k for k in a) and all((a[k] == b[k]).all() for k in a)
     cols = ["step", "split", "metric", "value"]
     pd.testing.assert_frame_equal(_tables(out)["finetune"][cols], _tables(tmp_path / "full")["finetune"][cols])
+
+
+class _Payload:
+    """A pickle that writes ``marker`` when it is loaded (a stand-in for any code a crafted file could run)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "ran"))
+
+
+def test_a_crafted_checkpoint_in_an_interrupted_finetune_runs_no_code_on_resume(setup, tmp_path):
+    import torch
+
+    folder, base, _, data = setup
+    out, marker = tmp_path / "cut", tmp_path / "marker"
+    args = ["finetune", "--model", str(base), "--data", str(data), "--out", str(out), "--epochs", "2",
+            "--batch-size", "8", "--save-every", "10", "--max-examples", "400", "--no-report"]
+    _kill_when(args, lambda: (out / "checkpoints" / "step-10" / "trainer_state.pt").exists())
+    state = next((out / "checkpoints").glob("step-*/trainer_state.pt"))
+    torch.save({"step": 10, "payload": _Payload(marker)}, state)  # what a hostile copy of the folder could hold
+    again = _run(args)
+    assert again.returncode == 2, again.stderr  # a user error: one line, exit 2
+    assert not marker.exists(), "unpickling the checkpoint ran code"
+    last = again.stderr.strip().splitlines()[-1]
+    assert "Refusing to read" in last and "trainer_state.pt" in last and "it holds getattr" in last
+    assert "Traceback" not in again.stderr

@@ -26,6 +26,7 @@ import torch
 from bertology.activations.extract import capture_forward, widen
 from bertology.config import CompareConfig, DataConfig
 from bertology.errors import BertologyError
+from bertology.state_files import load_state
 from bertology.models.precision import DTYPES, resolve_dtype, torch_dtype
 from bertology.testing import SENTENCES, save_tiny_bert, tiny_bert_pair, tiny_tokenizer
 from tests.integration.cli_checks import assert_user_error, invoke
@@ -223,7 +224,7 @@ def test_finetune_in_float16_with_a_loss_scaler_checkpoints_and_records_it(plant
     assert result.exit_code == 0, result.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["dtype"] == "float16" and "GradScaler" in manifest["precision"]
-    state = torch.load(sorted((out / "checkpoints").glob("step-*"))[-1] / "trainer_state.pt", weights_only=False)
+    state = load_state(sorted((out / "checkpoints").glob("step-*"))[-1] / "trainer_state.pt")
     assert state["scaler"]["scale"] > 0
     from safetensors.torch import load_file
 

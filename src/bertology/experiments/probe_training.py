@@ -21,6 +21,7 @@ from bertology.errors import BertologyError
 from bertology.settings import check_fields, setting_field
 from bertology.metrics.trees import score_depths, score_distances
 from bertology.results import atomic_write
+from bertology.state_files import load_state, save_state
 
 from bertology.experiments.probe_features import FEATURE_DTYPES
 from bertology.experiments.probe_trees import PUNCTUATION_RULES, TreeSet, _probe_seed
@@ -393,7 +394,7 @@ def fit_probes(
     tag = hashlib.sha256(json.dumps([list(map(list, keys)), settings.to_dict(), train.fingerprint(), dev.fingerprint()],
                                     default=str).encode()).hexdigest()
     if checkpoint is not None and checkpoint.exists():
-        saved = torch.load(checkpoint, map_location=device, weights_only=False)
+        saved = load_state(checkpoint, map_location=device, remedy=f"Delete {checkpoint} to train the probes afresh.")
         if saved.get("tag") == tag:
             tr.load(saved["state"])
             logger.info("resuming probe training after epoch %d", tr.epoch)
@@ -420,7 +421,7 @@ def fit_probes(
         tr.end_epoch(dev_loss)
         epoch_seconds.append(time.perf_counter() - te)
         if checkpoint is not None:
-            atomic_write(checkpoint, lambda p: torch.save({"tag": tag, "state": tr.state()}, p))
+            atomic_write(checkpoint, lambda p: save_state({"tag": tag, "state": tr.state()}, p))
         if on_epoch is not None:
             on_epoch(tr.epoch, int(tr.active.sum()))
     return ProbeStack(

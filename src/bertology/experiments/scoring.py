@@ -172,7 +172,7 @@ class ProgressStore:
             f.unlink(missing_ok=True)
         for f in sorted((self.folder / "units").glob("*.npz")):
             try:
-                with np.load(f) as z:
+                with np.load(f, allow_pickle=False) as z:
                     self.memory[f.stem] = {k: z[k] for k in z.files}
             except (OSError, ValueError, EOFError):  # pragma: no cover - a torn file cannot exist (atomic writes)
                 logger.warning("ignoring unreadable progress file %s", f)

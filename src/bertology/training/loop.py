@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from bertology.errors import BertologyError
+from bertology.state_files import load_state, save_state
 from bertology.training.precision import MixedPrecision
 
 logger = logging.getLogger(__name__)
@@ -269,7 +270,8 @@ class _Run:
         if not found:
             return
         step0, path = found[-1]
-        state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)  # our own file
+        state = load_state(path / STATE_FILE, remedy=f"Delete {path} to resume from an earlier "
+                           "checkpoint, or the run folder to train afresh.")
         getattr(self.task, "load_weights", _load_weights)(self.model, path)  # a LoRA run: its adapter's weights
         self.model.to(self.device)
         self.optimizer.load_state_dict(state["optimizer"])
@@ -348,7 +350,7 @@ class _Run:
 
         def write(tmp: Path) -> None:
             self.task.save(self.model, tmp)
-            torch.save(state, tmp / STATE_FILE)
+            save_state(state, tmp / STATE_FILE)
 
         atomic_folder(Path(self.cfg.checkpoint_dir) / f"step-{step}", write)
 
