@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from bertology.errors import BertologyError
-from bertology.settings import Setting, check_fields, comma_list, field_settings, setting_field
+from bertology.settings import Setting, check_fields, comma_list, field_settings, setting_field, seed_field
 
 #: How a head is disabled (bertology.models.ablate): the one definition, here on the ground floor so
 #: that settings, the command line and the interventions share it without importing torch.
@@ -98,7 +98,7 @@ class CompareConfig:
         ("all",), "Comma list of analyses and experiments to run (or 'all': whatever the model and data allow).",
         parse=comma_list, metavar="NAMES")
     batch_size: int = setting_field(32, "Examples per forward pass.", minimum=1)
-    seed: int = setting_field(0, "Seed of every random choice.")
+    seed: int = seed_field("Seed of every random choice.")
     device: str = setting_field("cpu", DEVICE_HELP)
     dtype: str = setting_field("float32", DTYPE_HELP, choices=DTYPES)
     conventions: str = setting_field(
@@ -260,7 +260,7 @@ class FinetuneConfig:
     warmup_ratio: float | None = setting_field(
         None, "Fraction of steps with linear warm-up (default: the task's recipe).", kind=float, minimum=0, below=1,
         paper="Devlin et al. 2019")
-    seed: int = setting_field(0, "Seed for the split, head initialisation, shuffling and dropout.")
+    seed: int = seed_field("Seed for the split, head initialisation, shuffling and dropout.")
     device: str = setting_field("cpu", DEVICE_HELP)
     # float32, or mixed precision: the forward under torch.autocast in bfloat16 / float16 (with a loss
     # scaler), weights, optimiser and gradients kept in float32

@@ -28,6 +28,11 @@ from bertology.errors import BertologyError, did_you_mean, each_with_suggestion
 KINDS = (bool, int, float, str, tuple)
 
 
+def _number(bound: float) -> str:
+    """A bound as a user wrote it: whole numbers in full (4294967295, not 4.29497e+09), others in short form."""
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
+
+
 @dataclass(frozen=True)
 class Setting:
     """One user-facing setting, declared where it is used and nowhere else.
@@ -120,9 +125,9 @@ class Setting:
     def _in_bounds(self, value: float) -> None:
         if self.minimum is not None and value < self.minimum:
             zero = f", or 0 for {self.zero_means}" if self.zero_is_none and self.minimum > 0 else ""
-            raise self.refuse(f"must be at least {self.minimum:g}{zero}", value)
+            raise self.refuse(f"must be at least {_number(self.minimum)}{zero}", value)
         if self.maximum is not None and value > self.maximum:
-            raise self.refuse(f"must be at most {self.maximum:g}", value)
+            raise self.refuse(f"must be at most {_number(self.maximum)}", value)
         if self.above is not None and not value > self.above:
             raise self.refuse(f"must be above {self.above:g}", value)
         if self.below is not None and not value < self.below:
@@ -177,6 +182,15 @@ def setting_field(default: Any, help: str, **declaration: Any) -> Any:  # noqa: 
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+#: The seeds numpy's and torch's generators both accept (numpy: 0 .. 2**32 - 1).
+SEED_MAXIMUM = 2**32 - 1
+
+
+def seed_field(help: str, default: int = 0) -> Any:  # noqa: A002 - the declaration's word
+    """A seed setting: an int every generator bertology seeds accepts, refused outside that range up front."""
+    return setting_field(default, help, minimum=0, maximum=SEED_MAXIMUM)
 
 
 @functools.cache

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pandas as pd
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from bertology.testing import SENTENCES, save_tiny_bert
 from cli_checks import assert_user_error, invoke, runner  # noqa: E402
@@ -72,6 +72,15 @@ def files(tmp_path_factory):
     (pickled / "model.safetensors").unlink()
     # training arguments saved beside the weights: torch's weights-only loader refuses such a pickle
     torch.save({**state, "args": argparse.Namespace(lr=1e-3)}, pickled / "pytorch_model.bin")
+    for name in ("nan_weights", "wrong_sizes", "no_layers"):
+        shutil.copytree(good, root / name)
+    state = load_file(root / "nan_weights" / "model.safetensors")
+    state[next(k for k in state if k.endswith("query.weight"))][0, 0] = float("nan")
+    save_file(state, root / "nan_weights" / "model.safetensors", metadata={"format": "pt"})
+    for name, key, value in (("wrong_sizes", "intermediate_size", 2 * 37), ("no_layers", "num_hidden_layers", -1)):
+        config = json.loads((root / name / "config.json").read_text(encoding="utf-8"))
+        config[key] = value
+        (root / name / "config.json").write_text(json.dumps(config), encoding="utf-8")
     corrupt = root / "corrupt"
     shutil.copytree(good, corrupt)
     (corrupt / "model.safetensors").write_bytes(b"not a safetensors file" * 4)
@@ -180,6 +189,18 @@ BAD_INPUTS: dict[str, tuple[str, Callable, tuple[str, ...], tuple[str, ...]]] = 
                             ("corrupt/model.safetensors", "not a valid safetensors file", "save the model again")),
     "no tokenizer files": ("model", lambda r: r / "no_tokenizer", COMMANDS,
                            ("no_tokenizer has no tokenizer", "tokenizer.save_pretrained")),
+    "NaN weights": ("model", lambda r: r / "nan_weights", COMMANDS,
+                    ("nan_weights", "NaN or infinite weights", "query.weight")),
+    "a config that does not fit its weights": ("model", lambda r: r / "wrong_sizes", COMMANDS,
+                                               ("wrong_sizes", "config.json does not fit its weights",
+                                                "in the file", "by the config")),
+    "num_hidden_layers = -1": ("model", lambda r: r / "no_layers", COMMANDS,
+                               ("no_layers", "num_hidden_layers = -1", "at least 1")),
+    "a NaN base to revert to": ("extra", lambda r: ["--mode", "revert", "--base", r / "nan_weights"], ("ablate",),
+                                ("nan_weights", "NaN or infinite weights")),
+    "a negative seed": ("extra", lambda r: ["--seed", "-1"], RUNS, ("--seed", "at least 0", "not -1")),
+    "a seed past numpy's range": ("extra", lambda r: ["--seed", str(2**32)], RUNS,
+                                  ("--seed", "at most 4294967295", "not 4294967296")),
     "encoder without a classification head": ("model", lambda r: r / "encoder", ("ablate",),
                                               ("encoder", "pass a fine-tuned classifier")),
     # the output
@@ -397,3 +418,25 @@ def test_view_refuses_a_text_beyond_the_model_position_limit(short_model, tmp_pa
         result = invoke("view", text, "--model", model, "--out", tmp_path / "v.html", *extra)
         assert_user_error(result, f"The text is {n} tokens long", f"accepts at most {LIMIT} (its position limit)")
         assert not (tmp_path / "v.html").exists()
+
+
+def test_an_ablation_whose_outputs_are_nan_is_refused_not_reported(files, tmp_path, monkeypatch):
+    """Logits that turn NaN (a float16 overflow, a broken head) give no ablation number with an interval."""
+    import numpy as np
+
+    from bertology.tasks.classification import Classification
+
+    original = Classification.record
+
+    def nan_loss(self, logits, targets):
+        records = original(self, logits, targets)
+        return {**records, "loss": np.full_like(records["loss"], np.nan)}
+
+    monkeypatch.setattr(Classification, "record", nan_loss)
+    out = tmp_path / "run"
+    result = invoke("ablate", "--model", files / "good", "--data", files / "good.csv", "--bootstrap", "10",
+                    "--no-report", "--out", out)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "NaN or infinite on 10 of 10 examples under" in lines[0], result.output
+    assert not list(out.glob("tables/ablation*"))

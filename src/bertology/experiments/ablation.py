@@ -50,7 +50,7 @@ from bertology.experiments.registry import ExperimentContext, ExperimentOutcome,
 from bertology.config import ABLATION_MODES, DEVICE_HELP, MODES, AblationMode
 from bertology.conventions import PRESETS
 from bertology.progress import parse_layer_list
-from bertology.settings import Setting, check_fields, comma_list, setting_field
+from bertology.settings import Setting, check_fields, comma_list, setting_field, seed_field
 from bertology.progress import stage_bars
 from bertology.results import Result
 from bertology.experiments.scoring import (  # noqa: F401  (re-exported: the ablation API)
@@ -142,7 +142,7 @@ class AblationSettings:
     batch_size: int = setting_field(32, "Examples per forward pass.", minimum=1)
     units_per_forward: int | None = setting_field(**UNITS_PER_FORWARD)
     n_bootstrap: int = setting_field(1000, BOOTSTRAP_HELP, minimum=0, flag="--bootstrap")
-    seed: int = setting_field(0, "Seed of the sample, the bootstrap and the random pruning order.")
+    seed: int = seed_field("Seed of the sample, the bootstrap and the random pruning order.")
     device: str = setting_field("cpu", DEVICE_HELP, changes_numbers=False)  # results agree across devices to rounding
     max_examples: int | None = setting_field(500, EXAMPLES_HELP, minimum=2, zero_is_none=True)
     max_length: int = setting_field(128, "Truncate inputs to this many tokens (counted in the manifest).", minimum=2)

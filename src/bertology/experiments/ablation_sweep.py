@@ -292,7 +292,7 @@ class _Sweep:
                 self._finish(unit, lg)
 
     def _finish(self, unit: Unit, logits: list[torch.Tensor]) -> None:
-        self.store.save(unit.key, **_record(self.batches, logits))
+        self.store.save(unit.key, **_record(self.batches, logits, unit.key))
         self.done += 1
         if self.on_unit is not None:
             self.on_unit(unit, self.done, self.total)

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertology.settings import check_fields, setting_field
+from bertology.settings import check_fields, setting_field, seed_field
 from bertology.errors import BertologyError
 from bertology.analyses.pattern_classifier import (  # noqa: F401  (re-exported: the pattern CNN API)
     DEFAULT_SIZE,
@@ -64,7 +64,7 @@ class TrainSettings:
     epochs: int = setting_field(40, "Training epochs per fit.", minimum=1)
     batch_size: int = setting_field(32, "Maps per training step.", minimum=1)
     lr: float = setting_field(1e-3, "Adam learning rate.", above=0)
-    seed: int = setting_field(0, "Seed for the folds, initialisation and shuffling.")
+    seed: int = seed_field("Seed for the folds, initialisation and shuffling.")
     channels: tuple[int, ...] = (8, 16, 32)
     hidden: int = 64
 

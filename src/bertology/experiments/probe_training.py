@@ -18,7 +18,7 @@ import torch
 
 from bertology.config import DEVICE_HELP
 from bertology.errors import BertologyError
-from bertology.settings import check_fields, setting_field
+from bertology.settings import check_fields, setting_field, seed_field
 from bertology.metrics.trees import score_depths, score_distances
 from bertology.results import atomic_write
 from bertology.state_files import load_state, save_state
@@ -70,7 +70,7 @@ class ProbeSettings:
     patience: int = setting_field(5, "Stop a probe after this many epochs without dev improvement.", minimum=1)
     min_delta: float = 1e-4  # an improvement must beat the best dev loss by this much
     dev_fraction: float = 0.1  # share of train held out as dev when no dev set is given
-    seed: int = setting_field(0, "Seed of the dev split, probe initialisation, batch order and the random control.")
+    seed: int = seed_field("Seed of the dev split, probe initialisation, batch order and the random control.")
     device: str = setting_field("cpu", DEVICE_HELP, changes_numbers=False)  # results agree across devices to rounding
     max_length: int = setting_field(512, "Skip sentences longer than this many tokens (counted).", minimum=1)
     punct_upos: tuple[str, ...] = ("PUNCT",)  # left out of UUAS and root accuracy

@@ -122,7 +122,7 @@ def sweep_units(model, base, batches, store: ProgressStore, units: Sequence[Unit
     """Score every unit with its base weights swapped in (restored after each) into ``store``; the method that ran
     (``cached``: from the tuned model's hidden states where the family allows it, ``naive``: full forwards)."""
     def finish(key: str, logits: list[torch.Tensor]) -> None:
-        store.save(key, **_record(batches, logits))
+        store.save(key, **_record(batches, logits, key))
         if on_done is not None:
             on_done(key)
 

@@ -215,16 +215,35 @@ def _raw_bytes(t: torch.Tensor) -> bytes:
     return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
-def _record(batches: Batches, logits: list[torch.Tensor]) -> dict[str, np.ndarray]:
+def _record(batches: Batches, logits: list[torch.Tensor], unit: str = "") -> dict[str, np.ndarray]:
     """The task's per-example records (``pred``, ``loss``, ...) of every batch: by item position, then folded
-    into examples by the task (:meth:`Task.example_records`: QA's windows into questions)."""
+    into examples by the task (:meth:`Task.example_records`: QA's windows into questions).
+
+    A non-finite loss (the logits of ``unit`` NaN or infinite) is refused: every metric and interval computed
+    from it would be a number no one can vouch for. Checked on the records, already on the host (no extra sync).
+    """
     out: dict[str, np.ndarray] = {}
     for pos, lg, y in zip(batches.positions, logits, batches.labels):
         for k, v in batches.task.record(lg, y).items():
             if k not in out:
                 out[k] = np.empty((batches.n, *v.shape[1:]), dtype=v.dtype)  # per-example rows (a tagger's tag counts: 2-D)
             out[k][pos] = v
+    check_finite_loss(out.get("loss"), unit)
     return batches.task.example_records(out, batches.encoded)
+
+
+def check_finite_loss(loss: np.ndarray | None, unit: str = "") -> None:
+    """Refuse per-example losses holding NaN or infinity, saying how many and under which unit."""
+    if loss is None or not np.issubdtype(np.asarray(loss).dtype, np.floating):
+        return
+    bad = int(np.size(loss) - np.count_nonzero(np.isfinite(loss)))
+    if bad:
+        where = "the intact model" if unit in ("", "intact") else f"unit {unit}"
+        raise BertologyError(
+            f"The model's outputs are NaN or infinite on {bad} of {np.shape(loss)[0]} examples under {where}: no "
+            "metric or interval from them can be trusted, so none is reported. In float16 or bfloat16 try "
+            "--dtype float32; otherwise check the model's weights."
+        )
 
 
 def _logits(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:

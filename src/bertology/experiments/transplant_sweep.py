@@ -160,7 +160,7 @@ def sweep_runs(model, base, batches, store: ProgressStore, todo: dict[str, froze
     """Score every set of parts (the tuned model itself for ``intact``) into ``store``, the tuned model restored after
     each; the method that ran (``cached`` where the family allows it, ``naive``: a full forward per set)."""
     def finish(key: str, logits: list[torch.Tensor]) -> None:
-        store.save(key, **_record(batches, logits))
+        store.save(key, **_record(batches, logits, key))
         if on_done is not None:
             on_done(key)
 

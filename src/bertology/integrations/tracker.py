@@ -30,7 +30,7 @@ from bertology.data.corpus import Corpus
 from bertology.errors import BertologyError
 from bertology.integrations.gradients import GradientNorms
 from bertology.integrations.snapshot import ProbeSet, base_activations, snapshot
-from bertology.settings import check_fields, setting_field
+from bertology.settings import check_fields, setting_field, seed_field
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class CallbackSettings:
     gradient_every_n_steps: int = setting_field(1, "Record the gradient norms every N optimizer steps.", minimum=1)
     log_to_trainer: bool = setting_field(False, "Log the per-layer scalars through Trainer.log (needs attach).",
                                          changes_numbers=False)
-    seed: int = setting_field(0, "Seed of the analyses' token samples.")
+    seed: int = seed_field("Seed of the analyses' token samples.")
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -211,6 +211,74 @@ def check_tokenizer(tokenizer: PreTrainedTokenizerBase, where: str) -> None:
         )
 
 
+def non_finite_tensors(model: torch.nn.Module) -> list[str]:
+    """Names of the parameters and buffers of ``model`` holding a NaN or an infinity (one pass over the weights)."""
+    named = [*model.named_parameters(), *model.named_buffers()]
+    return [n for n, t in named if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+
+
+def check_finite(model: torch.nn.Module, where: str) -> None:
+    """Refuse a model with NaN or infinite weights: every number computed from it would be NaN or meaningless."""
+    bad = non_finite_tensors(model)
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise BertologyError(
+            f"Model {where!r} has NaN or infinite weights in {len(bad)} tensor(s) ({shown}): every activation and "
+            "metric computed from it would be NaN. Check how it was saved (a diverged fine-tune: lower the learning "
+            "rate, or use an earlier checkpoint)."
+        )
+
+
+#: Config sizes that must be positive whole numbers, in the spellings of the families' configs.
+SIZE_KEYS = ("num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size", "vocab_size",
+             "n_layers", "n_heads", "dim", "hidden_dim")
+
+
+def check_config_sizes(config, where: str) -> None:
+    """Refuse a config whose layer, head or width counts are not positive whole numbers (naming the key)."""
+    for key in SIZE_KEYS:
+        value = getattr(config, key, None)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise BertologyError(f"Model {where!r} cannot be loaded: its config.json has {key} = {value!r}; "
+                                 "it must be a whole number of at least 1.")
+
+
+def _mismatched_shapes(model_class, config, where: str) -> list[str]:
+    """``name: file shape vs config shape`` of each tensor of the saved safetensors whose shape the config
+    contradicts (empty when the weights are not a local safetensors file)."""
+    from safetensors import safe_open
+
+    files = sorted(Path(where).glob("*.safetensors")) if Path(where).is_dir() else []
+    if not files:
+        return []
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in model_class.from_config(config).state_dict().items()}
+    found = []
+    for f in files:
+        with safe_open(str(f), framework="pt") as fh:
+            for key in fh.keys():
+                shape = tuple(fh.get_slice(key).get_shape())
+                # checkpoints name the encoder's tensors with or without the model's prefix
+                ours = next((expected[k] for k in (key, *(k for k in expected if k.endswith("." + key)))
+                             if k in expected), None)
+                if ours is not None and ours != shape:
+                    found.append(f"{key}: {'x'.join(map(str, shape))} in the file, "
+                                 f"{'x'.join(map(str, ours))} by the config")
+    return found
+
+
+def size_mismatch(model_class, config, where: str, err: Exception) -> BertologyError:
+    """The error for a config whose sizes do not fit the weights saved beside it, naming the first tensors."""
+    try:
+        shapes = _mismatched_shapes(model_class, config, where)
+    except Exception:  # noqa: BLE001 - only the detail of an error already being raised
+        shapes = []
+    detail = "; ".join(shapes[:2]) + (f"; {len(shapes) - 2} more" if len(shapes) > 2 else "") if shapes else \
+        "tensor shapes differ"
+    return BertologyError(f"Model {where!r} cannot be loaded: its config.json does not fit its weights "
+                          f"({detail}). Use the config the weights were saved with.")
+
+
 def encoder_of(model: PreTrainedModel) -> PreTrainedModel:
     """Return the bare encoder of a task model (``model.base_model``) or the model itself."""
     base = getattr(model, "base_model", None)
@@ -275,6 +343,7 @@ def load_model(
     except ValueError as err:
         raise BertologyError(f"Model {where!r} cannot be loaded: {err}") from err
     adapter_for(config)  # one clear message for a decoder, a seq2seq or a vision model
+    check_config_sizes(config, where)
     archs = getattr(config, "architectures", None) or []
     has_classifier = any(a.endswith("ForSequenceClassification") for a in archs)
     has_tagger = any(a.endswith("ForTokenClassification") for a in archs)
@@ -296,7 +365,12 @@ def load_model(
         raise unreadable_weights(where, err) from err
     except (OSError, ValueError) as err:
         raise BertologyError(f"Could not load model {where!r}: {err}") from err
+    except RuntimeError as err:
+        if "size mismatch" in str(err) or "mismatched_sizes" in str(err):
+            raise size_mismatch(cls, config, where, err) from err
+        raise
     check_tokenizer(tokenizer, where)
+    check_finite(model, where)
     if kind == "auto" and not want_classifier and source != "hub" and is_parser_folder(where):
         model = attach_saved_head(model, where)  # a dependency parser: the encoder plus its saved head
         want_classifier = True  # a task head bertology can score
@@ -342,6 +416,7 @@ def _load_adapter(name: str, where: str, source: str, *, base: str | None, kind:
         merged, is_classifier = attach_saved_head(merged, where), True  # a LoRA parser: its head saved beside
     if share:
         info["shares_base_weights"] = sharing_counts(shared.model, merged)
+    check_finite(merged, where)
     adapter_sha = weights_fingerprint(where) if source != "hub" else None
     return LoadedModel(model=merged, tokenizer=base_loaded.tokenizer, name=name, source=source, path=where,
                        is_classifier=is_classifier,

@@ -22,7 +22,7 @@ from bertology.data.absa import STYLES, AbsaPairs, absa_pairs, opinion_spans, re
 from bertology.errors import BertologyError
 from bertology.results import Result
 from bertology.runs import RunResult
-from bertology.settings import check_fields, describe_fields, setting_field
+from bertology.settings import check_fields, describe_fields, setting_field, seed_field
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class AbsaConfig:
     batch_size: int = setting_field(32, "Pairs per fine-tuning step and per forward pass.", minimum=1)
     learning_rate: float = setting_field(5e-5, "Fine-tuning learning rate.", above=0, flag="--lr")
     max_length: int = setting_field(128, "Truncate pairs to this many tokens (counted).", minimum=2)
-    seed: int = setting_field(0, "Seed of every random choice.")
+    seed: int = seed_field("Seed of every random choice.")
     device: str = setting_field("cpu", DEVICE_HELP)
     spacy_model: str | None = setting_field(None, SPACY_MODEL_HELP, kind=str)
     opinions: bool = setting_field(True, "Score the aspect_opinion relation (needs spaCy).")  # needs spaCy

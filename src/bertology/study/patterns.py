@@ -21,7 +21,7 @@ from bertology.config import DEVICE_HELP
 from bertology.errors import BertologyError
 from bertology.experiments.pattern_cnn import META_FILE, MapSample, TrainReport, TrainSettings
 from bertology.runs import RunResult
-from bertology.settings import check_fields, describe_fields, field_setting, setting_field
+from bertology.settings import check_fields, describe_fields, field_setting, setting_field, seed_field
 from bertology.study.inputs import Columns, Loading
 
 
@@ -35,7 +35,7 @@ class ExportSettings:
     limit: int = setting_field(400, "At most this many maps (Kovaleva labelled ~400); sampled when more.", minimum=1,
                                paper="Kovaleva et al. 2019")
     size: int = setting_field(32, "Side of the resized map images the CNN will see (multiple of 8).", minimum=8)
-    seed: int = setting_field(0, "Seed for the choice of examples and maps.")
+    seed: int = seed_field("Seed for the choice of examples and maps.")
     max_length: int = setting_field(128, "Skip examples longer than this many tokens (counted).", minimum=1)
     batch_size: int = setting_field(16, "Examples per forward pass.", minimum=1)
     device: str = setting_field("cpu", DEVICE_HELP, changes_numbers=False)

@@ -22,7 +22,7 @@ from bertology.config import DEVICE_HELP
 from bertology.data.corpus import Corpus
 from bertology.errors import BertologyError
 from bertology.runs import RunResult
-from bertology.settings import check_fields, comma_list, describe_fields, refuse_unknown, setting_field
+from bertology.settings import check_fields, comma_list, describe_fields, refuse_unknown, setting_field, seed_field
 from bertology.viz.track import track_figures
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ class TrackSettings:
                                              zero_is_none=True)
     max_length: int = setting_field(128, "Skip examples longer than this many tokens (counted).", minimum=2)
     batch_size: int = setting_field(32, "Examples per forward pass.", minimum=1)
-    seed: int = setting_field(0, "Seed of every random choice.")
+    seed: int = seed_field("Seed of every random choice.")
     device: str = setting_field("cpu", DEVICE_HELP)
     include_final: bool = setting_field(True, "Also the final model when it is not one of the checkpoints.",
                                         flag="--final")
