@@ -173,3 +173,24 @@ def test_without_peft_lora_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "peft", None)
     with pytest.raises(BertologyError, match=r"--method lora needs the peft library: pip install 'bertology\[peft\]'"):
         peft_library()
+
+
+def test_an_adapter_put_on_a_base_other_than_the_one_it_records_is_refused(tmp_path):
+    """compare and revert both take the base; an adapter on other weights is another model, said before loading."""
+    from bertology.models.loading import check_recorded_base
+    from bertology.testing import save_lora_adapter, save_tiny_bert
+    from cli_checks import invoke
+
+    base, other = save_tiny_bert(tmp_path / "base"), save_tiny_bert(tmp_path / "other", seed=5)
+    copy = save_tiny_bert(tmp_path / "copy")  # the same weights in another folder: accepted
+    adapter = save_lora_adapter(base, tmp_path / "adapter", num_labels=2)
+    data = tmp_path / "d.csv"
+    pd.DataFrame({"text": SENTENCES, "label": [i % 2 for i in range(len(SENTENCES))]}).to_csv(data, index=False)
+    assert check_recorded_base("a", str(base), str(copy)) is None
+    assert "cannot tell" in check_recorded_base("a", "bert-base-uncased", str(base))
+    for args in (["compare", "--base", other, "--tuned", adapter, "--analyses", "attention_change"],
+                 ["ablate", "--model", adapter, "--mode", "revert", "--base", other, "--bootstrap", "10"]):
+        result = invoke(*args, "--data", data, "--no-report", "--out", tmp_path / args[0])
+        assert result.exit_code == 2, result.output
+        line = next(x for x in result.output.splitlines() if x.startswith("error:"))
+        assert "was trained on" in line and "whose weights differ" in line and str(other) in line

@@ -389,6 +389,38 @@ def load_model(
     )
 
 
+def _identity(name: str) -> tuple[str, str | None] | None:
+    """Where a model argument resolves and, when it is on this disk, its weights' fingerprint (None: unresolvable)."""
+    try:
+        source, where = resolve_model(name)
+    except BertologyError:
+        return None
+    return where, weights_fingerprint(where) if source in ("local", "builtin") else None
+
+
+def check_recorded_base(adapter: str, recorded: str | None, given: str | None) -> str | None:
+    """Refuse a base other than the one a PEFT adapter records, when this disk shows it is another model.
+
+    The same folder or hub id, or local weights with the same fingerprint, pass. Weights that differ are refused;
+    when one of the two cannot be read here (a hub id, a folder of another machine) the returned warning says
+    the pairing was not verified.
+    """
+    if not recorded or not given or recorded == given:
+        return None
+    mine, theirs = _identity(given), _identity(recorded)
+    if mine is not None and theirs is not None:
+        if mine[0] == theirs[0] or (mine[1] is not None and mine[1] == theirs[1]):
+            return None
+        if mine[1] is not None and theirs[1] is not None:
+            raise BertologyError(
+                f"The PEFT adapter {adapter!r} was trained on {recorded!r}, but the base given is {given!r}, whose "
+                f"weights differ: an adapter holds only its change, so on another base it is another model. Pass "
+                f"--base {recorded!r}, or the same weights."
+            )
+    return (f"The PEFT adapter {adapter!r} records its base as {recorded!r}, and the base given is {given!r}; "
+            "bertology cannot tell here whether they are the same weights, so check that they are.")
+
+
 def _load_adapter(name: str, where: str, source: str, *, base: str | None, kind: ModelKind, trust_remote_code: bool,
                   dtype: torch.dtype, shared: LoadedModel | None) -> LoadedModel:
     """A PEFT adapter put on its base and merged (:mod:`bertology.models.peft_adapter`), as a :class:`LoadedModel`:
@@ -397,6 +429,9 @@ def _load_adapter(name: str, where: str, source: str, *, base: str | None, kind:
     from bertology.models.shared_base import sharing_counts, skeleton_on_base
 
     plan = plan_adapter(name, where, source, base=base, kind=kind)
+    base_warning = check_recorded_base(name, plan.config.base_model_name_or_path, base)
+    if base_warning:
+        logger.warning(base_warning)
     share = shared is not None and getattr(plan.config.peft_type, "value", plan.config.peft_type) == "LORA"
     if share:
         skeleton, fresh = skeleton_on_base(shared.model, plan.kind, num_labels=plan.num_labels, dtype=dtype,
@@ -416,6 +451,8 @@ def _load_adapter(name: str, where: str, source: str, *, base: str | None, kind:
         merged, is_classifier = attach_saved_head(merged, where), True  # a LoRA parser: its head saved beside
     if share:
         info["shares_base_weights"] = sharing_counts(shared.model, merged)
+    if base_warning:
+        info["base_warning"] = base_warning
     check_finite(merged, where)
     adapter_sha = weights_fingerprint(where) if source != "hub" else None
     return LoadedModel(model=merged, tokenizer=base_loaded.tokenizer, name=name, source=source, path=where,

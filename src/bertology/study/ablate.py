@@ -147,9 +147,13 @@ def _check_base_given(settings: AblationSettings, base: str | None) -> None:
 
 def _load_base(base: str, tuned, loading: Loading, torch_dtype):
     """The base model, checked against the tuned one (architecture, shape, tokenizer: one line each)."""
-    from bertology.models.loading import load_model
+    from bertology.models.loading import check_recorded_base, load_model
     from bertology.models.pair import check_compatible
 
+    adapter = tuned.extra.get("adapter") or {}
+    warning = check_recorded_base(tuned.name, adapter.get("recorded_base"), base)  # refused before the base loads
+    if warning:
+        logger.warning(warning)
     loaded = load_model(base, kind="auto", trust_remote_code=loading.trust_remote_code, dtype=torch_dtype)
     check_compatible(loaded, tuned)
     return loaded
