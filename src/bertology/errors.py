@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import errno
 from collections.abc import Iterable
 
 
@@ -39,6 +40,11 @@ def check_choice(value: object, choices: "tuple | list", setting: str, flag: str
                              f"not {value!r}{did_you_mean(value, choices)}.")
 
 
+def format_bound(bound: float) -> str:
+    """A bound as a user wrote it: whole numbers in full (4294967295, not 4.29497e+09), others in short form."""
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
+
+
 def check_range(value: float | None, setting: str, flag: str, *, minimum: float | None = None,
                 maximum: float | None = None, above: float | None = None) -> None:
     """Refuse a number outside ``[minimum, maximum]`` (``above``: strictly greater than); None passes."""
@@ -47,6 +53,16 @@ def check_range(value: float | None, setting: str, flag: str, *, minimum: float 
     if above is not None and not value > above:
         raise BertologyError(f"{flag} ({setting}) must be above {above:g}, not {value!r}.")
     if minimum is not None and value < minimum:
-        raise BertologyError(f"{flag} ({setting}) must be at least {minimum:g}, not {value!r}.")
+        raise BertologyError(f"{flag} ({setting}) must be at least {format_bound(minimum)}, not {value!r}.")
     if maximum is not None and value > maximum:
-        raise BertologyError(f"{flag} ({setting}) must be at most {maximum:g}, not {value!r}.")
+        raise BertologyError(f"{flag} ({setting}) must be at most {format_bound(maximum)}, not {value!r}.")
+
+
+#: errno values that mean the disk (or the user's quota) is full.
+DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+
+
+def disk_full(path: object, err: OSError) -> BertologyError:
+    """The one line for a write that ran out of space: which file, and what to do."""
+    return BertologyError(f"No space left on the device writing {path} ({err.strerror or err}); free some space or "
+                          "write the run elsewhere (--out), then run the same command again: finished parts are kept.")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bertology.errors import BertologyError
+from bertology.errors import DISK_FULL, BertologyError, disk_full
 
 MANIFEST = "manifest.json"
 
@@ -63,6 +63,11 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     try:
         write(tmp)
         os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        if err.errno in DISK_FULL:
+            raise disk_full(path, err) from err
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -92,10 +97,12 @@ def atomic_folder(final: Path, write: Callable[[Path], None]) -> Path:
             old = _sibling(final, "old-")
             os.replace(final, old)
         os.replace(tmp, final)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and old.exists() and not final.exists():
             os.replace(old, final)
+        if isinstance(err, OSError) and err.errno in DISK_FULL:
+            raise disk_full(final, err) from err
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
@@ -143,9 +150,10 @@ def read_json_key(path: Path, key: str) -> object | None:
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8")).get(key)
+        found = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
+    return found.get(key) if isinstance(found, dict) else None
 
 
 def write_table(run_dir: str | Path, name: str, df: pd.DataFrame) -> tuple[Path, Path]:

@@ -63,9 +63,14 @@ class RunDirectory:
         if not self.manifest_path.exists():
             return None
         try:
-            return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+            manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise BertologyError(f"{self.manifest_path} is not a valid manifest ({err}).") from err
+            raise BertologyError(f"{self.manifest_path} is not a valid manifest ({err}): a truncated or edited file; "
+                                 "rerun the command that made the run to write it again.") from err
+        if not isinstance(manifest, dict):
+            raise BertologyError(f"{self.manifest_path} is not a valid manifest (a JSON {type(manifest).__name__}, "
+                                 "not an object); rerun the command that made the run to write it again.")
+        return manifest
 
     def check_foreign(self, overwrite: bool = False) -> None:
         """Refuse a file, or a non-empty folder that holds no bertology run (unless ``overwrite``)."""

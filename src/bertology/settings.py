@@ -22,15 +22,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bertology.errors import BertologyError, did_you_mean, each_with_suggestion
+from bertology.errors import BertologyError, did_you_mean, each_with_suggestion, format_bound
 
 #: The plain kinds a setting's value can have (a tuple is a comma list on the command line).
 KINDS = (bool, int, float, str, tuple)
-
-
-def _number(bound: float) -> str:
-    """A bound as a user wrote it: whole numbers in full (4294967295, not 4.29497e+09), others in short form."""
-    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
 
 
 @dataclass(frozen=True)
@@ -125,9 +120,9 @@ class Setting:
     def _in_bounds(self, value: float) -> None:
         if self.minimum is not None and value < self.minimum:
             zero = f", or 0 for {self.zero_means}" if self.zero_is_none and self.minimum > 0 else ""
-            raise self.refuse(f"must be at least {_number(self.minimum)}{zero}", value)
+            raise self.refuse(f"must be at least {format_bound(self.minimum)}{zero}", value)
         if self.maximum is not None and value > self.maximum:
-            raise self.refuse(f"must be at most {_number(self.maximum)}", value)
+            raise self.refuse(f"must be at most {format_bound(self.maximum)}", value)
         if self.above is not None and not value > self.above:
             raise self.refuse(f"must be above {self.above:g}", value)
         if self.below is not None and not value < self.below:

@@ -440,3 +440,31 @@ def test_an_ablation_whose_outputs_are_nan_is_refused_not_reported(files, tmp_pa
     lines = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "NaN or infinite on 10 of 10 examples under" in lines[0], result.output
     assert not list(out.glob("tables/ablation*"))
+
+
+def test_a_full_disk_is_one_line_naming_the_file(files, tmp_path, monkeypatch):
+    """ENOSPC while a table is written: the file named, no temp file left, exit 2 (a rerun resumes)."""
+    import errno
+
+    def no_space(self, path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", no_space)
+    out = tmp_path / "run"
+    result = invoke("compare", "--base", files / "good", "--tuned", files / "good", "--data", files / "good.csv",
+                    "--analyses", "attention_change", "--no-report", "--out", out)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "No space left on the device writing" in lines[0], result.output
+    assert str(out / "tables") in lines[0] and ".parquet" in lines[0]
+    assert not list(out.glob("tables/.*.tmp"))
+
+
+def test_a_truncated_manifest_given_to_report_is_one_line(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text('{"kind": "compare", "sta', encoding="utf-8")
+    result = invoke("report", run)
+    assert result.exit_code == 2, result.output
+    line = next(x for x in result.output.splitlines() if x.startswith("error:"))
+    assert "manifest.json is not a valid manifest" in line and "rerun the command" in line

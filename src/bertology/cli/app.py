@@ -7,7 +7,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import typer
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # typer's own click (pinned)
@@ -16,7 +16,7 @@ from typer.exceptions import TyperException
 from rich.markup import escape
 from rich.console import Console
 
-from bertology.errors import BertologyError
+from bertology.errors import DISK_FULL, BertologyError, disk_full
 
 class OneLineErrors(TyperGroup):
     """The ``bertology`` group: a usage error (an unknown flag, a number that is not one) is one line naming the
@@ -120,12 +120,24 @@ def user_errors(func: F) -> F:
         except KeyboardInterrupt:
             console.print("[yellow]interrupted[/]")
             raise typer.Exit(code=130) from None
+        except OSError as err:
+            if err.errno not in DISK_FULL:
+                _internal(err)
+            _print_traceback_if_debug()  # a full disk met outside the run folder's own writes (a cache, a temp file)
+            line = str(disk_full(err.filename or "a file", err))
+            console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
+            raise typer.Exit(code=2) from None
         except Exception as err:  # noqa: BLE001 - the last resort: a bug, said in one line
-            _print_traceback_if_debug()
-            console.print(f"[bold red]{escape(internal_error_line(err))}[/]", highlight=False, soft_wrap=True)
-            raise typer.Exit(code=1) from None
+            _internal(err)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _internal(err: BaseException) -> NoReturn:
+    """A bug: its one line, exit status 1 (the traceback with ``--debug``)."""
+    _print_traceback_if_debug()
+    console.print(f"[bold red]{escape(internal_error_line(err))}[/]", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=1) from None
 
 
 def _print_traceback_if_debug() -> None:

@@ -6,10 +6,10 @@ in one line after writing the page, since part of the run is missing from it.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from bertology.errors import BertologyError
+from bertology.runs import RunDirectory
 
 
 def rerender(run_dir: str | Path, problems: list[str] | None = None) -> Path:
@@ -20,7 +20,7 @@ def rerender(run_dir: str | Path, problems: list[str] | None = None) -> Path:
     run_dir = Path(run_dir).expanduser()
     if not (run_dir / "manifest.json").exists():
         raise BertologyError(f"{run_dir} is not a bertology run directory (no manifest.json).")
-    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    manifest = RunDirectory(run_dir).read_manifest()  # a truncated or hand-broken file: one line naming it
     problems = [] if problems is None else problems
     if isinstance(manifest, dict) and manifest.get("kind") == "compare_many":  # each pair's report, then the index
         from bertology.report.many import rerender_many
