@@ -290,7 +290,7 @@ def compare(base: str, tuned: str | Sequence[str] | Mapping[str, str], data: Any
     with tempfile.TemporaryDirectory(prefix="bertology-") if out is None else nullcontext() as tmp:
         folder = Path(out).expanduser() if out is not None else Path(tmp) / "run"
         models = None if isinstance(tuned, (str, os.PathLike)) else _tuned_models(tuned)
-        config = make_config("" if in_memory(data) else str(data), base=str(base),
+        config = make_config("" if in_memory(data) else str(data), base=_model(base),
                              tuned="" if models else str(tuned), out=str(folder), analyses=names, **settings)
         corpus = _read(data, _columns(config.data), config.data.max_examples) if in_memory(data) else None
         if models:
@@ -305,11 +305,23 @@ def compare(base: str, tuned: str | Sequence[str] | Mapping[str, str], data: Any
         return _kept(done, out)
 
 
+def _model(model: Any) -> str:
+    """A model argument as the loaders take it; anything but a str or a path refused in one line (a dict or a
+    model object would otherwise be turned into a string and sent to the hub)."""
+    if not isinstance(model, (str, os.PathLike)):
+        raise BertologyError(f"A model is a hub id, a local folder or a built-in name ('minilm'), given as a str or a "
+                             f"path; not {type(model).__name__} {str(model)[:60]!r}.")
+    return str(model)
+
+
 def _tuned_models(tuned: Any) -> list:
     """Several tuned models as a many-model compare takes them: ``{name: path}``, or a list of paths and
     ``NAME=PATH`` strings as ``--tuned`` takes them (``task/sN`` names give the task and seed columns)."""
     from bertology.multicompare import TunedModel, parse_tuned
 
+    if isinstance(tuned, (Mapping, Sequence)) and not isinstance(tuned, (str, bytes)) and len(tuned) == 0:
+        raise BertologyError(f"tuned is an empty {type(tuned).__name__}; give a model (hub id, folder or 'minilm'), "
+                             "a list of them, or {name: model}.")
     if isinstance(tuned, Mapping):
         return [TunedModel(str(name), str(path)) for name, path in tuned.items()]
     if isinstance(tuned, Sequence) and tuned and all(isinstance(t, (str, os.PathLike)) for t in tuned):
@@ -373,7 +385,7 @@ def finetune(model: str, data: Any, *, out: str | Path, eval_data: Any = None, r
     data_config = DataConfig("" if in_memory(data) else str(data),
                              **{"max_examples": None, "overlong": "truncate", **data_values})
     held = eval_data if eval_data is None or in_memory(eval_data) else str(eval_data)
-    config = FinetuneConfig(model=str(model), data=data_config, out=str(out),
+    config = FinetuneConfig(model=_model(model), data=data_config, out=str(out),
                             eval_data=held if isinstance(held, str) else None, **config_values)
     if in_memory(data) or (held is not None and in_memory(held)):
         if config.task == "qa":
@@ -411,9 +423,9 @@ def ablate(model: str, data: Any, *, base: str | None = None, out: str | Path | 
     ablation, columns, qa, loading = _split(settings, AblationSettings, Columns, QaOptions, Loading, renames=renames)
     if in_memory(data):  # read here with the column settings; the sweep's sampling (max_examples) still applies
         data, columns = _read(data, Columns(**columns).to_dict()), {}
-    done = run_ablate(str(model), data if in_memory(data) else str(data), ablation, out=out,
+    done = run_ablate(_model(model), data if in_memory(data) else str(data), ablation, out=out,
                       columns=Columns(**columns), qa=QaOptions(**qa), loading=Loading(**loading), overwrite=overwrite,
-                      report=report, progress=progress_wanted(progress), base=str(base) if base else None)
+                      report=report, progress=progress_wanted(progress), base=_model(base) if base else None)
     return Run.of(done)
 
 
@@ -434,7 +446,7 @@ def probe(base: str, train: Any, test: Any, *, tuned: str | None = None, dev: An
     probe_settings, data, options, loading = _split(settings, ProbeSettings, ProbeData, ProbeOptions, Loading)
     given = [_read(d, {}) if in_memory(d) else str(d) for d in (train, test)]  # in memory: a list, a DataFrame ...
     held = None if dev is None else _read(dev, {}) if in_memory(dev) else str(dev)
-    done = run_probe(ProbeModels(str(base), str(tuned) if tuned else None, random_control),
+    done = run_probe(ProbeModels(_model(base), _model(tuned) if tuned else None, random_control),
                      ProbeData(*given, held, **data), probe_settings,
                      **options, out=out, loading=Loading(**loading), overwrite=overwrite, report=report,
                      progress=progress_wanted(progress))
@@ -461,7 +473,7 @@ def absa(data: str | Path, *, base: str = "minilm", tuned: str | None = None, ou
     from bertology.study.absa import AbsaConfig, run_absa
 
     (chosen,) = _split(settings, AbsaConfig)
-    config = AbsaConfig(data=str(data), out=str(out), base=str(base), tuned=str(tuned) if tuned else None,
+    config = AbsaConfig(data=str(data), out=str(out), base=_model(base), tuned=_model(tuned) if tuned else None,
                         report=report, **chosen)
     return Run.of(run_absa(config, overwrite=overwrite, progress=progress_wanted(progress)))
 
@@ -474,7 +486,7 @@ def view(text: str, text_pair: str | None = None, *, model: str = "minilm", comp
     ``save(path)``)."""
     from bertology.study.view import view as run_view
 
-    return run_view(text, text_pair, model=str(model), compare=str(compare) if compare else None, out=out,
+    return run_view(text, text_pair, model=_model(model), compare=_model(compare) if compare else None, out=out,
                     max_length=max_length).view
 
 
@@ -489,7 +501,7 @@ def track(run: str | Path, data: Any = None, *, base: str | None = None, overwri
 
     corpus = _read(data, {}) if data is not None and in_memory(data) else None
     done = run_track(run, corpus=corpus, data=None if data is None or corpus is not None else str(data),
-                     base=str(base) if base else None, overwrite=overwrite, progress=progress_wanted(progress),
+                     base=_model(base) if base else None, overwrite=overwrite, progress=progress_wanted(progress),
                      **settings)
     run = Run.of(done)  # its tables under the names they have in the folder (and from load_run): track_<analysis>
     return dataclasses.replace(run, tables={f"track_{name}": table for name, table in run.tables.items()})

@@ -333,7 +333,7 @@ class FinetuneConfig:
         minimum=1, changes_numbers=False)
     max_grad_norm: float = setting_field(1.0, "Clip the gradients' norm to this (0 = no clipping).", minimum=0)
     # extractive question answering (task "qa", SQuAD JSON; bertology.training.qa)
-    doc_stride: int = setting_field(128, "QA: context tokens shared by consecutive windows of a long context.",
+    doc_stride: int = setting_field(128, "QA: context tokens shared by consecutive windows of a long context (at most half of what a window leaves for the context).",
                                     minimum=0)
     max_answer_length: int = setting_field(30, "QA: the longest predicted answer, in tokens.", minimum=1)
     null_threshold: float = setting_field(

@@ -136,6 +136,11 @@ def resolve(config: CompareConfig) -> CompareConfig:
     return dataclasses.replace(config, **changes)
 
 
+def preset_values(conventions: str) -> dict:
+    """What the preset ``conventions`` gives each convention the user left open."""
+    return {conv.field: choose(conventions, conv.field, None) for conv in CONVENTIONS}
+
+
 def describe(config: CompareConfig) -> dict:
     """The manifest's record: the preset, and each convention's value, the paper it comes from and its tables."""
     return record(config.conventions, {conv.field: config.settings.get(conv.field) for conv in CONVENTIONS})

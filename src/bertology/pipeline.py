@@ -24,7 +24,7 @@ from bertology.config import CompareConfig, DataConfig
 from bertology.conventions import describe as describe_conventions
 from bertology.conventions import CONVENTIONS
 from bertology.conventions import choose as choose_convention
-from bertology.conventions import resolve as resolve_conventions
+from bertology.conventions import preset_values, resolve as resolve_conventions
 from bertology.experiments.catalog import EXPERIMENTS
 from bertology.experiments.registry import ExperimentContext, ExperimentSpec
 from bertology.data.corpus import Corpus
@@ -117,6 +117,28 @@ def declared_settings() -> tuple[dict[str, Setting], dict[str, str]]:
         for s in spec.settings:
             owners.setdefault(s.name, spec.name)
     return compose((spec.name, spec.settings) for spec in specs), owners
+
+
+def unread_settings(settings: dict, selection: Selection, implied: dict | None = None) -> list[str]:
+    """A warning for each analysis or experiment setting set away from its default that no selected spec reads
+    (``--patterns-cnn`` without ``attention_patterns``): a value the user gave is never ignored without a word.
+    ``implied``: values the run chose itself (the conventions preset's), which are not the user's."""
+    implied = implied or {}
+    chosen = set(selection.names())
+    readers: dict[str, list[str]] = {}
+    defaults: dict[str, object] = {}
+    for spec in (*ANALYSES.specs(), *EXPERIMENTS.specs()):
+        for setting in spec.settings:
+            readers.setdefault(setting.name, []).append(spec.name)
+            defaults.setdefault(setting.name, setting.default)
+    out = []
+    for name, value in settings.items():
+        owners = readers.get(name)
+        if (owners and not chosen & set(owners) and value != defaults[name] and value not in (None, (), [])
+                and not (name in implied and implied[name] == value)):
+            out.append(f"{name.replace('_', '-')} = {value!r} is not used: only {', '.join(owners)} read(s) it, and "
+                       f"this run does not run {'it' if len(owners) == 1 else 'them'} (--analyses).")
+    return out
 
 
 def complete_config(config: CompareConfig) -> CompareConfig:
@@ -272,7 +294,7 @@ def prepare_inputs(config: CompareConfig, selection: Selection, corpus: Corpus |
     corpus = corpus if corpus is not None else load_data(config.data)
     if len(corpus) == 0:
         raise BertologyError("The corpus has no examples.")
-    warnings: list[str] = []
+    warnings: list[str] = unread_settings(config.settings, selection, preset_values(config.conventions))
     raw_corpus = corpus  # the experiments tokenise the original texts, not the parser's words
     corpus, specs = annotate_if_needed(config, corpus, selection.analyses, warnings)
     selected = {s.name for s in specs}

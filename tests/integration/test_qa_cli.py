@@ -73,9 +73,9 @@ def test_ablate_scores_the_qa_model_over_questions(run):
 
 def test_qa_flags_are_refused_with_a_clear_error(run, tmp_path):
     _, base, data, _ = run
-    res = invoke("finetune", "--task", "qa", "--model", base, "--data", data, "--max-length", "40",
+    res = invoke("finetune", "--task", "qa", "--model", base, "--data", data, "--max-length", "4",
                  "--out", tmp_path / "x", "--no-report")
-    assert_user_error(res, "--doc-stride 128", "raise --max-length")
+    assert_user_error(res, "for the context", "raise --max-length")
     res = invoke("finetune", "--task", "qa", "--model", base, "--data", data, *QA_FLAGS, "--early-stopping-metric",
                  "accuracy", "--out", tmp_path / "y", "--no-report")
     assert_user_error(res, "is not a metric of the qa task")
@@ -102,3 +102,15 @@ def test_compare_reads_the_squad_file_and_leaves_the_qa_ablation_to_ablate(run):
     res = invoke("compare", "--base", base, "--tuned", tuned, "--data", data, "--out", root / "compare2",
                  "--analyses", "ablation", "--max-length", "128", "--no-report")
     assert_user_error(res, "head (qa) is ablated by `bertology ablate`", "SQuAD JSON file")
+
+
+def test_finetune_qa_trains_at_its_own_defaults(run, tmp_path):
+    """--max-length 128 and --doc-stride 128 (the defaults) once refused every question; the stride is now capped at
+    half a window's context room and the manifest says for how many questions."""
+    _, base, data, _ = run
+    res = invoke("finetune", "--task", "qa", "--model", base, "--data", data, "--epochs", "1", "--batch-size", "8",
+                 "--out", tmp_path / "ft", "--no-report")
+    assert res.exit_code == 0, res.output
+    tokenised = json.loads((tmp_path / "ft" / "manifest.json").read_text())["result"]["tokenisation"]["train"]
+    assert tokenised["doc_stride"] == 128 and tokenised["max_length"] == 128
+    assert tokenised["n_questions_with_a_capped_stride"] == tokenised["n_questions"] > 0

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertology.data.qa_features import encode_squad
+from bertology.data.qa_features import encode_squad, window_stride
 from bertology.data.squad import QAExample, SquadData, read_squad
 from bertology.errors import BertologyError
 from bertology.metrics.squad import best_scores
@@ -201,14 +201,29 @@ def test_a_long_context_is_cut_into_strided_windows_and_the_answer_found_in_a_la
     assert feats.describe()["n_questions_over_several_windows"] == 2
 
 
-def test_a_slow_tokenizer_and_a_stride_without_room_are_refused(fast_tok):
+def test_a_slow_tokenizer_and_a_question_without_room_are_refused(fast_tok):
     data = SquadData([_long_question()])
     assert tiny_tokenizer().is_fast  # transformers 5: the tiny BERT tokenizer is backed by `tokenizers` too
     slow = SimpleNamespace(is_fast=False)  # what a Python-only tokenizer reports (no offsets)
     with pytest.raises(BertologyError, match="fast tokenizer"):
         encode_squad(data, slow, max_length=32, doc_stride=8)
-    with pytest.raises(BertologyError, match=r"question 'q' takes \d+ tokens.*--doc-stride 128"):
-        encode_squad(data, fast_tok, max_length=64, doc_stride=128)
+    with pytest.raises(BertologyError, match=r"question 'q' takes \d+ tokens.*raise --max-length"):
+        encode_squad(data, fast_tok, max_length=4, doc_stride=1)
+
+
+def test_a_stride_past_half_the_context_room_is_capped_and_recorded(fast_tok):
+    """--doc-stride 128 at --max-length 64 (bertology's defaults are 128 / 128): windows overlap by half their
+    context room, every window still brings new context, and the manifest counts the capped questions."""
+    ex = _long_question()
+    n_question = len(fast_tok(ex.question, add_special_tokens=False)["input_ids"])
+    room = 32 - n_question - fast_tok.num_special_tokens_to_add(pair=True)
+    feats = encode_squad(SquadData([ex]), fast_tok, max_length=32, doc_stride=128)
+    assert window_stride(128, room) == room // 2 and window_stride(8, room) == 8
+    windows = feats.items
+    assert len(windows) >= 2 and feats.describe()["n_questions_with_a_capped_stride"] == 1
+    for a, b in zip(windows, windows[1:]):
+        ca, cb = a.offsets[a.segment == 1], b.offsets[b.segment == 1]
+        assert (ca[-(room // 2):] == cb[:room // 2]).all() and len(cb) > room // 2
 
 
 # ------------------------------------------------------------------ span decoding over windows

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 
 from bertology.data.corpus import Example
@@ -109,6 +110,12 @@ def column_names(columns: Sequence[str], chosen: dict[str, int | None]) -> dict[
     return {k: (None if i is None else columns[i]) for k, i in chosen.items()}
 
 
+def has_visible_text(text: str) -> bool:
+    """Whether ``text`` holds a character other than whitespace and invisible format characters (zero-width
+    spaces and joiners, the BOM, soft hyphens: Unicode category Cf), which tokenisers drop, leaving no tokens."""
+    return any(not (c.isspace() or unicodedata.category(c) == "Cf") for c in text)
+
+
 def clean_rows(
     rows: Iterable[tuple[object, object, object]], stats: dict, source: str, no_label: object = NO_GOLD_LABEL
 ) -> list[Example]:
@@ -125,7 +132,7 @@ def clean_rows(
         text = "" if text is None else str(text).strip()
         if pair is not None:
             pair = str(pair).strip()
-        if not text or pair == "":
+        if not has_visible_text(text) or (pair is not None and not has_visible_text(pair)):
             n_empty += 1
             continue
         examples.append(Example(text=text, text_pair=pair, label=label))

@@ -51,6 +51,9 @@ def read_object(data: Any, flags: dict) -> tuple[list[Example], dict, str, str]:
     if isinstance(data, Sequence) and not isinstance(data, (bytes, bytearray)) and len(data) > 0:
         return (*read_sequence(data, flags), "corpus")
     kind = type(data)
+    if isinstance(data, (bytes, bytearray)):
+        raise BertologyError(f"data is {type(data).__name__} ({len(data)} bytes); decode it to text first "
+                             "(data.decode('utf-8').splitlines() for a list of sentences) or give the file's path.")
     what = ("an empty list" if isinstance(data, Sequence) else
             f"a {kind.__qualname__}" if kind.__module__ == "builtins" else f"a {kind.__module__}.{kind.__qualname__}")
     raise BertologyError(f"data is {what}; give a file path, hf:NAME[:CONFIG]:SPLIT, or {IN_MEMORY_KINDS}.")

@@ -59,6 +59,7 @@ from bertology.data.columns import (
     column_names,
     detect_columns,
     dropped_note,
+    has_visible_text,
     is_position,
 )
 from bertology.data import frames
@@ -219,7 +220,7 @@ def _read_txt(text: str) -> tuple[list[Example], dict]:
     examples, n_blank = [], 0
     for line in io.StringIO(text, newline=None):
         sentence = line.strip()
-        if sentence:
+        if has_visible_text(sentence):
             examples.append(Example(text=sentence))
         else:
             n_blank += 1

@@ -60,6 +60,8 @@ class QAFeatures(EncodedCorpus):
     max_answer_length: int = MAX_ANSWER_LENGTH
     null_threshold: float = 0.0
     with_negative: bool = False
+    #: questions whose windows overlap by less than ``doc_stride`` (capped at half their context room)
+    n_strides_capped: int = 0
 
     @property
     def groups(self) -> np.ndarray:
@@ -70,7 +72,8 @@ class QAFeatures(EncodedCorpus):
         per_question = np.bincount(self.groups, minlength=len(self.data))
         answerable = [it for it in self.items if not self.data[it.question].is_impossible]
         return {
-            "max_length": self.max_length, "doc_stride": self.doc_stride, "doc_stride_meaning": "context tokens shared by consecutive windows",
+            "max_length": self.max_length, "doc_stride": self.doc_stride, "doc_stride_meaning": "context tokens shared by consecutive windows, at most half a window's context",
+            "n_questions_with_a_capped_stride": self.n_strides_capped,
             "max_answer_length": self.max_answer_length, "null_threshold": self.null_threshold if self.with_negative else None,
             "no_answer_allowed": self.with_negative, "n_input": self.n_input, "n_questions": len(self.data),
             "n_kept": len(self.items), "n_features": len(self.items), "n_questions_over_several_windows": int((per_question > 1).sum()),
@@ -92,6 +95,13 @@ def _token_span(offsets: np.ndarray, context: np.ndarray, start_char: int, end_c
     while e >= first and offsets[e, 1] >= end_char:
         e -= 1
     return int(s - 1), int(e + 1)
+
+
+def window_stride(doc_stride: int, room: int) -> int:
+    """The overlap of consecutive windows: ``--doc-stride``, capped at half the tokens a window leaves for the
+    context (``room``), so that every window moves forward by at least half of it. Uncapped at SQuAD's usual
+    384 / 128; at bertology's default --max-length 128 the cap is what lets a window hold any new context."""
+    return min(doc_stride, room // 2)
 
 
 def encode_squad(
@@ -123,14 +133,16 @@ def encode_squad(
     for q, ex in enumerate(data):
         n_question = len(tokenizer(ex.question, add_special_tokens=False)["input_ids"])
         room = max_length - n_question - n_special
-        if room <= doc_stride:
+        if room < 2:
             raise BertologyError(
                 f"{data.source}: question {ex.id!r} takes {n_question} tokens, leaving {room} of --max-length {max_length} "
-                f"for the context, which must exceed --doc-stride {doc_stride}; raise --max-length (384 is usual for SQuAD) "
-                "or lower --doc-stride."
+                "for the context; raise --max-length (384 is usual for SQuAD)."
             )
+        stride = window_stride(doc_stride, room)
+        if stride < doc_stride:
+            out.n_strides_capped += 1
         enc = tokenizer(
-            ex.question, ex.context, truncation="only_second", max_length=max_length, stride=doc_stride,
+            ex.question, ex.context, truncation="only_second", max_length=max_length, stride=stride,
             return_overflowing_tokens=True, return_offsets_mapping=True, return_token_type_ids=True,
         )
         for w in range(len(enc["input_ids"])):

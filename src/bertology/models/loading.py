@@ -125,6 +125,9 @@ def resolve_model(name_or_path: str | os.PathLike) -> tuple[str, str]:
     path (starts with ``.``/``/``/``~`` or contains an OS separator and is not ``org/name``) but does
     not exist is reported as a missing folder rather than sent to the hub.
     """
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise BertologyError(f"A model is a hub id, a local folder or a built-in name ('minilm'), given as a str or a "
+                             f"path; not {type(name_or_path).__name__} {str(name_or_path)[:60]!r}.")
     text = str(name_or_path)
     path = Path(text).expanduser()
     if path.is_dir():

@@ -36,7 +36,7 @@ BASE_MODES = ("revert", "transplant")
 class QaOptions:
     """Question answering only: how long contexts are windowed and answers read (``--doc-stride`` ...)."""
 
-    doc_stride: int = setting_field(128, "QA model: context tokens shared by consecutive windows of a long context.",
+    doc_stride: int = setting_field(128, "QA model: context tokens shared by consecutive windows of a long context (at most half of what a window leaves for the context).",
                                     minimum=0)
     max_answer_length: int = setting_field(30, "QA model: the longest predicted answer, in tokens.", minimum=1)
     null_threshold: float = setting_field(
