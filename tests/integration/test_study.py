@@ -47,6 +47,11 @@ def _edit(spec, old, new):
     ('type = "classification"', 'type = "summarisation"', "type must be one of auto, classification"),
     ('"representation_similarity"]', '"representation_similarity", "nope"]', "Unknown analysis nope"),
     ("max_examples = 10", "max_examples = 10\nown_seed_noise = 'yes'", "[compare]: own_seed_noise must be true or false"),
+    # a task name becomes folder names (finetune/<task>/s0): one that leaves its folder is refused (issue 43)
+    ('name = "a"', 'name = ".."', "[[task]] #1 ('..'): The task name '..' names a folder itself, not a name inside it"),
+    ('name = "a"', 'name = "."', "[[task]] #1 ('.'): The task name '.' names a folder itself"),
+    ('name = "a"', 'name = "a/b"', "[[task]] #1 ('a/b'): The task name 'a/b' holds a path separator"),
+    ('name = "a"', 'name = ".a"', "[[task]] #1 ('.a'): The task name '.a' starts with '.'"),
 ])
 def test_a_bad_spec_is_one_clear_error_before_any_work(tmp_path, old, new, message):
     spec = tiny_study(tmp_path)
@@ -55,6 +60,19 @@ def test_a_bad_spec_is_one_clear_error_before_any_work(tmp_path, old, new, messa
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
     assert not (tmp_path / "out").exists()  # nothing was started
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a/b"])
+def test_a_task_name_that_leaves_its_folder_leaves_an_earlier_study_untouched(tmp_path, name):
+    spec = tiny_study(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "manifest.json").write_text('{"kind": "study", "status": "complete"}')
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p != spec}
+    _edit(spec, 'name = "a"', f'name = "{name}"')
+    result = invoke([str(spec)])
+    assert result.exit_code == 2, result.output
+    assert f"The task name {name!r}" in " ".join(result.output.split())
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p != spec} == before
 
 
 def _given_models(tmp_path, spec, model):

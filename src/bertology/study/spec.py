@@ -49,7 +49,7 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
-from bertology.errors import BertologyError, each_with_suggestion
+from bertology.errors import BertologyError, each_with_suggestion, safe_name
 
 TOP_KEYS = ("base", "seeds", "out", "device", "lab", "task", "compare")
 #: ``[lab]``'s short names (kept from before every fine-tuning setting could be given by its own name) -> the
@@ -192,6 +192,10 @@ def _task(raw: dict, i: int, top_seeds: tuple[int, ...] | None, root: Path) -> T
     where = f"[[task]] #{i + 1}" + (f" ({raw['name']!r})" if isinstance(raw.get("name"), str) else "")
     _check_keys(raw, TASK_KEYS, where)
     name = _typed(raw.get("name"), str, "name", where, "a string")
+    try:
+        safe_name("task name", name)  # it names folders: finetune/<task>/, compare_own/<task>/, seeds/<task>/
+    except BertologyError as err:
+        raise BertologyError(f"{where}: {err}") from None
     if not NAME.match(name):
         raise BertologyError(f"{where}: name {name!r} may hold only letters, digits, '_', '-' and '.'.")
     kind = raw.get("type", "auto")
