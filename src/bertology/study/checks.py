@@ -99,7 +99,7 @@ def check_task(spec: StudySpec, task: TaskSpec, base, *, here: bool = True) -> s
     against the ``base`` model; the task the fine-tunes will train (``auto`` decided). One line naming the task."""
     from bertology.models.device import resolve_device
     from bertology.models.precision import resolve_dtype
-    from bertology.training.finetune import read_data, resolve_run_config
+    from bertology.training.finetune import read_data, resolve_run_config, trainer_for
 
     job = FinetuneJob(f"check:{task.name}", task, task.seeds[0], spec.base, task.lab(spec.lab), spec.device, "", "")
     try:
@@ -111,7 +111,7 @@ def check_task(spec: StudySpec, task: TaskSpec, base, *, here: bool = True) -> s
         check_against_base(config, base)
     except BertologyError as err:
         raise BertologyError(f"task {task.name!r}: {err}") from None
-    return config.task if config.objective == "supervised" else config.objective
+    return trainer_for(config, train).recipe_name  # e.g. classification for a task of type auto with 0/1 labels
 
 
 def check_against_base(config, model) -> None:
