@@ -246,8 +246,10 @@ def test_a_failing_task_is_reported_the_rest_completes_and_a_rerun_retries_it(tm
     monkeypatch.setattr(FinetuneJob, "run", broken_b)
     result = invoke([str(spec)])
     assert result.exit_code == 1, result.output
-    text = " ".join(result.output.split())
-    assert "2 job(s) failed: finetune:b/s0 (RuntimeError: CUDA out of memory (injected)); finetune:b/s1" in text
+    lines = result.output.splitlines()  # one line per failed job
+    assert "2 of 11 job(s) failed; run the same command again to retry them:" in lines
+    assert "failed: finetune:b/s0: RuntimeError: CUDA out of memory (injected)" in lines
+    assert "failed: finetune:b/s1: RuntimeError: CUDA out of memory (injected)" in lines
     m = json.loads((tmp_path / "out" / "manifest.json").read_text())
     status = {j["id"]: (j["status"], j["error"]) for j in m["jobs"]}
     assert status["finetune:b/s0"] == ("failed", "RuntimeError: CUDA out of memory (injected)")

@@ -111,7 +111,8 @@ def check_task(spec: StudySpec, task: TaskSpec, base, *, here: bool = True) -> s
         check_against_base(config, base)
     except BertologyError as err:
         raise BertologyError(f"task {task.name!r}: {err}") from None
-    return trainer_for(config, train).recipe_name  # e.g. classification for a task of type auto with 0/1 labels
+    # what the run trains (classification for a task of type auto with 0/1 labels), as its recipe records it
+    return (config.recipe or {}).get("task") or trainer_for(config, train).recipe_name
 
 
 def check_against_base(config, model) -> None:

@@ -302,6 +302,11 @@ def _run_locked(spec: StudySpec, study: Path, executor: Executor, overwrite: boo
         "stale_tables": stale,
         "wall_time_s": round(time.perf_counter() - t0, 2),
     }
+    if "study_effects" not in tables:  # nothing to hold against seed noise: said in the manifest, the report, the CLI
+        from bertology.report.study import why_no_verdicts
+
+        manifest["no_verdicts"] = why_no_verdicts(manifest)
+        logger.warning("no seed-noise verdicts on the shared corpus: %s", manifest["no_verdicts"])
     atomic_write_text(study / "manifest.json", json.dumps(manifest, indent=2, default=str))
     report = _study_report(study)
     return StudyResult(study, tables, manifest, jobs, report)
