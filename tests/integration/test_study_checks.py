@@ -29,8 +29,10 @@ NO_MPS = pytest.mark.skipif(torch.backends.mps.is_available(), reason="this mach
 REFUSED = {
     "cuda without CUDA": ('out = "out"', 'out = "out"\ndevice = "cuda"', ("device = 'cuda'", "CUDA is not available")),
     "cuda:7": ('out = "out"', 'out = "out"\ndevice = "cuda:7"', ("device = 'cuda:7'",)),
-    "mps without MPS": ('out = "out"', 'out = "out"\ndevice = "mps"', ("device = 'mps'", "MPS (Apple silicon) is not available")),
-    "a garbage device": ('out = "out"', 'out = "out"\ndevice = "gpu please"', ("device = 'gpu please'", "Unknown device")),
+    "mps without MPS": ('out = "out"', 'out = "out"\ndevice = "mps"',
+                        ("device = 'mps'", "MPS (Apple silicon) is not available")),
+    "a garbage device": ('out = "out"', 'out = "out"\ndevice = "gpu please"',
+                         ("device = 'gpu please'", "Unknown device")),
     "[lab] drop_layers": ("epochs = 1", "epochs = 1\ndrop_layers = [2]",
                           ("[lab]: drop_layers cannot be a study setting", "needs the same architecture")),
     "[lab] freeze_layers beyond the base": ("epochs = 1", "epochs = 1\nfreeze_layers = 5",

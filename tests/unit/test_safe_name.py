@@ -1,6 +1,8 @@
 """``safe_name``: the one check of every name that becomes a file or folder name (tasks, tuned models, tables)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from bertology.errors import NAME_LIMIT, BertologyError, safe_name
@@ -37,7 +39,7 @@ def test_a_name_that_would_leave_its_folder_is_one_line_naming_kind_value_and_ru
 
 @pytest.mark.parametrize("name", ["../x", "a/..", ".", "a//b", "-x/s0", "sst2/.s0"])
 def test_a_tuned_model_name_is_checked_part_by_part(name):
-    with pytest.raises(BertologyError, match=rf"^Tuned model {__import__('re').escape(repr(name))}: The tuned model name"):
+    with pytest.raises(BertologyError, match=rf"^Tuned model {re.escape(repr(name))}: The tuned model name"):
         TunedModel(name, "minilm")
 
 
