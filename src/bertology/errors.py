@@ -66,3 +66,35 @@ def disk_full(path: object, err: OSError) -> BertologyError:
     """The one line for a write that ran out of space: which file, and what to do."""
     return BertologyError(f"No space left on the device writing {path} ({err.strerror or err}); free some space or "
                           "write the run elsewhere (--out), then run the same command again: finished parts are kept.")
+
+
+#: The longest name that becomes a file or folder name (a task, a tuned model, a table): well under every
+#: file system's limit of 255 bytes, with room for the suffixes bertology adds (``.parquet``, ``~s0``).
+NAME_LIMIT = 100
+
+
+def safe_name(kind: str, value: object) -> str:
+    """``value`` when it can be one file or folder name inside a run folder; else one line naming the ``kind``
+    (``task name``, ``tuned model name``, ``table name``), the value and the rule it breaks.
+
+    The one check of every name that becomes a path: a non-empty string of at most :data:`NAME_LIMIT`
+    characters, not ``.`` or ``..``, without ``/`` or ``\\`` (it would leave its folder), without a leading
+    ``.`` (a hidden file) or ``-`` (read as a flag by the shell tools that list a run), without NUL or
+    other control characters."""
+    def refuse(rule: str) -> BertologyError:
+        return BertologyError(f"The {kind} {value!r} {rule}; a name becomes a file or folder name: "
+                              "use letters, digits, '_', '-' and '.' (e.g. sst2).")
+
+    if not isinstance(value, str) or not value:
+        raise refuse("is not a non-empty string")
+    if value in (".", ".."):
+        raise refuse("names a folder itself, not a name inside it")
+    if "/" in value or "\\" in value:
+        raise refuse("holds a path separator ('/' or '\\')")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise refuse("holds a NUL or other control character")
+    if value[0] in ".-":
+        raise refuse(f"starts with {value[0]!r}")
+    if len(value) > NAME_LIMIT:
+        raise refuse(f"is {len(value)} characters long, more than {NAME_LIMIT}")
+    return value

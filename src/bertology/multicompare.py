@@ -26,7 +26,7 @@ import pandas as pd
 from bertology.activations.extract import run_shared_analyses
 from bertology.config import CompareConfig
 from bertology.data.corpus import Corpus
-from bertology.errors import BertologyError
+from bertology.errors import BertologyError, safe_name
 from bertology.metrics.similarity import reused_signatures
 from bertology.models.loading import load_model
 from bertology.models.pair import ModelPair
@@ -57,6 +57,11 @@ class TunedModel:
     def __post_init__(self) -> None:
         if not self.name or not self.path:
             raise BertologyError(f"A tuned model needs a name and a path (got name {self.name!r}, path {self.path!r}).")
+        for part in self.name.split("/"):  # "task/s0" is one name; each of its parts names part of a folder
+            try:
+                safe_name("tuned model name", part)
+            except BertologyError as err:
+                raise BertologyError(f"Tuned model {self.name!r}: {err}") from None
         m = TASK_SEED.match(self.name)
         if m and self.task is None and self.seed is None:
             object.__setattr__(self, "task", m["task"])

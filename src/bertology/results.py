@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bertology.errors import DISK_FULL, BertologyError, disk_full
+from bertology.errors import DISK_FULL, BertologyError, disk_full, safe_name
 
 MANIFEST = "manifest.json"
 
@@ -157,8 +157,9 @@ def read_json_key(path: Path, key: str) -> object | None:
 
 
 def write_table(run_dir: str | Path, name: str, df: pd.DataFrame) -> tuple[Path, Path]:
-    """Write ``tables/<name>.parquet`` and ``.csv`` atomically."""
+    """Write ``tables/<name>.parquet`` and ``.csv`` atomically (``name``: one file name, :func:`safe_name`)."""
     tables = Path(run_dir) / "tables"
+    safe_name("table name", name)
     pq, csv = tables / f"{name}.parquet", tables / f"{name}.csv"
     atomic_write(pq, lambda p: df.to_parquet(p, index=False))
     atomic_write(csv, lambda p: df.to_csv(p, index=False))
@@ -167,6 +168,7 @@ def write_table(run_dir: str | Path, name: str, df: pd.DataFrame) -> tuple[Path,
 
 def read_table(run_dir: str | Path, name: str) -> pd.DataFrame:
     """Read ``tables/<name>.parquet`` from a run directory."""
+    safe_name("table name", name)
     path = Path(run_dir) / "tables" / f"{name}.parquet"
     if not path.exists():
         raise BertologyError(f"{path} does not exist; was the {name!r} analysis run?")

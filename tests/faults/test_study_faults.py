@@ -230,6 +230,59 @@ def test_a_failing_seed_leaves_verdicts_from_the_seeds_that_exist_and_a_rerun_co
     _assert_same_tables(root / "out", reference)
 
 
+def _all_data_deleted_after_the_checks(monkeypatch, root: Path) -> None:
+    """The tasks' data files go once the up-front checks have passed (a disk unmounted while the study waits)."""
+    real = runner.check_study
+
+    def then_delete(spec, **kw):
+        real(spec, **kw)
+        for name in ("a_train.tsv", "a_dev.tsv", "b_train.tsv", "b_dev.tsv"):
+            (root / name).unlink()
+
+    monkeypatch.setattr(runner, "check_study", then_delete)
+
+
+def _every_fine_tune_raises(monkeypatch, root: Path) -> None:
+    def failing(self, progress=False):
+        raise RuntimeError(f"no GPU left for {self.id} (injected)")
+
+    monkeypatch.setattr(FinetuneJob, "run", failing)
+
+
+@pytest.mark.parametrize("fault, error", [(_all_data_deleted_after_the_checks, "_train.tsv"),
+                                          (_every_fine_tune_raises, "RuntimeError: no GPU left for")],
+                         ids=["data deleted after the checks", "every fine-tune raises"])
+def test_a_study_whose_every_job_fails_writes_its_manifest_and_a_report_saying_why_and_exits_1(tmp_path, monkeypatch,
+                                                                                            fault, error):
+    from typer.testing import CliRunner
+
+    import bertology.cli  # noqa: F401  (registers every command)
+    from bertology.cli.app import app
+
+    root = tmp_path / "study"
+    spec = tiny_study(root, extra="report = false\n")
+    fault(monkeypatch, root)
+    result = CliRunner().invoke(app, ["study", str(spec)])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output and "internal error" not in result.output, result.output
+    fine_tunes = ["finetune:a/s0", "finetune:a/s1", "finetune:b/s0", "finetune:b/s1"]
+    lines = result.output.splitlines()
+    assert "4 of 11 job(s) failed; run the same command again to retry them:" in lines
+    failed = [line for line in lines if line.startswith("failed: ")]
+    assert [line.split(": ")[1] for line in failed] == fine_tunes  # one line per failed job, naming it
+    assert all(error in line for line in failed), failed  # with its own error
+    manifest = _manifest(root)
+    assert manifest["status"] == "incomplete"
+    statuses = {j["id"]: j["status"] for j in manifest["jobs"]}
+    assert [k for k, v in statuses.items() if v == "failed"] == fine_tunes
+    assert {v for k, v in statuses.items() if k not in fine_tunes} == {"skipped"}
+    assert manifest["tables"] == [] and "no fine-tuned model finished" in manifest["no_verdicts"]
+    page = " ".join((root / "out/report.html").read_text(encoding="utf-8").split())
+    assert ("No seed-noise verdicts on the shared corpus: the base-vs-tuned comparison was skipped (no fine-tuned "
+            "model finished); 4 of 11 job(s) failed: " + ", ".join(fine_tunes)) in page
+    assert page.count(error.replace("RuntimeError: ", "")) >= 4  # each failed job's error, in the Jobs table
+
+
 def test_the_cli_names_every_failed_job_with_its_error_and_exits_1(tmp_path, reference, monkeypatch):
     from typer.testing import CliRunner
 
@@ -247,8 +300,10 @@ def test_the_cli_names_every_failed_job_with_its_error_and_exits_1(tmp_path, ref
     result = CliRunner().invoke(app, ["study", str(root / "study.toml")])
     assert result.exit_code == 1, result.output
     text = " ".join(result.output.split())
-    assert ("2 job(s) failed: compare_own:a (RuntimeError: disk full at compare_own:a (injected)); "
-            "compare_own:b (RuntimeError: disk full at compare_own:b (injected)). Run the same command again") in text
+    lines = result.output.splitlines()  # one line per failed job
+    assert "2 of 11 job(s) failed; run the same command again to retry them:" in lines
+    assert "failed: compare_own:a: RuntimeError: disk full at compare_own:a (injected)" in lines
+    assert "failed: compare_own:b: RuntimeError: disk full at compare_own:b (injected)" in lines
     assert "Stale tables own_attention_change, own_representation_similarity" in text
     assert "from the run finished" in text
     assert runner.KIND == _manifest(root)["kind"]

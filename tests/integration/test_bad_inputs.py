@@ -176,6 +176,13 @@ BAD_INPUTS: dict[str, tuple[str, Callable, tuple[str, ...], tuple[str, ...]]] = 
                                        ("'neg', 'pos'", "its labels are '0', '1'")),
     "eval labels unseen in training": ("extra", lambda r: ["--eval-data", r / "unseen_eval.csv"], ("finetune",),
                                        ("never seen in training: '2', '3'", "training labels: '0', '1'")),
+    # settings that name parts of the model, or a length no input fits (issue 43: a study checks them up front)
+    "--freeze-layers beyond the model": ("extra", lambda r: ["--freeze-layers", "9"], ("finetune",),
+                                         ("--freeze-layers 9: the model has 2 layers",)),
+    "--lora-targets that match no module": ("extra", lambda r: ["--method", "lora", "--lora-targets", "qkv_proj"],
+                                            ("finetune",), ("--lora-targets qkv_proj: no module of", "query")),
+    "--max-length 0": ("extra", lambda r: ["--max-length", "0"], ("compare", "finetune"),
+                       ("--max-length (max_length) must be at least 2, not 0",)),
     # the model
     "missing model folder": ("model", lambda r: r / "missing", COMMANDS, ("Model folder", "missing does not exist")),
     "unknown hub id offline": ("model", lambda r: "nobody/no-such-model", COMMANDS,

@@ -47,6 +47,11 @@ def _edit(spec, old, new):
     ('type = "classification"', 'type = "summarisation"', "type must be one of auto, classification"),
     ('"representation_similarity"]', '"representation_similarity", "nope"]', "Unknown analysis nope"),
     ("max_examples = 10", "max_examples = 10\nown_seed_noise = 'yes'", "[compare]: own_seed_noise must be true or false"),
+    # a task name becomes folder names (finetune/<task>/s0): one that leaves its folder is refused (issue 43)
+    ('name = "a"', 'name = ".."', "[[task]] #1 ('..'): The task name '..' names a folder itself, not a name inside it"),
+    ('name = "a"', 'name = "."', "[[task]] #1 ('.'): The task name '.' names a folder itself"),
+    ('name = "a"', 'name = "a/b"', "[[task]] #1 ('a/b'): The task name 'a/b' holds a path separator"),
+    ('name = "a"', 'name = ".a"', "[[task]] #1 ('.a'): The task name '.a' starts with '.'"),
 ])
 def test_a_bad_spec_is_one_clear_error_before_any_work(tmp_path, old, new, message):
     spec = tiny_study(tmp_path)
@@ -55,6 +60,19 @@ def test_a_bad_spec_is_one_clear_error_before_any_work(tmp_path, old, new, messa
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
     assert not (tmp_path / "out").exists()  # nothing was started
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a/b"])
+def test_a_task_name_that_leaves_its_folder_leaves_an_earlier_study_untouched(tmp_path, name):
+    spec = tiny_study(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "manifest.json").write_text('{"kind": "study", "status": "complete"}')
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p != spec}
+    _edit(spec, 'name = "a"', f'name = "{name}"')
+    result = invoke([str(spec)])
+    assert result.exit_code == 2, result.output
+    assert f"The task name {name!r}" in " ".join(result.output.split())
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p != spec} == before
 
 
 def _given_models(tmp_path, spec, model):
@@ -228,8 +246,10 @@ def test_a_failing_task_is_reported_the_rest_completes_and_a_rerun_retries_it(tm
     monkeypatch.setattr(FinetuneJob, "run", broken_b)
     result = invoke([str(spec)])
     assert result.exit_code == 1, result.output
-    text = " ".join(result.output.split())
-    assert "2 job(s) failed: finetune:b/s0 (RuntimeError: CUDA out of memory (injected)); finetune:b/s1" in text
+    lines = result.output.splitlines()  # one line per failed job
+    assert "2 of 11 job(s) failed; run the same command again to retry them:" in lines
+    assert "failed: finetune:b/s0: RuntimeError: CUDA out of memory (injected)" in lines
+    assert "failed: finetune:b/s1: RuntimeError: CUDA out of memory (injected)" in lines
     m = json.loads((tmp_path / "out" / "manifest.json").read_text())
     status = {j["id"]: (j["status"], j["error"]) for j in m["jobs"]}
     assert status["finetune:b/s0"] == ("failed", "RuntimeError: CUDA out of memory (injected)")

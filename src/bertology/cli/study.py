@@ -38,10 +38,15 @@ def study_command(
 
     for line in stale_lines(result.manifest.get("stale_tables") or {}):
         console.print(f"[yellow]{escape(line)}[/]")
-    if result.failed:
-        named = "; ".join(f"{j.id} ({j.error})" for j in result.failed)
-        console.print(f"[bold red]{len(result.failed)} job(s) failed[/]: {escape(named)}. "
-                      "Run the same command again to retry them.")
+    if result.manifest.get("no_verdicts"):
+        console.print(f"[yellow]No seed-noise verdicts: {escape(result.manifest['no_verdicts'])}.[/]",
+                      soft_wrap=True, emoji=False)
+    if result.failed:  # one line per failed job, whatever the terminal's width
+        console.print(f"[bold red]{len(result.failed)} of {len(result.jobs)} job(s) failed[/]; run the same command "
+                      "again to retry them:", soft_wrap=True, emoji=False)
+        for job in result.failed:
+            console.print(f"failed: {escape(job.id)}: {escape(job.error or 'no error recorded')}",
+                          soft_wrap=True, emoji=False)  # emoji=False: "a:b:" is no emoji code here
         raise typer.Exit(code=1)
 
 

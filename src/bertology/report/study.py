@@ -100,8 +100,8 @@ def _study_tables(study_dir: Path, warnings: list[str], manifest: Mapping) -> di
     tables = {name: pd.read_parquet(folder / f"{name}.parquet") for name in STUDY_TABLES
               if (folder / f"{name}.parquet").exists()}
     if "study_effects" not in tables and manifest.get("jobs"):
-        warnings.append("No seed-noise verdicts on the shared corpus: the base-vs-tuned comparison did not finish "
-                        "(see the failed jobs below); run the study again once they are fixed.")
+        warnings.append(f"No seed-noise verdicts on the shared corpus: {why_no_verdicts(manifest)} (the Jobs table "
+                        "below has every error); run the study again once they are fixed (finished jobs are reused).")
     elif "study_effects" not in tables:
         raise BertologyError(
             f"{folder} has no study_effects table: compute the seed-noise tables first "
@@ -114,6 +114,24 @@ def _study_tables(study_dir: Path, warnings: list[str], manifest: Mapping) -> di
     if absent:
         warnings.append(f"Table(s) {', '.join(absent)} are missing: their parts of the page are left out.")
     return tables
+
+
+def why_no_verdicts(manifest: Mapping) -> str:
+    """Why a study's own run has no ``study_effects``: how its base-vs-tuned comparison ended, and which jobs failed
+    (read from the manifest's jobs)."""
+    jobs = [j for j in manifest.get("jobs", []) if isinstance(j, Mapping)]
+    compare = next((j for j in jobs if j.get("id") == "compare"), None)
+    if compare is None:
+        said = "the base-vs-tuned comparison did not run"
+    elif compare.get("status") in ("done", "cached"):
+        said = "the base-vs-tuned comparison wrote no table the seed-noise rule reads"
+    else:
+        ended = "was skipped" if compare.get("status") == "skipped" else str(compare.get("status"))
+        said = f"the base-vs-tuned comparison {ended} ({compare.get('error') or 'no error recorded'})"
+    failed = [str(j.get("id")) for j in jobs if j.get("status") == "failed"]
+    if failed:
+        said += f"; {len(failed)} of {len(jobs)} job(s) failed: {', '.join(failed)}"
+    return said
 
 
 def stale_lines(stale: Mapping[str, str]) -> list[str]:
@@ -195,8 +213,12 @@ def _links(pairs: list[dict], task: str, study_dir: Path) -> list[dict]:
 
 
 def _noise_rule(tables: Mapping[str, pd.DataFrame], manifest: Mapping) -> dict:
-    """The rule's error rate for the seed counts present, and the counts of units beyond noise."""
-    effects = tables["study_effects"]
+    """The rule's error rate for the seed counts present, and the counts of units beyond noise; None when no corpus
+    has verdicts (a study whose comparisons all failed: the page says why at the top)."""
+    found = [tables[_named("study_effects", c)] for c, *_ in CORPORA if _named("study_effects", c) in tables]
+    if not found:
+        return None
+    effects = found[0]
     alpha = float(effects["alpha"].iloc[0]) if not effects.empty else float("nan")
     rule = tables.get("study_rule")
     levels = [] if rule is None else [

@@ -195,34 +195,3 @@ def compare_job(spec: StudySpec, job_id: str, kind: str, base: str, base_id: str
     cpus, gpus = _resources(spec.device)
     return CompareJob(job_id, kind, base, tuple((n, p, t, s) for n, p, t, s, _ in tuned), c, spec.device, str(out), fp,
                       num_cpus=cpus, num_gpus=gpus)
-
-
-def check_data(spec: StudySpec) -> None:
-    """Read every task's data and the comparison corpora as the jobs will, before any job runs.
-
-    A missing column or an unreadable file is one clear error naming the task, instead of the same failure
-    in every seed's fine-tune (or every comparison) one after another. Each task is read once.
-    """
-    from bertology.config import DataConfig
-    from bertology.errors import BertologyError
-    from bertology.pipeline import load_data
-    from bertology.training.finetune import read_data
-
-    for task in spec.tasks:
-        if task.models or not task.seeds:
-            continue
-        job = FinetuneJob(f"check:{task.name}", task, task.seeds[0], spec.base, task.lab(spec.lab), spec.device, "", "")
-        try:
-            read_data(job.config())
-        except BertologyError as err:
-            raise BertologyError(f"task {task.name!r}: {err}") from None
-    c = spec.compare
-    corpora = [("data", DataConfig(path=c.data, text_column=c.text_column, pair_column=c.pair_column,
-                                   label_column=c.label_column, max_examples=c.max_examples))]
-    if c.ood_data:
-        corpora.append(("ood_data", DataConfig(path=c.ood_data, text_column=c.ood_text_column, max_examples=c.max_examples)))
-    for key, data in corpora:
-        try:
-            load_data(data)
-        except BertologyError as err:
-            raise BertologyError(f"[compare] {key}: {err}") from None

@@ -39,8 +39,9 @@ from bertology.errors import BertologyError, check_choice
 from bertology.results import atomic_write_text, now_iso, write_table
 from bertology.runs import LOCK, RunResult, lock_folder
 from bertology.study.executors import EXECUTORS, Executor, JobResult, LocalExecutor, make_executor  # noqa: F401  (LocalExecutor re-exported)
-from bertology.study.jobs import CompareJob, FinetuneJob, check_data, compare_job, finetune_jobs, model_identity
-from bertology.study.spec import StudySpec, check_models, load_spec
+from bertology.study.checks import check_study
+from bertology.study.jobs import CompareJob, FinetuneJob, compare_job, finetune_jobs, model_identity
+from bertology.study.spec import StudySpec, load_spec
 from bertology.study.verify import describe_files, outputs_problem, weights_identity
 
 logger = logging.getLogger(__name__)
@@ -209,8 +210,9 @@ def run_study(spec: StudySpec | str | Path | Mapping[str, Any], out: str | Path 
     out = Path(out).expanduser() if out is not None else spec.out
     if out is None:
         raise BertologyError("No study folder: set out = \"...\" in the spec or pass --out.")
-    check_models(spec)  # given fine-tunes of another shape or tokenizer: refused before any work
-    check_data(spec)  # a missing column: one error before the folder is touched, not one failure per seed
+    # every check a job would make that needs no training: one error before the folder is touched (the devices are
+    # this machine's only when the jobs run here)
+    check_study(spec, here=executor in (None, "local") or isinstance(executor, LocalExecutor))
     if executor is None or isinstance(executor, str):
         made = make_executor(executor or "local", ray_address=ray_address, progress=progress)
         try:
@@ -300,6 +302,11 @@ def _run_locked(spec: StudySpec, study: Path, executor: Executor, overwrite: boo
         "stale_tables": stale,
         "wall_time_s": round(time.perf_counter() - t0, 2),
     }
+    if "study_effects" not in tables:  # nothing to hold against seed noise: said in the manifest, the report, the CLI
+        from bertology.report.study import why_no_verdicts
+
+        manifest["no_verdicts"] = why_no_verdicts(manifest)
+        logger.warning("no seed-noise verdicts on the shared corpus: %s", manifest["no_verdicts"])
     atomic_write_text(study / "manifest.json", json.dumps(manifest, indent=2, default=str))
     report = _study_report(study)
     return StudyResult(study, tables, manifest, jobs, report)

@@ -11,8 +11,9 @@ The schema (every table refuses keys it does not know, naming them and the keys 
     epochs = 1                     # also: batch_size, lr, weight_decay, warmup_ratio, max_examples,
                                    #       max_length, eval_fraction, grad_accum, dtype, save_every (checkpoints: a killed fine-tune resumes),
                                    #       and any setting `bertology finetune --help` lists, by its name (learning_rate is lr):
-                                   #       freeze_layers = 6, drop_layers = [12], objective = "contrastive" (not seed, device,
-                                   #       task or the columns: the study sets those); checked when the spec is read
+                                   #       freeze_layers = 6, objective = "contrastive" (not seed, device, task or the
+                                   #       columns: the study sets those; not drop_layers: a model with fewer layers
+                                   #       cannot be compared with its base); checked when the spec is read
 
     [[task]]
     name = "sst2"                  # unique; letters, digits, '_', '-', '.'
@@ -38,7 +39,8 @@ The schema (every table refuses keys it does not know, naming them and the keys 
 
 Relative paths resolve against the spec file's folder. :func:`load_spec` checks the schema and that
 every file exists; :func:`check_models` loads the given fine-tunes and checks them against the base
-(layers, heads, tokenizer) — both before any job runs.
+(layers, heads, tokenizer); :func:`bertology.study.checks.check_study` makes every other check the jobs would
+make that needs no training — all before any job runs.
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
-from bertology.errors import BertologyError, each_with_suggestion
+from bertology.errors import BertologyError, each_with_suggestion, safe_name
 
 TOP_KEYS = ("base", "seeds", "out", "device", "lab", "task", "compare")
 #: ``[lab]``'s short names (kept from before every fine-tuning setting could be given by its own name) -> the
@@ -65,6 +67,12 @@ LAB_DECIDED = ("seed", "device", "task", "text_column", "pair_column", "label_co
 #: Fine-tuning settings a study cannot take yet: tracking while training needs a tracker its fine-tune jobs do not
 #: start, so these are refused when the spec is read rather than failing every fine-tune job.
 LAB_REFUSED = ("track_every", "track_analyses", "track_examples")
+#: Fine-tuning settings a study can never take, with why (refused when the spec is read).
+LAB_NEVER = {
+    "drop_layers": "a study compares every fine-tune with its base, which needs the same architecture, and a model "
+                   "with layers removed has fewer; fine-tune with bertology finetune --drop-layers and compare it "
+                   "with bertology compare instead",
+}
 TASK_KEYS = ("name", "type", "data", "eval_data", "text_column", "pair_column", "label_column", "seeds", "models",
              "method")
 #: How a [[task]] may fine-tune (``method``; default: [lab]'s, else full): LoRA vs full on one study's seeds.
@@ -192,6 +200,10 @@ def _task(raw: dict, i: int, top_seeds: tuple[int, ...] | None, root: Path) -> T
     where = f"[[task]] #{i + 1}" + (f" ({raw['name']!r})" if isinstance(raw.get("name"), str) else "")
     _check_keys(raw, TASK_KEYS, where)
     name = _typed(raw.get("name"), str, "name", where, "a string")
+    try:
+        safe_name("task name", name)  # it names folders: finetune/<task>/, compare_own/<task>/, seeds/<task>/
+    except BertologyError as err:
+        raise BertologyError(f"{where}: {err}") from None
     if not NAME.match(name):
         raise BertologyError(f"{where}: name {name!r} may hold only letters, digits, '_', '-' and '.'.")
     kind = raw.get("type", "auto")
@@ -240,9 +252,14 @@ def _compare(raw, root: Path) -> CompareSpec:
         raise BertologyError(f"{where}: {err}") from None
     kw: dict[str, Any] = {k: _typed(raw[k], str, k, where, "a column name")
                           for k in ("text_column", "pair_column", "label_column", "ood_text_column") if k in raw}
+    numbers = _compare_numbers()
     for k in ("max_examples", "max_length", "batch_size", "seed"):
         if k in raw:
             kw[k] = _typed(raw[k], int, k, where, "an integer")
+            try:  # by the declaration a comparison job checks it with (kept as given: 0 examples is "all")
+                numbers[k].check(kw[k])
+            except BertologyError as err:
+                raise BertologyError(f"{where}: {err}") from None
     for k in ("report", "own_data", "own_seed_noise"):
         if k in raw:
             kw[k] = _typed(raw[k], bool, k, where, "true or false")
@@ -258,6 +275,16 @@ def _compare(raw, root: Path) -> CompareSpec:
         kw["analyses"] = tuple(analyses)
     return CompareSpec(data=_file(raw.get("data"), "data", where, root, required=True),
                        ood_data=_file(raw.get("ood_data"), "ood_data", where, root), settings=extra, **kw)
+
+
+def _compare_numbers() -> dict:
+    """The declarations of [compare]'s own numbers (``max_examples``, ``max_length``: the corpus's; ``batch_size``,
+    ``seed``: the run's), as ``bertology compare`` declares them."""
+    from bertology.config import CompareConfig, DataConfig
+    from bertology.settings import field_settings
+
+    return {s.name: s for s in (*field_settings(DataConfig), *field_settings(CompareConfig))
+            if s.name in ("max_examples", "max_length", "batch_size", "seed")}
 
 
 def _compare_settings() -> dict:
@@ -277,7 +304,8 @@ def lab_settings() -> dict[str, Any]:
     from bertology.config import FINETUNE_DATA_SETTINGS, FinetuneConfig
     from bertology.settings import field_settings
 
-    declared = {s.name: s for s in (*field_settings(FinetuneConfig), *FINETUNE_DATA_SETTINGS) if s.name not in (*LAB_DECIDED, *LAB_REFUSED)}
+    declared = {s.name: s for s in (*field_settings(FinetuneConfig), *FINETUNE_DATA_SETTINGS)
+                if s.name not in (*LAB_DECIDED, *LAB_REFUSED, *LAB_NEVER)}
     short = {key: declared[name] for key, name in LAB_KEYS.items()}
     return {**short, **{name: s for name, s in declared.items() if name not in short}}
 
@@ -307,6 +335,9 @@ def _lab(raw, root: Path) -> dict[str, Any]:
     if refused:
         raise BertologyError(f"[lab]: {', '.join(refused)}: a study cannot track while training yet; track a study's "
                              "fine-tune afterwards (save_every = N, then bertology track on its finetune/ folder).")
+    never = [k for k in raw if k in LAB_NEVER]
+    if never:
+        raise BertologyError(f"[lab]: {never[0]} cannot be a study setting: {LAB_NEVER[never[0]]}.")
     _check_keys(raw, tuple(declared), "[lab]")
     short = {name: key for key, name in LAB_KEYS.items() if key != name}  # learning_rate -> lr
     lab: dict[str, Any] = {}
@@ -382,15 +413,16 @@ def _spec(raw: dict, root: Path, name: str, path: Path | None, text: str | None)
                      device=device, text=text)
 
 
-def check_models(spec: StudySpec) -> None:
-    """Load the base and every given fine-tune; one clear error for a model of another shape or tokenizer."""
+def check_models(spec: StudySpec, base: Any = None) -> None:
+    """Load the base (unless ``base``, loaded already, is given) and every given fine-tune; one clear error for a
+    model of another shape or tokenizer."""
     given = [(t, s, p) for t in spec.tasks for s, p in sorted(t.models.items())]
     if not given:
         return
     from bertology.models.loading import load_model
     from bertology.models.pair import check_compatible
 
-    base = load_model(spec.base)
+    base = base if base is not None else load_model(spec.base)
     for task, seed, path in given:
         try:
             check_compatible(base, load_model(path, adapter_base=spec.base))

@@ -52,6 +52,19 @@ def default_targets(model: torch.nn.Module) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def check_targets(model: torch.nn.Module, targets: tuple[str, ...]) -> tuple[str, ...]:
+    """``targets`` when each names at least one module of ``model`` as peft matches a name (the whole name, or its
+    last dotted parts); else one error naming the targets that match nothing and the linear layers to choose from
+    (what peft would refuse only once the model is loaded for training)."""
+    names = [name for name, _ in model.named_modules() if name]
+    missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+    if missing:
+        leaves = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+        raise BertologyError(f"--lora-targets {','.join(missing)}: no module of {type(model).__name__} is called "
+                             f"{' or '.join(map(repr, missing))}; its linear layers are {', '.join(leaves)}.")
+    return targets
+
+
 def head_modules(model: torch.nn.Module) -> list[str]:
     """The top-level modules of the task head (those holding parameters outside the encoder), trained fully."""
     return sorted({name.split(".", 1)[0] for name in head_parameter_names(model)})
@@ -95,8 +108,9 @@ def wrap_lora(model: torch.nn.Module, config: FinetuneConfig, task: str) -> Lora
     if task not in TASK_TYPES:
         raise BertologyError(f"--method lora: the {task} task has no adapter form; use --method full.")
     targets = tuple(config.lora_targets) or default_targets(model)
-    heads = head_modules(model)
     parser = model if isinstance(model, BiaffineParser) else None
+    check_targets(parser.encoder if parser is not None else model, targets)
+    heads = head_modules(model)
     lora = peft.LoraConfig(task_type=TASK_TYPES[task], r=config.lora_rank, lora_alpha=config.lora_alpha,
                            lora_dropout=config.lora_dropout, target_modules=list(targets),
                            # a copy: peft adds its defaults to the list it is given; the parser's head is saved apart

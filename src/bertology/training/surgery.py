@@ -107,12 +107,9 @@ def layers_record(model: torch.nn.Module, before: int, dropped: Sequence[int], k
     return record
 
 
-def freeze(model: torch.nn.Module, bottom_layers: int = 0, embeddings: bool = False) -> list[str]:
-    """Set ``requires_grad=False`` on the embeddings and/or the bottom ``bottom_layers`` blocks.
-
-    Returns the names of the frozen parameters. Frozen parameters get no gradient, are left out of the
-    optimiser, and so stay bit-identical (no weight decay either).
-    """
+def check_freeze_layers(model: torch.nn.Module, bottom_layers: int) -> None:
+    """A clear error for a count of bottom blocks to freeze that ``model`` does not have (or cannot freeze alone:
+    ALBERT shares one layer across its depth)."""
     n = sites.num_layers(model)
     if not 0 <= bottom_layers <= n:
         raise BertologyError(f"--freeze-layers {bottom_layers}: the model has {n} layers.")
@@ -121,6 +118,15 @@ def freeze(model: torch.nn.Module, bottom_layers: int = 0, embeddings: bool = Fa
             f"--freeze-layers {bottom_layers}: {sites.adapter(model).family} shares one layer across all {n} depths, "
             f"so its bottom layers cannot be frozen alone; freeze 0 or all {n}."
         )
+
+
+def freeze(model: torch.nn.Module, bottom_layers: int = 0, embeddings: bool = False) -> list[str]:
+    """Set ``requires_grad=False`` on the embeddings and/or the bottom ``bottom_layers`` blocks.
+
+    Returns the names of the frozen parameters. Frozen parameters get no gradient, are left out of the
+    optimiser, and so stay bit-identical (no weight decay either).
+    """
+    check_freeze_layers(model, bottom_layers)
     frozen: set[int] = set()
     modules: list[torch.nn.Module] = list(sites.blocks(model)[:bottom_layers])
     if embeddings:
