@@ -46,3 +46,9 @@ def test_model_seeds_may_be_ints_and_data_must_be_files(tmp_path, monkeypatch):
     with pytest.raises(BertologyError, match=r"Unknown key 'sed' \(did you mean seeds\?\) in the top level of the "
                                              r"study spec \(a dict\)"):
         load_spec({"sed": [0]})
+
+
+@pytest.mark.parametrize("spec", [None, 3, b"STUDY.toml"])
+def test_a_spec_that_is_neither_a_path_nor_a_dict_is_one_line(spec):
+    with pytest.raises(BertologyError, match=r"A study spec is the path of a STUDY.toml or a dict of its tables, not "):
+        bt.study(spec)

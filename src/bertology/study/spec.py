@@ -44,6 +44,8 @@ make that needs no training — all before any job runs.
 """
 from __future__ import annotations
 
+import os
+
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -363,6 +365,9 @@ def load_spec(spec: str | Path | Mapping[str, Any]) -> StudySpec:
     if isinstance(spec, Mapping):
         text = spec_toml(spec)
         return _spec(tomllib.loads(text), Path.cwd().resolve(), "the study spec (a dict)", None, text)
+    if not isinstance(spec, (str, os.PathLike)):
+        raise BertologyError(f"A study spec is the path of a STUDY.toml or a dict of its tables, not "
+                             f"{type(spec).__name__} {str(spec)[:60]!r}.")
     path = Path(spec).expanduser()
     if not path.is_file():
         raise BertologyError(f"Study spec {path} does not exist.")
