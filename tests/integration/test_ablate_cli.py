@@ -62,7 +62,7 @@ def test_ablate_writes_tables_figures_manifest(model_dir, labelled_csv, tmp_path
         "pruning_curve_accuracy.svg", "importance_vs_ablation.svg",
     }
     html = (out / "report.html").read_text(encoding="utf-8")
-    assert 'id="ablation"' in html and "Head the task needs most" in html
+    assert 'id="ablation"' in html and "Unit the task needs most" in html
     m = json.loads((out / "manifest.json").read_text())
     assert m["kind"] == "ablate" and m["status"] == "complete" and m["ablation_mode"] == "uniform"
     assert m["result"]["intact"]["accuracy"] == pytest.approx(t[(t.target == "intact") & (t.metric == "accuracy")]["value"].iloc[0])
@@ -74,11 +74,13 @@ def test_ablate_writes_tables_figures_manifest(model_dir, labelled_csv, tmp_path
     assert m["settings"]["ablate"]["mode"]["paper"] == "Kovaleva et al. 2019" and "qa" not in m["settings"]
     assert "Settings: ablate" in html and "<code>--pruning-step</code>" in html and "0.25 (default 0.1)" in html
     text = " ".join(result.output.split())
-    assert "intact: accuracy" in text and "most harmful heads" in text and "Spearman" in text
+    assert "intact: accuracy" in text and "removal hurts beyond the 95% CI (accuracy):" in text and "Spearman" in text
     # a classifier that fits its labels is not flagged
     assert "DEGENERATE" not in text and m["result"]["degenerate"]["flagged"] is False
     assert m["result"]["degenerate"]["accuracy"] == 1.0 and sorted(m["result"]["degenerate"]["predicted_classes"]) == ["0", "1"]
-    assert re.search(r'<div class="k">Head the task needs most</div><div class="v[^"]*">L\dH\d</div>', html)
+    card = re.search(r'<div class="k">Unit the task needs most</div><div class="v[^"]*">([^<]*)</div>', html).group(1)
+    hurt = t[(t["metric"] == "accuracy") & t["hurts"] & (t["ci_high"] > t["ci_low"])].sort_values("delta")
+    assert card == (hurt["label"].iloc[0] if len(hurt) else "none beyond its interval")
 
 
 def test_constant_classifier_is_flagged_and_names_no_head(model_dir, labelled_csv, tmp_path):
@@ -90,13 +92,13 @@ def test_constant_classifier_is_flagged_and_names_no_head(model_dir, labelled_cs
     summary = " ".join(result.output[result.output.index("DEGENERATE"):].split())  # the console may wrap lines
     assert summary.startswith("DEGENERATE CLASSIFIER: the tuned model predicts one class for every example (accuracy 0.500")
     assert summary.index("no head or layer can be called needed") < summary.index("intact: accuracy 0.5000")
-    assert "most harmful heads" not in result.output
+    assert "removal hurts beyond" not in result.output
     m = json.loads((out / "manifest.json").read_text())
     d = m["result"]["degenerate"]
     assert d["flagged"] and d["constant_predictions"] and d["predicted_classes"] == ["0"]
     assert d["accuracy"] == 0.5 and d["chance"] == 0.5 and d["at_chance"] and d["ci"][0] < 0.5 < d["ci"][1]
     html = (out / "report.html").read_text(encoding="utf-8")
-    card = re.search(r'<div class="k">Head the task needs most</div><div class="v[^"]*">([^<]*)</div>', html)
+    card = re.search(r'<div class="k">Unit the task needs most</div><div class="v[^"]*">([^<]*)</div>', html)
     assert card and card.group(1) == "none can be named" and not re.search(r"L\dH\d", card.group(1))
     assert "predictions constant, so ablation deltas cannot say which heads the task needs" in html
 

@@ -10,7 +10,6 @@ from typer.testing import CliRunner
 from bertology.cli import app
 from bertology.config import CompareConfig, DataConfig
 from bertology.errors import BertologyError
-from bertology.experiments.ablation import ranked
 from bertology.pipeline import compare
 from bertology.testing import SENTENCES, classifier_logits, set_classifier_bias, split_classifier, tiny_bert_pair
 
@@ -64,16 +63,17 @@ def test_compare_includes_ablation_and_report_section(pair_dirs, labels, tmp_pat
     assert run.manifest["analyses"]["ablation"]["head_importance"] and run.manifest["analyses"]["ablation"]["tokenisation"]
     html = run.report.read_text(encoding="utf-8")
     assert 'id="ablation"' in html and "fig-ablation_heads_accuracy" in html and "fig-pruning_curve_accuracy" in html
-    # the heatmap in the report is the table's numbers: the most harmful head is named in the overview
-    worst = ranked(t, "accuracy", target="head", harmful=True, top=1).iloc[0]
-    assert f'<div class="k">Head the task needs most</div><div class="v">{worst["label"]}</div>' in html
+    # the overview names the unit whose removal hurts most beyond its interval (computed here from the table), or none
+    acc = t[(t["metric"] == "accuracy") & t["hurts"] & (t["ci_high"] > t["ci_low"])].sort_values("delta")
+    named = acc["label"].iloc[0] if len(acc) else "none beyond its interval"
+    assert f'<div class="k">Unit the task needs most</div><div class="v">{named}</div>' in html
     assert run.manifest["analyses"]["ablation"]["degenerate"]["flagged"] is False
 
     # same settings again: the ablation tables are read back, not recomputed
     again = compare(_config(base, tuned, data, tmp_path / "run"))
     assert "ablation" in again.resumed
     pd.testing.assert_frame_equal(again.table("ablation"), t, check_dtype=False)
-    assert worst["label"] in set(again.table("ablation")["label"])
+    assert named == "none beyond its interval" or named in set(again.table("ablation")["label"])
 
 
 def test_default_analyses_skip_ablation_with_a_note_when_tuned_has_no_head(pair_dirs, labels, tmp_path):
@@ -123,12 +123,12 @@ def test_compare_flags_a_constant_classifier(pair_dirs, labels, tmp_path):
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "ablation of the tuned classifier DEGENERATE CLASSIFIER: the tuned model predicts one class for every example" in text
-    assert "most harmful heads" not in text
+    assert "removal hurts beyond" not in text
     d = json.loads((tmp_path / "run/manifest.json").read_text())["analyses"]["ablation"]["degenerate"]
     assert d["flagged"] and d["constant_predictions"] and d["predicted_classes"] == ["LABEL_1"]
     assert d["chance"] == pytest.approx(max(labels.count(0), labels.count(1)) / len(labels))
     html = (tmp_path / "run/report.html").read_text(encoding="utf-8")
-    assert '<div class="k">Head the task needs most</div><div class="v">none can be named</div>' in html
+    assert '<div class="k">Unit the task needs most</div><div class="v">none can be named</div>' in html
 
 
 @pytest.mark.browser

@@ -61,7 +61,7 @@ def test_the_manifest_keeps_each_mode_s_section(runs):
 
 def test_the_summary_and_the_report_say_each_mode(runs):
     run, text = runs["all"]
-    assert "mode uniform" in text and "mode revert" in text and "most harmful heads to revert" in text
+    assert "mode uniform" in text and "mode revert" in text and "revert hurts beyond the 95% CI" in text
     assert "transplant" in text and "changed vs needed (heads)" in text
     html = (run / "report.html").read_text(encoding="utf-8")
     for section in ('id="ablation"', 'id="revert"', 'id="transplant"', 'id="changed-vs-needed"'):

@@ -51,7 +51,7 @@ def test_ablate_revert_runs_end_to_end_and_matches_python(pair, data, tmp_path):
     assert "not run in revert mode" in m["result"]["head_importance"]["skipped"]
     assert (out / "report.html").exists()
     text = " ".join(result.output.split())
-    assert "mode revert" in text and "most harmful heads to revert" in text
+    assert "mode revert" in text and "revert hurts beyond the 95% CI" in text
     run = ablate(str(tuned), str(data), {"mode": "revert", "n_bootstrap": 50}, base=str(base), out=tmp_path / "py")
     pd.testing.assert_frame_equal(run.table("ablation"), t)
     assert run.manifest["fingerprint"] == m["fingerprint"]
@@ -79,3 +79,40 @@ def test_compare_runs_the_revert_ablation(pair, data, tmp_path):
     _check_revert_table(pd.read_parquet(out / "tables/ablation.parquet"))
     m = json.loads((out / "manifest.json").read_text())
     assert m["analyses"]["ablation"]["settings"]["mode"] == "revert"
+
+
+def test_a_revert_sweep_names_the_planted_change_the_task_needs(tmp_path):
+    """The tuned classifier differs from its base only in layer 2's feed-forward and is scored on its own
+    predictions: reverting that layer's feed-forward (or the whole layer) hurts beyond its interval and is named in
+    the summary and the report card; every other unit is unchanged, its zero-width interval never a finding."""
+    import re
+
+    import torch
+    from transformers import BertForSequenceClassification
+
+    from bertology.testing import split_classifier, tiny_tokenizer
+
+    base = save_tiny_bert(tmp_path / "base")
+    model = BertForSequenceClassification.from_pretrained(base, num_labels=2, attn_implementation="eager")
+    with torch.no_grad():
+        ffn = model.bert.encoder.layer[1].intermediate.dense.weight
+        ffn.add_(torch.randn(ffn.shape, generator=torch.Generator().manual_seed(4)) * 3 * ffn.std())
+    tuned = tmp_path / "tuned"
+    model.save_pretrained(tuned)
+    tiny_tokenizer().save_pretrained(tuned)
+    texts = SENTENCES * 4
+    data = labelled_csv(tmp_path / "d.csv", texts, split_classifier(tuned, texts))
+    out = tmp_path / "run"
+    result = invoke("ablate", "--mode", "revert", "--base", base, "--model", tuned, "--data", data, "--out", out,
+                    "--bootstrap", 200)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    hurts = text[text.index("revert hurts beyond the 95% CI (accuracy): "):].split(" revert helps")[0]
+    named = re.findall(r"(L\dH\d|L\d [a-z -]+?|embeddings) [+-]\d", hurts)
+    assert named and set(named) <= {"L2 feed-forward", "L2 whole layer"}, hurts
+    t = pd.read_parquet(out / "tables/ablation.parquet")
+    same = t[(t["metric"] == "accuracy") & (t["target"] == "head")]
+    assert (same["delta"] == 0).all() and not same["hurts"].any()  # the heads were not changed
+    html = (out / "report.html").read_text(encoding="utf-8")
+    card = re.search(r'<div class="k">Change the task needs most</div><div class="v[^"]*">([^<]*)</div>', html)
+    assert card and card.group(1) in ("L2 feed-forward", "L2 whole layer")

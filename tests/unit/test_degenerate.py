@@ -73,7 +73,7 @@ def test_constant_classifier_summary_names_no_head():
     assert lines[0].startswith("DEGENERATE CLASSIFIER: the tuned model predicts one class for every example (accuracy 0.500")
     assert lines[0].endswith("no head or layer can be called needed")
     assert lines[1].startswith("intact: accuracy 0.5000")
-    assert not any("most harmful heads" in line for line in lines)
+    assert not any("hurts beyond" in line for line in lines)
 
 
 def test_separable_classifier_is_not_flagged():
@@ -83,7 +83,7 @@ def test_separable_classifier_is_not_flagged():
     verdict = table_degeneracy(t)
     assert verdict is not None and not verdict.flagged and verdict.value == 1.0 and verdict.n_predicted == 2
     text = summary({"ablation": t})
-    assert "DEGENERATE" not in text and "most harmful heads" in text
+    assert "DEGENERATE" not in text and "removal hurts beyond the 95% CI (accuracy):" in text
 
 
 def test_table_without_the_check_columns_says_nothing():
@@ -104,14 +104,17 @@ def test_report_section_names_no_needed_head_for_a_constant_classifier(tmp_path)
     warnings: list[str] = []
     for pred, flagged in ((np.zeros(40, dtype=np.int64), True), (y.copy(), False)):
         derived: list[dict] = []
-        out = ablation_section({"ablation": _table(pred, y, rng)}, Figures(tmp_path, warnings), derived, warnings)
-        card = next(c for c in derived if c["label"] == "Head the task needs most")
+        t = _table(pred, y, rng)
+        out = ablation_section({"ablation": t}, Figures(tmp_path, warnings), derived, warnings)
+        card = next(c for c in derived if c["label"] == "Unit the task needs most")
         if flagged:
             assert card["text"] == "none can be named" and "predictions constant" in out["degenerate"]
             assert out["facts"][0][0] == "Degenerate classifier"
             assert warnings and "cannot say which heads the task needs" in warnings[-1]
         else:
-            assert card["text"] in {f"L1H{h}" for h in range(2)} and out["degenerate"] is None
+            hurt = t[(t["metric"] == "accuracy") & t["hurts"] & (t["ci_high"] > t["ci_low"])].sort_values("delta")
+            assert card["text"] == (hurt["label"].iloc[0] if len(hurt) else "none beyond its interval")
+            assert out["degenerate"] is None
             assert len(warnings) == 1  # nothing added for the good classifier
 
 

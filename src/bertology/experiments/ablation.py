@@ -186,11 +186,37 @@ def ranked(table: pd.DataFrame, metric: str | None = None, *, target: str = "hea
     return t.drop(columns="_loss_delta").head(top).reset_index(drop=True)
 
 
+def _findings(table: pd.DataFrame, metric: str, column: str, best_first: bool) -> pd.DataFrame:
+    """Units flagged in ``column`` (``helps``/``hurts``) for ``metric`` whose interval has width: a zero-width
+    interval (every resample gave the same delta, e.g. a change that moves no prediction) is no finding."""
+    t = table[(table["metric"] == metric) & table[column].astype(bool) & (table["ci_high"] > table["ci_low"])]
+    return t.sort_values("delta", ascending=not best_first).reset_index(drop=True)
+
+
 def helpful(table: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
-    """Heads and layers whose removal improves ``metric`` (default: the primary one) beyond the 95% interval."""
+    """Heads and layers whose removal improves ``metric`` (default: the primary one) beyond the 95% interval, the
+    largest improvement first."""
     metric = metric or task_of_table(table).primary
-    t = table[(table["metric"] == metric) & table["helps"]]
-    return t.sort_values("delta", ascending=not HIGHER_IS_BETTER[metric]).reset_index(drop=True)
+    return _findings(table, metric, "helps", HIGHER_IS_BETTER[metric])
+
+
+def harmful(table: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
+    """Heads and layers whose removal (or revert) worsens ``metric`` beyond the 95% interval, the worst first:
+    for a revert sweep, the changes of fine-tuning the task needs."""
+    metric = metric or task_of_table(table).primary
+    return _findings(table, metric, "hurts", not HIGHER_IS_BETTER[metric])
+
+
+def findings_line(table: pd.DataFrame, metric: str, direction: str, verb: str, top: int = 8) -> str:
+    """``removal hurts beyond the 95% CI (accuracy): L4 whole layer -0.075 [-0.150, -0.013], ...`` or ``... none``
+    (or why there can be none: no intervals). ``direction`` is ``hurts`` or ``helps``."""
+    noun = "revert" if verb == "revert" else "removal"
+    head = f"{noun} {direction} beyond the 95% CI ({metric}): "
+    if not (table["ci_high"] > table["ci_low"]).any():
+        return head + "none can be said (no intervals: bootstrap 0, or every delta the same)"
+    found = (harmful if direction == "hurts" else helpful)(table, metric)
+    return head + (", ".join(_fmt_row(r) for r in found.head(top).itertuples()) if len(found) else "none") + (
+        f" (+{len(found) - top} more)" if len(found) > top else "")
 
 # --------------------------------------------------------------------------------------------------
 # The whole study into a run directory (``bertology ablate``; ``compare`` when the tuned model classifies)
@@ -375,19 +401,15 @@ def mode_summary(tables: Mapping[str, pd.DataFrame], note: str = "") -> str:
         + note + ")"
     ]
     verb = "revert" if first["mode"] == "revert" else "remove"  # revert: the base's weights put back
-    if (t["target"] == "head").any() and not flagged:  # a degenerate model's deltas name no needed head
-        worst = ranked(t, main, target="head", harmful=True, top=5)
-        lines.append(f"most harmful heads to {verb} (Δ{main} [95% CI]): " + ", ".join(_fmt_row(r) for r in worst.itertuples()))
     if (t["target"] == "layer").any():
         for lm, part in t[(t["target"] == "layer") & (t["metric"] == main)].groupby("layer_mode", sort=False):
             lines.append(f"layers, {lm}: Δ{main} " + " ".join(f"{'embeddings' if r.layer == 0 else f'L{r.layer}'} {r.delta:+.3f}" for r in part.itertuples()))
+    # the verdicts, both ways, among the units whose interval excludes 0 (a degenerate model's deltas name no unit)
     for metric in (main, loss):
-        good = helpful(t, metric)
-        lines.append(
-            f"{'revert' if verb == 'revert' else 'removal'} helps beyond the 95% CI ({metric}): "
-            + (", ".join(_fmt_row(r) for r in good.head(8).itertuples()) if len(good) else "none")
-            + (f" (+{len(good) - 8} more)" if len(good) > 8 else "")
-        )
+        for direction in ("hurts", "helps"):
+            if direction == "hurts" and flagged:
+                continue
+            lines.append(findings_line(t, metric, direction, verb))
     imp = tables.get("head_importance")
     if imp is not None and len(imp) and (t["target"] == "head").any():
         rho = importance_vs_deltas(imp, t)

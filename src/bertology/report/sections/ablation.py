@@ -24,20 +24,22 @@ _WHAT = {"accuracy": "accuracy", "loss": "cross-entropy loss", "macro_f1": "macr
 _ALSO = ("entity_f1",)
 
 
-def _needed_head_card(t: pd.DataFrame, mode: str) -> dict | None:
-    """The overview card naming the head whose removal costs most of the primary metric (None without head rows)."""
-    from bertology.experiments.ablation import ranked
+def _needed_unit_card(t: pd.DataFrame, mode: str) -> dict:
+    """The overview card naming the unit (head or layer) whose removal or revert costs most of the primary metric
+    beyond its 95% interval; "none" when no unit's interval lies below zero (never a head at +0.000 [+0.000, +0.000])."""
+    from bertology.experiments.ablation import harmful
 
     main = task_of_table(t).primary
-    worst = ranked(t, main, target="head", harmful=True, top=1)
+    worst = harmful(t, main)
+    label = "Change the task needs most" if mode == "revert" else "Unit the task needs most"
     if not len(worst):
-        return None
+        return {"label": label, "text": "none beyond its interval",
+                "note": f"no {'revert' if mode == 'revert' else 'removal'} lowers {main} beyond its 95% interval"}
     w = worst.iloc[0]
-    if mode == "revert":
-        return {"label": "Head whose change the task needs most", "text": str(w["label"]),
-                "note": f"Δ{main} {w['delta']:+.3f} when reverted to the base"}
-    return {"label": "Head the task needs most", "text": str(w["label"]),
-            "note": f"Δ{main} {w['delta']:+.3f} when disabled ({mode})"}
+    how = "reverted to the base" if mode == "revert" else f"disabled ({mode})"
+    more = f"; {len(worst) - 1} more beyond their intervals" if len(worst) > 1 else ""
+    return {"label": label, "text": str(w["label"]),
+            "note": f"Δ{main} {w['delta']:+.3f} [{w['ci_low']:+.3f}, {w['ci_high']:+.3f}] when {how}{more}"}
 
 
 def _degenerate_warning(t: pd.DataFrame) -> str | None:
@@ -167,7 +169,7 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
     When the intact classifier is degenerate, the section and the overview say so (and ``warnings``
     gets the line) instead of naming a head the task needs.
     """
-    from bertology.experiments.ablation import helpful
+    from bertology.experiments.ablation import harmful, helpful
     from bertology.experiments.head_importance import importance_vs_deltas
 
     t = tables["ablation"].copy()
@@ -185,11 +187,13 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
     noun = "Reverts" if reverts else "Removals"
     table = _removals_table(t, main, also, "Reverted" if reverts else "Removed")
     good_acc, good_loss = helpful(t, main), helpful(t, loss)
+    bad_acc = harmful(t, main)
     facts = [("Task", task.name),
              ("Mode", mode + (" ([CLS]/[SEP] excluded)" if bool(first.get("exclude_special")) else "")),
              ("Examples", fmt_value(first.get("n_examples"))),
              (f"Intact {_WHAT[main]}", fmt_value(intact.get(main))), (f"Intact {_WHAT[loss]}", fmt_value(intact.get(loss))),
              *((f"Intact {_WHAT[m]}", fmt_value(intact.get(m))) for m in also),
+             (f"{noun} that hurt {_WHAT[main]} (beyond CI)", str(len(bad_acc))),
              (f"{noun} that help {_WHAT[main]} (beyond CI)", str(len(good_acc))),
              (f"{noun} that lower the {_WHAT[loss]} (beyond CI)", str(len(good_loss)))]
     if imp is not None and len(imp) and has_heads:
@@ -199,11 +203,11 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
     degenerate = None if warning is None else warning.removeprefix("Ablation: ")
     if degenerate is not None:
         facts.insert(0, (f"Degenerate {'classifier' if task.name == 'classification' else 'model'}", degenerate))
-        derived.append({"label": "Head the task needs most", "text": "none can be named", "note": degenerate})
+        derived.append({"label": "Unit the task needs most", "text": "none can be named", "note": degenerate})
         if warnings is not None:
             warnings.append(warning)
-    elif has_heads and (card := _needed_head_card(t, mode)) is not None:
-        derived.append(card)
+    else:
+        derived.append(_needed_unit_card(t, mode))
     derived.append({"label": f"{noun} that help", "text": f"{len(good_acc)} ({main}), {len(good_loss)} ({loss})",
                     "note": f"units whose {'revert to the base' if reverts else 'removal'} improves the task beyond "
                             "the 95% interval"})
