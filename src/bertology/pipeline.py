@@ -24,6 +24,7 @@ from bertology.config import CompareConfig, DataConfig
 from bertology.conventions import describe as describe_conventions
 from bertology.conventions import CONVENTIONS
 from bertology.conventions import choose as choose_convention
+from bertology.tasks.match import training_warnings
 from bertology.conventions import preset_values, resolve as resolve_conventions
 from bertology.experiments.catalog import EXPERIMENTS
 from bertology.experiments.registry import ExperimentContext, ExperimentSpec
@@ -344,6 +345,7 @@ class PairJob:
             self.analyses = build_analyses(self.config, self.pair, inputs.corpus, inputs.encoded, inputs.specs)
             # the file's own trees, not spaCy's parses
             self.warnings += encoding_warnings(inputs.encoded, inputs.corpus) + tree_warnings(inputs.raw_corpus)
+            self.warnings += training_warnings(self.pair.tuned.path, self.config.tuned or self.pair.tuned.name)
             self.results, self.done = _resumed_streams(inputs.specs, self.run_dir, self.resuming)
             self.todo = [a for a in self.analyses if a.name not in self.done]
         except BaseException as exc:

@@ -196,12 +196,17 @@ def _run(folder: Path, fp: str, model: str, data: str | Corpus, loaded, corpus, 
     from bertology.progress import stage_bars
     from bertology.results import now_iso, write_table
 
+    from bertology.tasks.match import training_warnings
+
     with open_run(folder, KIND, fp, overwrite=how.overwrite) as opened:
         path = opened.path
         if opened.resumed and (path / "partial").exists():
             logger.info("resuming the run in %s (finished ablations are kept)", path)
+        warned = training_warnings(loaded.path, model)  # what its fine-tune said of the model
+        for w in warned:
+            logger.warning(w)
         manifest = build_manifest(
-            KIND, fp, created=opened.previous.get("created"),
+            KIND, fp, created=opened.previous.get("created"), warnings=warned,
             config={"model": model, "data": source_name(data), **how.columns.to_dict(), **settings.to_dict(), **how.qa,
                     "dtype": how.loading.dtype},
             seed=settings.seed, device=settings.device, dtype=how.loading.dtype, attn_implementation="eager",

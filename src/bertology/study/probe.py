@@ -142,8 +142,13 @@ def probe(
     ids = {name: (m.weights_sha256 or m.path) for name, m in loaded.items() if name != "random"}
     extra = [loading.dtype] if loading.dtype != "float32" else []
     fp = fingerprint(d, {k: c.fingerprint() for k, c in corpora.items()}, ids, models.random_control, *extra)
+    from bertology.tasks.match import training_warnings
+
+    warned = training_warnings(loaded["tuned"].path, models.tuned) if "tuned" in loaded else []
+    for w in warned:  # what its fine-tune said of the model
+        logger.warning(w)
     manifest = build_manifest(
-        KIND, fp,
+        KIND, fp, warnings=warned,
         config={"base": models.base, "tuned": models.tuned, "random_control": models.random_control,
                 "train": source_name(data.train), "dev": source_name(data.dev), "test": source_name(data.test),
                 "max_sentences": data.max_sentences or 0,

@@ -66,18 +66,45 @@ def kind_of_labels(labels: Sequence[str]) -> LabelKind:
     return LabelKind("numbers", words)
 
 
+#: Words of a fine-tune's warnings that are about the model it made (a manifest written before ``model_warnings``).
+_MODEL_WARNING_WORDS = ("beat chance", "for every eval example", "under-trained")
+
+
+def _finetune_manifest(model_path: str | Path) -> dict | None:
+    """The ``bertology finetune`` manifest of the run folder holding ``model_path`` (``RUN/model``), or None."""
+    folder = Path(model_path).expanduser()
+    if folder.name != "model":
+        return None
+    try:
+        manifest = json.loads((folder.parent / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) and manifest.get("kind") == "finetune" else None
+
+
+def training_warnings(model_path: str | Path, name: str | None = None) -> list[str]:
+    """What the fine-tune that made ``model_path`` warned of the model (one class for every example, not above
+    chance, under-trained), each prefixed with the model's name: a command analysing that model repeats them, so a
+    model that learned nothing is never analysed without a word. Empty for a model not made by ``bertology
+    finetune``."""
+    manifest = _finetune_manifest(model_path)
+    if manifest is None:
+        return []
+    found = manifest.get("model_warnings")
+    if found is None:  # written before the key existed
+        found = [w for w in manifest.get("warnings") or [] if any(k in w for k in _MODEL_WARNING_WORDS)]
+    who = name or str(model_path)
+    return [f"From the fine-tune of {who}: {w}" for w in found if isinstance(w, str)]
+
+
 def training_labels(model_path: str | Path) -> LabelKind | None:
     """The kind of labels a model was fine-tuned on, from the ``bertology finetune`` manifest of the run folder
     that holds it (``RUN/model`` beside ``RUN/manifest.json``); None for any other model (a hub id, a given folder).
 
     The manifest lists the training labels, or for many numbers says ``"N distinct numbers from a to b"``.
     """
-    folder = Path(model_path).expanduser()
-    try:
-        manifest = json.loads((folder.parent / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(manifest, dict) or manifest.get("kind") != "finetune" or folder.name != "model":
+    manifest = _finetune_manifest(model_path)
+    if manifest is None:
         return None
     train = ((manifest.get("data") or {}).get("train") or {}).get("labels")
     if isinstance(train, str) and "distinct numbers" in train:

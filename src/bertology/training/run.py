@@ -175,8 +175,10 @@ def finetune_to_dir(
             for split, enc in details.get("tokenisation", {}).items()
             if enc.get("n_truncated")
         ] + [w for corpus in (train, evaluation) if corpus is not None for w in corpus.stats.get("label_warnings", [])]
-        warnings += chance_warnings(result.predictions)
-        warnings += undertraining_warnings(result.table, result.metrics, details.get("task"))
+        # what is said of the model itself travels with it: compare, ablate, probe and studies of it repeat these
+        model_warnings = chance_warnings(result.predictions) + undertraining_warnings(result.table, result.metrics,
+                                                                                      details.get("task"))
+        warnings += model_warnings
         run_dir.write_manifest(
             {
                 **header,
@@ -199,6 +201,7 @@ def finetune_to_dir(
                 "metrics": result.metrics,
                 "tables": tables,
                 "warnings": warnings,
+                "model_warnings": model_warnings,
                 "wall_time_s": round(result.wall_time_s, 3),
                 "summary": summary_of(result),
             }
