@@ -207,6 +207,14 @@ def _card(run: Run) -> str:
     head += f" <span style='color:#666'>({e(str(run.out)) if run.out else 'in memory'}"
     head += f"; {data.get('n_examples')} examples)</span>" if data.get("n_examples") is not None else ")</span>"
     parts = [f"<div style='font-family:sans-serif;font-size:13px;line-height:1.45'>{head}"]
+    from bertology.report.sections.overview import incomplete
+
+    unfinished = incomplete(run.manifest, [{"name": n} for n in run.tables])
+    if unfinished:
+        missing = f"; missing: {', '.join(unfinished['missing'])}" if unfinished["missing"] else ""
+        parts.append(f"<div style='color:#b00020;font-weight:bold'>this run did not finish (status "
+                     f"{e(unfinished['status'])}: {e(unfinished['why'])}{e(missing)}); run the same command again to "
+                     "finish it</div>")
     summary = run.summary().splitlines()[:8]
     if summary:
         parts.append("<ul style='margin:4px 0'>" + "".join(f"<li>{e(line)}</li>" for line in summary) + "</ul>")

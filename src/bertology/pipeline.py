@@ -120,6 +120,17 @@ def declared_settings() -> tuple[dict[str, Setting], dict[str, str]]:
     return compose((spec.name, spec.settings) for spec in specs), owners
 
 
+def record_plan(run_dir, selection: Selection, config: CompareConfig) -> None:
+    """Put the tables each selected analysis and experiment will write into the running manifest (``planned``), so a
+    report of an interrupted run can name what is missing; a finished manifest replaces it."""
+    manifest = run_dir.read_manifest() or {}
+    if manifest.get("status") != "running":
+        return
+    planned = {spec.name: list(spec.tables) for spec in selection.analyses}
+    planned |= {spec.name: list(spec.tables(config)) for spec in selection.experiments}
+    run_dir.write_manifest({**manifest, "planned": planned})
+
+
 def unread_settings(settings: dict, selection: Selection, implied: dict | None = None) -> list[str]:
     """A warning for each analysis or experiment setting set away from its default that no selected spec reads
     (``--patterns-cnn`` without ``attention_patterns``): a value the user gave is never ignored without a word.
@@ -342,6 +353,7 @@ class PairJob:
         self.memory = MemoryWatch.start(self.config.device)
         try:
             self.run_dir, self.resuming = self.opened.dir, self.opened.resumed
+            record_plan(self.run_dir, inputs.selection, self.config)
             self.analyses = build_analyses(self.config, self.pair, inputs.corpus, inputs.encoded, inputs.specs)
             # the file's own trees, not spaCy's parses
             self.warnings += encoding_warnings(inputs.encoded, inputs.corpus) + tree_warnings(inputs.raw_corpus)

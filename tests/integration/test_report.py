@@ -413,3 +413,34 @@ def test_report_in_headless_chromium(full_run, tmp_path):
         page.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 10_000
     assert errors == [], errors
+
+
+def test_an_interrupted_compare_says_so_at_the_top_of_its_report_and_card(tmp_path, monkeypatch):
+    """Ctrl-C after the streaming analyses: the report of the folder names the experiment that is missing, and the
+    notebook card says the run did not finish; a finished run has no banner."""
+    import bertology as bt
+    import bertology.pipeline as pipeline
+    from bertology.report.rerender import rerender
+    from bertology.testing import SENTENCES, tiny_bert_pair
+
+    base, tuned = tiny_bert_pair(tmp_path / "pair", classifier=True)
+    data = pd.DataFrame({"text": SENTENCES, "label": [i % 2 for i in range(len(SENTENCES))]})
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "_experiment", interrupted)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        bt.compare(str(base), str(tuned), data, out=out, analyses=["attention_change", "ablation"],
+                   ablation_bootstrap=10, view_examples=0)
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["status"] == "interrupted" and "ablation" in manifest["planned"]
+    html = rerender(out).read_text(encoding="utf-8")
+    top = html[html.index('<section id="overview"'):html.index('class="cards"') if 'class="cards"' in html else None]
+    assert "This run did not finish" in top and "Missing: ablation." in " ".join(top.split())
+    assert "did not finish" in bt.load_run(out)._repr_html_()
+    monkeypatch.undo()
+    done = bt.compare(str(base), str(tuned), data, out=out, analyses=["attention_change", "ablation"],
+                      ablation_bootstrap=10, view_examples=0)  # the same command finishes it
+    assert "did not finish" not in rerender(out).read_text(encoding="utf-8") and "did not finish" not in done._repr_html_()

@@ -234,6 +234,25 @@ def _conventions(manifest: Mapping[str, Any]) -> dict | None:
     return {"preset": fmt_value(record.get("preset")), "rows": rows}
 
 
+#: Manifest statuses of a run that finished.
+FINISHED = ("complete", "done")
+
+
+def incomplete(manifest: Mapping[str, Any], listing: list[dict]) -> dict | None:
+    """The banner of a run that did not finish (None when it did, or the manifest says nothing): its status, its
+    error, and the planned analyses none of whose tables was written, so missing sections are never just absent."""
+    status = manifest.get("status")
+    if not manifest or status in FINISHED or status is None:
+        return None
+    written = {str(t.get("name")) for t in listing if isinstance(t, Mapping)}
+    planned = manifest.get("planned") if isinstance(manifest.get("planned"), Mapping) else {}
+    missing = [name for name, tables in planned.items() if not written & {str(t) for t in tables or [name]}]
+    why = {"running": "it was interrupted or killed, or is still running",
+           "interrupted": "it was interrupted", "failed": "it failed"}.get(str(status), f"its status is {status!r}")
+    return {"status": str(status), "why": why, "error": fmt_value(manifest.get("error")) if manifest.get("error") else None,
+            "missing": missing, "known": bool(planned)}
+
+
 def overview(manifest: Mapping[str, Any], listing: list[dict], warnings: list[str], derived: list[dict]) -> dict:
     """The overview's dict: the manifest's summary first, then the sections' headline cards (``derived``)."""
     model_names, model_rows = _model_rows(manifest)
@@ -256,6 +275,7 @@ def overview(manifest: Mapping[str, Any], listing: list[dict], warnings: list[st
         "warnings": [fmt_value(w) if not isinstance(w, str) else w for w in raw_warnings] + warnings,
         "tables": listing,
         "command": manifest.get("command"),
+        "incomplete": incomplete(manifest, listing),
     }
 
 
