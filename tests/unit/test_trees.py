@@ -237,3 +237,38 @@ def test_tree_problem_names_a_cycle_and_reads_pairs_as_two_trees():
     # a pair: words 1-2 and 3-4 are two trees (heads index the concatenation), two roots is right
     assert tree_problem([2, 0, 0, 3], n_first_words=2) is None
     assert tree_problem([2, 0, 4, 3], n_first_words=2) is not None
+
+
+def test_sentence_bootstrap_equals_scoring_each_resample_by_hand():
+    """Resampled corpus scores (weights = how often each sentence is drawn) equal the corpus scores of the resampled
+    sentence lists; the all-ones row is the point estimate."""
+    from bertology.metrics.bootstrap import bootstrap_counts
+    from bertology.metrics.trees import _sentence_scores, uuas_counts
+
+    rng = np.random.default_rng(5)
+    trees = [random_heads(rng, n) for n in (3, 5, 5, 6, 8, 8, 12, 30)]
+    keeps = [rng.random(len(h)) > 0.1 for h in trees]
+    preds = [(lambda p: p + p.T)(rng.random((len(h), len(h)))) for h in trees]
+    per = _sentence_scores(preds, trees, keeps, None, tree_distances, uuas_counts, distance_spearman_per_word)
+    counts = bootstrap_counts(len(trees), 6, seed=1)
+    uuas, dspr = per.scores(counts)
+    for r, row in enumerate(counts):
+        drawn = [i for i, c in enumerate(row) for _ in range(int(c))]
+        by_hand = score_distances([preds[i] for i in drawn], [trees[i] for i in drawn], [keeps[i] for i in drawn])
+        assert uuas[r] == pytest.approx(by_hand["uuas"]) and dspr[r] == pytest.approx(by_hand["dspr"], nan_ok=True)
+    point = score_distances(preds, trees, keeps, n_bootstrap=200, seed=0)
+    lo, hi = point["uuas_ci"]
+    assert lo <= point["uuas"] <= hi and lo < hi
+
+
+def test_the_linear_chain_baseline_is_perfect_on_chains_and_scored_as_a_probe_elsewhere():
+    from bertology.metrics.trees import linear_chain_scores
+
+    chains = [[0] + list(range(1, n)) for n in (4, 6, 9)]  # word i+1 headed by word i, the first the root
+    keeps = [np.ones(len(h), bool) for h in chains]
+    got = linear_chain_scores(chains, keeps)
+    assert got["uuas"] == 1.0 and got["root_acc"] == 1.0 and got["dspr"] == pytest.approx(1.0)
+    got = linear_chain_scores([list(HEADS)], [np.array([u != "PUNCT" for u in UPOS])], n_bootstrap=50)
+    chain = np.abs(np.subtract.outer(np.arange(9), np.arange(9))).astype(float)
+    expect = score_distances([chain], [list(HEADS)], [np.array([u != "PUNCT" for u in UPOS])])
+    assert got["uuas"] == expect["uuas"] < 1 and got["root_acc"] == 0.0 and "uuas_ci" in got

@@ -18,6 +18,8 @@ Conventions
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
@@ -232,21 +234,60 @@ class SpearmanByLength:
         return float(np.mean(means)) if means else float("nan")
 
 
+@dataclass(frozen=True)
+class SentenceScores:
+    """Per sentence: ``hits`` out of ``counted`` (UUAS edges or the root), its ``length`` in words, and the sum and
+    count of its finite Spearman values: what a corpus score adds up, kept per sentence so it can be resampled."""
+
+    hits: np.ndarray
+    counted: np.ndarray
+    lengths: np.ndarray
+    spr_sum: np.ndarray
+    spr_count: np.ndarray
+
+    def scores(self, weights: np.ndarray, lengths: tuple[int, int] = SPEARMAN_LENGTHS) -> tuple[np.ndarray, np.ndarray]:
+        """The corpus ratio (hits / counted) and Hewitt & Manning's Spearman (mean over sentence lengths ``lengths``
+        of the mean per length) for each row of ``weights`` ``[R, n]`` (how often each sentence is drawn)."""
+        w = np.asarray(weights, dtype=np.float64)
+        counted = w @ self.counted
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.where(counted > 0, (w @ self.hits) / np.where(counted > 0, counted, 1), np.nan)
+        lo, hi = lengths
+        keep = (self.lengths >= lo) & (self.lengths <= hi)
+        sizes = np.unique(self.lengths[keep])
+        if sizes.size == 0:
+            return ratio, np.full(w.shape[0], np.nan)
+        onehot = (self.lengths[:, None] == sizes[None, :]) & keep[:, None]  # [n, L]
+        total, count = w @ (self.spr_sum[:, None] * onehot), w @ (self.spr_count[:, None] * onehot)  # [R, L]
+        present = count > 0
+        per_length = np.where(present, total / np.where(present, count, 1), 0.0)
+        n_present = present.sum(1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            spr = np.where(n_present > 0, per_length.sum(1) / np.maximum(n_present, 1), np.nan)
+        return ratio, spr
+
+
 def score_distances(
     predictions: Sequence[np.ndarray],
     heads: Sequence[Sequence[int]],
     keeps: Sequence[np.ndarray | None],
     lengths: tuple[int, int] = SPEARMAN_LENGTHS,
     golds: Sequence[np.ndarray] | None = None,
+    *,
+    n_bootstrap: int = 0,
+    seed: int = 0,
 ) -> dict:
-    """Corpus UUAS (punctuation left out through ``keeps``) and DSpr of predicted distance matrices.
+    """Corpus UUAS (punctuation left out through ``keeps``) and DSpr of predicted distance matrices; with
+    ``n_bootstrap`` their 95% percentile intervals over sentences (``uuas_ci``, ``dspr_ci``).
 
     ``golds`` (the gold distance matrices) may be passed to skip recomputing them from ``heads``.
     """
-    found, total, n, dspr = _corpus_scores(
-        predictions, heads, keeps, golds, tree_distances, uuas_counts, distance_spearman_per_word, lengths
-    )
-    return {"uuas": found / total if total else float("nan"), "dspr": dspr, "n_sentences": n, "n_edges": total}
+    per = _sentence_scores(predictions, heads, keeps, golds, tree_distances, uuas_counts, distance_spearman_per_word)
+    uuas, dspr = per.scores(np.ones((1, len(per.hits))), lengths)
+    out = {"uuas": float(uuas[0]), "dspr": float(dspr[0]), "n_sentences": len(per.hits), "n_edges": int(per.counted.sum())}
+    if n_bootstrap:
+        out["uuas_ci"], out["dspr_ci"] = _intervals(per, n_bootstrap, seed, lengths)
+    return out
 
 
 def score_depths(
@@ -255,15 +296,40 @@ def score_depths(
     keeps: Sequence[np.ndarray | None],
     lengths: tuple[int, int] = SPEARMAN_LENGTHS,
     golds: Sequence[np.ndarray] | None = None,
+    *,
+    n_bootstrap: int = 0,
+    seed: int = 0,
 ) -> dict:
-    """Corpus root accuracy (punctuation left out through ``keeps``) and NSpr of predicted depths.
+    """Corpus root accuracy (punctuation left out through ``keeps``) and NSpr of predicted depths; with
+    ``n_bootstrap`` their 95% percentile intervals over sentences (``root_acc_ci``, ``nspr_ci``).
 
     ``golds`` (the gold depths) may be passed to skip recomputing them from ``heads``.
     """
-    correct, counted, n, nspr = _corpus_scores(
-        predictions, heads, keeps, golds, tree_depths, _root_counts, depth_spearman_per_word, lengths
-    )
-    return {"root_acc": correct / counted if counted else float("nan"), "nspr": nspr, "n_sentences": n}
+    per = _sentence_scores(predictions, heads, keeps, golds, tree_depths, _root_counts, depth_spearman_per_word)
+    root, nspr = per.scores(np.ones((1, len(per.hits))), lengths)
+    out = {"root_acc": float(root[0]), "nspr": float(nspr[0]), "n_sentences": len(per.hits)}
+    if n_bootstrap:
+        out["root_acc_ci"], out["nspr_ci"] = _intervals(per, n_bootstrap, seed, lengths)
+    return out
+
+
+def _intervals(per: SentenceScores, n_bootstrap: int, seed: int, lengths: tuple[int, int]
+               ) -> tuple[tuple[float, float], tuple[float, float]]:
+    """95% percentile intervals of both scores over ``n_bootstrap`` resamples of the sentences."""
+    from bertology.metrics.bootstrap import bootstrap_counts, percentile_interval
+
+    ratio, spr = per.scores(bootstrap_counts(len(per.hits), n_bootstrap, seed), lengths)
+    return percentile_interval(ratio), percentile_interval(spr)
+
+
+def linear_chain_scores(heads: Sequence[Sequence[int]], keeps: Sequence[np.ndarray | None], *,
+                        n_bootstrap: int = 0, seed: int = 0) -> dict:
+    """The right-branching chain baseline: every word attached to the next and the first word the root (distance
+    ``|i - j|``, depth ``i``), scored as a probe's predictions are; the floor a structural probe must clear."""
+    distances = [np.abs(np.subtract.outer(np.arange(len(h)), np.arange(len(h)))).astype(np.float64) for h in heads]
+    depths = [np.arange(len(h), dtype=np.float64) for h in heads]
+    return {**score_distances(distances, heads, keeps, n_bootstrap=n_bootstrap, seed=seed),
+            **score_depths(depths, heads, keeps, n_bootstrap=n_bootstrap, seed=seed)}
 
 
 def _root_counts(depths: np.ndarray, heads: Sequence[int], keep: Sequence[bool] | np.ndarray | None) -> tuple[int, int]:
@@ -272,7 +338,7 @@ def _root_counts(depths: np.ndarray, heads: Sequence[int], keep: Sequence[bool] 
     return (0, 0) if ok is None else (int(ok), 1)
 
 
-def _corpus_scores(
+def _sentence_scores(
     predictions: Sequence[np.ndarray],
     heads: Sequence[Sequence[int]],
     keeps: Sequence[np.ndarray | None],
@@ -280,18 +346,20 @@ def _corpus_scores(
     gold_of: Callable[[Sequence[int]], np.ndarray],
     counts: Callable[[np.ndarray, Sequence[int], np.ndarray | None], tuple[int, int]],
     spearman: Callable[[np.ndarray, np.ndarray], float | np.ndarray],
-    lengths: tuple[int, int],
-) -> tuple[int, int, int, float]:
-    """The corpus loop both probes share: summed ``counts`` (hits, out of), sentences, Spearman by length.
+) -> SentenceScores:
+    """The corpus loop both probes share, per sentence: ``counts`` (hits, out of), its length, its Spearman values.
 
     Each prediction is read as float64; its gold is ``golds[k]`` when given, else ``gold_of(heads)``.
     """
-    hits = total = n = 0
-    spr = SpearmanByLength(lengths)
+    n = len(predictions)
+    hits, counted, sizes = np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64)
+    spr_sum, spr_count = np.zeros(n), np.zeros(n)
     for k, (pred, h, keep) in enumerate(zip(predictions, heads, keeps)):
         pred = np.asarray(pred, dtype=np.float64)
         gold = gold_of(h) if golds is None else golds[k]
-        f, t = counts(pred, h, keep)
-        hits, total, n = hits + f, total + t, n + 1
-        spr.add(len(gold), spearman(pred, gold))
-    return hits, total, n, spr.score()
+        hits[k], counted[k] = counts(pred, h, keep)
+        sizes[k] = len(gold)
+        v = np.atleast_1d(np.asarray(spearman(pred, gold), dtype=np.float64))
+        v = v[np.isfinite(v)]
+        spr_sum[k], spr_count[k] = float(v.sum()), v.size
+    return SentenceScores(hits, counted, sizes, spr_sum, spr_count)
