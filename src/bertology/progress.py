@@ -283,14 +283,21 @@ def stage_bars(enabled: bool = True, describe: Callable[[str], str] = str, conso
         bars: dict[str, PlainBar] = {}
         write = _writer(console)
         last_report = [clock()]  # a stage's work began when the one before it last reported (or at the start)
+        adding = threading.Lock()  # the timer thread reads the stages while a new one may be added
 
         def on_plain(stage: str, done: int, total: int) -> None:
             if stage not in bars:
-                bars[stage] = PlainBar(_plain_text(describe(stage)), total, write, clock=clock, started=last_report[0])
+                with adding:
+                    bars[stage] = PlainBar(_plain_text(describe(stage)), total, write, clock=clock,
+                                           started=last_report[0])
             bars[stage].update(done, total)
             last_report[0] = clock()
 
-        with _ticking(lambda: list(bars.values())):
+        def stages() -> list[PlainBar]:
+            with adding:
+                return list(bars.values())
+
+        with _ticking(stages):
             try:
                 yield on_plain
             finally:
