@@ -4,6 +4,8 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# no progress bars or progress lines in tests (as in the docs build); tests of progress set or unset it themselves
+os.environ.setdefault("BERTOLOGY_PROGRESS", "0")
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # `make test` runs a worker per core: each gets its share of threads
     _share = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
     for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):

@@ -25,12 +25,91 @@ logger = logging.getLogger(__name__)
 DEMO_ABLATION_MODES = ("uniform", "revert", "transplant")
 
 
+@dataclass(frozen=True)
+class DemoPlan:
+    """How much work a demo run does: the quick default (minutes on a laptop's CPU) or ``--full``.
+
+    ``train_examples`` is the seeded, label-stratified sample fine-tuned on (``None``: the whole training split),
+    ``max_length`` the tokens kept per sentence, ``learning_rate`` the encoder's peak rate (``None``: the
+    classification recipe's 5e-5; the quick plan's fewer steps need a higher one), ``ablation_examples`` the held-out sentences every ablation,
+    revert and transplant sweep is scored on, and ``importance`` whether head importance and pruning curves run.
+    """
+
+    name: str
+    train_examples: int | None
+    max_length: int
+    learning_rate: float | None
+    ablation_examples: int
+    importance: bool
+
+
+#: The default demo: a cheaper fine-tune and short sweeps on a small sample; every kind of result still shown.
+QUICK = DemoPlan("quick", train_examples=1600, max_length=64, learning_rate=1e-4, ablation_examples=100,
+                 importance=False)
+#: ``bertology demo --full``: the whole training split, and the sweeps and head importance on 500 sentences.
+FULL = DemoPlan("full", train_examples=None, max_length=128, learning_rate=None, ablation_examples=500,
+                importance=True)
+
+#: What one fine-tuned model can and cannot say (printed, in the report's overview and in the docs).
+SEED_NOTE = ("One fine-tuning seed: the numbers describe this model, not fine-tuning in general. Another seed moves "
+             "small differences (a head's rank, a delta of a point or two) as much as the 95% intervals say, or "
+             "more; `bertology study` runs several seeds and holds the changes against that noise.")
+
+
+def demo_plan(full: bool = False) -> DemoPlan:
+    """The quick plan, or the full one."""
+    return FULL if full else QUICK
+
+
+def sample_note(plan: DemoPlan, n_compared: int) -> str:
+    """The sentence saying how many held-out sentences the sweeps used (and that a small sample is only a sketch)."""
+    if plan.ablation_examples >= n_compared:
+        return f"the ablation, revert and transplant sweeps score the same {n_compared} held-out sentences"
+    return (f"the ablation, revert and transplant sweeps score a small stratified sample of {plan.ablation_examples} of the "
+            f"{n_compared} held-out sentences: intervals are wide, read them as a sketch (bertology demo --full: "
+            f"{FULL.ablation_examples} sentences and head importance)")
+
+
+def demo_finetune_config(plan: DemoPlan, data_path: Path, out: Path, *, epochs: float, seed: int) -> FinetuneConfig:
+    """The demo's fine-tuning settings for ``plan``, cached in ``OUT-model``."""
+    return FinetuneConfig(
+        model="minilm",
+        data=DataConfig(path=str(data_path), max_examples=plan.train_examples, max_length=plan.max_length,
+                        overlong="truncate"),
+        out=str(out.with_name(out.name + "-model")),
+        epochs=epochs,
+        learning_rate=plan.learning_rate,
+        seed=seed,
+    )
+
+
+def demo_compare_config(plan: DemoPlan, data_path: Path, out: Path, model_dir: Path, *, compare_examples: int,
+                        seed: int) -> CompareConfig:
+    """The demo's comparison settings for ``plan``: every analysis, and the three ablation modes on the plan's
+    sample (head importance only in the full plan)."""
+    return CompareConfig(
+        base="minilm",
+        tuned=str(model_dir),
+        data=DataConfig(path=f"{data_path} (held-out split, stratified sample)", max_examples=compare_examples),
+        out=str(out),
+        seed=seed,
+        # what the tuned model needs (heads disabled), which of its changes the task needs (units put back to the
+        # base's weights) and how much of the gain each carries (tuned units put into the base): issue 33
+        ablation_mode=DEMO_ABLATION_MODES,
+        ablation_examples=min(plan.ablation_examples, compare_examples),
+        ablation_importance=plan.importance,
+    )
+
+
 @dataclass
 class DemoResult:
+    """A demo run: the comparison, the tuned model's held-out metrics, where it is cached, and the plan it ran."""
+
     run: CompareRun
     heldout_metrics: dict
     model_dir: Path
     reused_model: bool
+    plan: DemoPlan = QUICK
 
 
 def split_heldout(corpus: Corpus, fraction: float, seed: int) -> tuple[Corpus, Corpus]:
@@ -57,6 +136,7 @@ def _intervals_of(run_dir: Path) -> list[Result]:
 def run_demo(
     out: str | Path = "runs/demo",
     *,
+    full: bool = False,
     epochs: float = 1.0,
     heldout_fraction: float = 0.2,
     compare_examples: int = 500,
@@ -64,40 +144,35 @@ def run_demo(
     progress: bool = False,
     overwrite: bool = False,
 ) -> DemoResult:
-    """Fine-tune minilm on Pang & Lee polarity, compare base vs tuned on held-out sentences, write a report."""
+    """Fine-tune minilm on Pang & Lee polarity, compare base vs tuned on held-out sentences, write a report.
+
+    The default is quick (:data:`QUICK`: a sample of the training split, short sweeps on a small sample);
+    ``full=True`` fine-tunes on the whole split and runs the sweeps and head importance on 500 sentences
+    (:data:`FULL`)."""
     from bertology.data.loaders import load_corpus
 
     out = Path(out)
+    plan = demo_plan(full)
     data_path = fetch_polarity()
     corpus = load_corpus(str(data_path))
     train, heldout = split_heldout(corpus, heldout_fraction, seed)
-    ft_config = FinetuneConfig(
-        model="minilm",
-        data=DataConfig(path=str(data_path), max_examples=None, overlong="truncate"),
-        out=str(out.with_name(out.name + "-model")),
-        epochs=epochs,
-        seed=seed,
-    )
+    ft_config = demo_finetune_config(plan, data_path, out, epochs=epochs, seed=seed)
     # The cache folder belongs to the demo: a run with other settings is replaced, an identical one reused.
     ft = finetune_to_dir(ft_config, train, heldout, overwrite=True, progress=progress)
     model_dir, ft_table, metrics, reused = ft.model_dir, ft.table, ft.metrics, ft.reused
-    cmp_config = CompareConfig(
-        base="minilm",
-        tuned=str(model_dir),
-        data=DataConfig(path=f"{data_path} (held-out split, stratified sample)", max_examples=compare_examples),
-        out=str(out),
-        seed=seed,
-        # what the tuned model needs (heads disabled), which of its changes the task needs (units put back to the
-        # base's weights) and how much of the gain each carries (tuned units put into the base): issue 33
-        ablation_mode=DEMO_ABLATION_MODES,
-    )
+    cmp_config = demo_compare_config(plan, data_path, out, model_dir, compare_examples=compare_examples, seed=seed)
+    n_compared = min(compare_examples, len(heldout))
     summary = {
         "task": "sentence polarity (Pang & Lee 2005), labels 1 / -1",
-        "train_examples": len(train),
+        "demo": plan.name,
+        "train_examples": min(plan.train_examples or len(train), len(train)),
         "heldout_examples": len(heldout),
         "heldout_accuracy": metrics.get("accuracy"),
         "heldout_macro_f1": metrics.get("macro_f1"),
-        "compared_examples": min(compare_examples, len(heldout)),
+        "compared_examples": n_compared,
+        "ablation_examples": min(plan.ablation_examples, n_compared),
+        "sweeps": sample_note(plan, n_compared),
+        "one_seed": SEED_NOTE,
         "fine_tuned_model": str(model_dir),
         "data_citation": POLARITY_CITATION,
     }
@@ -114,4 +189,4 @@ def run_demo(
                        *_intervals_of(Path(ft_config.out))],
         summary=summary,
     )
-    return DemoResult(run, metrics, model_dir, reused)
+    return DemoResult(run, metrics, model_dir, reused, plan)

@@ -17,3 +17,48 @@ def test_stratified_sample_is_balanced_ordered_and_seeded():
     assert [order[t] for t in texts] == sorted(order[t] for t in texts)
     assert [ex.text for ex in held.stratified_sample(40, seed=0)] == texts
     assert len(held.stratified_sample(1000, seed=0)) == len(held)
+
+
+def test_the_default_demo_is_quick_and_full_runs_the_whole_sweeps(tmp_path):
+    """The config builders as pure functions: no fine-tune, no model loaded."""
+    from pathlib import Path
+
+    from bertology.demo import FULL, QUICK, demo_compare_config, demo_finetune_config, demo_plan
+
+    data, out, model = tmp_path / "polarity.csv", tmp_path / "demo", tmp_path / "demo-model" / "model"
+    assert demo_plan() is QUICK and demo_plan(full=True) is FULL
+    quick = demo_compare_config(demo_plan(), data, out, model, compare_examples=500, seed=0)
+    full = demo_compare_config(demo_plan(full=True), data, out, model, compare_examples=500, seed=0)
+    for cfg in (quick, full):  # every kind of result: all analyses, the three ablation modes
+        assert cfg.analyses == ("all",) and cfg.ablation_mode == ("uniform", "revert", "transplant")
+        assert cfg.data.max_examples == 500 and Path(cfg.tuned) == model and cfg.out == str(out)
+    assert full.ablation_examples == 500 and full.ablation_importance is True
+    assert quick.ablation_examples < full.ablation_examples and quick.ablation_importance is False
+    # never more sweep sentences than compared ones
+    assert demo_compare_config(FULL, data, out, model, compare_examples=80, seed=0).ablation_examples == 80
+
+    ft_quick = demo_finetune_config(QUICK, data, out, epochs=1.0, seed=3)
+    ft_full = demo_finetune_config(FULL, data, out, epochs=1.0, seed=3)
+    assert ft_full.data.max_examples is None and ft_full.data.max_length == 128  # the whole training split
+    assert ft_quick.data.max_examples == QUICK.train_examples < 3200 and ft_quick.data.max_length < 128
+    assert ft_full.learning_rate is None  # the recipe's, as before --full existed
+    assert ft_quick.out == ft_full.out == str(tmp_path / "demo-model") and ft_quick.seed == 3
+
+
+def test_the_demo_flag_is_the_function_keyword():
+    """``bertology demo --full`` reaches ``run_demo(full=...)``, and every other flag a keyword too."""
+    import inspect
+
+    import click
+    import typer.main
+
+    from bertology.cli import app
+    from bertology.demo import FULL, run_demo
+
+    cmd = typer.main.get_command(app).commands["demo"]
+    keywords = inspect.signature(run_demo).parameters
+    flags = {p.name for p in cmd.get_params(click.Context(cmd)) if p.name != "help"}
+    assert "full" in flags and flags <= set(keywords)
+    assert keywords["full"].default is False
+    full_help = next(p.help for p in cmd.get_params(click.Context(cmd)) if p.name == "full")
+    assert f"{FULL.ablation_examples} held-out sentences" in full_help

@@ -17,6 +17,7 @@ import typer
 from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
+from bertology.progress import command_progress
 from bertology.cli.generated import given_settings, settings_command
 from bertology.cli.options import (
     DATA_FORMATS, LABEL_COL, PAIR_COL, TEXT_COL, base_option, data_option, model_option, no_report_option, out_option,
@@ -63,7 +64,7 @@ def ablate_command(
     loading = {s.name: settings.pop(s.name) for s in field_settings(Loading) if s.name in settings}
     run = ablate(model, data, settings, out=out, columns=Columns(text_column, pair_column, label_column),
                  qa=QaOptions(**qa), loading=Loading(**loading),
-                 overwrite=overwrite, report=not no_report, progress=True, base=base)
+                 overwrite=overwrite, report=not no_report, progress=command_progress(), base=base)
     console.print(run.summary, markup=False, highlight=False)
     console.print(f"tables: {run.out / 'tables'}", markup=False, highlight=False)
     if run.figures:

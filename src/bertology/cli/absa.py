@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
+from bertology.progress import command_progress
 from bertology.cli.generated import given_settings, settings_command
 from bertology.cli.options import base_option, no_report_option, out_option, overwrite_option, tuned_option
 
@@ -38,7 +39,7 @@ def absa_command(
     from bertology.study.absa import AbsaConfig, run_absa
 
     config = AbsaConfig(data=data, out=out, base=base, tuned=tuned, report=not no_report, **given_settings(ctx))
-    run = run_absa(config, overwrite=overwrite, progress=True)
+    run = run_absa(config, overwrite=overwrite, progress=command_progress())
     held = run.counts["held_out"]
     if "accuracy" in run.metrics:
         console.print(f"held-out accuracy {run.metrics['accuracy']:.4f}, macro-F1 {run.metrics['macro_f1']:.4f} "

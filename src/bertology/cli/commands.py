@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
+from bertology.progress import command_progress
 from bertology.cli.generated import given_settings, settings_command
 from bertology.cli.options import (
     DATA_OPT, epochs_option, no_report_option, out_option, overwrite_option, seed_option, tuned_option,
@@ -53,10 +54,10 @@ def compare_command(
     if many:
         from bertology.multicompare import compare_many, parse_tuned
 
-        _print_many_summary(compare_many(config, parse_tuned(tuned), overwrite=overwrite, progress=True,
+        _print_many_summary(compare_many(config, parse_tuned(tuned), overwrite=overwrite, progress=command_progress(),
                                          report=not no_report))
         return
-    run = compare(config, overwrite=overwrite, progress=True, report=not no_report)
+    run = compare(config, overwrite=overwrite, progress=command_progress(), report=not no_report)
     _print_compare_summary(run)
 
 
@@ -157,18 +158,26 @@ def env_command(as_json: bool = typer.Option(False, "--json", help="Print JSON."
 @user_errors
 def demo_command(
     out: Path = out_option(Path("runs/demo"), help="Run directory; the fine-tuned model is cached in OUT-model."),
+    full: bool = typer.Option(
+        False, "--full", help="The full demo: fine-tune on the whole training split, and run the ablation, revert and "
+        "transplant sweeps and head importance on 500 held-out sentences (tens of minutes on a CPU). Without it: a "
+        "smaller fine-tune and short sweeps on a small stratified sample, no head importance (minutes)."),
     epochs: float = epochs_option(1.0, help="Fine-tuning epochs (1 keeps the demo within minutes on a CPU)."),
     compare_examples: int = typer.Option(500, "--compare-examples", help="Held-out sentences to compare base and tuned on."),
     seed: int = seed_option(),
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Fine-tune minilm on sentence polarity, compare it with the base model, and write the report."""
-    from bertology.demo import run_demo
+    from bertology.demo import SEED_NOTE, run_demo, sample_note
 
-    result = run_demo(out, epochs=epochs, compare_examples=compare_examples, seed=seed, progress=True, overwrite=overwrite)
+    result = run_demo(out, full=full, epochs=epochs, compare_examples=compare_examples, seed=seed,
+                      progress=command_progress(), overwrite=overwrite)
     if result.reused_model:
         console.print(f"reused the fine-tuned model in {escape(str(result.model_dir))}")
     _print_compare_summary(result.run)
     m = result.heldout_metrics
     typer.echo(f"held-out accuracy: {m.get('accuracy', float('nan')):.4f} (macro-F1 {m.get('macro_f1', float('nan')):.4f}, n={m.get('n_eval', '?')})")
+    summary = result.run.manifest.get("summary", {})
+    typer.echo(f"demo ({result.plan.name}): {sample_note(result.plan, summary.get('compared_examples', compare_examples))}")
+    typer.echo(SEED_NOTE)
     typer.echo(f"report: {result.run.report}")

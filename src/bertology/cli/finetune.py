@@ -18,6 +18,7 @@ import typer
 from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
+from bertology.progress import command_progress
 from bertology.cli.generated import given_settings, settings_command
 from bertology.cli.options import DATA_FORMATS, data_option, model_option, no_report_option, out_option, overwrite_option
 from bertology.config import FINETUNE_DATA_SETTINGS, DataConfig, FinetuneConfig
@@ -170,7 +171,7 @@ def finetune_command(
     train, evaluation = read_data(config)  # checks the settings, then reads with the reader the task needs
     from bertology.integrations.tracker import finetune_tracker
 
-    run = finetune_to_dir(config, train, evaluation, overwrite=overwrite, retrain=overwrite, progress=True,
+    run = finetune_to_dir(config, train, evaluation, overwrite=overwrite, retrain=overwrite, progress=command_progress(),
                           tracker=finetune_tracker)
     _print_run(run, against, no_report)
 

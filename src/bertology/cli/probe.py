@@ -20,6 +20,7 @@ import typer
 from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
+from bertology.progress import command_progress
 from bertology.cli.generated import given_settings, settings_command
 from bertology.cli.options import (
     base_option, no_report_option, out_option, overwrite_option, tuned_option,
@@ -67,7 +68,7 @@ def probe_command(
     options = ProbeOptions(**options)
     run = probe(ProbeModels(base, tuned, random_control), ProbeData(train, test, dev, **reading), settings,
                 conventions=options.conventions, out=out, loading=Loading(**loading), overwrite=overwrite,
-                keep_features=options.keep_features, report=not no_report, progress=True)
+                keep_features=options.keep_features, report=not no_report, progress=command_progress())
     _print_summary(run.table("probe"), run.out)
     if run.report is not None:
         console.print(f"report: [bold]{escape(str(run.report))}[/]")

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from bertology.cli.app import app, console, user_errors
+from bertology.progress import command_progress
 from bertology.cli.options import overwrite_option
 
 STATUS_STYLE = {"done": "green", "cached": "cyan", "failed": "bold red", "skipped": "yellow"}
@@ -29,7 +30,7 @@ def study_command(
     from bertology.study.runner import run_study
 
     result = run_study(spec, out, executor=executor, ray_address=ray_address, overwrite=overwrite,
-                       progress=executor == "local")
+                       progress=executor == "local" and command_progress())
     console.print(job_table(result))
     console.print(f"study: [bold]{escape(str(result.out))}[/] (tables/, manifest.json)")
     if result.report:

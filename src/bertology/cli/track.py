@@ -14,6 +14,7 @@ import typer
 from rich.markup import escape
 
 from bertology.cli.app import app, console, user_errors
+from bertology.progress import command_progress
 from bertology.cli.generated import given_settings, settings_command
 from bertology.cli.options import base_option, data_option, overwrite_option
 
@@ -41,7 +42,7 @@ def track_command(
     """
     from bertology.study.track import track
 
-    result = track(run, data=data, base=base, overwrite=overwrite, progress=True, **given_settings(ctx))
+    result = track(run, data=data, base=base, overwrite=overwrite, progress=command_progress(), **given_settings(ctx))
     steps = ", ".join(f"{c.name}" for c in result.checkpoints)
     console.print(f"tracked {len(result.checkpoints)} checkpoints ({escape(str(steps))})" +
                   (f"; reused {len(result.reused)} finished" if result.reused else ""))
