@@ -159,6 +159,11 @@ def test_exact_tree_features_with_identity_probe_score_perfectly():
     ts.keep = [np.ones(len(h), bool) for h in ts.heads]
     assert evaluate_probes(stack, {("m", 3): 0}, feats, ts)[1]["root_acc"] == 1.0
     assert dist["loss"] == pytest.approx(0.0, abs=1e-5) and depth["loss"] == pytest.approx(0.0, abs=1e-5)
+    # intervals over sentences: absent without resamples, around the score with them (a perfect probe: zero width)
+    assert np.isnan(dist["uuas_ci_low"]) and np.isnan(depth["nspr_ci_high"])
+    boot = evaluate_probes(stack, {("m", 3): 0}, feats, ts, n_bootstrap=100, seed=0)
+    assert boot[0]["uuas_ci_low"] == boot[0]["uuas"] == boot[0]["uuas_ci_high"] == 1.0
+    assert boot[1]["nspr_ci_low"] <= boot[1]["nspr"] <= boot[1]["nspr_ci_high"]
 
 
 def test_training_recovers_planted_trees_and_not_noise():

@@ -100,7 +100,8 @@ logger = logging.getLogger(__name__)
 
 TABLE = "probe"
 COLUMNS = ["model", "layer", "probe", "split", "uuas", "dspr", "root_acc", "nspr", "loss", "n_sentences",
-           "rank", "epochs", "best_epoch", "best_dev_loss"]
+           "rank", "epochs", "best_epoch", "best_dev_loss",
+           *(f"{m}_ci_{end}" for m in ("uuas", "dspr", "root_acc", "nspr") for end in ("low", "high"))]
 
 ProgressFn = Callable[[str, int, int], None]
 
@@ -163,7 +164,8 @@ def run_probes(
     for k, split in enumerate(("dev", "test")):
         progress("scoring", k, 2)
         rows += evaluate_probes(stack, layer_index, feats[split], splits[split],
-                                batch_size=settings.extract_batch_size, device=settings.device)
+                                batch_size=settings.extract_batch_size, device=settings.device,
+                                n_bootstrap=settings.n_bootstrap, seed=settings.seed)
     progress("scoring", 2, 2)
     rule, punct = settings.punctuation, settings.punct_upos
     params = {
@@ -335,7 +337,9 @@ def summary(tables: Mapping[str, pd.DataFrame]) -> str | None:
         dist = part[part["probe"] == "distance"].dropna(subset=["uuas"])
         if len(dist):
             best = dist.loc[dist["uuas"].idxmax()]
-            lines.append(f"structural probe, {model}: best UUAS {best.uuas:.3f} (layer {int(best.layer)}), "
+            ci = (f" [{best.uuas_ci_low:.3f}, {best.uuas_ci_high:.3f}]"
+                  if "uuas_ci_low" in best.index and best.uuas_ci_low == best.uuas_ci_low else "")
+            lines.append(f"structural probe, {model}: best UUAS {best.uuas:.3f}{ci} (layer {int(best.layer)}), "
                          f"best DSpr {dist['dspr'].max():.3f} (layer {int(dist.loc[dist['dspr'].idxmax(), 'layer'])})")
     return "\n".join(lines) or None
 

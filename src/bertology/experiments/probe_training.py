@@ -71,6 +71,8 @@ class ProbeSettings:
     min_delta: float = 1e-4  # an improvement must beat the best dev loss by this much
     dev_fraction: float = 0.1  # share of train held out as dev when no dev set is given
     seed: int = seed_field("Seed of the dev split, probe initialisation, batch order and the random control.")
+    n_bootstrap: int = setting_field(1000, "Bootstrap resamples of the test sentences for the scores' 95% intervals "
+                                     "(0 = none).", minimum=0)
     device: str = setting_field("cpu", DEVICE_HELP, changes_numbers=False)  # results agree across devices to rounding
     max_length: int = setting_field(512, "Skip sentences longer than this many tokens (counted).", minimum=1)
     punct_upos: tuple[str, ...] = ("PUNCT",)  # left out of UUAS and root accuracy
@@ -440,8 +442,11 @@ def evaluate_probes(
     *,
     batch_size: int = 32,
     device: str = "cpu",
+    n_bootstrap: int = 0,
+    seed: int = 0,
 ) -> list[dict]:
-    """Scores of every probe on one split: one dict per probe (see :data:`COLUMNS`)."""
+    """Scores of every probe on one split: one dict per probe (see :data:`COLUMNS`), with 95% percentile intervals
+    over ``n_bootstrap`` resamples of the sentences (the same resamples for every probe)."""
     dev = torch.device(device)
     keys = stack.keys
     layout = _Layout(keys, layer_index)
@@ -459,13 +464,19 @@ def evaluate_probes(
     rows = []
     for p, (model, layer, kind) in enumerate(keys):
         row = {"model": model, "layer": layer, "probe": kind, "split": trees.name,
-               "uuas": np.nan, "dspr": np.nan, "root_acc": np.nan, "nspr": np.nan}
+               **{m: np.nan for m in ("uuas", "dspr", "root_acc", "nspr")}}
+        row.update({f"{m}_ci_{end}": np.nan for m in ("uuas", "dspr", "root_acc", "nspr") for end in ("low", "high")})
         if kind == "distance":
-            sc = score_distances(preds[p], trees.heads, trees.keep, golds=trees.distances)
-            row.update(uuas=sc["uuas"], dspr=sc["dspr"])
+            sc = score_distances(preds[p], trees.heads, trees.keep, golds=trees.distances, n_bootstrap=n_bootstrap,
+                                 seed=seed)
+            metrics = ("uuas", "dspr")
         else:
-            sc = score_depths(preds[p], trees.heads, trees.keep, golds=trees.depths)
-            row.update(root_acc=sc["root_acc"], nspr=sc["nspr"])
+            sc = score_depths(preds[p], trees.heads, trees.keep, golds=trees.depths, n_bootstrap=n_bootstrap, seed=seed)
+            metrics = ("root_acc", "nspr")
+        for m in metrics:
+            row[m] = sc[m]
+            if f"{m}_ci" in sc:
+                row[f"{m}_ci_low"], row[f"{m}_ci_high"] = sc[f"{m}_ci"]
         row.update(loss=float(loss[p]), n_sentences=len(trees), rank=int(stack.weights.shape[1]),
                    epochs=int(stack.epochs[p]), best_epoch=int(stack.best_epoch[p]),
                    best_dev_loss=float(stack.best_dev_loss[p]))
