@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from bertology.errors import BertologyError
+from bertology.errors import BertologyError, format_bound
 from bertology.settings import Setting
 
 
@@ -122,10 +122,10 @@ def invalid_values(s: Setting) -> list[tuple[str, Any, str]]:
         if s.zero_is_none and low == 0:  # 0 means "not set": the next one down is the invalid one
             low = number(-1)
         zero = f", or 0 for {s.zero_means}" if s.zero_is_none and s.minimum > 0 else ""  # 0 is allowed: say what it is
-        out.append((str(low), low, f"must be at least {s.minimum:g}{zero}, not {low!r}."))
+        out.append((str(low), low, f"must be at least {format_bound(s.minimum)}{zero}, not {low!r}."))
     if s.maximum is not None:
         high = number(s.maximum + 1)
-        out.append((str(high), high, f"must be at most {s.maximum:g}, not {high!r}."))
+        out.append((str(high), high, f"must be at most {format_bound(s.maximum)}, not {high!r}."))
     if s.above is not None:
         out.append((str(number(s.above)), number(s.above), f"must be above {s.above:g}, not {number(s.above)!r}."))
     if s.below is not None:

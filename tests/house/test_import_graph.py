@@ -26,7 +26,7 @@ LAYERS: list[str | set[str]] = [
     "activations",
     {"models", "data", "metrics"},
     {"runs", "conventions"},
-    {"results", "config", "progress", "assets", "catalog", "view_format", "blas", "memory", "transfer"},
+    {"results", "config", "progress", "assets", "catalog", "view_format", "blas", "memory", "transfer", "state_files"},
     "settings",
     "errors",
 ]

@@ -369,7 +369,8 @@ def load_model(
     except (OSError, ValueError) as err:
         raise BertologyError(f"Could not load model {where!r}: {err}") from err
     except RuntimeError as err:
-        if "size mismatch" in str(err) or "mismatched_sizes" in str(err):
+        # with num_labels asked for, a head of another size is the caller's to replace (finetune does)
+        if num_labels is None and ("size mismatch" in str(err) or "mismatched_sizes" in str(err)):
             raise size_mismatch(cls, config, where, err) from err
         raise
     check_tokenizer(tokenizer, where)
