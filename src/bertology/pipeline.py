@@ -581,6 +581,7 @@ def _experiment(
     for res in outcome.results.values():
         write_table(run_dir.path, res.name, res.table)
         results[res.name] = res
+    warnings += outcome.warnings
     return outcome.manifest
 
 

@@ -82,6 +82,18 @@ def test_probe_writes_table_figures_manifest(models, data, tmp_path):
     assert 'id="probe"' in html and "fig-probe_distance" in html and "Best UUAS, base" in html
     text = " ".join(result.output.split())
     assert "base: best test uuas" in text and "random: best test" in text
+    # the linear-chain baseline: the trees here are right-branching chains, so it scores every edge and every root
+    chain = pd.read_parquet(out / "tables/probe_baseline.parquet")
+    assert set(chain["split"]) == {"dev", "test"} and set(chain["baseline"]) == {"linear_chain"}
+    test_chain = chain[chain.split == "test"].set_index("probe")
+    assert test_chain.loc["distance", "uuas"] == 1.0 and test_chain.loc["depth", "root_acc"] == 1.0
+    assert "linear-chain baseline (no model): UUAS 1.000 [1.000, 1.000]" in text and "probe_baseline" in m["tables"]
+    assert "linear chain (baseline)" in html and "linear chain 1.000" in html
+    # 8 x 32 weights per probe against the training words (3 x the sentences, 3 of them held out): warned
+    words = m["probe"]["data"]["train"]["n_words"]
+    assert words < 8 * 32
+    assert any(f"have {words:,} words for 256 weights" in w for w in m["warnings"]), m["warnings"]
+    assert f"have {words:,} words for 256 weights" in text
     # the same command again finds the finished run
     again = invoke(*_args(models, data, out))
     assert again.exit_code == 0 and "nothing to do" in " ".join(again.output.split())
@@ -230,6 +242,9 @@ def test_compare_runs_the_probes_when_given_trees(models, data, tmp_path):
     assert run.manifest["analyses"]["probe"]["settings"]["rank"] == 8
     assert not (tmp_path / "run/partial/probe").exists()
     assert 'id="probe"' in run.report.read_text(encoding="utf-8")
+    chain = run.table("probe_baseline")
+    assert set(chain["split"]) == {"dev", "test"} and chain[chain.probe == "distance"]["uuas"].eq(1.0).all()
+    assert any("weights per probe" in w for w in run.manifest["warnings"])  # the tiny treebank is too small for rank 8
     # the probe files' contents are part of the run's identity
     test.write_text(_conllu(SENTENCES[2:7]), encoding="utf-8")
     with pytest.raises(BertologyError, match="overwrite"):

@@ -69,12 +69,16 @@ def probe_command(
     run = probe(ProbeModels(base, tuned, random_control), ProbeData(train, test, dev, **reading), settings,
                 conventions=options.conventions, out=out, loading=Loading(**loading), overwrite=overwrite,
                 keep_features=options.keep_features, report=not no_report, progress=command_progress())
-    _print_summary(run.table("probe"), run.out)
+    _print_summary(run.table("probe"), run.out, run.tables.get("probe_baseline"))
+    for warning in run.manifest.get("warnings", []):
+        console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
     if run.report is not None:
         console.print(f"report: [bold]{escape(str(run.report))}[/]")
 
 
-def _print_summary(table, out: Path) -> None:
+def _print_summary(table, out: Path, baselines=None) -> None:
+    from bertology.experiments.probe import chain_line
+
     t = table[table["split"] == "test"]
     for model, part in t.groupby("model", sort=False):
         bits = []
@@ -87,5 +91,7 @@ def _print_summary(table, out: Path) -> None:
                 if best is not None:
                     bits.append(f"{m} {best[m]:.3f} (L{int(best['layer'])})")
         console.print(f"{escape(str(model))}: best test " + ", ".join(bits), highlight=False)
+    if (chain := chain_line(baselines)) is not None:
+        console.print(escape(chain), highlight=False)
     console.print(f"tables: {escape(str(out / 'tables'))}")
     console.print(f"figures: {escape(str(out / 'figures'))}")

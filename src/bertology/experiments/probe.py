@@ -76,6 +76,14 @@ from bertology.experiments.probe_training import (  # noqa: F401  (re-exported: 
     predict,
     probe_losses,
 )
+from bertology.experiments.probe_baselines import (  # noqa: F401  (re-exported: the probe API)
+    BASELINE_COLUMNS,
+    BASELINE_TABLE,
+    baseline_record,
+    baseline_result,
+    baseline_table,
+    capacity_warning,
+)
 from bertology.experiments.probe_trees import (  # noqa: F401  (re-exported: the probe API)
     HEWITT_PUNCT_XPOS,
     PUNCTUATION_RULES,
@@ -167,10 +175,15 @@ def run_probes(
                                 batch_size=settings.extract_batch_size, device=settings.device,
                                 n_bootstrap=settings.n_bootstrap, seed=settings.seed)
     progress("scoring", 2, 2)
+    baselines = baseline_table(splits, n_bootstrap=settings.n_bootstrap, seed=settings.seed)
+    rank = int(stack.weights.shape[1])
+    warned = [w for w in [capacity_warning(splits["train"].n_words, rank, next(iter(hidden.values())))] if w]
+    for w in warned:
+        logger.warning(w)
     rule, punct = settings.punctuation, settings.punct_upos
     params = {
         "settings": settings.to_dict(),
-        "rank": int(stack.weights.shape[1]),
+        "rank": rank,
         "n_probes": len(keys),
         "layers": {m: list(ls) for m, ls in layer_numbers.items()},
         "pooling": "mean of sub-word pieces",
@@ -188,6 +201,8 @@ def run_probes(
             "scoring": time.perf_counter() - t0,
         },
         "max_epoch_trained": int(stack.epochs.max()) if len(keys) else 0,
+        "linear_chain": baseline_record(baselines),  # the BASELINE_TABLE (baseline_result)
+        "warnings": warned,
     }
     return Result(TABLE, pd.DataFrame(rows, columns=COLUMNS), params)
 
@@ -324,8 +339,11 @@ def _run(ctx: ExperimentContext) -> ExperimentOutcome:
     keep = ("pooling", "features", "punctuation", "spearman_lengths", "max_epoch_trained")
     data = {split: {k: v for k, v in d.items() if k in ("n_sentences", "n_words")}
             for split, d in (res.params.get("data") or {}).items()}
-    return ExperimentOutcome({res.name: res}, jsonable({"settings": settings.to_dict(), "data": data,
-                                                        **{k: v for k, v in res.params.items() if k in keep}}))
+    baseline = baseline_result(res.params)
+    return ExperimentOutcome({res.name: res, baseline.name: baseline},
+                             jsonable({"settings": settings.to_dict(), "data": data,
+                                       **{k: v for k, v in res.params.items() if k in keep}}),
+                             warnings=list(res.params["warnings"]))
 
 
 def summary(tables: Mapping[str, pd.DataFrame]) -> str | None:
@@ -341,7 +359,22 @@ def summary(tables: Mapping[str, pd.DataFrame]) -> str | None:
                   if "uuas_ci_low" in best.index and best.uuas_ci_low == best.uuas_ci_low else "")
             lines.append(f"structural probe, {model}: best UUAS {best.uuas:.3f}{ci} (layer {int(best.layer)}), "
                          f"best DSpr {dist['dspr'].max():.3f} (layer {int(dist.loc[dist['dspr'].idxmax(), 'layer'])})")
-    return "\n".join(lines) or None
+    chain = chain_line(tables.get(BASELINE_TABLE))
+    return "\n".join(lines + ([chain] if chain else [])) or None
+
+
+def chain_line(baselines: pd.DataFrame | None, split: str = "test") -> str | None:
+    """The linear-chain baseline in one line (UUAS with its interval, DSpr, root accuracy), or None without it."""
+    if baselines is None or baselines.empty:
+        return None
+    sub = baselines[(baselines["split"] == split) & (baselines["baseline"] == "linear_chain")]
+    dist, depth = sub[sub["probe"] == "distance"], sub[sub["probe"] == "depth"]
+    if dist.empty:
+        return None
+    d = dist.iloc[0]
+    ci = f" [{d.uuas_ci_low:.3f}, {d.uuas_ci_high:.3f}]" if d.uuas_ci_low == d.uuas_ci_low else ""
+    root = f", root acc. {depth.iloc[0].root_acc:.3f}" if len(depth) else ""
+    return f"linear-chain baseline (no model): UUAS {d.uuas:.3f}{ci}, DSpr {d.dspr:.3f}{root}"
 
 
 SETTINGS = (
@@ -357,5 +390,5 @@ SETTINGS = (
     convention("probe_punctuation", paper="Hewitt & Manning 2019"),
 )
 
-SPEC = ExperimentSpec("probe", "the structural probes", lambda config: (TABLE,), settings_from, skip_reason, _run,
+SPEC = ExperimentSpec("probe", "the structural probes", lambda config: (TABLE, BASELINE_TABLE), settings_from, skip_reason, _run,
                       summary=summary, settings=SETTINGS)

@@ -53,10 +53,11 @@ class ExperimentContext:
 
 @dataclass
 class ExperimentOutcome:
-    """What an experiment produced: its tables (by name) and its section of the manifest."""
+    """What an experiment produced: its tables (by name), its section of the manifest and what the run must warn of."""
 
     results: dict[str, "Result"]
     manifest: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 
 from bertology.config import SPACY_MODEL_HELP
 from bertology.data.corpus import Corpus, source_name
-from bertology.experiments.probe import TABLE, ProbeSettings
+from bertology.experiments.probe import BASELINE_TABLE, TABLE, ProbeSettings
 from bertology.runs import RunResult, build_manifest, fingerprint, open_run, run_folder
 from bertology.settings import check_fields, describe_fields, setting_field, settings_object
 from bertology.study.inputs import Loading, resolve, stderr_console
@@ -212,7 +212,7 @@ def _models(models: ProbeModels, loading: Loading, torch_dtype, seed: int) -> di
 def _run(folder: Path, manifest: dict, loaded: dict, corpora: dict, settings: ProbeSettings, overwrite: bool,
          progress: bool, *, draw: bool) -> ProbeRun:
     """Open ``folder``, train and score the probes (resuming), write the table, figures and manifest."""
-    from bertology.experiments.probe import run_probes
+    from bertology.experiments.probe import baseline_result, run_probes
     from bertology.progress import stage_bars
     from bertology.results import now_iso, read_table, write_table
 
@@ -220,8 +220,8 @@ def _run(folder: Path, manifest: dict, loaded: dict, corpora: dict, settings: Pr
         path, partial, old = opened.path, opened.path / "partial", opened.previous
         if opened.resumed and old.get("status") == "complete" and opened.dir.has_table(TABLE):
             logger.info("%s already holds this finished run; nothing to do", path)
-            return ProbeRun(path, {TABLE: read_table(path, TABLE)}, old, list(old.get("figures", [])),
-                            already_complete=True)
+            tables = {name: read_table(path, name) for name in (TABLE, BASELINE_TABLE) if opened.dir.has_table(name)}
+            return ProbeRun(path, tables, old, list(old.get("figures", [])), already_complete=True)
         if opened.resumed and partial.exists():
             logger.info("resuming the run in %s (cached features and finished epochs are kept)", path)
         manifest["created"] = old.get("created") or manifest["created"]
@@ -235,21 +235,24 @@ def _run(folder: Path, manifest: dict, loaded: dict, corpora: dict, settings: Pr
                 logger.warning("interrupted: features and finished epochs are saved in %s; run the same command again "
                                "to continue.", partial)
                 raise
+        baseline = baseline_result(result.params)
         write_table(path, TABLE, result.table)
-        figures = _write_figures(result.table, path) if draw else []
+        write_table(path, BASELINE_TABLE, baseline.table)
+        figures = _write_figures(result.table, baseline.table, path) if draw else []
+        manifest["warnings"] = [*manifest.get("warnings", []), *result.params["warnings"]]
         manifest.update(status="complete", finished=now_iso(), wall_time_s=round(time.perf_counter() - t0, 3),
-                        probe=result.params, tables=[TABLE], figures=figures)
+                        probe=result.params, tables=[TABLE, BASELINE_TABLE], figures=figures)
         opened.dir.write_manifest(manifest)
-    return ProbeRun(path, {TABLE: result.table}, manifest, figures)
+    return ProbeRun(path, {TABLE: result.table, BASELINE_TABLE: baseline.table}, manifest, figures)
 
 
-def _write_figures(table, path: Path) -> list[str]:
+def _write_figures(table, baselines, path: Path) -> list[str]:
     from bertology.results import atomic_write_text
     from bertology.viz.figures import figure_to_svg
     from bertology.viz.probe import probe_figures
 
     figures = []
-    for stem, fig in probe_figures(table).items():
+    for stem, fig in probe_figures(table, baselines=baselines).items():
         file = path / "figures" / f"{stem}.svg"
         atomic_write_text(file, figure_to_svg(fig))
         figures.append(str(file.relative_to(path)))

@@ -33,11 +33,13 @@ def probe_layer_figure(
     *,
     split: str = "test",
     title: str | None = None,
+    baselines: pd.DataFrame | None = None,
 ) -> Figure:
     """One panel per metric (default UUAS and DSpr), score against layer, one line per model.
 
     ``table`` is the ``probe`` table (columns ``model, layer, probe, split`` and the metrics); rows of
-    other splits, and NaN cells (metrics of the other probe), are left out.
+    other splits, and NaN cells (metrics of the other probe), are left out. ``baselines`` (the
+    ``probe_baseline`` table) draws the linear-chain baseline of the split as a dashed line in each panel.
     """
     _require(table, ["model", "layer", "split", *metrics], "probe_layer_figure")
     bad = [m for m in metrics if m not in PROBE_METRICS]
@@ -57,20 +59,34 @@ def probe_layer_figure(
         long, x="layer", y="value", hue="model", facet="metric",
         facet_order=[PROBE_METRICS[m] for m in metrics], hue_order=order,
         title=title if title is not None else f"Structural probes by layer ({split})",
-        style=CurveStyle(xlabel="layer (0 = embeddings)",
+        style=CurveStyle(xlabel="layer (0 = embeddings)", reference=_baseline_lines(baselines, metrics, split),
                          ylim=(min(0.0, math.floor(10 * float(long["value"].min())) / 10), 1.0)),
     )
 
 
-def probe_figures(table: pd.DataFrame, *, split: str = "test") -> dict[str, Figure]:
+def _baseline_lines(baselines: pd.DataFrame | None, metrics: Sequence[str], split: str) -> dict[str, float]:
+    """Panel title -> the linear-chain baseline's value of that metric on ``split`` (empty: no baseline table)."""
+    if baselines is None or baselines.empty:
+        return {}
+    sub = baselines[(baselines["split"] == split) & (baselines["baseline"] == "linear_chain")]
+    out = {}
+    for m in metrics:
+        values = sub[m].dropna() if m in sub else []
+        if len(values):
+            out[PROBE_METRICS[m]] = float(values.iloc[0])
+    return out
+
+
+def probe_figures(table: pd.DataFrame, *, split: str = "test", baselines: pd.DataFrame | None = None) -> dict[str, Figure]:
     """Every probe figure the table has data for, keyed by file stem (``figures/<stem>.svg``):
-    ``probe_distance`` (UUAS, DSpr) and ``probe_depth`` (root accuracy, NSpr)."""
+    ``probe_distance`` (UUAS, DSpr) and ``probe_depth`` (root accuracy, NSpr); ``baselines`` as in
+    :func:`probe_layer_figure`."""
     out: dict[str, Figure] = {}
     sub = table[table["split"] == split]
     if "distance" in set(sub.get("probe", [])):
-        out["probe_distance"] = probe_layer_figure(table, ("uuas", "dspr"), split=split,
+        out["probe_distance"] = probe_layer_figure(table, ("uuas", "dspr"), split=split, baselines=baselines,
                                                    title=f"Distance probe by layer ({split})")
     if "depth" in set(sub.get("probe", [])):
-        out["probe_depth"] = probe_layer_figure(table, ("root_acc", "nspr"), split=split,
+        out["probe_depth"] = probe_layer_figure(table, ("root_acc", "nspr"), split=split, baselines=baselines,
                                                 title=f"Depth probe by layer ({split})")
     return out
