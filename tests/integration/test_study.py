@@ -142,6 +142,7 @@ def test_tiny_study_end_to_end_then_a_rerun_trains_nothing(tmp_path):
             for w in json.loads((out / f"finetune/{t}/s{s}/manifest.json").read_text())["warnings"]]
     assert want and m["warnings"] == want
     assert want[0] in html
+    assert all(f"warning: {w}" in result.output for w in want)  # and in the summary after the job table
     assert set(table["tuned"]) == {"a/s0", "a/s1", "b/s0", "b/s1"}
     cfg = CompareConfig(base=str(tmp_path / "base"), tuned=str(out / "finetune/a/s1/model"),
                         data=DataConfig(str(tmp_path / "shared.tsv"), text_column="sentence", max_examples=10, max_length=16),

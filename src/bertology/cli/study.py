@@ -32,6 +32,8 @@ def study_command(
     result = run_study(spec, out, executor=executor, ray_address=ray_address, overwrite=overwrite,
                        progress=executor == "local" and command_progress())
     console.print(job_table(result))
+    for warning in result.manifest.get("warnings") or []:  # e.g. a seed whose model did not beat chance
+        console.print(f"[yellow]warning:[/] {escape(str(warning))}", soft_wrap=True, emoji=False)
     console.print(f"study: [bold]{escape(str(result.out))}[/] (tables/, manifest.json)")
     if result.report:
         console.print(f"report: [bold]{escape(str(result.report))}[/]")

@@ -179,7 +179,7 @@ def run_probes(
     rank = int(stack.weights.shape[1])
     warned = [w for w in [capacity_warning(splits["train"].n_words, rank, next(iter(hidden.values())))] if w]
     for w in warned:
-        logger.warning(w)
+        logger.info(w)  # the commands print their warnings at the end, with the summary
     rule, punct = settings.punctuation, settings.punct_upos
     params = {
         "settings": settings.to_dict(),
