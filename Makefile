@@ -42,7 +42,8 @@ browser:
 demo: assets
 	$(BIN)/bertology demo
 
-# All tests, including the few on the packaged MiniLM (marker `real`); `make test-fast` skips those.
+# All tests, including the few on the packaged MiniLM (marker `real`); `make test-fast` skips those, the browser
+# tests and the kill, Ray and study-fault suites (marker `slow`).
 # One pytest worker per core, at most 4 (each holds torch and its tiny models: ~1 GB); a test file stays on one
 # worker (its module fixtures are built once); tests/conftest.py splits the cores' threads between the workers.
 PYTEST_WORKERS := -n auto --maxprocesses 4 --dist loadfile
@@ -50,7 +51,7 @@ test: setup browser
 	$(BIN)/python -m pytest -q $(PYTEST_WORKERS) tests
 
 test-fast: setup
-	$(BIN)/python -m pytest -q $(PYTEST_WORKERS) -m "not real and not browser" tests
+	$(BIN)/python -m pytest -q $(PYTEST_WORKERS) -m "not real and not browser and not slow" tests
 
 bench: assets
 	$(BIN)/python benchmarks/extract.py

@@ -23,7 +23,7 @@ import pytest
 from bertology.errors import BertologyError
 from bertology.testing import SENTENCES, tiny_bert_pair
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,8 @@ from bertology.study.runner import run_study
 sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))
 from study_helpers import labelled, tiny_study  # noqa: E402
 
-pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL"), pytest.mark.usefixtures("one_thread")]
+pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL"), pytest.mark.usefixtures("one_thread"),
+              pytest.mark.slow]
 ALL_JOBS = ["finetune:a/s0", "finetune:a/s1", "finetune:b/s0", "finetune:b/s1", "compare", "compare_own:a",
             "compare_own:b", "seed_compare:a/s0", "seed_compare:b/s0", "seed_compare_own:a/s0", "seed_compare_own:b/s0"]
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from study_helpers import tiny_study  # noqa: E402
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py; Ray's workers run one thread too (OMP_NUM_THREADS=1)
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]  # tests/conftest.py; Ray's workers run one thread too (OMP_NUM_THREADS=1)
 
 
 @pytest.fixture
