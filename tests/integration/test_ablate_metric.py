@@ -75,3 +75,30 @@ def test_an_invalid_metric_is_refused_in_one_line(model, tmp_path, value, fragme
     assert_user_error(result, fragment)
     assert len([line for line in result.output.splitlines() if line.strip()]) == 1
     assert not (tmp_path / "run" / "tables").exists()
+
+
+def test_compare_reads_the_main_metric_from_the_fine_tune_manifest(model, tmp_path):
+    """A tuned model in a ``bertology finetune`` run folder trained on CoLA: compare's ablation is judged by MCC on
+    data that names no dataset; ``--ablation-metric accuracy`` puts accuracy back."""
+    import shutil
+
+    from bertology.config import CompareConfig, DataConfig
+    from bertology.pipeline import compare
+    from bertology.testing import tiny_bert_pair
+
+    base, _ = tiny_bert_pair(tmp_path / "pair", classifier=True)
+    tuned = tmp_path / "ft" / "model"
+    shutil.copytree(model[0], tuned)
+    (tmp_path / "ft" / "manifest.json").write_text(json.dumps(
+        {"kind": "finetune", "data": {"train": {"source": "glue/CoLA/train.tsv", "labels": ["0", "1"]}}}))
+    data = labelled_csv(tmp_path / "data.csv", TEXTS, model[2])
+
+    def run(out, **settings):
+        return compare(CompareConfig(base=str(base), tuned=str(tuned), data=DataConfig(path=str(data)), out=str(out),
+                                     analyses=("ablation",), view_examples=0, ablation_bootstrap=50,
+                                     ablation_importance=False, **settings))
+
+    t = run(tmp_path / "run").table("ablation")
+    assert set(t["main_metric"]) == {"mcc"} and "mcc" in set(t["metric"])
+    t = run(tmp_path / "run2", ablation_metric="accuracy").table("ablation")
+    assert set(t["main_metric"]) == {"accuracy"} and "mcc" not in set(t["metric"])

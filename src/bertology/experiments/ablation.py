@@ -524,8 +524,10 @@ def _run(ctx: ExperimentContext) -> ExperimentOutcome:
         work_dir = ctx.work_dir if i == 0 or ctx.work_dir is None else Path(ctx.work_dir) / f"mode-{mode}"
         label = f" ({mode})" if len(modes) > 1 else ""
         with stage_bars(ctx.progress, lambda s, lb=label: ("ablations" if s == "ablation" else "head importance") + lb) as on_progress:
+            main = main_metric(task_of_model(ctx.pair.tuned.model), settings.metric, corpus=ctx.corpus,
+                               model=ctx.pair.tuned.model, model_path=ctx.pair.tuned.path)
             study = run_ablation_study(ctx.pair.tuned.model, ctx.pair.tuned.tokenizer, ctx.corpus, settings, work_dir,
-                                       on_progress=on_progress, base=ctx.pair.base.model)
+                                       on_progress=on_progress, base=ctx.pair.base.model, main=main)
         for name, table in study.tables.items():
             tables.setdefault(name, []).append(table)
             params.setdefault(name, study.summary.get("settings", {}))

@@ -103,7 +103,7 @@ def ablate(
     device, torch_dtype = resolve(settings.device, loading)
     settings = replace(settings, device=device)
     loaded, corpus, task, encoded, qa_used = _inputs(model, data, settings, columns, qa, loading, torch_dtype)
-    main = main_metric(task, settings.metric, corpus=corpus, model=loaded.model)
+    main = main_metric(task, settings.metric, corpus=corpus, model=loaded.model, model_path=loaded.path)
     base_loaded = None if base is None else _load_base(base, loaded, loading, torch_dtype)
     d = {**settings.to_dict(), **qa_used}
     # recorded, not fingerprinted (declared changes_numbers=False): the device and the units per forward (results agree

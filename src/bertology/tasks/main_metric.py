@@ -135,14 +135,16 @@ def check_metric(task: Task, metric: str, model: Any = None) -> None:
                              f"one has {n_labels} labels: use macro_f1.")
 
 
-def main_metric(task: Task, setting: str = "auto", *, corpus: Corpus | None = None, model: Any = None) -> MainMetric:
+def main_metric(task: Task, setting: str = "auto", *, corpus: Corpus | None = None, model: Any = None,
+                model_path: Any = None) -> MainMetric:
     """The metric ``task`` is judged by on ``corpus`` for ``model``: ``setting`` unless ``auto``, else the dataset
-    the data names, else the dataset ``model``'s fine-tune trained on, else the task's primary metric. A dataset of
-    another task (STS-B's Pearson for a classifier) names nothing."""
+    the data names, else the dataset ``model``'s fine-tune trained on (the manifest beside ``model_path``, default
+    the folder the model was loaded from), else the task's primary metric. A dataset of another task (STS-B's
+    Pearson for a classifier) names nothing."""
     if setting != "auto":
         check_metric(task, setting, model)
         return MainMetric(setting, "--metric")
-    model_path = getattr(model, "name_or_path", None)
+    model_path = model_path or getattr(model, "name_or_path", None)
     for where, found in (("the data", dataset_of_corpus(corpus)), ("the model's fine-tune data", dataset_of_model(model_path))):
         if found is not None and found.task == task.name and _fits(task, found.metric, model):
             return MainMetric(found.metric, f"{found.name}'s GLUE metric ({found.name} named by {where})", found.name)
