@@ -131,7 +131,7 @@ class AblationSettings:
     generated from the fields made with :func:`~bertology.settings.setting_field`."""
 
     mode: AblationMode = setting_field("uniform", MODE_HELP, choices=ABLATION_MODES, paper=KOVALEVA)
-    metric: str = setting_field("auto", METRIC_HELP, choices=METRIC_CHOICES)
+    metric: str = setting_field("auto", METRIC_HELP, choices=METRIC_CHOICES, metavar="METRIC")
     exclude_special: bool = setting_field(False, EXCLUDE_SPECIAL_HELP)
     layers: tuple[int, ...] | None = setting_field(
         None, "Comma list of layers (1-based) to ablate; default all.", kind=tuple, parse=_layers, metavar="LAYERS")
@@ -549,7 +549,7 @@ SETTINGS = (
     Setting("ablation_bootstrap", 1000, BOOTSTRAP_HELP, minimum=0),
     Setting("ablation_importance", True, IMPORTANCE_HELP, paper=MICHEL, flag="--importance"),
     Setting("ablation_units_per_forward", **UNITS_PER_FORWARD),
-    Setting("ablation_metric", "auto", METRIC_HELP, choices=METRIC_CHOICES),
+    Setting("ablation_metric", "auto", METRIC_HELP, choices=METRIC_CHOICES, metavar="METRIC"),
 )
 
 SPEC = ExperimentSpec(
