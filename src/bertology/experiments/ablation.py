@@ -352,10 +352,8 @@ def _fmt_row(r) -> str:
     return f"{r.label} {r.delta:+{f}}{interval}"
 
 
-
-
 def main_metric_line(task) -> str:
-    """``main metric: MCC (the findings below; the classification task's own is accuracy) ...``."""
+    """The summary's line naming a main metric that is not the task's own (``main metric: MCC, ...``)."""
     return (f"main metric: {metric_name(task.primary)}, with 95% bootstrap intervals (the findings below; the "
             f"{task.name} task's own is {metric_name(task.default_metric)}, which the degenerate check reads)")
 
