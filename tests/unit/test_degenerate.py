@@ -65,7 +65,8 @@ def test_constant_classifier_summary_names_no_head():
     rng = np.random.default_rng(0)
     y = np.arange(40) % 2
     t = _table(np.zeros(40, dtype=np.int64), y, rng)
-    assert list(t.columns) == TABLE_COLUMNS and list(t.columns[-3:-1]) == list(CHECK_COLUMNS) and t.columns[-1] == "task"
+    assert list(t.columns) == TABLE_COLUMNS and list(t.columns[-4:-2]) == list(CHECK_COLUMNS)
+    assert list(t.columns[-2:]) == ["task", "main_metric"] and set(t["main_metric"]) == {"accuracy"}
     intact = t[t["target"] == "intact"]
     assert set(intact["n_predicted"]) == {1} and set(t["chance"]) == {0.5}
     assert table_degeneracy(t).constant_predictions

@@ -31,8 +31,9 @@ def _summary(metrics: dict, n_train, model_dir, wall, reused: bool = False) -> s
         line = (f"held-out word accuracy {metrics['accuracy']:.4f}{entity} "
                 f"(n={metrics.get('n_eval')} sentences, {n_train} training sentences")
     elif "accuracy" in metrics:
+        main = "".join(f"{name} {metrics[m]:.4f}, " for m, name in (("mcc", "MCC"), ("f1", "F1")) if m in metrics)
         line = (
-            f"held-out accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} "
+            f"held-out {main}accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f} "
             f"(n={metrics.get('n_eval')}, {n_train} training examples"
         )
     elif "exact_match" in metrics:  # extractive QA

@@ -61,6 +61,7 @@ from bertology.experiments.scoring import (  # noqa: F401  (re-exported: the abl
     make_batches,
 )
 from bertology.tasks.catalog import task_of_model, task_of_table
+from bertology.tasks.main_metric import METRIC_CHOICES, METRIC_HELP, MainMetric, check_metric, main_metric, metric_name
 from bertology.tasks.match import mismatch, training_labels
 from bertology.tasks.classification import macro_f1_from_counts  # noqa: F401  (re-exported)
 
@@ -130,6 +131,7 @@ class AblationSettings:
     generated from the fields made with :func:`~bertology.settings.setting_field`."""
 
     mode: AblationMode = setting_field("uniform", MODE_HELP, choices=ABLATION_MODES, paper=KOVALEVA)
+    metric: str = setting_field("auto", METRIC_HELP, choices=METRIC_CHOICES, metavar="METRIC")
     exclude_special: bool = setting_field(False, EXCLUDE_SPECIAL_HELP)
     layers: tuple[int, ...] | None = setting_field(
         None, "Comma list of layers (1-based) to ablate; default all.", kind=tuple, parse=_layers, metavar="LAYERS")
@@ -275,6 +277,7 @@ def run_ablation_study(
     encoded: EncodedCorpus | None = None,
     on_progress: Callable[[str, int, int], None] | None = None,
     base: torch.nn.Module | None = None,
+    main: MainMetric | None = None,
 ) -> AblationStudy:
     """Ablation sweep (+ head importance and pruning curves) of a classifier on labelled data.
 
@@ -284,11 +287,13 @@ def run_ablation_study(
     the caller writes them and owns the run directory's manifest (``summary`` is the section to put
     in it). ``on_progress(stage, done, total)`` with stage ``"ablation"`` or ``"importance"``.
     ``base``: the pretrained model the tuned one came from, needed by ``mode="revert"`` (which runs no head
-    importance).
+    importance). ``main``: the main metric (default: :func:`~bertology.tasks.main_metric.main_metric` of
+    ``settings.metric``, the corpus and the model), which every table lists first and the findings use.
     """
     from bertology.data.encode import encode_corpus
 
     task = task_of_model(model)
+    main = main or main_metric(task, settings.metric, corpus=corpus if isinstance(corpus, Corpus) else None, model=model)
     if encoded is None:
         task.targets(corpus, model)  # the clear errors before any sampling
         corpus = sample_examples(corpus, settings.max_examples, settings.seed)
@@ -298,13 +303,13 @@ def run_ablation_study(
     revert = settings.mode in ("revert", "transplant")  # the base's weights: no head mode
     scoring = HeadScoring.for_tokenizer(tokenizer, mode="uniform" if revert else settings.mode,  # revert: unused
                                         exclude_special=settings.exclude_special,
-                                        batch_size=settings.batch_size, device=settings.device)
+                                        batch_size=settings.batch_size, device=settings.device, metric=main.metric)
     if settings.mode == "transplant":
         from bertology.experiments.transplant_study import run_transplant_study
 
         result, tables, summary = run_transplant_study(model, base, encoded, label_ids, scoring, settings, partial,
                                                        on_progress)
-        return AblationStudy(result, None, tables, summary)
+        return AblationStudy(result, None, tables, {**summary, "main_metric": main.to_dict()})
     result = _sweep(model, base, encoded, label_ids, scoring, settings, partial, on_progress)
     tables = {TABLE: result.table}
     imp = None
@@ -312,6 +317,7 @@ def run_ablation_study(
         "settings": settings.to_dict(),
         "ablation": result.params,
         "task": result.params["task"],
+        "main_metric": main.to_dict(),
         "intact": result.intact,
         "degenerate": result.params["degenerate"],
         "n_examples": int(result.params["n_examples"]),
@@ -346,8 +352,10 @@ def _fmt_row(r) -> str:
     return f"{r.label} {r.delta:+{f}}{interval}"
 
 
-#: How the summary names a metric.
-METRIC_NAMES = {"macro_f1": "macro-F1"}
+def main_metric_line(task) -> str:
+    """The summary's line naming a main metric that is not the task's own (``main metric: MCC, ...``)."""
+    return (f"main metric: {metric_name(task.primary)}, with 95% bootstrap intervals (the findings below; the "
+            f"{task.name} task's own is {metric_name(task.default_metric)}, which the degenerate check reads)")
 
 
 def _rho(value: float) -> str:
@@ -396,10 +404,12 @@ def mode_summary(tables: Mapping[str, pd.DataFrame], note: str = "") -> str:
     flagged = verdict is not None and verdict.flagged
     lines = [f"DEGENERATE {verdict.what.upper()}: {verdict.note}"] if flagged else []
     lines += [
-        "intact: " + ", ".join(f"{METRIC_NAMES.get(m, m)} {intact[m]:.4f}" for m in task.metrics)
+        "intact: " + ", ".join(f"{metric_name(m)} {intact[m]:.4f}" for m in task.metrics)
         + f" (n={int(first['n_examples'])}, mode {first['mode']}{', [CLS]/[SEP] excluded' if bool(first['exclude_special']) else ''}"
         + note + ")"
     ]
+    if main != task.default_metric:  # a run judged by its own metric says so (the default's summary is unchanged)
+        lines.append(main_metric_line(task))
     verb = "revert" if first["mode"] == "revert" else "remove"  # revert: the base's weights put back
     if (t["target"] == "layer").any():
         for lm, part in t[(t["target"] == "layer") & (t["metric"] == main)].groupby("layer_mode", sort=False):
@@ -447,7 +457,7 @@ def settings_from(config: CompareConfig, mode: str | None = None) -> AblationSet
         n_bootstrap=config.ablation_bootstrap, seed=config.seed, device=config.device,
         max_examples=config.ablation_examples or None, max_length=config.data.max_length,
         importance=config.ablation_importance and mode in (None, _importance_mode(config)),
-        conventions=config.conventions,
+        conventions=config.conventions, metric=config.ablation_metric,
     )
 
 
@@ -483,6 +493,8 @@ def skip_reason(ctx: ExperimentContext) -> str | None:
         if (other_task := mismatch(ctx.pair.tuned.model, ctx.corpus, peers, trained_on)) is not None:
             return other_task
         task.targets(ctx.corpus, ctx.pair.tuned.model)
+        if ctx.config.ablation_metric != "auto":  # a metric another task's model has (a study of several tasks)
+            check_metric(task, ctx.config.ablation_metric, ctx.pair.tuned.model)
     except BertologyError as err:
         return str(err).rstrip(".")
     return None
@@ -490,7 +502,7 @@ def skip_reason(ctx: ExperimentContext) -> str | None:
 
 #: What the manifest keeps of each mode's run: what a reader needs to trust the numbers (as ``bertology ablate``'s does:
 #: how the sweep ran, what a delta is, the tokenisation, head importance's settings); the tables hold the rest.
-_KEEP = ("settings", "ablation", "head_importance", "task", "intact", "degenerate", "n_examples", "tokenisation",
+_KEEP = ("settings", "ablation", "head_importance", "task", "main_metric", "intact", "degenerate", "n_examples", "tokenisation",
          "timing_s", "importance_vs_ablation_spearman", "transplant")
 
 
@@ -510,8 +522,10 @@ def _run(ctx: ExperimentContext) -> ExperimentOutcome:
         work_dir = ctx.work_dir if i == 0 or ctx.work_dir is None else Path(ctx.work_dir) / f"mode-{mode}"
         label = f" ({mode})" if len(modes) > 1 else ""
         with stage_bars(ctx.progress, lambda s, lb=label: ("ablations" if s == "ablation" else "head importance") + lb) as on_progress:
+            main = main_metric(task_of_model(ctx.pair.tuned.model), settings.metric, corpus=ctx.corpus,
+                               model=ctx.pair.tuned.model, model_path=ctx.pair.tuned.path)
             study = run_ablation_study(ctx.pair.tuned.model, ctx.pair.tuned.tokenizer, ctx.corpus, settings, work_dir,
-                                       on_progress=on_progress, base=ctx.pair.base.model)
+                                       on_progress=on_progress, base=ctx.pair.base.model, main=main)
         for name, table in study.tables.items():
             tables.setdefault(name, []).append(table)
             params.setdefault(name, study.summary.get("settings", {}))
@@ -533,6 +547,7 @@ SETTINGS = (
     Setting("ablation_bootstrap", 1000, BOOTSTRAP_HELP, minimum=0),
     Setting("ablation_importance", True, IMPORTANCE_HELP, paper=MICHEL, flag="--importance"),
     Setting("ablation_units_per_forward", **UNITS_PER_FORWARD),
+    Setting("ablation_metric", "auto", METRIC_HELP, choices=METRIC_CHOICES, metavar="METRIC"),
 )
 
 SPEC = ExperimentSpec(

@@ -107,6 +107,8 @@ TABLE_COLUMNS = [
     "n_predicted", "chance",
     # the task whose metrics the rows hold (classification, regression): readers pick the primary metric by it
     "task",
+    # the metric the findings use (CoLA: mcc; bertology.tasks.main_metric), the same on every row
+    "main_metric",
 ]
 Method = Literal["cached", "naive"]
 
@@ -573,6 +575,7 @@ def run_ablation(
         exclude_special=exclude_special, n_bootstrap=n_bootstrap, seed=seed,
     )
     params["task"] = batches.task.name
+    params["main_metric"] = batches.task.primary
     params["degenerate"] = degeneracy_record(table, per_example["intact"]["pred"], model.config)
     if params["degenerate"]["flagged"]:
         logger.warning("ablation: %s", params["degenerate"]["note"])
@@ -640,7 +643,7 @@ def score_units(
                 "layer_mode": layer_mode_name(mode, u.layer_mode),
                 "exclude_special": bool(exclude_special), "metric": m, "value": value, "delta": delta,
                 "ci_low": cl, "ci_high": ch, "n_examples": int(n), "helps": helps, "hurts": hurts,
-                "n_predicted": n_predicted, "chance": chance, "task": task.name,
+                "n_predicted": n_predicted, "chance": chance, "task": task.name, "main_metric": task.primary,
             })
     df = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     return df.astype({"layer": "int64", "head": "int64", "n_examples": "int64", "n_predicted": "int64"})

@@ -31,11 +31,13 @@ def check_predictions(accuracy: float, n: int, n_predicted: int, chance: float) 
 
 
 def table_degeneracy(table: pd.DataFrame) -> Degeneracy | None:
-    """The verdict from the ``ablation`` table's intact primary-metric row (None without the check's columns)."""
+    """The verdict from the ``ablation`` table's intact row of the task's own primary metric (accuracy for a
+    classifier even where the main metric is another, e.g. CoLA's MCC: the chance level is accuracy's), None without
+    the check's columns."""
     if any(c not in table.columns for c in CHECK_COLUMNS):
         return None
     task = task_of_table(table)
-    row = table[(table["target"] == "intact") & (table["metric"] == task.primary)]
+    row = table[(table["target"] == "intact") & (table["metric"] == task.default_metric)]
     if row.empty:
         return None
     r = row.iloc[0]

@@ -186,6 +186,7 @@ def run_revert(
         "method": method, "n_examples": len(batches.y_examples), "n_layers": sites.num_layers(model),
         "n_heads": sites.num_heads(model), "fingerprint": store.fingerprint, "base_fingerprint": fp_settings["base"],
         "resumed_units": len(plan) - len(pending), "task": batches.task.name,
+        "main_metric": batches.task.primary,
         "delta": "reverted minus intact (the tuned model); helps = ci_low > 0 where higher is better, ci_high < 0 "
                  "where lower is",
     }

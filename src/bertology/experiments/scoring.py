@@ -107,7 +107,9 @@ class HeadScoring:
 
     ``mode``: uniform (1/L attention), zero or mean output (:mod:`bertology.models.ablate`);
     ``exclude_special``: leave [CLS]/[SEP] (``special_ids``) out of the uniform average; ``means``
-    overrides the mean-mode reference (default: the heads' means over the scored corpus).
+    overrides the mean-mode reference (default: the heads' means over the scored corpus); ``metric`` is the task's
+    main metric (:func:`bertology.tasks.main_metric.main_metric`; None: the task's own), which the tables list first
+    and the findings use.
     """
 
     mode: Mode = "uniform"
@@ -117,6 +119,7 @@ class HeadScoring:
     batch_size: int = 32
     device: str = "cpu"
     means: torch.Tensor | None = None
+    metric: str | None = None
 
     def __post_init__(self) -> None:
         check_mode(self.mode)
@@ -133,9 +136,10 @@ def classifier_batches(model: torch.nn.Module, encoded: EncodedCorpus, label_ids
                        scoring: HeadScoring) -> Batches:
     """Check the model's task head, put it on the scoring device in eval mode and collate the corpus for it, once.
 
-    The setup ablation and head importance share before their first forward pass.
+    The setup ablation and head importance share before their first forward pass; the task is bound to the
+    scoring's main metric.
     """
-    task = task_of_model(model)
+    task = task_of_model(model).with_main(scoring.metric)
     dev = torch.device(scoring.device)
     model.to(dev).eval()
     return make_batches(

@@ -22,6 +22,7 @@ TABLE = "transplant"
 TABLE_COLUMNS = [
     "unit_kind", "layer", "head", "direction", "k", "with_embeddings", "label", "mode", "metric", "value",
     "value_head_alone", "value_tuned", "gain_recovered", "ci_low", "ci_high", "reason", "n_examples", "task",
+    "main_metric",  # the metric the findings use (bertology.tasks.main_metric)
 ]
 #: Store keys of the two reference models.
 TUNED_KEY, HEAD_ALONE_KEY = "intact", "transplant-none"

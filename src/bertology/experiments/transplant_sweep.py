@@ -186,6 +186,7 @@ def transplant_table(rows: Sequence[Row], per_example: dict, y: np.ndarray, task
                 "value": float(point[m][j]), "value_head_alone": float(point[m][index[HEAD_ALONE_KEY]]),
                 "value_tuned": float(point[m][index[TUNED_KEY]]), "gain_recovered": g.value, "ci_low": g.ci_low,
                 "ci_high": g.ci_high, "reason": g.reason, "n_examples": len(y), "task": task.name,
+                "main_metric": task.primary,
             })
     df = pd.DataFrame(out, columns=TABLE_COLUMNS)
     return df.astype({"layer": "int64", "head": "int64", "k": "int64", "n_examples": "int64"})
@@ -249,6 +250,7 @@ def run_transplant(model: torch.nn.Module, base: torch.nn.Module, encoded: Encod
         "fingerprint": store.fingerprint, "resumed_units": len(runs) - len(todo), "forwards": len(runs),
         "method": method,
         "task": batches.task.name,
+        "main_metric": batches.task.primary,
         "gain_recovered": "(with the unit - head alone) / (tuned - head alone), paired bootstrap over examples; "
                           "undefined (NaN, reason) when tuned - head alone's 95% interval includes 0",
     }

@@ -24,6 +24,7 @@ from bertology.experiments.ablation import AblationSettings
 from bertology.runs import RunResult, build_manifest, fingerprint, open_run, run_folder
 from bertology.settings import check_fields, describe_fields, field_settings, setting_field, settings_object
 from bertology.study.inputs import Columns, Loading, resolve, stderr_console
+from bertology.tasks.main_metric import MainMetric, main_metric
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ def ablate(
     device, torch_dtype = resolve(settings.device, loading)
     settings = replace(settings, device=device)
     loaded, corpus, task, encoded, qa_used = _inputs(model, data, settings, columns, qa, loading, torch_dtype)
+    main = main_metric(task, settings.metric, corpus=corpus, model=loaded.model, model_path=loaded.path)
     base_loaded = None if base is None else _load_base(base, loaded, loading, torch_dtype)
     d = {**settings.to_dict(), **qa_used}
     # recorded, not fingerprinted (declared changes_numbers=False): the device and the units per forward (results agree
@@ -109,6 +111,9 @@ def ablate(
     for declared in field_settings(AblationSettings):
         if not declared.changes_numbers:
             d.pop(declared.name)
+    d.pop("metric")  # the metric used, where it is not the task's own: runs judged by it keep their fingerprints
+    if main.metric != task.default_metric:
+        d["main_metric"] = main.metric
     weights = loaded.weights_sha256 or loaded.path
     extra = [loading.dtype] if loading.dtype != "float32" else []  # float32 runs keep their old fingerprints
     if base_loaded is not None:  # revert's numbers depend on the base's weights
@@ -116,7 +121,7 @@ def ablate(
     fp = fingerprint(d, corpus.fingerprint(word_tags=task.token_level), weights, *extra)
     with run_folder(out) as folder:
         how = _Run(columns, qa_used, loading, overwrite, report and out is not None, out is not None, progress,
-                   base_loaded)
+                   base_loaded, main)
         result = _run(folder, fp, model, data, loaded, corpus, task, encoded, settings, how)
         if out is None:
             result.out, result.figures, result.report = None, [], None
@@ -135,6 +140,7 @@ class _Run:
     draw: bool  # figures (or the report) at all: not for a run kept in memory
     progress: bool
     base: Any = None  # the loaded base model (revert mode), else None
+    main: MainMetric | None = None  # the metric the run is judged by (None: decided by the study)
 
 
 def _check_base_given(settings: AblationSettings, base: str | None) -> None:
@@ -223,7 +229,7 @@ def _run(folder: Path, fp: str, model: str, data: str | Corpus, loaded, corpus, 
                 # the report draws every figure (and saves them under figures/); without it the study saves its own
                 study = run_ablation_study(loaded.model, loaded.tokenizer, encoded if encoded is not None else corpus,
                                            settings, path / "partial", encoded=encoded, on_progress=on_progress,
-                                           base=None if how.base is None else how.base.model)
+                                           base=None if how.base is None else how.base.model, main=how.main)
             except KeyboardInterrupt:
                 logger.warning("interrupted: finished ablations are saved in %s; run the same command again to continue.",
                                path / "partial")

@@ -12,6 +12,7 @@ values and the paired-bootstrap intervals, and the intervals of every task are m
 """
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -87,6 +88,9 @@ class Task(ABC):
     name: str
     #: The metrics of the ``ablation`` / ``finetune`` tables, primary first.
     metrics: tuple[str, ...]
+    #: Metrics computed only when named the main metric (:meth:`with_main`: ``--metric``, or a dataset's own metric
+    #: such as CoLA's Matthews correlation), so the tables of runs that name none keep their rows.
+    extra_metrics: tuple[str, ...] = ()
     #: Whether a larger value of each metric is better.
     higher_is_better: Mapping[str, bool]
     #: The metric that is the mean of the per-example ``loss`` record (what training minimises).
@@ -105,8 +109,30 @@ class Task(ABC):
 
     @property
     def primary(self) -> str:
-        """The metric headlines, early stopping and the degenerate check use."""
+        """The main metric: what headlines, findings and figures use (:meth:`with_main` may change it)."""
         return self.metrics[0]
+
+    @property
+    def default_metric(self) -> str:
+        """The task's declared primary metric, whatever the main one: what the degenerate check and early stopping
+        read by default (their chance levels and intervals are that metric's)."""
+        return type(self).metrics[0]
+
+    @property
+    def main_choices(self) -> tuple[str, ...]:
+        """The metrics this task can make its main one: every metric it reports or can add, but its loss."""
+        return tuple(m for m in (*type(self).metrics, *self.extra_metrics) if m != self.loss_metric)
+
+    def with_main(self, metric: str | None) -> "Task":
+        """This task with ``metric`` as its main metric (first in :attr:`metrics`; an extra metric is added);
+        the task itself for None or its current main metric. ``ValueError`` for a metric it cannot make main."""
+        if metric is None or metric == self.primary:
+            return self
+        if metric not in self.main_choices:
+            raise ValueError(f"the {self.name} task has no metric {metric!r}; it has {', '.join(self.main_choices)}")
+        bound = copy.copy(self)
+        bound.metrics = (metric, *(m for m in type(self).metrics if m != metric))
+        return bound
 
     def for_model(self, model: torch.nn.Module) -> "Task":
         """This task bound to ``model``'s own labels, where :meth:`record` needs them (default: the task itself)."""

@@ -68,9 +68,13 @@ def task_of_model(model: torch.nn.Module, name: str = "the model") -> Task:
 
 
 def task_of_table(table) -> Task:
-    """The task whose metrics an ``ablation`` / ``finetune`` table holds (its ``task`` column, else its metrics)."""
-    if "task" in getattr(table, "columns", ()) and len(table):
-        return get_task(str(table["task"].iloc[0]))
+    """The task whose metrics an ``ablation`` / ``finetune`` table holds (its ``task`` column, else its metrics), with
+    the table's main metric first (its ``main_metric`` column, where it has one)."""
+    columns = getattr(table, "columns", ())
+    if "task" in columns and len(table):
+        task = get_task(str(table["task"].iloc[0]))
+        main = table["main_metric"].iloc[0] if "main_metric" in columns else None
+        return task.with_main(str(main)) if isinstance(main, str) and main else task
     metrics = set(table["metric"]) if "metric" in getattr(table, "columns", ()) else set()
     for task in all_tasks():
         if task.primary in metrics:

@@ -70,7 +70,7 @@ def kind_of_labels(labels: Sequence[str]) -> LabelKind:
 _MODEL_WARNING_WORDS = ("beat chance", "for every eval example", "under-trained")
 
 
-def _finetune_manifest(model_path: str | Path) -> dict | None:
+def finetune_manifest(model_path: str | Path) -> dict | None:
     """The ``bertology finetune`` manifest of the run folder holding ``model_path`` (``RUN/model``), or None."""
     folder = Path(model_path).expanduser()
     if folder.name != "model":
@@ -87,7 +87,7 @@ def training_warnings(model_path: str | Path, name: str | None = None) -> list[s
     chance, under-trained), each prefixed with the model's name: a command analysing that model repeats them, so a
     model that learned nothing is never analysed without a word. Empty for a model not made by ``bertology
     finetune``."""
-    manifest = _finetune_manifest(model_path)
+    manifest = finetune_manifest(model_path)
     if manifest is None:
         return []
     found = manifest.get("model_warnings")
@@ -103,7 +103,7 @@ def training_labels(model_path: str | Path) -> LabelKind | None:
 
     The manifest lists the training labels, or for many numbers says ``"N distinct numbers from a to b"``.
     """
-    manifest = _finetune_manifest(model_path)
+    manifest = finetune_manifest(model_path)
     if manifest is None:
         return None
     train = ((manifest.get("data") or {}).get("train") or {}).get("labels")

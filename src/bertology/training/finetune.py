@@ -39,6 +39,7 @@ from bertology.data.encode import encode_corpus
 from bertology.errors import BertologyError
 from bertology.tasks.base import Task
 from bertology.tasks.catalog import choose_task
+from bertology.tasks.main_metric import MainMetric, main_metric
 from bertology.tasks.regression import regression_targets
 from bertology.training.common import (  # TABLE_COLUMNS, FinetuneResult: also importable from here
     TABLE_COLUMNS, FinetuneResult, resolve_config,
@@ -219,10 +220,16 @@ class SequenceTrainer(Trainer):
     #: The end of the error for training data with a single label.
     single_label_hint = "."
 
-    def __init__(self, config: FinetuneConfig, task: Task, reason: str) -> None:
+    def __init__(self, config: FinetuneConfig, task: Task, reason: str, main: MainMetric | None = None) -> None:
         super().__init__(config)
-        self.task, self.task_choice = task, reason
+        #: the metric the run is judged by (CoLA's MCC ...): reported beside the task's own, and first
+        self.main = main or MainMetric(task.default_metric, f"the {task.name} task's own")
+        self.task, self.task_choice = task.with_main(self.main.metric), reason
         self.distinct: list[str] = []
+
+    def task_record(self, loaded: ModelToTrain, data: RunData) -> dict:
+        """The task's manifest entries, with the main metric and why it is the main one."""
+        return {**super().task_record(loaded, data), "main_metric": self.main.to_dict()}
 
     @property
     def recipe_name(self) -> str:  # type: ignore[override]
@@ -268,7 +275,7 @@ class SequenceTrainer(Trainer):
         y_eval = self.targets(loaded, data.eval, "eval data")
         enc = [encode_corpus(c, loaded.tokenizer, max_length=config.data.max_length, overlong=config.data.overlong)
                for c in (data.train, data.eval)]
-        return HeadTask(self.task, loaded.tokenizer, (enc[0], y_train), (enc[1], y_eval),
+        return HeadTask(self.task.for_model(loaded.model), loaded.tokenizer, (enc[0], y_train), (enc[1], y_eval),
                         Batching.of(config.batch_size, loaded.model, loaded.tokenizer, device), data.slices)
 
     def predictions(self, loaded: ModelToTrain, head: HeadTask, data: RunData) -> pd.DataFrame:
@@ -369,10 +376,11 @@ def sequence_trainer(config: FinetuneConfig, train: Corpus) -> SequenceTrainer:
         raise BertologyError(f"The training data {train.name!r} ({train.source}) has no examples.")
     task, reason = choose_task(config.task, _check_labels(train, "training"))
     logger.info("Task: %s", reason)
+    main = main_metric(task, corpus=train)  # the training data's dataset names it (CoLA: MCC), else the task's own
     if task.name == "regression":
         regression_targets(train, "training data")  # a label that is not a number: one clear error now
-        return RegressorTrainer(config, task, reason)
-    return ClassifierTrainer(config, task, reason)
+        return RegressorTrainer(config, task, reason, main)
+    return ClassifierTrainer(config, task, reason, main)
 
 
 def trainer_for(config: FinetuneConfig, train) -> Trainer:

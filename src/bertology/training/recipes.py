@@ -34,11 +34,18 @@ FAR_BELOW = 0.85
 
 @dataclass(frozen=True)
 class Reference:
-    """The held-out figure a recipe reached here: ``metric`` = ``value`` on ``what`` (model, data, how measured)."""
+    """The held-out figure a recipe reached here: ``metric`` = ``value`` on ``what`` (model, data, how measured);
+    ``dataset``: the dataset it was measured on, as :mod:`bertology.tasks.main_metric` names it (None: none of those)."""
 
     metric: str
     value: float
     what: str
+    dataset: str | None = None
+
+    def applies_to(self, metric: str | None, dataset: str | None) -> bool:
+        """Whether a run judged by ``metric`` on ``dataset`` may be compared with this figure: the same metric, and
+        the same dataset where the run's is known (None: a run that names neither is compared, as it always was)."""
+        return (metric is None or metric == self.metric) and (dataset is None or dataset == self.dataset)
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,7 @@ RECIPES: dict[str, Recipe] = {
     "classification": Recipe(
         learning_rate=5e-5, epochs=2.0, batch_size=32, warmup_ratio=0.1, sources=_GENERIC_SOURCES,
         reference=Reference("accuracy", 0.848, "minilm, SST-2: a 4,000-sentence sample of train -> dev "
-                            "(benchmarks/recipes.py)")),
+                            "(benchmarks/recipes.py)", dataset="SST-2")),
     "regression": Recipe(
         learning_rate=1e-4, head_lr=1e-3, epochs=2.0, batch_size=16, warmup_ratio=0.1,
         sources={"learning_rate": "measured here: STS-B, Pearson .845 vs .804 at the generic 5e-5, batch 32 "
@@ -79,7 +86,7 @@ RECIPES: dict[str, Recipe] = {
                  "head_lr": "measured here, with --lr (the tagger's)", "epochs": GENERIC,
                  "batch_size": "measured here, with --lr (the tagger's)", "warmup_ratio": GENERIC},
         reference=Reference("pearson", 0.845, "minilm, STS-B: a 2,000-pair sample of train, 20% held out "
-                            "(benchmarks/recipes.py)")),
+                            "(benchmarks/recipes.py)", dataset="STS-B")),
     "tagging": Recipe(
         learning_rate=1e-4, head_lr=1e-3, epochs=2.0, batch_size=16, warmup_ratio=0.1,
         sources={"learning_rate": "chosen here: twice the generic rate, as the parser's (docs/results/recipes.md)",
@@ -199,11 +206,16 @@ def last_epoch_drop(table: pd.DataFrame) -> float | None:
     return float(1.0 - last / first) if first > 0 else None
 
 
-def undertraining_warnings(table: pd.DataFrame, metrics: Mapping, task: str | None, *,
-                           steep: float = STEEP_DROP, far: float = FAR_BELOW) -> list[str]:
+def undertraining_warnings(table: pd.DataFrame, metrics: Mapping, task: str | None, *, metric: str | None = None,
+                           dataset: str | None = None, steep: float = STEEP_DROP, far: float = FAR_BELOW) -> list[str]:
     """Warnings for a run that ended under-trained: its training loss still falling steeply over the last epoch
-    (:func:`last_epoch_drop` above ``steep``), or its held-out primary metric below ``far`` times its recipe's
-    reference figure (the figure was measured on the recipe's reference data; other data may score otherwise)."""
+    (:func:`last_epoch_drop` above ``steep``), or its held-out main metric below ``far`` times its recipe's
+    reference figure (the figure was measured on the recipe's reference data; other data may score otherwise).
+
+    ``metric`` and ``dataset`` are the run's main metric and the dataset that named it (``mcc``, ``CoLA``;
+    :mod:`bertology.tasks.main_metric`): a run is compared only with a figure of the same metric and, where its
+    dataset is known, the same dataset. Where the recipe has a figure but none of those, the list says there is no
+    reference figure for the run instead (never another dataset's figure). None for both: the recipe's figure."""
     out = []
     drop = last_epoch_drop(table)
     if drop is not None and drop > steep:
@@ -212,9 +224,19 @@ def undertraining_warnings(table: pd.DataFrame, metrics: Mapping, task: str | No
                    "Train longer (--epochs) or at a higher learning rate before reading its analyses as what "
                    "fine-tuning taught it.")
     ref = RECIPES[task].reference if task in RECIPES else None  # not bio_tagging: its accuracy counts O tags
+    if ref is not None and not ref.applies_to(metric, dataset):
+        out.append(no_reference_note(task, metric or ref.metric, dataset))
+        return out
     value = metrics.get(ref.metric) if ref is not None else None
     if isinstance(value, (int, float)) and np.isfinite(value) and value < far * ref.value:
         out.append(f"The held-out {ref.metric} {value:.3f} is far below what the {task} recipe reaches "
                    f"({ref.value:.3f} on {ref.what}; warning below {far:.0%} of it): the model may be under-trained "
                    "(or the data much harder) before its analyses are read as what fine-tuning taught it.")
     return out
+
+
+def no_reference_note(task: str | None, metric: str, dataset: str | None) -> str:
+    """What the under-training check says of a run no reference figure fits: its held-out score is not judged."""
+    of = f"{dataset}'s {metric}" if dataset else metric
+    return (f"No reference figure for {of}: the {task} recipe was measured on another dataset or metric, so the "
+            f"held-out {metric} is not judged for under-training (only the fall of the training loss is).")

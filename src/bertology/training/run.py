@@ -176,8 +176,9 @@ def finetune_to_dir(
             if enc.get("n_truncated")
         ] + [w for corpus in (train, evaluation) if corpus is not None for w in corpus.stats.get("label_warnings", [])]
         # what is said of the model itself travels with it: compare, ablate, probe and studies of it repeat these
-        model_warnings = chance_warnings(result.predictions) + undertraining_warnings(result.table, result.metrics,
-                                                                                      details.get("task"))
+        main = details.get("main_metric") or {}  # the metric and dataset a reference figure must match
+        model_warnings = chance_warnings(result.predictions) + undertraining_warnings(
+            result.table, result.metrics, details.get("task"), metric=main.get("metric"), dataset=main.get("dataset"))
         warnings += model_warnings
         run_dir.write_manifest(
             {

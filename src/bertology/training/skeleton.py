@@ -147,8 +147,9 @@ class Trainer(ABC):
                 "reused_checkpoint_head": loaded.reused_head}
 
     def default_metric(self) -> str:
-        """The metric early stopping watches unless ``early_stopping_metric`` names one."""
-        return self.task.primary
+        """The metric early stopping watches unless ``early_stopping_metric`` names one: the task's own primary
+        metric, also where a dataset names another main metric (CoLA's MCC; pick it with the setting)."""
+        return self.task.default_metric
 
     def final_metrics(self, head: TrainTask, model: torch.nn.Module, outcome: LoopOutcome) -> dict:
         """The metrics of the weights that are saved: evaluated again when this process has not scored them

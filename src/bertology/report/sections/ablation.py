@@ -18,7 +18,14 @@ _WHAT = {"accuracy": "accuracy", "loss": "cross-entropy loss", "macro_f1": "macr
          "spearman": "Spearman rho", "mse": "mean squared error", "f1": "SQuAD F1", "exact_match": "exact match",
          "uas": "UAS (punctuation excluded)", "las": "LAS (punctuation excluded)", "entity_f1": "entity F1",
          "uas_argmax": "UAS of the per-word argmax", "las_argmax": "LAS of the per-word argmax",
-         "entity_precision": "entity precision", "entity_recall": "entity recall"}
+         "entity_precision": "entity precision", "entity_recall": "entity recall", "mcc": "Matthews correlation (MCC)"}
+#: A classifier's own words where a name means another thing for another task (QA's ``f1`` is SQuAD's).
+_CLASSIFIER_WHAT = {"f1": "F1 of the positive class"}
+
+
+def _words(t: pd.DataFrame) -> dict[str, str]:
+    """How the prose names each metric of table ``t``'s task."""
+    return {**_WHAT, **_CLASSIFIER_WHAT} if task_of_table(t).name == "classification" else _WHAT
 #: Metrics shown beside the primary one in the table of removals, with their own delta and interval (a BIO
 #: tagger's entity F1: its primary metric is the word accuracy).
 _ALSO = ("entity_f1",)
@@ -88,10 +95,11 @@ def _figures(t: pd.DataFrame, imp: pd.DataFrame | None, curve: pd.DataFrame | No
 
     task = task_of_table(t)
     main, loss = task.primary, task.loss_metric
+    words = _words(t)
     has_heads = bool((t["target"] == "head").any())
     figures = []
     if has_heads:
-        for metric, what in ((main, _WHAT[main]), (loss, _WHAT[loss])):
+        for metric, what in ((main, words[main]), (loss, words[loss])):
             figures.append(figs.make(
                 f"{prefix}_heads_{metric}", lambda m=metric: ablation_heatmap(t, m),
                 f"Change in {what} when one head is {'reverted' if how.startswith('its weights') else 'disabled'} ({how}); "
@@ -103,11 +111,11 @@ def _figures(t: pd.DataFrame, imp: pd.DataFrame | None, curve: pd.DataFrame | No
         reverted = (t["mode"] == "revert").any() if "mode" in t else False
         figures.append(figs.make(
             f"{prefix}_layers_{main}", lambda: layer_ablation_bars(t, main, names=LAYER_UNIT_WORDS),
-            (f"Change in {_WHAT[main]} when one unit of a layer is put back to the base model's weights: its attention "
+            (f"Change in {words[main]} when one unit of a layer is put back to the base model's weights: its attention "
              "block, feed-forward block or the whole layer (the embeddings at layer 0)" if reverted else
-             f"Change in {_WHAT[main]} when a whole layer is disabled: skipped (the block returns its input) or with all "
+             f"Change in {words[main]} when a whole layer is disabled: skipped (the block returns its input) or with all "
              "its heads disabled") + "; bars show the 95% bootstrap interval.",
-            f"Per-layer ablation change in {_WHAT[main]}",
+            f"Per-layer ablation change in {words[main]}",
         ))
     if imp is not None and len(imp):
         figures.append(figs.make(
@@ -120,16 +128,16 @@ def _figures(t: pd.DataFrame, imp: pd.DataFrame | None, curve: pd.DataFrame | No
         if has_heads:
             figures.append(figs.make(
                 "importance_vs_ablation", lambda: importance_scatter(imp, t, loss),
-                f"Each head's importance against the {_WHAT[loss]} change its removal causes: agreement means important "
+                f"Each head's importance against the {words[loss]} change its removal causes: agreement means important "
                 "heads are the ones whose loss the task feels.",
-                f"Head importance against the single-head ablation change in {_WHAT[loss]}",
+                f"Head importance against the single-head ablation change in {words[loss]}",
             ))
     if curve is not None and len(curve):
         figures.append(figs.make(
             f"pruning_curve_{main}", lambda: pruning_curve_figure(curve, main),
-            f"{_WHAT[main].capitalize()} as heads are removed step by step, least important first (re-estimated after "
+            f"{words[main].capitalize()} as heads are removed step by step, least important first (re-estimated after "
             "every step), against a random order as the control.",
-            f"Pruning curve: {_WHAT[main]} against the share of heads removed",
+            f"Pruning curve: {words[main]} against the share of heads removed",
         ))
     return figures
 
@@ -139,6 +147,7 @@ def _removals_table(t: pd.DataFrame, main: str, also: list[str], verb: str = "Re
     from bertology.experiments.ablation import ranked
 
     keyed = {m: t[t["metric"] == m].set_index(["target", "layer", "head", "layer_mode"]) for m in also}
+    words = _words(t)
 
     def row(r, kind: str) -> list:
         cells = [r.label, kind, r.delta, r.ci_low, r.ci_high, "yes" if r.helps else ("hurts" if r.hurts else "no")]
@@ -155,10 +164,10 @@ def _removals_table(t: pd.DataFrame, main: str, also: list[str], verb: str = "Re
                            ("helps most", helping[better * helping["delta"] > 0])):  # only heads whose removal helps
             rows += [row(r, kind) for r in part.itertuples()]
     rows += [row(r, "layer") for r in t[(t["target"] == "layer") & (t["metric"] == main)].itertuples()]
-    return sortable([("unit", verb, "text"), ("kind", "Kind", "text"), ("delta", f"Δ {_WHAT[main]}", "num"),
+    return sortable([("unit", verb, "text"), ("kind", "Kind", "text"), ("delta", f"Δ {words[main]}", "num"),
                      ("lo", "95% CI low", "num"), ("hi", "95% CI high", "num"), ("sig", "Beyond the CI", "text")]
-                    + [c for m in also for c in ((f"d_{m}", f"Δ {_WHAT[m]}", "num"), (f"lo_{m}", f"{_WHAT[m]} CI low", "num"),
-                                                 (f"hi_{m}", f"{_WHAT[m]} CI high", "num"))], rows)
+                    + [c for m in also for c in ((f"d_{m}", f"Δ {words[m]}", "num"), (f"lo_{m}", f"{words[m]} CI low", "num"),
+                                                 (f"hi_{m}", f"{words[m]} CI high", "num"))], rows)
 
 
 def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived: list[dict],
@@ -175,6 +184,7 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
     t = tables["ablation"].copy()
     task = task_of_table(t)
     main, loss = task.primary, task.loss_metric
+    words = _words(t)
     imp = tables.get("head_importance")
     first = t.iloc[0]
     mode = str(first.get("mode", "uniform"))
@@ -191,11 +201,11 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
     facts = [("Task", task.name),
              ("Mode", mode + (" ([CLS]/[SEP] excluded)" if bool(first.get("exclude_special")) else "")),
              ("Examples", fmt_value(first.get("n_examples"))),
-             (f"Intact {_WHAT[main]}", fmt_value(intact.get(main))), (f"Intact {_WHAT[loss]}", fmt_value(intact.get(loss))),
-             *((f"Intact {_WHAT[m]}", fmt_value(intact.get(m))) for m in also),
-             (f"{noun} that hurt {_WHAT[main]} (beyond CI)", str(len(bad_acc))),
-             (f"{noun} that help {_WHAT[main]} (beyond CI)", str(len(good_acc))),
-             (f"{noun} that lower the {_WHAT[loss]} (beyond CI)", str(len(good_loss)))]
+             (f"Intact {words[main]}", fmt_value(intact.get(main))), (f"Intact {words[loss]}", fmt_value(intact.get(loss))),
+             *((f"Intact {words[m]}", fmt_value(intact.get(m))) for m in also),
+             (f"{noun} that hurt {words[main]} (beyond CI)", str(len(bad_acc))),
+             (f"{noun} that help {words[main]} (beyond CI)", str(len(good_acc))),
+             (f"{noun} that lower the {words[loss]} (beyond CI)", str(len(good_loss)))]
     if imp is not None and len(imp) and has_heads:
         rho = importance_vs_deltas(imp, t)[loss]["spearman"]
         facts.append((f"Spearman, importance vs Δ{loss}", fmt_value(rho, 3)))
@@ -211,7 +221,7 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
     derived.append({"label": f"{noun} that help", "text": f"{len(good_acc)} ({main}), {len(good_loss)} ({loss})",
                     "note": f"units whose {'revert to the base' if reverts else 'removal'} improves the task beyond "
                             "the 95% interval"})
-    metrics = ", ".join(_WHAT[m] for m in dict.fromkeys([main, *also, loss]))
+    metrics = ", ".join(words[m] for m in dict.fromkeys([main, *also, loss]))
     lede = (REVERT_LEDE if mode == "revert" else LEDE).format(metrics=metrics)
     return {"figures": [f for f in figures if f], "table": table, "facts": facts, "degenerate": degenerate,
             "lede": lede,
