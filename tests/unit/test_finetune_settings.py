@@ -120,7 +120,7 @@ def _spec(tmp_path, lab: str):
     ('dtype = "float8"', "[lab]: --dtype (dtype) must be one of float32, bfloat16, float16, not 'float8' (did you mean float32?)."),
     ("batch_size = 8.5", "[lab]: --batch-size (batch_size) must be a whole number, not 8.5."),
     ("max_length = 1", "[lab]: --max-length (max_length) must be at least 2, not 1."),
-    ('drop_layers = "x"', "[lab]: --drop-layers (drop_layers) takes a comma list of layer numbers (1-based), not 'x'."),
+    ('drop_layers = [2]', "[lab]: drop_layers cannot be a study setting: a study compares every fine-tune with its base"),
     ("lr = 1e-3\nlearning_rate = 1e-3", "[lab]: lr is given twice (lr and learning_rate are one setting)."),
     ("seed = 3", "Unknown key 'seed' in [lab]; allowed: epochs, batch_size, lr,"),
     ("track_every = 5", "[lab]: track_every: a study cannot track while training yet;"),
@@ -134,14 +134,14 @@ def test_a_bad_lab_value_is_refused_when_the_spec_is_read(tmp_path, line, messag
 def test_any_declared_setting_in_lab_reaches_the_job_and_its_fingerprint(tmp_path):
     from bertology.study.jobs import finetune_jobs
 
-    spec = _spec(tmp_path, 'lr = 1e-3\nfreeze_layers = 1\ndrop_layers = [2]\nexclude_words = ["woman"]\nmax_examples = 10')
-    assert spec.lab == {"lr": 1e-3, "freeze_layers": 1, "drop_layers": (2,), "exclude_words": ("woman",), "max_examples": 10}
+    spec = _spec(tmp_path, 'lr = 1e-3\nfreeze_layers = 1\nexclude_words = ["woman"]\nmax_examples = 10')
+    assert spec.lab == {"lr": 1e-3, "freeze_layers": 1, "exclude_words": ("woman",), "max_examples": 10}
     job = finetune_jobs(spec, tmp_path / "out")[0]
     config = job.config()
-    assert (config.learning_rate, config.freeze_layers, config.drop_layers, config.exclude_words) == (1e-3, 1, (2,), ("woman",))
+    assert (config.learning_rate, config.freeze_layers, config.exclude_words) == (1e-3, 1, ("woman",))
     assert config.data.max_examples == 10 and config.task == "auto" and config.seed == 0
     # the long and the short name are one setting, one job; a setting left at its default is not in the fingerprint
-    same = finetune_jobs(_spec(tmp_path, 'learning_rate = 1e-3\nfreeze_layers = 1\ndrop_layers = [2]\n'
+    same = finetune_jobs(_spec(tmp_path, 'learning_rate = 1e-3\nfreeze_layers = 1\n'
                                          'exclude_words = ["woman"]\nmax_examples = 10'), tmp_path / "out")[0]
     assert same.fingerprint == job.fingerprint
     plain = finetune_jobs(_spec(tmp_path, "lr = 1e-3"), tmp_path / "out")[0]
