@@ -213,8 +213,9 @@ def test_a_probe_killed_twice_resumes_and_ends_with_the_same_table(setup, tmp_pa
     assert "resuming the run" in again.stdout + again.stderr
     assert _status(out) == "complete"
     reference, tables = _tables(tmp_path / "full"), _tables(out)
-    assert tables.keys() == reference.keys() == {"probe"}
-    pd.testing.assert_frame_equal(tables["probe"], reference["probe"], check_exact=True)
+    assert tables.keys() == reference.keys() == {"probe", "probe_baseline"}
+    for name in ("probe", "probe_baseline"):
+        pd.testing.assert_frame_equal(tables[name], reference[name], check_exact=True)
 
 
 def test_a_compare_killed_in_its_probe_stage_keeps_its_tables_and_ends_with_the_same_ones(setup, tmp_path):

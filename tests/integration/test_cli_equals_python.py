@@ -184,8 +184,8 @@ def test_probe(root):
            "--rank", 4, "--epochs", 2, "--batch-size", 6, "--out", root / "probe-cli", "--no-report")
     run = probe(ProbeModels(str(base), str(tuned), random_control=True), ProbeData(str(train), str(test)),
                 {"rank": 4, "epochs": 2, "batch_size": 6}, out=root / "probe-py", report=False)
-    assert list(run.tables) == ["probe"]
-    assert_same_run(root / "probe-cli", root / "probe-py", ["probe"])
+    assert list(run.tables) == ["probe", "probe_baseline"]
+    assert_same_run(root / "probe-cli", root / "probe-py", ["probe", "probe_baseline"])
 
 
 def test_absa(root):

@@ -59,7 +59,7 @@ def test_ablate_scores_the_qa_model_over_questions(run):
     res = invoke("ablate", "--model", root / "ft" / "model", "--data", data, *QA_FLAGS, "--out", out,
                  "--bootstrap", "50", "--max-examples", "20")
     assert res.exit_code == 0, res.output
-    assert "intact: f1" in res.output
+    assert "intact: F1" in res.output, res.output
     t = pd.read_parquet(out / "tables" / "ablation.parquet")
     assert set(t["metric"]) == {"f1", "exact_match", "loss"} and set(t["task"]) == {"qa"}
     assert set(t["n_examples"]) == {20}  # questions, not windows

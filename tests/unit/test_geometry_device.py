@@ -111,18 +111,25 @@ def test_device_path_all_pairs_and_uncentred_mev_equal_the_numpy_path(planted, e
 
 
 def test_device_path_shards_merge_to_the_whole_corpus(planted, encoded):
+    """Each shard is batched by length on its own, so a sentence may sit in a batch of another padded length
+    than in the whole corpus, and its float32 hidden states move by a few ulps (another matmul blocking). The
+    float rows are pinned at 1e-12 against the NumPy path merged from the same shards; against the whole corpus
+    the choices are equal exactly and the values within float32 rounding of cosines in ``d = 32`` dimensions
+    (``d * 2^-24 ~ 2e-6``)."""
     ref = _run(None, planted, encoded)
     cut = 13
     shards = [EncodedCorpus(encoded.items[:cut], 128, "skip", cut),
               EncodedCorpus(encoded.items[cut:], 128, "skip", len(encoded.items) - cut)]
+    host = _run(None, planted, shards[0]).merge(_run(None, planted, shards[1]))
     merged = _run(True, planted, shards[0]).merge(_run(True, planted, shards[1]))
     _assert_same_state(merged, ref)
-    _assert_same_tables(merged, ref)
+    _assert_same_tables(merged, host)
+    _assert_same_tables(merged, ref, atol=2e-6, sd_atol=2e-6)
     # a host shard merged into a device one, and the other way round
     mixed = _run(None, planted, shards[0]).merge(_run(True, planted, shards[1]))
-    _assert_same_tables(mixed, ref)
+    _assert_same_tables(mixed, host)
     mixed = _run(True, planted, shards[0]).merge(_run(None, planted, shards[1]))
-    _assert_same_tables(mixed, ref)
+    _assert_same_tables(mixed, host)
 
 
 @pytest.mark.parametrize("n, d", [(2, 32), (9, 32), (10, 768), (200, 150), (300, 140)])

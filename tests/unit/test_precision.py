@@ -99,7 +99,8 @@ def test_reduced_precision_tables_stay_within_the_rounding_bound_of_float32(plan
 
     cfg = complete_config(CompareConfig(tuned="t", data=DataConfig("d.txt")))
     d = cfg.to_dict()
-    for key in ("out", "store", "dtype", *cfg.not_fingerprinted):
+    # the default ablation metric likewise keeps the fingerprints of runs made before --ablation-metric
+    for key in ("out", "store", "dtype", "ablation_metric", *cfg.not_fingerprinted):
         d.pop(key, None)
     d["ablation_mode"] = d["ablation_mode"][0]  # one mode is hashed as its name (runs made before mode lists)
     import hashlib
@@ -107,6 +108,8 @@ def test_reduced_precision_tables_stay_within_the_rounding_bound_of_float32(plan
     assert cfg.fingerprint() == hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
     bf16 = complete_config(CompareConfig(tuned="t", data=DataConfig("d.txt"), dtype="bfloat16"))
     assert bf16.fingerprint() != cfg.fingerprint()
+    mcc = complete_config(CompareConfig(tuned="t", data=DataConfig("d.txt"), ablation_metric="mcc"))
+    assert mcc.fingerprint() != cfg.fingerprint()
 
 
 def test_captured_activations_are_the_models_own_outputs_widened_to_float32(planted):
