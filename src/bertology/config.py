@@ -162,6 +162,8 @@ class CompareConfig:
             d.pop(name, None)
         if d.get("dtype") == "float32":  # the default: fingerprints of runs made before --dtype existed still match
             d.pop("dtype")
+        if "label_map" in d and d["label_map"] is None:  # not given: runs made before --label-map existed still match
+            d.pop("label_map")
         mode = d.get("ablation_mode")
         if isinstance(mode, (tuple, list)) and len(mode) == 1:  # one mode as its name: runs made before a list of
             d["ablation_mode"] = mode[0]                        # modes was allowed keep their fingerprint
