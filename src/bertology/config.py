@@ -164,6 +164,8 @@ class CompareConfig:
             d.pop("dtype")
         if d.get("ablation_metric") == "auto":  # likewise: runs made before --ablation-metric existed
             d.pop("ablation_metric")
+        if "label_map" in d and d["label_map"] is None:  # not given: runs made before --label-map existed still match
+            d.pop("label_map")
         mode = d.get("ablation_mode")
         if isinstance(mode, (tuple, list)) and len(mode) == 1:  # one mode as its name: runs made before a list of
             d["ablation_mode"] = mode[0]                        # modes was allowed keep their fingerprint

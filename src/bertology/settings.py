@@ -38,7 +38,8 @@ class Setting:
     ``optional``: None is allowed (a None default implies it: "not given", e.g. "the preset's");
     ``zero_is_none``: 0 means "not set" (e.g. "0 = all"), read as None before the bounds are checked;
     ``parse``: command-line text -> value, for values that are not one plain kind (its errors are
-    reported as this setting's); ``changes_numbers``: in the fingerprint (False: where or how results
+    reported as this setting's); a str setting's ``parse`` checks its text (or a mapping given in Python, as a
+    label map may be) and returns the canonical text, and must give that text back unchanged; ``changes_numbers``: in the fingerprint (False: where or how results
     are shown, never what they are); ``paper``: the publication the setting or its default follows;
     ``flag``: the command-line spelling when it is not ``--`` + the name with dashes.
     """
@@ -94,7 +95,7 @@ class Setting:
             if self.optional:
                 return None
             raise self.refuse("needs a value", value)
-        if self.parse is not None and isinstance(value, str) and self.kind is not str:
+        if self.parse is not None and (isinstance(value, (str, Mapping)) if self.kind is str else isinstance(value, str)):
             try:
                 value = self.parse(value)
             except (ValueError, TypeError) as err:

@@ -4,7 +4,8 @@ Checked against independent answers: the trained weights equal a run without the
 a shifted random state would show); at step 0 the model is its base (loaded separately from disk), so CKA is
 1 and attention change 0 at every layer; the gradient norms equal a hand backward pass on the same batch
 (taken before the Trainer's clipping) and their total equals the Trainer's own ``grad_norm``; the scalars
-are read back from TensorBoard's event file at the steps they were due.
+are read back from TensorBoard's event file at the steps they were due (the gradient norms on the Trainer's
+logging schedule); ``callback.tables`` names its tables as the run folder's files.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import json
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -37,14 +39,15 @@ def _dataset(tokenizer) -> list[dict]:
             for i in range(len(TEXTS))]
 
 
-def _train(folder: Path, out: Path, *, steps: int, batch: int, callback: dict | None = None, **args):
+def _train(folder: Path, out: Path, *, steps: int, batch: int, callback: dict | None = None, logging_steps: int = 1,
+           **args):
     """Train the tiny classifier in ``folder`` for ``steps`` steps; return (model, trainer, callback)."""
     loaded = load_model(folder)
     model, tok = loaded.model, loaded.tokenizer
     ds = _dataset(tok)
-    targs = TrainingArguments(output_dir=str(out), max_steps=steps, per_device_train_batch_size=batch, logging_steps=1,
-                              report_to=["tensorboard"], use_cpu=True, seed=0, save_strategy="no", learning_rate=1e-2,
-                              disable_tqdm=True, **args)
+    targs = TrainingArguments(output_dir=str(out), max_steps=steps, per_device_train_batch_size=batch,
+                              logging_steps=logging_steps, report_to=["tensorboard"], use_cpu=True, seed=0,
+                              save_strategy="no", learning_rate=1e-2, disable_tqdm=True, **args)
     trainer = Trainer(model=model, args=targs, train_dataset=ds, processing_class=tok)
     cb = BertologyCallback(TEXTS, **callback).attach(trainer) if callback is not None else None
     trainer.train()
@@ -79,11 +82,11 @@ def test_training_is_bit_identical_with_and_without_the_callback(with_and_withou
 
 def test_at_step_zero_the_model_is_its_base(with_and_without):
     tables = with_and_without["cb"].tables
-    rs = tables["representation_similarity"]
+    rs = tables["track_representation_similarity"]
     diag = rs[(rs.step == 0) & (rs.layer_base == rs.layer_tuned) & (rs.metric == "cka_linear")]
     assert sorted(diag.layer_base) == [0, 1, 2]
     assert diag.value.to_numpy() == pytest.approx(1.0, abs=1e-6)
-    ac = tables["attention_change"]
+    ac = tables["track_attention_change"]
     start = ac[ac.step == 0]
     assert len(start) == 2 * 4  # layers x heads
     assert start.cosine.to_numpy() == pytest.approx(1.0, abs=1e-6)
@@ -135,6 +138,33 @@ def test_the_run_folder_is_a_track_run_the_report_renders(with_and_without):
     assert sorted(p.name for p in (run / "figures").glob("*.svg")) == [f"{n}.svg" for n in names]
     html = render_report(run).read_text()
     assert all(n in html for n in names)
+    # the callback's tables are the folder's, under the same names
+    in_memory = with_and_without["cb"].tables
+    assert sorted(in_memory) == names
+    for name in names:
+        pd.testing.assert_frame_equal(in_memory[name].reset_index(drop=True), read_table(run, name), check_dtype=False)
+
+
+def test_gradient_norms_are_logged_on_the_trainers_logging_schedule(tiny, tmp_path):
+    """logging_steps=2 over 5 steps: the Trainer logs at 2 and 4, and so do the norms (of those steps), while the
+    table keeps every step and the analyses log at their own steps (0 and every 3)."""
+    model, trainer, cb = _train(tiny, tmp_path / "out", steps=5, batch=4, logging_steps=2,
+                                callback=dict(every_n_steps=3, log_to_trainer=True, analyses=("representation_similarity",)))
+    acc = _scalars(tmp_path / "out")
+    steps = lambda tag: [e.step for e in acc.Scalars(tag)]  # noqa: E731
+    assert steps("train/loss") == [2, 4]
+    for group in ("layer_1", "layer_2", "other", "total"):
+        assert steps(f"train/bertology/grad_norm/{group}") == [2, 4]
+    ours = [e.value for e in acc.Scalars("train/bertology/grad_norm/total")]
+    theirs = [e.value for e in acc.Scalars("train/grad_norm")]
+    assert ours == pytest.approx(theirs, rel=1e-5)  # the norms of the step logged, not of another one
+    assert steps("train/bertology/cka_linear/layer_1") == [0, 3]
+    grads = cb.tables["track_gradient_norms"]
+    assert sorted(grads.step.unique()) == [1, 2, 3, 4, 5]  # recorded every step, logged every logging step
+    logged = [h["step"] for h in trainer.state.log_history if "bertology/grad_norm/total" in h]
+    assert logged == [2, 4]
+    # the Trainer's own loss lines are not disturbed by the callback's logs
+    assert [h["step"] for h in trainer.state.log_history if "loss" in h] == [2, 4]
 
 
 def test_gradient_norms_equal_a_hand_backward_pass(tmp_path):
@@ -142,7 +172,7 @@ def test_gradient_norms_equal_a_hand_backward_pass(tmp_path):
     folder = save_tiny_bert(tmp_path / "model", classifier=True, seed=3)
     _, _, cb = _train(folder, tmp_path / "out", steps=1, batch=len(TEXTS), max_grad_norm=1e-4,
                       callback=dict(at_start=False, at_evaluate=False))
-    ours = cb.tables["gradient_norms"].set_index("group")
+    ours = cb.tables["track_gradient_norms"].set_index("group")
     loaded = load_model(folder)
     model = loaded.model.train()
     batch = {k: torch.tensor([ex[k] for ex in _dataset(loaded.tokenizer)]) for k in ("input_ids", "attention_mask", "labels")}
@@ -163,7 +193,7 @@ def test_gradient_norms_equal_a_hand_backward_pass(tmp_path):
     assert ours.loc["other", "value"] == pytest.approx(math.sqrt(squares["other"]), rel=1e-5)
     assert ours.loc["total", "value"] == pytest.approx(math.sqrt(sum(squares.values())), rel=1e-5)
     assert ours.loc["total", "value"] > 10 * 1e-4  # far above max_grad_norm: these are the norms before clipping
-    assert set(cb.tables) == {"gradient_norms"}  # no analysis was due
+    assert set(cb.tables) == {"track_gradient_norms"}  # no analysis was due
 
 
 def test_bad_settings_and_a_missing_trainer_get_one_clear_line(tiny, tmp_path):

@@ -62,3 +62,38 @@ def test_the_demo_flag_is_the_function_keyword():
     assert keywords["full"].default is False
     full_help = next(p.help for p in cmd.get_params(click.Context(cmd)) if p.name == "full")
     assert f"{FULL.ablation_examples} held-out sentences" in full_help
+
+
+def test_a_demo_run_leaves_its_split_where_demo_paths_say(tmp_path, monkeypatch):
+    """The split files the README's quickstart names: written by run_demo at DemoPaths (the fine-tune and the
+    comparison replaced by stand-ins: nothing is trained here), disjoint, together the whole data file."""
+    import csv
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    import bertology.demo as demo
+    from bertology.data.loaders import load_corpus
+
+    data = tmp_path / "polarity.csv"
+    rows = [(f"sentence number {i} .", "1" if i < 20 else "-1") for i in range(40)]
+    with data.open("w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows([("text", "label"), *rows])
+    monkeypatch.setattr(demo, "fetch_polarity", lambda: data)
+    seen = {}
+
+    def finetune(config, train, heldout, **_):
+        seen["finetune"] = config
+        return SimpleNamespace(model_dir=Path(config.out) / "model", table=pd.DataFrame(), metrics={}, reused=False)
+
+    monkeypatch.setattr(demo, "finetune_to_dir", finetune)
+    monkeypatch.setattr(demo, "compare", lambda config, **_: seen.setdefault("compare", config))
+    result = demo.run_demo(tmp_path / "runs" / "demo", heldout_fraction=0.25)
+    paths = demo.DemoPaths.of(tmp_path / "runs" / "demo")
+    assert result.paths == paths and Path(seen["finetune"].out) == paths.model_run and result.model_dir == paths.model
+    train, held = load_corpus(str(paths.train)), load_corpus(str(paths.heldout))
+    assert (len(train), len(held)) == (30, 10)
+    assert {ex.text for ex in train}.isdisjoint(ex.text for ex in held)
+    assert sorted((ex.text, ex.label) for ex in [*train, *held]) == sorted(rows)  # the labels as in the file
+    assert Counter(ex.label for ex in held) == {"1": 5, "-1": 5}

@@ -180,4 +180,6 @@ def demo_command(
     summary = result.run.manifest.get("summary", {})
     typer.echo(f"demo ({result.plan.name}): {sample_note(result.plan, summary.get('compared_examples', compare_examples))}")
     typer.echo(SEED_NOTE)
+    paths = result.paths
+    typer.echo(f"the demo's split, to try the other commands on: {paths.train}, {paths.heldout} (README: quickstart)")
     typer.echo(f"report: {result.run.report}")

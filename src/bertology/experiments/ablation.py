@@ -24,6 +24,7 @@ import torch
 
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus
+from bertology.data.labels import LABEL_MAP, map_labels
 from bertology.errors import BertologyError
 from bertology.metrics.bootstrap import bootstrap_counts  # noqa: F401  (re-exported: tests and the ablation API)
 from bertology.models.revert import REVERT_UNITS
@@ -62,7 +63,7 @@ from bertology.experiments.scoring import (  # noqa: F401  (re-exported: the abl
 )
 from bertology.tasks.catalog import task_of_model, task_of_table
 from bertology.tasks.main_metric import METRIC_CHOICES, METRIC_HELP, MainMetric, check_metric, main_metric, metric_name
-from bertology.tasks.match import mismatch, training_labels
+from bertology.tasks.match import config_label_problem, mismatch, training_labels
 from bertology.tasks.classification import macro_f1_from_counts  # noqa: F401  (re-exported)
 
 logger = logging.getLogger(__name__)
@@ -148,6 +149,7 @@ class AblationSettings:
     device: str = setting_field("cpu", DEVICE_HELP, changes_numbers=False)  # results agree across devices to rounding
     max_examples: int | None = setting_field(500, EXAMPLES_HELP, minimum=2, zero_is_none=True)
     max_length: int = setting_field(128, "Truncate inputs to this many tokens (counted in the manifest).", minimum=2)
+    label_map: str | None = setting_field(**LABEL_MAP)
     # head importance (Michel et al. 2019) and pruning curves
     importance: bool = setting_field(True, IMPORTANCE_HELP, paper=MICHEL)
     pruning_step: float = setting_field(0.1, "Fraction of all heads removed per pruning step.", above=0, maximum=1,
@@ -281,7 +283,8 @@ def run_ablation_study(
 ) -> AblationStudy:
     """Ablation sweep (+ head importance and pruning curves) of a classifier on labelled data.
 
-    Validates the model and labels (one :class:`BertologyError` each), samples ``settings.max_examples``
+    Puts the data's labels onto the model's (``settings.label_map``, when given; a corpus already mapped with it is
+    left as it is), validates the model and labels (one :class:`BertologyError` each), samples ``settings.max_examples``
     (seeded, stratified) unless ``encoded`` is given, and resumes finished units from ``work_dir``
     (None: nothing kept). Returns the tables ``ablation`` (+ ``head_importance``, ``pruning_curve``);
     the caller writes them and owns the run directory's manifest (``summary`` is the section to put
@@ -293,6 +296,7 @@ def run_ablation_study(
     from bertology.data.encode import encode_corpus
 
     task = task_of_model(model)
+    corpus = map_labels(corpus, settings.label_map)  # the data's labels as the model's (once: a mapped corpus stays)
     main = main or main_metric(task, settings.metric, corpus=corpus if isinstance(corpus, Corpus) else None, model=model)
     if encoded is None:
         task.targets(corpus, model)  # the clear errors before any sampling
@@ -457,7 +461,7 @@ def settings_from(config: CompareConfig, mode: str | None = None) -> AblationSet
         n_bootstrap=config.ablation_bootstrap, seed=config.seed, device=config.device,
         max_examples=config.ablation_examples or None, max_length=config.data.max_length,
         importance=config.ablation_importance and mode in (None, _importance_mode(config)),
-        conventions=config.conventions, metric=config.ablation_metric,
+        conventions=config.conventions, metric=config.ablation_metric, label_map=config.label_map,
     )
 
 
@@ -487,17 +491,30 @@ def skip_reason(ctx: ExperimentContext) -> str | None:
         # a tagger reads word tags and a parser trees (token-level targets), not sentence labels
         if not task.token_level and not any(ex.label is not None for ex in ctx.corpus):
             return f"{ctx.corpus.source} has no labels (name the label column with --label-column)"
+        corpus = map_labels(ctx.corpus, ctx.config.label_map)  # the labels as the model will be scored on them
         # labels of another kind of task (an STS-B regressor on SST-2's 0/1 classes) would score, but mean nothing
         peers = [(name, pair.tuned.model) for name, pair in ctx.peers]
         trained_on = training_labels(ctx.pair.tuned.path)
-        if (other_task := mismatch(ctx.pair.tuned.model, ctx.corpus, peers, trained_on)) is not None:
+        if (other_task := mismatch(ctx.pair.tuned.model, corpus, peers, trained_on)) is not None:
             return other_task
-        task.targets(ctx.corpus, ctx.pair.tuned.model)
+        task.targets(corpus, ctx.pair.tuned.model)
         if ctx.config.ablation_metric != "auto":  # a metric another task's model has (a study of several tasks)
             check_metric(task, ctx.config.ablation_metric, ctx.pair.tuned.model)
     except BertologyError as err:
         return str(err).rstrip(".")
     return None
+
+
+def precheck(config: CompareConfig, corpus: Corpus, tuned_config) -> str | None:
+    """Before any weights load: why the tuned classifier cannot score the data's labels, from its config alone
+    (``tuned_config``; None: nothing is said before loading). The same sentence :func:`skip_reason` gives later,
+    ``--label-map`` suggested. With ``--label-map`` given, a map that leaves a label of the data out or puts one
+    on a label the model does not know is an error, named or not: the map was written for this model."""
+    mapped = map_labels(corpus, config.label_map)  # a label of the data the map does not name: an error now
+    problem = config_label_problem(tuned_config, mapped)
+    if problem is not None and config.label_map is not None:
+        raise BertologyError(problem)
+    return problem.rstrip(".") if problem is not None else None
 
 
 #: What the manifest keeps of each mode's run: what a reader needs to trust the numbers (as ``bertology ablate``'s does:
@@ -516,15 +533,16 @@ def _run(ctx: ExperimentContext) -> ExperimentOutcome:
     tables: dict[str, list[pd.DataFrame]] = {}
     params: dict[str, dict] = {}
     sections: dict[str, dict] = {}
+    corpus = map_labels(ctx.corpus, ctx.config.label_map)
     for i, mode in enumerate(modes):
         settings = settings_from(ctx.config, mode)
         # the first mode keeps the folder a one-mode run resumes from; each other mode has its own
         work_dir = ctx.work_dir if i == 0 or ctx.work_dir is None else Path(ctx.work_dir) / f"mode-{mode}"
         label = f" ({mode})" if len(modes) > 1 else ""
         with stage_bars(ctx.progress, lambda s, lb=label: ("ablations" if s == "ablation" else "head importance") + lb) as on_progress:
-            main = main_metric(task_of_model(ctx.pair.tuned.model), settings.metric, corpus=ctx.corpus,
+            main = main_metric(task_of_model(ctx.pair.tuned.model), settings.metric, corpus=corpus,
                                model=ctx.pair.tuned.model, model_path=ctx.pair.tuned.path)
-            study = run_ablation_study(ctx.pair.tuned.model, ctx.pair.tuned.tokenizer, ctx.corpus, settings, work_dir,
+            study = run_ablation_study(ctx.pair.tuned.model, ctx.pair.tuned.tokenizer, corpus, settings, work_dir,
                                        on_progress=on_progress, base=ctx.pair.base.model, main=main)
         for name, table in study.tables.items():
             tables.setdefault(name, []).append(table)
@@ -548,9 +566,11 @@ SETTINGS = (
     Setting("ablation_importance", True, IMPORTANCE_HELP, paper=MICHEL, flag="--importance"),
     Setting("ablation_units_per_forward", **UNITS_PER_FORWARD),
     Setting("ablation_metric", "auto", METRIC_HELP, choices=METRIC_CHOICES, metavar="METRIC"),
+    Setting("label_map", **LABEL_MAP),
 )
 
 SPEC = ExperimentSpec(
     "ablation", "the ablation of the tuned classifier", _tables, settings_from, skip_reason, _run,
     skipped_note="Ablation and head importance were skipped: {reason}.", summary=summary, settings=SETTINGS,
+    precheck=precheck,
 )

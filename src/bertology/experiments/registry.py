@@ -69,7 +69,11 @@ class ExperimentSpec:
     it can) — an error when the user named it, else a warning (``skipped_note``, formatted with the
     reason) or nothing when ``skipped_note`` is None; ``params(config)``: its settings object (what its
     manifest section records); ``settings``: the declarations of the settings it reads from the config
-    (flags, manifest, fingerprint and report are generated from them).
+    (flags, manifest, fingerprint and report are generated from them); ``precheck(config, corpus,
+    tuned_config)``: what can be said from the data and the tuned model's config alone, before any weights
+    load (``tuned_config`` is None when it cannot be read cheaply): a reason it will be skipped (an error when
+    named, as ``skip_reason``'s), or a :class:`~bertology.errors.BertologyError` for what is wrong whatever was
+    named.
     """
 
     name: str
@@ -81,6 +85,7 @@ class ExperimentSpec:
     skipped_note: str | None = None
     summary: Callable[[Mapping[str, "pd.DataFrame"]], str | None] | None = None
     settings: tuple[Setting, ...] = ()
+    precheck: Callable[["CompareConfig", "Corpus", Any], str | None] | None = None
 
     def refusal(self, reason: str) -> str:
         """The error when the user named the experiment and it cannot run."""

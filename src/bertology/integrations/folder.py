@@ -19,6 +19,11 @@ from bertology.settings import describe_fields
 KIND = "track"
 
 
+def table_name(name: str) -> str:
+    """The file name of a tracked table (``track_<analysis>``, ``track_gradient_norms``): ``tables/<name>.parquet``."""
+    return f"track_{name}"
+
+
 class TrackWriter:
     """Holds the run folder (its lock) from the first event to the end of training."""
 
@@ -49,14 +54,14 @@ class TrackWriter:
             track={"analyses": list(self.settings.analyses), "settings": describe_fields([("callback", self.settings)]),
                    "analysis_settings": self.analysis_settings, "max_examples": self.settings.max_examples,
                    "max_length": self.settings.max_length, "figures": list(figures)},
-            tables=sorted(f"track_{n}" for n in self.written))
+            tables=sorted(table_name(n) for n in self.written))
         if status == "complete":
             manifest["finished"] = now_iso()
         self.opened.dir.write_manifest(manifest)
 
     def write(self, name: str, table: pd.DataFrame) -> None:
         """Rewrite ``tables/track_<name>`` (and list it in the manifest the first time)."""
-        write_table(self.path, f"track_{name}", table)
+        write_table(self.path, table_name(name), table)
         if name not in self.written:
             self.written.add(name)
             self._manifest("running")
@@ -69,7 +74,7 @@ class TrackWriter:
         try:
             figures = []
             for name, fig in track_figures(tables).items():
-                path = self.path / "figures" / f"track_{name}.svg"
+                path = self.path / "figures" / f"{table_name(name)}.svg"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 atomic_write_text(path, figure_to_svg(fig, id_prefix=f"track-{name}"))
                 figures.append(str(path.relative_to(self.path)))

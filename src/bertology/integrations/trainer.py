@@ -23,10 +23,16 @@ Outputs. With ``out=FOLDER`` a run folder of kind ``track`` with the tables ``be
 ``tables/track_<analysis>`` (the analysis's columns plus ``model``, ``checkpoint`` = ``step-N``,
 ``step``, ``event``) and ``tables/track_gradient_norms`` (``step, group, layer, metric, value,
 n_params``), rewritten at every event, and at the end ``figures/track_*.svg`` (each metric over steps,
-drawn by :func:`bertology.viz.track.track_figures`); ``bertology report FOLDER`` renders it. With
-``log_to_trainer=True`` (after :meth:`BertologyCallback.attach`) the per-layer scalars go through
-``Trainer.log`` to whatever ``report_to`` names (TensorBoard, W&B ...): ``bertology/cka_linear/layer_3``
-and so on; this module imports no tracker.
+drawn by :func:`bertology.viz.track.track_figures`); ``bertology report FOLDER`` renders it.
+:attr:`BertologyCallback.tables` holds the same tables in memory under the same names (``track_<analysis>``).
+
+Logging. With ``log_to_trainer=True`` (after :meth:`BertologyCallback.attach`) the per-layer scalars go
+through ``Trainer.log`` to whatever ``report_to`` names (TensorBoard, W&B ...): ``bertology/cka_linear/layer_3``
+and so on. The analyses' scalars are logged when the analyses run (their own schedule: ``every_n_steps``, the
+evaluations, step 0); the gradient norms, recorded every ``gradient_every_n_steps`` steps, follow the Trainer's
+logging schedule (``logging_steps``, ``logging_first_step``, ``logging_strategy``): with each of the Trainer's own
+training logs (the ones with ``loss``) go the norms of the latest recorded step, once; the table keeps every
+recorded step. This module imports no tracker.
 
 The work itself (probe set, base activations, analyses, gradient norms, tables, run folder) is a
 :class:`~bertology.integrations.tracker.Tracker`, which ``bertology finetune --track-every`` drives from
@@ -44,11 +50,15 @@ from transformers import TrainerCallback
 
 from bertology.data.corpus import Corpus
 from bertology.errors import BertologyError
+from bertology.integrations.folder import table_name
 from bertology.integrations.tracker import ANALYSES, GRADIENTS, CallbackSettings, Tracker, probe_corpus, scalars
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ANALYSES", "GRADIENTS", "BertologyCallback", "CallbackSettings", "probe_corpus", "scalars"]
+
+#: How the gradient norms' scalars are named (``scalars``): they wait for the Trainer's next training log.
+GRADIENT_SCALARS = "bertology/grad_norm/"
 
 
 class BertologyCallback(TrainerCallback):
@@ -72,11 +82,15 @@ class BertologyCallback(TrainerCallback):
         self.tracker = Tracker(self.settings, probe_corpus(probe, text_column), out=out, tokenizer=tokenizer,
                                base=base, analysis_settings=analysis_settings, overwrite=overwrite, log=self._log)
         self.trainer = None
+        #: the latest recorded gradient norms' scalars, not yet logged (sent with the Trainer's next training log)
+        self._due_gradients: dict[str, float] | None = None
+        self._sending = False  # our own Trainer.log call is under way (its on_log is not a training log)
 
     @property
     def tables(self) -> dict[str, pd.DataFrame]:
-        """The tables so far by name (``representation_similarity`` ..., ``gradient_norms``)."""
-        return self.tracker.tables
+        """The tables so far, by the names their files have in the run folder: ``track_representation_similarity``
+        ..., ``track_gradient_norms`` (``tables[name]`` holds the rows of ``out/tables/<name>.parquet``)."""
+        return {table_name(name): table for name, table in self.tracker.tables.items()}
 
     @property
     def corpus(self) -> Corpus:
@@ -120,18 +134,39 @@ class BertologyCallback(TrainerCallback):
         """A checkpoint was written: the run folder gets every row up to its step (a resumed run finds them)."""
         self.tracker.saved(state.global_step)
 
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        """The Trainer logged: with one of its training logs (it has ``loss``; an evaluation's or the final summary's
+        has not), send the gradient norms recorded since the last one (``log_to_trainer``)."""
+        if self._sending or self._due_gradients is None or "loss" not in (logs or {}):
+            return
+        values, self._due_gradients = self._due_gradients, None
+        self._send(values)
+
     def on_train_end(self, args, state, control, **kwargs):
         """Remove the gradient hooks; write the figures and mark the run folder complete."""
         self.tracker.end()
+        self._due_gradients = None
 
     def _log(self, values: dict[str, float]) -> None:
-        """Send ``values`` to the Trainer's loggers (``log_to_trainer``).
+        """Send ``values`` to the Trainer's loggers (``log_to_trainer``): the analyses' scalars now, the gradient
+        norms' with the Trainer's next training log (:meth:`on_log`; a later step's norms replace unsent ones)."""
+        if not (self.settings.log_to_trainer and values and self.trainer is not None):
+            return
+        if all(key.startswith(GRADIENT_SCALARS) for key in values):
+            self._due_gradients = dict(values)
+            return
+        self._send(values)
+
+    def _send(self, values: dict[str, float]) -> None:
+        """``Trainer.log(values)``.
 
         ``Trainer.log`` clears ``control.should_log`` (its handler does, for every log); the flag is put back,
         or a step's own loss line, due right after the callbacks' ``on_step_end``, would not be logged.
         """
-        if self.settings.log_to_trainer and values and self.trainer is not None:
-            control = self.trainer.control
-            due = control.should_log
+        due = self.trainer.control.should_log
+        self._sending = True
+        try:
             self.trainer.log(dict(values))
-            self.trainer.control.should_log = due
+        finally:
+            self._sending = False
+        self.trainer.control.should_log = due

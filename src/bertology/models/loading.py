@@ -302,6 +302,24 @@ def limit_to_positions(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBas
     return limit
 
 
+def read_config(name_or_path: str | os.PathLike, *, trust_remote_code: bool = False):
+    """A model's config alone (its ``config.json``: no weights, no tokenizer), to check what it can score before the
+    weights load; None where that is not cheap or not possible (a PEFT adapter, whose head's labels come with it; a
+    hub id that cannot be reached, a folder that is not there, or a config transformers cannot read):
+    :func:`load_model` then says what is wrong, in its own words, as before."""
+    try:
+        source, where = resolve_model(name_or_path)
+    except BertologyError:
+        return None
+    if source == "adapter":
+        return None
+    try:
+        with quiet_transformers():
+            return AutoConfig.from_pretrained(where, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError):
+        return None
+
+
 def load_model(
     name_or_path: str | os.PathLike,
     kind: ModelKind = "auto",

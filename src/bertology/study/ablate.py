@@ -102,7 +102,8 @@ def ablate(
     _check_base_given(settings, base)
     device, torch_dtype = resolve(settings.device, loading)
     settings = replace(settings, device=device)
-    loaded, corpus, task, encoded, qa_used = _inputs(model, data, settings, columns, qa, loading, torch_dtype)
+    early = _labels_first(model, data, settings, columns, loading)  # a label mismatch: one line before any weights load
+    loaded, corpus, task, encoded, qa_used = _inputs(model, data, settings, columns, qa, loading, torch_dtype, early)
     main = main_metric(task, settings.metric, corpus=corpus, model=loaded.model, model_path=loaded.path)
     base_loaded = None if base is None else _load_base(base, loaded, loading, torch_dtype)
     d = {**settings.to_dict(), **qa_used}
@@ -114,6 +115,8 @@ def ablate(
     d.pop("metric")  # the metric used, where it is not the task's own: runs judged by it keep their fingerprints
     if main.metric != task.default_metric:
         d["main_metric"] = main.metric
+    if d.get("label_map", "") is None:  # not given: runs made before --label-map existed keep their fingerprints
+        d.pop("label_map")
     weights = loaded.weights_sha256 or loaded.path
     extra = [loading.dtype] if loading.dtype != "float32" else []  # float32 runs keep their old fingerprints
     if base_loaded is not None:  # revert's numbers depend on the base's weights
@@ -165,16 +168,53 @@ def _load_base(base: str, tuned, loading: Loading, torch_dtype):
     return loaded
 
 
+def _require_some_labels(corpus: Corpus) -> None:
+    """One line for data without any label (a sentence-level task needs them)."""
+    if not any(ex.label is not None for ex in corpus):
+        fix = ("Give rows with their labels: a list of dicts, a DataFrame or a file."
+               if corpus.stats.get("format") == "list"
+               else "Name the label column with --label-column (label_column= in Python).")
+        raise BertologyError(f"{corpus.source} has no labels; ablation measures a task and needs labelled data. {fix}")
+
+
+def _labels_first(model: str, data: str | Corpus, settings: AblationSettings, columns: Columns,
+                  loading: Loading) -> Corpus | None:
+    """The data, read before the model's weights when the model's ``config.json`` names a sentence classifier, its
+    labels (put onto the model's by ``--label-map``) checked against the labels the config knows: a mismatch is one
+    line (suggesting ``--label-map``) before anything heavy loads. None when the config cannot be read cheaply (a
+    PEFT adapter, an unreachable hub id) or names another head: the data is then read after the model, as before."""
+    from bertology.data.labels import map_labels
+    from bertology.data.loaders import load_corpus
+    from bertology.models.loading import read_config
+    from bertology.tasks.match import config_label_problem, is_sentence_classifier
+
+    config = read_config(model, trust_remote_code=loading.trust_remote_code)
+    if config is None or not is_sentence_classifier(config):
+        return None
+    corpus = load_corpus(data, **columns.to_dict())
+    _require_some_labels(corpus)
+    problem = config_label_problem(config, map_labels(corpus, settings.label_map))
+    if problem is not None:
+        raise BertologyError(problem)
+    return corpus
+
+
 def _inputs(model: str, data: str | Corpus, settings: AblationSettings, columns: Columns, qa: QaOptions,
-            loading: Loading, torch_dtype):
-    """The loaded model, the (sampled) corpus, the model's task, the encoded QA windows and the QA settings used."""
+            loading: Loading, torch_dtype, read: Corpus | None = None):
+    """The loaded model, the (sampled) corpus, the model's task, the encoded QA windows and the QA settings used.
+    ``read``: the data already read (:func:`_labels_first`)."""
     from bertology.data.loaders import load_corpus
     from bertology.experiments.ablation import sample_examples
     from bertology.models.loading import load_model
     from bertology.tasks.catalog import task_of_model
 
+    from bertology.data.labels import map_labels
+
     loaded = load_model(model, kind="auto", trust_remote_code=loading.trust_remote_code, dtype=torch_dtype)
     task = task_of_model(loaded.model, name=f"Model {model!r}")
+    if settings.label_map is not None and (task.token_level or task.name == "qa"):
+        raise BertologyError(f"--label-map (label_map) maps sentence labels; model {model!r} is a {task.name} model, "
+                             "scored on its data's own word-level or answer targets.")
     if task.name == "qa":  # SQuAD JSON: every question cut into windows; the bootstrap resamples questions
         if not isinstance(data, str):
             raise BertologyError(f"Model {model!r} answers questions: its data is a SQuAD .json file; pass its path.")
@@ -184,13 +224,11 @@ def _inputs(model: str, data: str | Corpus, settings: AblationSettings, columns:
         corpus = read_squad(data).stratified_sample(settings.max_examples, settings.seed)
         used = qa.to_dict()
         return loaded, corpus, task, encode_squad(corpus, loaded.tokenizer, settings.max_length, **used), used
-    corpus = load_corpus(data, **columns.to_dict())
+    corpus = read if read is not None else load_corpus(data, **columns.to_dict())
     # a parser scores trees and a tagger word tags, not sentence labels
-    if not task.token_level and not any(ex.label is not None for ex in corpus):
-        fix = ("Give rows with their labels: a list of dicts, a DataFrame or a file."
-               if corpus.stats.get("format") == "list"
-               else "Name the label column with --label-column (label_column= in Python).")
-        raise BertologyError(f"{corpus.source} has no labels; ablation measures a task and needs labelled data. {fix}")
+    if not task.token_level:
+        _require_some_labels(corpus)
+        corpus = map_labels(corpus, settings.label_map)  # the data's labels as the model's (--label-map)
     task.targets(corpus, loaded.model)
     return loaded, sample_examples(corpus, settings.max_examples, settings.seed), task, None, {}
 

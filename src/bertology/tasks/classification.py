@@ -64,25 +64,73 @@ def positive_id(config) -> int:
     return next((label2id[name] for name in POSITIVE_LABELS if name in label2id), 1)
 
 
-def label_ids_for(corpus: Corpus, model: torch.nn.Module, *, what: str = "data") -> np.ndarray:
-    """Each example's label id under the model's ``label2id`` (corpus order), or one clear error.
+def known_labels(config) -> dict[str, int]:
+    """The labels a classifier's ``config`` knows, by name -> id (its ``label2id``).
 
     A model whose labels are the generic ``LABEL_0 .. LABEL_{k-1}`` also accepts the labels ``0 .. k-1``.
     """
-    require_labels(corpus, "Ablation needs labelled data", what)
-    cfg = model.config
-    label2id = {str(k): int(v) for k, v in (getattr(cfg, "label2id", None) or {}).items()}
-    num_labels = int(getattr(cfg, "num_labels", len(label2id)) or len(label2id))
+    label2id = {str(k): int(v) for k, v in (getattr(config, "label2id", None) or {}).items()}
+    num_labels = int(getattr(config, "num_labels", len(label2id)) or len(label2id))
     if set(label2id) == {f"LABEL_{i}" for i in range(num_labels)}:
         label2id.update({str(i): i for i in range(num_labels)})
-    unknown = sorted({str(ex.label) for ex in corpus} - set(label2id))
-    if unknown:
-        model_labels = [str(v) for _, v in sorted((getattr(cfg, "id2label", None) or {}).items(), key=lambda kv: int(kv[0]))]
-        raise BertologyError(
-            f"The {what} has label(s) {', '.join(map(repr, unknown[:10]))}{' ...' if len(unknown) > 10 else ''} "
-            f"that the model does not know; its labels are {', '.join(map(repr, model_labels or sorted(label2id)))}. "
-            "Use data labelled like the model's training data, or pick the right --label-column."
-        )
+    return label2id
+
+
+def _model_labels(config) -> list[str]:
+    """The model's labels in id order (``id2label``)."""
+    return [str(v) for _, v in sorted((getattr(config, "id2label", None) or {}).items(), key=lambda kv: int(kv[0]))]
+
+
+def _in_order(labels) -> list[str]:
+    """Labels sorted as numbers when they all are (``-1, 0, 1``), else as text."""
+    labels = sorted(set(labels))
+    try:
+        return sorted(labels, key=float)
+    except ValueError:
+        return labels
+
+
+def suggested_label_map(data_labels, config) -> str:
+    """A ``--label-map`` to show in an error: the data's labels in order onto the model's in id order when there are
+    as many of each (``0=-1,1=1``), else the syntax's example."""
+    data, model = _in_order(data_labels), _model_labels(config)
+    if data and len(data) == len(model) and all("," not in x and "=" not in x for x in data + model):
+        return ",".join(f"{d}={m}" for d, m in zip(data, model))
+    return "DATA=MODEL,..."
+
+
+def unknown_labels(corpus: Corpus, config, *, what: str = "data") -> str | None:
+    """Why a classifier with ``config`` cannot score ``corpus``'s labels (one sentence naming the labels it does not
+    know, the model's, and the fixes, ``--label-map`` among them), or None when it knows every one.
+
+    Reads the config only (``label2id``/``id2label``): a model's config.json says this before any weights load.
+    """
+    label2id = known_labels(config)
+    unknown = _in_order({str(ex.label) for ex in corpus if ex.label is not None} - set(label2id))
+    if not unknown:
+        return None
+    mapped = corpus.stats.get("label_map")
+    model_labels = _model_labels(config)
+    shown = ", ".join(map(repr, unknown[:10])) + (" ..." if len(unknown) > 10 else "")
+    if mapped:
+        return (f"The {what} has label(s) {shown} after --label-map {mapped} that the model does not know; its labels "
+                f"are {', '.join(map(repr, model_labels or sorted(label2id)))}. Map each label of the data onto one of "
+                "the model's.")
+    example = suggested_label_map({str(ex.label) for ex in corpus if ex.label is not None}, config)
+    return (f"The {what} has label(s) {shown} that the model does not know; its labels are "
+            f"{', '.join(map(repr, model_labels or sorted(label2id)))}. Use data labelled like the model's training "
+            f"data, pick the right --label-column, or map the data's labels onto the model's with --label-map "
+            f"(label_map= in Python), e.g. --label-map {example}.")
+
+
+def label_ids_for(corpus: Corpus, model: torch.nn.Module, *, what: str = "data") -> np.ndarray:
+    """Each example's label id under the model's ``label2id`` (corpus order), or one clear error
+    (:func:`unknown_labels`)."""
+    require_labels(corpus, "Ablation needs labelled data", what)
+    problem = unknown_labels(corpus, model.config, what=what)
+    if problem is not None:
+        raise BertologyError(problem)
+    label2id = known_labels(model.config)
     return np.array([label2id[str(ex.label)] for ex in corpus], dtype=np.int64)
 
 

@@ -168,3 +168,25 @@ def mismatch(model: torch.nn.Module, corpus: Corpus, peers: Sequence[tuple[str, 
         return (f"{where} are the classes of {owner}, a classifier of this run, not scores; the tuned model is {words}, "
                 "so its Pearson r on them would measure nothing of its task; ablate it on its own task's data")
     return None
+
+
+def is_sentence_classifier(config) -> bool:
+    """Whether a model's config (read alone, before its weights) names a single-label sentence classifier: a
+    ``*ForSequenceClassification`` architecture with two labels or more, not a regressor nor multi-label."""
+    archs = getattr(config, "architectures", None) or []
+    if not any(str(a).endswith("ForSequenceClassification") for a in archs):
+        return False
+    problem = getattr(config, "problem_type", None)
+    return int(getattr(config, "num_labels", 2) or 0) >= 2 and problem not in ("regression", "multi_label_classification")
+
+
+def config_label_problem(config, corpus: Corpus, what: str = "data") -> str | None:
+    """Why the sentence classifier of ``config`` cannot score ``corpus``'s labels, from its config alone (the labels
+    it knows; :func:`~bertology.tasks.classification.unknown_labels`): one sentence that suggests ``--label-map``,
+    or None when it can, when ``corpus`` has no labels (said by its own check), or when ``config`` is not a sentence
+    classifier's. ``corpus``: its labels as they will be scored (a ``--label-map`` already applied)."""
+    from bertology.tasks.classification import unknown_labels
+
+    if config is None or not is_sentence_classifier(config) or not any(ex.label is not None for ex in corpus):
+        return None
+    return unknown_labels(corpus, config, what=what)
