@@ -124,22 +124,33 @@ def _slices(v: Mapping, metrics: set[str]) -> list[dict]:
         metric = next((m for m in record if m in metrics and m != "loss"), None)
         if metric is None:
             continue
-        note = f"over {fmt_value(record['n_eval'])} held-out examples" if record.get("n_eval") is not None else None
+        note = (f"over {fmt_value(record['n_eval'])} held-out example{'' if record['n_eval'] == 1 else 's'}"
+                if record.get("n_eval") is not None else None)
         cards.append(_card(f"{_heldout_label(metric)}, slice {name}", record[metric], note))
     return cards
 
 
 def summary_cards(summary: Mapping[str, Any], derived: list[dict]) -> list[dict]:
-    """The cards of a run's ``summary``, in its order, without the facts a section's card (``derived``) shows."""
-    covered = {d["key"] for d in derived if d.get("key")}
+    """The overview's cards: those of a run's ``summary``, in its order, then the sections' (``derived``). A fact a
+    section's card shows (the same ``key``, e.g. ``heldout.accuracy``) is that card, in the summary's place."""
+    keyed = {d["key"]: d for d in derived if d.get("key")}
+    covered = set(keyed)
+    placed: set[str] = set()
     metrics = _metric_names()
     intervals = mapping(summary.get("intervals"))
     cards: list[dict] = []
 
     def metric_card(metric: str, value: Any) -> None:
         # the loss is a headline only where no task metric is (the fine-tuning section's table has it)
-        if f"heldout.{metric}" not in covered and not (metric == "loss" and any(k.startswith("heldout.") for k in covered)):
-            cards.append(_card(_heldout_label(metric), value, _interval_note(intervals, metric), f"heldout.{metric}"))
+        key = f"heldout.{metric}"
+        if key in keyed and keyed[key]["text"] == fmt_value(value):  # the section's card says it: in its place
+            if key not in placed:
+                cards.append(keyed[key])
+                placed.add(key)
+        elif key in keyed:  # another number under the same name: both shown, this one named by where it is from
+            cards.append(_card(f"{_heldout_label(metric)} (run summary)", value, _interval_note(intervals, metric)))
+        elif not (metric == "loss" and any(k.startswith("heldout.") for k in covered)):
+            cards.append(_card(_heldout_label(metric), value, _interval_note(intervals, metric), key))
 
     for key, value in summary.items():
         if key == "intervals":  # each interval is a note on its metric's card
@@ -162,4 +173,4 @@ def summary_cards(summary: Mapping[str, Any], derived: list[dict]) -> list[dict]
             cards += [_card(humanize(f"{key}.{k}"), v) for k, v in flatten(value)]
         else:
             cards.append(_card(humanize(key), value))
-    return cards
+    return cards + [d for d in derived if d.get("key") not in placed]

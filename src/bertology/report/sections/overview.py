@@ -366,7 +366,8 @@ def incomplete(manifest: Mapping[str, Any], listing: list[dict]) -> dict | None:
 
 
 def overview(manifest: Mapping[str, Any], listing: list[dict], warnings: list[str], derived: list[dict]) -> dict:
-    """The overview's dict: the manifest's summary first, then the sections' headline cards (``derived``)."""
+    """The overview's dict: the manifest's summary first, then the sections' headline cards (``derived``; one that
+    shows a fact of the summary takes that fact's place, :func:`summary_cards`)."""
     model_names, model_rows = _model_rows(manifest)
     summary = summary_cards(mapping(manifest.get("summary")), derived)
 
@@ -381,7 +382,7 @@ def overview(manifest: Mapping[str, Any], listing: list[dict], warnings: list[st
         "data_rows": _data_rows(manifest),
         "settings": _settings(manifest),
         "conventions": _conventions(manifest),
-        "summary": summary + derived,
+        "summary": summary,
         "packages": packages,
         "warnings": [fmt_value(w) if not isinstance(w, str) else w for w in raw_warnings] + warnings,
         "tables": listing,
