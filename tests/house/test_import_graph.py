@@ -26,7 +26,8 @@ LAYERS: list[str | set[str]] = [
     "activations",
     {"models", "data", "metrics"},
     {"runs", "conventions"},
-    {"results", "config", "progress", "assets", "catalog", "view_format", "blas", "memory", "transfer", "state_files"},
+    {"results", "config", "progress", "assets", "catalog", "view_format", "blas", "memory", "transfer", "state_files",
+     "extremes"},
     "settings",
     "errors",
 ]

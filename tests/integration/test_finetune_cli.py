@@ -78,6 +78,13 @@ def test_lab_flags_write_a_smaller_model_slices_checkpoints_and_a_summary(tmp_pa
     assert s["slices"]["with_words"]["n_eval"] == 4 and s["slices"]["without_words"]["n_eval"] == 12
     assert manifest["config"]["drop_layers"] == [3] and manifest["config"]["grad_accum"] == 2
     assert load_model(out / "model").model.config.num_hidden_layers == 2
+    # the base as loaded (3 layers), the saved model as trained (2): the report's tuned column is filled, not "—"
+    base, tuned = manifest["models"]["base"], manifest["models"]["tuned"]
+    assert base["num_hidden_layers"] == 3 and tuned["num_hidden_layers"] == 2
+    assert tuned["path"] == str(out / "model") and tuned["family"] == base["family"] and tuned["is_classifier"]
+    assert tuned["name"] == f"{base['name']}, fine-tuned" and tuned["weights_sha256"]
+    assert "side by side" not in html and "one fine-tuning run" in html  # its own intro, not the comparison's
+    assert "Metrics ›" not in html and "Held-out accuracy" in html and "Layers removed" in html
     table = pd.read_csv(out / "tables" / "finetune.csv")
     assert {"step", "epoch", "split", "metric", "value", "slice"} <= set(table.columns)
     assert set(table["slice"]) == {"all", "with_words", "without_words"}

@@ -64,6 +64,9 @@ def test_a_lora_run_saves_an_adapter_that_loads_with_the_trained_logits(families
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     lora = manifest["result"]["lora"]
     assert lora["targets"] == list(TARGETS[model_type]) and manifest["config"]["method"] == "lora"
+    adapter = manifest["models"]["tuned"]["adapter"]  # in the fields a compare of an adapter records (the report's list)
+    assert adapter["r"] == lora["rank"] and adapter["lora_alpha"] == lora["alpha"] and adapter["peft_type"] == "LORA"
+    assert adapter["target_modules"] == list(TARGETS[model_type]) and adapter["base"] == lora["base"]
     assert (run.model_dir / "adapter_config.json").is_file() and not (run.model_dir / "config.json").exists()
     adapted, merged = load_model(str(run.model_dir)), load_model(str(tmp_path / "run" / "model-merged"))
     base = load_model(str(families[model_type]), kind="classifier", num_labels=2)

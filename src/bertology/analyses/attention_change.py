@@ -24,6 +24,7 @@ from bertology.analyses.registry import AnalysisSpec, BuildContext
 from bertology.settings import Setting
 from bertology.conventions import setting as convention
 from bertology.config import CompareConfig
+from bertology.extremes import picks_text
 from bertology.metrics.attention import map_cosine
 from bertology.results import Result
 
@@ -124,13 +125,14 @@ def layer_summary(table: pd.DataFrame) -> pd.DataFrame:
 def summary(tables: Mapping[str, pd.DataFrame]) -> str:
     """The heads whose maps changed most (lowest cosine, highest JS divergence) and the mean cosine per layer."""
     t = tables["attention_change"]
-    by_cos = t.sort_values(["cosine", "layer", "head"]).head(3)
-    by_js = t.sort_values(["js_divergence", "cosine"], ascending=[False, True]).head(3)
+    by_cos = t.sort_values(["cosine", "layer", "head"])
+    by_js = t.sort_values(["js_divergence", "cosine"], ascending=[False, True])
     per_layer = layer_summary(t)
-    return ("attention change: lowest cosine "
-            + ", ".join(f"L{r.layer}H{r.head} ({r.cosine:.3f})" for r in by_cos.itertuples())
+    labels = lambda d: [f"L{r.layer}H{r.head}" for r in d.itertuples()]  # noqa: E731
+    # each pick in the decimals that tell it from the next head (or "all 72 heads ≥ 0.9995" when none can be)
+    return ("attention change: lowest cosine " + picks_text(labels(by_cos), by_cos["cosine"].tolist(), 3, lowest=True)
             + "; highest JS divergence "
-            + ", ".join(f"L{r.layer}H{r.head} ({r.js_divergence:.3f})" for r in by_js.itertuples())
+            + picks_text(labels(by_js), by_js["js_divergence"].tolist(), 3, lowest=False)
             + "; mean cosine by layer " + " ".join(f"{c:.3f}" for c in per_layer["cosine"]))
 
 

@@ -53,6 +53,7 @@ from bertology.analyses.registry import AnalysisSpec, BuildContext
 from bertology.settings import Setting
 from bertology.conventions import setting as convention
 from bertology.config import CompareConfig
+from bertology.extremes import picks_text
 from bertology.analyses.representation_similarity import token_keys
 from bertology.metrics.head_distance import (
     BLOCK_ELEMENTS,
@@ -478,10 +479,12 @@ class HeadMap(Analysis):
         return Result(self.distance_name, df, self.params())
 
 
-def most_moved(table: pd.DataFrame, top: int = 10) -> pd.DataFrame:
-    """The ``top`` heads that moved most (one row per head: ``layer, head, label, moved``), largest first."""
+def most_moved(table: pd.DataFrame, top: int | None = 10) -> pd.DataFrame:
+    """The ``top`` heads that moved most (one row per head: ``layer, head, label, moved``), largest first; every head
+    with ``top=None``."""
     heads = table[table["model"] == "base"] if "model" in table else table
-    out = heads.sort_values(["moved", "layer", "head"], ascending=[False, True, True]).head(top)
+    out = heads.sort_values(["moved", "layer", "head"], ascending=[False, True, True])
+    out = out if top is None else out.head(top)
     out = out[["layer", "head", "moved"] + (["moved_js_divergence"] if "moved_js_divergence" in out else [])].copy()
     out.insert(2, "label", [f"L{l}H{h}" for l, h in zip(out["layer"], out["head"])])
     return out.reset_index(drop=True)
@@ -489,8 +492,9 @@ def most_moved(table: pd.DataFrame, top: int = 10) -> pd.DataFrame:
 
 def summary(tables: Mapping[str, pd.DataFrame]) -> str:
     """The heads that moved most on the map."""
-    top = most_moved(tables["head_map"], top=3)
-    return "head map: heads that moved most (JS distance) " + ", ".join(f"{r.label} ({r.moved:.3f})" for r in top.itertuples())
+    ranked = most_moved(tables["head_map"], top=None)
+    return "head map: heads that moved most (JS distance) " + picks_text(ranked["label"].tolist(),
+                                                                          ranked["moved"].tolist(), 3, lowest=False)
 
 
 def _build(config: CompareConfig, ctx: BuildContext) -> HeadMap:

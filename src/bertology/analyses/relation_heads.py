@@ -51,6 +51,7 @@ import pandas as pd
 import torch
 
 from bertology import transfer
+from bertology.extremes import decimals_to_tell, fixed, ties
 from bertology.activations.batch import PairBatch
 from bertology.analyses.base import Analysis
 from bertology.analyses.registry import AnalysisSpec, BuildContext
@@ -492,8 +493,15 @@ def summary(tables: Mapping[str, pd.DataFrame]) -> str | None:
     overall = best[best["relation"] == "all"].set_index("model")
     if not len(overall):
         return None
-    return "relation heads, all relations: " + ", ".join(
-        f"{m} {r.accuracy:.3f} ({r.head_label}; best offset {r.baseline_accuracy:.3f})" for m, r in overall.iterrows())
+    t = tables["relation_heads"]
+    parts = []
+    for m, r in overall.iterrows():  # each model's best head in the decimals that tell it from its runner-up
+        heads = (t[(t["relation"] == "all") & (t["model"] == m)].groupby(["layer", "head"])["accuracy"].max()
+                 .sort_values(ascending=False).tolist())
+        d, tied = decimals_to_tell(heads, 1), ties(heads)
+        parts.append(f"{m} {fixed(r.accuracy, d)} ({r.head_label}{f', tied with {tied} more' if tied else ''}; "
+                     f"best offset {fixed(r.baseline_accuracy, d)})")
+    return "relation heads, all relations: " + ", ".join(parts)
 
 
 def _build(config: CompareConfig, ctx: BuildContext) -> RelationHeads:

@@ -33,6 +33,7 @@ from torch import nn
 
 from bertology.config import CompareConfig
 from bertology.errors import BertologyError
+from bertology.extremes import significant_to_tell
 from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec, jsonable
 from bertology.metrics.weights import MatrixChange, matrix_change, relative_change
 from bertology.models.adapters import adapter_for, get_path
@@ -290,8 +291,9 @@ def summary(tables: Mapping[str, pd.DataFrame]) -> str | None:
     t = module_rows(tables[TABLE])
     if t.empty:
         return None
-    moved = t[t["relative_change"] > 0].sort_values("relative_change", ascending=False).head(3)
-    largest = ", ".join(f"L{r.layer} {r.module} ({r.relative_change:.3g})" for r in moved.itertuples()) or "none"
+    ranked = t[t["relative_change"] > 0].sort_values("relative_change", ascending=False)
+    n = significant_to_tell(ranked["relative_change"].tolist(), 3)  # each pick told from the next one
+    largest = ", ".join(f"L{r.layer} {r.module} ({r.relative_change:.{n}g})" for r in ranked.head(3).itertuples()) or "none"
     matrices = t.dropna(subset=["intruders"])
     k = int(matrices["top_k"].max()) if len(matrices) else 0
     return (f"weight change: largest relative change {largest}; intruder dimensions "

@@ -195,7 +195,8 @@ def finetune_to_dir(
                 "attn_implementation": "eager",
                 "models": {
                     "base": details.pop("base_model", None),
-                    "tuned": {"path": str(result.model_dir), "weights_sha256": weights_fingerprint(result.model_dir)},
+                    "tuned": {**(details.pop("tuned_model", None) or {}), "path": str(result.model_dir),
+                              "weights_sha256": weights_fingerprint(result.model_dir)},
                 },
                 "data": {"train": train.describe(), "eval": evaluation.describe() if evaluation is not None else None},
                 "result": details,

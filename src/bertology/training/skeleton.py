@@ -82,13 +82,30 @@ class RunData:
     slicing: dict | None = None  # the manifest's ``eval_slices``
 
 
+def tuned_record(base: dict, trained: dict, lora: dict | None) -> dict:
+    """The manifest's ``models.tuned`` description (its folder and weights' hash are added when it is saved): the
+    trained model's architecture, named after its base; a LoRA run's adapter in the fields a compare of an adapter
+    records (``peft_type``, ``r``, ``lora_alpha``, ``target_modules``, ``base``)."""
+    keep = ("model_type", "family", "class", "is_classifier", "num_hidden_layers", "num_attention_heads", "hidden_size",
+            "attn_implementation")
+    out = {"name": f"{base.get('name') or 'base'}, fine-tuned", "source": "this run",
+           **{k: trained[k] for k in keep if k in trained}}
+    if lora is not None:
+        out["adapter"] = {"peft_type": "LORA", "base": lora.get("base"), "r": lora.get("rank"),
+                          "lora_alpha": lora.get("alpha"), "target_modules": list(lora.get("targets") or []),
+                          "modules_to_save": list(lora.get("modules_to_save") or [])}
+    return out
+
+
 @dataclass
 class ModelToTrain:
     """The model to train, its tokenizer, and where it came from."""
 
     model: torch.nn.Module
     tokenizer: Any
-    describe: Callable[[], dict]  # the manifest's ``models.base`` (read after training, as the model then stands)
+    # the model as it stands when called: before training it gives the manifest's ``models.base``, after it the
+    # architecture of ``models.tuned`` (layers removed, the task head)
+    describe: Callable[[], dict]
     name: str  # for the log
     reused_head: bool = False  # whether the checkpoint's own head was kept
     label2id: dict[str, int] = field(default_factory=dict)
@@ -216,6 +233,7 @@ class Trainer(ABC):
         device = resolve_device(config.device)
         seed_everything(config.seed)
         loaded = self.load(data)
+        base_record = loaded.describe()  # the base as loaded, before any layer is removed or an adapter put in
         surgery = prepare_model(loaded.model, config, device)
         lora = wrap_lora(loaded.model, config, self.task.name if self.task else "contrastive") if config.method == "lora" else None
         head = self.make_head(loaded, data, device)
@@ -235,6 +253,8 @@ class Trainer(ABC):
         done = self.finish(loaded, head, data, outcome)
         model_dir = atomic_folder(Path(config.out) / "model", lambda tmp: head.save(loaded.model, tmp))
         details = self._details(loaded, head, data, Training(schedule, surgery, outcome, metric, device), done)
+        details["base_model"] = base_record
+        details["tuned_model"] = tuned_record(base_record, loaded.describe(), lora.record if lora is not None else None)
         details["lora"] = lora.record if lora is not None else None
         details["tracking"] = observer.record() if observer is not None else None
         if lora is not None and config.lora_merge:
@@ -260,5 +280,4 @@ class Trainer(ABC):
                               exclusion=data.exclusion, slicing=data.slicing, tokenisation=head.tokenisation()),
             **done.record,
             "recipe": recipe_record(self.config),
-            "base_model": loaded.describe(),
         }

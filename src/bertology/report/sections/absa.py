@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bertology.extremes import decimals_to_tell, fixed, ties
 from bertology.report.format import sortable
 from bertology.report.sections.base import Section, SectionInput
 
@@ -90,8 +91,12 @@ def build(inp: SectionInput) -> dict | None:
                 f"Aspect-head accuracy per head, {model}"))
     named = [r for r in rows if r[0] == "aspect"]
     if named:
-        inp.derived.append({"label": "Top aspect head (tuned)", "text": named[0][1],
-                            "note": f"{named[0][4]:.3f} vs best baseline {named[0][5]} (base {named[0][3]:.3f})"})
+        accs = [r[4] for r in named]  # top_rows: the tuned heads best first
+        d, tied = decimals_to_tell(accs, 1), ties(accs)
+        note = f"{fixed(named[0][4], d)} vs best baseline {named[0][5]} (base {fixed(named[0][3], d)})"
+        if tied:
+            note += f"; tied with {tied} other head{'s' if tied > 1 else ''}"
+        inp.derived.append({"label": "Top aspect head (tuned)", "text": named[0][1], "note": note})
     analysed = (absa.get("analysed") or {}).get("n_pairs")
     facts = [("Pairs analysed", str(analysed) if analysed is not None else "—")]
     if absa.get("config"):

@@ -3,8 +3,30 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bertology.extremes import all_read_the_same, bound_text, decimals_to_tell, fixed
 from bertology.report.format import fmt_value, sort_key, unique_text
 from bertology.report.sections.base import Figures, Section, SectionInput
+
+
+def most_changed_card(heads: pd.DataFrame) -> dict:
+    """The overview's card of the head whose attention changed most, by JS divergence (the measure the section's
+    table ranks by and its JS heatmap shows), in the decimals that tell it from the runner-up; "none stands out"
+    when every head reads the same at the default decimals."""
+    ranked = heads.sort_values(["js_divergence", "cosine", "layer", "head"], ascending=[False, True, True, True])
+    js = ranked["js_divergence"].tolist()
+    label = "Most changed head (JS divergence)"
+    if all_read_the_same(js):
+        cos = ranked["cosine"].tolist()
+        return {"label": label, "text": "none stands out",
+                "note": f"all {len(js):,} heads: JS divergence {bound_text(js, lowest=False)}"
+                        + (f", cosine {bound_text(cos, lowest=True)}" if all_read_the_same(cos) else "")}
+    first, d = ranked.iloc[0], decimals_to_tell(js, 1)
+    note = f"JS divergence {fixed(first['js_divergence'], d)}"
+    if len(ranked) > 1:
+        second = ranked.iloc[1]
+        note += f" (next: L{int(second['layer'])}H{int(second['head'])}, {fixed(second['js_divergence'], d)})"
+    return {"label": label, "text": f"L{int(first['layer'])}H{int(first['head'])}",
+            "note": note + f"; cosine {fmt_value(first['cosine'], 3)}"}
 
 
 def attention_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> dict:
@@ -34,7 +56,8 @@ def attention_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> d
             lambda: head_heatmap(heads, "js_divergence", title="JS divergence",
                                  vmin=0.0, min_span=0.05),
             "Jensen–Shannon divergence (base 2, in bits; 0 = unchanged) between base and tuned attention "
-            "distributions of each query, averaged over queries and examples. Darker = changed more.",
+            "distributions of each query, averaged over queries and examples. Darker = changed more. The overview's "
+            "most changed head and the table of most changed heads rank the heads by this measure.",
             "Heatmap of attention Jensen-Shannon divergence per layer and head",
         ),
     ]
@@ -89,9 +112,7 @@ def attention_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> d
                   for k, _, _ in columns] for r in top],
     }
     if top:
-        first = top[0]
-        derived.append({"label": "Most changed head", "text": first["label"],
-                        "note": f"JS {fmt_value(first['js'], 3)}, cosine {fmt_value(first['cosine'], 3)}"})
+        derived.append(most_changed_card(heads))
     derived.append({"label": "Mean attention cosine", "text": fmt_value(heads["cosine"].mean()),
                     "note": f"over {n_layers * n_heads:,} heads"})
     modes = unique_text(df["mode"]) if "mode" in df else None

@@ -14,6 +14,34 @@ TARGET_LABELS = {
 }
 
 
+#: The special tokens the overview's card chooses from.
+SPECIAL = ("cls", "sep")
+
+
+def special_token_card(per_layer: pd.DataFrame, last: int) -> dict | None:
+    """The overview's card of the special token whose share of last-layer attention changed most (largest
+    ``|tuned − base|``, ties to [CLS]), the other one's in its note; None without both models' numbers."""
+    at = per_layer[per_layer["layer"] == last].pivot_table(index="target", columns="model", values="value",
+                                                          aggfunc="mean")
+    if not {"base", "tuned"} <= set(at.columns):
+        return None
+    shares = {t: (float(at.at[t, "base"]), float(at.at[t, "tuned"])) for t in SPECIAL
+              if t in at.index and not at.loc[t, ["base", "tuned"]].isna().any()}
+    if not shares:
+        return None
+    ranked = sorted(shares, key=lambda t: -abs(shares[t][1] - shares[t][0]))  # stable: ties keep [CLS] first
+    changes = [abs(shares[t][1] - shares[t][0]) for t in ranked]
+    d = 2
+    while d < 4 and len(ranked) > 1 and f"{changes[0]:.{d}f}" == f"{changes[1]:.{d}f}" and changes[0] != changes[1]:
+        d += 1  # the decimals that show why this token was chosen over the other
+    pick = ranked[0]
+    base, tuned = shares[pick]
+    others = "; ".join(f"{TARGET_LABELS[t]} {shares[t][0]:.{d}f} → {shares[t][1]:.{d}f}" for t in ranked[1:])
+    return {"label": f"Attention to {TARGET_LABELS[pick]}, layer {last}", "text": f"{base:.{d}f} → {tuned:.{d}f}",
+            "note": "base → tuned, mean over heads; the special token whose share changed most"
+                    + (f" ({others})" if others else "")}
+
+
 def targets_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> dict:
     """Per-layer attention to tokens and word categories, their means, and what [CLS] attends to last."""
     from bertology.viz.figures import CurveStyle, layer_curve
@@ -56,10 +84,9 @@ def targets_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> dic
         cls_rows = [[t.removeprefix("from_cls_"), c.at[t, "base"] if "base" in c else None,
                      c.at[t, "tuned"] if "tuned" in c else None] for t in c.index]
         cls_table = sortable([("target", "Category", "text"), ("base", "base", "num"), ("tuned", "tuned", "num")], cls_rows)
-    sep = per_layer[(per_layer["target"] == "sep") & (per_layer["layer"] == last)].set_index("model")["value"]
-    if "tuned" in sep and "base" in sep:
-        derived.append({"label": f"Attention to [SEP], layer {last}", "text": f"{sep['base']:.2f} → {sep['tuned']:.2f}",
-                        "note": "base → tuned, mean over heads"})
+    card = special_token_card(per_layer, last)
+    if card is not None:
+        derived.append(card)
     return {"curves": [c for c in curves if c], "table": table, "cls_table": cls_table, "last_layer": last,
             "facts": [("Layers", str(last)), ("Targets", str(df["target"].nunique()))]}
 

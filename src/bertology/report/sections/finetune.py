@@ -23,6 +23,13 @@ def _slices_table(sl: pd.DataFrame) -> dict | None:
                     [[str(i)] + [r[m] for m in metrics] for i, r in wide.iterrows()])
 
 
+def heldout_label(metric: str) -> str:
+    """A held-out metric's card label: ``Held-out accuracy``, ``Held-out macro F1``."""
+    from bertology.viz.figures import METRIC_LABELS
+
+    return f"Held-out {METRIC_LABELS.get(metric, metric.replace('_', ' '))}"
+
+
 def _final_intervals(intervals: pd.DataFrame | None) -> dict[str, tuple[float, float, float, int]]:
     """Each final held-out metric: (value, 95% CI low, high, examples), from the ``finetune_intervals`` table."""
     if intervals is None or intervals.empty:
@@ -87,7 +94,8 @@ def finetune_section(df: pd.DataFrame, figs: Figures, derived: list[dict],
         hit = evals[evals["metric"] == metric]
         if len(hit):
             ci = cis.get(metric)
-            derived.append({"label": f"Final eval {METRIC_LABELS.get(metric, metric)}",
+            # the held-out headline of the run; the overview leaves out the summary's copy of it (same ``key``)
+            derived.append({"key": f"heldout.{metric}", "label": heldout_label(metric),
                             "text": fmt_value(hit["value"].iloc[0]),
                             "note": f"step {fmt_value(hit['step'].iloc[0])}"
                             + (f"; 95% CI [{fmt_value(ci[1])}, {fmt_value(ci[2])}] over {ci[3]:,} {unit}"

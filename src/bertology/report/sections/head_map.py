@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bertology.extremes import all_read_the_same, bound_text, decimals_to_tell, fixed
 from bertology.report.format import fmt_value, sortable
 from bertology.report.sections.base import Figures, Section, SectionInput
 
 
-def head_map_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> dict:
-    """The MDS map of all heads, how far each moved, and the ten that moved most."""
+def head_map_section(df: pd.DataFrame, figs: Figures, derived: list[dict], headline: bool = True) -> dict:
+    """The MDS map of all heads, how far each moved, and the ten that moved most; ``headline``: the overview gets
+    the card of the head that moved most (left to the attention-change card when the run has one, so the overview
+    names one most changed head, by one measure)."""
     from bertology.analyses.head_map import most_moved
     from bertology.viz.figures import head_heatmap
     from bertology.viz.head_map import head_map_figure
@@ -31,12 +34,21 @@ def head_map_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> di
             "Jensen-Shannon distance between each head's base and tuned attention, averaged over the sampled tokens.",
             "Per-head distance between base and tuned attention",
         ))
-    top = most_moved(df, top=10)
+    ranked = most_moved(df, top=None)
+    top = ranked.head(10)
     table = sortable([("label", "Head", "text"), ("layer", "Layer", "num"), ("moved", "JS distance moved", "num")],
                      [[r.label, int(r.layer), r.moved] for r in top.itertuples()])
-    if len(top):
-        derived.append({"label": "Head that moved most", "text": str(top.label.iloc[0]),
-                        "note": f"JS distance {top.moved.iloc[0]:.3f} between its base and tuned attention"})
+    if len(top) and headline:
+        moved = ranked["moved"].tolist()
+        label = "Head that moved most (JS distance, head map)"
+        if all_read_the_same(moved):
+            derived.append({"label": label, "text": "none stands out",
+                            "note": f"all {len(moved):,} heads moved {bound_text(moved, lowest=False)}"})
+        else:
+            d = decimals_to_tell(moved, 1)
+            derived.append({"label": label, "text": str(top.label.iloc[0]),
+                            "note": f"JS distance {fixed(moved[0], d)} between its base and tuned attention"
+                                    + (f" (next: {ranked.label.iloc[1]}, {fixed(moved[1], d)})" if len(moved) > 1 else "")})
     first = df.iloc[0]
     facts = [("Examples sampled", fmt_value(first.get("n_examples"))), ("Query tokens", fmt_value(first.get("n_tokens"))),
              ("Distance", str(first.get("distance", "js_distance")).replace("_", " ")),
@@ -47,7 +59,8 @@ def head_map_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> di
 def build(inp: SectionInput) -> dict | None:
     """The section's dict, or None when the run lacks its table."""
     df = inp.table("head_map")
-    return None if df is None else head_map_section(df, inp.figures, inp.derived)
+    return None if df is None else head_map_section(df, inp.figures, inp.derived,
+                                                     headline=inp.table("attention_change") is None)
 
 
 SECTION = Section(

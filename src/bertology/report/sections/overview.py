@@ -11,6 +11,7 @@ from typing import Any
 from bertology.conventions import CONVENTIONS
 from bertology.report.format import flatten, fmt_value, humanize, mapping
 from bertology.report.sections.base import Section, SectionInput
+from bertology.report.sections.headlines import summary_cards
 
 _MODEL_FIELDS = (
     ("name", "Name"),
@@ -102,13 +103,96 @@ def _model_rows(manifest: Mapping[str, Any]) -> tuple[list[str], list[dict]]:
         cells = []
         for name in model_names:
             value = model_dicts[name].get(key)
+            if key == "adapter" and isinstance(value, Mapping):  # a small list, not the record's JSON
+                items = adapter_items(value, model_dicts[name].get("num_hidden_layers"))
+                cells.append({"text": "; ".join(f"{i['label']}: {i['text']}" for i in items), "title": None,
+                              "code": False, "record": items})
+                continue
             text = fmt_value(value)
             hashlike = isinstance(value, str) and key.endswith("sha256") and len(value) > 16
             cells.append({"text": value[:12] + "…" if hashlike else text, "title": text if hashlike else None,
-                          "code": key in ("path", "weights_sha256", "class") or hashlike})
+                          "code": key in ("path", "weights_sha256", "class") or hashlike, "record": None})
         differs = len({fmt_value(model_dicts[n].get(key)) for n in model_names}) > 1
         model_rows.append({"label": label, "cells": cells, "differs": differs})
     return model_names, model_rows
+
+
+_PEFT_NAMES = {"LORA": "LoRA", "ADALORA": "AdaLoRA", "IA3": "IA³", "LOHA": "LoHa", "LOKR": "LoKr"}
+
+
+def _layers_text(indices: list[int], n_layers: Any) -> str:
+    """Module indices (0-based, as in the modules' names) as the report's layers (1..N): ``every layer``,
+    ``layers 1–3`` or ``layers 1, 4``."""
+    layers = sorted({i + 1 for i in indices})
+    if isinstance(n_layers, int) and layers == list(range(1, n_layers + 1)):
+        return f"every layer (1–{n_layers})" if n_layers > 1 else "layer 1"
+    if len(layers) > 2 and layers == list(range(layers[0], layers[-1] + 1)):
+        return f"layers {layers[0]}–{layers[-1]}"
+    return ("layer " if len(layers) == 1 else "layers ") + ", ".join(map(str, layers))
+
+
+def target_modules_text(targets: Any, n_layers: Any = None) -> str:
+    """An adapter's target modules in a few words: the modules of the encoder's blocks once each, with the layers
+    they are in (``attention.self.query, attention.self.value in every layer (1–6)``), then any other module; a
+    peft shorthand (``all-linear``) as it is."""
+    if isinstance(targets, str):
+        return targets
+    import re
+
+    per_block: dict[str, list[int]] = {}
+    other = []
+    for name in targets or []:
+        m = re.match(r"^(?:.*\.)?(?:layer|layers|block|blocks|h)\.(\d+)\.(.+)$", str(name))
+        if m:
+            per_block.setdefault(m.group(2), []).append(int(m.group(1)))
+        else:
+            other.append(str(name))
+    groups: dict[str, list[str]] = {}
+    for module, indices in per_block.items():
+        groups.setdefault(_layers_text(indices, n_layers), []).append(module)
+    parts = [f"{', '.join(modules)} in {where}" for where, modules in groups.items()]
+    return "; ".join(parts + ([", ".join(other)] if other else [])) or "—"
+
+
+def adapter_items(adapter: Mapping[str, Any], n_layers: Any = None) -> list[dict]:
+    """A PEFT adapter's record (``models.<name>.adapter``) as a few labelled lines: method, rank, alpha, targets, base,
+    the head saved with it, how it was merged; a long hash shortened."""
+    a = dict(adapter)
+    items = []
+
+    def add(label: str, text: str, *, title: str | None = None, alert: bool = False, code: bool = False) -> None:
+        items.append({"label": label, "text": text, "title": title, "alert": alert, "code": code})
+
+    if a.get("peft_type"):
+        add("Method", _PEFT_NAMES.get(str(a["peft_type"]).upper(), str(a["peft_type"])))
+    if a.get("r") is not None:
+        add("Rank", fmt_value(a["r"]))
+    if a.get("lora_alpha") is not None:
+        add("Alpha", fmt_value(a["lora_alpha"])
+            + (f" (scale α/r = {fmt_value(a['lora_alpha'] / a['r'])})" if isinstance(a.get("r"), (int, float)) and a["r"]
+               and isinstance(a["lora_alpha"], (int, float)) else ""))
+    if a.get("target_modules"):
+        full = a["target_modules"]
+        count = f"{len(full)} modules: " if isinstance(full, (list, tuple)) else ""
+        add("Targets", count + target_modules_text(full, n_layers),
+            title=", ".join(map(str, full)) if isinstance(full, (list, tuple)) else None)
+    if a.get("base"):
+        recorded = a.get("recorded_base")
+        add("Base", str(a["base"]) + (f" (recorded: {recorded})" if recorded and str(recorded) != str(a["base"]) else ""))
+    if a.get("modules_to_save"):
+        add("Saved whole", ", ".join(map(str, a["modules_to_save"])))
+    if a.get("unsaved_head_weights"):
+        add("Head weights not saved", ", ".join(map(str, a["unsaved_head_weights"])) + " (random here)", alert=True)
+    shared = mapping(a.get("shares_base_weights"))
+    if shared:
+        add("Tensors", f"{fmt_value(shared.get('own_tensors'))} its own ({fmt_value(shared.get('own_parameters'))} "
+            f"parameters), {fmt_value(shared.get('shared_tensors'))} shared with the base")
+    if "merged" in a:
+        add("Merged", "yes" if a["merged"] else "no", title=a.get("weights"))
+    if a.get("adapter_sha256"):
+        sha = str(a["adapter_sha256"])
+        add("Adapter SHA-256", sha[:12] + "…" if len(sha) > 16 else sha, title=sha, code=True)
+    return items
 
 
 def _field_text(value: Any) -> str:
@@ -234,6 +318,34 @@ def _conventions(manifest: Mapping[str, Any]) -> dict | None:
     return {"preset": fmt_value(record.get("preset")), "rows": rows}
 
 
+#: What the page holds, by the run's kind (``manifest["kind"]``): the overview's first paragraph. A kind not listed
+#: (a compare run, or a manifest without a kind) reads as a comparison.
+LEDES = {
+    "compare": "This report puts a pretrained encoder (<em>base</em>) and its fine-tuned version (<em>tuned</em>) side "
+               "by side on the same inputs and measures what changed in their attention and representations.",
+    "finetune": "This report shows one fine-tuning run (<code>bertology finetune</code>): the pretrained encoder "
+                "(<em>base</em>) trained on the task's data into the model saved in the run folder (<em>tuned</em>). "
+                "It holds the training curves and the final held-out metrics with their 95% intervals; it does not "
+                "look inside the models. To see what the training changed in attention and representations, compare "
+                "the two: <code>bertology compare</code> with the saved model as <code>--tuned</code>.",
+    "ablate": "This report shows an ablation run (<code>bertology ablate</code>): every head and layer of a fine-tuned "
+              "model disabled in turn, and what the task loses (or gains) each time.",
+    "probe": "This report shows a probing run (<code>bertology probe</code>): structural probes trained on every "
+             "layer, measuring how much syntax each model's representations keep.",
+    "track": "This report follows a model through its fine-tuning (<code>bertology track</code>): the analyses run on "
+             "each checkpoint against the base model, plotted over the training steps.",
+}
+_TRACE = (" The tables below record which models, data and settings produced every number, so each figure can be "
+          "traced back to the run directory.")
+
+
+def lede(manifest: Mapping[str, Any]):
+    """The overview's first paragraph for this run's kind (our own HTML: it names commands in ``<code>``)."""
+    from markupsafe import Markup
+
+    return Markup(LEDES.get(str(manifest.get("kind")), LEDES["compare"]) + _TRACE)
+
+
 #: Manifest statuses of a run that finished.
 FINISHED = ("complete", "done")
 
@@ -254,23 +366,23 @@ def incomplete(manifest: Mapping[str, Any], listing: list[dict]) -> dict | None:
 
 
 def overview(manifest: Mapping[str, Any], listing: list[dict], warnings: list[str], derived: list[dict]) -> dict:
-    """The overview's dict: the manifest's summary first, then the sections' headline cards (``derived``)."""
+    """The overview's dict: the manifest's summary first, then the sections' headline cards (``derived``; one that
+    shows a fact of the summary takes that fact's place, :func:`summary_cards`)."""
     model_names, model_rows = _model_rows(manifest)
-    summary = []
-    for key, value in flatten(mapping(manifest.get("summary"))):
-        summary.append({"label": humanize(key), "text": fmt_value(value), "note": None})
+    summary = summary_cards(mapping(manifest.get("summary")), derived)
 
     packages = [{"name": k, "version": fmt_value(v)} for k, v in mapping(manifest.get("packages")).items()]
     raw_warnings = manifest.get("warnings") or []
     if isinstance(raw_warnings, (str, Mapping)):
         raw_warnings = [raw_warnings]
     return {
+        "lede": lede(manifest),
         "models": model_names,
         "model_rows": model_rows,
         "data_rows": _data_rows(manifest),
         "settings": _settings(manifest),
         "conventions": _conventions(manifest),
-        "summary": summary + derived,
+        "summary": summary,
         "packages": packages,
         "warnings": [fmt_value(w) if not isinstance(w, str) else w for w in raw_warnings] + warnings,
         "tables": listing,

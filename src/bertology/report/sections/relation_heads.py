@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bertology.extremes import decimals_to_tell, fixed, ties
 from bertology.report.format import sortable, slug
 from bertology.report.sections.base import Figures, Section, SectionInput
 
@@ -60,8 +61,18 @@ def relations_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> d
                 ))
     overall = best[(best.relation == "all") & (best.model == "tuned")]
     if len(overall):
-        derived.append({"label": "Best syntactic head (tuned)", "text": str(overall.head_label.iloc[0]),
-                        "note": f"all relations {overall.accuracy.iloc[0]:.3f} vs offset {overall.baseline_accuracy.iloc[0]:.3f}"})
+        # every tuned head's best accuracy over all relations (either direction), best first: the runner-up decides
+        # the decimals, and a tie is said
+        heads = (df[(df.relation == "all") & (df.model == "tuned")].groupby(["layer", "head"])["accuracy"].max()
+                 .sort_values(ascending=False).tolist())
+        d, tied = decimals_to_tell(heads, 1), ties(heads)
+        acc = float(overall.accuracy.iloc[0])
+        note = f"all relations {fixed(acc, d)} vs offset {fixed(float(overall.baseline_accuracy.iloc[0]), d)}"
+        if tied:
+            note += f"; tied with {tied} other head{'s' if tied > 1 else ''} (the lowest layer shown)"
+        elif len(heads) > 1 and d > 3:
+            note += f"; next head {fixed(heads[1], d)}"
+        derived.append({"label": "Best syntactic head (tuned)", "text": str(overall.head_label.iloc[0]), "note": note})
     return {"table": table,
             "heatmaps": [h for h in heatmaps if h],
             "facts": [("Relations", str(len(rels))), ("Directions", "dependent → head, head → dependent")]

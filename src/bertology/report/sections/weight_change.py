@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from bertology.extremes import significant_to_tell
 from bertology.report.format import fmt_value, mapping, sortable
 from bertology.report.sections.base import Figures, Section, SectionInput
 
@@ -77,8 +78,12 @@ def weight_section(df: pd.DataFrame, manifest: dict, figs: Figures, derived: lis
     ranked = units.dropna(subset=["relative_change"]).sort_values("relative_change", ascending=False)
     if len(ranked):
         first = ranked.iloc[0]
+        changes = ranked["relative_change"].tolist()
+        sig = significant_to_tell(changes, 1)  # as many digits as tell the first from the runner-up
+        runner = (f" (next: L{int(ranked.iloc[1]['layer'])} {ranked.iloc[1]['module']}, {fmt_value(changes[1], sig)})"
+                  if len(changes) > 1 else "")
         derived.append({"label": "Most changed weights", "text": f"L{int(first['layer'])} {first['module']}",
-                        "note": f"relative change {fmt_value(first['relative_change'], 3)}"})
+                        "note": f"relative change {fmt_value(first['relative_change'], sig)}{runner}"})
     shared = units[units["shared_by"] > 1] if "shared_by" in units else units.iloc[0:0]
     facts = [
         ("Units compared", f"{int(units['relative_change'].notna().sum()):,} of {len(units):,}"),
