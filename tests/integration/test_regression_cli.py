@@ -90,6 +90,6 @@ def test_the_overview_names_the_objective_by_its_loss_not_the_objective_flag(run
     assert manifest["summary"]["objective"] == f"supervised ({get_task('regression').loss_name})"
     assert manifest["result"]["objective"] == "supervised" and manifest["result"]["loss"] == "mean squared error"
     cards = {c["label"]: c["text"] for c in build_context(root / "ft")["overview"]["summary"]}
-    assert cards["Objective"] == "supervised (mean squared error)" and cards["Task"] == "regression"
+    assert cards["Training objective"] == "supervised (mean squared error)" and cards["Task"] == "regression"
     facts = dict(build_context(root / "ft")["sections"]["finetune"]["facts"])  # what the "loss" rows measure
     assert facts["Objective"] == "supervised (mean squared error)"
