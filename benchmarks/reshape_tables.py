@@ -96,7 +96,7 @@ def commands(root: Path, demo: bool) -> list[list[str]]:
     common = ["--bootstrap", "50", "--no-report"]
     cmds = [
         ["study", "study.toml"],
-        ["compare", "--base", "base", "--tuned", tuned[0], "--tuned", tuned[1], "--data", "shared.tsv",
+        ["compare", "--base", "base", "--tuned", f"a/s0={tuned[0]}", "--tuned", f"a/s1={tuned[1]}", "--data", "shared.tsv",
          "--text-column", "sentence", "--analyses", "attention_change,representation_similarity", "--max-length",
          "16", "--out", "many", "--no-report"],
         ["ablate", "--model", tuned[0], *data, "--out", "ablate-uniform", *common],

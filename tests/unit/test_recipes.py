@@ -145,3 +145,16 @@ def test_the_report_says_a_setting_came_from_the_recipe_not_that_it_differs_from
     record = settings_record(apply_recipe(_config(learning_rate=5e-5), "parsing"))["finetune"]
     assert _declared_row(record["head_lr"])["text"].startswith("0.002 (the parsing recipe)")
     assert _declared_row(record["learning_rate"])["text"].startswith("5e-05 (default not given)")
+
+
+def test_a_weak_run_of_few_steps_is_told_the_epochs_or_examples_that_reach_the_minimum():
+    from bertology.training.recipes import MIN_STEPS, few_steps_note
+
+    record = {"steps": 14, "steps_per_epoch": 7, "epochs": 2.0, "effective_batch_size": 32, "n_train": 200}
+    note = few_steps_note(record, min_steps=100)
+    # 100 steps at 7 a epoch take ceil(100 / 7) = 15 epochs; at 2 epochs of batch 32, 100 steps take 1,600 examples
+    assert "made 14 optimizer steps (200 training examples, batch 32, 2 epochs)" in note
+    assert "--epochs 15 on this data" in note and "at least 1,600 training examples" in note
+    assert few_steps_note({**record, "steps": 100}, min_steps=100) is None  # enough steps: nothing to add
+    assert few_steps_note({**record, "steps": None}) is None and few_steps_note({}) is None  # an older record
+    assert few_steps_note(record) == few_steps_note(record, min_steps=MIN_STEPS)

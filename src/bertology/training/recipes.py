@@ -14,6 +14,7 @@ below it, or with its training loss still falling steeply, gets a warning in its
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -30,6 +31,11 @@ GENERIC = "Devlin et al. 2019 (bertology's generic defaults before per-task reci
 STEEP_DROP = 0.25
 #: A run whose primary metric is below this share of its recipe's reference figure is far below it.
 FAR_BELOW = 0.85
+#: Optimizer steps below which a weak run is told to train longer: few-sample fine-tuning fails from too few
+#: updates rather than too few examples (Mosbach et al. 2021). Measured here: ``benchmarks/small_data.py``.
+MIN_STEPS = 100
+#: How :func:`no_reference_note` begins: a note, not a sign that the run is weak.
+NO_REFERENCE = "No reference figure for "
 
 
 @dataclass(frozen=True)
@@ -235,8 +241,28 @@ def undertraining_warnings(table: pd.DataFrame, metrics: Mapping, task: str | No
     return out
 
 
+def few_steps_note(schedule: Mapping, *, min_steps: int = MIN_STEPS) -> str | None:
+    """For a run already warned of (at chance, one class, under-trained): what it would take, when it made fewer than
+    ``min_steps`` optimizer steps — the epochs that reach them on its data, or the examples at its epochs.
+
+    ``schedule``: the run's record (``steps``, ``steps_per_epoch``, ``epochs``, ``effective_batch_size``,
+    ``n_train``); None when it made enough steps or the record lacks them."""
+    steps, per_epoch = schedule.get("steps"), schedule.get("steps_per_epoch")
+    epochs, batch, n_train = schedule.get("epochs"), schedule.get("effective_batch_size"), schedule.get("n_train")
+    if not all(isinstance(v, (int, float)) and v > 0 for v in (steps, per_epoch, epochs, batch, n_train)):
+        return None
+    if steps >= min_steps:
+        return None
+    epochs_needed = math.ceil(min_steps / per_epoch)
+    examples_needed = math.ceil(min_steps * batch / epochs)
+    return (f"The run made {steps} optimizer steps ({n_train:,} training examples, batch {batch}, {epochs:g} epochs), "
+            f"fewer than the {min_steps} that small-data fine-tunes needed here to learn (benchmarks/small_data.py; "
+            f"Mosbach et al. 2021: too few updates, not too few examples, is what fails): train for --epochs "
+            f"{epochs_needed} on this data, or give at least {examples_needed:,} training examples at these settings.")
+
+
 def no_reference_note(task: str | None, metric: str, dataset: str | None) -> str:
     """What the under-training check says of a run no reference figure fits: its held-out score is not judged."""
     of = f"{dataset}'s {metric}" if dataset else metric
-    return (f"No reference figure for {of}: the {task} recipe was measured on another dataset or metric, so the "
+    return (f"{NO_REFERENCE}{of}: the {task} recipe was measured on another dataset or metric, so the "
             f"held-out {metric} is not judged for under-training (only the fall of the training loss is).")

@@ -27,7 +27,7 @@ from bertology.results import now_iso, read_table, write_table
 from bertology.runs import manifest_header, open_run
 from bertology.settings import describe, field_settings
 from bertology.training.common import INTERVALS_TABLE
-from bertology.training.recipes import undertraining_warnings
+from bertology.training.recipes import NO_REFERENCE, few_steps_note, undertraining_warnings
 
 KIND = "finetune"
 
@@ -177,8 +177,13 @@ def finetune_to_dir(
         ] + [w for corpus in (train, evaluation) if corpus is not None for w in corpus.stats.get("label_warnings", [])]
         # what is said of the model itself travels with it: compare, ablate, probe and studies of it repeat these
         main = details.get("main_metric") or {}  # the metric and dataset a reference figure must match
-        model_warnings = chance_warnings(result.predictions) + undertraining_warnings(
-            result.table, result.metrics, details.get("task"), metric=main.get("metric"), dataset=main.get("dataset"))
+        chance = chance_warnings(result.predictions)
+        under = undertraining_warnings(result.table, result.metrics, details.get("task"), metric=main.get("metric"),
+                                       dataset=main.get("dataset"))
+        model_warnings = chance + under
+        weak = chance + [w for w in under if not w.startswith(NO_REFERENCE)]
+        if weak and (note := few_steps_note(details)) is not None:  # what a weak run would need to learn
+            model_warnings.append(note)
         warnings += model_warnings
         run_dir.write_manifest(
             {
