@@ -87,6 +87,9 @@ class Trackable(Sequence[str]):
     def __contains__(self, name: object) -> bool:
         return name in self.known or name in self._all()
 
+    def __bool__(self) -> bool:
+        return bool(self.known) or bool(self._all())
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._all())
 
