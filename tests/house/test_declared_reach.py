@@ -108,3 +108,11 @@ def test_an_analysis_that_declares_no_track_is_refused_by_tracking(toy):
 
     with pytest.raises(BertologyError, match="must be one of"):
         CallbackSettings(analyses=("head_map",))
+
+
+def test_the_package_names_the_toy_nowhere():
+    """Its reach comes from its spec alone: no file of the package names the toy table."""
+    import bertology
+
+    root = Path(bertology.__file__).parent
+    assert [p for p in root.rglob("*.py") if TOY in p.read_text(encoding="utf-8")] == []
