@@ -47,7 +47,8 @@ tests: ``study_counts`` gives, per family (table, task, metric, level), how many
 next to how many the rule would flag by chance (``alpha`` x tested), and ``beyond_noise_fdr`` applies
 the Benjamini-Hochberg procedure (``scipy.stats.false_discovery_control``) within each family.
 
-Everything here is pure pandas/numpy/scipy: no model, no figure.
+Everything here is pure pandas/numpy/scipy: no model, no figure (the declared tables are read from the specs in
+the catalogs, :func:`judged`, which imports their modules).
 """
 from __future__ import annotations
 
