@@ -7,6 +7,8 @@ when its spec is asked for.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -34,3 +36,14 @@ class Catalog(Generic[T]):
     def specs(self) -> tuple[T, ...]:
         """Every spec, in catalog order."""
         return tuple(self.spec(n) for n in self.modules)
+
+    @contextmanager
+    def added(self, name: str, module: str) -> Iterator[None]:
+        """``name -> module`` in the catalog for the block's length (a test registers a toy one so), then removed."""
+        if name in self.modules:
+            raise ValueError(f"the {self.kind} {name!r} is in the catalog already")
+        self.modules[name] = module
+        try:
+            yield
+        finally:
+            del self.modules[name]

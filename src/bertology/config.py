@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from bertology.errors import BertologyError
+from bertology.reach import Trackable
 from bertology.settings import Setting, check_fields, comma_list, field_settings, setting_field, seed_field
 
 #: How a head is disabled (bertology.models.ablate): the one definition, here on the ground floor so
@@ -34,8 +35,9 @@ SPACY_MODEL_HELP = "spaCy pipeline that tags and parses plain text (default: en_
 
 
 #: Tracking a model while it trains (bertology.integrations.tracker): the analyses it can run against the base,
-#: streaming ones that need nothing from the data but its text.
-TRACK_ANALYSES = ("representation_similarity", "attention_change", "geometry")
+#: streaming ones that need nothing from the data but its text: these, then every analysis whose spec declares
+#: ``track=`` (bertology.reach.Track), read from the catalog when a name is not one of these.
+TRACK_ANALYSES = Trackable(("representation_similarity", "attention_change", "geometry"))
 #: The declarations tracking settings share: ``BertologyCallback``'s settings (CallbackSettings) and
 #: ``bertology finetune``'s ``--track-*`` flags are made from these, by :func:`track_field`.
 _TRACK_DECLARATIONS: dict[str, dict[str, Any]] = {

@@ -28,6 +28,7 @@ LAYERS: list[str | set[str]] = [
     {"runs", "conventions"},
     {"results", "config", "progress", "assets", "catalog", "view_format", "blas", "memory", "transfer", "state_files",
      "extremes"},
+    "reach",
     "settings",
     "errors",
 ]

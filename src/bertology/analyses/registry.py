@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # types only: the registry must not import what it registers
     from bertology.data.corpus import Corpus
     from bertology.data.encode import EncodedCorpus
 
+from bertology.reach import ManyView, SeedNoise, Track
 from bertology.settings import Setting
 
 #: What an analysis can need from the data (``AnalysisSpec.needs``).
@@ -46,6 +47,9 @@ class AnalysisSpec:
     ``summary``: the command line's line(s) from the finished tables (None when there is nothing to say);
     ``settings``: every setting ``build`` reads from the config besides the run's own (seed, batch size):
     the command line's flags, the manifest, the fingerprint and the report are generated from them.
+    Its reach (:mod:`bertology.reach`): ``seed_noise`` (how a study judges its table against seed noise),
+    ``many_view`` (how a many-model run's index page shows it), ``track`` (tracking may record it while a model
+    trains).
     """
 
     name: str
@@ -54,6 +58,9 @@ class AnalysisSpec:
     needs: frozenset[str] = frozenset()
     summary: Callable[[Mapping[str, "pd.DataFrame"]], str | None] | None = None
     settings: tuple[Setting, ...] = ()
+    seed_noise: SeedNoise | None = None
+    many_view: ManyView | None = None
+    track: Track | None = None
 
     def __post_init__(self) -> None:
         if not self.tables or self.tables[0] != self.name:

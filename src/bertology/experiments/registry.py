@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # types only: the registry must not import what it registers
     from bertology.models.pair import ModelPair
     from bertology.results import Result
 
+from bertology.reach import ManyView, SeedNoise
 from bertology.settings import Setting
 
 
@@ -73,7 +74,8 @@ class ExperimentSpec:
     tuned_config)``: what can be said from the data and the tuned model's config alone, before any weights
     load (``tuned_config`` is None when it cannot be read cheaply): a reason it will be skipped (an error when
     named, as ``skip_reason``'s), or a :class:`~bertology.errors.BertologyError` for what is wrong whatever was
-    named.
+    named. Its reach (:mod:`bertology.reach`): ``seed_noise`` (how a study judges its table against seed noise),
+    ``many_view`` (how a many-model run's index page shows it).
     """
 
     name: str
@@ -86,6 +88,8 @@ class ExperimentSpec:
     summary: Callable[[Mapping[str, "pd.DataFrame"]], str | None] | None = None
     settings: tuple[Setting, ...] = ()
     precheck: Callable[["CompareConfig", "Corpus", Any], str | None] | None = None
+    seed_noise: SeedNoise | None = None
+    many_view: ManyView | None = None
 
     def refusal(self, reason: str) -> str:
         """The error when the user named the experiment and it cannot run."""

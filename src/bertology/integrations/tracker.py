@@ -30,6 +30,7 @@ from bertology.data.corpus import Corpus
 from bertology.errors import BertologyError
 from bertology.integrations.gradients import GradientNorms
 from bertology.integrations.snapshot import ProbeSet, base_activations, snapshot
+from bertology.reach import declared
 from bertology.settings import check_fields, setting_field, seed_field
 
 logger = logging.getLogger(__name__)
@@ -83,7 +84,8 @@ def scalars(name: str, table: pd.DataFrame) -> dict[str, float]:
     """The per-layer numbers worth a line in a tracker: ``bertology/<metric>/layer_<l>``.
 
     CKA/RSA at the same layer, each layer's mean attention cosine and JS divergence, the tuned model's
-    anisotropy, and the gradient norms (``layer_<l>``, ``other``, ``total``).
+    anisotropy, and the gradient norms (``layer_<l>``, ``other``, ``total``); another analysis's are its spec's
+    ``track.scalars`` (:class:`bertology.reach.Track`), none when it declares none.
     """
     if name == "representation_similarity":
         t = table[(table["layer_base"] == table["layer_tuned"]) & table["metric"].isin(["cka_linear", "rsa_pearson"])]
@@ -97,6 +99,9 @@ def scalars(name: str, table: pd.DataFrame) -> dict[str, float]:
     if name == GRADIENTS:
         return {f"bertology/grad_norm/{r.group if pd.isna(r.layer) or r.group == 'other' else f'layer_{r.layer}'}":
                 float(r.value) for r in table.itertuples()}
+    declared_track = declared("track").get(name)
+    if declared_track is not None and declared_track.scalars is not None:
+        return declared_track.scalars(table)
     return {}
 
 

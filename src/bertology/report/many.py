@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from bertology.reach import declared
 from bertology.results import atomic_write_text
 
 
@@ -24,7 +25,8 @@ def _representation_similarity(t: pd.DataFrame) -> pd.DataFrame:
     return same.pivot_table(index="layer_base", columns="tuned", values="value", aggfunc="mean", sort=False)
 
 
-#: Table -> (caption, the side-by-side it is shown as). Tables not listed are linked, not shown.
+#: Table -> (caption, the side-by-side it is shown as). Tables not listed are linked, not shown; a spec that
+#: declares ``many_view=`` (:class:`bertology.reach.ManyView`) adds its table: :func:`views` is both.
 VIEWS: dict[str, tuple[str, Callable[[pd.DataFrame], pd.DataFrame]]] = {
     "attention_change": ("Attention change: mean 1 - cosine(base, tuned) over the heads of each layer", _attention_change),
     "representation_similarity": ("Representation similarity: linear CKA of base and tuned at the same layer",
@@ -32,10 +34,15 @@ VIEWS: dict[str, tuple[str, Callable[[pd.DataFrame], pd.DataFrame]]] = {
 }
 
 
+def views() -> dict[str, tuple[str, Callable[[pd.DataFrame], pd.DataFrame]]]:
+    """:data:`VIEWS`, then each table whose spec declares ``many_view`` (a declaration of a table above replaces it)."""
+    return {**VIEWS, **{table: (v.caption, v.view) for table, v in declared("many_view").items()}}
+
+
 def side_by_side(tables: Mapping[str, pd.DataFrame]) -> list[dict]:
     """The compact views of the tables that have one: caption, column names, rows of formatted numbers."""
     out = []
-    for name, (caption, view) in VIEWS.items():
+    for name, (caption, view) in views().items():
         if name not in tables or tables[name].empty:
             continue
         wide = view(tables[name])

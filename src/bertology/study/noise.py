@@ -47,7 +47,8 @@ tests: ``study_counts`` gives, per family (table, task, metric, level), how many
 next to how many the rule would flag by chance (``alpha`` x tested), and ``beyond_noise_fdr`` applies
 the Benjamini-Hochberg procedure (``scipy.stats.false_discovery_control``) within each family.
 
-Everything here is pure pandas/numpy/scipy: no model, no figure.
+Everything here is pure pandas/numpy/scipy: no model, no figure (the declared tables are read from the specs in
+the catalogs, :func:`judged`, which imports their modules).
 """
 from __future__ import annotations
 
@@ -63,12 +64,14 @@ import pandas as pd
 from scipy.stats import false_discovery_control, mannwhitneyu
 
 from bertology.errors import BertologyError
+from bertology.reach import declared
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "ALPHA",
     "CHANGES",
+    "judged",
     "STUDY_TABLES",
     "UNIT_COLUMNS",
     "CORPORA",
@@ -306,7 +309,8 @@ def _changed_vs_needed(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return out.drop(columns="change_measure")
 
 
-#: One entry per pair table the study knows; a table that is absent is skipped.
+#: The pair tables whose change functions live here; a table that is absent is skipped. A spec that declares
+#: ``seed_noise=`` (:class:`bertology.reach.SeedNoise`) adds its table: :func:`judged` is both.
 CHANGES: dict[str, Change] = {
     "attention_change": Change("attention_change", True, _attention_change),
     "representation_similarity": Change("representation_similarity", True, _representation_similarity),
@@ -318,6 +322,17 @@ CHANGES: dict[str, Change] = {
     "transplant": Change("transplant", False, _transplant),
     "changed_vs_needed": Change("changed_vs_needed", False, _changed_vs_needed),
 }
+
+
+
+def judged() -> dict[str, Change]:
+    """Every table a study judges against seed noise: :data:`CHANGES`, then each table whose spec declares
+    ``seed_noise`` (read from the catalogs; a declaration of a table above takes its place)."""
+    out = dict(CHANGES)
+    for table, reach in declared("seed_noise").items():
+        out[table] = Change(table, reach.pairwise, reach.extract)
+    return out
+
 
 _CHANGE_COLS = [*UNIT_COLUMNS, "change", "base", "tuned", "ci_low", "ci_high"]
 
@@ -360,7 +375,7 @@ def seed_changes(base_tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     ``base_tables`` are the study's concatenated pair tables (columns ``tuned, task, seed`` first).
     """
     frames = []
-    for name, spec in CHANGES.items():
+    for name, spec in judged().items():
         df = base_tables.get(name)
         if df is None or df.empty:
             continue
@@ -381,7 +396,7 @@ def seed_distances(
     role); per-model tables from ``changes`` (|c_a - c_b| for each pair of seeds of a task).
     """
     frames = []
-    for name, spec in CHANGES.items():
+    for name, spec in judged().items():
         if spec.pairwise:
             df = seed_tables.get(f"seedpair_{name}", seed_tables.get(name))
             if df is None or df.empty:
@@ -633,11 +648,12 @@ def corpus_study_tables(tables: Mapping[str, pd.DataFrame], *, alpha: float = AL
     the tasks' own data (each task is measured on other data there, so a difference would mix task and corpus).
     """
     out: dict[str, pd.DataFrame] = {}
+    names = judged()
     for corpus in CORPORA:
-        base = {name: tables[corpus_table(name, corpus)] for name in CHANGES if corpus_table(name, corpus) in tables}
+        base = {name: tables[corpus_table(name, corpus)] for name in names if corpus_table(name, corpus) in tables}
         if not base:
             continue
-        seeds = {f"seedpair_{name}": tables[corpus_table(f"seedpair_{name}", corpus)] for name in CHANGES
+        seeds = {f"seedpair_{name}": tables[corpus_table(f"seedpair_{name}", corpus)] for name in names
                  if corpus_table(f"seedpair_{name}", corpus) in tables}
         for name, table in study_tables(base, seeds, alpha=alpha).items():
             if corpus != "shared" and (name == "study_rule" or (corpus == "own" and name == "study_task_differences")):

@@ -17,7 +17,7 @@ import pandas as pd
 
 from bertology.errors import BertologyError
 from bertology.results import write_table
-from bertology.study.noise import ALPHA, CHANGES, CORPORA, corpus_study_tables, corpus_table
+from bertology.study.noise import ALPHA, CORPORA, corpus_study_tables, corpus_table, judged
 
 logger = logging.getLogger(__name__)
 
@@ -30,10 +30,10 @@ def read_study_tables(study_dir: str | Path, corpus: str = "shared") -> tuple[di
     Keyed by their shared-corpus names (``attention_change``, ``seedpair_attention_change``) whatever the
     corpus (``own_attention_change`` on the tasks' own dev data; see :data:`~bertology.study.noise.CORPORA`).
     """
-    folder = Path(study_dir) / "tables"
-    found = {name: folder / f"{corpus_table(name, corpus)}.parquet" for name in CHANGES}
+    folder, names = Path(study_dir) / "tables", judged()
+    found = {name: folder / f"{corpus_table(name, corpus)}.parquet" for name in names}
     base = {name: pd.read_parquet(path) for name, path in found.items() if path.exists()}
-    found = {f"seedpair_{name}": folder / f"{corpus_table(f'seedpair_{name}', corpus)}.parquet" for name in CHANGES}
+    found = {f"seedpair_{name}": folder / f"{corpus_table(f'seedpair_{name}', corpus)}.parquet" for name in names}
     seeds = {name: pd.read_parquet(path) for name, path in found.items() if path.exists()}
     return base, seeds
 
@@ -51,9 +51,10 @@ def write_study_tables(study_dir: str | Path, *, alpha: float = ALPHA) -> dict[s
     for corpus in CORPORA:
         base, seeds = read_study_tables(study_dir, corpus)
         found.update({corpus_table(name, corpus): df for name, df in {**base, **seeds}.items()})
-    if not any(name in found for name in CHANGES):
+    names = judged()
+    if not any(name in found for name in names):
         raise BertologyError(
-            f"{study_dir / 'tables'} holds none of the study's pair tables ({', '.join(CHANGES)}); nothing to summarise."
+            f"{study_dir / 'tables'} holds none of the study's pair tables ({', '.join(names)}); nothing to summarise."
         )
     tables = corpus_study_tables(found, alpha=alpha)
     for name, df in tables.items():

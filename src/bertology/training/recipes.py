@@ -256,9 +256,10 @@ def few_steps_note(schedule: Mapping, *, min_steps: int = MIN_STEPS) -> str | No
     epochs_needed = math.ceil(min_steps / per_epoch)
     examples_needed = math.ceil(min_steps * batch / epochs)
     return (f"The run made {steps} optimizer steps ({n_train:,} training examples, batch {batch}, {epochs:g} epochs), "
-            f"fewer than the {min_steps} that small-data fine-tunes needed here to learn (benchmarks/small_data.py; "
-            f"Mosbach et al. 2021: too few updates, not too few examples, is what fails): train for --epochs "
-            f"{epochs_needed} on this data, or give at least {examples_needed:,} training examples at these settings.")
+            f"fewer than {min_steps}: on a few hundred examples more updates, not more data, is what helped here "
+            f"(benchmarks/small_data.py: 400 polarity sentences, 26 -> 130 steps took held-out accuracy .693 -> .779; "
+            f"Mosbach et al. 2021): train for --epochs {epochs_needed} on this data, or give at least "
+            f"{examples_needed:,} training examples at these settings.")
 
 
 def no_reference_note(task: str | None, metric: str, dataset: str | None) -> str:

@@ -1,0 +1,100 @@
+"""A table's reach, declared on its spec: how studies judge it against seed noise, how a many-model run shows
+it, whether tracking records it.
+
+An :class:`~bertology.analyses.registry.AnalysisSpec` or :class:`~bertology.experiments.registry.ExperimentSpec`
+carries ``seed_noise=SeedNoise(...)``, ``many_view=ManyView(...)`` and (analyses) ``track=Track(...)``; the
+study's seed-noise rule (:mod:`bertology.study.noise`), the many-model index page (:mod:`bertology.report.many`)
+and tracking (:mod:`bertology.integrations.tracker`, the ``track_analyses`` setting) read them through
+:func:`declared`, which reads the two lazy catalogs by name, as :class:`~bertology.catalog.Catalog` reads its
+modules: nothing is imported before a reach is asked for.
+"""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: The catalogs whose specs declare a reach, as ``module:attribute`` (read when a reach is asked for).
+CATALOGS = ("bertology.analyses.catalog:ANALYSES", "bertology.experiments.catalog:EXPERIMENTS")
+
+
+@dataclass(frozen=True)
+class SeedNoise:
+    """How a study judges a table against seed noise (:mod:`bertology.study.noise`).
+
+    ``extract(df, keys)`` turns the table (``keys`` = ``task, seed`` or ``task, seed_a, seed_b``) into one
+    ``change`` per unit (columns ``level, unit, layer, head, metric, change`` and optionally ``base, tuned,
+    ci_low, ci_high``); ``pairwise``: the change is a distance between two models, so the seed distances come from
+    ``seedpair_<table>`` (the same extract on seed-vs-seed pairs); else from two seeds' changes, |c_a - c_b|.
+    ``table``: the table judged (default: the spec's own).
+    """
+
+    pairwise: bool
+    extract: Callable[["pd.DataFrame", list[str]], "pd.DataFrame"]
+    table: str | None = None
+
+
+@dataclass(frozen=True)
+class ManyView:
+    """How a many-model run's index page shows a table: ``caption`` over ``view(table)``, a frame with one row
+    per layer and one column per tuned model (:mod:`bertology.report.many`). ``table``: default the spec's own."""
+
+    caption: str
+    view: Callable[["pd.DataFrame"], "pd.DataFrame"]
+    table: str | None = None
+
+
+@dataclass(frozen=True)
+class Track:
+    """Tracking may record the analysis while a model trains; ``scalars(table)`` are its per-layer numbers worth a
+    line in a tracker (``bertology/<metric>/layer_<l>``; None: none)."""
+
+    scalars: Callable[["pd.DataFrame"], dict[str, float]] | None = None
+
+
+def _catalogs() -> Iterator[Any]:
+    for entry in CATALOGS:
+        module, attribute = entry.split(":")
+        yield getattr(importlib.import_module(module), attribute)
+
+
+def declared(attribute: str) -> dict[str, Any]:
+    """``table -> reach`` of every spec in the catalogs that declares ``attribute`` (``seed_noise``, ``many_view``,
+    ``track``), in catalog order; a reach's own ``table`` (if any) names the table, else the spec's name."""
+    out: dict[str, Any] = {}
+    for catalog in _catalogs():
+        for spec in catalog.specs():
+            reach = getattr(spec, attribute, None)
+            if reach is not None:
+                out[getattr(reach, "table", None) or spec.name] = reach
+    return out
+
+
+class Trackable(Sequence[str]):
+    """The analyses tracking may record, as a setting's ``choices``: ``known`` first (answered without importing
+    anything), then every other analysis whose spec declares ``track``, read from the catalog when first needed."""
+
+    def __init__(self, known: tuple[str, ...]) -> None:
+        self.known = known
+
+    def _all(self) -> tuple[str, ...]:
+        return (*self.known, *(n for n in declared("track") if n not in self.known))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.known or name in self._all()
+
+    def __bool__(self) -> bool:
+        return bool(self.known) or bool(self._all())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return self._all()[index]
