@@ -1,7 +1,6 @@
 """Token probes with control tasks and description length: is a word's label linearly readable from a layer?
 
-For each probe task (``upos``, ``xpos``, ``deprel``: the word's relation to its head, ``tags``: a tag file's
-column), each model (base, tuned, the random-init control) and each layer (0 = embeddings), a probe reads the
+For each probe task (``upos``, ``xpos``, ``deprel``: the word's relation to its head), each model (base, tuned, the random-init control) and each layer (0 = embeddings), a probe reads the
 word vector (the mean of its sub-word pieces, as the structural probes pool them; one feature pass shared by
 every task, control and description length) and predicts the label:
 
@@ -39,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 TABLE = "token_probe"
 #: Probe tasks and the example field their labels come from.
-TASK_FIELDS = {"upos": "upos", "xpos": "xpos", "deprel": "deprels", "tags": "tags"}
+TASK_FIELDS = {"upos": "upos", "xpos": "xpos", "deprel": "deprels"}
 CLASSIFIERS = ("linear", "mlp")
 TENNEY = "Tenney et al. 2019"
 HEWITT_LIANG = "Hewitt & Liang 2019"
@@ -63,9 +62,9 @@ def _tasks(value: object) -> tuple[str, ...]:
 class TokenProbeSettings:
     """Every choice that changes the token-probe numbers (recorded in the manifest; flags generated from them)."""
 
-    tasks: tuple[str, ...] = setting_field(
-        (), "Token probe tasks, comma list: upos, xpos, deprel (the word's relation to its head, universal part), "
-        "tags (a tag file's column); none by default.", kind=tuple, parse=_tasks, metavar="TASKS", flag="--probe-task",
+    tasks: tuple[str, ...] | None = setting_field(
+        None, "Token probe tasks, comma list: upos, xpos, deprel (the word's relation to its head, universal part), "
+        "from CoNLL-U or spaCy's parse of plain text; none by default.", kind=tuple, parse=_tasks, metavar="TASKS", flag="--probe-task",
         paper=TENNEY)
     control: bool = setting_field(True, "Train a control-task probe beside each token probe (selectivity).",
                                   flag="--probe-control/--no-probe-control", paper=HEWITT_LIANG)
@@ -83,7 +82,7 @@ class TokenProbeSettings:
                                                 flag="--probe-max-train-words")
 
     def __post_init__(self) -> None:
-        self.tasks = _tasks(self.tasks)
+        self.tasks = _tasks(self.tasks) or None
         check_fields(self)
 
     def to_dict(self) -> dict:
@@ -171,7 +170,7 @@ def labelled_words(corpus: Corpus, tasks: Sequence[str], name: str) -> LabelledW
             labels[t].append(per[t])
     if not words:
         raise BertologyError(f"{corpus.source}: no sentence has word-level labels for {', '.join(tasks)} "
-                             "(token probes need CoNLL-U columns, a tag file, or text annotated with spaCy).")
+                             "(token probes need CoNLL-U columns, or plain text annotated with spaCy).")
     stats = {"n_input": len(corpus), "n_without_labels": dropped}
     return LabelledWords(words, labels, texts, name, stats)
 
@@ -398,7 +397,7 @@ def token_probes(models: Mapping[str, object], train: Corpus, test: Corpus, sett
     from bertology.experiments.probe_trees import encodable, position_limit
 
     if not settings.tasks:
-        raise BertologyError("token_probes needs at least one probe task (upos, xpos, deprel or tags).")
+        raise BertologyError("token_probes needs at least one probe task (upos, xpos or deprel).")
     progress = on_progress or (lambda *_: None)
     unpacked = {name: _unpack(m) for name, m in models.items()}
     toks = []
@@ -433,3 +432,31 @@ def token_probes(models: Mapping[str, object], train: Corpus, test: Corpus, sett
               "timings_s": {"features": seconds_features, "probes": time.perf_counter() - t1},
               "not_converged": int(table["not_converged"].sum()) if "not_converged" in table else 0}
     return table, params
+
+
+def summary_lines(table: pd.DataFrame) -> list[str]:
+    """Per task and model: the best layer's accuracy with its interval, its control accuracy and selectivity, the
+    most selective layer, and the best compression (MDL); the majority rate beside them."""
+    lines = []
+    for (task, model), part in table.groupby(["probe_task", "model"], sort=False):
+        best = part.loc[part["accuracy"].idxmax()]
+        text = (f"token probe {task}, {model}: best accuracy {best.accuracy:.3f}"
+                f"{_ci(best.accuracy_ci_low, best.accuracy_ci_high)} (layer {int(best.layer)}; majority rate "
+                f"{best.majority_rate:.3f})")
+        if part["selectivity"].notna().any():
+            sel = part.loc[part["selectivity"].idxmax()]
+            text += (f", control {best.control_accuracy:.3f}; most selective layer {int(sel.layer)}: "
+                     f"{sel.selectivity:+.3f}{_ci(sel.selectivity_ci_low, sel.selectivity_ci_high, signed=True)}")
+        if part["compression"].notna().any():
+            mdl = part.loc[part["compression"].idxmax()]
+            text += f"; MDL best compression {mdl.compression:.2f}x (layer {int(mdl.layer)})"
+        lines.append(text)
+    return lines
+
+
+def _ci(low: float, high: float, *, signed: bool = False) -> str:
+    """`` [low, high]`` in three decimals, or nothing when there is no interval."""
+    if not (low == low and high == high):
+        return ""
+    f = "{:+.3f}" if signed else "{:.3f}"
+    return f" [{f.format(low)}, {f.format(high)}]"
