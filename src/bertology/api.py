@@ -443,21 +443,24 @@ def probe(base: str, train: Any, test: Any, *, tuned: str | None = None, dev: An
     """Structural probes (Hewitt & Manning 2019) on every layer of ``base`` (and ``tuned``, and a random-init control),
     trained on the trees of ``train`` and scored on ``test`` (CoNLL-U, or text parsed by spaCy; paths, or sentences in
     memory as :func:`compare` takes them). ``settings``: ``bertology probe``'s, by name (``rank=64``, ``epochs=10``,
-    ``max_sentences=500``, ``conventions="hewitt2019"``)."""
+    ``max_sentences=500``, ``conventions="hewitt2019"``; token probes: ``tasks="upos"``, ``control``, ``mdl``,
+    ``classifier="mlp"`` ...)."""
     from bertology.experiments.probe import ProbeSettings
+    from bertology.experiments.token_probe import TokenProbeSettings
     from bertology.study.inputs import Loading
     from bertology.study.probe import ProbeData, ProbeModels, ProbeOptions
     from bertology.study.probe import probe as run_probe
 
     if report and out is None:
         raise BertologyError("report=True needs out=FOLDER: the report is a file in the run folder.")
-    probe_settings, data, options, loading = _split(settings, ProbeSettings, ProbeData, ProbeOptions, Loading)
+    probe_settings, token, data, options, loading = _split(settings, ProbeSettings, TokenProbeSettings, ProbeData,
+                                                           ProbeOptions, Loading)
     given = [_read(d, {}) if in_memory(d) else str(d) for d in (train, test)]  # in memory: a list, a DataFrame ...
     held = None if dev is None else _read(dev, {}) if in_memory(dev) else str(dev)
     done = run_probe(ProbeModels(_model(base), _model(tuned) if tuned else None, random_control),
                      ProbeData(*given, held, **data), probe_settings,
                      **options, out=out, loading=Loading(**loading), overwrite=overwrite, report=report,
-                     progress=progress_wanted(progress))
+                     progress=progress_wanted(progress), token=token)
     return Run.of(done)
 
 

@@ -42,10 +42,13 @@ def _python_ablate(name: str, value: Any) -> None:
 
 
 def _python_probe(name: str, value: Any) -> None:
+    from bertology.experiments.token_probe import TokenProbeSettings
     from bertology.study.inputs import Loading
     from bertology.study.probe import ProbeData, ProbeOptions, probe
 
     data = ProbeData("absent.conllu", "absent.conllu")
+    if _declares(TokenProbeSettings, name):
+        probe("absent", data, token={name: value})
     if _declares(ProbeData, name):
         probe("absent", ProbeData("absent.conllu", "absent.conllu", **{name: value}))
     if _declares(ProbeOptions, name):

@@ -254,3 +254,32 @@ def test_compare_runs_the_probes_when_given_trees(models, data, tmp_path):
                          analyses=("probe",), view_examples=0)
     with pytest.raises(BertologyError, match="--probe-train and --probe-test"):
         compare(bare)
+
+
+def test_token_probes_from_the_cli_with_control_and_mdl(models, data, tmp_path):
+    """--probe-task upos adds the token_probe table (every model and layer), its summary lines and manifest
+    record; a run without it keeps its fingerprint (the token settings enter only when a task is asked for)."""
+    out = tmp_path / "run"
+    result = invoke(*_args(models, data, out, "--probe-task", "upos", "--probe-max-iter", 50))
+    assert result.exit_code == 0, result.output
+    t = pd.read_parquet(out / "tables/token_probe.parquet")
+    assert set(t["model"]) == {"base", "tuned", "random"} and set(t["probe_task"]) == {"upos"}
+    assert len(t) == 3 * 3  # tiny BERT: layers 0..2
+    assert np.allclose(t["selectivity"], t["accuracy"] - t["control_accuracy"])
+    assert (t["compression"] > 0).all() and t["accuracy"].between(0, 1).all()
+    # the tags here are X and PUNCT: the majority rate is X's share of the test words
+    assert t["majority_rate"].between(0.5, 1).all()
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["config"]["token_probe"]["tasks"] == ["upos"] and "token_probe" in m["tables"]
+    assert m["token_probe"]["data"]["test"]["n_sentences"] == 6
+    text = " ".join(result.output.split())
+    assert "token probe upos, base: best accuracy" in text and "most selective layer" in text
+    plain = tmp_path / "plain"
+    assert invoke(*_args(models, data, plain)).exit_code == 0
+    assert json.loads((plain / "manifest.json").read_text())["fingerprint"] != m["fingerprint"]
+    assert not (plain / "tables/token_probe.parquet").exists()
+
+
+def test_an_unknown_token_probe_task_is_one_line(models, data, tmp_path):
+    result = invoke(*_args(models, data, tmp_path / "x", "--probe-task", "lemma"))
+    assert_user_error(result, "Unknown probe task")

@@ -31,11 +31,13 @@ def probe_settings() -> list:
     """The flags ``probe`` generates: the probes' settings, how the tree files are read, the run's options and how
     the models load."""
     from bertology.experiments.probe import ProbeSettings
+    from bertology.experiments.token_probe import TokenProbeSettings
     from bertology.settings import field_settings
     from bertology.study.inputs import Loading
     from bertology.study.probe import ProbeData, ProbeOptions
 
-    return [("probes", field_settings(ProbeSettings)), ("data", field_settings(ProbeData)),
+    return [("probes", field_settings(ProbeSettings)), ("token probes", field_settings(TokenProbeSettings)),
+            ("data", field_settings(ProbeData)),
             ("options", field_settings(ProbeOptions)), ("loading", field_settings(Loading))]
 
 
@@ -58,18 +60,24 @@ def probe_command(
 
     The probes' flags below are generated from their declared settings (checked by the library).
     """
+    from bertology.experiments.token_probe import TokenProbeSettings
     from bertology.settings import field_settings
     from bertology.study.inputs import Loading
     from bertology.study.probe import ProbeData, ProbeModels, ProbeOptions, probe
 
     settings = given_settings(ctx)
-    reading, options, loading = ({s.name: settings.pop(s.name) for s in field_settings(cls) if s.name in settings}
-                                 for cls in (ProbeData, ProbeOptions, Loading))
+    reading, options, loading, token = ({s.name: settings.pop(s.name) for s in field_settings(cls) if s.name in settings}
+                                        for cls in (ProbeData, ProbeOptions, Loading, TokenProbeSettings))
     options = ProbeOptions(**options)
     run = probe(ProbeModels(base, tuned, random_control), ProbeData(train, test, dev, **reading), settings,
                 conventions=options.conventions, out=out, loading=Loading(**loading), overwrite=overwrite,
-                keep_features=options.keep_features, report=not no_report, progress=command_progress())
+                keep_features=options.keep_features, report=not no_report, progress=command_progress(), token=token)
     _print_summary(run.table("probe"), run.out, run.tables.get("probe_baseline"))
+    if (tokens := run.tables.get("token_probe")) is not None:
+        from bertology.experiments.token_probe import summary_lines
+
+        for line in summary_lines(tokens):
+            console.print(escape(line), highlight=False)
     for warning in run.manifest.get("warnings", []):
         console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
     if run.report is not None:

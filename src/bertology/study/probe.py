@@ -21,6 +21,8 @@ from typing import Any
 from bertology.config import SPACY_MODEL_HELP
 from bertology.data.corpus import Corpus, source_name
 from bertology.experiments.probe import BASELINE_TABLE, TABLE, ProbeSettings
+from bertology.experiments.token_probe import TABLE as TOKEN_TABLE
+from bertology.experiments.token_probe import TokenProbeSettings
 from bertology.runs import RunResult, build_manifest, fingerprint, open_run, run_folder
 from bertology.settings import check_fields, describe_fields, setting_field, settings_object
 from bertology.study.inputs import Loading, resolve, stderr_console
@@ -117,18 +119,22 @@ def probe(
     keep_features: bool = False,
     report: bool = True,
     progress: bool = False,
+    token: TokenProbeSettings | Mapping[str, Any] | None = None,
 ) -> ProbeRun:
     """Distance and depth probes on every layer of ``models`` (a base model name, or :class:`ProbeModels`).
 
     ``settings`` is a :class:`ProbeSettings` or a mapping of its fields (``{"rank": 64, "epochs": 10}``);
     ``conventions`` is the paper preset that picks the punctuation rule when the settings leave it open.
     ``out`` is the run folder (None: a temporary one; nothing is kept). ``keep_features`` keeps the
-    word features in ``partial/features`` after the run. Returns the ``probe`` table and the manifest.
+    word features in ``partial/features`` after the run. ``token`` (a :class:`TokenProbeSettings` or a mapping of
+    its fields, ``{"tasks": "upos"}``) adds token probes with control tasks and MDL (table ``token_probe``).
+    Returns the ``probe`` table (and ``token_probe``) and the manifest.
     """
     from bertology.conventions import record
 
     models = ProbeModels(models) if isinstance(models, str) else models
     settings = settings_of(settings, conventions)
+    token = settings_object(TokenProbeSettings, token if token is not None else {}, "probe")
     check_fields(data)
     options = ProbeOptions(conventions, keep_features)
     device, torch_dtype = resolve(settings.device, loading)
@@ -141,6 +147,7 @@ def probe(
         d.pop("feature_dtype")  # runs made before the option held float32 features: they keep their fingerprint
     ids = {name: (m.weights_sha256 or m.path) for name, m in loaded.items() if name != "random"}
     extra = [loading.dtype] if loading.dtype != "float32" else []
+    extra += [{"token_probe": token.to_dict()}] if token.tasks else []  # runs without token probes keep their fingerprint
     fp = fingerprint(d, {k: c.fingerprint() for k, c in corpora.items()}, ids, models.random_control, *extra)
     from bertology.tasks.match import training_warnings
 
@@ -152,7 +159,8 @@ def probe(
         config={"base": models.base, "tuned": models.tuned, "random_control": models.random_control,
                 "train": source_name(data.train), "dev": source_name(data.dev), "test": source_name(data.test),
                 "max_sentences": data.max_sentences or 0,
-                "spacy_model": data.spacy_model, **settings.to_dict(), "dtype": loading.dtype},
+                "spacy_model": data.spacy_model, **settings.to_dict(), "dtype": loading.dtype,
+                **({"token_probe": token.to_dict()} if token.tasks else {})},
         conventions=record(conventions, {"probe_punctuation": settings.punctuation}), seed=settings.seed, device=device,
         dtype=loading.dtype, attn_implementation="eager", pooling="mean of sub-word pieces",
         feature_dtype=settings.feature_dtype, settings=settings_record(settings, data, options),
@@ -160,7 +168,7 @@ def probe(
         data={k: c.describe() for k, c in corpora.items()},
     )
     with run_folder(out) as folder:
-        run = _run(folder, manifest, loaded, corpora, settings, overwrite, progress, draw=out is not None)
+        run = _run(folder, manifest, loaded, corpora, (settings, token), overwrite, progress, draw=out is not None)
         if not keep_features and not run.already_complete:
             shutil.rmtree(folder / "partial", ignore_errors=True)
         if report and out is not None and not run.already_complete:
@@ -209,18 +217,20 @@ def _models(models: ProbeModels, loading: Loading, torch_dtype, seed: int) -> di
     return loaded
 
 
-def _run(folder: Path, manifest: dict, loaded: dict, corpora: dict, settings: ProbeSettings, overwrite: bool,
-         progress: bool, *, draw: bool) -> ProbeRun:
-    """Open ``folder``, train and score the probes (resuming), write the table, figures and manifest."""
+def _run(folder: Path, manifest: dict, loaded: dict, corpora: dict, both: tuple[ProbeSettings, TokenProbeSettings],
+         overwrite: bool, progress: bool, *, draw: bool) -> ProbeRun:
+    """Open ``folder``, train and score the probes (resuming), write the tables, figures and manifest."""
     from bertology.experiments.probe import baseline_result, run_probes
     from bertology.progress import stage_bars
     from bertology.results import now_iso, read_table, write_table
 
+    settings, token = both
+    names = (TABLE, BASELINE_TABLE, TOKEN_TABLE)
     with open_run(folder, KIND, manifest["fingerprint"], overwrite=overwrite) as opened:
         path, partial, old = opened.path, opened.path / "partial", opened.previous
         if opened.resumed and old.get("status") == "complete" and opened.dir.has_table(TABLE):
             logger.info("%s already holds this finished run; nothing to do", path)
-            tables = {name: read_table(path, name) for name in (TABLE, BASELINE_TABLE) if opened.dir.has_table(name)}
+            tables = {name: read_table(path, name) for name in names if opened.dir.has_table(name)}
             return ProbeRun(path, tables, old, list(old.get("figures", [])), already_complete=True)
         if opened.resumed and partial.exists():
             logger.info("resuming the run in %s (cached features and finished epochs are kept)", path)
@@ -231,6 +241,7 @@ def _run(folder: Path, manifest: dict, loaded: dict, corpora: dict, settings: Pr
             try:
                 result = run_probes(loaded, corpora["train"], corpora.get("dev"), corpora["test"], settings,
                                     on_progress=on_progress, work_dir=partial)
+                tokens = _token_probes(loaded, corpora, settings, token, on_progress)
             except KeyboardInterrupt:
                 logger.warning("interrupted: features and finished epochs are saved in %s; run the same command again "
                                "to continue.", partial)
@@ -238,12 +249,28 @@ def _run(folder: Path, manifest: dict, loaded: dict, corpora: dict, settings: Pr
         baseline = baseline_result(result.params)
         write_table(path, TABLE, result.table)
         write_table(path, BASELINE_TABLE, baseline.table)
+        tables = {TABLE: result.table, BASELINE_TABLE: baseline.table}
+        if tokens is not None:
+            tables[TOKEN_TABLE] = tokens[0]
+            write_table(path, TOKEN_TABLE, tokens[0])
+            manifest["token_probe"] = tokens[1]
         figures = _write_figures(result.table, baseline.table, path) if draw else []
         manifest["warnings"] = [*manifest.get("warnings", []), *result.params["warnings"]]
         manifest.update(status="complete", finished=now_iso(), wall_time_s=round(time.perf_counter() - t0, 3),
-                        probe=result.params, tables=[TABLE, BASELINE_TABLE], figures=figures)
+                        probe=result.params, tables=list(tables), figures=figures)
         opened.dir.write_manifest(manifest)
-    return ProbeRun(path, {TABLE: result.table, BASELINE_TABLE: baseline.table}, manifest, figures)
+    return ProbeRun(path, tables, manifest, figures)
+
+
+def _token_probes(loaded: dict, corpora: dict, settings: ProbeSettings, token: TokenProbeSettings, on_progress):
+    """The ``token_probe`` table and its manifest record, or None when no token probe task was asked for."""
+    if not token.tasks:
+        return None
+    from bertology.experiments.token_probe import token_probes
+
+    return token_probes(loaded, corpora["train"], corpora["test"], token, layers=settings.layers, seed=settings.seed,
+                        n_bootstrap=settings.n_bootstrap, batch_size=settings.extract_batch_size,
+                        device=settings.device, max_length=settings.max_length, on_progress=on_progress)
 
 
 def _write_figures(table, baselines, path: Path) -> list[str]:

@@ -1,0 +1,462 @@
+"""Token probes with control tasks and description length: is a word's label linearly readable from a layer?
+
+For each probe task (``upos``, ``xpos``, ``deprel``: the word's relation to its head), each model (base, tuned, the random-init control) and each layer (0 = embeddings), a probe reads the
+word vector (the mean of its sub-word pieces, as the structural probes pool them; one feature pass shared by
+every task, control and description length) and predicts the label:
+
+* **probe**: a linear classifier (multinomial logistic regression, scikit-learn's, on standardised features), or
+  Tenney et al. 2019's two-layer MLP (``classifier="mlp"``);
+* **control task** (Hewitt & Liang 2019): every word type gets one label drawn once from the empirical label
+  distribution of the training words (seeded by ``seed`` and the type, so the same type gets the same label in
+  every split and run); a probe of the same kind is trained on those labels. **Selectivity** = task accuracy
+  minus control accuracy: a probe that memorises word types scores high on both; a representation that
+  *encodes* the property is selective;
+* **MDL** (Voita & Titov 2020): the online codelength of the training labels given the features, in bits, and
+  the compression against the uniform code (:mod:`bertology.metrics.description_length`), for task and control.
+
+Scores are on the test words with 95 % percentile intervals over test **sentences** (task and control accuracy
+and selectivity on the same resamples, so the selectivity interval is paired). ``majority_rate`` is the share of
+test words whose label is the most frequent training label: a probe at it has learned nothing.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from bertology.data.corpus import Corpus, Example
+from bertology.errors import BertologyError
+from bertology.settings import check_fields, setting_field
+
+logger = logging.getLogger(__name__)
+
+TABLE = "token_probe"
+#: Probe tasks and the example field their labels come from.
+TASK_FIELDS = {"upos": "upos", "xpos": "xpos", "deprel": "deprels"}
+CLASSIFIERS = ("linear", "mlp")
+TENNEY = "Tenney et al. 2019"
+HEWITT_LIANG = "Hewitt & Liang 2019"
+COLUMNS = ["model", "layer", "probe_task", "split", "accuracy", "accuracy_ci_low", "accuracy_ci_high", "macro_f1",
+           "control_accuracy", "control_ci_low", "control_ci_high", "selectivity", "selectivity_ci_low",
+           "selectivity_ci_high", "majority_rate", "mdl_bits", "control_mdl_bits", "uniform_bits", "compression",
+           "control_compression", "n_words", "n_sentences", "n_labels", "classifier"]
+
+
+def _tasks(value: object) -> tuple[str, ...]:
+    """``upos,deprel`` -> ``("upos", "deprel")``; each checked against :data:`TASK_FIELDS`."""
+    items = value.split(",") if isinstance(value, str) else list(value or ())
+    tasks = tuple(dict.fromkeys(str(t).strip() for t in items if str(t).strip()))
+    bad = [t for t in tasks if t not in TASK_FIELDS]
+    if bad:
+        raise BertologyError(f"Unknown probe task(s) {bad}; choose from {', '.join(TASK_FIELDS)}.")
+    return tasks
+
+
+@dataclass
+class TokenProbeSettings:
+    """Every choice that changes the token-probe numbers (recorded in the manifest; flags generated from them)."""
+
+    tasks: tuple[str, ...] | None = setting_field(
+        None, "Token probe tasks, comma list: upos, xpos, deprel (the word's relation to its head, universal part), "
+        "from CoNLL-U or spaCy's parse of plain text; none by default.", kind=tuple, parse=_tasks, metavar="TASKS", flag="--probe-task",
+        paper=TENNEY)
+    control: bool = setting_field(True, "Train a control-task probe beside each token probe (selectivity).",
+                                  flag="--probe-control/--no-probe-control", paper=HEWITT_LIANG)
+    mdl: bool = setting_field(True, "Online-code description length of the training labels (bits, compression).",
+                              flag="--probe-mdl/--no-probe-mdl", paper="Voita & Titov 2020")
+    classifier: str = setting_field("linear", "Token probe: linear (logistic regression) or mlp (Tenney et al.'s two "
+                                    "layers).", choices=CLASSIFIERS, flag="--probe-classifier", paper=TENNEY)
+    regularization: float = setting_field(1.0, "Inverse L2 strength C of the linear probe (scikit-learn's C); "
+                                          "selectivity depends on it (Hewitt & Liang).", above=0,
+                                          flag="--probe-c", paper=HEWITT_LIANG)
+    mlp_hidden: int = setting_field(256, "Hidden units of the MLP probe.", minimum=1, flag="--probe-mlp-hidden")
+    max_iter: int = setting_field(200, "Solver iterations of each token probe.", minimum=1, flag="--probe-max-iter")
+    max_train_words: int | None = setting_field(0, "Train token probes on at most this many words (a seeded sample; "
+                                                "0 = all).", minimum=0, zero_is_none=True,
+                                                flag="--probe-max-train-words")
+
+    def __post_init__(self) -> None:
+        self.tasks = _tasks(self.tasks) or None
+        check_fields(self)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------------
+# the words and their labels
+
+
+@dataclass
+class LabelledWords:
+    """One split's sentences, each word with one label per probe task (what the feature pass and the probes read)."""
+
+    words: list[tuple[str, ...]]
+    labels: dict[str, list[tuple[str, ...]]]  # task -> per sentence, one label per word
+    texts: list[str] | None = None
+    name: str = "split"
+    stats: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.array([len(w) for w in self.words], dtype=np.int64)
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)
+
+    @property
+    def n_words(self) -> int:
+        return int(self.lengths.sum())
+
+    def flat(self, task: str) -> np.ndarray:
+        """Every word's label for ``task``, sentences concatenated."""
+        return np.array([lab for sent in self.labels[task] for lab in sent], dtype=object)
+
+    def flat_words(self) -> np.ndarray:
+        return np.array([w for sent in self.words for w in sent], dtype=object)
+
+    def sentence_of_word(self) -> np.ndarray:
+        return np.repeat(np.arange(len(self.words)), self.lengths)
+
+    def subset(self, idx: Sequence[int]) -> "LabelledWords":
+        pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
+        return LabelledWords(pick(self.words), {t: pick(v) for t, v in self.labels.items()},
+                             None if self.texts is None else pick(self.texts), self.name, dict(self.stats))
+
+    def corpus(self) -> Corpus:
+        """The sentences as the encoders read them (the text as written where known, words located in it)."""
+        texts = self.texts or [" ".join(w) for w in self.words]
+        return Corpus([Example(text=t, words=w) for t, w in zip(texts, self.words)], name=self.name)
+
+    def fingerprint(self) -> str:
+        d = hashlib.sha256()
+        for i, w in enumerate(self.words):
+            d.update(json.dumps([list(w), {t: list(v[i]) for t, v in sorted(self.labels.items())}]).encode())
+        return d.hexdigest()
+
+
+def _task_labels(ex: Example, task: str) -> tuple[str, ...] | None:
+    """The example's labels for ``task`` (deprel: the universal relation, the part before ``:``), or None."""
+    values = getattr(ex, TASK_FIELDS[task])
+    if values is None or ex.words is None or len(values) != len(ex.words):
+        return None
+    if task == "deprel":
+        return tuple(str(v).split(":")[0] for v in values)
+    return tuple(str(v) for v in values)
+
+
+def labelled_words(corpus: Corpus, tasks: Sequence[str], name: str) -> LabelledWords:
+    """The sentences of ``corpus`` that carry a label for every word in every task (the others dropped, counted)."""
+    words, texts, labels = [], [], {t: [] for t in tasks}
+    dropped = 0
+    for ex in corpus:
+        per = {t: _task_labels(ex, t) for t in tasks}
+        if ex.words is None or any(v is None for v in per.values()) or ex.text_pair is not None:
+            dropped += 1
+            continue
+        words.append(tuple(ex.words))
+        texts.append(ex.text)
+        for t in tasks:
+            labels[t].append(per[t])
+    if not words:
+        raise BertologyError(f"{corpus.source}: no sentence has word-level labels for {', '.join(tasks)} "
+                             "(token probes need CoNLL-U columns, or plain text annotated with spaCy).")
+    stats = {"n_input": len(corpus), "n_without_labels": dropped}
+    return LabelledWords(words, labels, texts, name, stats)
+
+
+# --------------------------------------------------------------------------------------------------
+# control task and probes
+
+
+def control_labels(types: Sequence[str], train_labels: Sequence[str], seed: int) -> dict[str, str]:
+    """Hewitt & Liang's control task: each word type -> one label drawn from the training label distribution.
+
+    Each type's draw is seeded by ``seed`` and the type alone, so a type gets the same control label whichever
+    split it is met in and in whatever order."""
+    values, counts = np.unique(np.asarray(train_labels, dtype=object).astype(str), return_counts=True)
+    p = counts / counts.sum()
+    out = {}
+    for t in dict.fromkeys(types):
+        key = int.from_bytes(hashlib.sha256(f"{seed}\x00{t}".encode()).digest()[:8], "little")
+        out[t] = str(values[np.random.default_rng(key).choice(len(values), p=p)])
+    return out
+
+
+def make_probe(settings: TokenProbeSettings, seed: int):
+    """A fresh, unfitted probe: standardised features into logistic regression, or Tenney et al.'s MLP."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    if settings.classifier == "mlp":
+        clf = MLPClassifier(hidden_layer_sizes=(settings.mlp_hidden,), max_iter=settings.max_iter, random_state=seed,
+                            early_stopping=False)
+    else:
+        clf = LogisticRegression(C=settings.regularization, max_iter=settings.max_iter)
+    return make_pipeline(StandardScaler(), clf)
+
+
+def fit_quietly(probe, x: np.ndarray, y: np.ndarray):
+    """``probe.fit(x, y)`` with scikit-learn's convergence warnings counted, not printed (recorded instead)."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        probe.fit(x, y)
+    probe.not_converged_ = any(issubclass(w.category, ConvergenceWarning) for w in caught)
+    return probe
+
+
+def full_probabilities(probe, x: np.ndarray, n_labels: int, n_train: int) -> np.ndarray:
+    """``[len(x), K]`` probabilities over every label id: a label the probe never saw in training gets the share of
+    one pseudo-count (1 / (n_train + K)), the others are scaled to leave it room (the online code needs every label
+    to have a probability; scikit-learn leaves unseen classes out)."""
+    proba = probe.predict_proba(x)
+    classes = np.asarray(probe.classes_, dtype=np.int64)
+    out = np.zeros((len(x), n_labels))
+    out[:, classes] = proba
+    missing = n_labels - len(classes)
+    if missing:
+        floor = 1.0 / (n_train + n_labels)
+        out[:, classes] *= 1.0 - missing * floor
+        out[:, np.setdiff1d(np.arange(n_labels), classes)] = floor
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# scores
+
+
+def sentence_hits(correct: np.ndarray, sentence: np.ndarray, n_sentences: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per sentence: words right and words counted (what a resample of sentences adds up)."""
+    hits = np.bincount(sentence, weights=correct.astype(np.float64), minlength=n_sentences)
+    counted = np.bincount(sentence, minlength=n_sentences).astype(np.float64)
+    return hits, counted
+
+
+def accuracy_intervals(task_hits: np.ndarray, control_hits: np.ndarray | None, counted: np.ndarray,
+                       n_bootstrap: int, seed: int) -> dict[str, tuple[float, float]]:
+    """95 % percentile intervals of task accuracy, control accuracy and selectivity over resampled sentences
+    (one set of resamples for all three: selectivity's interval is paired)."""
+    from bertology.metrics.bootstrap import bootstrap_counts, percentile_interval
+
+    nan = (float("nan"), float("nan"))
+    if n_bootstrap <= 0 or len(counted) < 2:
+        return {"accuracy": nan, "control": nan, "selectivity": nan}
+    w = bootstrap_counts(len(counted), n_bootstrap, seed).astype(np.float64)
+    total = w @ counted
+    acc = (w @ task_hits) / total
+    out = {"accuracy": percentile_interval(acc), "control": nan, "selectivity": nan}
+    if control_hits is not None:
+        ctrl = (w @ control_hits) / total
+        out["control"], out["selectivity"] = percentile_interval(ctrl), percentile_interval(acc - ctrl)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# the whole experiment
+
+
+@dataclass
+class _Encoded:
+    """One task's labels as ids over the training label set (test labels unseen in training: -1)."""
+
+    train: np.ndarray
+    test: np.ndarray
+    names: list[str]
+
+
+def _encode(train: np.ndarray, test: np.ndarray, names: Sequence[str] | None = None) -> _Encoded:
+    """Label ids over ``names`` (default: the training labels, sorted)."""
+    names = list(names) if names is not None else sorted(set(train.astype(str)))
+    index = {n: i for i, n in enumerate(names)}
+    return _Encoded(np.array([index[str(v)] for v in train], dtype=np.int64),
+                    np.array([index.get(str(v), -1) for v in test], dtype=np.int64), names)
+
+
+def _sample(n: int, limit: int | None, seed: int) -> np.ndarray:
+    """Indices of the training words used: all, or a seeded sample of ``limit`` (kept in corpus order)."""
+    if limit is None or limit >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, size=limit, replace=False))
+
+
+def probe_layer(x_train: np.ndarray, x_test: np.ndarray, labels: _Encoded, control: _Encoded | None,
+                test_sentence: np.ndarray, n_test_sentences: int, settings: TokenProbeSettings, *,
+                seed: int, n_bootstrap: int) -> dict:
+    """One (model, layer, task): the probe's test scores with intervals, the control's, selectivity and MDL."""
+    from sklearn.metrics import f1_score
+
+    from bertology.metrics.description_length import online_codelength
+
+    probe = fit_quietly(make_probe(settings, seed), x_train, labels.train)
+    pred = probe.predict(x_test)
+    correct = pred == labels.test
+    hits, counted = sentence_hits(correct, test_sentence, n_test_sentences)
+    row = {"accuracy": float(correct.mean()),
+           "macro_f1": float(f1_score(labels.test, pred, average="macro", labels=np.unique(labels.test[labels.test >= 0]),
+                                      zero_division=0)),
+           "not_converged": bool(probe.not_converged_)}
+    control_hits = None
+    if control is not None:
+        cprobe = fit_quietly(make_probe(settings, seed), x_train, control.train)
+        ccorrect = cprobe.predict(x_test) == control.test
+        control_hits, _ = sentence_hits(ccorrect, test_sentence, n_test_sentences)
+        row["control_accuracy"] = float(ccorrect.mean())
+        row["selectivity"] = row["accuracy"] - row["control_accuracy"]
+    ci = accuracy_intervals(hits, control_hits, counted, n_bootstrap, seed)
+    row.update(accuracy_ci_low=ci["accuracy"][0], accuracy_ci_high=ci["accuracy"][1],
+               control_ci_low=ci["control"][0], control_ci_high=ci["control"][1],
+               selectivity_ci_low=ci["selectivity"][0], selectivity_ci_high=ci["selectivity"][1])
+    if settings.mdl:
+        order = np.random.default_rng(seed).permutation(len(labels.train))  # the online code's transmission order
+        fit_predict = _fit_predict(settings, seed)
+        code = online_codelength(x_train[order], labels.train[order], len(labels.names), fit_predict)
+        row.update(mdl_bits=code["bits"], uniform_bits=code["uniform_bits"], compression=code["compression"])
+        if control is not None:
+            ccode = online_codelength(x_train[order], control.train[order], len(control.names), fit_predict)
+            row.update(control_mdl_bits=ccode["bits"], control_compression=ccode["compression"])
+    return row
+
+
+def _fit_predict(settings: TokenProbeSettings, seed: int) -> Callable:
+    """The online code's probe: fitted on a block's past, probabilities of the block over every label id."""
+
+    def fit_predict(x_tr: np.ndarray, y_tr: np.ndarray, x_ev: np.ndarray, n_labels: int) -> np.ndarray:
+        probe = fit_quietly(make_probe(settings, seed), x_tr, y_tr)
+        return full_probabilities(probe, x_ev, n_labels, len(y_tr))
+
+    return fit_predict
+
+
+def run_token_probes(features: Mapping[str, Mapping[str, np.ndarray]], layers: Mapping[str, Sequence[int]],
+                     train: LabelledWords, test: LabelledWords, settings: TokenProbeSettings, *, seed: int,
+                     n_bootstrap: int, on_progress: Callable[[str, int, int], None] | None = None) -> pd.DataFrame:
+    """The ``token_probe`` table from precomputed word features.
+
+    ``features[split][model]``: ``[len(layers[model]), n_words, hidden]`` word vectors of ``train``/``test``;
+    every task, its control and MDL read them (one feature pass for all)."""
+    progress = on_progress or (lambda *_: None)
+    keep = _sample(train.n_words, settings.max_train_words, seed)
+    test_sentence = test.sentence_of_word()
+    targets = {task: task_targets(train, test, task, keep, seed, control=settings.control) for task in settings.tasks}
+    jobs = [(task, m, i, layer) for task in settings.tasks for m in layers for i, layer in enumerate(layers[m])]
+    rows = []
+    for k, (task, model, i, layer) in enumerate(jobs):
+        progress("token probes", k, len(jobs))
+        labels, control = targets[task]
+        x_train = np.asarray(features["train"][model][i])[keep].astype(np.float32, copy=False)
+        x_test = np.asarray(features["test"][model][i]).astype(np.float32, copy=False)
+        row = probe_layer(x_train, x_test, labels, control, test_sentence, len(test), settings, seed=seed,
+                          n_bootstrap=n_bootstrap)
+        majority = np.bincount(labels.train).argmax()
+        rows.append({"model": model, "layer": int(layer), "probe_task": task, "split": "test", **row,
+                     "majority_rate": float((labels.test == majority).mean()), "n_words": int(len(labels.test)),
+                     "n_sentences": len(test), "n_labels": len(labels.names), "classifier": settings.classifier})
+    progress("token probes", len(jobs), len(jobs))
+    table = pd.DataFrame(rows)
+    return table.reindex(columns=COLUMNS + [c for c in table.columns if c not in COLUMNS])
+
+
+def task_targets(train: LabelledWords, test: LabelledWords, task: str, keep: np.ndarray, seed: int, *,
+                 control: bool) -> tuple[_Encoded, _Encoded | None]:
+    """A task's label ids on the training words used and the test words, and its control task's (None without)."""
+    labels = _encode(train.flat(task)[keep], test.flat(task))
+    if not control:
+        return labels, None
+    types_train, types_test = train.flat_words()[keep].astype(str), test.flat_words().astype(str)
+    mapping = control_labels(np.concatenate([types_train, types_test]), train.flat(task)[keep].astype(str), seed)
+    return labels, _encode(np.array([mapping[t] for t in types_train], dtype=object),
+                           np.array([mapping[t] for t in types_test], dtype=object), labels.names)
+
+
+def token_probes(models: Mapping[str, object], train: Corpus, test: Corpus, settings: TokenProbeSettings, *,
+                 layers: Sequence[int] | None = None, seed: int = 0, n_bootstrap: int = 1000, batch_size: int = 32,
+                 device: str = "cpu", max_length: int = 512,
+                 on_progress: Callable[[str, int, int], None] | None = None) -> tuple[pd.DataFrame, dict]:
+    """Token probes of every task on every layer of every model: the table and what the manifest records.
+
+    ``models`` maps a name to a :class:`~bertology.models.loading.LoadedModel` or ``(model, tokenizer)``; the
+    corpora need the tasks' word columns (CoNLL-U, a tag file, or text annotated with spaCy). Sentences a
+    tokenizer cannot align or that exceed ``max_length`` are dropped (counted), as for the structural probes."""
+    from bertology.experiments.probe_features import _unpack, extract_word_features
+    from bertology.experiments.probe_trees import encodable, position_limit
+
+    if not settings.tasks:
+        raise BertologyError("token_probes needs at least one probe task (upos, xpos or deprel).")
+    progress = on_progress or (lambda *_: None)
+    unpacked = {name: _unpack(m) for name, m in models.items()}
+    toks = []
+    for _, tok, _ in unpacked.values():
+        if all(tok is not t for t in toks):
+            toks.append(tok)
+    limit = position_limit(max_length, [enc for enc, _, _ in unpacked.values()])
+    splits = {}
+    for name, corpus in (("train", train), ("test", test)):
+        splits[name], _ = encodable(labelled_words(corpus, settings.tasks, name), toks, limit)
+        splits[name].name = name
+    numbers = {m: tuple(range(enc.config.num_hidden_layers + 1)) if layers is None else tuple(layers)
+               for m, (enc, _, _) in unpacked.items()}
+    t0 = time.perf_counter()
+    feats: dict[str, dict[str, np.ndarray]] = {s: {} for s in splits}
+    for split, words in splits.items():
+        for name, model in models.items():
+            stage, done = f"features {split} {name}", [0]
+
+            def on_batch(k, stage=stage, done=done, total=len(words)):
+                done[0] += k
+                progress(stage, done[0], total)
+
+            feats[split][name] = extract_word_features(model, words, numbers[name], batch_size=batch_size,
+                                                       device=device, on_batch=on_batch).numpy()
+    seconds_features = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    table = run_token_probes(feats, numbers, splits["train"], splits["test"], settings, seed=seed,
+                             n_bootstrap=n_bootstrap, on_progress=on_progress)
+    params = {"settings": settings.to_dict(), "pooling": "mean of sub-word pieces",
+              "data": {s: {"n_sentences": len(w), "n_words": w.n_words, **w.stats} for s, w in splits.items()},
+              "timings_s": {"features": seconds_features, "probes": time.perf_counter() - t1},
+              "not_converged": int(table["not_converged"].sum()) if "not_converged" in table else 0}
+    return table, params
+
+
+def summary_lines(table: pd.DataFrame) -> list[str]:
+    """Per task and model: the best layer's accuracy with its interval, its control accuracy and selectivity, the
+    most selective layer, and the best compression (MDL); the majority rate beside them."""
+    lines = []
+    for (task, model), part in table.groupby(["probe_task", "model"], sort=False):
+        best = part.loc[part["accuracy"].idxmax()]
+        text = (f"token probe {task}, {model}: best accuracy {best.accuracy:.3f}"
+                f"{_ci(best.accuracy_ci_low, best.accuracy_ci_high)} (layer {int(best.layer)}; majority rate "
+                f"{best.majority_rate:.3f})")
+        if part["selectivity"].notna().any():
+            sel = part.loc[part["selectivity"].idxmax()]
+            text += (f", control {best.control_accuracy:.3f}; most selective layer {int(sel.layer)}: "
+                     f"{sel.selectivity:+.3f}{_ci(sel.selectivity_ci_low, sel.selectivity_ci_high, signed=True)}")
+        if part["compression"].notna().any():
+            mdl = part.loc[part["compression"].idxmax()]
+            text += f"; MDL best compression {mdl.compression:.2f}x (layer {int(mdl.layer)})"
+        lines.append(text)
+    return lines
+
+
+def _ci(low: float, high: float, *, signed: bool = False) -> str:
+    """`` [low, high]`` in three decimals, or nothing when there is no interval."""
+    if not (low == low and high == high):
+        return ""
+    f = "{:+.3f}" if signed else "{:.3f}"
+    return f" [{f.format(low)}, {f.format(high)}]"
