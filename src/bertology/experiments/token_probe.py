@@ -67,9 +67,9 @@ class TokenProbeSettings:
         "from CoNLL-U or spaCy's parse of plain text; none by default.", kind=tuple, parse=_tasks, metavar="TASKS", flag="--probe-task",
         paper=TENNEY)
     control: bool = setting_field(True, "Train a control-task probe beside each token probe (selectivity).",
-                                  flag="--probe-control/--no-probe-control", paper=HEWITT_LIANG)
+                                  flag="--probe-control", paper=HEWITT_LIANG)
     mdl: bool = setting_field(True, "Online-code description length of the training labels (bits, compression).",
-                              flag="--probe-mdl/--no-probe-mdl", paper="Voita & Titov 2020")
+                              flag="--probe-mdl", paper="Voita & Titov 2020")
     classifier: str = setting_field("linear", "Token probe: linear (logistic regression) or mlp (Tenney et al.'s two "
                                     "layers).", choices=CLASSIFIERS, flag="--probe-classifier", paper=TENNEY)
     regularization: float = setting_field(1.0, "Inverse L2 strength C of the linear probe (scikit-learn's C); "
