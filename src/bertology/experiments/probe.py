@@ -89,6 +89,7 @@ from bertology.experiments.probe_trees import (  # noqa: F401  (re-exported: the
     PUNCTUATION_RULES,
     TreeSet,
     _model_fingerprint,
+    distinct_tokenizers,
     encodable,
     ensure_trees,
     position_limit,
@@ -217,10 +218,7 @@ def _splits(unpacked: Mapping[str, tuple], train: Corpus, dev: Corpus | None, te
         train_t, dev_t = split_dev(train_t, settings.dev_fraction, settings.seed)
     else:
         dev_t = tree_set(ensure_trees(dev, spacy_model=spacy_model), punct_upos=punct, name="dev", punctuation=rule)
-    toks = []
-    for _, tok, _ in unpacked.values():
-        if all(tok is not t for t in toks):
-            toks.append(tok)
+    toks = distinct_tokenizers(unpacked)
     max_length = position_limit(settings.max_length, [enc for enc, _, _ in unpacked.values()])
     splits: dict[str, TreeSet] = {}
     for name, ts in (("train", train_t), ("dev", dev_t), ("test", test_t)):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,18 +32,15 @@ HEWITT_PUNCT_XPOS = ("''", ",", ".", ":", "``", "-LRB-", "-RRB-")
 # gold trees
 
 
-@dataclass
-class TreeSet:
-    """One split's sentences with gold trees: words, heads, punctuation mask, distances, depths."""
+class WordSentences:
+    """What every probe's split shares: sentences of ``words`` (and their ``texts`` where known) on one word axis.
+
+    A dataclass subclass gives ``words``, ``texts`` and ``name``; the feature pass reads ``offsets``, ``n_words``
+    and :meth:`corpus`."""
 
     words: list[tuple[str, ...]]
-    heads: list[np.ndarray]
-    keep: list[np.ndarray]  # True for words scored by UUAS / root accuracy (not punctuation)
-    distances: list[np.ndarray]
-    depths: list[np.ndarray]
-    name: str = "split"
-    stats: dict = field(default_factory=dict)
-    texts: list[str] | None = None  # each sentence as written (CoNLL-U "# text"), where known
+    texts: list[str] | None
+    name: str
 
     def __len__(self) -> int:
         return len(self.words)
@@ -60,16 +57,30 @@ class TreeSet:
     def n_words(self) -> int:
         return int(self.lengths.sum())
 
-    def subset(self, idx: Sequence[int]) -> "TreeSet":
-        pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
-        return TreeSet(pick(self.words), pick(self.heads), pick(self.keep), pick(self.distances),
-                       pick(self.depths), self.name, dict(self.stats), None if self.texts is None else pick(self.texts))
-
     def corpus(self) -> Corpus:
         """The sentences with their words (what the encoders read): the text as written where known, so the
         model sees the sentence's own tokens ("don't", not "do n't"); the words are located in it."""
         texts = self.texts or [" ".join(w) for w in self.words]
         return Corpus([Example(text=t, words=w) for t, w in zip(texts, self.words)], name=self.name)
+
+
+@dataclass
+class TreeSet(WordSentences):
+    """One split's sentences with gold trees: words, heads, punctuation mask, distances, depths."""
+
+    words: list[tuple[str, ...]]
+    heads: list[np.ndarray]
+    keep: list[np.ndarray]  # True for words scored by UUAS / root accuracy (not punctuation)
+    distances: list[np.ndarray]
+    depths: list[np.ndarray]
+    name: str = "split"
+    stats: dict = field(default_factory=dict)
+    texts: list[str] | None = None  # each sentence as written (CoNLL-U "# text"), where known
+
+    def subset(self, idx: Sequence[int]) -> "TreeSet":
+        pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
+        return TreeSet(pick(self.words), pick(self.heads), pick(self.keep), pick(self.distances),
+                       pick(self.depths), self.name, dict(self.stats), None if self.texts is None else pick(self.texts))
 
     def fingerprint(self) -> str:
         d = hashlib.sha256()
@@ -215,6 +226,15 @@ def position_limit(max_length: int, encoders: Sequence[torch.nn.Module]) -> int:
 
     limits = [adapter_for(enc.config).max_tokens(enc.config) for enc in encoders]
     return min([max_length, *(int(n) for n in limits if n)])
+
+
+def distinct_tokenizers(unpacked: Mapping[str, tuple]) -> list:
+    """The tokenizers of ``(encoder, tokenizer, description)`` triples, each once (models may share one)."""
+    toks: list = []
+    for _, tok, _ in unpacked.values():
+        if all(tok is not t for t in toks):
+            toks.append(tok)
+    return toks
 
 
 def encodable(trees: TreeSet, tokenizers: Sequence, max_length: int) -> tuple[TreeSet, dict]:

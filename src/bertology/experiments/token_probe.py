@@ -32,6 +32,7 @@ import pandas as pd
 
 from bertology.data.corpus import Corpus, Example
 from bertology.errors import BertologyError
+from bertology.experiments.probe_trees import WordSentences
 from bertology.settings import check_fields, setting_field
 
 logger = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ class TokenProbeSettings:
 
 
 @dataclass
-class LabelledWords:
+class LabelledWords(WordSentences):
     """One split's sentences, each word with one label per probe task (what the feature pass and the probes read)."""
 
     words: list[tuple[str, ...]]
@@ -102,21 +103,6 @@ class LabelledWords:
     texts: list[str] | None = None
     name: str = "split"
     stats: dict = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.words)
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.array([len(w) for w in self.words], dtype=np.int64)
-
-    @property
-    def offsets(self) -> np.ndarray:
-        return np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)
-
-    @property
-    def n_words(self) -> int:
-        return int(self.lengths.sum())
 
     def flat(self, task: str) -> np.ndarray:
         """Every word's label for ``task``, sentences concatenated."""
@@ -132,11 +118,6 @@ class LabelledWords:
         pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
         return LabelledWords(pick(self.words), {t: pick(v) for t, v in self.labels.items()},
                              None if self.texts is None else pick(self.texts), self.name, dict(self.stats))
-
-    def corpus(self) -> Corpus:
-        """The sentences as the encoders read them (the text as written where known, words located in it)."""
-        texts = self.texts or [" ".join(w) for w in self.words]
-        return Corpus([Example(text=t, words=w) for t, w in zip(texts, self.words)], name=self.name)
 
     def fingerprint(self) -> str:
         d = hashlib.sha256()
@@ -394,16 +375,13 @@ def token_probes(models: Mapping[str, object], train: Corpus, test: Corpus, sett
     corpora need the tasks' word columns (CoNLL-U, a tag file, or text annotated with spaCy). Sentences a
     tokenizer cannot align or that exceed ``max_length`` are dropped (counted), as for the structural probes."""
     from bertology.experiments.probe_features import _unpack, extract_word_features
-    from bertology.experiments.probe_trees import encodable, position_limit
+    from bertology.experiments.probe_trees import distinct_tokenizers, encodable, position_limit
 
     if not settings.tasks:
         raise BertologyError("token_probes needs at least one probe task (upos, xpos or deprel).")
     progress = on_progress or (lambda *_: None)
     unpacked = {name: _unpack(m) for name, m in models.items()}
-    toks = []
-    for _, tok, _ in unpacked.values():
-        if all(tok is not t for t in toks):
-            toks.append(tok)
+    toks = distinct_tokenizers(unpacked)
     limit = position_limit(max_length, [enc for enc, _, _ in unpacked.values()])
     splits = {}
     for name, corpus in (("train", train), ("test", test)):
