@@ -47,6 +47,10 @@ COLUMNS = ["model", "layer", "probe_task", "split", "accuracy", "accuracy_ci_low
            "control_accuracy", "control_ci_low", "control_ci_high", "selectivity", "selectivity_ci_low",
            "selectivity_ci_high", "majority_rate", "mdl_bits", "control_mdl_bits", "uniform_bits", "compression",
            "control_compression", "n_words", "n_sentences", "n_labels", "classifier"]
+#: Added when ``erase`` is asked, on the erased tasks' rows: the fresh probe's accuracy on LEACE-erased features.
+ERASED_COLUMNS = ["erased_accuracy", "erased_ci_low", "erased_ci_high"]
+#: An erased probe further above the majority rate than this is flagged: the erasure did not work there.
+ERASURE_SLACK = 0.03
 
 
 def _tasks(value: object) -> tuple[str, ...]:
@@ -81,13 +85,23 @@ class TokenProbeSettings:
     max_train_words: int | None = setting_field(0, "Train token probes on at most this many words (a seeded sample; "
                                                 "0 = all).", minimum=0, zero_is_none=True,
                                                 flag="--probe-max-train-words")
+    erase: tuple[str, ...] | None = setting_field(
+        None, "Erase these probe tasks' labels from each layer with LEACE and probe again (comma list; each is also "
+        "probed): the erased probe should fall to the majority rate.", kind=tuple, parse=_tasks, metavar="TASKS",
+        flag="--erase", paper="Belrose et al. 2023")
 
     def __post_init__(self) -> None:
-        self.tasks = _tasks(self.tasks) or None
+        self.erase = _tasks(self.erase) or None
+        self.tasks = tuple(dict.fromkeys((*_tasks(self.tasks), *(self.erase or ())))) or None
         check_fields(self)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The settings as recorded (``erase`` only when asked: token-probe runs made before it keep their
+        fingerprint)."""
+        d = asdict(self)
+        if d["erase"] is None:
+            d.pop("erase")
+        return d
 
 
 # --------------------------------------------------------------------------------------------------
@@ -344,13 +358,43 @@ def run_token_probes(features: Mapping[str, Mapping[str, np.ndarray]], layers: M
         x_test = np.asarray(features["test"][model][i]).astype(np.float32, copy=False)
         row = probe_layer(x_train, x_test, labels, control, test_sentence, len(test), settings, seed=seed,
                           n_bootstrap=n_bootstrap)
+        if task in (settings.erase or ()):
+            row.update(erased_scores(x_train, x_test, labels, test_sentence, len(test), settings, seed=seed,
+                                     n_bootstrap=n_bootstrap))
         majority = np.bincount(labels.train).argmax()
         rows.append({"model": model, "layer": int(layer), "probe_task": task, "split": "test", **row,
                      "majority_rate": float((labels.test == majority).mean()), "n_words": int(len(labels.test)),
                      "n_sentences": len(test), "n_labels": len(labels.names), "classifier": settings.classifier})
     progress("token probes", len(jobs), len(jobs))
     table = pd.DataFrame(rows)
-    return table.reindex(columns=COLUMNS + [c for c in table.columns if c not in COLUMNS])
+    columns = COLUMNS + (ERASED_COLUMNS if settings.erase else [])
+    return table.reindex(columns=columns + [c for c in table.columns if c not in columns])
+
+
+def erased_scores(x_train: np.ndarray, x_test: np.ndarray, labels: "_Encoded", test_sentence: np.ndarray,
+                  n_test_sentences: int, settings: TokenProbeSettings, *, seed: int, n_bootstrap: int) -> dict:
+    """LEACE-erase the task's labels (fitted on the training words), train a fresh probe of the same kind on the
+    erased features and score it on the erased test words, with its interval over test sentences."""
+    from bertology.experiments.erasure import erased_probe
+
+    correct, _ = erased_probe(x_train, x_test, labels.train, labels.test, len(labels.names),
+                              lambda x, y: fit_quietly(make_probe(settings, seed), x, y))
+    hits, counted = sentence_hits(correct, test_sentence, n_test_sentences)
+    ci = accuracy_intervals(hits, None, counted, n_bootstrap, seed)["accuracy"]
+    return {"erased_accuracy": float(correct.mean()), "erased_ci_low": ci[0], "erased_ci_high": ci[1]}
+
+
+def erasure_warnings(table: pd.DataFrame) -> list[str]:
+    """One line per (task, model) whose erased probe stays above the majority rate by more than
+    :data:`ERASURE_SLACK` at some layer: there the erasure did not remove what a linear probe reads."""
+    if "erased_accuracy" not in table:
+        return []
+    rows = table[table["erased_accuracy"].notna()]
+    bad = rows[rows["erased_accuracy"] > rows["majority_rate"] + ERASURE_SLACK]
+    return [f"erasure of {task} in {model}: a fresh probe still reads it at layer(s) "
+            f"{', '.join(str(int(v)) for v in part['layer'])} (accuracy above the majority rate by more than "
+            f"{ERASURE_SLACK}); do not read the erased numbers there as 'the property removed'."
+            for (task, model), part in bad.groupby(["probe_task", "model"], sort=False)]
 
 
 def task_targets(train: LabelledWords, test: LabelledWords, task: str, keep: np.ndarray, seed: int, *,
@@ -409,6 +453,9 @@ def token_probes(models: Mapping[str, object], train: Corpus, test: Corpus, sett
               "data": {s: {"n_sentences": len(w), "n_words": w.n_words, **w.stats} for s, w in splits.items()},
               "timings_s": {"features": seconds_features, "probes": time.perf_counter() - t1},
               "not_converged": int(table["not_converged"].sum()) if "not_converged" in table else 0}
+    if settings.erase:
+        params["erasure"] = {"method": "LEACE (concept-erasure)", "paper": "Belrose et al. 2023",
+                             "fitted_on": "training words", "warnings": erasure_warnings(table)}
     return table, params
 
 
@@ -428,6 +475,10 @@ def summary_lines(table: pd.DataFrame) -> list[str]:
         if part["compression"].notna().any():
             mdl = part.loc[part["compression"].idxmax()]
             text += f"; MDL best compression {mdl.compression:.2f}x (layer {int(mdl.layer)})"
+        if "erased_accuracy" in part and part["erased_accuracy"].notna().any():
+            worst = part.loc[(part["erased_accuracy"] - part["majority_rate"]).idxmax()]
+            text += (f"; after LEACE erasure at most {worst.erased_accuracy:.3f} (layer {int(worst.layer)}; "
+                     f"majority {worst.majority_rate:.3f})")
         lines.append(text)
     return lines
 
