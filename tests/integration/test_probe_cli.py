@@ -283,3 +283,20 @@ def test_token_probes_from_the_cli_with_control_and_mdl(models, data, tmp_path):
 def test_an_unknown_token_probe_task_is_one_line(models, data, tmp_path):
     result = invoke(*_args(models, data, tmp_path / "x", "--probe-task", "lemma"))
     assert_user_error(result, "Unknown probe task")
+
+
+def test_erasure_from_the_cli_reaches_the_table_manifest_and_report(models, data, tmp_path):
+    """--erase upos probes upos, adds the erased probe's columns, records the erasure in the manifest, and the
+    report shows the token-probe section with an erasure panel."""
+    out = tmp_path / "run"
+    result = invoke(*_args(models, data, out, "--erase", "upos", "--probe-max-iter", 50, "--no-probe-mdl"))
+    assert result.exit_code == 0, result.output
+    t = pd.read_parquet(out / "tables/token_probe.parquet")
+    assert set(t["probe_task"]) == {"upos"} and t["erased_accuracy"].between(0, 1).all()
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["token_probe"]["erasure"]["method"].startswith("LEACE")
+    assert isinstance(m["token_probe"]["erasure"]["warnings"], list)
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert 'id="token_probe"' in html and "accuracy after LEACE erasure" in html
+    assert (out / "figures/token_probe_upos.svg").exists()
+    assert "after LEACE erasure at most" in " ".join(result.output.split())

@@ -48,6 +48,25 @@ def test_a_fresh_probe_falls_to_the_majority_rate_on_held_out_words():
     assert abs(correct.mean() - majority) <= 0.03
 
 
+def test_a_constant_feature_stays_constant_for_the_probe():
+    """MiniLM's last layer has a constant feature: erasure leaves rounding noise there (~1e-16) that a
+    standardising probe would blow up to unit variance; the check flattens it back."""
+    from bertology.experiments.erasure import flat_rounding
+
+    x_tr, y_tr = _planted(800, 1)
+    x_te, y_te = _planted(400, 2)
+    x_tr[:, 3], x_te[:, 3] = 0.7, 0.7
+    eraser = fit_eraser(x_tr, y_tr, 4)
+    raw = erase(eraser, x_tr)
+    assert 0 < raw[:, 3].std() < 1e-9  # the rounding the check must not read
+    flat_tr, flat_te = flat_rounding(raw, erase(eraser, x_te))
+    assert flat_tr[:, 3].std() == 0 and flat_te[:, 3].std() == 0
+    np.testing.assert_array_equal(np.delete(flat_tr, 3, axis=1), np.delete(raw, 3, axis=1))  # nothing else moved
+    settings = TokenProbeSettings(tasks="upos")
+    correct, _ = erased_probe(x_tr, x_te, y_tr, y_te, 4, lambda x, y: make_probe(settings, 0).fit(x, y))
+    assert abs(correct.mean() - float((y_te == np.bincount(y_tr).argmax()).mean())) <= 0.03
+
+
 def test_refuses_a_single_label():
     with pytest.raises(BertologyError, match="two labels"):
         fit_eraser(np.zeros((5, 3)), np.zeros(5, dtype=int), 1)

@@ -28,6 +28,7 @@ _MODULES = (
     "pca_views",
     "weight_change",
     "probe",
+    "token_probe",
     "ablation",
     "revert",
     "transplant",
