@@ -340,11 +340,13 @@ def _fit_predict(settings: TokenProbeSettings, seed: int) -> Callable:
 
 def run_token_probes(features: Mapping[str, Mapping[str, np.ndarray]], layers: Mapping[str, Sequence[int]],
                      train: LabelledWords, test: LabelledWords, settings: TokenProbeSettings, *, seed: int,
-                     n_bootstrap: int, on_progress: Callable[[str, int, int], None] | None = None) -> pd.DataFrame:
+                     n_bootstrap: int, on_progress: Callable[[str, int, int], None] | None = None,
+                     erasers: dict | None = None) -> pd.DataFrame:
     """The ``token_probe`` table from precomputed word features.
 
     ``features[split][model]``: ``[len(layers[model]), n_words, hidden]`` word vectors of ``train``/``test``;
-    every task, its control and MDL read them (one feature pass for all)."""
+    every task, its control, MDL and erasure read them (one feature pass for all). ``erasers``, when given, receives
+    each fitted LEACE eraser by ``(task, model, layer)`` (what an erasure of the model's own task applies)."""
     progress = on_progress or (lambda *_: None)
     keep = _sample(train.n_words, settings.max_train_words, seed)
     test_sentence = test.sentence_of_word()
@@ -359,8 +361,11 @@ def run_token_probes(features: Mapping[str, Mapping[str, np.ndarray]], layers: M
         row = probe_layer(x_train, x_test, labels, control, test_sentence, len(test), settings, seed=seed,
                           n_bootstrap=n_bootstrap)
         if task in (settings.erase or ()):
-            row.update(erased_scores(x_train, x_test, labels, test_sentence, len(test), settings, seed=seed,
-                                     n_bootstrap=n_bootstrap))
+            scores, eraser = erased_scores(x_train, x_test, labels, test_sentence, len(test), settings, seed=seed,
+                                           n_bootstrap=n_bootstrap)
+            row.update(scores)
+            if erasers is not None:
+                erasers[(task, model, int(layer))] = eraser
         majority = np.bincount(labels.train).argmax()
         rows.append({"model": model, "layer": int(layer), "probe_task": task, "split": "test", **row,
                      "majority_rate": float((labels.test == majority).mean()), "n_words": int(len(labels.test)),
@@ -372,16 +377,17 @@ def run_token_probes(features: Mapping[str, Mapping[str, np.ndarray]], layers: M
 
 
 def erased_scores(x_train: np.ndarray, x_test: np.ndarray, labels: "_Encoded", test_sentence: np.ndarray,
-                  n_test_sentences: int, settings: TokenProbeSettings, *, seed: int, n_bootstrap: int) -> dict:
+                  n_test_sentences: int, settings: TokenProbeSettings, *, seed: int,
+                  n_bootstrap: int) -> tuple[dict, object]:
     """LEACE-erase the task's labels (fitted on the training words), train a fresh probe of the same kind on the
-    erased features and score it on the erased test words, with its interval over test sentences."""
+    erased features and score it on the erased test words, with its interval over test sentences; and the eraser."""
     from bertology.experiments.erasure import erased_probe
 
-    correct, _ = erased_probe(x_train, x_test, labels.train, labels.test, len(labels.names),
+    correct, eraser = erased_probe(x_train, x_test, labels.train, labels.test, len(labels.names),
                               lambda x, y: fit_quietly(make_probe(settings, seed), x, y))
     hits, counted = sentence_hits(correct, test_sentence, n_test_sentences)
     ci = accuracy_intervals(hits, None, counted, n_bootstrap, seed)["accuracy"]
-    return {"erased_accuracy": float(correct.mean()), "erased_ci_low": ci[0], "erased_ci_high": ci[1]}
+    return {"erased_accuracy": float(correct.mean()), "erased_ci_low": ci[0], "erased_ci_high": ci[1]}, eraser
 
 
 def erasure_warnings(table: pd.DataFrame) -> list[str]:
@@ -412,12 +418,14 @@ def task_targets(train: LabelledWords, test: LabelledWords, task: str, keep: np.
 def token_probes(models: Mapping[str, object], train: Corpus, test: Corpus, settings: TokenProbeSettings, *,
                  layers: Sequence[int] | None = None, seed: int = 0, n_bootstrap: int = 1000, batch_size: int = 32,
                  device: str = "cpu", max_length: int = 512,
-                 on_progress: Callable[[str, int, int], None] | None = None) -> tuple[pd.DataFrame, dict]:
+                 on_progress: Callable[[str, int, int], None] | None = None,
+                 erasers: dict | None = None) -> tuple[pd.DataFrame, dict]:
     """Token probes of every task on every layer of every model: the table and what the manifest records.
 
     ``models`` maps a name to a :class:`~bertology.models.loading.LoadedModel` or ``(model, tokenizer)``; the
     corpora need the tasks' word columns (CoNLL-U, a tag file, or text annotated with spaCy). Sentences a
-    tokenizer cannot align or that exceed ``max_length`` are dropped (counted), as for the structural probes."""
+    tokenizer cannot align or that exceed ``max_length`` are dropped (counted), as for the structural probes.
+    ``erasers``: see :func:`run_token_probes`."""
     from bertology.experiments.probe_features import _unpack, extract_word_features
     from bertology.experiments.probe_trees import distinct_tokenizers, encodable, position_limit
 
@@ -448,7 +456,7 @@ def token_probes(models: Mapping[str, object], train: Corpus, test: Corpus, sett
     seconds_features = time.perf_counter() - t0
     t1 = time.perf_counter()
     table = run_token_probes(feats, numbers, splits["train"], splits["test"], settings, seed=seed,
-                             n_bootstrap=n_bootstrap, on_progress=on_progress)
+                             n_bootstrap=n_bootstrap, on_progress=on_progress, erasers=erasers)
     params = {"settings": settings.to_dict(), "pooling": "mean of sub-word pieces",
               "data": {s: {"n_sentences": len(w), "n_words": w.n_words, **w.stats} for s, w in splits.items()},
               "timings_s": {"features": seconds_features, "probes": time.perf_counter() - t1},
