@@ -32,6 +32,7 @@ import pandas as pd
 
 from bertology.data.corpus import Corpus, Example
 from bertology.errors import BertologyError
+from bertology.experiments.edge_probe import EDGE_FIELDS, EDGE_TASKS, edge_items, pair_features
 from bertology.experiments.probe_trees import WordSentences
 from bertology.settings import check_fields, setting_field
 
@@ -40,6 +41,8 @@ logger = logging.getLogger(__name__)
 TABLE = "token_probe"
 #: Probe tasks and the example field their labels come from.
 TASK_FIELDS = {"upos": "upos", "xpos": "xpos", "deprel": "deprels"}
+#: Every word column a split may keep: the token tasks' and what edge tasks read (heads, relations).
+_WORD_FIELDS = {**TASK_FIELDS, "heads": "heads"}
 CLASSIFIERS = ("linear", "mlp")
 TENNEY = "Tenney et al. 2019"
 HEWITT_LIANG = "Hewitt & Liang 2019"
@@ -54,12 +57,22 @@ ERASURE_SLACK = 0.03
 
 
 def _tasks(value: object) -> tuple[str, ...]:
-    """``upos,deprel`` -> ``("upos", "deprel")``; each checked against :data:`TASK_FIELDS`."""
+    """``upos,deprel`` -> ``("upos", "deprel")``; each checked against :data:`TASK_FIELDS` and the edge tasks."""
     items = value.split(",") if isinstance(value, str) else list(value or ())
     tasks = tuple(dict.fromkeys(str(t).strip() for t in items if str(t).strip()))
-    bad = [t for t in tasks if t not in TASK_FIELDS]
+    bad = [t for t in tasks if t not in TASK_FIELDS and t not in EDGE_TASKS]
     if bad:
-        raise BertologyError(f"Unknown probe task(s) {bad}; choose from {', '.join(TASK_FIELDS)}.")
+        raise BertologyError(f"Unknown probe task(s) {bad}; choose from {', '.join([*TASK_FIELDS, *EDGE_TASKS])}.")
+    return tasks
+
+
+def _erasable(value: object) -> tuple[str, ...]:
+    """The tasks to erase: token tasks only (an eraser acts on one word vector; an edge task reads two)."""
+    tasks = _tasks(value)
+    edges = [t for t in tasks if t in EDGE_TASKS]
+    if edges:
+        raise BertologyError(f"--erase {', '.join(edges)}: erasure acts on one word vector at a time and edge tasks "
+                             f"read a pair; erase a token task ({', '.join(TASK_FIELDS)}).")
     return tasks
 
 
@@ -69,7 +82,8 @@ class TokenProbeSettings:
 
     tasks: tuple[str, ...] | None = setting_field(
         None, "Token probe tasks, comma list: upos, xpos, deprel (the word's relation to its head, universal part), "
-        "from CoNLL-U or spaCy's parse of plain text; none by default.", kind=tuple, parse=_tasks, metavar="TASKS", flag="--probe-task",
+        "and edge probes edge_deprel (an arc's relation), edge_arc (arc or not); from CoNLL-U or spaCy; none by "
+        "default.", kind=tuple, parse=_tasks, metavar="TASKS", flag="--probe-task",
         paper=TENNEY)
     control: bool = setting_field(True, "Train a control-task probe beside each token probe (selectivity).",
                                   flag="--probe-control", paper=HEWITT_LIANG)
@@ -87,11 +101,11 @@ class TokenProbeSettings:
                                                 flag="--probe-max-train-words")
     erase: tuple[str, ...] | None = setting_field(
         None, "Erase these probe tasks' labels from each layer with LEACE and probe again (comma list; each is also "
-        "probed): the erased probe should fall to the majority rate.", kind=tuple, parse=_tasks, metavar="TASKS",
+        "probed): the erased probe should fall to the majority rate.", kind=tuple, parse=_erasable, metavar="TASKS",
         flag="--erase", paper="Belrose et al. 2023")
 
     def __post_init__(self) -> None:
-        self.erase = _tasks(self.erase) or None
+        self.erase = _erasable(self.erase) or None
         self.tasks = tuple(dict.fromkeys((*_tasks(self.tasks), *(self.erase or ())))) or None
         check_fields(self)
 
@@ -142,7 +156,7 @@ class LabelledWords(WordSentences):
 
 def _task_labels(ex: Example, task: str) -> tuple[str, ...] | None:
     """The example's labels for ``task`` (deprel: the universal relation, the part before ``:``), or None."""
-    values = getattr(ex, TASK_FIELDS[task])
+    values = getattr(ex, _WORD_FIELDS[task])
     if values is None or ex.words is None or len(values) != len(ex.words):
         return None
     if task == "deprel":
@@ -150,8 +164,18 @@ def _task_labels(ex: Example, task: str) -> tuple[str, ...] | None:
     return tuple(str(v) for v in values)
 
 
+def _word_fields(tasks: Sequence[str]) -> tuple[str, ...]:
+    """The word columns ``tasks`` read: each token task's own, and heads and relations for edge tasks."""
+    fields = [t for t in tasks if t in TASK_FIELDS]
+    if any(t in EDGE_TASKS for t in tasks):
+        fields += [f for f in EDGE_FIELDS if f not in fields]
+    return tuple(fields)
+
+
 def labelled_words(corpus: Corpus, tasks: Sequence[str], name: str) -> LabelledWords:
-    """The sentences of ``corpus`` that carry a label for every word in every task (the others dropped, counted)."""
+    """The sentences of ``corpus`` that carry a label for every word in every task (the others dropped, counted);
+    edge tasks keep each word's head and relation instead (:data:`~bertology.experiments.edge_probe.EDGE_FIELDS`)."""
+    tasks = _word_fields(tasks)
     words, texts, labels = [], [], {t: [] for t in tasks}
     dropped = 0
     for ex in corpus:
@@ -348,32 +372,76 @@ def run_token_probes(features: Mapping[str, Mapping[str, np.ndarray]], layers: M
     every task, its control, MDL and erasure read them (one feature pass for all). ``erasers``, when given, receives
     each fitted LEACE eraser by ``(task, model, layer)`` (what an erasure of the model's own task applies)."""
     progress = on_progress or (lambda *_: None)
-    keep = _sample(train.n_words, settings.max_train_words, seed)
-    test_sentence = test.sentence_of_word()
-    targets = {task: task_targets(train, test, task, keep, seed, control=settings.control) for task in settings.tasks}
+    targets = {task: probe_target(train, test, task, settings, seed) for task in settings.tasks}
     jobs = [(task, m, i, layer) for task in settings.tasks for m in layers for i, layer in enumerate(layers[m])]
+    edges = any(t in EDGE_TASKS for t in settings.tasks)
     rows = []
     for k, (task, model, i, layer) in enumerate(jobs):
         progress("token probes", k, len(jobs))
-        labels, control = targets[task]
-        x_train = np.asarray(features["train"][model][i])[keep].astype(np.float32, copy=False)
-        x_test = np.asarray(features["test"][model][i]).astype(np.float32, copy=False)
-        row = probe_layer(x_train, x_test, labels, control, test_sentence, len(test), settings, seed=seed,
-                          n_bootstrap=n_bootstrap)
+        target = targets[task]
+        x_train = target.inputs(features["train"][model][i], target.train_rows)
+        x_test = target.inputs(features["test"][model][i], target.test_rows)
+        row = probe_layer(x_train, x_test, target.labels, target.control, target.test_sentence, len(test), settings,
+                          seed=seed, n_bootstrap=n_bootstrap)
         if task in (settings.erase or ()):
-            scores, eraser = erased_scores(x_train, x_test, labels, test_sentence, len(test), settings, seed=seed,
-                                           n_bootstrap=n_bootstrap)
+            scores, eraser = erased_scores(x_train, x_test, target.labels, target.test_sentence, len(test), settings,
+                                           seed=seed, n_bootstrap=n_bootstrap)
             row.update(scores)
             if erasers is not None:
                 erasers[(task, model, int(layer))] = eraser
+        labels = target.labels
         majority = np.bincount(labels.train).argmax()
         rows.append({"model": model, "layer": int(layer), "probe_task": task, "split": "test", **row,
                      "majority_rate": float((labels.test == majority).mean()), "n_words": int(len(labels.test)),
-                     "n_sentences": len(test), "n_labels": len(labels.names), "classifier": settings.classifier})
+                     "n_sentences": len(test), "n_labels": len(labels.names), "classifier": settings.classifier,
+                     **({"unit": "word pair" if task in EDGE_TASKS else "word"} if edges else {})})
     progress("token probes", len(jobs), len(jobs))
     table = pd.DataFrame(rows)
     columns = COLUMNS + (ERASED_COLUMNS if settings.erase else [])
     return table.reindex(columns=columns + [c for c in table.columns if c not in columns])
+
+
+@dataclass
+class ProbeTarget:
+    """One probe task on one pair of splits: which feature rows make each item (one word, or a head and a
+    dependent), the label ids, the control task's, and the test sentence of each test item."""
+
+    train_rows: np.ndarray  # [n_train, arity]
+    test_rows: np.ndarray  # [n_test, arity]
+    labels: _Encoded
+    control: _Encoded | None
+    test_sentence: np.ndarray
+
+    @staticmethod
+    def inputs(features: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The probe's input per item: the word vector, or (edge tasks) head and dependent vectors concatenated."""
+        x = np.asarray(features)
+        x = x[rows[:, 0]] if rows.shape[1] == 1 else pair_features(x, rows)
+        return x.astype(np.float32, copy=False)
+
+
+def probe_target(train: LabelledWords, test: LabelledWords, task: str, settings: TokenProbeSettings,
+                 seed: int) -> ProbeTarget:
+    """A task's items, labels and control labels (token tasks: every word; edge tasks: word pairs); training items
+    sampled down to ``max_train_words`` when set."""
+    if task in EDGE_TASKS:
+        tr, te = edge_items(train, task, seed), edge_items(test, task, seed)
+        tr = tr.take(_sample(len(tr.labels), settings.max_train_words, seed))
+        labels = _encode(tr.labels, te.labels)
+        control = _control(tr.types.astype(str), te.types.astype(str), tr.labels.astype(str), labels.names, seed) \
+            if settings.control else None
+        return ProbeTarget(tr.index, te.index, labels, control, te.sentence)
+    keep = _sample(train.n_words, settings.max_train_words, seed)
+    labels, control = task_targets(train, test, task, keep, seed, control=settings.control)
+    return ProbeTarget(keep[:, None], np.arange(test.n_words)[:, None], labels, control, test.sentence_of_word())
+
+
+def _control(types_train: np.ndarray, types_test: np.ndarray, train_labels: np.ndarray, names: Sequence[str],
+             seed: int) -> _Encoded:
+    """The control task's label ids for items of these types (each type's label drawn once)."""
+    mapping = control_labels(np.concatenate([types_train, types_test]), train_labels, seed)
+    return _encode(np.array([mapping[t] for t in types_train], dtype=object),
+                   np.array([mapping[t] for t in types_test], dtype=object), names)
 
 
 def erased_scores(x_train: np.ndarray, x_test: np.ndarray, labels: "_Encoded", test_sentence: np.ndarray,
@@ -410,9 +478,7 @@ def task_targets(train: LabelledWords, test: LabelledWords, task: str, keep: np.
     if not control:
         return labels, None
     types_train, types_test = train.flat_words()[keep].astype(str), test.flat_words().astype(str)
-    mapping = control_labels(np.concatenate([types_train, types_test]), train.flat(task)[keep].astype(str), seed)
-    return labels, _encode(np.array([mapping[t] for t in types_train], dtype=object),
-                           np.array([mapping[t] for t in types_test], dtype=object), labels.names)
+    return labels, _control(types_train, types_test, train.flat(task)[keep].astype(str), labels.names, seed)
 
 
 def token_probes(models: Mapping[str, object], train: Corpus, test: Corpus, settings: TokenProbeSettings, *,
