@@ -7,6 +7,8 @@ representation layers, ``0`` (embeddings) ``..N``; the dashed line in the accura
 """
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -19,7 +21,7 @@ TOKEN_PROBE_PANELS: dict[str, str] = {
     "accuracy": "probe accuracy",
     "control_accuracy": "control task accuracy",
     "selectivity": "selectivity (task - control)",
-    "erased_accuracy": "accuracy after LEACE erasure",
+    "erased_accuracy": "after LEACE erasure",
 }
 _MODEL_ORDER = ("base", "tuned", "random")
 _ON_MAJORITY = ("accuracy", "control_accuracy", "erased_accuracy")
@@ -43,5 +45,7 @@ def token_probe_figure(table: pd.DataFrame, task: str) -> Figure:
         long, x="layer", y="value", hue="model", facet="panel", facet_order=[TOKEN_PROBE_PANELS[p] for p in panels],
         hue_order=order, title=f"Token probe {task} by layer (test words; dashed: majority rate)",
         style=CurveStyle(xlabel="layer (0 = embeddings)",
-                         reference={TOKEN_PROBE_PANELS[p]: majority for p in panels if p in _ON_MAJORITY}),
+                         reference={TOKEN_PROBE_PANELS[p]: majority for p in panels if p in _ON_MAJORITY},
+                         # one scale for every panel: an erased probe on the majority rate must look flat, not zoomed
+                         ylim=(min(0.0, math.floor(10 * float(long["value"].min())) / 10), 1.0)),
     )
