@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import inspect
 import json
 import os
 import tempfile
@@ -533,3 +534,54 @@ def demo_data() -> Path:
     from bertology.assets import fetch_polarity
 
     return fetch_polarity()
+
+
+def _declared_signature(fn: Any, *groups: type, extra: Sequence[Any] = ()) -> inspect.Signature:
+    """``fn``'s signature with its ``**settings`` replaced by one keyword per declared setting of ``groups`` (and the
+    ``extra`` settings), each with its declared default and kind, so ``help()``, IDEs and the API reference list
+    them; the function still checks and refuses keywords as before (the signature only documents)."""
+    own = [p for p in inspect.signature(fn).parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    taken = {p.name for p in own}
+    declared = [s for group in groups for s in field_settings(group)] + list(extra)
+    for s in declared:
+        if s.name in taken or s.name.startswith("_"):
+            continue
+        taken.add(s.name)
+        kind = s.kind if not s.optional else f"{s.kind.__name__} | None"
+        own.append(inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY, default=s.default,
+                                     annotation=kind.__name__ if isinstance(kind, type) else kind))
+    return inspect.Signature(own, return_annotation="Run")
+
+
+def _compare_signature() -> inspect.Signature:
+    """compare's keywords: the run's and the data's settings, then every analysis's and experiment's."""
+    from bertology.config import CompareConfig, DataConfig
+    from bertology.pipeline import declared_settings
+
+    declared, _ = declared_settings()
+    return _declared_signature(compare, CompareConfig, DataConfig, extra=tuple(declared.values()))
+
+
+def signatures() -> dict[str, inspect.Signature]:
+    """Every public function's generated signature by name (what :func:`sign` sets as ``__signature__``)."""
+    from bertology.config import DataConfig, FinetuneConfig
+    from bertology.experiments.ablation import AblationSettings
+    from bertology.experiments.probe import ProbeSettings
+    from bertology.study.ablate import QaOptions
+    from bertology.study.absa import AbsaConfig
+    from bertology.study.inputs import Columns, Loading
+    from bertology.study.probe import ProbeData, ProbeOptions
+    from bertology.study.track import TrackSettings
+
+    return {"compare": _compare_signature(),
+            "finetune": _declared_signature(finetune, DataConfig, FinetuneConfig),
+            "ablate": _declared_signature(ablate, AblationSettings, Columns, QaOptions, Loading),
+            "probe": _declared_signature(probe, ProbeSettings, ProbeData, ProbeOptions, Loading),
+            "absa": _declared_signature(absa, AbsaConfig),
+            "track": _declared_signature(track, TrackSettings)}
+
+
+def sign() -> None:
+    """Set ``__signature__`` on the public functions from the declarations (imports the declaring modules)."""
+    for name, signature in signatures().items():
+        globals()[name].__signature__ = signature
