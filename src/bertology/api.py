@@ -23,7 +23,7 @@ from contextlib import nullcontext
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -32,6 +32,12 @@ from bertology.progress import progress_wanted
 from bertology.results import MANIFEST, read_table
 from bertology.runs import RunResult
 from bertology.settings import field_settings
+
+if TYPE_CHECKING:  # what an IDE reads: every declared keyword (generated: bertology.signatures)
+    from typing_extensions import Unpack
+
+    from bertology.keywords import (AblateKeywords, AbsaKeywords, CompareKeywords, FinetuneKeywords, ProbeKeywords,
+                                    TrackKeywords)
 
 #: Kinds of run whose manifest's ``config.analyses`` names specs with a command-line summary.
 _COMPARE_KINDS = ("compare",)
@@ -274,7 +280,8 @@ def _columns(data: Any) -> dict[str, Any]:
 
 def compare(base: str, tuned: str | Sequence[str] | Mapping[str, str], data: Any, *,
             analyses: str | Sequence[str] = "all", out: str | Path | None = None,
-            report: bool = False, overwrite: bool = False, progress: bool | None = None, **settings: Any) -> Run:
+            report: bool = False, overwrite: bool = False, progress: bool | None = None,
+            **settings: Unpack[CompareKeywords]) -> Run:
     """Compare a base and a fine-tuned encoder on ``data`` with the chosen analyses; the result in memory.
 
     ``tuned``: one model, or several compared with the one base in one run (the base's forward shared): a list of
@@ -380,7 +387,8 @@ def _split(values: dict[str, Any], *groups: type, renames: Mapping[str, str] | N
 
 
 def finetune(model: str, data: Any, *, out: str | Path, eval_data: Any = None, report: bool = False,
-             overwrite: bool = False, progress: bool | None = None, **settings: Any) -> Run:
+             overwrite: bool = False, progress: bool | None = None,
+             **settings: Unpack[FinetuneKeywords]) -> Run:
     """Fine-tune ``model`` on ``data`` into ``out`` (``out/model`` is the tuned model; an identical run already
     there is reused, an interrupted one resumes). ``data`` and ``eval_data``: paths, or data in memory as
     :func:`compare` takes it. ``report=True`` writes ``out/report.html`` (the training curve and final scores).
@@ -415,7 +423,7 @@ def finetune(model: str, data: Any, *, out: str | Path, eval_data: Any = None, r
 
 
 def ablate(model: str, data: Any, *, base: str | None = None, out: str | Path | None = None, report: bool = False,
-           overwrite: bool = False, progress: bool | None = None, **settings: Any) -> Run:
+           overwrite: bool = False, progress: bool | None = None, **settings: Unpack[AblateKeywords]) -> Run:
     """Disable every head and layer of a fine-tuned ``model`` and measure its task on ``data`` (a path, or labelled
     data in memory as :func:`compare` takes it; the result in memory unless ``out``). ``settings``: ``bertology
     ablate``'s, by name (``mode="zero"``, ``n_bootstrap=200``, ``text_column="sentence"``, ``dtype="bfloat16"`` ...).
@@ -440,7 +448,7 @@ def ablate(model: str, data: Any, *, base: str | None = None, out: str | Path | 
 
 def probe(base: str, train: Any, test: Any, *, tuned: str | None = None, dev: Any = None,
           random_control: bool = False, out: str | Path | None = None, report: bool = False, overwrite: bool = False,
-          progress: bool | None = None, **settings: Any) -> Run:
+          progress: bool | None = None, **settings: Unpack[ProbeKeywords]) -> Run:
     """Structural probes (Hewitt & Manning 2019) on every layer of ``base`` (and ``tuned``, and a random-init control),
     trained on the trees of ``train`` and scored on ``test`` (CoNLL-U, or text parsed by spaCy; paths, or sentences in
     memory as :func:`compare` takes them). ``settings``: ``bertology probe``'s, by name (``rank=64``, ``epochs=10``,
@@ -478,7 +486,8 @@ def study(spec: str | Path | Mapping[str, Any], *, out: str | Path | None = None
 
 
 def absa(data: str | Path, *, base: str = "minilm", tuned: str | None = None, out: str | Path = "runs/absa",
-         report: bool = True, overwrite: bool = False, progress: bool | None = None, **settings: Any) -> Run:
+         report: bool = True, overwrite: bool = False, progress: bool | None = None,
+         **settings: Unpack[AbsaKeywords]) -> Run:
     """The aspect-heads study (Sun et al. 2019's auxiliary sentences; Clark et al. 2019's heads) on a SemEval-2014
     Task 4 XML file: fine-tune ``base`` on aspect pairs (unless ``tuned`` is given), then find the heads that
     link aspects to their opinions. ``settings``: ``bertology absa``'s, by name (``style="nli_m"``, ``epochs=2``)."""
@@ -503,7 +512,7 @@ def view(text: str, text_pair: str | None = None, *, model: str = "minilm", comp
 
 
 def track(run: str | Path, data: Any = None, *, base: str | None = None, overwrite: bool = False,
-          progress: bool | None = None, **settings: Any) -> Run:
+          progress: bool | None = None, **settings: Unpack[TrackKeywords]) -> Run:
     """Compare every checkpoint of a fine-tuning run (``bt.finetune(..., save_every=N)``) with its base model:
     each analysis per step, as ``track_<analysis>`` tables in ``run/tables`` (one comparison per checkpoint in
     ``run/track``). ``data``: the corpus (a path, or data in memory as :func:`compare` takes it; default: the run's
@@ -536,52 +545,19 @@ def demo_data() -> Path:
     return fetch_polarity()
 
 
-def _declared_signature(fn: Any, *groups: type, extra: Sequence[Any] = ()) -> inspect.Signature:
-    """``fn``'s signature with its ``**settings`` replaced by one keyword per declared setting of ``groups`` (and the
-    ``extra`` settings), each with its declared default and kind, so ``help()``, IDEs and the API reference list
-    them; the function still checks and refuses keywords as before (the signature only documents)."""
-    own = [p for p in inspect.signature(fn).parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    taken = {p.name for p in own}
-    declared = [s for group in groups for s in field_settings(group)] + list(extra)
-    for s in declared:
-        if s.name in taken or s.name.startswith("_"):
-            continue
-        taken.add(s.name)
-        kind = s.kind if not s.optional else f"{s.kind.__name__} | None"
-        own.append(inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY, default=s.default,
-                                     annotation=kind.__name__ if isinstance(kind, type) else kind))
-    return inspect.Signature(own, return_annotation="Run")
+def _sign() -> None:
+    """Give each public function the signature of every keyword it takes (from :mod:`bertology.keywords`, generated
+    from the declarations), so ``help()`` and ``inspect.signature`` list them with their defaults; the function
+    still checks and refuses keywords itself (the signature documents, it does not enforce)."""
+    from bertology.keywords import KEYWORDS
+
+    for name, rows in KEYWORDS.items():
+        fn = globals()[name]
+        own = [p for p in inspect.signature(fn).parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        taken = {p.name for p in own}
+        own += [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+                for key, annotation, default in rows if key not in taken]
+        fn.__signature__ = inspect.Signature(own, return_annotation=inspect.signature(fn).return_annotation)
 
 
-def _compare_signature() -> inspect.Signature:
-    """compare's keywords: the run's and the data's settings, then every analysis's and experiment's."""
-    from bertology.config import CompareConfig, DataConfig
-    from bertology.pipeline import declared_settings
-
-    declared, _ = declared_settings()
-    return _declared_signature(compare, CompareConfig, DataConfig, extra=tuple(declared.values()))
-
-
-def signatures() -> dict[str, inspect.Signature]:
-    """Every public function's generated signature by name (what :func:`sign` sets as ``__signature__``)."""
-    from bertology.config import DataConfig, FinetuneConfig
-    from bertology.experiments.ablation import AblationSettings
-    from bertology.experiments.probe import ProbeSettings
-    from bertology.study.ablate import QaOptions
-    from bertology.study.absa import AbsaConfig
-    from bertology.study.inputs import Columns, Loading
-    from bertology.study.probe import ProbeData, ProbeOptions
-    from bertology.study.track import TrackSettings
-
-    return {"compare": _compare_signature(),
-            "finetune": _declared_signature(finetune, DataConfig, FinetuneConfig),
-            "ablate": _declared_signature(ablate, AblationSettings, Columns, QaOptions, Loading),
-            "probe": _declared_signature(probe, ProbeSettings, ProbeData, ProbeOptions, Loading),
-            "absa": _declared_signature(absa, AbsaConfig),
-            "track": _declared_signature(track, TrackSettings)}
-
-
-def sign() -> None:
-    """Set ``__signature__`` on the public functions from the declarations (imports the declaring modules)."""
-    for name, signature in signatures().items():
-        globals()[name].__signature__ = signature
+_sign()
