@@ -158,7 +158,12 @@ def test_a_toy_intervention_runs_through_the_sweep_summary_and_report(tmp_path):
         lines = summary({"ablation": t})
         assert "removal hurts beyond the 95% CI" in lines and "mode scale_ffn" in lines
         assert mode_summary({"ablation": t}).splitlines()[0].startswith("intact:")
-        from bertology.report.sections.ablation import head_modes
+        from bertology.report.sections.ablation import ablation_section, head_modes
+        from bertology.report.sections.base import Figures
 
         assert head_modes({"ablation": t}) == ["scale_ffn"]
+        warnings: list[str] = []
+        section = ablation_section({"ablation": t}, Figures(tmp_path / "run", warnings), [], warnings)
+        assert ("Mode", "scale_ffn") in section["facts"] and not warnings
+        assert [f["name"] for f in section["figures"]] == ["ablation_layers_accuracy"]  # its layer units, drawn
     assert "scale_ffn" not in INTERVENTIONS
