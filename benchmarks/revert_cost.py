@@ -32,7 +32,9 @@ from bertology.data.encode import encode_corpus
 from bertology.data.loaders import load_corpus
 from bertology.demo import split_heldout
 from bertology.experiments.ablation import HeadScoring, sample_examples
-from bertology.experiments.revert_sweep import plan_revert_units, sweep_units
+from bertology.experiments.intervention_sweep import sweep_units
+from bertology.experiments.interventions import Revert
+from bertology.experiments.revert_sweep import plan_revert_units
 from bertology.experiments.scoring import ProgressStore, classifier_batches
 from bertology.experiments.transplant_score import HEAD_ALONE_KEY, TUNED_KEY
 from bertology.experiments.transplant_sweep import plan_transplant, sweep_runs
@@ -83,7 +85,7 @@ def main() -> None:
     rows, _ = plan_transplant(tuned, heads=True)
     runs = {TUNED_KEY: frozenset(), HEAD_ALONE_KEY: frozenset()} | {r.key: r.parts for r in rows}
     sweeps = {
-        "revert": lambda store, m: sweep_units(tuned, base, batches, store, units, method=m),
+        "revert": lambda store, m: sweep_units(tuned, Revert(base), batches, store, units, method=m),
         "transplant": lambda store, m: sweep_runs(tuned, base, batches, store, runs, method=m),
     }
     times: dict[str, dict[str, list[float]]] = {s: {"cached": [], "naive": []} for s in sweeps}

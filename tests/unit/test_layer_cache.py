@@ -14,7 +14,9 @@ from transformers import AutoModelForSequenceClassification
 from bertology.data.corpus import Corpus, Example
 from bertology.data.encode import encode_corpus
 from bertology.experiments.layer_cache import first_layer
-from bertology.experiments.revert_sweep import plan_revert_units, revert_variants, sweep_units
+from bertology.experiments.intervention_sweep import sweep_units, variants
+from bertology.experiments.interventions import Revert
+from bertology.experiments.revert_sweep import plan_revert_units
 from bertology.experiments.scoring import HeadScoring, ProgressStore, classifier_batches
 from bertology.experiments.transplant_score import HEAD_ALONE_KEY, TUNED_KEY
 from bertology.experiments.transplant_sweep import plan_transplant, starts, sweep_runs, transplant_variants
@@ -72,13 +74,13 @@ def test_cached_revert_equals_full_forwards_for_every_unit(tmp_path):
     base, tuned, batches = _setup(tmp_path, "bert")
     units, _ = plan_revert_units(tuned)
     before = {k: v.clone() for k, v in tuned.state_dict().items()}
-    cached, naive, ran = _both(lambda s, m: sweep_units(tuned, base, batches, s, units, method=m), tuned,
+    cached, naive, ran = _both(lambda s, m: sweep_units(tuned, Revert(base), batches, s, units, method=m), tuned,
                                [u.key for u in units])
     _assert_same(cached, naive)
     assert ran["cached"][0] == "cached" and ran["naive"][0] == "naive"
     assert ran["cached"][1] < ran["naive"][1]  # block 1 ran for the layer-1 units, the embeddings and the cache only
     assert all(torch.equal(before[k], v) for k, v in tuned.state_dict().items())
-    starts_by_key = {v.key: v.start for v in revert_variants(tuned, base, units)}
+    starts_by_key = {v.key: v.start for v in variants(tuned, Revert(base), units)}
     n = sites.num_layers(tuned)
     assert starts_by_key["intact"] == n + 1 and starts_by_key["layer-embeddings-L0"] == 0
     assert starts_by_key["head-L2-H1"] == starts_by_key["layer-ffn-L2"] == 2
@@ -111,7 +113,7 @@ def test_starts_count_only_what_differs_from_each_reference():
 def test_a_family_without_the_bert_block_layout_runs_full_forwards(tmp_path):
     base, tuned, batches = _setup(tmp_path, "deberta-v2")
     units, _ = plan_revert_units(tuned, heads=False)
-    cached, naive, ran = _both(lambda s, m: sweep_units(tuned, base, batches, s, units, method=m), tuned,
+    cached, naive, ran = _both(lambda s, m: sweep_units(tuned, Revert(base), batches, s, units, method=m), tuned,
                                [u.key for u in units])
     _assert_same(cached, naive)
     assert ran["cached"] == ran["naive"] and ran["cached"][0] == "naive"

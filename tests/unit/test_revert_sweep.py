@@ -13,7 +13,8 @@ from bertology.data.corpus import Corpus, Example
 from bertology.data.encode import encode_corpus
 from bertology.errors import BertologyError
 from bertology.experiments.ablation_sweep import SweepPlan
-from bertology.experiments.revert_sweep import plan_revert_units, run_revert
+from bertology.experiments.interventions import run_revert
+from bertology.experiments.revert_sweep import plan_revert_units
 from bertology.experiments.scoring import HeadScoring
 from bertology.models.loading import load_model
 from bertology.testing import SENTENCES, move_every_weight, save_tiny_family, tiny_tokenizer

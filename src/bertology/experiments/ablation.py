@@ -48,7 +48,8 @@ from bertology.experiments.degenerate import table_degeneracy
 from bertology.experiments.transplant_study import HEADS_HELP
 from bertology.experiments.head_importance import ImportanceResult, importance_vs_deltas, run_head_importance
 from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec, jsonable
-from bertology.config import ABLATION_MODES, DEVICE_HELP, MODES, AblationMode
+from bertology.config import ABLATION_MODES, DEVICE_HELP, AblationMode
+from bertology.experiments.interventions import INTERVENTIONS, intervention, words_of
 from bertology.conventions import PRESETS
 from bertology.progress import parse_layer_list
 from bertology.settings import Setting, check_fields, comma_list, setting_field, seed_field
@@ -103,25 +104,6 @@ def _layer_modes(text: str) -> tuple[str, ...]:
     return () if names in ((), ("none",)) else names
 
 
-def _layer_modes_for(mode: str, layer_modes: tuple[str, ...]) -> tuple[str, ...]:
-    """The whole-unit ablations ``mode`` runs: revert's units (attention, ffn, layer, embeddings) replace the default
-    skip,heads in revert mode; each mode refuses the other's with one line."""
-    if mode == "revert" and tuple(layer_modes) == LAYER_MODES:
-        return REVERT_UNITS
-    if mode == "transplant":  # its units are fixed (embeddings, layer, attention, ffn; heads by transplant_heads)
-        if tuple(layer_modes) not in (LAYER_MODES, ()):
-            raise BertologyError("--layer-modes (layer_modes) cannot go with --mode transplant: it transplants the "
-                                 "embeddings, every layer, attention and feed-forward block (heads: --transplant-heads).")
-        return ()
-    allowed = REVERT_UNITS if mode == "revert" else LAYER_MODES
-    wrong = [m for m in layer_modes if m not in allowed]
-    if wrong:
-        raise BertologyError(
-            f"--layer-modes (layer_modes) {', '.join(wrong)} cannot go with --mode {mode}: "
-            f"{'revert takes' if mode == 'revert' else 'uniform, zero and mean take'} {', '.join(allowed)} or none.")
-    return tuple(layer_modes)
-
-
 def _layers(text: str) -> tuple[int, ...] | None:
     return parse_layer_list(text, "layer numbers (1-based)")
 
@@ -161,7 +143,7 @@ class AblationSettings:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        self.layer_modes = _layer_modes_for(self.mode, self.layer_modes)
+        self.layer_modes = intervention(self.mode).layer_modes(self.layer_modes)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -211,10 +193,10 @@ def harmful(table: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
     return _findings(table, metric, "hurts", not HIGHER_IS_BETTER[metric])
 
 
-def findings_line(table: pd.DataFrame, metric: str, direction: str, verb: str, top: int = 8) -> str:
+def findings_line(table: pd.DataFrame, metric: str, direction: str, noun: str = "removal", top: int = 8) -> str:
     """``removal hurts beyond the 95% CI (accuracy): L4 whole layer -0.075 [-0.150, -0.013], ...`` or ``... none``
-    (or why there can be none: no intervals). ``direction`` is ``hurts`` or ``helps``."""
-    noun = "revert" if verb == "revert" else "removal"
+    (or why there can be none: no intervals). ``direction`` is ``hurts`` or ``helps``; ``noun``: the intervention's
+    (:attr:`~bertology.experiments.interventions.Words.noun`: ``removal``, ``revert``)."""
     head = f"{noun} {direction} beyond the 95% CI ({metric}): "
     if not (table["ci_high"] > table["ci_low"]).any():
         return head + "none can be said (no intervals: bootstrap 0, or every delta the same)"
@@ -247,26 +229,14 @@ class AblationStudy:
 
 def _sweep(model, base, encoded: EncodedCorpus, label_ids, scoring: HeadScoring, settings: AblationSettings,
            partial: Path | None, on_progress) -> AblationResult:
-    """The ablation sweep of ``settings.mode``: the head modes' (:func:`run_ablation`) or revert's
-    (:func:`~bertology.experiments.revert_sweep.run_revert`, which needs ``base``)."""
+    """The ablation sweep of ``settings.mode``'s intervention (:mod:`bertology.experiments.interventions`), bound to
+    ``base`` (refused with one line when it needs one and has none)."""
     on_unit = (lambda u, d, t: on_progress("ablation", d, t)) if on_progress else None
     progress_dir = None if partial is None else partial / "ablation"
     run = dict(n_bootstrap=settings.n_bootstrap, seed=settings.seed, progress_dir=progress_dir, on_unit=on_unit,
                sweep=SweepPlan(layers=settings.layers, heads=settings.heads, layer_modes=settings.layer_modes,
                                units_per_forward=settings.units_per_forward))
-    if settings.mode == "revert":
-        from bertology.experiments.revert_sweep import run_revert
-
-        if base is None:
-            raise BertologyError("Ablation mode revert needs the base model (--base): the pretrained model the tuned "
-                                 "one was fine-tuned from.")
-        return run_revert(model, base, encoded, label_ids, scoring, **run)
-    return run_ablation(model, encoded, label_ids, scoring, **run)
-
-
-#: Why revert mode runs no head importance (the manifest's ``head_importance`` then says so).
-NO_IMPORTANCE_IN_REVERT = ("not run in revert mode: head importance and pruning remove heads (Michel et al. 2019), "
-                           "they do not revert them")
+    return intervention(settings.mode).bound(base).sweep(model, encoded, label_ids, scoring, **run)
 
 
 def run_ablation_study(
@@ -304,15 +274,12 @@ def run_ablation_study(
         encoded = encode_corpus(corpus, tokenizer, settings.max_length, overlong="truncate")
     label_ids = task.targets(corpus, model)
     partial = None if work_dir is None else Path(work_dir)
-    revert = settings.mode in ("revert", "transplant")  # the base's weights: no head mode
-    scoring = HeadScoring.for_tokenizer(tokenizer, mode="uniform" if revert else settings.mode,  # revert: unused
-                                        exclude_special=settings.exclude_special,
+    how = intervention(settings.mode)
+    scoring = HeadScoring.for_tokenizer(tokenizer, mode=how.scoring_mode(), exclude_special=settings.exclude_special,
                                         batch_size=settings.batch_size, device=settings.device, metric=main.metric)
-    if settings.mode == "transplant":
-        from bertology.experiments.transplant_study import run_transplant_study
-
-        result, tables, summary = run_transplant_study(model, base, encoded, label_ids, scoring, settings, partial,
-                                                       on_progress)
+    if how.table != TABLE:  # an intervention with its own table (transplant) runs its own study
+        result, tables, summary = how.bound(base).study(model, encoded, label_ids, scoring, settings, partial,
+                                                        on_progress)
         return AblationStudy(result, None, tables, {**summary, "main_metric": main.to_dict()})
     result = _sweep(model, base, encoded, label_ids, scoring, settings, partial, on_progress)
     tables = {TABLE: result.table}
@@ -328,8 +295,8 @@ def run_ablation_study(
         "tokenisation": encoded.describe(),
         "timing_s": {k: round(v, 3) for k, v in result.timing.items()},
     }
-    if settings.importance and revert:
-        summary["head_importance"] = {"skipped": NO_IMPORTANCE_IN_REVERT}
+    if settings.importance and not how.head_importance:
+        summary["head_importance"] = {"skipped": how.no_importance()}
     elif settings.importance:
         imp = run_head_importance(
             model, encoded, label_ids, scoring, step_fraction=settings.pruning_step, recompute=settings.pruning_recompute,
@@ -378,16 +345,15 @@ def summary(tables: Mapping[str, pd.DataFrame], note: str = "") -> str:
     if "ablation" in tables:
         t = tables["ablation"]
         modes = list(dict.fromkeys(t["mode"].astype(str))) if "mode" in t else [""]
-        importance_mode = next((m for m in modes if m in MODES), None)
+        importance_mode = next((m for m in modes if m in INTERVENTIONS and INTERVENTIONS[m].head_importance), None)
         for mode in modes:
             one = dict(tables) if len(modes) == 1 else {
                 **{k: v for k, v in tables.items() if mode == importance_mode or k not in ("head_importance", "pruning_curve")},
                 "ablation": t[t["mode"].astype(str) == mode].reset_index(drop=True)}
             parts.append(mode_summary(one, note))
-    if "transplant" in tables:  # --ablation-mode transplant: its own table and headline
-        from bertology.experiments.transplant_study import summary as transplant_summary
-
-        parts.append(transplant_summary(tables, note))
+    for own in dict.fromkeys(i for i in INTERVENTIONS.values() if i.table != TABLE):  # transplant: its own table
+        if own.table in tables:
+            parts.append(own.summary(tables, note))
     return "\n".join(parts)
 
 
@@ -414,7 +380,7 @@ def mode_summary(tables: Mapping[str, pd.DataFrame], note: str = "") -> str:
     ]
     if main != task.default_metric:  # a run judged by its own metric says so (the default's summary is unchanged)
         lines.append(main_metric_line(task))
-    verb = "revert" if first["mode"] == "revert" else "remove"  # revert: the base's weights put back
+    noun = words_of(first["mode"]).noun  # revert: the base's weights put back
     if (t["target"] == "layer").any():
         for lm, part in t[(t["target"] == "layer") & (t["metric"] == main)].groupby("layer_mode", sort=False):
             lines.append(f"layers, {lm}: Δ{main} " + " ".join(f"{'embeddings' if r.layer == 0 else f'L{r.layer}'} {r.delta:+.3f}" for r in part.itertuples()))
@@ -423,7 +389,7 @@ def mode_summary(tables: Mapping[str, pd.DataFrame], note: str = "") -> str:
         for direction in ("hurts", "helps"):
             if direction == "hurts" and flagged:
                 continue
-            lines.append(findings_line(t, metric, direction, verb))
+            lines.append(findings_line(t, metric, direction, noun))
     imp = tables.get("head_importance")
     if imp is not None and len(imp) and (t["target"] == "head").any():
         rho = importance_vs_deltas(imp, t)
@@ -468,14 +434,14 @@ def settings_from(config: CompareConfig, mode: str | None = None) -> AblationSet
 def _importance_mode(config: CompareConfig) -> str | None:
     """The mode whose sweep head importance goes with: the first head mode (uniform, zero, mean) given; revert and
     transplant run none (Michel et al.'s importance removes heads, it does not revert them)."""
-    return next((m for m in modes_of(config) if m in MODES), None)
+    return next((m for m in modes_of(config) if intervention(m).head_importance), None)
 
 
 def _tables(config: CompareConfig) -> tuple[str, ...]:
-    modes = modes_of(config)
-    sweeps = (TABLE,) if any(m != "transplant" for m in modes) else ()
+    own = tuple(dict.fromkeys(intervention(m).table for m in modes_of(config)))  # ablation, transplant
+    sweeps = (TABLE,) if TABLE in own else ()
     importance = ("head_importance", "pruning_curve") if config.ablation_importance and _importance_mode(config) else ()
-    return sweeps + importance + (("transplant",) if "transplant" in modes else ())
+    return sweeps + importance + tuple(t for t in own if t != TABLE)
 
 
 def skip_reason(ctx: ExperimentContext) -> str | None:

@@ -71,6 +71,7 @@ from bertology.models import sites
 from bertology.models.ablate import (
     ablate_head_groups,
     keep_first_token,
+    needs_means,
     replay_output,
     skip_layers,
 )
@@ -300,7 +301,7 @@ class _Sweep:
             self.on_unit(unit, self.done, self.total)
 
     def _need_means(self, units: Sequence[Unit]) -> bool:
-        return self.mode == "mean" and self.means is None and any(self._heads_of(u) for u in units)
+        return needs_means(self.mode) and self.means is None and any(self._heads_of(u) for u in units)
 
     # ------------------------------------------------------------------ naive
     def naive(self, units: Sequence[Unit]) -> None:

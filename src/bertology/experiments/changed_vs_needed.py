@@ -23,6 +23,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from bertology.experiments.interventions import REVERT
 from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec
 from bertology.metrics.rank_link import spearman_interval
 from bertology.results import Result
@@ -62,7 +63,7 @@ def attention_change_units(table: pd.DataFrame) -> pd.DataFrame:
 def revert_needs(table: pd.DataFrame) -> pd.DataFrame:
     """Per head and per reverted layer (``revert_layer``) and metric, the harm of reverting it (larger = needed more)."""
     better = higher_is_better()
-    t = table[table["mode"] == "revert"]
+    t = table[table["mode"] == REVERT.name]
     heads = t[t["target"] == "head"].assign(level="head")
     layer_mode = t["layer_mode"] if "layer_mode" in t else pd.Series("", index=t.index)
     layers = t[(t["target"] == "layer") & (layer_mode == "revert_layer")].assign(level="layer", head=np.nan)
@@ -111,11 +112,11 @@ def rank_links(units: pd.DataFrame, n_bootstrap: int, seed: int) -> pd.DataFrame
 
 def missing_inputs(tables: Mapping[str, pd.DataFrame] | None, ablation_mode: str | tuple[str, ...]) -> str | None:
     """Why the run lacks what changed-vs-needed reads (None when it has it; before the run, only the modes are known)."""
-    if "revert" not in ((ablation_mode,) if isinstance(ablation_mode, str) else ablation_mode):
+    if REVERT.name not in ((ablation_mode,) if isinstance(ablation_mode, str) else ablation_mode):
         return "it needs the ablation in revert mode (--ablation-mode revert, or a list with revert)"
     if tables is None:
         return None
-    if "ablation" not in tables or not (tables["ablation"]["mode"] == "revert").any():
+    if "ablation" not in tables or not (tables["ablation"]["mode"] == REVERT.name).any():
         return "the run has no revert ablation table"
     if "weight_change" not in tables and "attention_change" not in tables:
         return "it needs weight_change or attention_change in the same run"

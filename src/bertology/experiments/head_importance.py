@@ -46,7 +46,7 @@ from bertology.analyses.device_state import state_dtype
 from bertology.data.encode import EncodedCorpus
 from bertology.errors import BertologyError
 from bertology.models import sites
-from bertology.models.ablate import Mode, ablate_heads, head_gates
+from bertology.models.ablate import Mode, ablate_heads, head_gates, needs_means
 from bertology.tasks.catalog import task_of_table
 
 logger = logging.getLogger(__name__)
@@ -214,7 +214,7 @@ class _Pruning:
         self.n_passes = len(self.counts) * len(orders) + (0 if "importance" in orders else 1)
         self.done = 0
         means = scoring.means
-        if scoring.mode == "mean" and means is None:
+        if needs_means(scoring.mode) and means is None:
             means = head_means(model, batches)
         self.common = dict(mode=scoring.mode, exclude_special=scoring.exclude_special,
                            special_ids=scoring.special_ids, means=means)

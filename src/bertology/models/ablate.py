@@ -54,6 +54,7 @@ __all__ = [
     "check_mode",
     "head_gates",
     "keep_first_token",
+    "needs_means",
     "replace_embeddings",
     "replay_output",
     "skip_layers",
@@ -69,6 +70,11 @@ def check_mode(mode: str, name: str = "The ablation mode") -> Mode:
     if mode not in MODES:
         raise BertologyError(f"{name} must be one of {', '.join(MODES)}, not {mode!r}.")
     return mode  # type: ignore[return-value]
+
+
+def needs_means(mode: str) -> bool:
+    """Whether head mode ``mode`` replaces a head's output by its mean (the sweep must estimate the means first)."""
+    return mode == "mean"
 
 
 def _group(heads: Iterable[tuple[int, int]], n_layers: int, n_heads: int) -> dict[int, list[int]]:

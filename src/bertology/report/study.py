@@ -23,6 +23,7 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from bertology.errors import BertologyError
+from bertology.experiments.transplant_score import TABLE as TRANSPLANT_TABLE
 from bertology.report.format import fmt_value, mapping, sortable
 from bertology.report.sections.base import Figures
 from bertology.results import atomic_write_text
@@ -431,9 +432,9 @@ def _which_change(tables: Mapping[str, pd.DataFrame]) -> dict | None:
     if eff is None or eff.empty:
         return None
     rows = []
-    for name, what in (("changed_vs_needed", "Spearman, change vs revert drop"), ("transplant", "gain recovered")):
+    for name, what in (("changed_vs_needed", "Spearman, change vs revert drop"), (TRANSPLANT_TABLE, "gain recovered")):
         part = _rows(eff, table=name)
-        if name == "transplant" and not part.empty:
+        if name == TRANSPLANT_TABLE and not part.empty:
             part = part[part["level"] == "layers"]  # the layer curves; single units are in the study's tables
         rows += [[str(r["task"]), what, str(r["unit"]), str(r["metric"]), float(r["change_mean"]), r["change_sd"],
                   int(r["n_seeds"]), r["noise_max"], r["p_value"], _verdict(r["beyond_noise"])]

@@ -21,6 +21,7 @@ from bertology.conventions import record
 from bertology.data.corpus import Corpus, source_name
 from bertology.errors import BertologyError
 from bertology.experiments.ablation import AblationSettings
+from bertology.experiments.interventions import INTERVENTIONS, TRANSPLANT, intervention
 from bertology.runs import RunResult, build_manifest, fingerprint, open_run, run_folder
 from bertology.settings import check_fields, describe_fields, field_settings, setting_field, settings_object
 from bertology.study.inputs import Columns, Loading, resolve, stderr_console
@@ -29,8 +30,8 @@ from bertology.tasks.main_metric import MainMetric, main_metric
 logger = logging.getLogger(__name__)
 
 KIND = "ablate"
-#: The modes that read the base model (--base).
-BASE_MODES = ("revert", "transplant")
+#: The modes that read the base model (--base): the interventions that need one.
+BASE_MODES = tuple(name for name, how in INTERVENTIONS.items() if how.needs_base)
 
 
 @dataclass(frozen=True)
@@ -148,10 +149,11 @@ class _Run:
 
 def _check_base_given(settings: AblationSettings, base: str | None) -> None:
     """Revert needs ``--base``; the other modes do not read one (refused rather than silently ignored)."""
-    if settings.mode in BASE_MODES and base is None:
+    needs = intervention(settings.mode).needs_base
+    if needs and base is None:
         raise BertologyError(f"--mode {settings.mode} needs --base: the pretrained model the tuned one was fine-tuned from.")
-    if settings.mode not in BASE_MODES and base is not None:
-        raise BertologyError(f"--base is read by --mode revert and transplant only, not by --mode {settings.mode}.")
+    if not needs and base is not None:
+        raise BertologyError(f"--base is read by --mode {' and '.join(BASE_MODES)} only, not by --mode {settings.mode}.")
 
 
 def _load_base(base: str, tuned, loading: Loading, torch_dtype):
@@ -296,10 +298,10 @@ def write_figures(tables: dict, out: Path) -> list[Path]:
     from bertology.viz.figures import figure_to_svg
 
     written = []
-    if "transplant" in tables:  # --mode transplant: the two layer curves
+    if TRANSPLANT.table in tables:  # --mode transplant: the two layer curves
         from bertology.viz.transplant import transplant_figures
 
-        figs = transplant_figures(tables["transplant"])
+        figs = transplant_figures(tables[TRANSPLANT.table])
     else:
         figs = ablation_figures(tables["ablation"], tables.get("head_importance"), tables.get("pruning_curve"))
     for stem, fig in figs.items():

@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from bertology.experiments.interventions import words_of
 from bertology.tasks.catalog import higher_is_better, task_of_table
 from bertology.viz.figures import (
     _STYLE, _label, _layer_head_figure, _layer_head_matrix, _new_figure, _plain, _require, scatter_by_layer,
@@ -54,8 +55,7 @@ def ablation_heatmap(table: pd.DataFrame, metric: str = "accuracy", *, title: st
     with mpl.rc_context(_STYLE):
         fig, ax = _layer_head_figure(
             matrix, (width, height),
-            title=_plain(title) if title else (f"Δ {_label(metric)} when one head is reverted" if mode == "revert"
-                                               else f"Δ {_label(metric)} when one head is disabled ({mode})"),
+            title=_plain(title) if title else f"Δ {_label(metric)} when one head is {words_of(mode).head.format(mode=mode)}",
             colorbar_label=f"Δ {_label(metric)} (ablated − intact)",
             cmap="RdBu" if better else "RdBu_r", vmin=-span, vmax=span, annotate=None, fmt=None, max_annotated=120,
         )
@@ -109,9 +109,8 @@ def layer_ablation_bars(table: pd.DataFrame, metric: str = "accuracy", *, title:
         ax.set_xlabel("layer")
         ax.set_ylabel(f"Δ {_label(metric)}")
         ax.grid(True, axis="y")
-        reverted = "mode" in sub and (sub["mode"] == "revert").any()
-        ax.set_title(_plain(title) if title else f"Δ {_label(metric)} when a {'unit' if reverted else 'whole layer'} is "
-                     f"{'reverted' if reverted else 'disabled'}", loc="left")
+        mode = str(sub["mode"].iloc[0]) if "mode" in sub and len(sub) else ""
+        ax.set_title(_plain(title) if title else f"Δ {_label(metric)} when a {words_of(mode).layer}", loc="left")
         if len(modes) > 1:
             ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
     return fig

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from bertology.experiments.interventions import INTERVENTIONS, intervention, words_of
 from bertology.report.format import fmt_value, sortable
 from bertology.report.sections.base import Figures, Section, SectionInput
 from bertology.tasks.catalog import higher_is_better, task_of_table
@@ -38,15 +39,20 @@ def _needed_unit_card(t: pd.DataFrame, mode: str) -> dict:
 
     main = task_of_table(t).primary
     worst = harmful(t, main)
-    label = "Change the task needs most" if mode == "revert" else "Unit the task needs most"
+    words = words_of(mode)
+    label = words.needed
     if not len(worst):
         return {"label": label, "text": "none beyond its interval",
-                "note": f"no {'revert' if mode == 'revert' else 'removal'} lowers {main} beyond its 95% interval"}
+                "note": f"no {words.noun} lowers {main} beyond its 95% interval"}
     w = worst.iloc[0]
-    how = "reverted to the base" if mode == "revert" else f"disabled ({mode})"
+    how = words.needed_how.format(mode=mode)
     more = f"; {len(worst) - 1} more beyond their intervals" if len(worst) > 1 else ""
     return {"label": label, "text": str(w["label"]),
             "note": f"Δ{main} {w['delta']:+.3f} [{w['ci_low']:+.3f}, {w['ci_high']:+.3f}] when {how}{more}"}
+
+
+#: This section's id (an intervention's ``section`` names it).
+SECTION_ID = "ablation"
 
 
 def _degenerate_warning(t: pd.DataFrame) -> str | None:
@@ -63,9 +69,7 @@ def _degenerate_warning(t: pd.DataFrame) -> str | None:
 def _how(first: pd.Series, mode: str) -> str:
     """How the ablation disabled a head, in words (for the captions)."""
     special = " other than [CLS]/[SEP]" if bool(first.get("exclude_special")) else ""
-    return {"uniform": "its attention set to 1/L over the tokens" + special,
-            "zero": "its output zeroed", "mean": "its output replaced by its mean over the examples",
-            "revert": "its weights put back to the base model's"}.get(mode, mode)
+    return words_of(mode).how.format(mode=mode, special=special)
 
 
 #: The section's opening paragraph: what a removal is, by mode (revert puts weights back; the others disable).
@@ -81,13 +85,22 @@ REVERT_LEDE = ("What the task loses when one unit of the tuned model is put back
                "(layer 0). A unit whose revert costs the task is one whose fine-tuning change the task depends on. The "
                "change in {metrics} is measured on the same examples, with 95% intervals from a paired bootstrap over "
                "the examples; a revert \"helps\" only when its whole interval lies on the better side of zero.")
+#: The opening paragraph by report section (a new intervention drawn in the ablation section reads LEDE).
+LEDES = {"ablation": LEDE, "revert": REVERT_LEDE}
+#: The layer bars' caption by report section: what a layer unit is.
+LAYER_CAPTIONS = {
+    "ablation": ("Change in {what} when a whole layer is disabled: skipped (the block returns its input) or with all its "
+                 "heads disabled"),
+    "revert": ("Change in {what} when one unit of a layer is put back to the base model's weights: its attention block, "
+               "feed-forward block or the whole layer (the embeddings at layer 0)"),
+}
 #: Layer-unit words for the figures and the table (``revert_attention`` -> ``attention``).
 LAYER_UNIT_WORDS = {"revert_attention": "attention block", "revert_ffn": "feed-forward block",
                     "revert_layer": "whole layer", "revert_embeddings": "embeddings"}
 
 
 def _figures(t: pd.DataFrame, imp: pd.DataFrame | None, curve: pd.DataFrame | None, figs: Figures, how: str,
-             prefix: str = "ablation") -> list:
+             prefix: str = "ablation", mode: str = "uniform") -> list:
     """The section's figures: per-head and per-layer deltas, head importance, importance vs delta, pruning curve
     (``prefix`` names the delta figures' files: ``ablation_heads_accuracy``, ``revert_heads_accuracy``)."""
     from bertology.viz.ablation import ablation_heatmap, importance_scatter, layer_ablation_bars, pruning_curve_figure
@@ -102,19 +115,16 @@ def _figures(t: pd.DataFrame, imp: pd.DataFrame | None, curve: pd.DataFrame | No
         for metric, what in ((main, words[main]), (loss, words[loss])):
             figures.append(figs.make(
                 f"{prefix}_heads_{metric}", lambda m=metric: ablation_heatmap(t, m),
-                f"Change in {what} when one head is {'reverted' if how.startswith('its weights') else 'disabled'} ({how}); "
+                f"Change in {what} when one head is {words_of(mode).participle} ({how}); "
                 "blue: the task gains, red: it loses. "
                 "Outlined cells: the 95% bootstrap interval excludes zero (solid: removal helps, dotted: it hurts).",
                 f"Per-head ablation change in {what}",
             ))
     if (t["target"] == "layer").any():
-        reverted = (t["mode"] == "revert").any() if "mode" in t else False
+        caption = LAYER_CAPTIONS.get(_section_of(mode), LAYER_CAPTIONS["ablation"])
         figures.append(figs.make(
             f"{prefix}_layers_{main}", lambda: layer_ablation_bars(t, main, names=LAYER_UNIT_WORDS),
-            (f"Change in {words[main]} when one unit of a layer is put back to the base model's weights: its attention "
-             "block, feed-forward block or the whole layer (the embeddings at layer 0)" if reverted else
-             f"Change in {words[main]} when a whole layer is disabled: skipped (the block returns its input) or with all "
-             "its heads disabled") + "; bars show the 95% bootstrap interval.",
+            caption.format(what=words[main]) + "; bars show the 95% bootstrap interval.",
             f"Per-layer ablation change in {words[main]}",
         ))
     if imp is not None and len(imp):
@@ -189,13 +199,13 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
     first = t.iloc[0]
     mode = str(first.get("mode", "uniform"))
     has_heads = bool((t["target"] == "head").any())
-    reverts = mode == "revert"
-    figures = _figures(t, imp, tables.get("pruning_curve"), figs, _how(first, mode),
-                       prefix="revert" if reverts else "ablation")
+    said = words_of(mode)
+    section = _section_of(mode)
+    figures = _figures(t, imp, tables.get("pruning_curve"), figs, _how(first, mode), prefix=section, mode=mode)
     intact = t[t["target"] == "intact"].set_index("metric")["value"]
     also = [m for m in _ALSO if m in task.metrics and m != main]
-    noun = "Reverts" if reverts else "Removals"
-    table = _removals_table(t, main, also, "Reverted" if reverts else "Removed")
+    noun = said.plural
+    table = _removals_table(t, main, also, said.done)
     good_acc, good_loss = helpful(t, main), helpful(t, loss)
     bad_acc = harmful(t, main)
     facts = [("Task", task.name),
@@ -219,10 +229,10 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
     else:
         derived.append(_needed_unit_card(t, mode))
     derived.append({"label": f"{noun} that help", "text": f"{len(good_acc)} ({main}), {len(good_loss)} ({loss})",
-                    "note": f"units whose {'revert to the base' if reverts else 'removal'} improves the task beyond "
+                    "note": f"units whose {said.helps} improves the task beyond "
                             "the 95% interval"})
     metrics = ", ".join(words[m] for m in dict.fromkeys([main, *also, loss]))
-    lede = (REVERT_LEDE if mode == "revert" else LEDE).format(metrics=metrics)
+    lede = LEDES.get(section, LEDE).format(metrics=metrics)
     return {"figures": [f for f in figures if f], "table": table, "facts": facts, "degenerate": degenerate,
             "lede": lede,
             "table_title": f"{noun} that matter most"}
@@ -237,16 +247,28 @@ def mode_rows(tables: Mapping[str, pd.DataFrame], mode: str) -> dict[str, pd.Dat
     rows = t[t["mode"].astype(str) == mode].reset_index(drop=True) if "mode" in t else t
     if rows.empty:
         return None
-    own = {k: v for k, v in tables.items() if mode != "revert" or k not in ("head_importance", "pruning_curve")}
+    importance = mode not in INTERVENTIONS or intervention(mode).head_importance
+    own = {k: v for k, v in tables.items() if importance or k not in ("head_importance", "pruning_curve")}
     return {**own, "ablation": rows}
 
 
-def head_modes(tables: Mapping[str, pd.DataFrame]) -> list[str]:
-    """The head modes (uniform, zero, mean) whose rows the ablation table holds, in table order."""
+def _section_of(mode: str) -> str:
+    """The report section that draws ``mode``'s rows (a mode the registry does not know: this one)."""
+    return INTERVENTIONS[mode].section if mode in INTERVENTIONS else SECTION_ID
+
+
+def section_modes(tables: Mapping[str, pd.DataFrame], section: str) -> list[str]:
+    """The modes whose rows the ablation table holds and ``section`` draws, in table order."""
     t = tables.get("ablation")
     if t is None or "mode" not in t:
-        return ["uniform"] if t is not None else []
-    return [m for m in dict.fromkeys(t["mode"].astype(str)) if m != "revert"]
+        return ["uniform"] if t is not None and section == SECTION_ID else []
+    return [m for m in dict.fromkeys(t["mode"].astype(str)) if _section_of(m) == section]
+
+
+def head_modes(tables: Mapping[str, pd.DataFrame]) -> list[str]:
+    """The modes this section draws (uniform, zero, mean; any intervention whose section is ``ablation``), in table
+    order."""
+    return section_modes(tables, SECTION_ID)
 
 
 def build(inp: SectionInput) -> dict | None:
@@ -264,7 +286,7 @@ def build(inp: SectionInput) -> dict | None:
 
 
 SECTION = Section(
-    id="ablation",
+    id=SECTION_ID,
     title="Ablation and head importance",
     tables={
         "ablation": ("target", "layer", "head", "label", "mode", "layer_mode", "metric", "value", "delta", "ci_low",
