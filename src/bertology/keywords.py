@@ -180,6 +180,11 @@ class ProbeKeywords(TypedDict, total=False):
     max_iter: int
     max_train_words: int | None
     erase: tuple[str, ...] | str | None
+    erase_task_data: str | None
+    erase_text_column: str | None
+    erase_pair_column: str | None
+    erase_label_column: str | None
+    erase_max_examples: int | None
     max_sentences: int | None
     spacy_model: str | None
     conventions: str
@@ -382,6 +387,11 @@ KEYWORDS = {
         ('max_iter', 'int', 200),
         ('max_train_words', 'int | None', 0),
         ('erase', 'tuple[str, ...] | str | None', None),
+        ('erase_task_data', 'str | None', None),
+        ('erase_text_column', 'str | None', None),
+        ('erase_pair_column', 'str | None', None),
+        ('erase_label_column', 'str | None', None),
+        ('erase_max_examples', 'int | None', 1000),
         ('max_sentences', 'int | None', 0),
         ('spacy_model', 'str | None', None),
         ('conventions', 'str', 'bertology'),

@@ -155,3 +155,43 @@ def test_erasure_warnings_name_the_layers_where_it_failed():
                       "erased_accuracy": [0.31, 0.5]})
     (line,) = erasure_warnings(t)
     assert "layer(s) 2 " in line and "base" in line
+
+
+def test_the_erase_intervention_scores_the_task_with_each_layer_erased(tmp_path):
+    """Erase through the intervention sweep: each layer's predictions equal a plain forward with that layer erased by
+    hand; the cached path (blocks below reused) equals full forwards; the rows carry the erasure's words."""
+    from bertology.experiments.ablation_sweep import SweepPlan
+    from bertology.experiments.intervention_sweep import run_intervention
+    from bertology.experiments.interventions import Erase, words_of
+    from bertology.experiments.scoring import HeadScoring
+    from bertology.testing import SENTENCES, tiny_tokenizer
+    from tests.unit.test_interventions import _encoded, _pair
+
+    _, tuned = _pair(tmp_path)
+    encoded, labels = _encoded(tuned)
+    tok = tiny_tokenizer()
+    texts = SENTENCES * 2
+    with torch.no_grad():
+        hidden = tuned.bert(**tok(texts, padding=True, return_tensors="pt"), output_hidden_states=True).hidden_states
+    # an eraser per layer of a made-up property of each token (the token's position parity): something to erase
+    mask = tok(texts, padding=True, return_tensors="pt")["attention_mask"].bool()
+    parity = (torch.arange(mask.shape[1]).expand_as(mask) % 2)[mask].numpy()
+    erasers = {layer: fit_eraser(hidden[layer][mask].double().numpy(), parity, 2) for layer in (0, 1, 2)}
+    scoring = HeadScoring.for_tokenizer(tok, batch_size=8)
+    cached = run_intervention(tuned, Erase(erasers, "parity"), encoded, labels, scoring, n_bootstrap=30,
+                              sweep=SweepPlan(method="cached"))
+    naive = run_intervention(tuned, Erase(erasers, "parity"), encoded, labels, scoring, n_bootstrap=30,
+                             sweep=SweepPlan(method="naive"))
+    assert cached.params["method"] == "cached"
+    t = cached.table
+    assert set(t["mode"]) == {"erase"}
+    assert list(t.loc[t["metric"] == "accuracy", "label"]) == ["intact", "L0 erased", "L1 erased", "L2 erased"]
+    for layer in (0, 1, 2):
+        key = f"layer-erase-L{layer}"
+        np.testing.assert_array_equal(cached.per_example[key]["pred"], naive.per_example[key]["pred"])
+        with torch.no_grad(), erasing(tuned, layer, erasers[layer]):
+            by_hand = tuned(**tok(texts, padding=True, return_tensors="pt")).logits.argmax(-1).numpy()
+        np.testing.assert_array_equal(cached.per_example[key]["pred"], by_hand)
+    assert any(not np.array_equal(cached.per_example[f"layer-erase-L{l}"]["loss"], cached.per_example["intact"]["loss"])
+               for l in (0, 1, 2))  # the erasure changed something: the checks above can fail
+    assert words_of("erase").noun == "erasure"

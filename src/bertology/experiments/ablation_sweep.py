@@ -148,8 +148,8 @@ class Unit:
 
 
 #: How a layer unit's label ends, by its ``layer_mode`` (``attention``/``ffn``/``layer``: revert's units).
-_LAYER_LABELS = {"skip": " skipped", "heads": " all heads", "attention": " attention", "ffn": " feed-forward",
-                 "layer": " whole layer"}
+_LAYER_LABELS = {"skip": " skipped", "heads": " all heads", "erase": " erased", "attention": " attention",
+                 "ffn": " feed-forward", "layer": " whole layer"}
 
 
 def layer_mode_name(mode: str, layer_mode: str) -> str:

@@ -125,3 +125,4 @@ def erasing(model: nn.Module, layer: int, eraser) -> Iterator[None]:
         yield
     finally:
         hooks.remove_hooks(handles)
+

@@ -298,6 +298,59 @@ class Transplant(Intervention):
         return summary(tables, note)
 
 
+ERASE_WORDS = Words("erase", "erasure", "Erasures", "Erased", "erased", "erased ({mode})",
+                   "layer's property is erased", "Layer whose erasure the task feels most", "erased (LEACE)",
+                   "erasure", "the property LEACE-erased from that hidden state")
+
+
+@dataclass(frozen=True)
+class Erase(Intervention):
+    """A word property LEACE-erased (Belrose et al. 2023) from one hidden state, at every position: one unit per
+    layer with an eraser (0 = the embeddings' output), fitted by the token probes on that model's word vectors
+    (:mod:`bertology.experiments.erasure`). Run by ``bertology probe --erase TASK --erase-task-data FILE``: what the
+    model's own task loses when the property is gone from that layer."""
+
+    erasers: Mapping[int, Any] = field(default_factory=dict, compare=False)
+    concept: str = ""
+    name: str = "erase"
+
+    words: ClassVar[Words] = ERASE_WORDS
+    delta_note: ClassVar[str] = ("erased minus intact; helps = ci_low > 0 where higher is better, ci_high < 0 where "
+                                 "lower is")
+
+    def units(self, model: torch.nn.Module, sweep: SweepPlan = SweepPlan()) -> list[Unit]:
+        return [Unit("layer", layer=int(layer), layer_mode="erase") for layer in sorted(self.erasers)
+                if sweep.layers is None or int(layer) in sweep.layers]
+
+    def apply(self, model: torch.nn.Module, unit: Unit) -> AbstractContextManager[None]:
+        from bertology.experiments.erasure import erasing
+
+        return erasing(model, unit.layer, self.erasers[unit.layer])
+
+    def start(self, model: torch.nn.Module, unit: Unit) -> int:
+        """Block ``l`` runs (its output is the erased hidden state ``l``); layer 0 (the embeddings' output): a full
+        forward."""
+        if unit.target == "intact":
+            return sites.num_layers(model) + 1
+        return unit.layer if unit.layer >= 1 and sites.hidden_output(model, unit.layer) is sites.block(model, unit.layer) else 0
+
+    def fingerprint(self) -> dict[str, Any]:
+        import hashlib
+
+        digest = hashlib.sha256()
+        for layer in sorted(self.erasers):
+            e = self.erasers[layer]
+            for t in (e.proj_left, e.proj_right, *(() if e.bias is None else (e.bias,))):
+                digest.update(t.detach().cpu().to(torch.float64).numpy().tobytes())
+        return {"concept": self.concept, "erasers": digest.hexdigest()[:16]}
+
+    def fingerprint_params(self, settings: Mapping[str, Any]) -> dict[str, Any]:
+        return {"concept": self.concept, "erasure": "LEACE (concept-erasure)", "paper": "Belrose et al. 2023"}
+
+    def plan_params(self, sweep: SweepPlan) -> dict[str, Any]:
+        return {"layer_modes": ["erase"], "layers_erased": sorted(int(x) for x in self.erasers)}
+
+
 #: The head masks' names, in the CLI's order.
 HEAD_MASKS = ("uniform", "zero", "mean")
 #: Every intervention by the name the CLI gives it (``--mode``, ``--ablation-mode``; ``config.ABLATION_MODES``).
@@ -317,9 +370,13 @@ def intervention(name: str) -> Intervention:
         raise BertologyError(f"The ablation mode must be one of {', '.join(INTERVENTIONS)}, not {name!r}.") from None
 
 
+#: Interventions another command runs (their units need what that command fits), by the name their rows carry.
+RUN_ELSEWHERE: dict[str, Intervention] = {"erase": Erase()}
+
+
 def words_of(name: str) -> Words:
-    """The words of the intervention called ``name``; a name the registry does not know reads as a removal."""
-    known = INTERVENTIONS.get(str(name))
+    """The words of the intervention called ``name``; a name no registry knows reads as a removal."""
+    known = INTERVENTIONS.get(str(name)) or RUN_ELSEWHERE.get(str(name))
     return known.words if known is not None else REMOVE
 
 

@@ -103,19 +103,48 @@ class TokenProbeSettings:
         None, "Erase these probe tasks' labels from each layer with LEACE and probe again (comma list; each is also "
         "probed): the erased probe should fall to the majority rate.", kind=tuple, parse=_erasable, metavar="TASKS",
         flag="--erase", paper="Belrose et al. 2023")
+    erase_task_data: str | None = setting_field(
+        None, "Labelled data of the tuned model's own task (a file, as ablate reads it): its metric with each layer's "
+        "--erase property erased, with intervals (one task in --erase).", kind=str, flag="--erase-task-data",
+        paper="Elazar et al. 2021")
+    erase_text_column: str | None = setting_field(None, "Text column of --erase-task-data (default: detected).",
+                                                  kind=str)
+    erase_pair_column: str | None = setting_field(None, "Second-text column of --erase-task-data (sentence pairs).",
+                                                  kind=str)
+    erase_label_column: str | None = setting_field(None, "Label column of --erase-task-data (default: detected).",
+                                                   kind=str)
+    erase_max_examples: int | None = setting_field(1000, "Score at most this many examples of --erase-task-data "
+                                                   "(a seeded, stratified sample; 0 = all).", minimum=0,
+                                                   zero_is_none=True)
 
     def __post_init__(self) -> None:
         self.erase = _erasable(self.erase) or None
         self.tasks = tuple(dict.fromkeys((*_tasks(self.tasks), *(self.erase or ())))) or None
         check_fields(self)
+        if self.erase_task_data is not None and len(self.erase or ()) != 1:
+            raise BertologyError("--erase-task-data (erase_task_data) scores the task with one property erased at a "
+                                 f"time: give --erase exactly one task (got {', '.join(self.erase or ()) or 'none'}).")
 
     def to_dict(self) -> dict:
-        """The settings as recorded (``erase`` only when asked: token-probe runs made before it keep their
-        fingerprint)."""
+        """The settings as recorded (the erasure's only when asked: token-probe runs made before them keep their
+        fingerprint; the task data with its content's SHA-256, so an edited file is a new run)."""
         d = asdict(self)
         if d["erase"] is None:
             d.pop("erase")
+        if d["erase_task_data"] is None:
+            for key in [k for k in d if k.startswith("erase_")]:
+                d.pop(key)
+        else:
+            d["erase_task_data_sha256"] = _file_sha256(d["erase_task_data"])
         return d
+
+
+def _file_sha256(path: str) -> str | None:
+    """The SHA-256 of a local file's bytes (None for a hub name or a missing file: the loader will say why)."""
+    from pathlib import Path
+
+    file = Path(path).expanduser()
+    return hashlib.sha256(file.read_bytes()).hexdigest() if file.is_file() else None
 
 
 # --------------------------------------------------------------------------------------------------
