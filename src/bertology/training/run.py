@@ -23,8 +23,9 @@ from bertology.models.device import resolve_device
 from bertology.models.precision import resolve_dtype
 from bertology.models.loading import resolve_model, weights_fingerprint
 from bertology.metrics.chance import above_chance
-from bertology.results import now_iso, read_table, write_table
-from bertology.runs import manifest_header, open_run
+from bertology.commands.base import hold
+from bertology.results import now_iso, read_table
+from bertology.runs import manifest_header
 from bertology.settings import describe, field_settings
 from bertology.training.common import INTERVALS_TABLE
 from bertology.training.recipes import NO_REFERENCE, few_steps_note, undertraining_warnings
@@ -142,8 +143,8 @@ def finetune_to_dir(
     resolve_dtype(config.dtype, resolve_device(config.device))  # a missing GPU or dtype: an error before the run folder is touched
     fingerprint = run_fingerprint(config, train, evaluation)
     # another run (allowed by --overwrite) or a retrain: nothing of the old one may remain
-    with open_run(config.out, KIND, fingerprint, overwrite=overwrite, fresh=retrain,
-                  scratch=("checkpoints", "model", "tracking")) as opened:
+    with hold(config.out, KIND, fingerprint, overwrite=overwrite, fresh=retrain,
+              scratch=("checkpoints", "model", "tracking")) as opened:
         run_dir, old, resume = opened.dir, opened.previous, opened.resumed
         model_dir = run_dir.path / "model"
         finished = resume and old.get("metrics") and run_dir.has_table(KIND) and _model_intact(model_dir, old)
@@ -161,14 +162,8 @@ def finetune_to_dir(
         run_dir.write_manifest(started)
 
         result = finetune(config, train, evaluation, progress=progress, resume=resume, on_step=on_step, tracker=tracker)
-        write_table(run_dir.path, KIND, result.table)
-        tables = [KIND]
-        if result.predictions is not None:
-            write_table(run_dir.path, "finetune_predictions", result.predictions)
-            tables.append("finetune_predictions")
-        for name, extra in result.extra_tables.items():
-            write_table(run_dir.path, name, extra)
-            tables.append(name)
+        predictions = {} if result.predictions is None else {"finetune_predictions": result.predictions}
+        tables = opened.write_tables({KIND: result.table, **predictions, **result.extra_tables})
         details = result.describe()
         warnings = [
             f"{enc['n_truncated']} of {enc['n_input']} {split} examples were truncated to {enc['max_length']} tokens."
