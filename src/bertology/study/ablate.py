@@ -21,6 +21,7 @@ from bertology.data.corpus import Corpus, source_name
 from bertology.errors import BertologyError
 from bertology.experiments.ablation import AblationSettings
 from bertology.commands.base import Command, OpenRun
+from bertology.commands.compat import ablate_metric, dtype_parts, without_added
 from bertology.runs import RunResult, build_manifest, fingerprint, run_folder
 from bertology.settings import check_fields, describe_fields, field_settings, setting_field, settings_object
 from bertology.study.inputs import Columns, Loading, resolve, stderr_console
@@ -112,13 +113,9 @@ def ablate(
     for declared in field_settings(AblationSettings):
         if not declared.changes_numbers:
             d.pop(declared.name)
-    d.pop("metric")  # the metric used, where it is not the task's own: runs judged by it keep their fingerprints
-    if main.metric != task.default_metric:
-        d["main_metric"] = main.metric
-    if d.get("label_map", "") is None:  # not given: runs made before --label-map existed keep their fingerprints
-        d.pop("label_map")
+    without_added(KIND, ablate_metric(d, main.metric, task.default_metric))  # earlier runs keep their fingerprints
     weights = loaded.weights_sha256 or loaded.path
-    extra = [loading.dtype] if loading.dtype != "float32" else []  # float32 runs keep their old fingerprints
+    extra = dtype_parts(loading.dtype)
     if base_loaded is not None:  # revert's numbers depend on the base's weights
         extra.append(base_loaded.weights_sha256 or base_loaded.path)
     fp = fingerprint(d, corpus.fingerprint(word_tags=task.token_level), weights, *extra)

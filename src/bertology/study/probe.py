@@ -24,6 +24,7 @@ from bertology.experiments.probe import BASELINE_TABLE, TABLE, ProbeSettings
 from bertology.experiments.token_probe import TABLE as TOKEN_TABLE
 from bertology.experiments.token_probe import TokenProbeSettings
 from bertology.commands.base import Command, OpenRun
+from bertology.commands.compat import dtype_parts, without_added
 from bertology.runs import RunResult, build_manifest, fingerprint, run_folder
 from bertology.settings import check_fields, describe_fields, setting_field, settings_object
 from bertology.study.inputs import Loading, resolve, stderr_console
@@ -144,10 +145,9 @@ def probe(
     loaded = _models(models, loading, torch_dtype, settings.seed)
     d = settings.to_dict()
     d.pop("device")
-    if d["feature_dtype"] == "float32":
-        d.pop("feature_dtype")  # runs made before the option held float32 features: they keep their fingerprint
+    without_added(KIND, d)  # earlier runs keep their fingerprints
     ids = {name: (m.weights_sha256 or m.path) for name, m in loaded.items() if name != "random"}
-    extra = [loading.dtype] if loading.dtype != "float32" else []
+    extra = dtype_parts(loading.dtype)
     extra += [{"token_probe": token.to_dict()}] if token.tasks else []  # runs without token probes keep their fingerprint
     fp = fingerprint(d, {k: c.fingerprint() for k, c in corpora.items()}, ids, models.random_control, *extra)
     from bertology.tasks.match import training_warnings

@@ -24,6 +24,7 @@ from bertology.models.precision import resolve_dtype
 from bertology.models.loading import resolve_model, weights_fingerprint
 from bertology.metrics.chance import above_chance
 from bertology.commands.base import hold
+from bertology.commands.compat import finetune_rates, without_added
 from bertology.results import now_iso, read_table
 from bertology.runs import manifest_header
 from bertology.settings import describe, field_settings
@@ -56,17 +57,14 @@ def run_fingerprint(config: FinetuneConfig, train: Corpus, evaluation: Corpus | 
     d = resolve_run_config(config, train).to_dict()  # the old and the new name of a setting are one run
     d.pop("out", None)
     d.pop("recipe", None)  # a value is one run whether the user or the task's recipe gave it
-    if d.get("head_lr") == d.get("learning_rate"):  # one rate for encoder and head: runs from before head_lr match
-        d.pop("head_lr", None)
+    finetune_rates(d)  # one rate for encoder and head: runs from before head_lr match
     for s in field_settings(FinetuneConfig):  # e.g. save_every: where checkpoints are kept does not change the numbers
         if not s.changes_numbers:
             d.pop(s.name, None)
     if d.get("method") == "full":  # LoRA's settings do not touch a full fine-tune
         for key in ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "lora_merge"):
             d.pop(key, None)
-    for key, default in _NEW_DEFAULTS.items():  # runs from before these settings existed keep their fingerprint
-        if d.get(key) == default:
-            d.pop(key)
+    without_added(KIND, d)  # runs from before these settings existed keep their fingerprint
     source, where = resolve_model(config.model)
     weights = weights_fingerprint(where) if source != "hub" else None
     from bertology.training.tagging import is_tagging_run
@@ -75,18 +73,6 @@ def run_fingerprint(config: FinetuneConfig, train: Corpus, evaluation: Corpus | 
     parts = [d, train.fingerprint(word_tags=tags), evaluation.fingerprint(word_tags=tags) if evaluation is not None else None,
              weights or where]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-#: FinetuneConfig fields added by the fine-tuning lab and their defaults (left out of the fingerprint when default).
-_NEW_DEFAULTS = {
-    "objective": "supervised", "contrastive": "unsupervised", "temperature": 0.05, "pooling": "cls",
-    "positive_label": "entailment", "negative_label": "contradiction", "sts_data": None, "anisotropy_sentences": 500,
-    "anisotropy_pairs": 2000, "drop_layers": (), "freeze_layers": 0, "freeze_embeddings": False,
-    "exclude_words": (), "slice_words": (), "grad_accum": 1, "eval_every": None, "early_stopping": None,
-    "early_stopping_metric": None, "max_grad_norm": 1.0, "dtype": "float32", "tag_column": "upos",
-    "doc_stride": 128, "max_answer_length": 30, "null_threshold": 0.0, "qa_split": "article",
-    "arc_dim": None, "label_dim": None, "method": "full",
-}
 
 
 def settings_record(config: FinetuneConfig) -> dict:
