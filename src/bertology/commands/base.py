@@ -97,8 +97,9 @@ class OpenRun:
         return list(tables)
 
     def complete(self, manifest: dict, *, status: str = "complete", **sections: Any) -> dict:
-        """Mark ``manifest`` finished (``status``, ``finished``, ``wall_time_s``, then ``sections``) and write it."""
-        manifest.update(status=status, finished=now_iso(), wall_time_s=self.elapsed(), **sections)
+        """Mark ``manifest`` finished (``status``, ``finished``, ``wall_time_s``, then ``sections``, which may give a
+        ``wall_time_s`` of their own) and write it."""
+        manifest.update({"status": status, "finished": now_iso(), "wall_time_s": self.elapsed(), **sections})
         self.write_manifest(manifest)
         return manifest
 
@@ -129,6 +130,8 @@ class Command(Generic[R]):
     name: ClassVar[str]
     #: the folders of unfinished work removed when the run is not resumed
     scratch: ClassVar[tuple[str, ...]] = ("partial",)
+    #: the finished manifest's ``status`` (fine-tuning runs have always said ``done``)
+    done_status: ClassVar[str] = "complete"
 
     def inputs(self) -> Sequence[Any]:
         raise NotImplementedError
@@ -165,5 +168,5 @@ class Command(Generic[R]):
             run.start()
             tables = self.work(run)
             run.write_tables(tables)
-            run.complete(manifest, **self.finished(run, manifest, tables))
+            run.complete(manifest, status=self.done_status, **self.finished(run, manifest, tables))
         return self.result(run, manifest, tables)
