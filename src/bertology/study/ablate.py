@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from bertology.conventions import record
 from bertology.data.corpus import Corpus, source_name
@@ -122,7 +122,8 @@ def ablate(
     with run_folder(out) as folder:
         how = _Run(columns, qa_used, loading, overwrite, report and out is not None, out is not None, progress,
                    base_loaded, main)
-        result = _run(folder, fp, model, data, loaded, corpus, task, encoded, settings, how)
+        result = AblateCommand(fp, (model, data), _Read(loaded, corpus, task, encoded), settings, how).run(
+            folder, overwrite=how.overwrite)
         if out is None:
             result.out, result.figures, result.report = None, [], None
     return result
@@ -141,6 +142,15 @@ class _Run:
     progress: bool
     base: Any = None  # the loaded base model (revert mode), else None
     main: MainMetric | None = None  # the metric the run is judged by (None: decided by the study)
+
+
+class _Read(NamedTuple):
+    """What :func:`ablate` loaded: the model, the (sampled) corpus, the model's task and the encoded QA windows."""
+
+    loaded: Any
+    corpus: Corpus
+    task: Any
+    encoded: Any
 
 
 def _check_base_given(settings: AblationSettings, base: str | None) -> None:
@@ -237,15 +247,11 @@ class AblateCommand(Command[AblateRun]):
 
     name: ClassVar[str] = KIND
     fp: str
-    model: str
-    data: Any
-    loaded: Any
-    corpus: Corpus
-    task: Any
-    encoded: Any
+    given: tuple[str, Any]  # the model and the data as the user named them (recorded in the manifest's config)
+    read: _Read
     settings: AblationSettings
     how: _Run
-    study: Any = None
+    study: Any = None  # the study's result (set by work)
 
     def fingerprint(self) -> str:
         return self.fp
@@ -256,19 +262,20 @@ class AblateCommand(Command[AblateRun]):
 
         if run.resumed and (run.path / "partial").exists():
             logger.info("resuming the run in %s (finished ablations are kept)", run.path)
-        warned = training_warnings(self.loaded.path, self.model)  # what its fine-tune said of the model
+        warned = training_warnings(self.read.loaded.path, self.given[0])  # what its fine-tune said of the model
         for w in warned:
             logger.warning(w)
-        settings, how = self.settings, self.how
+        settings, how, (model, data) = self.settings, self.how, self.given
+        base = {"base": how.base.describe()} if how.base is not None else {}
         return build_manifest(
             KIND, self.fp, created=run.created, warnings=warned,
-            config={"model": self.model, "data": source_name(self.data), **how.columns.to_dict(), **settings.to_dict(),
+            config={"model": model, "data": source_name(data), **how.columns.to_dict(), **settings.to_dict(),
                     **how.qa, "dtype": how.loading.dtype},
             seed=settings.seed, device=settings.device, dtype=how.loading.dtype, attn_implementation="eager",
-            settings=settings_record(settings, how.qa), ablation_mode=settings.mode, task=self.task.name,
+            settings=settings_record(settings, how.qa), ablation_mode=settings.mode, task=self.read.task.name,
             conventions=record(settings.conventions, {}),  # the preset; none of its conventions applies to the sweep
-            models={"tuned": self.loaded.describe(), **({"base": how.base.describe()} if how.base is not None else {})},
-            data=self.corpus.describe(),
+            models={"tuned": self.read.loaded.describe(), **base},
+            data=self.read.corpus.describe(),
         )
 
     def work(self, run: OpenRun) -> dict:
@@ -276,13 +283,13 @@ class AblateCommand(Command[AblateRun]):
         from bertology.experiments.ablation import run_ablation_study
         from bertology.progress import stage_bars
 
-        how, encoded = self.how, self.encoded
+        how, (loaded, corpus, _, encoded) = self.how, self.read
         with stage_bars(how.progress, lambda s: "ablations" if s == "ablation" else "importance + pruning",
                         console=stderr_console()) as on_progress:
             try:
                 # the report draws every figure (and saves them under figures/); without it the study saves its own
                 self.study = run_ablation_study(
-                    self.loaded.model, self.loaded.tokenizer, encoded if encoded is not None else self.corpus,
+                    loaded.model, loaded.tokenizer, encoded if encoded is not None else corpus,
                     self.settings, run.path / "partial", encoded=encoded, on_progress=on_progress,
                     base=None if how.base is None else how.base.model, main=how.main)
             except KeyboardInterrupt:
@@ -309,13 +316,6 @@ class AblateCommand(Command[AblateRun]):
             report_path = render_report(run.path)
         figures = [run.path / f for f in manifest["figures"]]
         return AblateRun(run.path, dict(tables), manifest, headlines, resumed, figures, report_path)
-
-
-def _run(folder: Path, fp: str, model: str, data: str | Corpus, loaded, corpus, task, encoded,
-         settings: AblationSettings, how: _Run) -> AblateRun:
-    """Open ``folder``, run the study (resuming finished ablations), write tables, figures or report and manifest."""
-    command = AblateCommand(fp, model, data, loaded, corpus, task, encoded, settings, how)
-    return command.run(folder, overwrite=how.overwrite)
 
 
 def write_figures(tables: dict, out: Path) -> list[Path]:

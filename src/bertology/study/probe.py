@@ -169,7 +169,8 @@ def probe(
         data={k: c.describe() for k, c in corpora.items()},
     )
     with run_folder(out) as folder:
-        run = _run(folder, manifest, loaded, corpora, (settings, token), overwrite, progress, draw=out is not None)
+        command = ProbeCommand(manifest, loaded, corpora, (settings, token), progress, draw=out is not None)
+        run = command.run(folder, overwrite=overwrite)
         if not keep_features and not run.already_complete:
             shutil.rmtree(folder / "partial", ignore_errors=True)
         if report and out is not None and not run.already_complete:
@@ -284,12 +285,6 @@ class ProbeCommand(Command[ProbeRun]):
 
     def result(self, run: OpenRun, manifest: dict, tables) -> ProbeRun:
         return ProbeRun(run.path, dict(tables), manifest, list(manifest["figures"]))
-
-
-def _run(folder: Path, manifest: dict, loaded: dict, corpora: dict, both: tuple[ProbeSettings, TokenProbeSettings],
-         overwrite: bool, progress: bool, *, draw: bool) -> ProbeRun:
-    """Open ``folder``, train and score the probes (resuming), write the tables, figures and manifest."""
-    return ProbeCommand(manifest, loaded, corpora, both, progress, draw).run(folder, overwrite=overwrite)
 
 
 def _token_probes(loaded: dict, corpora: dict, settings: ProbeSettings, token: TokenProbeSettings, on_progress):
