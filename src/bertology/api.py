@@ -143,8 +143,7 @@ class Run(RunResult):
         unless ``overwrite``. What a run in memory does not hold is not saved: the attention viewer's examples
         (``views/``) and the resumable work (``partial/``); the report then has no viewer section.
         """
-        from bertology.results import write_table
-        from bertology.runs import open_run
+        from bertology.commands.base import hold
 
         if self.out is not None:
             raise BertologyError(f"This {self.kind} run is kept in {self.out} already; copy that folder to keep it "
@@ -154,17 +153,16 @@ class Run(RunResult):
         if "out" in (manifest.get("config") or {}):
             manifest["config"]["out"] = str(folder)
         slugs = manifest.get("slugs") or {}
-        with open_run(folder, self.kind, str(manifest.get("fingerprint")), overwrite=overwrite) as opened:
+        with hold(folder, self.kind, str(manifest.get("fingerprint")), overwrite=overwrite) as opened:
             for name, pair in self.pairs.items():  # a many-model run: each pair's run in its folder first
                 pair.save(folder / "pairs" / slugs.get(name, name), overwrite=overwrite)
-            for name, table in self.tables.items():
-                write_table(opened.path, name, table)
+            opened.write_tables(self.tables)
             # not in memory: the viewer's example files and the figure files (the report draws its own)
             manifest.update({k: [] for k in ("views", "figures") if k in manifest}, saved_from_memory=True)
             for entry in manifest.get("pairs") or []:  # the index page links the pair reports rendered below
                 if isinstance(entry, dict) and "dir" in entry:
                     entry["report"] = f"{entry['dir']}/report.html" if report else None
-            opened.dir.write_manifest(manifest)
+            opened.write_manifest(manifest)
         if report:  # a many-model run: each pair's report and the index page
             from bertology.report.rerender import rerender
 

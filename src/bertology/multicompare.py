@@ -34,7 +34,8 @@ from bertology.experiments.catalog import EXPERIMENTS
 from bertology.experiments.registry import ExperimentContext
 from bertology.pipeline import CompareRun, Inputs, PairJob, in_dtype, prepare_inputs, progress_bar, resolve_settings
 from bertology.results import Result, read_table, write_table
-from bertology.runs import RunDirectory, manifest_header, open_run
+from bertology.commands.base import hold
+from bertology.runs import RunDirectory, manifest_header
 from bertology.runs import fingerprint as run_fingerprint
 
 #: ``task/sN`` names give the task and the seed (``sst2/s0``: task sst2, seed 0).
@@ -154,13 +155,12 @@ def compare_many(
             job.fingerprint = run_fingerprint(job.fingerprint, by_peers)  # earlier run that ran it must not resume
     # no mapping among the parts, so the sorted-key JSON of runs.fingerprint gives the value it always had
     fingerprint = run_fingerprint(config.fingerprint(), [[t.name, t.task, t.seed, j.fingerprint] for t, j in zip(tuned, jobs)])
-    with open_run(out, "compare_many", fingerprint, overwrite=overwrite, scratch=("pairs",)) as top:
+    with hold(out, "compare_many", fingerprint, overwrite=overwrite, scratch=("pairs",)) as top:
         finished = {t.name: _finished_pair(j, report) for t, j in zip(tuned, jobs)} if top.resumed else {}
         runs = _run_pairs(config, [(t, j) for t, j in zip(tuned, jobs) if finished.get(t.name) is None], report, progress)
         runs = {t.name: runs.get(t.name) or finished[t.name] for t in tuned}
         tables = combine(tuned, runs)
-        for name, table in tables.items():
-            write_table(top.path, name, table)
+        top.write_tables(tables)
         manifest = {
             **manifest_header("compare_many", fingerprint),
             "status": "complete",

@@ -38,7 +38,8 @@ from bertology.models.precision import resolve_dtype
 from bertology.models.pair import ModelPair
 from bertology.progress import progress_bar as bar_over
 from bertology.results import Result, read_table, write_table
-from bertology.runs import RunDirectory, manifest_header, open_run
+from bertology.commands.base import hold
+from bertology.runs import RunDirectory, manifest_header
 from bertology.settings import Setting, compose, field_settings
 from bertology.settings import complete as complete_settings
 from bertology.settings import describe as describe_settings
@@ -347,9 +348,10 @@ class PairJob:
         return ExperimentContext(self.config, self.pair, self.inputs.raw_corpus, partial, self.progress, self.peers)
 
     def open(self):
-        """Take the run folder (see :func:`open_run`) and build the analyses; a context manager for the run."""
+        """Take the run folder (:func:`bertology.commands.base.hold`) and build the analyses; a context manager for
+        the run."""
         inputs = self.inputs
-        self.opened = open_run(self.config.out, "compare", self.fingerprint, overwrite=self.overwrite)
+        self.opened = hold(self.config.out, "compare", self.fingerprint, overwrite=self.overwrite)
         self.memory = MemoryWatch.start(self.config.device)
         try:
             self.run_dir, self.resuming = self.opened.dir, self.opened.resumed

@@ -25,6 +25,7 @@ LAYERS: list[str | set[str]] = [
     "analyses",
     "activations",
     {"models", "data", "metrics"},
+    "commands",
     {"runs", "conventions"},
     {"results", "config", "progress", "assets", "catalog", "view_format", "blas", "memory", "transfer", "state_files",
      "extremes"},

@@ -13,7 +13,8 @@ from typing import Any
 import pandas as pd
 
 from bertology.results import atomic_write_text, now_iso, write_table
-from bertology.runs import build_manifest, fingerprint, open_run
+from bertology.commands.base import hold
+from bertology.runs import build_manifest, fingerprint
 from bertology.settings import describe_fields
 
 KIND = "track"
@@ -33,7 +34,7 @@ class TrackWriter:
         self.settings, self.corpus = tracker.settings, tracker.corpus
         self.analysis_settings = tracker.analysis_settings
         print_ = fingerprint(vars(self.settings), self.analysis_settings, self.corpus.fingerprint())
-        self.opened = open_run(out, KIND, print_, overwrite=overwrite, fresh=True)
+        self.opened = hold(out, KIND, print_, overwrite=overwrite, fresh=True)  # held until training ends
         self.fingerprint = print_
         self.source = getattr(tracker, "source", "BertologyCallback (transformers Trainer)")
         #: the tables an identical earlier run left in the folder (a resumed run reads them back)

@@ -3,26 +3,27 @@
 The library function behind ``bertology ablate``: it checks its settings against their declarations
 (:class:`~bertology.experiments.ablation.AblationSettings` and :class:`QaOptions`, whose fields are the command's
 generated flags: one error naming the flag and the field), loads the model and data, names the run with :func:`bertology.runs.fingerprint`, opens
-``out`` with :func:`bertology.runs.open_run` (an identical earlier run resumes from its ``partial/``
-folder), runs :func:`bertology.experiments.ablation.run_ablation_study`, writes ``tables/ablation``
+``out`` in the one command lifecycle (:class:`AblateCommand`, a :class:`bertology.commands.base.Command`: an
+identical earlier run resumes from its ``partial/`` folder), runs :func:`bertology.experiments.ablation.run_ablation_study`, writes ``tables/ablation``
 (+ ``head_importance``, ``pruning_curve``), ``manifest.json`` (:func:`bertology.runs.build_manifest`) and
 either ``report.html`` (which draws the figures) or the figures alone, and returns an :class:`AblateRun`.
 """
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, NamedTuple
 
 from bertology.conventions import record
 from bertology.data.corpus import Corpus, source_name
 from bertology.errors import BertologyError
 from bertology.experiments.ablation import AblationSettings
+from bertology.commands.base import Command, OpenRun
+from bertology.commands.compat import ablate_metric, dtype_parts, without_added
 from bertology.experiments.interventions import INTERVENTIONS, TRANSPLANT, intervention
-from bertology.runs import RunResult, build_manifest, fingerprint, open_run, run_folder
+from bertology.runs import RunResult, build_manifest, fingerprint, run_folder
 from bertology.settings import check_fields, describe_fields, field_settings, setting_field, settings_object
 from bertology.study.inputs import Columns, Loading, resolve, stderr_console
 from bertology.tasks.main_metric import MainMetric, main_metric
@@ -113,20 +114,17 @@ def ablate(
     for declared in field_settings(AblationSettings):
         if not declared.changes_numbers:
             d.pop(declared.name)
-    d.pop("metric")  # the metric used, where it is not the task's own: runs judged by it keep their fingerprints
-    if main.metric != task.default_metric:
-        d["main_metric"] = main.metric
-    if d.get("label_map", "") is None:  # not given: runs made before --label-map existed keep their fingerprints
-        d.pop("label_map")
+    without_added(KIND, ablate_metric(d, main.metric, task.default_metric))  # earlier runs keep their fingerprints
     weights = loaded.weights_sha256 or loaded.path
-    extra = [loading.dtype] if loading.dtype != "float32" else []  # float32 runs keep their old fingerprints
+    extra = dtype_parts(loading.dtype)
     if base_loaded is not None:  # revert's numbers depend on the base's weights
         extra.append(base_loaded.weights_sha256 or base_loaded.path)
     fp = fingerprint(d, corpus.fingerprint(word_tags=task.token_level), weights, *extra)
     with run_folder(out) as folder:
         how = _Run(columns, qa_used, loading, overwrite, report and out is not None, out is not None, progress,
                    base_loaded, main)
-        result = _run(folder, fp, model, data, loaded, corpus, task, encoded, settings, how)
+        result = AblateCommand(fp, (model, data), _Read(loaded, corpus, task, encoded), settings, how).run(
+            folder, overwrite=how.overwrite)
         if out is None:
             result.out, result.figures, result.report = None, [], None
     return result
@@ -145,6 +143,15 @@ class _Run:
     progress: bool
     base: Any = None  # the loaded base model (revert mode), else None
     main: MainMetric | None = None  # the metric the run is judged by (None: decided by the study)
+
+
+class _Read(NamedTuple):
+    """What :func:`ablate` loaded: the model, the (sampled) corpus, the model's task and the encoded QA windows."""
+
+    loaded: Any
+    corpus: Corpus
+    task: Any
+    encoded: Any
 
 
 def _check_base_given(settings: AblationSettings, base: str | None) -> None:
@@ -235,60 +242,82 @@ def _inputs(model: str, data: str | Corpus, settings: AblationSettings, columns:
     return loaded, sample_examples(corpus, settings.max_examples, settings.seed), task, None, {}
 
 
-def _run(folder: Path, fp: str, model: str, data: str | Corpus, loaded, corpus, task, encoded,
-         settings: AblationSettings, how: _Run) -> AblateRun:
-    """Open ``folder``, run the study (resuming finished ablations), write tables, figures or report and manifest."""
-    from bertology.experiments.ablation import run_ablation_study, summary
-    from bertology.progress import stage_bars
-    from bertology.results import now_iso, write_table
+@dataclass
+class AblateCommand(Command[AblateRun]):
+    """``ablate`` in the one lifecycle (:class:`~bertology.commands.base.Command`): the sweep is its work; an
+    identical earlier run resumes from its ``partial/`` folder (finished ablations are kept)."""
 
-    from bertology.tasks.match import training_warnings
+    name: ClassVar[str] = KIND
+    fp: str
+    given: tuple[str, Any]  # the model and the data as the user named them (recorded in the manifest's config)
+    read: _Read
+    settings: AblationSettings
+    how: _Run
+    study: Any = None  # the study's result (set by work)
 
-    with open_run(folder, KIND, fp, overwrite=how.overwrite) as opened:
-        path = opened.path
-        if opened.resumed and (path / "partial").exists():
-            logger.info("resuming the run in %s (finished ablations are kept)", path)
-        warned = training_warnings(loaded.path, model)  # what its fine-tune said of the model
+    def fingerprint(self) -> str:
+        return self.fp
+
+    def manifest(self, run: OpenRun) -> dict:
+        """The manifest written before the sweep (and the fine-tune's warnings about the model, logged)."""
+        from bertology.tasks.match import training_warnings
+
+        if run.resumed and (run.path / "partial").exists():
+            logger.info("resuming the run in %s (finished ablations are kept)", run.path)
+        warned = training_warnings(self.read.loaded.path, self.given[0])  # what its fine-tune said of the model
         for w in warned:
             logger.warning(w)
-        manifest = build_manifest(
-            KIND, fp, created=opened.previous.get("created"), warnings=warned,
-            config={"model": model, "data": source_name(data), **how.columns.to_dict(), **settings.to_dict(), **how.qa,
-                    "dtype": how.loading.dtype},
+        settings, how, (model, data) = self.settings, self.how, self.given
+        base = {"base": how.base.describe()} if how.base is not None else {}
+        return build_manifest(
+            KIND, self.fp, created=run.created, warnings=warned,
+            config={"model": model, "data": source_name(data), **how.columns.to_dict(), **settings.to_dict(),
+                    **how.qa, "dtype": how.loading.dtype},
             seed=settings.seed, device=settings.device, dtype=how.loading.dtype, attn_implementation="eager",
-            settings=settings_record(settings, how.qa), ablation_mode=settings.mode, task=task.name,
+            settings=settings_record(settings, how.qa), ablation_mode=settings.mode, task=self.read.task.name,
             conventions=record(settings.conventions, {}),  # the preset; none of its conventions applies to the sweep
-            models={"tuned": loaded.describe(), **({"base": how.base.describe()} if how.base is not None else {})},
-            data=corpus.describe(),
+            models={"tuned": self.read.loaded.describe(), **base},
+            data=self.read.corpus.describe(),
         )
-        opened.dir.write_manifest(manifest)
-        t0 = time.perf_counter()
+
+    def work(self, run: OpenRun) -> dict:
+        """The sweep (resuming finished ablations from ``partial/``): ``ablation``, ``head_importance`` ..."""
+        from bertology.experiments.ablation import run_ablation_study
+        from bertology.progress import stage_bars
+
+        how, (loaded, corpus, _, encoded) = self.how, self.read
         with stage_bars(how.progress, lambda s: "ablations" if s == "ablation" else "importance + pruning",
                         console=stderr_console()) as on_progress:
             try:
                 # the report draws every figure (and saves them under figures/); without it the study saves its own
-                study = run_ablation_study(loaded.model, loaded.tokenizer, encoded if encoded is not None else corpus,
-                                           settings, path / "partial", encoded=encoded, on_progress=on_progress,
-                                           base=None if how.base is None else how.base.model, main=how.main)
+                self.study = run_ablation_study(
+                    loaded.model, loaded.tokenizer, encoded if encoded is not None else corpus,
+                    self.settings, run.path / "partial", encoded=encoded, on_progress=on_progress,
+                    base=None if how.base is None else how.base.model, main=how.main)
             except KeyboardInterrupt:
                 logger.warning("interrupted: finished ablations are saved in %s; run the same command again to continue.",
-                               path / "partial")
+                               run.path / "partial")
                 raise
-        for name, table in study.tables.items():
-            write_table(path, name, table)
-        figures = write_figures(study.tables, path) if how.draw and not how.report else []
-        manifest.update(status="complete", finished=now_iso(), wall_time_s=round(time.perf_counter() - t0, 3),
-                        result=study.summary, tables=list(study.tables),
-                        figures=[str(p.relative_to(path)) for p in figures])
-        opened.dir.write_manifest(manifest)
-    resumed = study.ablation.params.get("resumed_units", 0)
-    headlines = summary(study.tables, note=f"; {resumed} ablations reused" if resumed else "")
-    report_path = None
-    if how.report:
-        from bertology.report.render import render_report
+        return self.study.tables
 
-        report_path = render_report(path)
-    return AblateRun(path, dict(study.tables), manifest, headlines, resumed, figures, report_path)
+    def finished(self, run: OpenRun, manifest: dict, tables) -> dict:
+        figures = write_figures(tables, run.path) if self.how.draw and not self.how.report else []
+        return {"result": self.study.summary, "tables": list(tables),
+                "figures": [str(p.relative_to(run.path)) for p in figures]}
+
+    def result(self, run: OpenRun, manifest: dict, tables) -> AblateRun:
+        """The headlines and the report (rendered after the folder is released)."""
+        from bertology.experiments.ablation import summary
+
+        resumed = self.study.ablation.params.get("resumed_units", 0)
+        headlines = summary(tables, note=f"; {resumed} ablations reused" if resumed else "")
+        report_path = None
+        if self.how.report:
+            from bertology.report.render import render_report
+
+            report_path = render_report(run.path)
+        figures = [run.path / f for f in manifest["figures"]]
+        return AblateRun(run.path, dict(tables), manifest, headlines, resumed, figures, report_path)
 
 
 def write_figures(tables: dict, out: Path) -> list[Path]:

@@ -3,7 +3,8 @@
 The library function behind ``bertology probe``: it checks its settings against their declarations
 (:class:`~bertology.experiments.probe.ProbeSettings` and :class:`ProbeData`, whose fields are the command's
 generated flags: one error naming the flag and the field) before anything is loaded, loads the trees and models, names the run with :func:`bertology.runs.fingerprint`,
-opens ``out`` with :func:`bertology.runs.open_run` (an identical earlier run resumes from the cached
+opens ``out`` in the one command lifecycle (:class:`ProbeCommand`, a :class:`bertology.commands.base.Command`: an
+identical earlier run resumes from the cached
 word features and finished epochs in ``partial/``; an identical finished run is returned as it is),
 runs :func:`bertology.experiments.probe.run_probes`, writes ``tables/probe``, ``figures/probe_*.svg``,
 ``manifest.json`` (:func:`bertology.runs.build_manifest`) and ``report.html``, and returns a :class:`ProbeRun`.
@@ -12,18 +13,19 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from bertology.config import SPACY_MODEL_HELP
 from bertology.data.corpus import Corpus, source_name
 from bertology.experiments.probe import BASELINE_TABLE, TABLE, ProbeSettings
 from bertology.experiments.token_probe import TABLE as TOKEN_TABLE
 from bertology.experiments.token_probe import TokenProbeSettings
-from bertology.runs import RunResult, build_manifest, fingerprint, open_run, run_folder
+from bertology.commands.base import Command, OpenRun
+from bertology.commands.compat import dtype_parts, without_added
+from bertology.runs import RunResult, build_manifest, fingerprint, run_folder
 from bertology.settings import check_fields, describe_fields, setting_field, settings_object
 from bertology.study.inputs import Loading, resolve, stderr_console
 
@@ -143,10 +145,9 @@ def probe(
     loaded = _models(models, loading, torch_dtype, settings.seed)
     d = settings.to_dict()
     d.pop("device")
-    if d["feature_dtype"] == "float32":
-        d.pop("feature_dtype")  # runs made before the option held float32 features: they keep their fingerprint
+    without_added(KIND, d)  # earlier runs keep their fingerprints
     ids = {name: (m.weights_sha256 or m.path) for name, m in loaded.items() if name != "random"}
-    extra = [loading.dtype] if loading.dtype != "float32" else []
+    extra = dtype_parts(loading.dtype)
     extra += [{"token_probe": token.to_dict()}] if token.tasks else []  # runs without token probes keep their fingerprint
     fp = fingerprint(d, {k: c.fingerprint() for k, c in corpora.items()}, ids, models.random_control, *extra)
     from bertology.tasks.match import training_warnings
@@ -168,7 +169,8 @@ def probe(
         data={k: c.describe() for k, c in corpora.items()},
     )
     with run_folder(out) as folder:
-        run = _run(folder, manifest, loaded, corpora, (settings, token), overwrite, progress, draw=out is not None)
+        command = ProbeCommand(manifest, loaded, corpora, (settings, token), progress, draw=out is not None)
+        run = command.run(folder, overwrite=overwrite)
         if not keep_features and not run.already_complete:
             shutil.rmtree(folder / "partial", ignore_errors=True)
         if report and out is not None and not run.already_complete:
@@ -217,49 +219,72 @@ def _models(models: ProbeModels, loading: Loading, torch_dtype, seed: int) -> di
     return loaded
 
 
-def _run(folder: Path, manifest: dict, loaded: dict, corpora: dict, both: tuple[ProbeSettings, TokenProbeSettings],
-         overwrite: bool, progress: bool, *, draw: bool) -> ProbeRun:
-    """Open ``folder``, train and score the probes (resuming), write the tables, figures and manifest."""
-    from bertology.experiments.probe import baseline_result, run_probes
-    from bertology.progress import stage_bars
-    from bertology.results import now_iso, read_table, write_table
+@dataclass
+class ProbeCommand(Command[ProbeRun]):
+    """``probe`` in the one lifecycle (:class:`~bertology.commands.base.Command`): training and scoring the probes is
+    its work; an identical earlier run resumes from the cached word features and finished epochs in ``partial/``,
+    and an identical finished run is returned as it is."""
 
-    settings, token = both
-    names = (TABLE, BASELINE_TABLE, TOKEN_TABLE)
-    with open_run(folder, KIND, manifest["fingerprint"], overwrite=overwrite) as opened:
-        path, partial, old = opened.path, opened.path / "partial", opened.previous
-        if opened.resumed and old.get("status") == "complete" and opened.dir.has_table(TABLE):
-            logger.info("%s already holds this finished run; nothing to do", path)
-            tables = {name: read_table(path, name) for name in names if opened.dir.has_table(name)}
-            return ProbeRun(path, tables, old, list(old.get("figures", [])), already_complete=True)
-        if opened.resumed and partial.exists():
-            logger.info("resuming the run in %s (cached features and finished epochs are kept)", path)
-        manifest["created"] = old.get("created") or manifest["created"]
-        opened.dir.write_manifest(manifest)
-        t0 = time.perf_counter()
-        with stage_bars(progress, lambda s: "training (epochs)" if s == "training" else s, console=stderr_console()) as on_progress:
+    name: ClassVar[str] = KIND
+    started: dict  # the manifest built before the folder is taken (its fingerprint is the run's)
+    loaded: dict
+    corpora: dict
+    both: tuple
+    progress: bool
+    draw: bool
+    params: dict = field(default_factory=dict)
+
+    def fingerprint(self) -> str:
+        return self.started["fingerprint"]
+
+    def reuse(self, run: OpenRun) -> ProbeRun | None:
+        from bertology.results import read_table
+
+        old = run.previous
+        if not (run.resumed and old.get("status") == "complete" and run.dir.has_table(TABLE)):
+            return None
+        logger.info("%s already holds this finished run; nothing to do", run.path)
+        tables = {name: read_table(run.path, name) for name in (TABLE, BASELINE_TABLE, TOKEN_TABLE)
+                  if run.dir.has_table(name)}
+        return ProbeRun(run.path, tables, old, list(old.get("figures", [])), already_complete=True)
+
+    def manifest(self, run: OpenRun) -> dict:
+        if run.resumed and (run.path / "partial").exists():
+            logger.info("resuming the run in %s (cached features and finished epochs are kept)", run.path)
+        self.started["created"] = run.previous.get("created") or self.started["created"]
+        return self.started
+
+    def work(self, run: OpenRun) -> dict:
+        """The ``probe`` and ``probe_baseline`` tables (and ``token_probe`` when token probes were asked for)."""
+        from bertology.experiments.probe import baseline_result, run_probes
+        from bertology.progress import stage_bars
+
+        settings, token = self.both
+        partial = run.path / "partial"
+        with stage_bars(self.progress, lambda s: "training (epochs)" if s == "training" else s,
+                        console=stderr_console()) as on_progress:
             try:
-                result = run_probes(loaded, corpora["train"], corpora.get("dev"), corpora["test"], settings,
-                                    on_progress=on_progress, work_dir=partial)
-                tokens = _token_probes(loaded, corpora, settings, token, on_progress)
+                result = run_probes(self.loaded, self.corpora["train"], self.corpora.get("dev"), self.corpora["test"],
+                                    settings, on_progress=on_progress, work_dir=partial)
+                tokens = _token_probes(self.loaded, self.corpora, settings, token, on_progress)
             except KeyboardInterrupt:
                 logger.warning("interrupted: features and finished epochs are saved in %s; run the same command again "
                                "to continue.", partial)
                 raise
-        baseline = baseline_result(result.params)
-        write_table(path, TABLE, result.table)
-        write_table(path, BASELINE_TABLE, baseline.table)
-        tables = {TABLE: result.table, BASELINE_TABLE: baseline.table}
+        self.params = result.params
+        tables = {TABLE: result.table, BASELINE_TABLE: baseline_result(result.params).table}
         if tokens is not None:
             tables[TOKEN_TABLE] = tokens[0]
-            write_table(path, TOKEN_TABLE, tokens[0])
-            manifest["token_probe"] = tokens[1]
-        figures = _write_figures(result.table, baseline.table, path) if draw else []
-        manifest["warnings"] = [*manifest.get("warnings", []), *result.params["warnings"]]
-        manifest.update(status="complete", finished=now_iso(), wall_time_s=round(time.perf_counter() - t0, 3),
-                        probe=result.params, tables=list(tables), figures=figures)
-        opened.dir.write_manifest(manifest)
-    return ProbeRun(path, tables, manifest, figures)
+            self.started["token_probe"] = tokens[1]
+        return tables
+
+    def finished(self, run: OpenRun, manifest: dict, tables) -> dict:
+        figures = _write_figures(tables[TABLE], tables[BASELINE_TABLE], run.path) if self.draw else []
+        manifest["warnings"] = [*manifest.get("warnings", []), *self.params["warnings"]]
+        return {"probe": self.params, "tables": list(tables), "figures": figures}
+
+    def result(self, run: OpenRun, manifest: dict, tables) -> ProbeRun:
+        return ProbeRun(run.path, dict(tables), manifest, list(manifest["figures"]))
 
 
 def _token_probes(loaded: dict, corpora: dict, settings: ProbeSettings, token: TokenProbeSettings, on_progress):

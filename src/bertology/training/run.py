@@ -13,6 +13,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -23,8 +24,10 @@ from bertology.models.device import resolve_device
 from bertology.models.precision import resolve_dtype
 from bertology.models.loading import resolve_model, weights_fingerprint
 from bertology.metrics.chance import above_chance
-from bertology.results import now_iso, read_table, write_table
-from bertology.runs import manifest_header, open_run
+from bertology.commands.base import Command, OpenRun
+from bertology.commands.compat import finetune_rates, without_added
+from bertology.results import read_table
+from bertology.runs import manifest_header
 from bertology.settings import describe, field_settings
 from bertology.training.common import INTERVALS_TABLE
 from bertology.training.recipes import NO_REFERENCE, few_steps_note, undertraining_warnings
@@ -55,17 +58,14 @@ def run_fingerprint(config: FinetuneConfig, train: Corpus, evaluation: Corpus | 
     d = resolve_run_config(config, train).to_dict()  # the old and the new name of a setting are one run
     d.pop("out", None)
     d.pop("recipe", None)  # a value is one run whether the user or the task's recipe gave it
-    if d.get("head_lr") == d.get("learning_rate"):  # one rate for encoder and head: runs from before head_lr match
-        d.pop("head_lr", None)
+    finetune_rates(d)  # one rate for encoder and head: runs from before head_lr match
     for s in field_settings(FinetuneConfig):  # e.g. save_every: where checkpoints are kept does not change the numbers
         if not s.changes_numbers:
             d.pop(s.name, None)
     if d.get("method") == "full":  # LoRA's settings do not touch a full fine-tune
         for key in ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "lora_merge"):
             d.pop(key, None)
-    for key, default in _NEW_DEFAULTS.items():  # runs from before these settings existed keep their fingerprint
-        if d.get(key) == default:
-            d.pop(key)
+    without_added(KIND, d)  # runs from before these settings existed keep their fingerprint
     source, where = resolve_model(config.model)
     weights = weights_fingerprint(where) if source != "hub" else None
     from bertology.training.tagging import is_tagging_run
@@ -74,18 +74,6 @@ def run_fingerprint(config: FinetuneConfig, train: Corpus, evaluation: Corpus | 
     parts = [d, train.fingerprint(word_tags=tags), evaluation.fingerprint(word_tags=tags) if evaluation is not None else None,
              weights or where]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-#: FinetuneConfig fields added by the fine-tuning lab and their defaults (left out of the fingerprint when default).
-_NEW_DEFAULTS = {
-    "objective": "supervised", "contrastive": "unsupervised", "temperature": 0.05, "pooling": "cls",
-    "positive_label": "entailment", "negative_label": "contradiction", "sts_data": None, "anisotropy_sentences": 500,
-    "anisotropy_pairs": 2000, "drop_layers": (), "freeze_layers": 0, "freeze_embeddings": False,
-    "exclude_words": (), "slice_words": (), "grad_accum": 1, "eval_every": None, "early_stopping": None,
-    "early_stopping_metric": None, "max_grad_norm": 1.0, "dtype": "float32", "tag_column": "upos",
-    "doc_stride": 128, "max_answer_length": 30, "null_threshold": 0.0, "qa_split": "article",
-    "arc_dim": None, "label_dim": None, "method": "full",
-}
 
 
 def settings_record(config: FinetuneConfig) -> dict:
@@ -136,87 +124,111 @@ def finetune_to_dir(
     numbers, to track it. A run resumed from a checkpoint keeps the tracking rows up to that checkpoint; when the
     interrupted part did not track, the tables start at the checkpoint.
     """
-    from bertology.training.finetune import finetune, resolve_run_config
+    from bertology.training.finetune import resolve_run_config
 
     config = resolve_run_config(config, train)  # old names mapped, "auto" decided, the task's recipe filled in
     resolve_dtype(config.dtype, resolve_device(config.device))  # a missing GPU or dtype: an error before the run folder is touched
-    fingerprint = run_fingerprint(config, train, evaluation)
+    command = FinetuneCommand(config, train, evaluation, progress=progress, on_step=on_step, tracker=tracker)
     # another run (allowed by --overwrite) or a retrain: nothing of the old one may remain
-    with open_run(config.out, KIND, fingerprint, overwrite=overwrite, fresh=retrain,
-                  scratch=("checkpoints", "model", "tracking")) as opened:
-        run_dir, old, resume = opened.dir, opened.previous, opened.resumed
-        model_dir = run_dir.path / "model"
-        finished = resume and old.get("metrics") and run_dir.has_table(KIND) and _model_intact(model_dir, old)
-        if finished and not _tracked_as_asked(config, old):
-            logger.info("%s holds this run without the tracking asked for (--track-every): training it again", run_dir.path)
-            finished = resume = False  # the same numbers again, from the start, with the tracker watching
-        if finished:
-            return FinetuneRun(
-                run_dir.path, model_dir, read_table(run_dir.path, KIND), old["metrics"],
-                old.get("result", {}).get("n_train"), 0.0, reused=True, warnings=old.get("warnings", []),
-            )
-        header = manifest_header(KIND, fingerprint, created=old.get("created") if resume else None)
-        started = {**header, "status": "running", "config": config.to_dict(), "settings": settings_record(config),
-                   "seed": config.seed}
-        run_dir.write_manifest(started)
+    return command.run(config.out, overwrite=overwrite, fresh=retrain)
 
-        result = finetune(config, train, evaluation, progress=progress, resume=resume, on_step=on_step, tracker=tracker)
-        write_table(run_dir.path, KIND, result.table)
-        tables = [KIND]
-        if result.predictions is not None:
-            write_table(run_dir.path, "finetune_predictions", result.predictions)
-            tables.append("finetune_predictions")
-        for name, extra in result.extra_tables.items():
-            write_table(run_dir.path, name, extra)
-            tables.append(name)
+
+@dataclass
+class FinetuneCommand(Command[FinetuneRun]):
+    """``finetune`` in the one lifecycle (:class:`~bertology.commands.base.Command`): training is its work; an
+    identical finished run is reused (when its model is intact and it tracked as asked), an interrupted one resumes
+    from its latest checkpoint. ``config`` is resolved (:func:`~bertology.training.finetune.resolve_run_config`)."""
+
+    name: ClassVar[str] = KIND
+    scratch: ClassVar[tuple[str, ...]] = ("checkpoints", "model", "tracking")
+    done_status: ClassVar[str] = "done"
+    config: FinetuneConfig
+    train: Corpus
+    evaluation: Corpus | None = None
+    progress: bool = False
+    on_step: Any = None
+    tracker: Any = None
+    resume: bool = False  # continue from the latest checkpoint (decided by reuse)
+    trained: Any = None  # the training's result (set by work)
+
+    def fingerprint(self) -> str:
+        return run_fingerprint(self.config, self.train, self.evaluation)
+
+    def reuse(self, run: OpenRun) -> FinetuneRun | None:
+        old, model_dir = run.previous, run.path / "model"
+        self.resume = run.resumed
+        finished = self.resume and old.get("metrics") and run.dir.has_table(KIND) and _model_intact(model_dir, old)
+        if finished and not _tracked_as_asked(self.config, old):
+            logger.info("%s holds this run without the tracking asked for (--track-every): training it again", run.path)
+            finished = self.resume = False  # the same numbers again, from the start, with the tracker watching
+        if not finished:
+            return None
+        return FinetuneRun(run.path, model_dir, read_table(run.path, KIND), old["metrics"],
+                           old.get("result", {}).get("n_train"), 0.0, reused=True, warnings=old.get("warnings", []))
+
+    def manifest(self, run: OpenRun) -> dict:
+        header = manifest_header(KIND, run.fingerprint, created=run.created if self.resume else None)
+        return {**header, "status": "running", "config": self.config.to_dict(), "settings": settings_record(self.config),
+                "seed": self.config.seed}
+
+    def work(self, run: OpenRun) -> dict:
+        from bertology.training.finetune import finetune
+
+        self.trained = result = finetune(self.config, self.train, self.evaluation, progress=self.progress,
+                                         resume=self.resume, on_step=self.on_step, tracker=self.tracker)
+        predictions = {} if result.predictions is None else {"finetune_predictions": result.predictions}
+        return {KIND: result.table, **predictions, **result.extra_tables}
+
+    def finished(self, run: OpenRun, manifest: dict, tables) -> dict:
+        config, result = self.config, self.trained
         details = result.describe()
-        warnings = [
-            f"{enc['n_truncated']} of {enc['n_input']} {split} examples were truncated to {enc['max_length']} tokens."
-            for split, enc in details.get("tokenisation", {}).items()
-            if enc.get("n_truncated")
-        ] + [w for corpus in (train, evaluation) if corpus is not None for w in corpus.stats.get("label_warnings", [])]
-        # what is said of the model itself travels with it: compare, ablate, probe and studies of it repeat these
-        main = details.get("main_metric") or {}  # the metric and dataset a reference figure must match
-        chance = chance_warnings(result.predictions)
-        under = undertraining_warnings(result.table, result.metrics, details.get("task"), metric=main.get("metric"),
-                                       dataset=main.get("dataset"))
-        model_warnings = chance + under
-        weak = chance + [w for w in under if not w.startswith(NO_REFERENCE)]
-        if weak and (note := few_steps_note(details)) is not None:  # what a weak run would need to learn
-            model_warnings.append(note)
-        warnings += model_warnings
-        run_dir.write_manifest(
-            {
-                **header,
-                "status": "done",
-                "finished": now_iso(),
-                "config": config.to_dict(),
-                "settings": settings_record(config),
-                "seed": config.seed,
-                "device": _device_info(config.device),
-                "dtype": config.dtype,
-                "precision": "float32" if config.dtype == "float32" else f"mixed: forward under autocast({config.dtype})"
-                + (" with a GradScaler" if config.dtype == "float16" else "") + "; weights, gradients, optimiser and evaluation float32",
-                "attn_implementation": "eager",
-                "models": {
-                    "base": details.pop("base_model", None),
-                    "tuned": {**(details.pop("tuned_model", None) or {}), "path": str(result.model_dir),
-                              "weights_sha256": weights_fingerprint(result.model_dir)},
-                },
-                "data": {"train": train.describe(), "eval": evaluation.describe() if evaluation is not None else None},
-                "result": details,
-                "metrics": result.metrics,
-                "tables": tables,
-                "warnings": warnings,
-                "model_warnings": model_warnings,
-                "wall_time_s": round(result.wall_time_s, 3),
-                "summary": summary_of(result),
-            }
-        )
-        return FinetuneRun(
-            run_dir.path, Path(result.model_dir), result.table, result.metrics, result.n_train,
-            result.wall_time_s, reused=False, warnings=warnings,
-        )
+        warnings, model_warnings = _run_warnings(result, details, self.train, self.evaluation)
+        models = {
+            "base": details.pop("base_model", None),
+            "tuned": {**(details.pop("tuned_model", None) or {}), "path": str(result.model_dir),
+                      "weights_sha256": weights_fingerprint(result.model_dir)},
+        }
+        return {
+            "device": _device_info(config.device),
+            "dtype": config.dtype,
+            "precision": "float32" if config.dtype == "float32" else f"mixed: forward under autocast({config.dtype})"
+            + (" with a GradScaler" if config.dtype == "float16" else "") + "; weights, gradients, optimiser and evaluation float32",
+            "attn_implementation": "eager",
+            "models": models,
+            "data": {"train": self.train.describe(),
+                     "eval": self.evaluation.describe() if self.evaluation is not None else None},
+            "result": details,
+            "metrics": result.metrics,
+            "tables": list(tables),
+            "warnings": warnings,
+            "model_warnings": model_warnings,
+            "wall_time_s": round(result.wall_time_s, 3),
+            "summary": summary_of(result),
+        }
+
+    def result(self, run: OpenRun, manifest: dict, tables) -> FinetuneRun:
+        result = self.trained
+        return FinetuneRun(run.path, Path(result.model_dir), result.table, result.metrics, result.n_train,
+                           result.wall_time_s, reused=False, warnings=manifest["warnings"])
+
+
+def _run_warnings(result, details: dict, train: Corpus, evaluation: Corpus | None) -> tuple[list[str], list[str]]:
+    """The run's warnings (truncation, labels, then what is said of the model) and those said of the model itself,
+    which travel with it: compare, ablate, probe and studies of it repeat these."""
+    warnings = [
+        f"{enc['n_truncated']} of {enc['n_input']} {split} examples were truncated to {enc['max_length']} tokens."
+        for split, enc in details.get("tokenisation", {}).items()
+        if enc.get("n_truncated")
+    ] + [w for corpus in (train, evaluation) if corpus is not None for w in corpus.stats.get("label_warnings", [])]
+    main = details.get("main_metric") or {}  # the metric and dataset a reference figure must match
+    chance = chance_warnings(result.predictions)
+    under = undertraining_warnings(result.table, result.metrics, details.get("task"), metric=main.get("metric"),
+                                   dataset=main.get("dataset"))
+    model_warnings = chance + under
+    weak = chance + [w for w in under if not w.startswith(NO_REFERENCE)]
+    if weak and (note := few_steps_note(details)) is not None:  # what a weak run would need to learn
+        model_warnings.append(note)
+    return warnings + model_warnings, model_warnings
 
 
 def tracking_settings(config: FinetuneConfig) -> dict | None:
