@@ -300,3 +300,40 @@ def test_erasure_from_the_cli_reaches_the_table_manifest_and_report(models, data
     assert 'id="token_probe"' in html and "after LEACE erasure" in html
     assert (out / "figures/token_probe_upos.svg").exists()
     assert "after LEACE erasure at most" in " ".join(result.output.split())
+
+
+def test_erasing_from_the_tuned_models_own_task(tmp_path, data):
+    """--erase upos --erase-task-data: the tuned classifier scored intact and with upos erased from each layer (an
+    ablation table, mode erase, one unit per hidden state), its line printed, its record in the manifest, drawn by
+    the report's ablation section in the erasure's words; a second identical run is reused as it is."""
+    from bertology.testing import moved_classifier_pair
+
+    base, tuned, labels = moved_classifier_pair(tmp_path / "pair")
+    task = tmp_path / "task.tsv"
+    pd.DataFrame({"sentence": SENTENCES * 2, "label": labels}).to_csv(task, sep="\t", index=False)
+    out = tmp_path / "run"
+    args = ["probe", "--base", base, "--tuned", tuned, "--train", data[0], "--test", data[1], "--rank", 8,
+            "--epochs", 2, "--batch-size", 6, "--erase", "upos", "--erase-task-data", task, "--no-probe-mdl",
+            "--probe-max-iter", 50, "--n-bootstrap", 50, "--out", out]
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    t = pd.read_parquet(out / "tables/ablation.parquet")
+    assert set(t["mode"]) == {"erase"}
+    acc = t[t["metric"] == "accuracy"]
+    assert list(acc["label"]) == ["intact", "L0 erased", "L1 erased", "L2 erased"]
+    assert acc.iloc[0]["value"] == pytest.approx(1.0)  # the labels are the tuned model's own predictions
+    assert (acc.iloc[1:]["ci_low"] <= acc.iloc[1:]["delta"]).all() and (acc.iloc[1:]["delta"] <= acc.iloc[1:]["ci_high"]).all()
+    m = json.loads((out / "manifest.json").read_text())
+    rec = m["token_probe"]["task_erasure"]
+    assert rec["concept"] == "upos" and rec["n_examples"] == len(labels)
+    assert m["config"]["token_probe"]["erase_task_data_sha256"]
+    assert "erasing upos from the tuned model: largest accuracy change at" in " ".join(result.output.split())
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert 'id="ablation"' in html and "Erasures" in html
+    again = invoke(*args)
+    assert again.exit_code == 0 and json.loads((out / "manifest.json").read_text())["fingerprint"] == m["fingerprint"]
+
+
+def test_task_erasure_needs_one_erased_task(models, data, tmp_path):
+    result = invoke(*_args(models, data, tmp_path / "x", "--erase", "upos,xpos", "--erase-task-data", "t.tsv"))
+    assert_user_error(result, "exactly one task")

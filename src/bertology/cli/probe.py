@@ -78,6 +78,12 @@ def probe_command(
 
         for line in summary_lines(tokens):
             console.print(escape(line), highlight=False)
+    if (effect := run.tables.get("ablation")) is not None:
+        from bertology.experiments.task_erasure import task_erasure_line
+
+        line = task_erasure_line(effect, run.manifest.get("token_probe", {}).get("task_erasure", {}).get("concept", ""))
+        if line:
+            console.print(escape(line), highlight=False)
     for warning in run.manifest.get("warnings", []):
         console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
     if run.report is not None:

@@ -23,6 +23,9 @@ from bertology.data.corpus import Corpus, source_name
 from bertology.experiments.probe import BASELINE_TABLE, TABLE, ProbeSettings
 from bertology.experiments.token_probe import TABLE as TOKEN_TABLE
 from bertology.experiments.token_probe import TokenProbeSettings
+
+#: The tuned model's task with a property erased from each layer: an ablation table (mode ``erase``).
+ERASE_TABLE = "ablation"
 from bertology.commands.base import Command, OpenRun
 from bertology.commands.compat import dtype_parts, without_added
 from bertology.runs import RunResult, build_manifest, fingerprint, run_folder
@@ -244,7 +247,7 @@ class ProbeCommand(Command[ProbeRun]):
         if not (run.resumed and old.get("status") == "complete" and run.dir.has_table(TABLE)):
             return None
         logger.info("%s already holds this finished run; nothing to do", run.path)
-        tables = {name: read_table(run.path, name) for name in (TABLE, BASELINE_TABLE, TOKEN_TABLE)
+        tables = {name: read_table(run.path, name) for name in (TABLE, BASELINE_TABLE, TOKEN_TABLE, ERASE_TABLE)
                   if run.dir.has_table(name)}
         return ProbeRun(run.path, tables, old, list(old.get("figures", [])), already_complete=True)
 
@@ -266,7 +269,7 @@ class ProbeCommand(Command[ProbeRun]):
             try:
                 result = run_probes(self.loaded, self.corpora["train"], self.corpora.get("dev"), self.corpora["test"],
                                     settings, on_progress=on_progress, work_dir=partial)
-                tokens = _token_probes(self.loaded, self.corpora, settings, token, on_progress)
+                tokens = _token_probes(self.loaded, self.corpora, settings, token, on_progress, partial)
             except KeyboardInterrupt:
                 logger.warning("interrupted: features and finished epochs are saved in %s; run the same command again "
                                "to continue.", partial)
@@ -276,26 +279,41 @@ class ProbeCommand(Command[ProbeRun]):
         if tokens is not None:
             tables[TOKEN_TABLE] = tokens[0]
             self.started["token_probe"] = tokens[1]
+            tables.update(tokens[2])
         return tables
 
     def finished(self, run: OpenRun, manifest: dict, tables) -> dict:
         figures = _write_figures(tables[TABLE], tables[BASELINE_TABLE], run.path) if self.draw else []
-        manifest["warnings"] = [*manifest.get("warnings", []), *self.params["warnings"]]
+        erasure = manifest.get("token_probe", {}).get("erasure", {})
+        manifest["warnings"] = [*manifest.get("warnings", []), *self.params["warnings"], *erasure.get("warnings", [])]
         return {"probe": self.params, "tables": list(tables), "figures": figures}
 
     def result(self, run: OpenRun, manifest: dict, tables) -> ProbeRun:
         return ProbeRun(run.path, dict(tables), manifest, list(manifest["figures"]))
 
 
-def _token_probes(loaded: dict, corpora: dict, settings: ProbeSettings, token: TokenProbeSettings, on_progress):
-    """The ``token_probe`` table and its manifest record, or None when no token probe task was asked for."""
+def _token_probes(loaded: dict, corpora: dict, settings: ProbeSettings, token: TokenProbeSettings, on_progress,
+                  partial: Path):
+    """The ``token_probe`` table, its manifest record and the tables beside it (``ablation``: the tuned model's task
+    with the erased property, when ``--erase-task-data`` is given), or None when no token probe task was asked for."""
     if not token.tasks:
         return None
     from bertology.experiments.token_probe import token_probes
 
-    return token_probes(loaded, corpora["train"], corpora["test"], token, layers=settings.layers, seed=settings.seed,
-                        n_bootstrap=settings.n_bootstrap, batch_size=settings.extract_batch_size,
-                        device=settings.device, max_length=settings.max_length, on_progress=on_progress)
+    erasers: dict = {}
+    table, params = token_probes(loaded, corpora["train"], corpora["test"], token, layers=settings.layers,
+                                 seed=settings.seed, n_bootstrap=settings.n_bootstrap,
+                                 batch_size=settings.extract_batch_size, device=settings.device,
+                                 max_length=settings.max_length, on_progress=on_progress, erasers=erasers)
+    if token.erase_task_data is None:
+        return table, params, {}
+    from bertology.experiments.task_erasure import task_erasure
+
+    effect, params["task_erasure"] = task_erasure(
+        loaded, erasers, token, seed=settings.seed, n_bootstrap=settings.n_bootstrap,
+        batch_size=settings.extract_batch_size, device=settings.device, max_length=settings.max_length,
+        work_dir=partial / "erasure")
+    return table, params, {ERASE_TABLE: effect}
 
 
 def _write_figures(table, baselines, path: Path) -> list[str]:
