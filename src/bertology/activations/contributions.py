@@ -18,12 +18,14 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from bertology.config import ATTENTION_MEASURES
 from bertology.errors import BertologyError
 from bertology.models import sites
 from bertology.models.hooks import block_input, capture, on_layers, remove_hooks
 
-#: Measures this module computes; ``weights`` is today's attention probabilities.
-MEASURES = ("weights", "norm", "rollout", "value_zeroing")
+#: Measures this module computes (``compare --attention-measures`` offers these); ``weights`` is today's attention
+#: probabilities.
+MEASURES = ATTENTION_MEASURES
 #: Measures that give one map per layer (``[B, 1, T, T]``) rather than one per head.
 PER_LAYER = frozenset({"rollout", "value_zeroing"})
 _EPS = 1e-12
