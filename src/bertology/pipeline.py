@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from bertology.activations.extract import run_analyses
+from bertology.analyses import per_measure
 from bertology.analyses.base import Analysis
 from bertology.analyses.catalog import ANALYSES
 from bertology.analyses.registry import AnalysisSpec, BuildContext
@@ -195,7 +196,7 @@ def build_analyses(config: CompareConfig, pair: ModelPair, corpus: Corpus, encod
     config = resolve_conventions(complete_config(config))
     specs = select(config.analyses).analyses if specs is None else specs
     ctx = BuildContext(pair.num_layers, pair.num_heads, pair.tokenizer, corpus, encoded)
-    return [spec.build(config, ctx) for spec in specs]
+    return [per_measure.build(spec, config, ctx) for spec in specs]
 
 
 def annotate_if_needed(

@@ -13,7 +13,8 @@ for a per-layer measure) and query rows that sum to 1 over the real tokens: the 
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -147,21 +148,40 @@ def contribution_maps(model: nn.Module, tensors: dict, measures: Sequence[str],
     """
     measures = check_measures(measures)
     enc = sites.encoder(model)
-    n, heads = sites.num_layers(enc), sites.num_heads(enc)
     inputs = sites.model_inputs(enc, tensors, device)
-    mask = inputs["attention_mask"]
+    with attention_inputs(enc) as xs, capture(enc, hidden_states=False, attentions=True) as cap:
+        enc(**inputs)
+    return maps_from_forward(enc, inputs, cap.attentions, xs, measures)
+
+
+@contextlib.contextmanager
+def attention_inputs(model: nn.Module) -> Iterator[dict[int, torch.Tensor]]:
+    """Keep what each layer's attention module receives (``x`` of ``f(x)``), by layer, during the block.
+
+    Beside :func:`bertology.models.hooks.capture` in one forward pass, it gives :func:`maps_from_forward`
+    everything it needs, so a run's capture computes the measures without a forward of its own.
+    """
     xs: dict[int, torch.Tensor] = {}
 
     def keep_x(layer: int):
         return lambda _m, args, kwargs: xs.__setitem__(layer, block_input(args, kwargs))
 
-    handles = on_layers(enc, sites.attention, {l: keep_x(l) for l in range(1, n + 1)}, pre=True, with_kwargs=True)
+    handles = on_layers(model, sites.attention, {l: keep_x(l) for l in range(1, sites.num_layers(model) + 1)},
+                        pre=True, with_kwargs=True)
     try:
-        with capture(enc, hidden_states=False, attentions=True) as cap:
-            enc(**inputs)
+        yield xs
     finally:
         remove_hooks(handles)
-    probs = [_wide(cap.attentions[l]) for l in range(1, n + 1)]
+
+
+def maps_from_forward(model: nn.Module, inputs: dict, attentions: Sequence[torch.Tensor | None],
+                      xs: dict[int, torch.Tensor], measures: Sequence[str]) -> dict[str, list[torch.Tensor | None]]:
+    """The measures' maps from one forward's attention probabilities (``[None, layer 1..N]``, as captured) and
+    attention inputs (:func:`attention_inputs`); ``inputs`` are that forward's (value zeroing re-runs them)."""
+    enc = sites.encoder(model)
+    n, heads = sites.num_layers(enc), sites.num_heads(enc)
+    mask = inputs["attention_mask"]
+    probs = [_wide(attentions[l]) for l in range(1, n + 1)]
     out: dict[str, list[torch.Tensor | None]] = {}
     if "weights" in measures:
         out["weights"] = [None, *probs]
@@ -172,7 +192,7 @@ def contribution_maps(model: nn.Module, tensors: dict, measures: Sequence[str],
     if "rollout" in measures:
         out["rollout"] = [None, *rollout_maps(probs, mask)]
     if "value_zeroing" in measures:
-        out["value_zeroing"] = [None] + [value_zeroing_layer(enc, inputs, l, cap.attentions[l], xs[l], mask)
+        out["value_zeroing"] = [None] + [value_zeroing_layer(enc, inputs, l, attentions[l], xs[l], mask)
                                          for l in range(1, n + 1)]
     return out
 
