@@ -719,7 +719,10 @@ def _with_user_relations(treebank: Result | None, user: Result) -> Result:
         raise BertologyError(
             f"User relation name(s) {', '.join(sorted(clash))} are also dependency relations in the data; rename them in the JSONL."
         )
-    table = pd.concat([treebank.table, user.table], ignore_index=True)
+    user_table = user.table
+    if "measure" in treebank.table.columns:  # several attention measures: the user relations are scored on weights
+        user_table = user_table.assign(measure="weights")[["measure", *user_table.columns]]
+    table = pd.concat([treebank.table, user_table], ignore_index=True)
     return Result(treebank.name, table, {**treebank.params, "user_relations": user.params})
 
 

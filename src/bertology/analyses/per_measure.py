@@ -24,6 +24,8 @@ from bertology.results import Result
 
 #: The ``head`` of a per-layer measure's rows (its one map stands for the layer, not for a head).
 LAYER_HEAD = -1
+#: The columns that name a head (the head map's distances name two).
+HEAD_COLUMNS = ("head", "head_a", "head_b")
 
 
 def build(spec: AnalysisSpec, config: CompareConfig, ctx: BuildContext) -> Analysis:
@@ -42,8 +44,9 @@ def stack(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     parts = []
     for measure, table in tables.items():
         table = table.copy()
-        if measure in PER_LAYER and "head" in table.columns:
-            table["head"] = LAYER_HEAD
+        if measure in PER_LAYER:
+            for column in (c for c in HEAD_COLUMNS if c in table.columns):
+                table[column] = LAYER_HEAD
         table.insert(0, "measure", measure)
         parts.append(table)
     return pd.concat(parts, ignore_index=True)
