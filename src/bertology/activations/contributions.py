@@ -136,7 +136,9 @@ def value_zeroing_layer(model: nn.Module, inputs: dict, layer: int, probs: torch
     many = {k: val.repeat_interleave(t, dim=0) for k, val in inputs.items()}
     original = _layer_output(model, inputs, layer)                                   # [B, T, hidden]
     zeroed = _layer_output(model, many, layer, zero_values).view(b, t, t, -1)        # [B, j, i, hidden]
-    distance = 1 - torch.nn.functional.cosine_similarity(zeroed, original[:, None], dim=-1)  # [B, j, i]
+    # in float32 at every precision: float16 cannot hold the normalisation's epsilon (a row of zero distances
+    # would be 0/0)
+    distance = 1 - torch.nn.functional.cosine_similarity(_wide(zeroed), _wide(original)[:, None], dim=-1)  # [B, j, i]
     return normalise_rows(distance.transpose(1, 2).clamp_min(0)[:, None], mask)
 
 
