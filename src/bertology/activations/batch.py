@@ -1,6 +1,7 @@
 """What one extraction step hands to every analysis: the padded batch and both models' activations."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +54,24 @@ class PairBatch:
     @property
     def example_indices(self) -> np.ndarray:
         return np.array([it.index for it in self.items], dtype=np.int64)
+
+    def measured(self, measure: str) -> "PairBatch":
+        """This batch as an attention analysis sees it under contribution ``measure``: the same tokens, with
+        ``attentions`` replaced by that measure's maps (``Captured.measures``) in both models; ``weights``
+        is the batch itself. Made once per batch and measure, with caches of its own (the shared layer
+        statistics of one measure's maps are not another's), so the analyses of one measure share them.
+        """
+        if measure == "weights":
+            return self
+        key = ("measured", measure)
+        if key not in self._cache:
+            sides = []
+            for cap in (self.base, self.tuned):
+                if measure not in cap.measures:
+                    raise KeyError(f"the capture holds no {measure!r} maps (its consumers did not ask for them)")
+                sides.append(Captured(cap.hidden_states, cap.measures[measure]))
+            self._cache[key] = dataclasses.replace(self, base=sides[0], tuned=sides[1], _cache={})
+        return self._cache[key]
 
     def captured(self, model: int) -> Captured:
         """Activations of model 0 (base) or 1 (tuned)."""

@@ -13,17 +13,20 @@ for a per-layer measure) and query rows that sum to 1 over the real tokens: the 
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
 
+from bertology.config import ATTENTION_MEASURES
 from bertology.errors import BertologyError
 from bertology.models import sites
 from bertology.models.hooks import block_input, capture, on_layers, remove_hooks
 
-#: Measures this module computes; ``weights`` is today's attention probabilities.
-MEASURES = ("weights", "norm", "rollout", "value_zeroing")
+#: Measures this module computes (``compare --attention-measures`` offers these); ``weights`` is today's attention
+#: probabilities.
+MEASURES = ATTENTION_MEASURES
 #: Measures that give one map per layer (``[B, 1, T, T]``) rather than one per head.
 PER_LAYER = frozenset({"rollout", "value_zeroing"})
 _EPS = 1e-12
@@ -133,7 +136,9 @@ def value_zeroing_layer(model: nn.Module, inputs: dict, layer: int, probs: torch
     many = {k: val.repeat_interleave(t, dim=0) for k, val in inputs.items()}
     original = _layer_output(model, inputs, layer)                                   # [B, T, hidden]
     zeroed = _layer_output(model, many, layer, zero_values).view(b, t, t, -1)        # [B, j, i, hidden]
-    distance = 1 - torch.nn.functional.cosine_similarity(zeroed, original[:, None], dim=-1)  # [B, j, i]
+    # in float32 at every precision: float16 cannot hold the normalisation's epsilon (a row of zero distances
+    # would be 0/0)
+    distance = 1 - torch.nn.functional.cosine_similarity(_wide(zeroed), _wide(original)[:, None], dim=-1)  # [B, j, i]
     return normalise_rows(distance.transpose(1, 2).clamp_min(0)[:, None], mask)
 
 
@@ -145,21 +150,40 @@ def contribution_maps(model: nn.Module, tensors: dict, measures: Sequence[str],
     """
     measures = check_measures(measures)
     enc = sites.encoder(model)
-    n, heads = sites.num_layers(enc), sites.num_heads(enc)
     inputs = sites.model_inputs(enc, tensors, device)
-    mask = inputs["attention_mask"]
+    with attention_inputs(enc) as xs, capture(enc, hidden_states=False, attentions=True) as cap:
+        enc(**inputs)
+    return maps_from_forward(enc, inputs, cap.attentions, xs, measures)
+
+
+@contextlib.contextmanager
+def attention_inputs(model: nn.Module) -> Iterator[dict[int, torch.Tensor]]:
+    """Keep what each layer's attention module receives (``x`` of ``f(x)``), by layer, during the block.
+
+    Beside :func:`bertology.models.hooks.capture` in one forward pass, it gives :func:`maps_from_forward`
+    everything it needs, so a run's capture computes the measures without a forward of its own.
+    """
     xs: dict[int, torch.Tensor] = {}
 
     def keep_x(layer: int):
         return lambda _m, args, kwargs: xs.__setitem__(layer, block_input(args, kwargs))
 
-    handles = on_layers(enc, sites.attention, {l: keep_x(l) for l in range(1, n + 1)}, pre=True, with_kwargs=True)
+    handles = on_layers(model, sites.attention, {l: keep_x(l) for l in range(1, sites.num_layers(model) + 1)},
+                        pre=True, with_kwargs=True)
     try:
-        with capture(enc, hidden_states=False, attentions=True) as cap:
-            enc(**inputs)
+        yield xs
     finally:
         remove_hooks(handles)
-    probs = [_wide(cap.attentions[l]) for l in range(1, n + 1)]
+
+
+def maps_from_forward(model: nn.Module, inputs: dict, attentions: Sequence[torch.Tensor | None],
+                      xs: dict[int, torch.Tensor], measures: Sequence[str]) -> dict[str, list[torch.Tensor | None]]:
+    """The measures' maps from one forward's attention probabilities (``[None, layer 1..N]``, as captured) and
+    attention inputs (:func:`attention_inputs`); ``inputs`` are that forward's (value zeroing re-runs them)."""
+    enc = sites.encoder(model)
+    n, heads = sites.num_layers(enc), sites.num_heads(enc)
+    mask = inputs["attention_mask"]
+    probs = [_wide(attentions[l]) for l in range(1, n + 1)]
     out: dict[str, list[torch.Tensor | None]] = {}
     if "weights" in measures:
         out["weights"] = [None, *probs]
@@ -170,7 +194,7 @@ def contribution_maps(model: nn.Module, tensors: dict, measures: Sequence[str],
     if "rollout" in measures:
         out["rollout"] = [None, *rollout_maps(probs, mask)]
     if "value_zeroing" in measures:
-        out["value_zeroing"] = [None] + [value_zeroing_layer(enc, inputs, l, cap.attentions[l], xs[l], mask)
+        out["value_zeroing"] = [None] + [value_zeroing_layer(enc, inputs, l, attentions[l], xs[l], mask)
                                          for l in range(1, n + 1)]
     return out
 

@@ -5,6 +5,7 @@ bookkeeping; hooks capture only what the attached analyses require and are remov
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -12,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 
 from bertology.activations.batch import PairBatch
+from bertology.activations.contributions import MEASURES, attention_inputs, maps_from_forward
 from bertology.activations.stream import Consumer
 from bertology.blas import one_blas_thread
 from bertology.data.batching import collate, length_batches
@@ -24,16 +26,28 @@ from bertology.models.shared_base import to_device_together
 logger = logging.getLogger(__name__)
 
 
+#: How a consumer asks for a contribution measure's maps in its ``requires``: ``MEASURE_PREFIX + "norm"``.
+MEASURE_PREFIX = "measure:"
+
+
 def capture_forward(model: torch.nn.Module, tensors: dict, want: frozenset[str], device: torch.device) -> Captured:
     """Run one model on a collated batch with hooks capturing ``want`` (hidden states and/or attention maps).
 
     A model run in bfloat16 or float16 (``--dtype``) has its activations widened to float32 here, so
     every analysis does the same arithmetic as in a float32 run; float32 ones are returned as they are.
+    ``want`` may name contribution measures (``"measure:norm"``): their maps come from the same forward
+    pass (value zeroing adds its re-runs) into ``Captured.measures``.
     """
     encoder = sites.encoder(model)
     inputs = sites.model_inputs(encoder, tensors, device)
-    with capture(encoder, hidden_states="hidden_states" in want, attentions="attentions" in want) as cap:
+    measures = tuple(m for m in MEASURES if MEASURE_PREFIX + m in want and m != "weights")
+    attentions = "attentions" in want or bool(measures)
+    with (attention_inputs(encoder) if measures else contextlib.nullcontext({})) as xs, \
+            capture(encoder, hidden_states="hidden_states" in want, attentions=attentions) as cap:
         encoder(**inputs)
+    if measures:
+        cap.measures = maps_from_forward(encoder, inputs, cap.attentions, xs, measures)
+        xs.clear()
     cap.hidden_states = [widen(h) for h in cap.hidden_states]
     cap.attentions = [widen(a) for a in cap.attentions]
     return cap

@@ -26,7 +26,7 @@ from bertology.conventions import setting as convention
 from bertology.config import CompareConfig
 from bertology.extremes import picks_text
 from bertology.metrics.attention import map_cosine
-from bertology.results import Result
+from bertology.results import Result, weights_rows
 
 
 class AttentionChange(Analysis):
@@ -124,7 +124,7 @@ def layer_summary(table: pd.DataFrame) -> pd.DataFrame:
 
 def summary(tables: Mapping[str, pd.DataFrame]) -> str:
     """The heads whose maps changed most (lowest cosine, highest JS divergence) and the mean cosine per layer."""
-    t = tables["attention_change"]
+    t = weights_rows(tables["attention_change"])
     by_cos = t.sort_values(["cosine", "layer", "head"])
     by_js = t.sort_values(["js_divergence", "cosine"], ascending=[False, True])
     per_layer = layer_summary(t)
@@ -146,4 +146,5 @@ SETTINGS = (
             paper="Kovaleva et al. 2019"),
 )
 
-SPEC = AnalysisSpec("attention_change", _build, ("attention_change",), summary=summary, settings=SETTINGS)
+SPEC = AnalysisSpec("attention_change", _build, ("attention_change",), summary=summary, settings=SETTINGS,
+                    per_measure=True)

@@ -51,7 +51,7 @@ from bertology.metrics.patterns import (
     pattern_sums,
     stacked_pattern_sums,
 )
-from bertology.results import Result
+from bertology.results import Result, weights_rows
 
 _BLOCK = FEATURES.index("block")
 MODELS = ("base", "tuned")
@@ -270,7 +270,7 @@ def pattern_shift(table: pd.DataFrame) -> pd.DataFrame:
 
 def summary(tables: Mapping[str, pd.DataFrame]) -> str:
     """The share of maps of each pattern, base -> tuned."""
-    share = tables["attention_patterns"].groupby(["model", "pattern"])["fraction"].mean()
+    share = weights_rows(tables["attention_patterns"]).groupby(["model", "pattern"])["fraction"].mean()
     return "attention patterns, share of maps base->tuned: " + " ".join(
         f"{p} {share.get(('base', p), float('nan')):.2f}->{share.get(('tuned', p), float('nan')):.2f}"
         for p in ("vertical", "diagonal", "vertical+diagonal", "block", "heterogeneous"))
@@ -290,4 +290,5 @@ SETTINGS = (
             kind=str, paper="Kovaleva et al. 2019"),
 )
 
-SPEC = AnalysisSpec("attention_patterns", _build, ("attention_patterns",), summary=summary, settings=SETTINGS)
+SPEC = AnalysisSpec("attention_patterns", _build, ("attention_patterns",), summary=summary, settings=SETTINGS,
+                    per_measure=True)

@@ -70,7 +70,7 @@ from bertology.data.align import annotated_word_ids
 from bertology.data.corpus import Corpus, Example
 from bertology.errors import BertologyError
 from bertology.metrics.attention import smoothed_entropy_sums
-from bertology.results import Result
+from bertology.results import Result, weights_rows
 
 DEFAULT_NEGATION = (
     "not", "no", "never", "n't", "nor", "neither", "nobody", "nothing", "none", "nowhere", "without", "cannot",
@@ -516,7 +516,7 @@ class AttentionTargets(Analysis):
 
 def summary(tables: Mapping[str, pd.DataFrame]) -> str:
     """Last-layer attention to [CLS], [SEP] and punctuation, base -> tuned."""
-    t = tables["attention_targets"]
+    t = weights_rows(tables["attention_targets"])
     last = t[(t["layer"] == t["layer"].max()) & t["target"].isin(["cls", "sep", "punct"])]
     means = last.groupby(["model", "target"])["value"].mean()
     return "last-layer attention to [CLS] / [SEP] / punctuation, base vs tuned: " + " ".join(
@@ -536,4 +536,4 @@ SETTINGS = (
 )
 
 SPEC = AnalysisSpec("attention_targets", _build, ("attention_targets",), needs=frozenset({"pos_tags"}), summary=summary,
-                    settings=SETTINGS)
+                    settings=SETTINGS, per_measure=True)

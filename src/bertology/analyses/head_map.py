@@ -65,7 +65,7 @@ from bertology.metrics.head_distance import (
     square,
     stress1,
 )
-from bertology.results import Result
+from bertology.results import Result, weights_rows
 
 MODELS = ("base", "tuned")
 Distance = Literal["js_distance", "js_divergence", "clark2019"]
@@ -492,7 +492,7 @@ def most_moved(table: pd.DataFrame, top: int | None = 10) -> pd.DataFrame:
 
 def summary(tables: Mapping[str, pd.DataFrame]) -> str:
     """The heads that moved most on the map."""
-    ranked = most_moved(tables["head_map"], top=None)
+    ranked = most_moved(weights_rows(tables["head_map"]), top=None)
     return "head map: heads that moved most (JS distance) " + picks_text(ranked["label"].tolist(),
                                                                           ranked["moved"].tolist(), 3, lowest=False)
 
@@ -508,4 +508,5 @@ SETTINGS = (
     convention("head_map_distance", paper="Clark et al. 2019"),
 )
 
-SPEC = AnalysisSpec("head_map", _build, ("head_map", "head_distance"), summary=summary, settings=SETTINGS)
+SPEC = AnalysisSpec("head_map", _build, ("head_map", "head_distance"), summary=summary, settings=SETTINGS,
+                    per_measure=True)

@@ -49,7 +49,8 @@ class AnalysisSpec:
     the command line's flags, the manifest, the fingerprint and the report are generated from them.
     Its reach (:mod:`bertology.reach`): ``seed_noise`` (how a study judges its table against seed noise),
     ``many_view`` (how a many-model run's index page shows it), ``track`` (tracking may record it while a model
-    trains).
+    trains). ``per_measure``: it reads attention maps and is built once per ``--attention-measures`` measure
+    (:mod:`bertology.analyses.per_measure`).
     """
 
     name: str
@@ -61,6 +62,7 @@ class AnalysisSpec:
     seed_noise: SeedNoise | None = None
     many_view: ManyView | None = None
     track: Track | None = None
+    per_measure: bool = False
 
     def __post_init__(self) -> None:
         if not self.tables or self.tables[0] != self.name:

@@ -61,7 +61,7 @@ from bertology.config import CompareConfig
 from bertology.data.align import Pooling, annotated_word_ids, word_attention
 from bertology.data.corpus import Corpus
 from bertology.metrics.word_argmax import WordPairs, clark_float16_columns, word_argmax_hits
-from bertology.results import Result
+from bertology.results import Result, weights_rows
 
 MODELS = ("base", "tuned")
 DIRECTIONS = ("dep->head", "head->dep")
@@ -489,11 +489,11 @@ def best_heads(table: pd.DataFrame, by_direction: bool = True) -> pd.DataFrame:
 
 def summary(tables: Mapping[str, pd.DataFrame]) -> str | None:
     """The best head over all relations per model, beside the best fixed-offset baseline."""
-    best = best_heads(tables["relation_heads"], by_direction=False)
+    t = weights_rows(tables["relation_heads"])
+    best = best_heads(t, by_direction=False)
     overall = best[best["relation"] == "all"].set_index("model")
     if not len(overall):
         return None
-    t = tables["relation_heads"]
     parts = []
     for m, r in overall.iterrows():  # each model's best head in the decimals that tell it from its runner-up
         heads = (t[(t["relation"] == "all") & (t["model"] == m)].groupby(["layer", "head"])["accuracy"].max()
@@ -517,4 +517,4 @@ SETTINGS = (
 )
 
 SPEC = AnalysisSpec("relation_heads", _build, ("relation_heads",), needs=frozenset({"trees"}), summary=summary,
-                    settings=SETTINGS)
+                    settings=SETTINGS, per_measure=True)

@@ -26,7 +26,7 @@ import pandas as pd
 from bertology.experiments.interventions import REVERT
 from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec
 from bertology.metrics.rank_link import spearman_interval
-from bertology.results import Result
+from bertology.results import Result, weights_rows
 from bertology.tasks.catalog import higher_is_better, task_of_table
 
 TABLE = "changed_vs_needed"
@@ -78,7 +78,7 @@ def change_units(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     if "weight_change" in tables:
         parts.append(weight_change_units(tables["weight_change"]))
     if "attention_change" in tables:
-        parts.append(attention_change_units(tables["attention_change"]))
+        parts.append(attention_change_units(weights_rows(tables["attention_change"])))  # the probabilities' change
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=[*UNIT_KEYS, "change_measure", "change"])
 
 

@@ -24,10 +24,13 @@ class Captured:
 
     ``hidden_states[l]`` for l = 0..N (``[batch, seq, hidden]``); ``attentions[l]`` for l = 1..N
     (``[batch, heads, seq, seq]``); index 0 of ``attentions`` is unused (None) so indices match layers.
+    ``measures``: contribution maps by measure, laid out as ``attentions`` (``[batch, 1, seq, seq]`` for a
+    per-layer measure), when the capture was asked for them (bertology.activations.contributions).
     """
 
     hidden_states: list[torch.Tensor | None] = field(default_factory=list)
     attentions: list[torch.Tensor | None] = field(default_factory=list)
+    measures: dict[str, list[torch.Tensor | None]] = field(default_factory=dict)
 
 
 def _first(output):

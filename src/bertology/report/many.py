@@ -13,7 +13,7 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from bertology.reach import declared
-from bertology.results import atomic_write_text
+from bertology.results import atomic_write_text, weights_rows
 
 
 def _attention_change(t: pd.DataFrame) -> pd.DataFrame:
@@ -45,7 +45,7 @@ def side_by_side(tables: Mapping[str, pd.DataFrame]) -> list[dict]:
     for name, (caption, view) in views().items():
         if name not in tables or tables[name].empty:
             continue
-        wide = view(tables[name])
+        wide = view(weights_rows(tables[name]))  # several --attention-measures: the side-by-side is of the weights
         rows = [[str(idx), *(f"{v:.4f}" if pd.notna(v) else "" for v in row)] for idx, row in zip(wide.index, wide.to_numpy())]
         out.append({"table": name, "caption": caption, "index": wide.index.name, "columns": [str(c) for c in wide.columns],
                     "rows": rows})

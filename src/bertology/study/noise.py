@@ -65,6 +65,7 @@ from scipy.stats import false_discovery_control, mannwhitneyu
 
 from bertology.errors import BertologyError
 from bertology.reach import declared
+from bertology.results import weights_rows
 
 logger = logging.getLogger(__name__)
 
@@ -381,7 +382,8 @@ def seed_changes(base_tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
             continue
         _need(df, name, ("task", "seed"))
         _check_keys(df, name, ["task", "seed"])
-        frames.append(_finish(spec.extract(df, ["task", "seed"]), name, ["task", "seed"]))
+        # several --attention-measures: the weights rows are judged (each measure against seed noise: not yet)
+        frames.append(_finish(spec.extract(weights_rows(df), ["task", "seed"]), name, ["task", "seed"]))
     if not frames:
         return pd.DataFrame(columns=["task", "seed", *_CHANGE_COLS])
     return pd.concat(frames, ignore_index=True)
@@ -403,7 +405,8 @@ def seed_distances(
                 continue
             _need(df, f"seedpair_{name}", ("task", "seed_a", "seed_b"))
             _check_keys(df, f"seedpair_{name}", ["task", "seed_a", "seed_b"])
-            d = _finish(spec.extract(df, ["task", "seed_a", "seed_b"]), name, ["task", "seed_a", "seed_b"])
+            pairs = ["task", "seed_a", "seed_b"]
+            d = _finish(spec.extract(weights_rows(df), pairs), name, pairs)
             d = d[d["seed_a"] != d["seed_b"]].copy()
             # (a, b) and (b, a) are one pair of seeds: count it once (the mean when both were computed)
             lo, hi = d[["seed_a", "seed_b"]].min(axis=1), d[["seed_a", "seed_b"]].max(axis=1)

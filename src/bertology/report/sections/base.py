@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 from markupsafe import Markup
 
-from bertology.results import atomic_write_text
+from bertology.results import atomic_write_text, weights_rows
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +69,10 @@ class SectionInput:
     listing: list[dict]
 
     def table(self, name: str) -> pd.DataFrame | None:
-        """The validated table ``name``, or None when the run lacks it."""
-        return self.tables.get(name)
+        """The validated table ``name``, or None when the run lacks it; an attention analysis's table of a run with
+        several ``--attention-measures`` as under ``weights`` (:func:`bertology.results.weights_rows`)."""
+        table = self.tables.get(name)
+        return None if table is None else weights_rows(table)
 
 
 @dataclass(frozen=True)
