@@ -55,6 +55,15 @@ class CompareKeywords(TypedDict, total=False):
     probe_random_control: bool
     probe_max_sentences: int | None
     probe_punctuation: Literal['upos', 'hewitt2019'] | None
+    probe_tasks: tuple[str, ...] | str | None
+    probe_control: bool
+    probe_mdl: bool
+    probe_classifier: Literal['linear', 'mlp']
+    probe_regularization: float | int
+    probe_mlp_hidden: int
+    probe_max_iter: int
+    probe_max_train_words: int | None
+    probe_erase: tuple[str, ...] | str | None
     ablation_mode: tuple[Literal['uniform', 'zero', 'mean', 'revert', 'transplant'], ...] | str
     ablation_examples: int
     ablation_exclude_special: bool
@@ -272,6 +281,15 @@ KEYWORDS = {
         ('probe_random_control', 'bool', True),
         ('probe_max_sentences', 'int | None', None),
         ('probe_punctuation', "Literal['upos', 'hewitt2019'] | None", None),
+        ('probe_tasks', 'tuple[str, ...] | str | None', None),
+        ('probe_control', 'bool', True),
+        ('probe_mdl', 'bool', True),
+        ('probe_classifier', "Literal['linear', 'mlp']", 'linear'),
+        ('probe_regularization', 'float | int', 1.0),
+        ('probe_mlp_hidden', 'int', 256),
+        ('probe_max_iter', 'int', 200),
+        ('probe_max_train_words', 'int | None', 0),
+        ('probe_erase', 'tuple[str, ...] | str | None', None),
         ('ablation_mode', "tuple[Literal['uniform', 'zero', 'mean', 'revert', 'transplant'], ...] | str", ('uniform',)),
         ('ablation_examples', 'int', 500),
         ('ablation_exclude_special', 'bool', False),

@@ -161,8 +161,10 @@ def complete_config(config: CompareConfig) -> CompareConfig:
     declared, _ = declared_settings()
     own = [s.name for group in (CompareConfig, DataConfig) for s in field_settings(group)]  # taken by make_config
     values = complete_settings(declared, config.settings, where="compare", also=own)
-    return dataclasses.replace(config, settings=values,
-                               not_fingerprinted=frozenset(n for n, s in declared.items() if not s.changes_numbers))
+    # settings added after runs were made stay out of the fingerprint at their default: those runs still resume
+    left_out = frozenset(n for n, s in declared.items()
+                         if not s.changes_numbers or (s.added and values.get(n) == s.default))
+    return dataclasses.replace(config, settings=values, not_fingerprinted=left_out)
 
 
 def make_config(data: str | DataConfig = "", **values) -> CompareConfig:

@@ -41,7 +41,8 @@ class Setting:
     reported as this setting's); a str setting's ``parse`` checks its text (or a mapping given in Python, as a
     label map may be) and returns the canonical text, and must give that text back unchanged; ``changes_numbers``: in the fingerprint (False: where or how results
     are shown, never what they are); ``paper``: the publication the setting or its default follows;
-    ``flag``: the command-line spelling when it is not ``--`` + the name with dashes.
+    ``flag``: the command-line spelling when it is not ``--`` + the name with dashes; ``added``: declared after run
+    folders were written without it, so at its default it stays out of the fingerprint (those folders still resume).
     """
 
     name: str
@@ -60,6 +61,7 @@ class Setting:
     paper: str | None = None
     flag: str | None = None
     metavar: str | None = None
+    added: bool = False
 
     def __post_init__(self) -> None:
         if self.kind is None:

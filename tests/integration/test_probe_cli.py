@@ -337,3 +337,40 @@ def test_erasing_from_the_tuned_models_own_task(tmp_path, data):
 def test_task_erasure_needs_one_erased_task(models, data, tmp_path):
     result = invoke(*_args(models, data, tmp_path / "x", "--erase", "upos,xpos", "--erase-task-data", "t.tsv"))
     assert_user_error(result, "exactly one task")
+
+
+def test_compare_runs_token_probes_and_old_runs_keep_their_fingerprint(models, data, tmp_path):
+    """--probe-task inside compare: the token_probe table beside the structural probes, its lines in the summary,
+    seed-noise changes per task and layer; a compare without it has the fingerprint it had before the setting."""
+    from bertology.config import CompareConfig, DataConfig
+    from bertology.experiments.probe import token_probe_changes
+    from bertology.pipeline import compare, complete_config
+
+    base, tuned = models
+    train, test = data
+    sentences = tmp_path / "s.txt"
+    sentences.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    common = dict(base=str(base), tuned=str(tuned), data=DataConfig(path=str(sentences)), analyses=("probe",),
+                  view_examples=0, probe_train=str(train), probe_test=str(test), probe_rank=8, probe_epochs=2)
+    plain = complete_config(CompareConfig(out=str(tmp_path / "a"), **common))
+    explicit = complete_config(CompareConfig(out=str(tmp_path / "b"), **common, settings={"probe_tasks": None,
+                                                                                       "probe_control": True}))
+    assert plain.fingerprint() == explicit.fingerprint()  # the added settings at their defaults stay out of it
+    d = {k: v for k, v in plain.to_dict().items() if k not in plain.not_fingerprinted}
+    assert not any(k.startswith("probe_tasks") for k in d)
+    asked = CompareConfig(out=str(tmp_path / "run"), **common, settings={"probe_tasks": "upos", "probe_mdl": False,
+                                                                          "probe_max_iter": 50})
+    assert complete_config(asked).fingerprint() != plain.fingerprint()
+    run = compare(asked)
+    t = run.table("token_probe")
+    assert set(t["model"]) == {"base", "tuned", "random"} and set(t["probe_task"]) == {"upos"} and len(t) == 9
+    from bertology.experiments.probe import summary
+
+    tables = {name: run.table(name) for name in ("probe", "probe_baseline", "token_probe")}
+    assert "token probe upos, base: best accuracy" in summary(tables)
+    assert 'id="token_probe"' in run.report.read_text(encoding="utf-8")
+    changes = token_probe_changes(t.assign(task="a", seed=0), ["task", "seed"])
+    sel = changes[changes["metric"] == "upos selectivity"].sort_values("layer")
+    assert list(sel["unit"]) == ["L0", "L1", "L2"]
+    by_hand = t.pivot(index="layer", columns="model", values="selectivity")
+    np.testing.assert_allclose(sel["change"], (by_hand["tuned"] - by_hand["base"]).to_numpy())

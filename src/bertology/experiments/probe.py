@@ -39,12 +39,13 @@ several roots) are dropped and counted in ``params["data"]``.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+
 
 import pandas as pd
 import torch
@@ -99,11 +100,10 @@ from bertology.experiments.probe_trees import (  # noqa: F401  (re-exported: the
 )
 from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec, jsonable
 from bertology.conventions import setting as convention
-from bertology.settings import Setting
+from bertology.settings import Setting, field_settings
 from bertology.progress import stage_bars
-
-if TYPE_CHECKING:
-    from bertology.results import Result
+from bertology.reach import SeedNoise
+from bertology.results import Result
 
 logger = logging.getLogger(__name__)
 
@@ -338,10 +338,22 @@ def _run(ctx: ExperimentContext) -> ExperimentOutcome:
     data = {split: {k: v for k, v in d.items() if k in ("n_sentences", "n_words")}
             for split, d in (res.params.get("data") or {}).items()}
     baseline = baseline_result(res.params)
-    return ExperimentOutcome({res.name: res, baseline.name: baseline},
-                             jsonable({"settings": settings.to_dict(), "data": data,
-                                       **{k: v for k, v in res.params.items() if k in keep}}),
-                             warnings=list(res.params["warnings"]))
+    results = {res.name: res, baseline.name: baseline}
+    record = {"settings": settings.to_dict(), "data": data, **{k: v for k, v in res.params.items() if k in keep}}
+    token = token_settings_from(config)
+    warnings = list(res.params["warnings"])
+    if token.tasks:  # a second feature pass (the token probes' own), shared by every token task, control and erasure
+        from bertology.experiments.token_probe import TABLE as TOKEN_TABLE
+        from bertology.experiments.token_probe import token_probes
+
+        with stage_bars(ctx.progress, lambda s: f"token probe {s}") as on_progress:
+            table, params = token_probes(models, train, test, token, layers=settings.layers, seed=config.seed,
+                                         n_bootstrap=settings.n_bootstrap, batch_size=config.batch_size,
+                                         device=config.device, max_length=settings.max_length, on_progress=on_progress)
+        results[TOKEN_TABLE] = Result(TOKEN_TABLE, table, params)
+        record["token_probe"] = params
+        warnings += params.get("erasure", {}).get("warnings", [])
+    return ExperimentOutcome(results, jsonable(record), warnings=warnings)
 
 
 def summary(tables: Mapping[str, pd.DataFrame]) -> str | None:
@@ -358,7 +370,11 @@ def summary(tables: Mapping[str, pd.DataFrame]) -> str | None:
             lines.append(f"structural probe, {model}: best UUAS {best.uuas:.3f}{ci} (layer {int(best.layer)}), "
                          f"best DSpr {dist['dspr'].max():.3f} (layer {int(dist.loc[dist['dspr'].idxmax(), 'layer'])})")
     chain = chain_line(tables.get(BASELINE_TABLE))
-    return "\n".join(lines + ([chain] if chain else [])) or None
+    from bertology.experiments.token_probe import TABLE as TOKEN_TABLE
+    from bertology.experiments.token_probe import summary_lines
+
+    tokens = summary_lines(tables[TOKEN_TABLE]) if TOKEN_TABLE in tables else []
+    return "\n".join(lines + ([chain] if chain else []) + tokens) or None
 
 
 def chain_line(baselines: pd.DataFrame | None, split: str = "test") -> str | None:
@@ -388,5 +404,64 @@ SETTINGS = (
     convention("probe_punctuation", paper="Hewitt & Manning 2019"),
 )
 
-SPEC = ExperimentSpec("probe", "the structural probes", lambda config: (TABLE, BASELINE_TABLE), settings_from, skip_reason, _run,
-                      summary=summary, settings=SETTINGS)
+def _token_settings() -> tuple[Setting, ...]:
+    """The token probes' declared settings under compare's names (``probe_tasks``, ``probe_control``, ...; the flags
+    ``bertology probe`` has, ``--probe-erase`` for its ``--erase``); added after compare runs existed, so at their
+    defaults they stay out of the fingerprint. The erasure of the model's own task is ``probe``'s alone."""
+    from bertology.experiments.token_probe import TokenProbeSettings
+
+    out = []
+    for s in field_settings(TokenProbeSettings):
+        if s.name.startswith("erase_"):
+            continue
+        name = "probe_tasks" if s.name == "tasks" else f"probe_{s.name}"
+        flag = "--probe-erase" if s.name == "erase" else s.cli_flag
+        out.append(dataclasses.replace(s, name=name, flag=flag, added=True))
+    return tuple(out)
+
+
+TOKEN_SETTINGS = _token_settings()
+
+
+def token_settings_from(config: CompareConfig):
+    """The token probes' settings inside ``compare`` (no task: none run)."""
+    from bertology.experiments.token_probe import TokenProbeSettings
+
+    values = {s.name: getattr(config, s.name) for s in TOKEN_SETTINGS}
+    return TokenProbeSettings(**{("tasks" if k == "probe_tasks" else k[len("probe_"):]): v for k, v in values.items()})
+
+
+def _tables(config: CompareConfig) -> tuple[str, ...]:
+    """The structural probes' tables, and ``token_probe`` when a token probe task is asked for."""
+    from bertology.experiments.token_probe import TABLE as TOKEN_TABLE
+
+    return (TABLE, BASELINE_TABLE, *((TOKEN_TABLE,) if config.probe_tasks else ()))
+
+
+def token_probe_changes(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Seed noise of the token probes: per task and layer, tuned - base of selectivity, accuracy and (when run)
+    MDL compression; one unit per layer, the metric named with its task (``upos selectivity``)."""
+    rows = []
+    for metric in ("selectivity", "accuracy", "compression"):
+        if metric not in df or df[metric].isna().all():
+            continue
+        wide = df.pivot_table(index=[*keys, "probe_task", "layer"], columns="model", values=metric,
+                              aggfunc="mean").reset_index()
+        if not {"base", "tuned"} <= set(wide.columns):
+            continue
+        wide["metric"] = wide["probe_task"] + " " + metric
+        wide["change"] = wide["tuned"] - wide["base"]
+        rows.append(wide[[*keys, "metric", "layer", "base", "tuned", "change"]])
+    if not rows:
+        return pd.DataFrame()
+    out = pd.concat(rows, ignore_index=True).dropna(subset=["change"])
+    out["level"], out["head"] = "layer", pd.NA
+    out["layer"] = out["layer"].astype("Int64")
+    out["head"] = out["head"].astype("Int64")
+    out["unit"] = "L" + out["layer"].astype(str)
+    return out
+
+
+SPEC = ExperimentSpec("probe", "the structural probes", _tables, settings_from, skip_reason, _run,
+                      summary=summary, settings=SETTINGS + TOKEN_SETTINGS,
+                      seed_noise=SeedNoise(False, token_probe_changes, table="token_probe"))
