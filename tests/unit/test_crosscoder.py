@@ -222,3 +222,62 @@ def test_same_seed_same_tables_other_seed_other_tables(identical):
     c, _ = run_crosscoder(pair, encoded, SMALL, seed=4)
     assert not np.allclose(a["crosscoder_latents"]["base_norm"], c["crosscoder_latents"]["base_norm"])
     assert set(a["crosscoder_latents"]["layer"]) == {1, 2}  # a middle layer and the last of two
+
+
+# ------------------------------------------------------------------------------------------------ planted feature
+
+PLANTED = ("cat", "dog", "book", "house", "movie", "film", "man", "girl", "boy", "woman", "actor", "story", "plot",
+           "day", "night", "mat")
+TINY = CrosscoderSettings(latents=32, k=4, tokens=4000, steps=600, batch=128, buffer=8192, layers=(2,))
+
+
+@pytest.fixture(scope="module")
+def planted_feature(tmp_path_factory):
+    """The tiny base, and a copy in which one direction (norm 0.4, about four times an embedding row's) is added to
+    the input embeddings of the PLANTED words; 400 random sentences of the tiny vocabulary."""
+    from transformers import BertModel
+
+    from bertology.testing import TINY_WORDS, save_tiny_bert, tiny_tokenizer, tiny_vocab
+
+    root = tmp_path_factory.mktemp("planted-feature")
+    base = save_tiny_bert(root / "base", seed=0)
+    tuned = BertModel.from_pretrained(base, attn_implementation="eager")
+    direction = torch.randn(tuned.config.hidden_size, generator=torch.Generator().manual_seed(5))
+    vocab = tiny_vocab()
+    with torch.no_grad():
+        tuned.embeddings.word_embeddings.weight[[vocab[w] for w in PLANTED]] += 0.4 * direction / direction.norm()
+    tuned.save_pretrained(root / "tuned")
+    tiny_tokenizer().save_pretrained(root / "tuned")
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(list(TINY_WORDS), size=rng.integers(5, 12))) for _ in range(400)]
+    return base, root / "tuned", Corpus.from_list(texts)
+
+
+def _run(base, tuned, corpus, seed=0):
+    pair = ModelPair.load(str(base), str(tuned))
+    return run_crosscoder(pair, encode_corpus(corpus, pair.tokenizer, 64), TINY, seed=seed)
+
+
+def test_the_planted_feature_is_a_confirmed_tuned_only_latent_on_the_planted_words(planted_feature):
+    tables, _ = _run(*planted_feature)
+    latents, examples = tables["crosscoder_latents"], tables["crosscoder_examples"]
+    confirmed = latents[latents["tuned_only_verified"].fillna(False)]
+    assert len(confirmed) >= 1
+    for latent in confirmed["latent"]:
+        tokens = examples[examples["latent"] == latent]["token"].tolist()
+        assert len(tokens) == TINY.examples and sum(t in PLANTED for t in tokens) >= 0.75 * len(tokens), tokens
+    shared = latents[latents["kind"] == "shared"]
+    assert confirmed["relative_norm"].min() > shared["relative_norm"].max()
+
+
+def test_a_model_against_itself_has_nothing_tuned_only(planted_feature):
+    base, _, corpus = planted_feature
+    tables, section = _run(base, base, corpus)
+    latents = tables["crosscoder_latents"]
+    live = latents[~latents["dead"]]
+    assert (live["kind"] == "shared").all() and not latents["tuned_only_verified"].fillna(False).any()
+    assert live["relative_norm"].between(0.45, 0.55).all()
+    fit = tables["crosscoder"].iloc[0]
+    assert fit.fve_base == pytest.approx(fit.fve_tuned, abs=1e-3) and fit.fve_base > 0.5
+    # the corpus holds fewer tokens than the budget: all read (the manifest section has JSON keys)
+    assert section["fit"]["2"]["n_tokens"] == section["training"]["n_tokens_sampled"] < TINY.tokens

@@ -62,15 +62,15 @@ class CrosscoderSettings:
     """Every choice that changes the crosscoder's numbers (the manifest section records it)."""
 
     layers: tuple[int, ...] | None = None
-    latents: int = 1024
+    latents: int = 512
     k: int = 16
     tokens: int = 20_000
-    steps: int = 600
+    steps: int = 400
     lr: float = 1e-3
     batch: int = 256
     buffer: int = 32_768
     examples: int = 8
-    only_threshold: float = 0.9
+    only_threshold: float = 0.6
     nu_max: float = 0.5
 
     def to_dict(self) -> dict:
@@ -281,18 +281,18 @@ def _layers(text: str) -> tuple[int, ...] | None:
 SETTINGS = (
     Setting("crosscoder_layers", None, "Comma list of layers for the crosscoder (0 = embeddings); default a middle "
             "one and the last.", kind=tuple, parse=_layers, metavar="LAYERS", paper=LINDSEY),
-    Setting("crosscoder_latents", 1024, "Crosscoder dictionary size (latents per layer).", minimum=2, paper=LINDSEY),
+    Setting("crosscoder_latents", 512, "Crosscoder dictionary size (latents per layer).", minimum=2, paper=LINDSEY),
     Setting("crosscoder_k", 16, "BatchTopK: latents kept per token on average (k * batch per batch).", minimum=1,
             paper=BUSSMANN),
     Setting("crosscoder_tokens", 20_000, "Token budget: the crosscoder reads a seeded sample of sentences holding "
             "this many content tokens.", minimum=1),
-    Setting("crosscoder_steps", 600, "Crosscoder training steps (one batch each).", minimum=1),
+    Setting("crosscoder_steps", 400, "Crosscoder training steps (one batch each).", minimum=1),
     Setting("crosscoder_lr", 1e-3, "Crosscoder learning rate (Adam; linear decay over the last fifth).", above=0.0),
     Setting("crosscoder_batch", 256, "Tokens per crosscoder training step.", minimum=2),
     Setting("crosscoder_buffer", 32_768, "Tokens held in the shuffled activation buffer (at least twice the batch).",
             minimum=4),
     Setting("crosscoder_examples", 8, "Top contexts listed per non-shared latent.", minimum=0),
-    Setting("crosscoder_only_threshold", 0.9, "A latent is tuned-only when its relative decoder norm is at least "
+    Setting("crosscoder_only_threshold", 0.6, "A latent is tuned-only when its relative decoder norm is at least "
             "this, base-only when at most 1 minus it.", above=0.5, maximum=1.0, paper=LINDSEY),
     Setting("crosscoder_nu_max", 0.5, "Latent Scaling: a tuned-only latent is confirmed only when both ratios "
             "nu_error and nu_reconstruction (base / tuned) are below this.", above=0.0, paper=MINDER),
