@@ -61,3 +61,10 @@ def test_the_command_line_takes_its_flags(identical_pair, tmp_path):
     assert "crosscoder: L2:" in " ".join(result.output.split())
     assert set(pd.read_parquet(out / "tables/crosscoder_latents.parquet")["layer"]) == {2}
     assert json.loads((out / "manifest.json").read_text())["config"]["crosscoder_layers"] == [2]
+
+
+def test_a_bad_layer_list_is_refused_in_one_line(identical_pair, tmp_path):
+    base, tuned = identical_pair
+    result = invoke("compare", "--base", base, "--tuned", tuned, "--data", tmp_path / "none.txt", "--analyses",
+                    "crosscoder", "--crosscoder-layers", "two", "--out", tmp_path / "x", "--no-report")
+    assert result.exit_code != 0 and "--crosscoder-layers" in result.output and "Traceback" not in result.output

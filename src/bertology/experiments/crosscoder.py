@@ -275,7 +275,12 @@ def summary(tables: Mapping[str, pd.DataFrame]) -> str | None:
 
 
 def _layers(text: str) -> tuple[int, ...] | None:
-    return parse_layer_list(text, "layer numbers (0 = embeddings)")
+    """``"3,6"`` -> ``(3, 6)``; empty or ``all`` -> None (the default: a middle layer and the last)."""
+    try:
+        return parse_layer_list(text, "layer numbers (0 = embeddings)")
+    except BertologyError:
+        raise BertologyError(f"--crosscoder-layers takes a comma list of layer numbers (0 = embeddings), "
+                             f"not {text!r}.") from None
 
 
 SETTINGS = (
