@@ -9,5 +9,6 @@ EXPERIMENTS: Catalog[ExperimentSpec] = Catalog("experiment", {
     "weight_change": "bertology.experiments.weight_change",
     "probe": "bertology.experiments.probe",
     "ablation": "bertology.experiments.ablation",
+    "crosscoder": "bertology.experiments.crosscoder",  # runs only when named (it trains a dictionary)
     "changed_vs_needed": "bertology.experiments.changed_vs_needed",  # derived: reads the tables above
 })
