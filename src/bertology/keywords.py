@@ -72,6 +72,17 @@ class CompareKeywords(TypedDict, total=False):
     ablation_units_per_forward: int | None
     ablation_metric: Literal['auto', 'accuracy', 'macro_f1', 'mcc', 'f1', 'pearson', 'spearman', 'exact_match', 'uas', 'las', 'uas_argmax', 'las_argmax', 'entity_f1', 'entity_precision', 'entity_recall']
     label_map: str | None
+    crosscoder_layers: tuple[str, ...] | str | None
+    crosscoder_latents: int
+    crosscoder_k: int
+    crosscoder_tokens: int
+    crosscoder_steps: int
+    crosscoder_lr: float | int
+    crosscoder_batch: int
+    crosscoder_buffer: int
+    crosscoder_examples: int
+    crosscoder_only_threshold: float | int
+    crosscoder_nu_max: float | int
 
 
 class FinetuneKeywords(TypedDict, total=False):
@@ -298,6 +309,17 @@ KEYWORDS = {
         ('ablation_units_per_forward', 'int | None', None),
         ('ablation_metric', "Literal['auto', 'accuracy', 'macro_f1', 'mcc', 'f1', 'pearson', 'spearman', 'exact_match', 'uas', 'las', 'uas_argmax', 'las_argmax', 'entity_f1', 'entity_precision', 'entity_recall']", 'auto'),
         ('label_map', 'str | None', None),
+        ('crosscoder_layers', 'tuple[str, ...] | str | None', None),
+        ('crosscoder_latents', 'int', 512),
+        ('crosscoder_k', 'int', 16),
+        ('crosscoder_tokens', 'int', 20000),
+        ('crosscoder_steps', 'int', 400),
+        ('crosscoder_lr', 'float | int', 0.001),
+        ('crosscoder_batch', 'int', 256),
+        ('crosscoder_buffer', 'int', 32768),
+        ('crosscoder_examples', 'int', 8),
+        ('crosscoder_only_threshold', 'float | int', 0.6),
+        ('crosscoder_nu_max', 'float | int', 0.5),
     ),
     'finetune': (
         ('text_column', 'str | None', None),
