@@ -68,3 +68,24 @@ def test_a_bad_layer_list_is_refused_in_one_line(identical_pair, tmp_path):
     result = invoke("compare", "--base", base, "--tuned", tuned, "--data", tmp_path / "none.txt", "--analyses",
                     "crosscoder", "--crosscoder-layers", "two", "--out", tmp_path / "x", "--no-report")
     assert result.exit_code != 0 and "--crosscoder-layers" in result.output and "Traceback" not in result.output
+
+
+def test_the_report_section(identical_pair, tmp_path):
+    """The run's report has the crosscoder section with its histogram; the latent table lists confirmed tuned-only
+    latents first with their top tokens and best context, shared and dead ones left out."""
+    from bertology.report.sections.crosscoder import latent_rows
+
+    run = compare(_config(identical_pair, tmp_path / "run", analyses=("crosscoder",), **SMALL),
+                  corpus=Corpus.from_list(SENTENCES))
+    html = run.report.read_text(encoding="utf-8")
+    assert 'id="crosscoder"' in html and (tmp_path / "run/figures/crosscoder_relative_norm.svg").exists()
+    latents = pd.DataFrame({"layer": [3] * 4, "latent": [0, 1, 2, 3], "relative_norm": [0.9, 0.7, 0.5, 0.8],
+                            "kind": ["tuned_only", "tuned_only", "shared", "tuned_only"],
+                            "frequency": [0.01, 0.2, 0.5, 0.3], "dead": [False, False, False, True],
+                            "tuned_only_verified": pd.array([True, False, pd.NA, False], dtype="boolean")})
+    examples = pd.DataFrame({"layer": [3, 3, 3], "latent": [0, 0, 1], "rank": [0, 1, 0], "token": ["film", "film", "a"],
+                             "context": ["the [[film]] was", "a [[film]] .", "[[a]] cat"]})
+    rows = latent_rows(latents, examples)
+    assert [r[1] for r in rows] == [0, 1]  # confirmed first; the shared and the dead latent left out
+    assert rows[0][3] == "confirmed" and rows[0][6] == "film" and rows[0][7] == "the [[film]] was"
+    assert rows[1][3] == "not confirmed"

@@ -33,6 +33,7 @@ _MODULES = (
     "revert",
     "transplant",
     "changed_vs_needed",
+    "crosscoder",
     "attention_viewer",
     "tracking",
     "finetune",
