@@ -297,7 +297,7 @@ def test_erasure_from_the_cli_reaches_the_table_manifest_and_report(models, data
     assert m["token_probe"]["erasure"]["method"].startswith("LEACE")
     assert isinstance(m["token_probe"]["erasure"]["warnings"], list)
     html = (out / "report.html").read_text(encoding="utf-8")
-    assert 'id="token_probe"' in html and "after LEACE erasure" in html
+    assert 'id="token-probe"' in html and "after LEACE erasure" in html
     assert (out / "figures/token_probe_upos.svg").exists()
     assert "after LEACE erasure at most" in " ".join(result.output.split())
 
@@ -368,7 +368,7 @@ def test_compare_runs_token_probes_and_old_runs_keep_their_fingerprint(models, d
 
     tables = {name: run.table(name) for name in ("probe", "probe_baseline", "token_probe")}
     assert "token probe upos, base: best accuracy" in summary(tables)
-    assert 'id="token_probe"' in run.report.read_text(encoding="utf-8")
+    assert 'id="token-probe"' in run.report.read_text(encoding="utf-8")
     changes = token_probe_changes(t.assign(task="a", seed=0), ["task", "seed"])
     sel = changes[changes["metric"] == "upos selectivity"].sort_values("layer")
     assert list(sel["unit"]) == ["L0", "L1", "L2"]

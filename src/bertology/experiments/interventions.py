@@ -63,6 +63,8 @@ class Words:
     needed_how: str = "disabled ({mode})"  # "... when disabled (uniform)"
     helps: str = "removal"  # "units whose removal improves the task"
     how: str = "{mode}"  # how one head is changed, in the captions (``{special}``: the [CLS]/[SEP] note)
+    lede: str = ""  # the report section's opening paragraph (``{metrics}``), when its section's own does not fit
+    layer_caption: str = ""  # the layer bars' caption (``{what}``: the metric), likewise
 
 
 REMOVE = Words()
@@ -298,9 +300,17 @@ class Transplant(Intervention):
         return summary(tables, note)
 
 
-ERASE_WORDS = Words("erase", "erasure", "Erasures", "Erased", "erased", "erased ({mode})",
-                   "layer's property is erased", "Layer whose erasure the task feels most", "erased (LEACE)",
-                   "erasure", "the property LEACE-erased from that hidden state")
+ERASE_WORDS = Words(
+    "erase", "erasure", "Erasures", "Erased", "erased", "erased ({mode})", "layer's property is erased",
+    "Layer whose erasure the task feels most", "erased (LEACE)", "erasure",
+    "the property LEACE-erased from that hidden state",
+    lede=("What the tuned model's own task loses when a word property the probes read (its part of speech, say) is "
+          "erased from one layer with LEACE (Belrose et al. 2023; the question of Elazar et al. 2021): the eraser, "
+          "fitted on the tuned model's word vectors of the probe's training words, is applied to every position of "
+          "that hidden state, one layer at a time. The change in {metrics} is measured on the same examples, with 95% "
+          "intervals from a paired bootstrap; a drop says the task uses what the probe reads there. The token probes' "
+          "erased accuracy, on the majority rate, is the check that the property is gone."),
+    layer_caption="Change in {what} when the property is LEACE-erased from one layer (0: the embeddings' output)")
 
 
 @dataclass(frozen=True)
@@ -332,7 +342,8 @@ class Erase(Intervention):
         forward."""
         if unit.target == "intact":
             return sites.num_layers(model) + 1
-        return unit.layer if unit.layer >= 1 and sites.hidden_output(model, unit.layer) is sites.block(model, unit.layer) else 0
+        own = unit.layer >= 1 and sites.hidden_output(model, unit.layer) is sites.block(model, unit.layer)
+        return unit.layer if own else 0
 
     def fingerprint(self) -> dict[str, Any]:
         import hashlib

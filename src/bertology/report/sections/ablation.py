@@ -121,7 +121,7 @@ def _figures(t: pd.DataFrame, imp: pd.DataFrame | None, curve: pd.DataFrame | No
                 f"Per-head ablation change in {what}",
             ))
     if (t["target"] == "layer").any():
-        caption = LAYER_CAPTIONS.get(_section_of(mode), LAYER_CAPTIONS["ablation"])
+        caption = words_of(mode).layer_caption or LAYER_CAPTIONS.get(_section_of(mode), LAYER_CAPTIONS["ablation"])
         figures.append(figs.make(
             f"{prefix}_layers_{main}", lambda: layer_ablation_bars(t, main, names=LAYER_UNIT_WORDS),
             caption.format(what=words[main]) + "; bars show the 95% bootstrap interval.",
@@ -232,7 +232,7 @@ def ablation_section(tables: Mapping[str, pd.DataFrame], figs: Figures, derived:
                     "note": f"units whose {said.helps} improves the task beyond "
                             "the 95% interval"})
     metrics = ", ".join(words[m] for m in dict.fromkeys([main, *also, loss]))
-    lede = LEDES.get(section, LEDE).format(metrics=metrics)
+    lede = (said.lede or LEDES.get(section, LEDE)).format(metrics=metrics)
     return {"figures": [f for f in figures if f], "table": table, "facts": facts, "degenerate": degenerate,
             "lede": lede,
             "table_title": f"{noun} that matter most"}

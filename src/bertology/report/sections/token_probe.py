@@ -61,7 +61,7 @@ def build(inp: SectionInput) -> dict | None:
 
 
 SECTION = Section(
-    id="token_probe",
+    id="token-probe",
     title="Token probes",
     tables={"token_probe": ("model", "layer", "probe_task", "accuracy", "majority_rate", "n_words", "n_sentences")},
     build=build,
