@@ -79,6 +79,7 @@ def test_the_report_section(identical_pair, tmp_path):
                   corpus=Corpus.from_list(SENTENCES))
     html = run.report.read_text(encoding="utf-8")
     assert 'id="crosscoder"' in html and (tmp_path / "run/figures/crosscoder_relative_norm.svg").exists()
+    assert "variance explained" in html  # the fit table reached the section
     latents = pd.DataFrame({"layer": [3] * 4, "latent": [0, 1, 2, 3], "relative_norm": [0.9, 0.7, 0.5, 0.8],
                             "kind": ["tuned_only", "tuned_only", "shared", "tuned_only"],
                             "frequency": [0.01, 0.2, 0.5, 0.3], "dead": [False, False, False, True],

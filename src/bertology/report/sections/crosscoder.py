@@ -68,7 +68,9 @@ def crosscoder_section(inp: SectionInput) -> dict | None:
 SECTION = Section(
     id="crosscoder",
     title="Crosscoder: what fine-tuning added",
-    tables={"crosscoder_latents": ("layer", "latent", "relative_norm", "kind", "frequency", "dead")},
+    tables={"crosscoder_latents": ("layer", "latent", "relative_norm", "kind", "frequency", "dead"),
+            "crosscoder": ("layer", "fve_base", "fve_tuned", "dead_share"),
+            "crosscoder_examples": ("layer", "latent", "rank", "token")},
     build=crosscoder_section,
     template="sections/crosscoder.html.j2",
 )
