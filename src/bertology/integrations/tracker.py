@@ -162,6 +162,10 @@ class Tracker:
         self.config = make_config("probe", tuned="training", analyses=self.settings.analyses, seed=self.settings.seed,
                                   batch_size=self.settings.batch_size, max_length=self.settings.max_length,
                                   **self.analysis_settings)
+        if tuple(self.config.attention_measures) != ("weights",):  # refused, not silently read as weights
+            raise BertologyError(
+                f"attention_measures={','.join(self.config.attention_measures)}: tracking reads the attention weights "
+                "only for now; compare a saved checkpoint with `bertology compare --attention-measures ...`.")
         sizes = dict(max_length=self.settings.max_length, batch_size=self.settings.batch_size)
         probe = ProbeSet.build(self.corpus, tokenizer, **sizes)
         probe_analyses = self._build(model, probe)
