@@ -290,7 +290,7 @@ class FinetuneConfig:
         "float32", "float32, or mixed precision: the training forward under autocast in bfloat16 or float16 (with a "
         "loss scaler); weights stay float32.", choices=DTYPES)
     trust_remote_code: bool = setting_field(False, TRUST_REMOTE_CODE_HELP)
-    # --- the fine-tuning lab (issue 6) ---
+    # --- the fine-tuning lab ---
     # the old name "classification" of the supervised objective is read as "supervised" (OBJECTIVE_ALIASES)
     objective: Literal["supervised", "contrastive"] = setting_field(
         "supervised", "supervised (a head for --task; the old name 'classification' means the same), or contrastive "
@@ -372,7 +372,7 @@ class FinetuneConfig:
         "article", "QA without --eval-data: hold out whole articles (article) or questions (question).",
         choices=("article", "question"))
 
-    # parameter-efficient fine-tuning (issue 34): LoRA adapters on the encoder (peft), the task head trained fully
+    # parameter-efficient fine-tuning: LoRA adapters on the encoder (peft), the task head trained fully
     method: Literal["full", "lora"] = setting_field(
         "full", "full (every weight trained) or lora (low-rank adapters on the encoder's attention, peft; the head "
         "trained fully; saves an adapter folder).", choices=("full", "lora"), paper="Hu et al. 2021")
@@ -388,7 +388,7 @@ class FinetuneConfig:
         False, "LoRA: also save the adapter merged into its base as a full model (model-merged/; in the fingerprint, so "
         "asking for it does not reuse a finished run without one).")
 
-    # tracking while training (issue 34): the analyses of BertologyCallback, run by this loop (tracking/ folder)
+    # tracking while training: the analyses of BertologyCallback, run by this loop (tracking/ folder)
     track_every: int | None = track_field(
         "every_n_steps", help="Track the model against its base every N optimiser steps, and at step 0 and each "
         "evaluation (CKA/RSA per layer, attention change, gradient norms; a track run folder in tracking/; 0 = off). "

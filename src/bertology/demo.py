@@ -139,7 +139,7 @@ def demo_compare_config(plan: DemoPlan, data_path: Path, out: Path, model_dir: P
         out=str(out),
         seed=seed,
         # what the tuned model needs (heads disabled), which of its changes the task needs (units put back to the
-        # base's weights) and how much of the gain each carries (tuned units put into the base): issue 33
+        # base's weights) and how much of the gain each carries (tuned units put into the base)
         ablation_mode=DEMO_ABLATION_MODES,
         ablation_examples=min(plan.ablation_examples, compare_examples),
         ablation_importance=plan.importance,

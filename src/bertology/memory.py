@@ -1,4 +1,4 @@
-"""Peak memory of a run, for its manifest: the accelerator's and the host's (issue 35, item 2).
+"""Peak memory of a run, for its manifest: the accelerator's and the host's.
 
 A user sizing a GPU for BERT-large or a study of many fine-tunes needs to know what a run held at its
 peak, and a claim that memory is bounded in corpus size needs a number per run to check it against.

@@ -419,7 +419,7 @@ def peft_merged_model(base: str | Path, adapter: str | Path, *, num_labels: int 
 
 
 # --------------------------------------------------------------------------------------------------
-# Device paths on the CPU (issue 35): the batches an analysis sees, moved elsewhere, with host copies refused
+# Device paths on the CPU: the batches an analysis sees, moved elsewhere, with host copies refused
 # --------------------------------------------------------------------------------------------------
 
 

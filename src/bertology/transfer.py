@@ -1,4 +1,4 @@
-"""Host-to-device copies that do not make the host wait for the device (issue 35).
+"""Host-to-device copies that do not make the host wait for the device.
 
 The streaming analyses choose tokens, positions and pairs on the host (from the items) and send small index and
 mask arrays to the maps' device several times per batch. :func:`send` is the one way they do it. It sits below

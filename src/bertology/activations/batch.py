@@ -43,7 +43,7 @@ class PairBatch:
         """``input_ids``, ``mask`` and ``content`` as NumPy ``[B, T]`` arrays built from the items (padding ids 0).
 
         The same values as the tensors (:func:`bertology.data.batching.token_arrays`, which ``collate`` uses), on
-        the host whatever device the tensors are on: lookups by token id run here without a copy back (issue 35).
+        the host whatever device the tensors are on: lookups by token id run here without a copy back.
         Computed once per batch for the analyses that share it.
         """
         key = ("host_tokens",)

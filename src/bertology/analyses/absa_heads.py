@@ -99,7 +99,7 @@ class AbsaHeads(Analysis):
     name = "absa_heads"
     requires = frozenset({"attentions"})
     #: Where the [SEP] shares are summed: None (default) where the maps are (``--device cuda``: on the GPU, and kept
-    #: there until read, issue 35), else NumPy on the CPU; True or False forces one (the same numbers to rounding,
+    #: there until read), else NumPy on the CPU; True or False forces one (the same numbers to rounding,
     #: tested).
     sum_on_device: ClassVar[bool | None] = None
     #: The [SEP] share sums ``[model, condition, L, H]`` of the examples summed on a device, kept there: folded into

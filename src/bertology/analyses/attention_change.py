@@ -32,7 +32,7 @@ from bertology.results import Result, weights_rows
 class AttentionChange(Analysis):
     """Per-head cosine similarity and JS divergence between base and tuned attention maps.
 
-    The three ``[layers, heads]`` float64 sums live where the maps are (issue 35): they are added to on the
+    The three ``[layers, heads]`` float64 sums live where the maps are: they are added to on the
     maps' device each batch and cross to the host once, in ``compute``. The per-batch terms are the shared
     layer statistics' float64 (``dots``, ``js``), so the sums are float64 on every device but MPS (no
     float64 there: float32 sums, ~1e-7 relative per addition).

@@ -88,7 +88,7 @@ class AttentionPatterns(Analysis):
     """Per head and model: the mix of Kovaleva's pattern classes over examples, and mean features.
 
     The class counts (int64) and feature sums (float64; float32 on MPS, which has no float64) live where the maps
-    are (issue 35): each batch adds to them on the maps' device and they cross to the host once, in ``compute``.
+    are: each batch adds to them on the maps' device and they cross to the host once, in ``compute``.
     The vertical keys and which examples are pairs come from the host-side items, so nothing is copied back per
     batch (the CNN classifier, when used, may copy its own inputs).
 

@@ -189,7 +189,7 @@ def kovaleva_target_words(ex: Example) -> tuple[frozenset[str], ...] | None:
 class AttentionTargets(Analysis):
     """Per head: how much attention goes to [CLS], [SEP], punctuation, neighbours and word categories.
 
-    The sums (float64; float32 on MPS, which has no float64) and counts (int64) live where the maps are (issue 35):
+    The sums (float64; float32 on MPS, which has no float64) and counts (int64) live where the maps are:
     each batch adds to them on the maps' device and they cross to the host once, in ``compute``. The key masks
     are built on the host from the items (:meth:`PairBatch.host_tokens`) and sent to the device, so nothing is
     copied back per batch.

@@ -1,4 +1,4 @@
-"""Streaming state kept where the maps are (issue 35): accumulators on the maps' device, one host copy at the end.
+"""Streaming state kept where the maps are: accumulators on the maps' device, one host copy at the end.
 
 An analysis adds each batch's terms to tensors on the batch's device, so a GPU run copies nothing back per batch
 (each copy is a device sync). The helpers here make such tensors, move them between devices (a shard merged into

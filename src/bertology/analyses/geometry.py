@@ -53,7 +53,7 @@ occurrences are held: 13,000 with the defaults, i.e. <= 140 MB for MiniLM, <= 52
 (typically far less: most word forms occur once). The baseline keeps ``n_pairs`` tokens in float32
 (19 MB for MiniLM); intra-sentence similarity keeps sums.
 
-Device (issue 35): with the hidden states on a GPU (:attr:`Geometry.on_device`), the per-batch state stays there:
+Device: with the hidden states on a GPU (:attr:`Geometry.on_device`), the per-batch state stays there:
 the baseline's float32 rows, the words' float16 occurrences and the float64 intra-sentence sums are tensors on
 that device, gathered and pooled there; every choice (keys, positions, word forms) is made on the host from the
 examples' own arrays, so no batch tensor is read back. ``compute`` measures there too
@@ -221,7 +221,7 @@ class Geometry(Analysis):
     name = "geometry"
     words_name = "geometry_words"
     requires = frozenset({"hidden_states"})
-    #: Where the per-batch state lives (issue 35), and so where ``compute`` measures it. None: with the hidden states,
+    #: Where the per-batch state lives, and so where ``compute`` measures it. None: with the hidden states,
     #: unless they are on the CPU, where the NumPy path (views of the tensors, no copy; NumPy fits) is kept; True
     #: forces the device path (tests, benchmarks).
     on_device: bool | None = None
@@ -449,7 +449,7 @@ class Geometry(Analysis):
         return int(pos[np.argmin(pk)])
 
     def _update_on_device(self, batch: PairBatch) -> None:
-        """:meth:`_update` with the hidden states left where they are (issue 35): nothing per batch crosses to the host.
+        """:meth:`_update` with the hidden states left where they are: nothing per batch crosses to the host.
 
         Which tokens count comes from the examples (``special``, their lengths), as ``collate`` builds
         ``batch.mask`` / ``batch.content`` from them, so the choices (keys, positions, words) are made on the host
@@ -591,7 +591,7 @@ class Geometry(Analysis):
         return found[0].device if found and found[0].device.type != "mps" else None
 
     def _compute_on_device(self, device: torch.device) -> dict[str, object]:
-        """:meth:`_compute_baseline`, :meth:`_compute_word_stats` and the intra sums where the state is (issue 35).
+        """:meth:`_compute_baseline`, :meth:`_compute_word_stats` and the intra sums where the state is.
 
         The same formulas in torch (:mod:`bertology.metrics.geometry_torch`), one model's ``[L + 1, k, D]`` float64
         stack at a time for the baseline (80 MB at BERT-base) and the words batched by occurrence count, 64 at a
@@ -661,7 +661,7 @@ class Geometry(Analysis):
         # numbers moved by <= 1.2e-14).
         # BLAS on one thread, as pca_views' fits: LAPACK's tridiagonal reduction of the 2 (L + 1) Grams (768 x 768
         # at BERT-base) synchronises its threads per column, and two threads on a shared 2-core machine took
-        # 2.8-7.7 s against 1.5-2.3 s with one (docs/results/benchmarks.md, issue 18). Values change by rounding only.
+        # 2.8-7.7 s against 1.5-2.3 s with one (docs/results/benchmarks.md). Values change by rounding only.
         base_vectors = host(self.base_vectors)  # the device path's sample comes to the host once
         with one_blas_thread():
             for m in range(2):

@@ -213,7 +213,7 @@ def _orient(x: np.ndarray, layers: np.ndarray | None) -> np.ndarray:
 class HeadMap(Analysis):
     """JS distances between all heads of both models on a hashed example sample, and their MDS map.
 
-    Where the sums live (issue 35): on the CPU as NumPy arrays (the fused Numba kernel of
+    Where the sums live: on the CPU as NumPy arrays (the fused Numba kernel of
     :func:`pairwise_js_sums` makes them there); with the maps on a GPU as float64 tensors on that device, so no
     example's ``K (K - 1) / 2`` sums are copied back per batch, only the total once in ``compute``. The sample
     (keys, indices, token counts) is chosen on the host from the items either way.

@@ -22,7 +22,7 @@ The sample (without ``examples``) is the ``n_examples`` examples with the smalle
 ``(seed, example index)``, exact under batching and ``merge``; memory is those examples' tokens only
 (``T x 2 x layers x hidden`` float32 each).
 
-Device (issue 35): with the hidden states on a GPU (:attr:`PCAViews.on_device`), the kept examples' token vectors
+Device: with the hidden states on a GPU (:attr:`PCAViews.on_device`), the kept examples' token vectors
 stay there as float32 tensors, gathered on the device at positions chosen on the host from the examples' own
 arrays (``special``, their lengths), so no batch tensor is read back; ``compute`` centres them in float64 there,
 takes the two leading eigenpairs with torch (:func:`leading_pca_torch`: the same sides, rank rule and ``svd_flip``
@@ -125,7 +125,7 @@ class _Example:
     tokens: list[str]
     categories: list[str]
     positions: np.ndarray  # int64 [n]
-    vectors: np.ndarray | torch.Tensor  # float32 [n, 2, n_layers, hidden]; a tensor on the maps' device (issue 35)
+    vectors: np.ndarray | torch.Tensor  # float32 [n, 2, n_layers, hidden]; a tensor on the maps' device
 
 
 class PCAViews(Analysis):
@@ -133,7 +133,7 @@ class PCAViews(Analysis):
 
     name = "pca_views"
     requires = frozenset({"hidden_states"})
-    #: Where the kept token vectors live (issue 35). None: with the hidden states, unless they are on the CPU, where
+    #: Where the kept token vectors live. None: with the hidden states, unless they are on the CPU, where
     #: the NumPy path is kept (faster there); True forces the device path (tests, benchmarks), False the host one.
     on_device: bool | None = None
 
@@ -318,7 +318,7 @@ class PCAViews(Analysis):
         # BLAS on one thread: the products and eighs are small (a few hundred rows), LAPACK's tridiagonal reduction
         # synchronises its threads once per column, and on a shared 2-core machine BERT-base's 13 layers took
         # 1.6 s to 57 s with two threads (the busier the cores elsewhere, the longer), 1.0 s with one
-        # (docs/results/benchmarks.md, "Issue 18: fixed-size compute, this round"). Same fits to rounding.
+        # (docs/results/benchmarks.md). Same fits to rounding.
         with one_blas_thread():
             for layer in self.layers:
                 xs = [self.token_matrix(m, layer) for m in range(2)]
@@ -331,7 +331,7 @@ class PCAViews(Analysis):
         return out
 
     def _fits_on_device(self, ex: list[_Example], device: torch.device) -> dict[tuple[int, str], tuple[np.ndarray, np.ndarray]]:
-        """:meth:`_fits` where the tensors are (issue 35): one layer's ``[2, n, D]`` at a time in float64, both models'
+        """:meth:`_fits` where the tensors are: one layer's ``[2, n, D]`` at a time in float64, both models'
         per-layer fits as one batched :func:`leading_pca_torch`; the coordinates and ratios of every fit cross to the
         host together at the end, the only host copy."""
         vectors = torch.cat([torch.as_tensor(e.vectors).to(device) for e in ex])  # [n, 2, n_layers, D] float32

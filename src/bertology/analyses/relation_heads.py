@@ -79,7 +79,7 @@ class ArgmaxHeads(Analysis):
 
     #: The two directions a relation is scored in, first axis after the model of ``correct``.
     directions: ClassVar[tuple[str, str]] = DIRECTIONS
-    #: Hit counts ``[R, model, direction, L, H]`` (int64) of the batches counted on a device, kept there (issue 35):
+    #: Hit counts ``[R, model, direction, L, H]`` (int64) of the batches counted on a device, kept there:
     #: folded into the host counts when :attr:`correct` is read (``compute``, ``merge``), one copy per run.
     _device_correct: torch.Tensor | None = None
 

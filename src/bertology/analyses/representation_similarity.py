@@ -67,7 +67,7 @@ def _cat_rows(parts: list[torch.Tensor], order: np.ndarray, host: bool) -> torch
 class RepresentationSimilarity(Analysis):
     """RSA and CKA between every base layer and every tuned layer on one shared token sample.
 
-    The sampled vectors live where the hidden states are (issue 35): torch tensors on the captured tensors'
+    The sampled vectors live where the hidden states are: torch tensors on the captured tensors'
     device, so on a GPU nothing is read back from the device per batch (no copy, no index list to size). Which tokens
     are candidates and which are kept is decided on the host: their keys (:func:`token_keys`), example indices and
     positions come from the items (:meth:`PairBatch.host_tokens`), and only the gather positions go to the

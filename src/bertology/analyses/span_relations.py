@@ -81,7 +81,7 @@ class SpanRelationHeads(ArgmaxHeads):
     """Per head and user relation: how often the argmax of span attention lands in a target span.
 
     Word attention is pooled and argmaxed where the maps are. Where the hits are counted: on the CPU the argmaxes
-    index the host's target mask (NumPy, as before); with the maps elsewhere (issue 35) the hits are counted on
+    index the host's target mask (NumPy, as before); with the maps elsewhere the hits are counted on
     their device and cross to the host once, when :attr:`correct` is read. The same integers either way (tested).
     """
 

@@ -34,7 +34,7 @@ def token_arrays(
 
     The content mask is the real tokens that are not special ([CLS], [SEP]...). What :func:`collate` sends to the
     models, built on the host from the items: analyses whose batch tensors sit on a GPU read these instead of
-    copying the tensors back (issue 35).
+    copying the tensors back.
     """
     ids = padded_rows([it.input_ids for it in items], width, pad_id, np.int64)
     mask = np.arange(width) < np.array([len(it) for it in items], dtype=np.int64)[:, None]

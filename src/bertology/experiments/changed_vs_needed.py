@@ -1,4 +1,4 @@
-"""Changed vs needed: does the task need the units fine-tuning changed most? (issue 33, item 4)
+"""Changed vs needed: does the task need the units fine-tuning changed most?
 
 A table derived from other tables of the same run, no model call: per head and per layer, Spearman's rho
 between how much a unit changed and how much the task loses when that unit alone is reverted to the base.

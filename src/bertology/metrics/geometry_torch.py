@@ -1,4 +1,4 @@
-"""Ethayarajh's geometry metrics in torch, where the vectors are (issue 35): the device path of
+"""Ethayarajh's geometry metrics in torch, where the vectors are: the device path of
 :mod:`bertology.metrics.geometry`.
 
 The NumPy functions stay the CPU path; these do the same arithmetic in float64 torch operations on the tensors'

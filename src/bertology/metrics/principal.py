@@ -6,8 +6,8 @@ forms the smaller of ``Xc Xc'`` and ``Xc' Xc`` and tridiagonalises all of it, ``
 ``s <= l``; Lanczos (``scipy.sparse.linalg.eigsh``, ARPACK) only multiplies by ``Xc`` and ``Xc'``, ``O(s l)`` per
 step. Measured on captured BERT-base clouds (460-920 tokens x 768, one BLAS thread): PCA views' 39 fits
 0.87 -> 0.35 s, the MEV baseline's 26 stacks 0.43 -> 0.19 s; on synthetic ones of that shape 0.19x and 0.24x
-(``benchmarks/principal_axes.py``; ``docs/results/benchmarks.md``, issue 18). :func:`top_eigenpairs_torch` is the
-same solve in torch for tensors on a GPU (issue 35), a full ``eigh`` there.
+(``benchmarks/principal_axes.py``; ``docs/results/benchmarks.md``). :func:`top_eigenpairs_torch` is the
+same solve in torch for tensors on a GPU, a full ``eigh`` there.
 
 Accuracy: ARPACK runs to ``tol=0``, i.e. a residual ``|A v - lambda v|`` of about machine epsilon times
 ``lambda``, as a dense solver's: eigenvalues to ``~eps sigma_1^2``, an axis to ``~eps sigma_1^2 / gap``. So the
@@ -88,7 +88,7 @@ def top_eigenpairs(xc: np.ndarray, k: int, vectors: bool = True) -> tuple[np.nda
 
 
 def top_eigenpairs_torch(xc: torch.Tensor, k: int, vectors: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:func:`top_eigenpairs` in torch on ``xc``'s device (issue 35: PCA where the maps are), batched over leading axes.
+    """:func:`top_eigenpairs` in torch on ``xc``'s device (PCA where the maps are), batched over leading axes.
 
     ``xc`` ``[..., n, dim]`` float64; returns the ``k`` largest eigenvalues of ``Xc' Xc`` ``[..., k]`` (descending,
     clipped at 0) and, with ``vectors``, their unit eigenvectors as rows ``[..., k, dim]``, zeros where the eigenvalue

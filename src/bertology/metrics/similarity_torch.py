@@ -1,4 +1,4 @@
-"""RSA and CKA grids in torch, where the vectors are (issue 35): the device path of :func:`similarity_grids`.
+"""RSA and CKA grids in torch, where the vectors are: the device path of :func:`similarity_grids`.
 
 :func:`bertology.metrics.similarity.similarity_grids` is the NumPy/Numba version: on the CPU it is faster
 (a hand-written radix sort ranks the cosines, layers run in threads) and stays the CPU path. This module does

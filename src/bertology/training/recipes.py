@@ -103,7 +103,8 @@ RECIPES: dict[str, Recipe] = {
     "parsing": Recipe(
         learning_rate=1e-4, head_lr=2e-3, epochs=2.0, batch_size=4, warmup_ratio=0.1, arc_dim=500, label_dim=100,
         sources={"learning_rate": "chosen from short runs: 1e-4 at batch 4 beat 2e-4 at batch 8 (docs/results/recipes.md)",
-                 "head_lr": "Dozat & Manning 2017 (Adam at 2e-3)", "epochs": "issue 36's criterion (2 epochs)",
+                 "head_lr": "Dozat & Manning 2017 (Adam at 2e-3)",
+                 "epochs": "the recipes' time budget: 2 epochs (docs/results/recipes.md)",
                  "batch_size": "measured here: short runs, batch 4 > 8 > 16 (docs/results/recipes.md)",
                  "warmup_ratio": GENERIC,
                  "arc_dim": "Dozat & Manning 2017", "label_dim": "Dozat & Manning 2017"},
