@@ -374,3 +374,16 @@ def test_compare_runs_token_probes_and_old_runs_keep_their_fingerprint(models, d
     assert list(sel["unit"]) == ["L0", "L1", "L2"]
     by_hand = t.pivot(index="layer", columns="model", values="selectivity")
     np.testing.assert_allclose(sel["change"], (by_hand["tuned"] - by_hand["base"]).to_numpy())
+
+
+def test_task_erasure_is_refused_before_any_model_runs(models, data, tmp_path):
+    """Without --tuned, or with task data that cannot be read, one line at the start (not after the probes)."""
+    base, _ = models
+    task = tmp_path / "task.tsv"
+    pd.DataFrame({"sentence": SENTENCES, "label": [0, 1] * (len(SENTENCES) // 2)}).to_csv(task, sep="\t", index=False)
+    no_tuned = invoke("probe", "--base", base, "--train", data[0], "--test", data[1], "--erase", "upos",
+                      "--erase-task-data", task, "--out", tmp_path / "a")
+    assert_user_error(no_tuned, "give --tuned")
+    assert not (tmp_path / "a" / "manifest.json").exists()
+    missing = invoke(*_args(models, data, tmp_path / "b", "--erase", "upos", "--erase-task-data", tmp_path / "no.tsv"))
+    assert missing.exit_code != 0 and not (tmp_path / "b" / "manifest.json").exists()

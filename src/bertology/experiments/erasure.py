@@ -27,7 +27,6 @@ from torch import nn
 
 from bertology.errors import BertologyError
 
-BELROSE = "Belrose et al. 2023"
 #: Singular values of the whitened cross-covariance kept by the eraser (see the module docstring).
 SVD_TOL = 1e-6
 
@@ -84,6 +83,14 @@ def flat_rounding(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.n
     return train, test
 
 
+def _moved(eraser, device: torch.device):
+    """``eraser`` with its float64 tensors on ``device`` (the package's own eraser, so its formula is the one used)."""
+    from concept_erasure import LeaceEraser
+
+    bias = None if eraser.bias is None else eraser.bias.to(device, torch.float64)
+    return LeaceEraser(eraser.proj_left.to(device, torch.float64), eraser.proj_right.to(device, torch.float64), bias)
+
+
 def _replace_first(output, value: torch.Tensor):
     """``output`` with its hidden states (the tensor, or a tuple's first item) replaced by ``value``."""
     return (value, *output[1:]) if isinstance(output, tuple) else value
@@ -98,14 +105,12 @@ def erasing(model: nn.Module, layer: int, eraser) -> Iterator[None]:
     :func:`bertology.models.sites.hidden_output` — the same tensors the word features were read from."""
     from bertology.models import hooks, sites
 
-    left = eraser.proj_left.to(torch.float64)
-    right = eraser.proj_right.to(torch.float64)
-    bias = None if eraser.bias is None else eraser.bias.to(torch.float64)
+    placed: dict = {}  # the eraser moved once to each device it meets (fitted on the CPU)
 
     def apply(h: torch.Tensor) -> torch.Tensor:
-        h64 = h.to(torch.float64)
-        delta = h64 - bias if bias is not None else h64
-        return (h64 - (delta @ right.mT) @ left.mT).to(h.dtype)
+        if h.device not in placed:
+            placed[h.device] = _moved(eraser, h.device)
+        return placed[h.device](h.to(torch.float64)).to(h.dtype)
 
     n = sites.num_layers(model)
     if not 0 <= layer <= n:
@@ -120,7 +125,7 @@ def erasing(model: nn.Module, layer: int, eraser) -> Iterator[None]:
         handles = hooks.on_layers(model, sites.block, {1: pre}, pre=True, with_kwargs=True)
     else:
         handles = hooks.on_layers(model, sites.hidden_output,
-                                  {layer: lambda _m, _i, out: _replace_first(out, apply(out[0] if isinstance(out, tuple) else out))})
+                                  {layer: lambda _m, _i, out: _replace_first(out, apply(hooks._first(out)))})
     try:
         yield
     finally:

@@ -12,6 +12,20 @@ from torch import nn
 
 from bertology.errors import BertologyError
 
+#: Why a task-side erasure cannot run without a fine-tuned model.
+NEEDS_TUNED = "--erase-task-data (erase_task_data) scores the fine-tuned model's task: give --tuned."
+
+
+def task_corpus(settings):
+    """The labelled data of ``settings.erase_task_data`` with its column settings (read before any model runs, so a
+    wrong path or column is one line at the start, not after the probes)."""
+    from bertology.data.loaders import load_corpus
+
+    return load_corpus(settings.erase_task_data, text_column=settings.erase_text_column,
+                       pair_column=settings.erase_pair_column, label_column=settings.erase_label_column,
+                       name="erase_task")
+
+
 def erasure_effect(model: nn.Module, tokenizer, corpus, erasers, concept: str, *, batch_size: int = 32,
                    device: str = "cpu", n_bootstrap: int = 1000, seed: int = 0, max_length: int = 128,
                    work_dir=None):
@@ -36,21 +50,19 @@ def erasure_effect(model: nn.Module, tokenizer, corpus, erasers, concept: str, *
                                                progress_dir=work_dir)
 
 
-def task_erasure(models, erasers, settings, *, seed: int, n_bootstrap: int, batch_size: int, device: str,
+def task_erasure(models, erasers, settings, corpus, *, seed: int, n_bootstrap: int, batch_size: int, device: str,
                  max_length: int, work_dir=None) -> tuple[object, dict]:
     """The tuned model's task with ``settings.erase``'s one property erased from each layer (``erasers`` as
-    :func:`~bertology.experiments.token_probe.token_probes` fills it): the ``ablation`` table (mode ``erase``, one
-    unit per layer) and the manifest's record, including the intact model's metrics and the largest drop."""
-    from bertology.data.loaders import load_corpus
+    :func:`~bertology.experiments.token_probe.token_probes` fills it), scored on ``corpus`` (:func:`task_corpus`):
+    the ``ablation`` table (mode ``erase``, one unit per layer) and the manifest's record, including the intact
+    model's metrics."""
     from bertology.experiments.ablation import sample_examples
 
     if "tuned" not in models:
-        raise BertologyError("--erase-task-data (erase_task_data) scores the fine-tuned model's task: give --tuned.")
+        raise BertologyError(NEEDS_TUNED)
     (concept,) = settings.erase
     tuned = models["tuned"]
     layered = {layer: e for (task, model, layer), e in erasers.items() if task == concept and model == "tuned"}
-    corpus = load_corpus(settings.erase_task_data, text_column=settings.erase_text_column,
-                         pair_column=settings.erase_pair_column, label_column=settings.erase_label_column)
     corpus = sample_examples(corpus, settings.erase_max_examples, seed)
     result = erasure_effect(tuned.model, tuned.tokenizer, corpus, layered, concept, batch_size=batch_size,
                             device=device, n_bootstrap=n_bootstrap, seed=seed, max_length=max_length,

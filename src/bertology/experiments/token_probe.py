@@ -46,6 +46,7 @@ _WORD_FIELDS = {**TASK_FIELDS, "heads": "heads"}
 CLASSIFIERS = ("linear", "mlp")
 TENNEY = "Tenney et al. 2019"
 HEWITT_LIANG = "Hewitt & Liang 2019"
+BELROSE = "Belrose et al. 2023"
 COLUMNS = ["model", "layer", "probe_task", "split", "accuracy", "accuracy_ci_low", "accuracy_ci_high", "macro_f1",
            "control_accuracy", "control_ci_low", "control_ci_high", "selectivity", "selectivity_ci_low",
            "selectivity_ci_high", "majority_rate", "mdl_bits", "control_mdl_bits", "uniform_bits", "compression",
@@ -102,7 +103,7 @@ class TokenProbeSettings:
     erase: tuple[str, ...] | None = setting_field(
         None, "Erase these probe tasks' labels from each layer with LEACE and probe again (comma list; each is also "
         "probed): the erased probe should fall to the majority rate.", kind=tuple, parse=_erasable, metavar="TASKS",
-        flag="--erase", paper="Belrose et al. 2023")
+        flag="--erase", paper=BELROSE)
     erase_task_data: str | None = setting_field(
         None, "Labelled data of the tuned model's own task (a file, as ablate reads it): its metric with each layer's "
         "--erase property erased, with intervals (one task in --erase).", kind=str, flag="--erase-task-data",
@@ -481,7 +482,7 @@ def erased_scores(x_train: np.ndarray, x_test: np.ndarray, labels: "_Encoded", t
     from bertology.experiments.erasure import erased_probe
 
     correct, eraser = erased_probe(x_train, x_test, labels.train, labels.test, len(labels.names),
-                              lambda x, y: fit_quietly(make_probe(settings, seed), x, y))
+                                   lambda x, y: fit_quietly(make_probe(settings, seed), x, y))
     hits, counted = sentence_hits(correct, test_sentence, n_test_sentences)
     ci = accuracy_intervals(hits, None, counted, n_bootstrap, seed)["accuracy"]
     return {"erased_accuracy": float(correct.mean()), "erased_ci_low": ci[0], "erased_ci_high": ci[1]}, eraser
@@ -557,7 +558,7 @@ def token_probes(models: Mapping[str, object], train: Corpus, test: Corpus, sett
               "timings_s": {"features": seconds_features, "probes": time.perf_counter() - t1},
               "not_converged": int(table["not_converged"].sum()) if "not_converged" in table else 0}
     if settings.erase:
-        params["erasure"] = {"method": "LEACE (concept-erasure)", "paper": "Belrose et al. 2023",
+        params["erasure"] = {"method": "LEACE (concept-erasure)", "paper": BELROSE,
                              "fitted_on": "training words", "warnings": erasure_warnings(table)}
     return table, params
 

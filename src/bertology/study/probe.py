@@ -20,14 +20,13 @@ from typing import Any, ClassVar
 
 from bertology.config import SPACY_MODEL_HELP
 from bertology.data.corpus import Corpus, source_name
+from bertology.errors import BertologyError
 from bertology.experiments.probe import BASELINE_TABLE, TABLE, ProbeSettings
 from bertology.experiments.token_probe import TABLE as TOKEN_TABLE
 from bertology.experiments.token_probe import TokenProbeSettings
-
-#: The tuned model's task with a property erased from each layer: an ablation table (mode ``erase``).
-ERASE_TABLE = "ablation"
 from bertology.commands.base import Command, OpenRun
 from bertology.commands.compat import dtype_parts, without_added
+from bertology.experiments.ablation_sweep import TABLE as ERASE_TABLE  # the task-side erasure's rows (mode erase)
 from bertology.runs import RunResult, build_manifest, fingerprint, run_folder
 from bertology.settings import check_fields, describe_fields, setting_field, settings_object
 from bertology.study.inputs import Loading, resolve, stderr_console
@@ -145,6 +144,12 @@ def probe(
     device, torch_dtype = resolve(settings.device, loading)
     settings = replace(settings, device=device)
     corpora = _corpora(data)
+    if token.erase_task_data is not None:  # refused or read before any model loads
+        from bertology.experiments.task_erasure import NEEDS_TUNED, task_corpus
+
+        if models.tuned is None:
+            raise BertologyError(NEEDS_TUNED)
+        corpora["erase_task"] = task_corpus(token)
     loaded = _models(models, loading, torch_dtype, settings.seed)
     d = settings.to_dict()
     d.pop("device")
@@ -310,7 +315,7 @@ def _token_probes(loaded: dict, corpora: dict, settings: ProbeSettings, token: T
     from bertology.experiments.task_erasure import task_erasure
 
     effect, params["task_erasure"] = task_erasure(
-        loaded, erasers, token, seed=settings.seed, n_bootstrap=settings.n_bootstrap,
+        loaded, erasers, token, corpora["erase_task"], seed=settings.seed, n_bootstrap=settings.n_bootstrap,
         batch_size=settings.extract_batch_size, device=settings.device, max_length=settings.max_length,
         work_dir=partial / "erasure")
     return table, params, {ERASE_TABLE: effect}
