@@ -551,11 +551,12 @@ def _sign() -> None:
 
     for name, rows in KEYWORDS.items():
         fn = globals()[name]
-        own = [p for p in inspect.signature(fn).parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        signature = inspect.signature(fn)
+        own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
         taken = {p.name for p in own}
         own += [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
                 for key, annotation, default in rows if key not in taken]
-        fn.__signature__ = inspect.Signature(own, return_annotation=inspect.signature(fn).return_annotation)
+        fn.__signature__ = inspect.Signature(own, return_annotation=signature.return_annotation)
 
 
 _sign()

@@ -27,6 +27,12 @@ PROBE_METRICS: dict[str, str] = {
 _MODEL_ORDER = ("base", "tuned", "random")
 
 
+def model_order(models) -> list:
+    """The probed models in legend order: base, tuned, the random-init control, then any other, as met."""
+    models = list(models)
+    return [m for m in _MODEL_ORDER if m in models] + [m for m in models if m not in _MODEL_ORDER]
+
+
 def probe_layer_figure(
     table: pd.DataFrame,
     metrics: Sequence[str] = ("uuas", "dspr"),
@@ -53,8 +59,7 @@ def probe_layer_figure(
     if long.empty:
         raise ValueError(f"probe_layer_figure: no {', '.join(metrics)} values for split {split!r}")
     long["metric"] = long["metric"].map(PROBE_METRICS)
-    models = list(pd.unique(long["model"]))
-    order = [m for m in _MODEL_ORDER if m in models] + [m for m in models if m not in _MODEL_ORDER]
+    order = model_order(pd.unique(long["model"]))
     return layer_curve(
         long, x="layer", y="value", hue="model", facet="metric",
         facet_order=[PROBE_METRICS[m] for m in metrics], hue_order=order,

@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from bertology.viz.figures import CurveStyle, _require, layer_curve
+from bertology.viz.probe import model_order
 
 __all__ = ["TOKEN_PROBE_PANELS", "token_probe_figure"]
 
@@ -23,7 +24,6 @@ TOKEN_PROBE_PANELS: dict[str, str] = {
     "selectivity": "selectivity (task - control)",
     "erased_accuracy": "after LEACE erasure",
 }
-_MODEL_ORDER = ("base", "tuned", "random")
 _ON_MAJORITY = ("accuracy", "control_accuracy", "erased_accuracy")
 
 
@@ -39,8 +39,7 @@ def token_probe_figure(table: pd.DataFrame, task: str) -> Figure:
             .dropna(subset=["value"]))
     long["panel"] = long["panel"].map(TOKEN_PROBE_PANELS)
     majority = float(sub["majority_rate"].iloc[0])
-    models = list(pd.unique(long["model"]))
-    order = [m for m in _MODEL_ORDER if m in models] + [m for m in models if m not in _MODEL_ORDER]
+    order = model_order(pd.unique(long["model"]))
     return layer_curve(
         long, x="layer", y="value", hue="model", facet="panel", facet_order=[TOKEN_PROBE_PANELS[p] for p in panels],
         hue_order=order, title=f"Token probe {task} by layer (test words; dashed: majority rate)",
