@@ -56,6 +56,44 @@ class Track:
     scalars: Callable[["pd.DataFrame"], dict[str, float]] | None = None
 
 
+def per_model_change(df: "pd.DataFrame", keys: list[str], index: list[str], value: str) -> "pd.DataFrame":
+    """``tuned - base`` of ``value`` per key and ``index`` (rows of other models, e.g. ``random``, left out), with
+    ``base`` and ``tuned`` kept beside it; rows where either is missing dropped: the usual ``extract`` of a table
+    with a ``model`` column."""
+    import numpy as np
+
+    wide = (
+        df[df["model"].isin(["base", "tuned"])]
+        .pivot_table(index=[*keys, *index], columns="model", values=value, aggfunc="mean")
+        .reset_index()
+    )
+    wide.columns.name = None
+    for model in ("base", "tuned"):
+        if model not in wide:
+            wide[model] = np.nan
+    wide["change"] = wide["tuned"] - wide["base"]
+    return wide.dropna(subset=["change"])
+
+
+def as_units(df: "pd.DataFrame", level: str) -> "pd.DataFrame":
+    """``df`` with ``level``, ``unit`` (``L5H3`` for a head, ``L5`` for a layer, else ``all``) and nullable
+    ``layer``/``head`` columns: the unit columns a :class:`SeedNoise` ``extract`` returns."""
+    import pandas as pd
+
+    df = df.copy()
+    df["level"] = level
+    layer = df["layer"].astype("Int64") if "layer" in df else pd.Series(pd.NA, index=df.index, dtype="Int64")
+    head = df["head"].astype("Int64") if "head" in df else pd.Series(pd.NA, index=df.index, dtype="Int64")
+    df["layer"], df["head"] = layer, head
+    if level == "head":
+        df["unit"] = "L" + layer.astype(str) + "H" + head.astype(str)
+    elif level == "layer":
+        df["unit"] = "L" + layer.astype(str)
+    else:
+        df["unit"] = "all"
+    return df
+
+
 def _catalogs() -> Iterator[Any]:
     for entry in CATALOGS:
         module, attribute = entry.split(":")

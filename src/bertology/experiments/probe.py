@@ -441,25 +441,18 @@ def _tables(config: CompareConfig) -> tuple[str, ...]:
 def token_probe_changes(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Seed noise of the token probes: per task and layer, tuned - base of selectivity, accuracy and (when run)
     MDL compression; one unit per layer, the metric named with its task (``upos selectivity``)."""
+    from bertology.reach import as_units, per_model_change
+
     rows = []
     for metric in ("selectivity", "accuracy", "compression"):
         if metric not in df or df[metric].isna().all():
             continue
-        wide = df.pivot_table(index=[*keys, "probe_task", "layer"], columns="model", values=metric,
-                              aggfunc="mean").reset_index()
-        if not {"base", "tuned"} <= set(wide.columns):
-            continue
-        wide["metric"] = wide["probe_task"] + " " + metric
-        wide["change"] = wide["tuned"] - wide["base"]
-        rows.append(wide[[*keys, "metric", "layer", "base", "tuned", "change"]])
+        one = per_model_change(df, keys, ["probe_task", "layer"], metric)
+        one["metric"] = one.pop("probe_task") + " " + metric
+        rows.append(one)
     if not rows:
         return pd.DataFrame()
-    out = pd.concat(rows, ignore_index=True).dropna(subset=["change"])
-    out["level"], out["head"] = "layer", pd.NA
-    out["layer"] = out["layer"].astype("Int64")
-    out["head"] = out["head"].astype("Int64")
-    out["unit"] = "L" + out["layer"].astype(str)
-    return out
+    return as_units(pd.concat(rows, ignore_index=True), "layer")
 
 
 SPEC = ExperimentSpec("probe", "the structural probes", _tables, settings_from, skip_reason, _run,

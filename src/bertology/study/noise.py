@@ -64,7 +64,7 @@ import pandas as pd
 from scipy.stats import false_discovery_control, mannwhitneyu
 
 from bertology.errors import BertologyError
-from bertology.reach import declared
+from bertology.reach import as_units, declared, per_model_change
 from bertology.results import weights_rows
 
 logger = logging.getLogger(__name__)
@@ -163,22 +163,6 @@ def _need(df: pd.DataFrame, table: str, columns: tuple[str, ...]) -> None:
         raise BertologyError(f"Study table {table!r} lacks column(s) {', '.join(missing)}; have {list(df.columns)}.")
 
 
-def _units(df: pd.DataFrame, level: str) -> pd.DataFrame:
-    """Add ``level``, ``unit`` (``L5H3``, ``L5`` or ``all``) and nullable ``layer``/``head`` columns."""
-    df = df.copy()
-    df["level"] = level
-    layer = df["layer"].astype("Int64") if "layer" in df else pd.Series(pd.NA, index=df.index, dtype="Int64")
-    head = df["head"].astype("Int64") if "head" in df else pd.Series(pd.NA, index=df.index, dtype="Int64")
-    df["layer"], df["head"] = layer, head
-    if level == "head":
-        df["unit"] = "L" + layer.astype(str) + "H" + head.astype(str)
-    elif level == "layer":
-        df["unit"] = "L" + layer.astype(str)
-    else:
-        df["unit"] = "all"
-    return df
-
-
 def _attention_change(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     _need(df, "attention_change", ("layer", "head", "cosine", "js_divergence"))
     heads = df.groupby([*keys, "layer", "head"], as_index=False)[["cosine", "js_divergence"]].mean()
@@ -186,7 +170,7 @@ def _attention_change(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     long = heads.melt(id_vars=[*keys, "layer", "head"], value_vars=["cosine_distance", "js_divergence"],
                       var_name="metric", value_name="change")
     layers = long.groupby([*keys, "layer", "metric"], as_index=False)["change"].mean()
-    return pd.concat([_units(long, "head"), _units(layers, "layer")], ignore_index=True)
+    return pd.concat([as_units(long, "head"), as_units(layers, "layer")], ignore_index=True)
 
 
 def _representation_similarity(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -195,29 +179,14 @@ def _representation_similarity(df: pd.DataFrame, keys: list[str]) -> pd.DataFram
     out = diag.groupby([*keys, "layer_base", "metric"], as_index=False)["value"].mean()
     out = out.rename(columns={"layer_base": "layer"})
     out["change"] = 1.0 - out.pop("value")
-    return _units(out, "layer")
-
-
-def _per_model(df: pd.DataFrame, keys: list[str], index: list[str], value: str) -> pd.DataFrame:
-    """``tuned - base`` of ``value`` per key and index; keeps ``base`` and ``tuned`` beside it."""
-    wide = (
-        df[df["model"].isin(["base", "tuned"])]
-        .pivot_table(index=[*keys, *index], columns="model", values=value, aggfunc="mean")
-        .reset_index()
-    )
-    wide.columns.name = None
-    for model in ("base", "tuned"):
-        if model not in wide:
-            wide[model] = np.nan
-    wide["change"] = wide["tuned"] - wide["base"]
-    return wide.dropna(subset=["change"])
+    return as_units(out, "layer")
 
 
 def _attention_patterns(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     _need(df, "attention_patterns", ("model", "layer", "head", "pattern", "fraction"))
-    heads = _per_model(df, keys, ["layer", "head", "pattern"], "fraction").rename(columns={"pattern": "metric"})
+    heads = per_model_change(df, keys, ["layer", "head", "pattern"], "fraction").rename(columns={"pattern": "metric"})
     share = heads.groupby([*keys, "metric"], as_index=False)[["base", "tuned", "change"]].mean()
-    return pd.concat([_units(heads, "head"), _units(share, "model")], ignore_index=True)
+    return pd.concat([as_units(heads, "head"), as_units(share, "model")], ignore_index=True)
 
 
 def _probe(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -230,18 +199,18 @@ def _probe(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         for metric in metrics:
             if metric not in rows or rows[metric].isna().all():
                 continue
-            one = _per_model(rows, keys, ["layer"], metric)
+            one = per_model_change(rows, keys, ["layer"], metric)
             one["metric"] = metric
             frames.append(one)
     if not frames:
         return pd.DataFrame()
-    return _units(pd.concat(frames, ignore_index=True), "layer")
+    return as_units(pd.concat(frames, ignore_index=True), "layer")
 
 
 def _geometry(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     _need(df, "geometry", ("model", "layer", "metric", "value"))
-    out = _per_model(df, keys, ["layer", "metric"], "value")
-    return _units(out, "layer")
+    out = per_model_change(df, keys, ["layer", "metric"], "value")
+    return as_units(out, "layer")
 
 
 def _ablation(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -263,7 +232,7 @@ def _ablation(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         one["base"] = 0.0  # the intact model
         one["tuned"] = one["delta"]
         one["change"] = one.pop("delta")
-        one = _units(one, level)
+        one = as_units(one, level)
         if level == "layer":  # each whole-layer ablation its own unit: L5 skip, L5 uniform_heads, L0 revert_embeddings
             named = one["layer_mode"].fillna("").astype(str)
             one["unit"] = one["unit"].where(named == "", one["unit"] + " " + named)
@@ -278,7 +247,7 @@ def _weight_change(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     rows = rows.groupby([*keys, "layer", "module", "head"], dropna=False, as_index=False)["relative_change"].mean()
     rows = rows.rename(columns={"relative_change": "change"}).assign(metric="relative_change")
     whole, heads = rows[rows["head"].isna()].drop(columns="head"), rows[rows["head"].notna()]
-    parts = [_units(whole, "layer").assign(level="module"), _units(heads, "head")]
+    parts = [as_units(whole, "layer").assign(level="module"), as_units(heads, "head")]
     for part in parts:  # the module names the unit: L5 query, L5H3 query
         part["unit"] = part["unit"] + " " + part["module"].astype(str)
     return pd.concat(parts, ignore_index=True).drop(columns="module")
@@ -292,7 +261,7 @@ def _transplant(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     rows = df.dropna(subset=["gain_recovered"])
     rows = rows.groupby([*keys, "unit_kind", "label", "layer", "head", "metric"], dropna=False, as_index=False)[
         "gain_recovered"].mean()
-    out = _units(rows.rename(columns={"gain_recovered": "change"}), "unit")
+    out = as_units(rows.rename(columns={"gain_recovered": "change"}), "unit")
     single_head = out["unit_kind"] == "head"
     out["head"] = out["head"].where(single_head)  # a layer, block or curve point names no head
     out["level"], out["unit"] = out.pop("unit_kind").astype(str), out.pop("label").astype(str)
@@ -305,7 +274,7 @@ def _changed_vs_needed(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     _need(df, "changed_vs_needed", ("level", "change_measure", "metric", "spearman"))
     rows = df.dropna(subset=["spearman"])
     rows = rows.groupby([*keys, "level", "change_measure", "metric"], as_index=False)["spearman"].mean()
-    out = _units(rows.rename(columns={"spearman": "change"}).drop(columns="level"), "model")
+    out = as_units(rows.rename(columns={"spearman": "change"}).drop(columns="level"), "model")
     out["unit"] = rows["level"].astype(str).values + "s: " + rows["change_measure"].astype(str).values
     return out.drop(columns="change_measure")
 
