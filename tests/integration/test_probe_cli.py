@@ -387,3 +387,63 @@ def test_task_erasure_is_refused_before_any_model_runs(models, data, tmp_path):
     assert not (tmp_path / "a" / "manifest.json").exists()
     missing = invoke(*_args(models, data, tmp_path / "b", "--erase", "upos", "--erase-task-data", tmp_path / "no.tsv"))
     assert missing.exit_code != 0 and not (tmp_path / "b" / "manifest.json").exists()
+
+
+def _tag_file(sentences) -> str:
+    """CoNLL-2003-style blocks (word, tag); a word's tag is ``B-NUM`` for digits, ``B-P`` for punctuation, else ``O``."""
+    blocks = []
+    for s in sentences:
+        lines = [f"{w} {'B-P' if w in '.,!?' else 'B-NUM' if w.isdigit() else 'O'}" for w in s.split()]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
+
+
+def test_token_probes_alone_on_a_tag_file(models, tmp_path):
+    """A tag file has words and tags but no trees: the structural probes refuse it with the way out (--probes
+    none); with it, --probe-task tags probes the tag column on every layer of every model, the summary, manifest
+    and report without the structural probes' table or figures; a finished run is returned as it is."""
+    base, tuned = models
+    train, test = tmp_path / "train.bio", tmp_path / "test.bio"
+    train.write_text(_tag_file(SENTENCES * 3), encoding="utf-8")
+    test.write_text(_tag_file(SENTENCES[:6]), encoding="utf-8")
+    common = ["probe", "--base", base, "--tuned", tuned, "--random-control", "--train", train, "--test", test,
+              "--probe-task", "tags", "--probe-max-iter", 50]
+    refused = invoke(*common, "--out", tmp_path / "refused")
+    assert_user_error(refused, "no dependency heads", "--probes none")
+    nothing = invoke("probe", "--base", base, "--train", train, "--test", test, "--probes", "none",
+                     "--out", tmp_path / "nothing")
+    assert_user_error(nothing, "Nothing to probe", "--probe-task")
+    out = tmp_path / "run"
+    result = invoke(*common, "--probes", "none", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert not (out / "tables/probe.parquet").exists() and not list((out / "figures").glob("probe_*.svg"))
+    t = pd.read_parquet(out / "tables/token_probe.parquet")
+    assert set(t["model"]) == {"base", "tuned", "random"} and set(t["probe_task"]) == {"tags"} and len(t) == 9
+    words = [w for s in SENTENCES[:6] for w in s.split()]
+    tags = ["B-P" if w in ".,!?" else "B-NUM" if w.isdigit() else "O" for w in words]
+    majority = max(tags.count(x) for x in set(tags)) / len(tags)
+    np.testing.assert_allclose(t["majority_rate"], majority)  # the tag column's own labels, not UPOS
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "complete" and m["config"]["probes"] == [] and "probe" not in m["tables"]
+    text = " ".join(result.output.split())
+    assert "token probe tags, base: best accuracy" in text and "best test" not in text
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert 'id="token-probe"' in html and 'id="probe"' not in html
+    written = (out / "tables/token_probe.parquet").stat().st_mtime_ns
+    again = invoke(*common, "--probes", "none", "--out", out)
+    assert again.exit_code == 0, again.output
+    assert (out / "tables/token_probe.parquet").stat().st_mtime_ns == written  # reused, not recomputed
+    assert "token probe tags, base: best accuracy" in " ".join(again.output.split())
+
+
+def test_token_probes_alone_read_conllu_without_heads(models, data, tmp_path):
+    """--probes none reads a CoNLL-U file's UPOS column even where its HEAD column is empty (refused with trees)."""
+    no_heads = tmp_path / "noheads.conllu"
+    no_heads.write_text(_conllu(SENTENCES * 2, heads=False), encoding="utf-8")
+    base, _ = models
+    out = tmp_path / "run"
+    result = invoke("probe", "--base", base, "--train", no_heads, "--test", no_heads, "--probes", "none",
+                    "--probe-task", "upos", "--probe-max-iter", 50, "--no-probe-mdl", "--out", out)
+    assert result.exit_code == 0, result.output
+    t = pd.read_parquet(out / "tables/token_probe.parquet")
+    assert set(t["model"]) == {"base"} and len(t) == 3 and t["accuracy"].between(0, 1).all()

@@ -72,7 +72,8 @@ def probe_command(
     run = probe(ProbeModels(base, tuned, random_control), ProbeData(train, test, dev, **reading), settings,
                 conventions=options.conventions, out=out, loading=Loading(**loading), overwrite=overwrite,
                 keep_features=options.keep_features, report=not no_report, progress=command_progress(), token=token)
-    _print_summary(run.table("probe"), run.out, run.tables.get("probe_baseline"))
+    if (structural := run.tables.get("probe")) is not None:
+        _print_summary(structural, run.tables.get("probe_baseline"))
     if (tokens := run.tables.get("token_probe")) is not None:
         from bertology.experiments.token_probe import summary_lines
 
@@ -84,13 +85,17 @@ def probe_command(
         line = task_erasure_line(effect, run.manifest.get("token_probe", {}).get("task_erasure", {}).get("concept", ""))
         if line:
             console.print(escape(line), highlight=False)
+    if run.out is not None:
+        console.print(f"tables: {escape(str(run.out / 'tables'))}")
+        if run.figures:
+            console.print(f"figures: {escape(str(run.out / 'figures'))}")
     for warning in run.manifest.get("warnings", []):
         console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
     if run.report is not None:
         console.print(f"report: [bold]{escape(str(run.report))}[/]")
 
 
-def _print_summary(table, out: Path, baselines=None) -> None:
+def _print_summary(table, baselines=None) -> None:
     from bertology.experiments.probe import chain_line
 
     t = table[table["split"] == "test"]
@@ -107,5 +112,3 @@ def _print_summary(table, out: Path, baselines=None) -> None:
         console.print(f"{escape(str(model))}: best test " + ", ".join(bits), highlight=False)
     if (chain := chain_line(baselines)) is not None:
         console.print(escape(chain), highlight=False)
-    console.print(f"tables: {escape(str(out / 'tables'))}")
-    console.print(f"figures: {escape(str(out / 'figures'))}")

@@ -48,7 +48,10 @@ def _layers(text: str) -> tuple[int, ...] | None:
 
 
 def _kinds(text: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in text.split(",") if x.strip())
+    """``distance,depth`` -> the tuple; ``none`` -> () (no structural probe: token probes alone, e.g. on a tag
+    file without trees)."""
+    kinds = tuple(x.strip() for x in text.split(",") if x.strip())
+    return () if kinds == ("none",) else kinds
 
 
 @dataclass
@@ -59,8 +62,9 @@ class ProbeSettings:
     rank: int | None = setting_field(128, RANK_HELP, minimum=1, zero_is_none=True, paper=HEWITT)  # capped at the hidden size
     layers: tuple[int, ...] | None = setting_field(  # None: every layer 0..N (0 = embedding output)
         None, "Comma list of layers (0 = embeddings) or 'all' (default).", kind=tuple, parse=_layers, metavar="LAYERS")
-    probes: tuple[str, ...] = setting_field(KINDS, "Which probes: distance, depth, or both.", choices=KINDS, minimum=1,
-                                            parse=_kinds, metavar="distance,depth", paper=HEWITT)
+    probes: tuple[str, ...] = setting_field(KINDS, "Which structural probes: distance, depth, both, or none (token "
+                                            "probes alone, e.g. on a tag file without trees).", choices=KINDS,
+                                            parse=_kinds, metavar="distance,depth|none", paper=HEWITT)
     epochs: int = setting_field(30, EPOCHS_HELP, minimum=1)
     batch_size: int = setting_field(20, "Sentences per training step (the paper: 20).", minimum=1, paper=HEWITT)
     extract_batch_size: int = setting_field(32, "Sentences per forward pass.", minimum=1)

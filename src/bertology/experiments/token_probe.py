@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 TABLE = "token_probe"
 #: Probe tasks and the example field their labels come from.
-TASK_FIELDS = {"upos": "upos", "xpos": "xpos", "deprel": "deprels"}
+TASK_FIELDS = {"upos": "upos", "xpos": "xpos", "deprel": "deprels", "tags": "tags"}
 #: Every word column a split may keep: the token tasks' and what edge tasks read (heads, relations).
 _WORD_FIELDS = {**TASK_FIELDS, "heads": "heads"}
 CLASSIFIERS = ("linear", "mlp")
@@ -83,8 +83,8 @@ class TokenProbeSettings:
 
     tasks: tuple[str, ...] | None = setting_field(
         None, "Token probe tasks, comma list: upos, xpos, deprel (the word's relation to its head, universal part), "
-        "and edge probes edge_deprel (an arc's relation), edge_arc (arc or not); from CoNLL-U or spaCy; none by "
-        "default.", kind=tuple, parse=_tasks, metavar="TASKS", flag="--probe-task",
+        "tags (a .conll/.bio/.iob tag file's tag column, e.g. NER), and edge probes edge_deprel (an arc's relation), "
+        "edge_arc (arc or not); from CoNLL-U, a tag file or spaCy; none by default.", kind=tuple, parse=_tasks, metavar="TASKS", flag="--probe-task",
         paper=TENNEY)
     control: bool = setting_field(True, "Train a control-task probe beside each token probe (selectivity).",
                                   flag="--probe-control", paper=HEWITT_LIANG)
@@ -219,7 +219,7 @@ def labelled_words(corpus: Corpus, tasks: Sequence[str], name: str) -> LabelledW
             labels[t].append(per[t])
     if not words:
         raise BertologyError(f"{corpus.source}: no sentence has word-level labels for {', '.join(tasks)} "
-                             "(token probes need CoNLL-U columns, or plain text annotated with spaCy).")
+                             "(token probes need CoNLL-U columns, a tag file's tags, or plain text annotated with spaCy).")
     stats = {"n_input": len(corpus), "n_without_labels": dropped}
     return LabelledWords(words, labels, texts, name, stats)
 

@@ -143,7 +143,10 @@ def probe(
     options = ProbeOptions(conventions, keep_features)
     device, torch_dtype = resolve(settings.device, loading)
     settings = replace(settings, device=device)
-    corpora = _corpora(data)
+    if not settings.probes and not token.tasks:
+        raise BertologyError("Nothing to probe: --probes none leaves out the structural probes; name a token probe "
+                             "task (--probe-task upos, tags, ...) or a structural probe (--probes distance,depth).")
+    corpora = _corpora(data, trees=bool(settings.probes))
     if token.erase_task_data is not None:  # refused or read before any model loads
         from bertology.experiments.task_erasure import NEEDS_TUNED, task_corpus
 
@@ -190,8 +193,10 @@ def probe(
     return run
 
 
-def _corpora(data: ProbeData) -> dict:
-    """The train, dev (when given) and test corpora with trees (plain text parsed with one spaCy pipeline)."""
+def _corpora(data: ProbeData, trees: bool = True) -> dict:
+    """The train, dev (when given) and test corpora, with trees when the structural probes run (``trees``; plain text
+    parsed with one spaCy pipeline); without them, files with words (CoNLL-U, a tag file) are taken as they are and
+    only plain text is annotated."""
     from bertology.data.annotate import load_spacy
     from bertology.data.loaders import load_corpus
     from bertology.experiments.probe import ensure_trees
@@ -201,11 +206,20 @@ def _corpora(data: ProbeData) -> dict:
 
     def load(path: str | Corpus, what: str):
         corpus = load_corpus(path, limit=limit, name=what)
-        if not corpus.has_trees and not corpus.has_pairs and not any(ex.words is not None for ex in corpus):
+        has_words = any(ex.words is not None for ex in corpus)
+        if not trees and has_words:
+            return corpus
+        if not corpus.has_trees and not corpus.has_pairs and not has_words:
             if "nlp" not in nlp:
                 nlp["nlp"] = load_spacy(data.spacy_model)
             return ensure_trees(corpus, nlp=nlp["nlp"])
-        return ensure_trees(corpus, spacy_model=data.spacy_model)
+        try:
+            return ensure_trees(corpus, spacy_model=data.spacy_model)
+        except BertologyError as err:
+            if has_words and not corpus.has_trees:
+                raise BertologyError(f"{err} To run token probes alone on it (e.g. a tag file's tags), pass "
+                                     "--probes none.") from None
+            raise
 
     corpora = {"train": load(data.train, "train")}
     if data.dev is not None:
@@ -249,7 +263,8 @@ class ProbeCommand(Command[ProbeRun]):
         from bertology.results import read_table
 
         old = run.previous
-        if not (run.resumed and old.get("status") == "complete" and run.dir.has_table(TABLE)):
+        if not (run.resumed and old.get("status") == "complete"
+                and any(run.dir.has_table(name) for name in (TABLE, TOKEN_TABLE))):
             return None
         logger.info("%s already holds this finished run; nothing to do", run.path)
         tables = {name: read_table(run.path, name) for name in (TABLE, BASELINE_TABLE, TOKEN_TABLE, ERASE_TABLE)
@@ -272,15 +287,16 @@ class ProbeCommand(Command[ProbeRun]):
         with stage_bars(self.progress, lambda s: "training (epochs)" if s == "training" else s,
                         console=stderr_console()) as on_progress:
             try:
-                result = run_probes(self.loaded, self.corpora["train"], self.corpora.get("dev"), self.corpora["test"],
-                                    settings, on_progress=on_progress, work_dir=partial)
+                result = None if not settings.probes else run_probes(
+                    self.loaded, self.corpora["train"], self.corpora.get("dev"), self.corpora["test"], settings,
+                    on_progress=on_progress, work_dir=partial)
                 tokens = _token_probes(self.loaded, self.corpora, settings, token, on_progress, partial)
             except KeyboardInterrupt:
                 logger.warning("interrupted: features and finished epochs are saved in %s; run the same command again "
                                "to continue.", partial)
                 raise
-        self.params = result.params
-        tables = {TABLE: result.table, BASELINE_TABLE: baseline_result(result.params).table}
+        self.params = result.params if result is not None else {"warnings": [], "structural_probes": "none asked"}
+        tables = {} if result is None else {TABLE: result.table, BASELINE_TABLE: baseline_result(result.params).table}
         if tokens is not None:
             tables[TOKEN_TABLE] = tokens[0]
             self.started["token_probe"] = tokens[1]
@@ -288,7 +304,7 @@ class ProbeCommand(Command[ProbeRun]):
         return tables
 
     def finished(self, run: OpenRun, manifest: dict, tables) -> dict:
-        figures = _write_figures(tables[TABLE], tables[BASELINE_TABLE], run.path) if self.draw else []
+        figures = _write_figures(tables[TABLE], tables[BASELINE_TABLE], run.path) if self.draw and TABLE in tables else []
         erasure = manifest.get("token_probe", {}).get("erasure", {})
         manifest["warnings"] = [*manifest.get("warnings", []), *self.params["warnings"], *erasure.get("warnings", [])]
         return {"probe": self.params, "tables": list(tables), "figures": figures}
