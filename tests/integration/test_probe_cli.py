@@ -272,6 +272,13 @@ def test_token_probes_from_the_cli_with_control_and_mdl(models, data, tmp_path):
     m = json.loads((out / "manifest.json").read_text())
     assert m["config"]["token_probe"]["tasks"] == ["upos"] and "token_probe" in m["tables"]
     assert m["token_probe"]["data"]["test"]["n_sentences"] == 6
+    # one feature pass: the test sentences are the structural probes' own (their train lost a dev share)
+    assert m["token_probe"]["features_from"] == {"train": dict.fromkeys(("base", "tuned", "random"), "computed"),
+                                                 "test": dict.fromkeys(("base", "tuned", "random"), "shared")}
+    alone = tmp_path / "alone"
+    assert invoke(*_args(models, data, alone, "--probe-task", "upos", "--probe-max-iter", 50, "--probes",
+                         "none")).exit_code == 0
+    pd.testing.assert_frame_equal(pd.read_parquet(alone / "tables/token_probe.parquet"), t)  # same numbers
     text = " ".join(result.output.split())
     assert "token probe upos, base: best accuracy" in text and "most selective layer" in text
     plain = tmp_path / "plain"

@@ -187,3 +187,28 @@ def test_cached_features_are_written_and_served_through_file_mappings(tmp_path):
     assert not cached and w.dtype == torch.float32 and torch.equal(w, x.float())
     v, cached = probe._cached_features(None, "k2", lambda out: x.float())  # no folder: in memory
     assert not cached and torch.equal(v, x.float())
+
+
+def test_word_features_once_share_cache_and_compute(base, tmp_path):
+    """Another probe's float32 features of the same sentences and layers are taken as they are (the same array,
+    not a second pass); other sentences are computed, cached in the work folder and served from it on a rerun;
+    every array equals a direct extraction."""
+    from bertology.experiments.probe_features import word_features_once
+
+    test = tree_set(_corpus(SENTENCES[:5], 1), name="test")
+    train = tree_set(_corpus(SENTENCES[5:12], 2), name="train")
+    layers = {"base": (0, 2)}
+    direct = {name: extract_word_features(base, ts, (0, 2)) for name, ts in (("train", train), ("test", test))}
+    half = direct["test"].half()
+    shared = {"base": [(test.sentences_key(), (0, 2), direct["test"]), (train.sentences_key(), (0, 1), direct["train"]),
+                       (train.sentences_key(), (0, 2), half)]}  # other layers or float16 are not reused
+    feats, source = word_features_once({"base": base}, {"train": train, "test": test}, layers, work=tmp_path,
+                                       shared=shared)
+    assert source == {"train": {"base": "computed"}, "test": {"base": "shared"}}
+    assert np.shares_memory(feats["test"]["base"], direct["test"].numpy())
+    np.testing.assert_array_equal(feats["train"]["base"], direct["train"].numpy())
+    assert (tmp_path / "features" / "words-train-base.safetensors").exists()
+    again, source = word_features_once({"base": base}, {"train": train, "test": test}, layers, work=tmp_path)
+    assert source == {"train": {"base": "cache"}, "test": {"base": "computed"}}
+    np.testing.assert_array_equal(again["train"]["base"], direct["train"].numpy())
+    np.testing.assert_array_equal(again["test"]["base"], direct["test"].numpy())

@@ -57,6 +57,7 @@ from bertology.errors import BertologyError
 from bertology.experiments.probe_features import (  # the word-feature store; re-exported for callers of this module
     FEATURE_DTYPES,
     _cached_features,
+    cache_key,
     _unpack,
     extract_word_features,
 )
@@ -129,6 +130,7 @@ def run_probes(
     *,
     work_dir: str | os.PathLike | None = None,
     spacy_model: str | None = None,
+    features_out: dict | None = None,
 ) -> Result:
     """Train and score distance and depth probes on every layer of every model.
 
@@ -139,7 +141,9 @@ def run_probes(
     done, total)`` reports ``features <split> <model>`` (sentences), ``training`` (epochs) and
     ``scoring`` (splits). With ``work_dir``, word features are cached in ``work_dir/features`` and the
     training state in ``work_dir/probe-training.pt``, so an interrupted run resumes; the features are then
-    served from the memory-mapped cache files (see :func:`_cached_features`).
+    served from the memory-mapped cache files (see :func:`_cached_features`). ``features_out``, when given, receives
+    each model's features of each split as ``model -> [(sentences_key, layers, features)]``, for other probes of
+    the same sentences (:func:`~bertology.experiments.probe_features.word_features_once`).
 
     Returns the ``probe`` table: one row per (model, layer, probe, split) for the dev and test splits.
     """
@@ -158,6 +162,10 @@ def run_probes(
     layer_numbers = _layer_numbers(unpacked, settings.layers)
     layer_index = {(m, layer): i for m, ls in layer_numbers.items() for i, layer in enumerate(ls)}
     feats, timings = _features(models, unpacked, splits, layer_numbers, hidden, settings, work, progress)
+    if features_out is not None:
+        for split, ts in splits.items():
+            for name in models:
+                features_out.setdefault(name, []).append((ts.sentences_key(), layer_numbers[name], feats[split][name]))
 
     keys = [(m, layer, kind) for kind in settings.probes for m in models for layer in layer_numbers[m]]
     progress("training", 0, settings.epochs)
@@ -265,7 +273,7 @@ def _features(models: Mapping[str, object], unpacked: Mapping[str, tuple], split
                 progress(stage, done[0], total)
 
             # the cache's key (a full SHA-256, not a run fingerprint): the model, the sentences, the layers, the pooling
-            key = _cache_key(fps[name], ts.fingerprint(), layer_numbers[name], "mean", settings.feature_dtype)
+            key = cache_key(fps[name], ts.fingerprint(), layer_numbers[name], "mean", settings.feature_dtype)
             path = None if work is None else work / "features" / f"{split}-{name}.safetensors"
             t0 = time.perf_counter()
             progress(stage, 0, len(ts))
@@ -279,14 +287,6 @@ def _features(models: Mapping[str, object], unpacked: Mapping[str, tuple], split
             progress(stage, len(ts), len(ts))
             seconds[split][name] = time.perf_counter() - t0
     return feats, {"features": seconds, "features_from_cache": cached}
-
-
-def _cache_key(*parts: object) -> str:
-    """The feature cache's key: SHA-256 of the parts as JSON (kept as written before, so caches stay valid)."""
-    import hashlib
-    import json
-
-    return hashlib.sha256(json.dumps(list(parts)).encode()).hexdigest()
 
 
 # --------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ float32), written batch by batch into the cache file's mapping so the process ne
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -201,3 +202,53 @@ def _cached_features(
 
         atomic_write(path, write)
     return load_file(str(path))["features"], False
+
+
+#: A split's word features another probe computed, offered for reuse: ``(sentences_key, layers, features)``.
+SharedFeatures = tuple[str, tuple[int, ...], torch.Tensor]
+
+
+def word_features_once(models: dict, splits: dict, layers: dict, *, work: Path | None = None,
+                       shared: dict[str, list[SharedFeatures]] | None = None, batch_size: int = 32,
+                       device: str = "cpu",
+                       on_progress: Callable[[str, int, int], None] | None = None) -> tuple[dict, dict]:
+    """Every model's float32 word features ``[len(layers[m]), n_words, hidden]`` of every split (``splits``: name ->
+    :class:`~bertology.experiments.probe_trees.WordSentences`), each extracted once: taken from ``shared[model]``
+    when another probe (the structural probes) already holds float32 features of the very same sentences and
+    layers, else from ``work/features/words-<split>-<model>.safetensors`` when an interrupted run left them there,
+    else computed (and cached there). Returns the features (``split -> model -> array``) and, per split and model,
+    where they came from (``shared``, ``cache`` or ``computed``)."""
+    from bertology.experiments.probe_trees import _model_fingerprint
+
+    progress = on_progress or (lambda *_: None)
+    feats: dict = {s: {} for s in splits}
+    source: dict = {s: {} for s in splits}
+    for split, words in splits.items():
+        key_words = words.sentences_key()
+        for name, model in models.items():
+            encoder, _, desc = _unpack(model)
+            hit = next((f for k, ls, f in (shared or {}).get(name, [])
+                        if k == key_words and tuple(ls) == tuple(layers[name]) and f.dtype == torch.float32), None)
+            if hit is not None:
+                feats[split][name], source[split][name] = hit.numpy(), "shared"
+                continue
+            stage, done = f"features {split} {name}", [0]
+
+            def on_batch(k, stage=stage, done=done, total=len(words)):
+                done[0] += k
+                progress(stage, done[0], total)
+
+            key = cache_key(_model_fingerprint(encoder, desc), key_words, list(layers[name]), "mean", "float32")
+            path = None if work is None else work / "features" / f"words-{split}-{name}.safetensors"
+            x, cached = _cached_features(
+                path, key, lambda out, model=model, name=name, words=words, cb=on_batch: extract_word_features(
+                    model, words, layers[name], batch_size=batch_size, device=device, on_batch=cb, out=out),
+                shape=(len(layers[name]), words.n_words, encoder.config.hidden_size))
+            feats[split][name], source[split][name] = x.numpy(), "cache" if cached else "computed"
+    return feats, source
+
+
+def cache_key(*parts: object) -> str:
+    """A feature cache's key (a full SHA-256 of the parts as JSON, not a run fingerprint): the model, the
+    sentences, the layers, the pooling, the dtype (kept as written before, so caches stay valid)."""
+    return hashlib.sha256(json.dumps(list(parts)).encode()).hexdigest()

@@ -57,6 +57,15 @@ class WordSentences:
     def n_words(self) -> int:
         return int(self.lengths.sum())
 
+    def sentences_key(self) -> str:
+        """SHA-256 of what the encoders read (each sentence's text and words): two splits with the same key have the
+        same word features, whatever their labels or trees."""
+        texts = self.texts or [" ".join(w) for w in self.words]
+        d = hashlib.sha256()
+        for t, w in zip(texts, self.words):
+            d.update(json.dumps([t, list(w)]).encode())
+        return d.hexdigest()
+
     def corpus(self) -> Corpus:
         """The sentences with their words (what the encoders read): the text as written where known, so the
         model sees the sentence's own tokens ("don't", not "do n't"); the words are located in it."""

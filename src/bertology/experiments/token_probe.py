@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -515,14 +516,17 @@ def token_probes(models: Mapping[str, object], train: Corpus, test: Corpus, sett
                  layers: Sequence[int] | None = None, seed: int = 0, n_bootstrap: int = 1000, batch_size: int = 32,
                  device: str = "cpu", max_length: int = 512,
                  on_progress: Callable[[str, int, int], None] | None = None,
-                 erasers: dict | None = None) -> tuple[pd.DataFrame, dict]:
+                 erasers: dict | None = None, work_dir: Path | None = None,
+                 shared: dict | None = None) -> tuple[pd.DataFrame, dict]:
     """Token probes of every task on every layer of every model: the table and what the manifest records.
 
     ``models`` maps a name to a :class:`~bertology.models.loading.LoadedModel` or ``(model, tokenizer)``; the
     corpora need the tasks' word columns (CoNLL-U, a tag file, or text annotated with spaCy). Sentences a
     tokenizer cannot align or that exceed ``max_length`` are dropped (counted), as for the structural probes.
-    ``erasers``: see :func:`run_token_probes`."""
-    from bertology.experiments.probe_features import _unpack, extract_word_features
+    ``erasers``: see :func:`run_token_probes`. The word features are extracted once
+    (:func:`~bertology.experiments.probe_features.word_features_once`): ``shared`` offers the structural probes'
+    features of the same sentences, ``work_dir`` keeps them for a rerun after an interruption."""
+    from bertology.experiments.probe_features import _unpack, word_features_once
     from bertology.experiments.probe_trees import distinct_tokenizers, encodable, position_limit
 
     if not settings.tasks:
@@ -538,23 +542,15 @@ def token_probes(models: Mapping[str, object], train: Corpus, test: Corpus, sett
     numbers = {m: tuple(range(enc.config.num_hidden_layers + 1)) if layers is None else tuple(layers)
                for m, (enc, _, _) in unpacked.items()}
     t0 = time.perf_counter()
-    feats: dict[str, dict[str, np.ndarray]] = {s: {} for s in splits}
-    for split, words in splits.items():
-        for name, model in models.items():
-            stage, done = f"features {split} {name}", [0]
-
-            def on_batch(k, stage=stage, done=done, total=len(words)):
-                done[0] += k
-                progress(stage, done[0], total)
-
-            feats[split][name] = extract_word_features(model, words, numbers[name], batch_size=batch_size,
-                                                       device=device, on_batch=on_batch).numpy()
+    feats, source = word_features_once(dict(models), splits, numbers, work=work_dir, shared=shared,
+                                       batch_size=batch_size, device=device, on_progress=progress)
     seconds_features = time.perf_counter() - t0
     t1 = time.perf_counter()
     table = run_token_probes(feats, numbers, splits["train"], splits["test"], settings, seed=seed,
                              n_bootstrap=n_bootstrap, on_progress=on_progress, erasers=erasers)
     params = {"settings": settings.to_dict(), "pooling": "mean of sub-word pieces",
               "data": {s: {"n_sentences": len(w), "n_words": w.n_words, **w.stats} for s, w in splits.items()},
+              "features_from": source,
               "timings_s": {"features": seconds_features, "probes": time.perf_counter() - t1},
               "not_converged": int(table["not_converged"].sum()) if "not_converged" in table else 0}
     if settings.erase:

@@ -287,10 +287,11 @@ class ProbeCommand(Command[ProbeRun]):
         with stage_bars(self.progress, lambda s: "training (epochs)" if s == "training" else s,
                         console=stderr_console()) as on_progress:
             try:
+                shared: dict = {}  # the structural probes' word features, for the token probes of the same sentences
                 result = None if not settings.probes else run_probes(
                     self.loaded, self.corpora["train"], self.corpora.get("dev"), self.corpora["test"], settings,
-                    on_progress=on_progress, work_dir=partial)
-                tokens = _token_probes(self.loaded, self.corpora, settings, token, on_progress, partial)
+                    on_progress=on_progress, work_dir=partial, features_out=shared)
+                tokens = _token_probes(self.loaded, self.corpora, settings, token, on_progress, partial, shared)
             except KeyboardInterrupt:
                 logger.warning("interrupted: features and finished epochs are saved in %s; run the same command again "
                                "to continue.", partial)
@@ -314,7 +315,7 @@ class ProbeCommand(Command[ProbeRun]):
 
 
 def _token_probes(loaded: dict, corpora: dict, settings: ProbeSettings, token: TokenProbeSettings, on_progress,
-                  partial: Path):
+                  partial: Path, shared: dict):
     """The ``token_probe`` table, its manifest record and the tables beside it (``ablation``: the tuned model's task
     with the erased property, when ``--erase-task-data`` is given), or None when no token probe task was asked for."""
     if not token.tasks:
@@ -325,7 +326,8 @@ def _token_probes(loaded: dict, corpora: dict, settings: ProbeSettings, token: T
     table, params = token_probes(loaded, corpora["train"], corpora["test"], token, layers=settings.layers,
                                  seed=settings.seed, n_bootstrap=settings.n_bootstrap,
                                  batch_size=settings.extract_batch_size, device=settings.device,
-                                 max_length=settings.max_length, on_progress=on_progress, erasers=erasers)
+                                 max_length=settings.max_length, on_progress=on_progress, erasers=erasers,
+                                 work_dir=partial, shared=shared)
     if token.erase_task_data is None:
         return table, params, {}
     from bertology.experiments.task_erasure import task_erasure
