@@ -20,7 +20,9 @@ Tables:
   and the verdict ``tuned_only_verified``: True only when both ratios are below ``crosscoder_nu_max``
   (:func:`bertology.metrics.crosscoder.tuned_only_verdict`);
 * ``crosscoder_examples``: the top contexts of each non-shared live latent: ``layer, latent, rank, example,
-  position, token, activation`` and ``context`` (the tokens around it, the token itself in brackets).
+  position, token, activation`` and ``context`` (the tokens around it, the token itself in brackets);
+* ``crosscoder_directions``: each tuned_only latent's tuned-side decoder direction, unit length (``layer, latent,
+  d0..``), which a study matches across seeds (:mod:`bertology.study.crosscoder_seeds`).
 
 Fit quality (fraction of variance explained per model, the dead-latent share) is also in the manifest section and
 the summary line.
@@ -52,6 +54,7 @@ from bertology.settings import Setting
 logger = logging.getLogger(__name__)
 
 FIT, LATENTS, EXAMPLES = "crosscoder", "crosscoder_latents", "crosscoder_examples"
+DIRECTIONS = "crosscoder_directions"
 LINDSEY, MINDER, BUSSMANN = "Lindsey et al. 2024", "Minder et al. 2025", "Bussmann et al. 2024"
 #: Tokens on each side of an example's token in its ``context``.
 CONTEXT_TOKENS = 6
@@ -171,6 +174,21 @@ def latent_rows(layer: int, model: Crosscoder, readout: LayerReadout, settings: 
     return table
 
 
+def direction_rows(layer: int, model: Crosscoder, kinds: np.ndarray) -> pd.DataFrame:
+    """The ``crosscoder_directions`` rows of one layer: each tuned-only latent's tuned-side decoder direction
+    (unit length, columns ``d0..d{dim-1}``), which a study matches across seeds (:mod:`bertology.study.crosscoder_seeds`)."""
+    with torch.no_grad():
+        dec = model.W_dec[:, 1].double().numpy()
+    keep = np.flatnonzero(np.asarray(kinds, dtype=object) == "tuned_only")
+    rows = dec[keep]
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    unit = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+    table = pd.DataFrame(unit.astype(np.float32), columns=[f"d{i}" for i in range(dec.shape[1])])
+    table.insert(0, "latent", keep.astype(np.int64))
+    table.insert(0, "layer", int(layer))
+    return table
+
+
 def example_rows(layer: int, readout: LayerReadout, places: Mapping[str, np.ndarray], encoded: EncodedCorpus,
                  tokenizer) -> pd.DataFrame:
     """The ``crosscoder_examples`` rows of one layer: each candidate latent's top contexts (activation > 0)."""
@@ -223,6 +241,7 @@ def run_crosscoder(pair: ModelPair, encoded: EncodedCorpus, settings: Crosscoder
                         ignore_index=True)
     examples = pd.concat([example_rows(layer, outs[layer], places, sample, pair.tokenizer) for layer in layers],
                          ignore_index=True)
+    directions = pd.concat([direction_rows(layer, models[layer], kinds[layer]) for layer in layers], ignore_index=True)
     fit = {int(layer): fit_quality(outs[layer]) for layer in layers}
     counts = {int(layer): {**latents[latents.layer == layer]["kind"].value_counts().to_dict(),
                            "tuned_only_verified": int(latents[latents.layer == layer]["tuned_only_verified"]
@@ -234,7 +253,7 @@ def run_crosscoder(pair: ModelPair, encoded: EncodedCorpus, settings: Crosscoder
     fit_table = pd.DataFrame([{"layer": int(layer), **fit[int(layer)], **{f"n_{k}": int(counts[int(layer)].get(k, 0))
                                                                          for k in (*cc.KINDS, "tuned_only_verified")},
                                "threshold": record["per_layer"][int(layer)]["threshold"]} for layer in layers])
-    return {FIT: fit_table, LATENTS: latents, EXAMPLES: examples}, jsonable(section)
+    return {FIT: fit_table, LATENTS: latents, EXAMPLES: examples, DIRECTIONS: directions}, jsonable(section)
 
 
 # ------------------------------------------------------------------------------------------------ inside compare
@@ -303,5 +322,5 @@ SETTINGS = (
             "nu_error and nu_reconstruction (base / tuned) are below this.", above=0.0, paper=MINDER),
 )
 
-SPEC = ExperimentSpec("crosscoder", "the crosscoder", lambda config: (FIT, LATENTS, EXAMPLES), settings_from, skip_reason,
+SPEC = ExperimentSpec("crosscoder", "the crosscoder", lambda config: (FIT, LATENTS, EXAMPLES, DIRECTIONS), settings_from, skip_reason,
                       _run, summary=summary, settings=SETTINGS)

@@ -491,7 +491,9 @@ def _noise_tables(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     """The seed-noise statistics of every corpus: ``study_*`` (shared), ``own_study_*``, ``study_*_ood``."""
     from bertology.study.noise import corpus_study_tables
 
-    return corpus_study_tables(tables)
+    from bertology.study.crosscoder_seeds import study_seed_tables
+
+    return {**corpus_study_tables(tables), **study_seed_tables(tables)}
 
 
 def _study_report(study: Path) -> Path:

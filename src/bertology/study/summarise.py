@@ -17,6 +17,7 @@ import pandas as pd
 
 from bertology.errors import BertologyError
 from bertology.results import write_table
+from bertology.study.crosscoder_seeds import DIRECTIONS, study_seed_tables
 from bertology.study.noise import ALPHA, CORPORA, corpus_study_tables, corpus_table, judged
 
 logger = logging.getLogger(__name__)
@@ -57,6 +58,9 @@ def write_study_tables(study_dir: str | Path, *, alpha: float = ALPHA) -> dict[s
             f"{study_dir / 'tables'} holds none of the study's pair tables ({', '.join(names)}); nothing to summarise."
         )
     tables = corpus_study_tables(found, alpha=alpha)
+    directions = study_dir / "tables" / f"{DIRECTIONS}.parquet"
+    if directions.exists():
+        tables.update(study_seed_tables({DIRECTIONS: pd.read_parquet(directions)}, alpha=alpha))
     for name, df in tables.items():
         write_table(study_dir, name, df)
     return tables
