@@ -277,7 +277,7 @@ def _columns(data: Any) -> dict[str, Any]:
 
 
 def compare(base: str, tuned: str | Sequence[str] | Mapping[str, str], data: Any, *,
-            analyses: str | Sequence[str] = "all", out: str | Path | None = None,
+            analyses: str | Sequence[Any] = "all", out: str | Path | None = None,
             report: bool = False, overwrite: bool = False, progress: bool | None = None,
             **settings: Unpack[CompareKeywords]) -> Run:
     """Compare a base and a fine-tuned encoder on ``data`` with the chosen analyses; the result in memory.
@@ -288,6 +288,10 @@ def compare(base: str, tuned: str | Sequence[str] | Mapping[str, str], data: Any
     ``data``: a file path, ``hf:NAME[:CONFIG]:SPLIT``, or data in memory (a pandas DataFrame, a ``datasets.Dataset``,
     a list of dicts or of sentences, a Corpus), read with the same column settings as a file (docs: Input data).
 
+    ``analyses``: names (``"all"``, or a list of the catalog's analyses and experiments), and your own analysis
+    objects beside them (``[MyNorm(), "attention_change"]``: ``name``, ``requires``, ``update(batch)``,
+    ``compute()``; :mod:`bertology.analyses.own`), fed by the same pass; their tables are recomputed on every run
+    into ``out`` (the built-in ones resume), and one tuned model only.
     ``out``: also keep the run folder there (resumable; ``report=True`` renders report.html in it).
     ``settings``: any declared setting by name (``bertology compare --help`` lists them as flags).
     ``progress``: progress bars; None (every function's default) draws them in a terminal or a Jupyter notebook
@@ -299,13 +303,21 @@ def compare(base: str, tuned: str | Sequence[str] | Mapping[str, str], data: Any
 
     if report and out is None:
         raise BertologyError("report=True needs out=FOLDER: the report is a file in the run folder.")
-    names = (analyses,) if isinstance(analyses, str) else tuple(analyses)
+    names, objects = _analyses(analyses)
     # in memory: the run folder is a temporary one, removed once the tables are read
     with tempfile.TemporaryDirectory(prefix="bertology-") if out is None else nullcontext() as tmp:
         folder = Path(out).expanduser() if out is not None else Path(tmp) / "run"
         models = None if isinstance(tuned, (str, os.PathLike)) else _tuned_models(tuned)
+        if models and objects:
+            raise BertologyError("Your own analysis objects run with one tuned model: an object accumulates one "
+                                 "pair's batches, and a many-model run would need one per tuned model; call "
+                                 "bt.compare once per tuned model, or make it a module of the catalog (docs: "
+                                 "Development, Adding an analysis).")
         config = make_config("" if in_memory(data) else str(data), base=_model(base),
                              tuned="" if models else str(tuned), out=str(folder), analyses=names, **settings)
+        own = _own(objects, config)
+        if own:
+            config = dataclasses.replace(config, own_analyses=tuple(a.identity() for a in own))
         corpus = _read(data, _columns(config.data), config.data.max_examples) if in_memory(data) else None
         if models:
             from bertology.multicompare import compare_many
@@ -315,8 +327,32 @@ def compare(base: str, tuned: str | Sequence[str] | Mapping[str, str], data: Any
             pairs = {name: _kept(pair, out) for name, pair in many.pairs.items()}
             return _kept(many, out, pairs=pairs, tables=dict(many.tables))
         done = run_compare(config, corpus=corpus, overwrite=overwrite, progress=progress_wanted(progress),
-                          report=report)
+                           report=report, extra_analyses=own)
         return _kept(done, out)
+
+
+def _analyses(analyses: Any) -> tuple[tuple[str, ...], list]:
+    """``analyses=`` split into the names (catalog order is the run's) and the analysis objects (in the order
+    given); anything else refused in one line."""
+    from bertology.analyses.own import is_own
+
+    given = (analyses,) if isinstance(analyses, str) else tuple(analyses)
+    names = tuple(a for a in given if isinstance(a, str))
+    objects = [a for a in given if is_own(a)]
+    odd = [a for a in given if not isinstance(a, str) and not is_own(a)]
+    if odd:
+        raise BertologyError(f"analyses takes names and analysis objects (with update(batch) and compute()); not "
+                             f"{type(odd[0]).__name__} {str(odd[0])[:60]!r}.")
+    return names, objects
+
+
+def _own(objects: list, config: Any) -> list:
+    """The analysis objects checked and wrapped (:func:`bertology.pipeline.own_analyses`); none: ``[]``."""
+    if not objects:
+        return []
+    from bertology.pipeline import own_analyses
+
+    return own_analyses(objects, config)
 
 
 def _model(model: Any) -> str:
