@@ -554,6 +554,11 @@ def track(run: str | Path, data: Any = None, *, base: str | None = None, overwri
     ``settings``: ``bertology track``'s, by name (``analyses=...``, ``max_examples=32``)."""
     from bertology.study.track import track as run_track
 
+    given = settings.get("analyses")
+    if given is not None and not isinstance(given, str) and not all(isinstance(a, str) for a in given):
+        raise BertologyError("track takes analyses by name: each checkpoint builds its analyses afresh from the "
+                             "catalog, which an object made in a notebook is not in (docs: Development, Adding an "
+                             "analysis).")
     corpus = _read(data, {}) if data is not None and in_memory(data) else None
     done = run_track(run, corpus=corpus, data=None if data is None or corpus is not None else str(data),
                      base=_model(base) if base else None, overwrite=overwrite, progress=progress_wanted(progress),

@@ -163,3 +163,8 @@ def test_two_objects_of_one_name_a_many_model_run_and_other_things_are_refused()
         bt.compare("/nonexistent/b", "/nonexistent/t", TEXTS, analyses=[3])
     with pytest.raises(BertologyError, match="Unknown analysis"):  # no name and no object: as before
         bt.compare("/nonexistent/b", "/nonexistent/t", TEXTS, analyses=[])
+
+
+def test_tracking_takes_names_only():
+    with pytest.raises(BertologyError, match="track takes analyses by name"):
+        bt.track("/nonexistent/run", analyses=[FirstFeature()])
