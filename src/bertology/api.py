@@ -567,6 +567,33 @@ def track(run: str | Path, data: Any = None, *, base: str | None = None, overwri
     return dataclasses.replace(run, tables={f"track_{name}": table for name, table in run.tables.items()})
 
 
+def capture(base: str, tuned: str, data: Any, *, layers: Sequence[int] | None = None,
+            what: str | Sequence[str] = ("hidden_states", "attentions"), max_examples: int = 16,
+            max_length: int = 128, memory_limit_gb: float = 2.0):
+    """Both models' activations for the same tokens, held in memory, by layer: a
+    :class:`~bertology.activations.capture.PairedCache` (TransformerLens's ``ActivationCache``, paired).
+
+    ``cache["hidden_states", layer]`` (layers 0..N) and ``cache["attentions", layer]`` (1..N) are ``(base, tuned)``
+    tensors of the first ``max_examples`` examples of ``data`` (as :func:`compare` reads it; longer than
+    ``max_length`` tokens: skipped), padded with zeros (``cache.mask``); ``cache.tokens`` their token strings;
+    ``cache.batch()`` the :class:`~bertology.activations.batch.PairBatch` an analysis's ``update`` receives.
+    ``layers``: which (default all); ``what``: ``"hidden_states"``, ``"attentions"`` or both. Everything is kept
+    in memory, so a capture estimated above ``memory_limit_gb`` is refused with its estimate before any forward.
+    """
+    from bertology.activations.capture import paired_cache
+    from bertology.data.encode import encode_corpus
+    from bertology.models.pair import ModelPair
+
+    if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
+        raise BertologyError(f"max_examples is a count of at least 1 (a capture is held in memory); not "
+                             f"{max_examples!r}.")
+    corpus = _read(data if in_memory(data) else str(data), {}, max_examples)
+    pair = ModelPair.load(_model(base), _model(tuned))
+    encoded = encode_corpus(corpus, pair.tokenizer, max_length, "skip")
+    texts = [ex.text if ex.text_pair is None else (ex.text, ex.text_pair) for ex in corpus]
+    return paired_cache(pair, encoded, texts, layers=layers, kinds=what, limit_gb=memory_limit_gb)
+
+
 def render_report(run: str | Path) -> Path:
     """``bertology report``: render ``report.html`` again from a run folder's tables (after an upgrade, or with tables
     edited) and return its path. A table that cannot be read is one error, after the page without its section is
