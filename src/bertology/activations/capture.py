@@ -137,7 +137,7 @@ class PairedCache:
     def __repr__(self) -> str:
         kinds = sorted({k for k, _ in self.tensors})
         return (f"<PairedCache: {self.n_examples} examples x {self.mask.shape[1]} tokens, {', '.join(kinds)}, "
-                f"{len(self.tensors)} (kind, layer) pairs, {self.nbytes / 1e6:.1f} MB>")
+                f"{len(self.tensors)} (kind, layer) pairs, {self.nbytes / 1e6:.2f} MB>")
 
 
 def _batches(items: Sequence[EncodedExample], size: int) -> Iterator[tuple[int, list[EncodedExample]]]:
