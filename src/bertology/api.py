@@ -299,23 +299,22 @@ def compare(base: str, tuned: str | Sequence[str] | Mapping[str, str], data: Any
     every call.
     """
     from bertology.pipeline import compare as run_compare
-    from bertology.pipeline import make_config
+    from bertology.pipeline import make_config, own_analyses
 
     if report and out is None:
         raise BertologyError("report=True needs out=FOLDER: the report is a file in the run folder.")
-    names, objects = _analyses(analyses)
+    from bertology.analyses.own import refused_here, split_analyses
+
+    names, objects = split_analyses(analyses)
     # in memory: the run folder is a temporary one, removed once the tables are read
     with tempfile.TemporaryDirectory(prefix="bertology-") if out is None else nullcontext() as tmp:
         folder = Path(out).expanduser() if out is not None else Path(tmp) / "run"
         models = None if isinstance(tuned, (str, os.PathLike)) else _tuned_models(tuned)
         if models and objects:
-            raise BertologyError("Your own analysis objects run with one tuned model: an object accumulates one "
-                                 "pair's batches, and a many-model run would need one per tuned model; call "
-                                 "bt.compare once per tuned model, or make it a module of the catalog (docs: "
-                                 "Development, Adding an analysis).")
+            raise refused_here("many")
         config = make_config("" if in_memory(data) else str(data), base=_model(base),
                              tuned="" if models else str(tuned), out=str(folder), analyses=names, **settings)
-        own = _own(objects, config)
+        own = own_analyses(objects, config) if objects else []
         if own:
             config = dataclasses.replace(config, own_analyses=tuple(a.identity() for a in own))
         corpus = _read(data, _columns(config.data), config.data.max_examples) if in_memory(data) else None
@@ -329,30 +328,6 @@ def compare(base: str, tuned: str | Sequence[str] | Mapping[str, str], data: Any
         done = run_compare(config, corpus=corpus, overwrite=overwrite, progress=progress_wanted(progress),
                            report=report, extra_analyses=own)
         return _kept(done, out)
-
-
-def _analyses(analyses: Any) -> tuple[tuple[str, ...], list]:
-    """``analyses=`` split into the names (catalog order is the run's) and the analysis objects (in the order
-    given); anything else refused in one line."""
-    from bertology.analyses.own import is_own
-
-    given = (analyses,) if isinstance(analyses, str) else tuple(analyses)
-    names = tuple(a for a in given if isinstance(a, str))
-    objects = [a for a in given if is_own(a)]
-    odd = [a for a in given if not isinstance(a, str) and not is_own(a)]
-    if odd:
-        raise BertologyError(f"analyses takes names and analysis objects (with update(batch) and compute()); not "
-                             f"{type(odd[0]).__name__} {str(odd[0])[:60]!r}.")
-    return names, objects
-
-
-def _own(objects: list, config: Any) -> list:
-    """The analysis objects checked and wrapped (:func:`bertology.pipeline.own_analyses`); none: ``[]``."""
-    if not objects:
-        return []
-    from bertology.pipeline import own_analyses
-
-    return own_analyses(objects, config)
 
 
 def _model(model: Any) -> str:
@@ -556,9 +531,9 @@ def track(run: str | Path, data: Any = None, *, base: str | None = None, overwri
 
     given = settings.get("analyses")
     if given is not None and not isinstance(given, str) and not all(isinstance(a, str) for a in given):
-        raise BertologyError("track takes analyses by name: each checkpoint builds its analyses afresh from the "
-                             "catalog, which an object made in a notebook is not in (docs: Development, Adding an "
-                             "analysis).")
+        from bertology.analyses.own import refused_here
+
+        raise refused_here("track")
     corpus = _read(data, {}) if data is not None and in_memory(data) else None
     done = run_track(run, corpus=corpus, data=None if data is None or corpus is not None else str(data),
                      base=_model(base) if base else None, overwrite=overwrite, progress=progress_wanted(progress),
@@ -580,18 +555,13 @@ def capture(base: str, tuned: str, data: Any, *, layers: Sequence[int] | None = 
     ``layers``: which (default all); ``what``: ``"hidden_states"``, ``"attentions"`` or both. Everything is kept
     in memory, so a capture estimated above ``memory_limit_gb`` is refused with its estimate before any forward.
     """
-    from bertology.activations.capture import paired_cache
-    from bertology.data.encode import encode_corpus
-    from bertology.models.pair import ModelPair
+    from bertology.activations.capture import capture_data
 
     if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
         raise BertologyError(f"max_examples is a count of at least 1 (a capture is held in memory); not "
                              f"{max_examples!r}.")
-    corpus = _read(data if in_memory(data) else str(data), {}, max_examples)
-    pair = ModelPair.load(_model(base), _model(tuned))
-    encoded = encode_corpus(corpus, pair.tokenizer, max_length, "skip")
-    texts = [ex.text if ex.text_pair is None else (ex.text, ex.text_pair) for ex in corpus]
-    return paired_cache(pair, encoded, texts, layers=layers, kinds=what, limit_gb=memory_limit_gb)
+    return capture_data(_model(base), _model(tuned), _read(data if in_memory(data) else str(data), {}, max_examples),
+                        layers=layers, what=what, max_length=max_length, limit_gb=memory_limit_gb)
 
 
 def render_report(run: str | Path) -> Path:

@@ -20,7 +20,8 @@ import torch
 from bertology.activations.batch import PairBatch
 from bertology.activations.extract import capture_forward
 from bertology.data.batching import collate
-from bertology.data.encode import EncodedCorpus, EncodedExample
+from bertology.data.corpus import Corpus
+from bertology.data.encode import EncodedCorpus, EncodedExample, encode_corpus
 from bertology.errors import BertologyError
 from bertology.models.hooks import Captured
 from bertology.models.pair import ModelPair
@@ -187,3 +188,12 @@ def paired_cache(pair: ModelPair, encoded: EncodedCorpus, texts: Sequence, *, la
             "max_length": encoded.max_length}
     return PairedCache(tensors, list(encoded.items), tokens, [texts[it.index] for it in encoded.items],
                        t["input_ids"], t["mask"], t["content"], pair.num_layers, info)
+
+
+def capture_data(base: str, tuned: str, corpus: Corpus, *, layers: Sequence[int] | None, what: Sequence[str],
+                 max_length: int, limit_gb: float) -> PairedCache:
+    """``bt.capture``: load the pair, encode ``corpus`` (longer than ``max_length``: skipped) and capture it."""
+    pair = ModelPair.load(base, tuned)
+    encoded = encode_corpus(corpus, pair.tokenizer, max_length, "skip")
+    texts = [ex.text if ex.text_pair is None else (ex.text, ex.text_pair) for ex in corpus]
+    return paired_cache(pair, encoded, texts, layers=layers, kinds=what, limit_gb=limit_gb)

@@ -38,6 +38,33 @@ def is_own(value: Any) -> bool:
     return not isinstance(value, str) and hasattr(value, "update")
 
 
+def split_analyses(analyses: Any) -> tuple[tuple[str, ...], list]:
+    """``analyses=`` split into the names (catalog order is the run's) and the analysis objects (in the order
+    given); anything else refused in one line."""
+    given = (analyses,) if isinstance(analyses, str) else tuple(analyses)
+    names = tuple(a for a in given if isinstance(a, str))
+    odd = [a for a in given if not isinstance(a, str) and not is_own(a)]
+    if odd:
+        raise BertologyError(f"analyses takes names and analysis objects (with update(batch) and compute()); not "
+                             f"{type(odd[0]).__name__} {str(odd[0])[:60]!r}.")
+    return names, [a for a in given if is_own(a)]
+
+
+#: Where an analysis object cannot go, and why (:func:`refused_here`).
+_NOT_HERE = {
+    "many": "Your own analysis objects run with one tuned model: an object accumulates one pair's batches, and a "
+            "many-model run would need one per tuned model; call bt.compare once per tuned model",
+    "track": "track takes analyses by name: each checkpoint builds its analyses afresh from the catalog, which an "
+             "object made in a notebook is not in",
+}
+
+
+def refused_here(where: str) -> BertologyError:
+    """The one line refusing analysis objects ``where`` (``many``: a many-model compare, ``track``)."""
+    return BertologyError(f"{_NOT_HERE[where]}; or make it a module of the catalog (docs: Development, Adding an "
+                          "analysis).")
+
+
 def _refuse(obj: Any, why: str) -> BertologyError:
     return BertologyError(f"The analysis {type(obj).__name__} object {why} (docs: Notebook API, Your own analysis).")
 
