@@ -24,6 +24,7 @@ _LAZY = {
     "absa": "bertology.api",
     "view": "bertology.api",
     "track": "bertology.api",
+    "capture": "bertology.api",
     "render_report": "bertology.api",
     "demo_data": "bertology.api",
     "study": "bertology.study",  # the package, callable (see its docstring)

@@ -277,7 +277,7 @@ def _columns(data: Any) -> dict[str, Any]:
 
 
 def compare(base: str, tuned: str | Sequence[str] | Mapping[str, str], data: Any, *,
-            analyses: str | Sequence[str] = "all", out: str | Path | None = None,
+            analyses: str | Sequence[Any] = "all", out: str | Path | None = None,
             report: bool = False, overwrite: bool = False, progress: bool | None = None,
             **settings: Unpack[CompareKeywords]) -> Run:
     """Compare a base and a fine-tuned encoder on ``data`` with the chosen analyses; the result in memory.
@@ -288,6 +288,10 @@ def compare(base: str, tuned: str | Sequence[str] | Mapping[str, str], data: Any
     ``data``: a file path, ``hf:NAME[:CONFIG]:SPLIT``, or data in memory (a pandas DataFrame, a ``datasets.Dataset``,
     a list of dicts or of sentences, a Corpus), read with the same column settings as a file (docs: Input data).
 
+    ``analyses``: names (``"all"``, or a list of the catalog's analyses and experiments), and your own analysis
+    objects beside them (``[MyNorm(), "attention_change"]``: ``name``, ``requires``, ``update(batch)``,
+    ``compute()``; :mod:`bertology.analyses.own`), fed by the same pass; their tables are recomputed on every run
+    into ``out`` (the built-in ones resume), and one tuned model only.
     ``out``: also keep the run folder there (resumable; ``report=True`` renders report.html in it).
     ``settings``: any declared setting by name (``bertology compare --help`` lists them as flags).
     ``progress``: progress bars; None (every function's default) draws them in a terminal or a Jupyter notebook
@@ -295,17 +299,24 @@ def compare(base: str, tuned: str | Sequence[str] | Mapping[str, str], data: Any
     every call.
     """
     from bertology.pipeline import compare as run_compare
-    from bertology.pipeline import make_config
+    from bertology.pipeline import make_config, own_analyses
 
     if report and out is None:
         raise BertologyError("report=True needs out=FOLDER: the report is a file in the run folder.")
-    names = (analyses,) if isinstance(analyses, str) else tuple(analyses)
+    from bertology.analyses.own import refused_here, split_analyses
+
+    names, objects = split_analyses(analyses)
     # in memory: the run folder is a temporary one, removed once the tables are read
     with tempfile.TemporaryDirectory(prefix="bertology-") if out is None else nullcontext() as tmp:
         folder = Path(out).expanduser() if out is not None else Path(tmp) / "run"
         models = None if isinstance(tuned, (str, os.PathLike)) else _tuned_models(tuned)
+        if models and objects:
+            raise refused_here("many")
         config = make_config("" if in_memory(data) else str(data), base=_model(base),
                              tuned="" if models else str(tuned), out=str(folder), analyses=names, **settings)
+        own = own_analyses(objects, config) if objects else []
+        if own:
+            config = dataclasses.replace(config, own_analyses=tuple(a.identity() for a in own))
         corpus = _read(data, _columns(config.data), config.data.max_examples) if in_memory(data) else None
         if models:
             from bertology.multicompare import compare_many
@@ -315,7 +326,7 @@ def compare(base: str, tuned: str | Sequence[str] | Mapping[str, str], data: Any
             pairs = {name: _kept(pair, out) for name, pair in many.pairs.items()}
             return _kept(many, out, pairs=pairs, tables=dict(many.tables))
         done = run_compare(config, corpus=corpus, overwrite=overwrite, progress=progress_wanted(progress),
-                          report=report)
+                           report=report, extra_analyses=own)
         return _kept(done, out)
 
 
@@ -518,12 +529,39 @@ def track(run: str | Path, data: Any = None, *, base: str | None = None, overwri
     ``settings``: ``bertology track``'s, by name (``analyses=...``, ``max_examples=32``)."""
     from bertology.study.track import track as run_track
 
+    given = settings.get("analyses")
+    if given is not None and not isinstance(given, str) and not all(isinstance(a, str) for a in given):
+        from bertology.analyses.own import refused_here
+
+        raise refused_here("track")
     corpus = _read(data, {}) if data is not None and in_memory(data) else None
     done = run_track(run, corpus=corpus, data=None if data is None or corpus is not None else str(data),
                      base=_model(base) if base else None, overwrite=overwrite, progress=progress_wanted(progress),
                      **settings)
     run = Run.of(done)  # its tables under the names they have in the folder (and from load_run): track_<analysis>
     return dataclasses.replace(run, tables={f"track_{name}": table for name, table in run.tables.items()})
+
+
+def capture(base: str, tuned: str, data: Any, *, layers: Sequence[int] | None = None,
+            what: str | Sequence[str] = ("hidden_states", "attentions"), max_examples: int = 16,
+            max_length: int = 128, memory_limit_gb: float = 2.0):
+    """Both models' activations for the same tokens, held in memory, by layer: a
+    :class:`~bertology.activations.capture.PairedCache` (TransformerLens's ``ActivationCache``, paired).
+
+    ``cache["hidden_states", layer]`` (layers 0..N) and ``cache["attentions", layer]`` (1..N) are ``(base, tuned)``
+    tensors of the first ``max_examples`` examples of ``data`` (as :func:`compare` reads it; longer than
+    ``max_length`` tokens: skipped), padded with zeros (``cache.mask``); ``cache.tokens`` their token strings;
+    ``cache.batch()`` the :class:`~bertology.activations.batch.PairBatch` an analysis's ``update`` receives.
+    ``layers``: which (default all); ``what``: ``"hidden_states"``, ``"attentions"`` or both. Everything is kept
+    in memory, so a capture estimated above ``memory_limit_gb`` is refused with its estimate before any forward.
+    """
+    from bertology.activations.capture import capture_data
+
+    if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
+        raise BertologyError(f"max_examples is a count of at least 1 (a capture is held in memory); not "
+                             f"{max_examples!r}.")
+    return capture_data(_model(base), _model(tuned), _read(data if in_memory(data) else str(data), {}, max_examples),
+                        layers=layers, what=what, max_length=max_length, limit_gb=memory_limit_gb)
 
 
 def render_report(run: str | Path) -> Path:

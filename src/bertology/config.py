@@ -122,6 +122,9 @@ class CompareConfig:
         None, "Also save hidden states to this folder (safetensors shards).", kind=str, changes_numbers=False)
     #: every spec's settings by name (see the class docstring)
     settings: dict[str, Any] = field(default_factory=dict)
+    #: the notebook's own analysis objects run beside the named ones (``bt.compare(analyses=[obj, ...])``), each as
+    #: ``{name, class, params}`` (bertology.analyses.own); in the manifest and the fingerprint only when there are any
+    own_analyses: tuple[dict, ...] = ()
     #: names in ``settings`` whose declaration says they do not change the numbers (not fingerprinted); None until
     #: ``bertology.pipeline.complete_config`` has filled the config in (declarations live above this module)
     not_fingerprinted: frozenset[str] | None = field(default=None, repr=False)
@@ -160,6 +163,10 @@ class CompareConfig:
         """Every setting by name (the run's fields, the data's as a dict, then the specs'): the manifest's ``config``."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("settings", "not_fingerprinted")}
         d["data"] = dataclasses.asdict(self.data)
+        if not d["own_analyses"]:  # runs without them keep the manifest and fingerprint they had
+            d.pop("own_analyses")
+        else:
+            d["own_analyses"] = [dict(a) for a in d["own_analyses"]]
         return {**d, **self.settings}
 
     def fingerprint(self) -> str:

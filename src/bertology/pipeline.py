@@ -98,18 +98,42 @@ def selectable() -> tuple[str, ...]:
     return ANALYSES.names() + EXPERIMENTS.names()
 
 
-def select(names: Sequence[str]) -> Selection:
-    """The specs behind ``--analyses`` names (``all`` or a list), in catalog order; one error for unknown names."""
+def select(names: Sequence[str], *, allow_none: bool = False) -> Selection:
+    """The specs behind ``--analyses`` names (``all`` or a list), in catalog order; one error for unknown names.
+    ``allow_none``: no name selects nothing (a notebook run of its own analysis objects alone), not an error."""
     names = tuple(n.strip() for n in names if n.strip())
     known = selectable()
     unknown = [n for n in names if n != "all" and n not in known]
-    if unknown or not names:
+    if unknown or not (names or allow_none):
         raise BertologyError(f"Unknown analysis {each_with_suggestion(unknown, ('all', *known)) or '(none)'}; "
                              f"choose from: all, {', '.join(known)}.")
     named = frozenset(n for n in names if n != "all")
     chosen = set(known) if "all" in names else named
     return Selection(tuple(ANALYSES.spec(n) for n in ANALYSES.names() if n in chosen),
                      tuple(EXPERIMENTS.spec(n) for n in EXPERIMENTS.names() if n in chosen), named)
+
+
+def builtin_names(config: CompareConfig) -> frozenset[str]:
+    """Every name an own analysis object may not take: the catalog's analyses and experiments and every table
+    they (and the out-of-domain similarity) write with this config's settings."""
+    completed = complete_config(config)
+    tables = {t for spec in ANALYSES.specs() for t in spec.tables}
+    tables |= {t for spec in EXPERIMENTS.specs() for t in spec.tables(completed)}
+    return frozenset({*selectable(), *tables, OOD_TABLE})
+
+
+def own_analyses(objects: Sequence[object], config: CompareConfig) -> list[Analysis]:
+    """The notebook's analysis objects (``bt.compare(analyses=[obj, ...])``) checked and wrapped for the extraction
+    loop (:class:`bertology.analyses.own.OwnAnalysis`); a name taken by a built-in or given twice refused."""
+    from bertology.analyses.own import OwnAnalysis
+
+    taken = set(builtin_names(config))
+    wrapped = []
+    for obj in objects:
+        own = OwnAnalysis(obj, taken)
+        taken.add(own.name)  # a second object of the same name is refused as a clash
+        wrapped.append(own)
+    return wrapped
 
 
 def declared_settings() -> tuple[dict[str, Setting], dict[str, str]]:
@@ -197,7 +221,7 @@ def build_analyses(config: CompareConfig, pair: ModelPair, corpus: Corpus, encod
                    specs: Sequence[AnalysisSpec] | None = None) -> list[Analysis]:
     """Build the selected analyses (``specs``; default: those ``config.analyses`` selects) for this data."""
     config = resolve_conventions(complete_config(config))
-    specs = select(config.analyses).analyses if specs is None else specs
+    specs = select(config.analyses, allow_none=bool(config.own_analyses)).analyses if specs is None else specs
     ctx = BuildContext(pair.num_layers, pair.num_heads, pair.tokenizer, corpus, encoded)
     return [per_measure.build(spec, config, ctx) for spec in specs]
 
@@ -290,7 +314,7 @@ def resolve_settings(config: CompareConfig) -> tuple[CompareConfig, Selection, t
     torch.manual_seed(config.seed)
     config = complete_config(config)  # every declared setting checked and its default filled in
     config = resolve_conventions(config)  # the paper conventions, set once for every analysis
-    selection = select(config.analyses)  # unknown names fail before anything is loaded
+    selection = select(config.analyses, allow_none=bool(config.own_analyses))  # unknown names fail before loading
     device = resolve_device(config.device)  # before any model is loaded
     if config.device == "auto":  # torch.device("auto") does not exist: record and use what it chose
         config = dataclasses.replace(config, device=str(device))
