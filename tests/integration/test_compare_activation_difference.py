@@ -52,3 +52,22 @@ def test_the_command_line_takes_its_flags(planted_pair, tmp_path):
     assert result.exit_code == 0, result.output
     assert "activation difference: largest at layer 2" in " ".join(result.output.split())
     assert len(pd.read_parquet(out / "tables/activation_difference_tokens.parquet")) == 3 * 2
+
+
+def test_the_report_section_shows_the_figure_the_tokens_and_the_classifier_readout(identical_pair, tmp_path):
+    from bertology.testing import save_tiny_bert
+
+    base, _ = identical_pair
+    tuned = save_tiny_bert(tmp_path / "classifier", seed=1, classifier=True, num_labels=2)
+    run = compare(_config((base, tuned), tmp_path / "run", analyses=(NAME,)), corpus=Corpus.from_list(SENTENCES))
+    readout = run.table(NAME + "_readout")
+    from transformers import AutoConfig
+
+    labels = sorted(map(str, AutoConfig.from_pretrained(tuned).id2label.values()))
+    assert sorted(readout["label_or_token"].dropna().unique()) == labels and len(labels) == 2
+    html = run.report.read_text(encoding="utf-8")
+    section = html[html.index('id="activation-difference"'):]
+    section = section[:section.index("</section>")]
+    assert (tmp_path / "run/figures/activation_difference_by_layer.svg").exists() and "<svg" in section
+    assert "Tokens that moved most" in section and "Read through the heads" in section
+    assert "no masked-LM head" in section  # the readout that does not apply says why

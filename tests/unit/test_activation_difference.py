@@ -129,7 +129,9 @@ def test_a_model_against_itself_reads_zero_everywhere(identical_pair):
     t = tables["activation_difference"]
     assert (t["norm"] == 0).all() and (t["mean_token_distance"] == 0).all() and t["cosine_to_base_mean"].isna().all()
     assert (tables["activation_difference_tokens"]["distance"] == 0).all()
-    assert tables["activation_difference_readout"].empty  # an encoder against an encoder: no head to read
+    readout = tables["activation_difference_readout"]  # an encoder against an encoder: no head to read
+    assert readout["readout"].tolist() == ["classifier", "masked_lm"] and readout["score"].isna().all()
+    assert readout["note"].str.startswith("not read: ").all() and readout["rank"].isna().all()
     assert "no sequence-classification head" in section["readouts"]["classifier"]
     assert "no masked-LM head" in section["readouts"]["masked_lm"]
 

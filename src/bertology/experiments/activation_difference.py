@@ -26,8 +26,8 @@ Tables:
   ``content`` for ``d_N`` or ``position_0`` for the mean difference at the first position, where ``a + d`` is the
   tuned model's mean first-position state): one row per label; ``masked_lm`` (the base checkpoint's masked-LM head,
   every layer, logit-lens style, ``a`` the base's mean content activation at the layer, ``vector = content``): the
-  top ``--activation-difference-top-k`` vocabulary items. A readout that does not apply (no such head) has no rows;
-  the manifest section says why.
+  top ``--activation-difference-top-k`` vocabulary items. A readout that does not apply (no such head) has one row
+  with no label, score or rank, and ``note`` saying why (the manifest section says it too).
 """
 from __future__ import annotations
 
@@ -205,7 +205,7 @@ def _ranked(layer: int, readout: str, vector: str, names: list[str], scores: np.
     """Readout rows, highest score first (rank 0), the first ``keep`` of them (None: all)."""
     order = np.argsort(-scores, kind="stable")[:keep]
     return [{"layer": layer, "readout": readout, "vector": vector, "label_or_token": names[i],
-             "score": float(scores[i]), "rank": r} for r, i in enumerate(order)]
+             "score": float(scores[i]), "rank": r, "note": None} for r, i in enumerate(order)]
 
 
 def classifier_readout(model, stats: DifferenceStats) -> list[dict]:
@@ -235,7 +235,13 @@ def masked_lm_readout(model, stats: DifferenceStats, tokenizer, top_k: int) -> l
             for row in _ranked(layer, "masked_lm", "content", names, change[layer], top_k)]
 
 
-READOUT_COLUMNS = ["layer", "readout", "vector", "label_or_token", "score", "rank"]
+READOUT_COLUMNS = ["layer", "readout", "vector", "label_or_token", "score", "rank", "note"]
+
+
+def not_read(layer: int, readout: str, reason: str) -> dict:
+    """The one row of a readout that does not apply: no label or token, no score or rank, and why (``note``)."""
+    return {"layer": layer, "readout": readout, "vector": None, "label_or_token": None, "score": float("nan"),
+            "rank": pd.NA, "note": f"not read: {reason}"}
 
 
 def readouts(pair: ModelPair, stats: DifferenceStats, settings: DifferenceSettings, *,
@@ -243,21 +249,26 @@ def readouts(pair: ModelPair, stats: DifferenceStats, settings: DifferenceSettin
     """The readout table and, per readout, ``"read"`` or why it does not apply."""
     rows: list[dict] = []
     notes: dict[str, str] = {}
-    tuned = pair.tuned.model
+    tuned, last = pair.tuned.model, pair.num_layers
     if is_sequence_classifier(tuned):
         rows += classifier_readout(tuned, stats)
         notes["classifier"] = f"read through the tuned model's head ({type(tuned).__name__}, last layer)"
     else:
-        notes["classifier"] = f"not read: the tuned model has no sequence-classification head ({type(tuned).__name__})"
+        rows.append(not_read(last, "classifier",
+                             f"the tuned model has no sequence-classification head ({type(tuned).__name__})"))
+        notes["classifier"] = rows[-1]["note"]
     mlm, reason = masked_lm_head(pair.base.path, getattr(pair.base.model.config, "architectures", None),
                                  next(pair.base.model.parameters()).dtype)
     if mlm is None:
-        notes["masked_lm"] = f"not read: {reason}"
+        rows.append(not_read(last, "masked_lm", reason))
+        notes["masked_lm"] = rows[-1]["note"]
     else:
         mlm.to(torch.device(device))
         rows += masked_lm_readout(mlm, stats, pair.tokenizer, settings.top_k)
         notes["masked_lm"] = f"read through the base checkpoint's masked-LM head ({type(mlm).__name__}, every layer)"
-    return pd.DataFrame(rows, columns=READOUT_COLUMNS), notes
+    table = pd.DataFrame(rows, columns=READOUT_COLUMNS)
+    table["rank"] = table["rank"].astype("Int64")
+    return table, notes
 
 
 def run_activation_difference(pair: ModelPair, encoded: EncodedCorpus, settings: DifferenceSettings, *,
@@ -306,7 +317,7 @@ def summary(tables: Mapping[str, pd.DataFrame]) -> str | None:
             f"{top['relative_norm']:.2%} of the base's RMS)")
     r = tables.get(READOUT)
     if r is not None and not r.empty:
-        head = r[(r["readout"] == "classifier") & (r["vector"] == "content") & (r["rank"] == 0)]
+        head = r[(r["readout"] == "classifier") & (r["vector"] == "content") & r["note"].isna() & (r["rank"] == 0)]
         if not head.empty:
             line += f"; it pushes the classifier toward {head.iloc[0]['label_or_token']}"
     return line
