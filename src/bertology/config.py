@@ -188,9 +188,10 @@ class CompareConfig:
             d.pop("ablation_metric")
         if "label_map" in d and d["label_map"] is None:  # not given: runs made before --label-map existed still match
             d.pop("label_map")
-        if "crosscoder" not in (d.get("analyses") or ()):  # it runs only when named: runs without it keep their
-            for name in [k for k in d if k.startswith("crosscoder_")]:  # fingerprint (made before it existed)
-                d.pop(name)
+        for only_named in ("crosscoder", "activation_difference"):  # they run only when named: runs without
+            if only_named not in (d.get("analyses") or ()):           # them keep their fingerprint (made before)
+                for name in [k for k in d if k.startswith(only_named + "_")]:
+                    d.pop(name)
         mode = d.get("ablation_mode")
         if isinstance(mode, (tuple, list)) and len(mode) == 1:  # one mode as its name: runs made before a list of
             d["ablation_mode"] = mode[0]                        # modes was allowed keep their fingerprint

@@ -83,6 +83,9 @@ class CompareKeywords(TypedDict, total=False):
     crosscoder_examples: int
     crosscoder_only_threshold: float | int
     crosscoder_nu_max: float | int
+    activation_difference_first: int
+    activation_difference_tokens: int
+    activation_difference_top_k: int
 
 
 class FinetuneKeywords(TypedDict, total=False):
@@ -320,6 +323,9 @@ KEYWORDS = {
         ('crosscoder_examples', 'int', 8),
         ('crosscoder_only_threshold', 'float | int', 0.6),
         ('crosscoder_nu_max', 'float | int', 0.5),
+        ('activation_difference_first', 'int', 5),
+        ('activation_difference_tokens', 'int', 20),
+        ('activation_difference_top_k', 'int', 10),
     ),
     'finetune': (
         ('text_column', 'str | None', None),

@@ -10,5 +10,6 @@ EXPERIMENTS: Catalog[ExperimentSpec] = Catalog("experiment", {
     "probe": "bertology.experiments.probe",
     "ablation": "bertology.experiments.ablation",
     "crosscoder": "bertology.experiments.crosscoder",  # runs only when named (it trains a dictionary)
+    "activation_difference": "bertology.experiments.activation_difference",  # runs only when named
     "changed_vs_needed": "bertology.experiments.changed_vs_needed",  # derived: reads the tables above
 })

@@ -34,6 +34,7 @@ _MODULES = (
     "transplant",
     "changed_vs_needed",
     "crosscoder",
+    "activation_difference",
     "attention_viewer",
     "tracking",
     "finetune",
