@@ -7,7 +7,7 @@ from bertology.activations.contributions import check_measures, contribution_map
 from bertology.errors import BertologyError
 from bertology.testing import tiny_config
 
-ALL = ("weights", "norm", "rollout", "value_zeroing")
+ALL = ("weights", "norm", "norm_residual", "rollout", "value_zeroing", "alti")
 # in float64 (value zeroing's cosine distances are ~1e-5, so 1 - cos in float32 keeps 2 digits): sums of
 # 32-wide products and LayerNorms of order-1 values agree to ~1e-15; 1e-9 leaves room for the 1 - cos step
 TOL = 1e-9
@@ -123,8 +123,8 @@ def test_a_head_on_a_zero_norm_value_gets_share_one_under_weights_and_zero_under
 
 
 def test_unknown_or_repeated_measures_are_refused():
-    with pytest.raises(BertologyError, match="unknown attention measure 'alti'"):
-        check_measures(["weights", "alti"])
+    with pytest.raises(BertologyError, match="unknown attention measure 'flow'"):
+        check_measures(["weights", "flow"])
     with pytest.raises(BertologyError, match="repeat"):
         check_measures(["norm", "norm"])
 
