@@ -145,3 +145,24 @@ def test_value_zeroing_in_float16_is_finite_and_its_rows_sum_to_one(identical_pa
         assert layer.dtype == torch.float32 and torch.isfinite(layer).all()
         sums = layer[:, 0].sum(-1)[real]  # a row of real keys sums to 1, or to 0 when no zeroing moved it
         assert ((sums.abs() < 1e-6) | ((sums - 1).abs() < 1e-5)).all()  # float32 sums of <= 15 shares
+
+
+def test_norm_residual_and_alti_in_float16_are_float32_and_match_the_float32_model(identical_pair):
+    """A float16 model's maps are computed in float32 from its float16 tensors: finite, rows of 1, and within float16
+    rounding (2^-11 relative on order-1 activations, a few layers deep) of the float32 model's maps."""
+    from bertology.models.pair import ModelPair
+    from bertology.testing import SENTENCES
+
+    pair = ModelPair.load(*map(str, identical_pair))
+    t = dict(pair.tokenizer(SENTENCES[:6], padding=True, return_tensors="pt"))
+    measures = ("norm_residual", "alti")
+    with torch.inference_mode():
+        full = contribution_maps(pair.base.model, t, measures)
+        half = contribution_maps(pair.base.model.half(), t, measures)
+    real = t["attention_mask"].bool()
+    for measure in measures:
+        for layer, m in enumerate(half[measure][1:], 1):
+            assert m.dtype == torch.float32 and torch.isfinite(m).all()
+            sums = m[:, 0].sum(-1)[real]
+            torch.testing.assert_close(sums, torch.ones_like(sums), atol=1e-5, rtol=0)
+            torch.testing.assert_close(m, full[measure][layer], atol=2e-2, rtol=0)
