@@ -149,7 +149,9 @@ def test_value_zeroing_in_float16_is_finite_and_its_rows_sum_to_one(identical_pa
 
 def test_norm_residual_and_alti_in_float16_are_float32_and_match_the_float32_model(identical_pair):
     """A float16 model's maps are computed in float32 from its float16 tensors: finite, rows of 1, and within float16
-    rounding (2^-11 relative on order-1 activations, a few layers deep) of the float32 model's maps."""
+    rounding of the float32 model's maps: shares <= 1 moved by the 2^-11 (4.9e-4) relative rounding of the activations
+    for norm_residual (measured 5e-5); alti subtracts two L1 norms of similar size (||y_i||_1 - ||y_i - T_i(x_i)||_1),
+    which amplifies that rounding about tenfold, and multiplies layers up (measured 4.9e-3 at layer 2)."""
     from bertology.models.pair import ModelPair
     from bertology.testing import SENTENCES
 
@@ -165,4 +167,4 @@ def test_norm_residual_and_alti_in_float16_are_float32_and_match_the_float32_mod
             assert m.dtype == torch.float32 and torch.isfinite(m).all()
             sums = m[:, 0].sum(-1)[real]
             torch.testing.assert_close(sums, torch.ones_like(sums), atol=1e-5, rtol=0)
-            torch.testing.assert_close(m, full[measure][layer], atol=2e-2, rtol=0)
+            torch.testing.assert_close(m, full[measure][layer], atol=1e-3 if measure == "norm_residual" else 2e-2, rtol=0)
