@@ -40,8 +40,8 @@ def _recorded(model, inputs):
     def rec(key, module, pre=False, take=lambda t: t):
         store = calls.setdefault(id(block), {}).setdefault(key, [])
         if pre:
-            return module.register_forward_pre_hook(lambda m, a, kw: store.append(take(a[0] if a else kw["hidden_states"])),
-                                                    with_kwargs=True)
+            return module.register_forward_pre_hook(
+                lambda m, a, kw: store.append(take(a[0] if a else kw["hidden_states"])), with_kwargs=True)
         return module.register_forward_hook(lambda m, a, out: store.append((a[0], take(out))))
 
     seen = set()

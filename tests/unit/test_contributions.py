@@ -167,4 +167,5 @@ def test_norm_residual_and_alti_in_float16_are_float32_and_match_the_float32_mod
             assert m.dtype == torch.float32 and torch.isfinite(m).all()
             sums = m[:, 0].sum(-1)[real]
             torch.testing.assert_close(sums, torch.ones_like(sums), atol=1e-5, rtol=0)
-            torch.testing.assert_close(m, full[measure][layer], atol=1e-3 if measure == "norm_residual" else 2e-2, rtol=0)
+            atol = 1e-3 if measure == "norm_residual" else 2e-2
+            torch.testing.assert_close(m, full[measure][layer], atol=atol, rtol=0)

@@ -174,7 +174,7 @@ def alti_layer(terms: BlockTerms, mask: torch.Tensor) -> torch.Tensor:
 
 
 def aggregate(maps: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """Per-layer maps multiplied up through the layers, ``R_l = C_l R_{l-1}`` (ALTI's aggregation, rollout's product)."""
+    """Per-layer maps multiplied up through the layers, ``R_l = C_l R_{l-1}`` (ALTI's aggregation)."""
     out: list[torch.Tensor] = []
     for m in maps:
         out.append(m if not out else m @ out[-1])

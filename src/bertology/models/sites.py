@@ -79,7 +79,7 @@ def norm_first(model: nn.Module) -> bool:
 
 
 def attention_norm(model: nn.Module, layer: int) -> nn.Module:
-    """The LayerNorm of ``x + attention`` in block ``layer`` (post-LN families; the weight layout's ``attention_norm``)."""
+    """The LayerNorm of ``x + attention`` in block ``layer`` (post-LN; the weight layout's ``attention_norm``)."""
     ad = adapter(model)
     if ad.norm_first or ad.weights is None or "attention_norm" not in ad.weights.block:
         raise BertologyError(f"{ad.family}: no LayerNorm after the attention's residual sum "
