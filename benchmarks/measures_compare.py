@@ -22,7 +22,7 @@ from bertology.pipeline import compare, make_config
 from cls_share import SENTENCES
 
 ANALYSES = ("attention_change", "attention_patterns", "attention_targets", "head_map")
-SETTINGS = ("weights", "weights,norm", "weights,rollout", "weights,norm,rollout")
+SETTINGS = ("weights", "weights,norm", "weights,rollout", "weights,norm,rollout", "weights,norm_residual", "weights,alti")
 
 
 def streaming_seconds(manifest: dict) -> tuple[float, float]:

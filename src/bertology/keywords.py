@@ -19,7 +19,7 @@ class CompareKeywords(TypedDict, total=False):
     spacy_model: str | None
     view_examples: int
     trust_remote_code: bool
-    attention_measures: tuple[Literal['weights', 'norm', 'rollout', 'value_zeroing'], ...] | str
+    attention_measures: tuple[Literal['weights', 'norm', 'norm_residual', 'rollout', 'value_zeroing', 'alti'], ...] | str
     store: str | None
     text_column: str | None
     pair_column: str | None
@@ -259,7 +259,7 @@ KEYWORDS = {
         ('spacy_model', 'str | None', None),
         ('view_examples', 'int', 3),
         ('trust_remote_code', 'bool', False),
-        ('attention_measures', "tuple[Literal['weights', 'norm', 'rollout', 'value_zeroing'], ...] | str", ('weights',)),
+        ('attention_measures', "tuple[Literal['weights', 'norm', 'norm_residual', 'rollout', 'value_zeroing', 'alti'], ...] | str", ('weights',)),
         ('store', 'str | None', None),
         ('text_column', 'str | None', None),
         ('pair_column', 'str | None', None),

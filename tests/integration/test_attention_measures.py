@@ -137,7 +137,7 @@ def test_the_planted_head_changes_under_norm_too(runs):
 
 
 def test_a_model_compared_with_itself_shows_no_change_under_every_measure(identical_pair, data, tmp_path):
-    measures = ("weights", "norm", "rollout", "value_zeroing")
+    measures = ("weights", "norm", "norm_residual", "rollout", "value_zeroing", "alti")
     run = _run(identical_pair, data, tmp_path / "same", attention_measures=measures)
     change = run.table("attention_change")
     assert change["measure"].unique().tolist() == list(measures)
@@ -161,6 +161,6 @@ def test_a_run_with_measures_resumes_its_own_tables(runs, planted_pair, data):
 
 def test_a_bad_measure_is_one_line_from_bt_compare(planted_pair, data, tmp_path):
     with pytest.raises(BertologyError, match=r"^--attention-measures \(attention_measures\) must be one of weights, "
-                                             r"norm, rollout, value_zeroing, not 'alti'\.$"):
-        _run(planted_pair, data, tmp_path / "bad", attention_measures="weights,alti")
+                                             r"norm, norm_residual, rollout, value_zeroing, alti, not 'flow'\.$"):
+        _run(planted_pair, data, tmp_path / "bad", attention_measures="weights,flow")
     assert not (tmp_path / "bad").exists()

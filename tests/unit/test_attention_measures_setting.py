@@ -38,8 +38,8 @@ def test_a_comma_list_or_a_list_reads_the_same():
 
 
 @pytest.mark.parametrize(("value", "line"), [
-    ("weights,nrom", r"--attention-measures \(attention_measures\) must be one of weights, norm, rollout, "
-                     r"value_zeroing, not 'nrom' \(did you mean norm\?\)\."),
+    ("weights,nrom", r"--attention-measures \(attention_measures\) must be one of weights, norm, norm_residual, "
+                     r"rollout, value_zeroing, alti, not 'nrom' \(did you mean norm\?\)\."),
     (("norm", "norm"), r"--attention-measures \(attention_measures\) names a measure twice, not 'norm,norm'\."),
     ((), r"--attention-measures \(attention_measures\) must name at least 1 item"),
 ])
@@ -52,8 +52,8 @@ def test_a_bad_measure_is_one_line_exit_2_from_the_cli(tmp_path):
     data = tmp_path / "d.txt"
     data.write_text("one sentence.\n")
     out = runner.invoke(app, ["compare", "--tuned", "t", "--data", str(data), "--out", str(tmp_path / "run"),
-                              "--attention-measures", "weights,alti"])
+                              "--attention-measures", "weights,flow"])
     assert out.exit_code == 2
     text = " ".join(out.output.split())
-    assert "--attention-measures (attention_measures) must be one of weights, norm, rollout, value_zeroing, not 'alti'" in text
+    assert "--attention-measures (attention_measures) must be one of weights, norm, norm_residual, rollout, value_zeroing, alti, not 'flow'" in text
     assert not (tmp_path / "run").exists()

@@ -9,12 +9,18 @@ for a per-layer measure) and query rows that sum to 1 over the real tokens: the 
 - ``rollout`` (Abnar & Zuidema 2020): head-mean attention mixed 0.5/0.5 with the identity, rows
   renormalised, multiplied up through the layers;
 - ``value_zeroing`` (Mohebbi et al. 2023): per layer, the cosine distance between token ``i``'s layer
-  output with and without token ``j``'s value vectors (in every head of that layer), rows renormalised.
+  output with and without token ``j``'s value vectors (in every head of that layer), rows renormalised;
+- ``norm_residual`` (Kobayashi et al. 2021): per layer, ``||T_i(x_j)||`` of the attention block's output written as
+  one transformed vector per source token (heads summed, the residual added to token ``i``'s own, the LayerNorm
+  distributed over the summands), rows renormalised;
+- ``alti`` (Ferrando et al. 2022): per layer, ``max(0, ||y_i||_1 - ||y_i - T_i(x_j)||_1)`` of the same vectors,
+  rows renormalised, then multiplied up through the layers (layer ``l``'s map is the product up to ``l``).
 """
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -28,8 +34,10 @@ from bertology.models.hooks import block_input, capture, on_layers, remove_hooks
 #: probabilities.
 MEASURES = ATTENTION_MEASURES
 #: Measures that give one map per layer (``[B, 1, T, T]``) rather than one per head.
-PER_LAYER = frozenset({"rollout", "value_zeroing"})
+PER_LAYER = frozenset({"rollout", "value_zeroing", "norm_residual", "alti"})
 _EPS = 1e-12
+#: At most this many float32 numbers in one chunk of ALTI's ``[B, T, T, hidden]`` transformed vectors (256 MiB).
+ALTI_CHUNK = 1 << 26
 
 
 def check_measures(measures: Sequence[str]) -> tuple[str, ...]:
@@ -86,6 +94,116 @@ def rollout_maps(attentions: Sequence[torch.Tensor], mask: torch.Tensor) -> list
         rolled = mixed if rolled is None else mixed @ rolled
         out.append(rolled)
     return out
+
+
+@dataclass(frozen=True)
+class BlockTerms:
+    """One layer's attention block written as one transformed vector per source token (Kobayashi et al. 2021).
+
+    ``T_i(x_j) = scale_i * (sum_h probs_hij heads_hj + [i = j] residual_i)`` and ``sum_j T_i(x_j)`` is the block's
+    ``output`` ``y_i`` less the terms of no token (``N(b_O)`` scaled, and the LayerNorm's ``beta``). In a post-LN block
+    ``N`` is the LayerNorm's linear part (centre, then times ``gamma``) and ``scale_i = 1 / sigma_i`` uses the standard
+    deviation of the whole sum ``x_i + attention_i``; in a pre-LN block (``N`` applied before the values, inside
+    ``f``) there is no LayerNorm after the sum: ``N`` is the identity and ``scale_i = 1``.
+    """
+
+    probs: torch.Tensor     # [B, H, T, T] attention probabilities
+    heads: torch.Tensor     # [B, H, T, hidden] N(f_h(x_j))
+    residual: torch.Tensor  # [B, T, hidden] N(x_i), the residual's share of token i
+    scale: torch.Tensor     # [B, T] 1 / sigma_i
+    output: torch.Tensor    # [B, T, hidden] y_i, the attention block's output
+
+
+def block_terms(model: nn.Module, layer: int, probs: torch.Tensor, x: torch.Tensor,
+                residual: torch.Tensor) -> BlockTerms:
+    """:class:`BlockTerms` of ``layer`` from its attention probabilities, the attention module's input ``x`` and the
+    residual stream entering the block (the same tensor in a post-LN family), all in float32 or wider."""
+    proj = sites.out_proj(model, layer)
+    heads = head_vectors(x, _floats(sites.value_projection(model, layer)), _wide(proj.weight), sites.num_heads(model))
+    bias = 0 if proj.bias is None else _wide(proj.bias).to(x.dtype)
+    summed = torch.einsum("bhij,bhjd->bid", probs, heads) + residual + bias          # x_i + attention_i
+    if sites.norm_first(model):
+        return BlockTerms(probs, heads, residual, torch.ones(summed.shape[:-1], dtype=x.dtype, device=x.device), summed)
+    norm = sites.attention_norm(model, layer)
+    if not isinstance(norm, nn.LayerNorm):
+        raise BertologyError(f"{sites.adapter(model).family}: the norm after attention is a {type(norm).__name__}, "
+                             "not a LayerNorm; norm_residual and alti distribute a LayerNorm only")
+    d = summed.shape[-1]
+    gamma = torch.ones(d, dtype=x.dtype, device=x.device) if norm.weight is None else _wide(norm.weight).to(x.dtype)
+    beta = 0 if norm.bias is None else _wide(norm.bias).to(x.dtype)
+
+    def linear(z: torch.Tensor) -> torch.Tensor:
+        return (z - z.mean(-1, keepdim=True)) * gamma
+
+    centred = summed - summed.mean(-1, keepdim=True)
+    scale = (centred.pow(2).mean(-1) + norm.eps).rsqrt()
+    return BlockTerms(probs, linear(heads), linear(residual), scale, centred * gamma * scale[..., None] + beta)
+
+
+def norm_residual_map(terms: BlockTerms, mask: torch.Tensor) -> torch.Tensor:
+    """Kobayashi et al. 2021's ``||T_i(x_j)||`` per layer (``[B, 1, T, T]``), rows renormalised.
+
+    The squared norms come from each token's Gram matrix of its head vectors (``sum_hk a_hij a_kij <N f_h, N f_k>``
+    plus, on the diagonal, the residual's terms), so no ``[B, T, T, hidden]`` tensor is built.
+    """
+    p, g, r = terms.probs, terms.heads, terms.residual
+    gram = torch.einsum("bhjd,bkjd->bjhk", g, g)                                     # [B, T, H, H]
+    squared = torch.einsum("bhij,bjhk,bkij->bij", p, gram, p)
+    own = 2 * torch.einsum("bhi,bhid,bid->bi", p.diagonal(dim1=-2, dim2=-1), g, r) + r.pow(2).sum(-1)
+    norms = (squared + torch.diag_embed(own)).clamp_min(0).sqrt() * terms.scale[..., None]
+    return normalise_rows(norms[:, None], mask)
+
+
+def alti_layer(terms: BlockTerms, mask: torch.Tensor) -> torch.Tensor:
+    """Ferrando et al. 2022's per-layer contributions ``max(0, ||y_i||_1 - ||y_i - T_i(x_j)||_1)``, rows renormalised
+    (``[B, 1, T, T]``). The transformed vectors are built a chunk of query rows at a time (:data:`ALTI_CHUNK`)."""
+    p, g = terms.probs, terms.heads
+    b, _, t, d = g.shape
+    y = terms.output
+    rows = max(1, ALTI_CHUNK // max(1, b * t * d))
+    parts = []
+    for start in range(0, t, rows):
+        sl = slice(start, min(t, start + rows))
+        vectors = torch.einsum("bhij,bhjd->bijd", p[:, :, sl], g)                    # [B, c, T, hidden]
+        own = torch.arange(sl.start, sl.stop, device=g.device)
+        vectors[:, own - sl.start, own] += terms.residual[:, sl]
+        vectors *= terms.scale[:, sl, None, None]
+        distance = (y[:, sl, None] - vectors).abs().sum(-1)                          # [B, c, T]
+        parts.append((y[:, sl].abs().sum(-1)[..., None] - distance).clamp_min(0))
+    return normalise_rows(torch.cat(parts, 1)[:, None], mask)
+
+
+def aggregate(maps: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Per-layer maps multiplied up through the layers, ``R_l = C_l R_{l-1}`` (ALTI's aggregation)."""
+    out: list[torch.Tensor] = []
+    for m in maps:
+        out.append(m if not out else m @ out[-1])
+    return out
+
+
+def residual_maps(model: nn.Module, probs: Sequence[torch.Tensor], xs: dict[int, torch.Tensor], mask: torch.Tensor,
+                  measures: Sequence[str]) -> dict[str, list[torch.Tensor | None]]:
+    """``norm_residual`` and/or ``alti`` (as asked in ``measures``) of every layer, one layer's terms at a time."""
+    wanted = [m for m in ("norm_residual", "alti") if m in measures]
+    per: dict[str, list[torch.Tensor]] = {m: [] for m in wanted}
+    for layer in range(1, sites.num_layers(model) + 1):
+        terms = block_terms(model, layer, probs[layer - 1], _wide(xs[layer]), _wide(_residual(model, xs, layer)))
+        if "norm_residual" in per:
+            per["norm_residual"].append(norm_residual_map(terms, mask))
+        if "alti" in per:
+            per["alti"].append(alti_layer(terms, mask))
+    if "alti" in per:
+        per["alti"] = aggregate(per["alti"])
+    return {m: [None, *maps] for m, maps in per.items()}
+
+
+def _residual(model: nn.Module, xs: dict[int, torch.Tensor], layer: int) -> torch.Tensor:
+    """The residual stream entering block ``layer``: the attention module's input, or the block's in a pre-LN family."""
+    residuals = getattr(xs, "residuals", {})
+    if sites.norm_first(model) and layer not in residuals:
+        raise BertologyError(f"{sites.adapter(model).family} normalises before attention: norm_residual and alti need "
+                             "the blocks' inputs, which attention_inputs() keeps")
+    return residuals.get(layer, xs[layer])
 
 
 class _Stop(Exception):
@@ -156,20 +274,36 @@ def contribution_maps(model: nn.Module, tensors: dict, measures: Sequence[str],
     return maps_from_forward(enc, inputs, cap.attentions, xs, measures)
 
 
+class AttentionInputs(dict):
+    """layer -> what the attention module receives (``x`` of ``f(x)``); ``residuals``: layer -> the block's own input,
+    kept only where the two differ (a pre-LN family's attention reads ``LN(x)``, its residual adds ``x``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.residuals: dict[int, torch.Tensor] = {}
+
+    def clear(self) -> None:
+        super().clear()
+        self.residuals.clear()
+
+
 @contextlib.contextmanager
-def attention_inputs(model: nn.Module) -> Iterator[dict[int, torch.Tensor]]:
-    """Keep what each layer's attention module receives (``x`` of ``f(x)``), by layer, during the block.
+def attention_inputs(model: nn.Module) -> Iterator[AttentionInputs]:
+    """Keep what each layer's attention module receives (``x`` of ``f(x)``), by layer, during the block (and each
+    block's input in a pre-LN family: the residual of ``norm_residual`` and ``alti``).
 
     Beside :func:`bertology.models.hooks.capture` in one forward pass, it gives :func:`maps_from_forward`
     everything it needs, so a run's capture computes the measures without a forward of its own.
     """
-    xs: dict[int, torch.Tensor] = {}
+    xs = AttentionInputs()
+    layers = range(1, sites.num_layers(model) + 1)
 
-    def keep_x(layer: int):
-        return lambda _m, args, kwargs: xs.__setitem__(layer, block_input(args, kwargs))
+    def keep(into: dict[int, torch.Tensor], layer: int):
+        return lambda _m, args, kwargs: into.__setitem__(layer, block_input(args, kwargs))
 
-    handles = on_layers(model, sites.attention, {l: keep_x(l) for l in range(1, sites.num_layers(model) + 1)},
-                        pre=True, with_kwargs=True)
+    handles = on_layers(model, sites.attention, {l: keep(xs, l) for l in layers}, pre=True, with_kwargs=True)
+    if sites.norm_first(model):
+        handles += on_layers(model, sites.block, {l: keep(xs.residuals, l) for l in layers}, pre=True, with_kwargs=True)
     try:
         yield xs
     finally:
@@ -196,6 +330,8 @@ def maps_from_forward(model: nn.Module, inputs: dict, attentions: Sequence[torch
     if "value_zeroing" in measures:
         out["value_zeroing"] = [None] + [value_zeroing_layer(enc, inputs, l, attentions[l], xs[l], mask)
                                          for l in range(1, n + 1)]
+    if "norm_residual" in measures or "alti" in measures:
+        out.update(residual_maps(enc, probs, xs, mask, measures))
     return out
 
 

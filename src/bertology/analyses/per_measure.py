@@ -4,7 +4,7 @@ Every attention analysis reads ``Captured.attentions``; under a measure it reads
 (:meth:`bertology.activations.batch.PairBatch.measured`), unchanged, so its arithmetic is the one it does on the
 attention probabilities. A spec that declares ``per_measure=True`` is built once per measure the run asks for; with
 more than ``weights`` its tables gain a ``measure`` column (first). A per-layer measure (``rollout``,
-``value_zeroing``: one map per layer) is fed to an analysis built for one head, whose rows get ``head = -1``.
+``value_zeroing``, ``norm_residual``, ``alti``: one map per layer) is fed to an analysis built for one head, whose rows get ``head = -1``.
 With ``weights`` alone (the default) the analysis is built as it always was: same tables, same numbers.
 """
 from __future__ import annotations

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from bertology.errors import BertologyError
 from bertology.models.adapters import Adapter, adapter_for, get_path
 from bertology.models.adapters.base import ValueProjection
 
@@ -70,6 +71,20 @@ def head_size(model: nn.Module) -> int:
 def value_projection(model: nn.Module, layer: int) -> ValueProjection:
     """``(weight [H*d, hidden], bias)`` of layer ``layer``'s value projection."""
     return adapter(model).value(attention(model, layer))
+
+
+def norm_first(model: nn.Module) -> bool:
+    """Whether the family's blocks normalise before attention (pre-LN: the residual adds the block's input)."""
+    return adapter(model).norm_first
+
+
+def attention_norm(model: nn.Module, layer: int) -> nn.Module:
+    """The LayerNorm of ``x + attention`` in block ``layer`` (post-LN; the weight layout's ``attention_norm``)."""
+    ad = adapter(model)
+    if ad.norm_first or ad.weights is None or "attention_norm" not in ad.weights.block:
+        raise BertologyError(f"{ad.family}: no LayerNorm after the attention's residual sum "
+                             f"({'it normalises before attention' if ad.norm_first else 'none declared'})")
+    return _inside(model, layer, ad.weights.block["attention_norm"])
 
 
 def hidden_output(model: nn.Module, layer: int) -> nn.Module:

@@ -104,6 +104,9 @@ class Adapter:
     ``first_token_site`` (in a block) is where the last block may be cut to the first token.
     ``max_tokens(config)`` is the longest input the position encoding allows (None: no limit).
     ``weights`` names the family's weight matrices for the weight-space comparison (None: not supported).
+    ``norm_first`` says the block normalises before attention (pre-LN, ModernBERT): the attention module reads
+    ``LN(x)``, the residual adds the block's own input ``x`` and no LayerNorm follows the sum; otherwise
+    ``weights.block["attention_norm"]`` is the LayerNorm of ``x + attention`` (post-LN, BERT).
     """
 
     family: str
@@ -125,6 +128,7 @@ class Adapter:
     tokenizer: str = "WordPiece"
     notes: str = ""
     weights: WeightLayout | None = None
+    norm_first: bool = False
 
     def block_list(self, encoder: nn.Module) -> list[nn.Module]:
         """The module run at each depth 1..N (index 0 = layer 1); shared blocks repeat."""

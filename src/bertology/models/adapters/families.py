@@ -139,6 +139,7 @@ MPNET = register_adapter(Adapter(
 MODERNBERT = register_adapter(Adapter(
     family="ModernBERT", model_types=("modernbert",), blocks="layers", attention="attn", out_proj="attn.Wo",
     value=fused_value("Wqkv", 2), token_types=False, layer_output=_modernbert_output, tokenizer="byte-level BPE",
+    norm_first=True,
     notes="local-window layers give full [T, T] maps with zeros outside the window",
     weights=_layout({"query": "attn.Wqkv:0/3", "key": "attn.Wqkv:1/3", "value": "attn.Wqkv:2/3", "attention_output": "attn.Wo",
                      "attention_norm": "attn_norm", "ffn_in": "mlp.Wi", "ffn_out": "mlp.Wo", "ffn_norm": "mlp_norm"},
