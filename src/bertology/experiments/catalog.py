@@ -11,4 +11,5 @@ EXPERIMENTS: Catalog[ExperimentSpec] = Catalog("experiment", {
     "ablation": "bertology.experiments.ablation",
     "crosscoder": "bertology.experiments.crosscoder",  # runs only when named (it trains a dictionary)
     "changed_vs_needed": "bertology.experiments.changed_vs_needed",  # derived: reads the tables above
+    "measure_agreement": "bertology.experiments.measure_agreement",  # derived: the attention analyses' measures
 })
