@@ -164,3 +164,17 @@ def test_a_bad_measure_is_one_line_from_bt_compare(planted_pair, data, tmp_path)
                                              r"norm, norm_residual, rollout, value_zeroing, alti, not 'flow'\.$"):
         _run(planted_pair, data, tmp_path / "bad", attention_measures="weights,flow")
     assert not (tmp_path / "bad").exists()
+
+
+
+def test_measure_agreement_of_a_run_with_three_measures(runs):
+    from bertology.experiments.measure_agreement import SOURCES, agreement
+
+    three = runs["three"]
+    table = agreement({name: three.table(name) for name in SOURCES})
+    assert set(table["measure"]) == {"norm", "rollout"}
+    assert set(table["analysis"]) == set(SOURCES)
+    assert set(table.loc[table["measure"] == "rollout", "level"]) == {"layer"}
+    # the planted head L2H1 is the most changed under weights and under norm
+    change = table[(table["analysis"] == "attention_change") & (table["measure"] == "norm")].iloc[0]
+    assert change["weights_unit"] == "L2H1" and change["measure_unit"] == "L2H1"

@@ -33,6 +33,7 @@ _MODULES = (
     "revert",
     "transplant",
     "changed_vs_needed",
+    "measure_agreement",
     "crosscoder",
     "activation_difference",
     "attention_viewer",
