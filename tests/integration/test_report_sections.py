@@ -21,7 +21,8 @@ from test_report import parse  # noqa: E402
 PAGE_ORDER = (
     "attention-change", "attention-patterns", "representation-similarity", "attention-targets", "relation-heads", "absa",
     "head-map", "geometry", "pca-views", "weight-change", "probe", "token-probe", "ablation", "revert", "transplant",
-    "changed-vs-needed", "measure-agreement", "crosscoder", "activation-difference", "attention-viewer", "tracking", "finetune",
+    "changed-vs-needed", "measure-agreement", "crosscoder", "activation-difference", "attention-viewer", "tracking",
+    "finetune",
 )
 
 

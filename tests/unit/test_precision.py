@@ -106,7 +106,7 @@ def test_reduced_precision_tables_stay_within_the_rounding_bound_of_float32(plan
     if d.get("label_map") is None:  # and no --label-map those of runs made before it
         d.pop("label_map", None)
     d["ablation_mode"] = d["ablation_mode"][0]  # one mode is hashed as its name (runs made before mode lists)
-    for key in [k for k in d if k.startswith("crosscoder_")]:  # the crosscoder's settings, when it is not named
+    for key in [k for k in d if k.startswith(("crosscoder_", "activation_difference_"))]:  # theirs, when not named
         d.pop(key)
     import hashlib
 

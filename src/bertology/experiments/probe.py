@@ -57,8 +57,9 @@ from bertology.errors import BertologyError
 from bertology.experiments.probe_features import (  # the word-feature store; re-exported for callers of this module
     FEATURE_DTYPES,
     _cached_features,
-    cache_key,
+    _model_fingerprint,
     _unpack,
+    cache_key,
     extract_word_features,
 )
 from bertology.experiments.probe_training import (  # noqa: F401  (re-exported: the probe API)
@@ -90,7 +91,6 @@ from bertology.experiments.probe_trees import (  # noqa: F401  (re-exported: the
     HEWITT_PUNCT_XPOS,
     PUNCTUATION_RULES,
     TreeSet,
-    _model_fingerprint,
     distinct_tokenizers,
     encodable,
     ensure_trees,

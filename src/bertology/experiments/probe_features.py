@@ -204,6 +204,19 @@ def _cached_features(
     return load_file(str(path))["features"], False
 
 
+def _model_fingerprint(encoder: torch.nn.Module, desc: dict) -> str:
+    """The weights' identity for the feature cache; a model run in bfloat16/float16 has other features."""
+    dtype = next(encoder.parameters()).dtype
+    suffix = "" if dtype == torch.float32 else f":{str(dtype).removeprefix('torch.')}"
+    if desc.get("weights_sha256"):
+        return str(desc["weights_sha256"]) + suffix
+    d = hashlib.sha256()
+    for name, p in sorted(encoder.state_dict().items()):
+        d.update(name.encode())
+        d.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())  # any dtype
+    return d.hexdigest() + suffix
+
+
 #: A split's word features another probe computed, offered for reuse: ``(sentences_key, layers, features)``.
 SharedFeatures = tuple[str, tuple[int, ...], torch.Tensor]
 
@@ -218,8 +231,6 @@ def word_features_once(models: dict, splits: dict, layers: dict, *, work: Path |
     layers, else from ``work/features/words-<split>-<model>.safetensors`` when an interrupted run left them there,
     else computed (and cached there). Returns the features (``split -> model -> array``) and, per split and model,
     where they came from (``shared``, ``cache`` or ``computed``)."""
-    from bertology.experiments.probe_trees import _model_fingerprint
-
     progress = on_progress or (lambda *_: None)
     feats: dict = {s: {} for s in splits}
     source: dict = {s: {} for s in splits}

@@ -210,19 +210,6 @@ def random_init_model(loaded, seed: int = 0):
                        is_classifier=False, weights_sha256=None, extra={"seed": seed, "config_of": path})
 
 
-def _model_fingerprint(encoder: torch.nn.Module, desc: dict) -> str:
-    """The weights' identity for the feature cache; a model run in bfloat16/float16 has other features."""
-    dtype = next(encoder.parameters()).dtype
-    suffix = "" if dtype == torch.float32 else f":{str(dtype).removeprefix('torch.')}"
-    if desc.get("weights_sha256"):
-        return str(desc["weights_sha256"]) + suffix
-    d = hashlib.sha256()
-    for name, p in sorted(encoder.state_dict().items()):
-        d.update(name.encode())
-        d.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())  # any dtype
-    return d.hexdigest() + suffix
-
-
 def _aligned(word_ids: np.ndarray, n_words: int) -> bool:
     ids = word_ids[word_ids >= 0]
     return n_words > 0 and np.array_equal(np.unique(ids), np.arange(n_words))
