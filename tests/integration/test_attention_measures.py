@@ -178,3 +178,22 @@ def test_measure_agreement_of_a_run_with_three_measures(runs):
     # the planted head L2H1 is the most changed under weights and under norm
     change = table[(table["analysis"] == "attention_change") & (table["measure"] == "norm")].iloc[0]
     assert change["weights_unit"] == "L2H1" and change["measure_unit"] == "L2H1"
+
+
+def test_measure_agreement_named_in_compare_reaches_the_table_and_the_report(planted_pair, data, tmp_path):
+    """Named beside the analyses it reads, ``measure_agreement`` is written by compare (equal to the function on the
+    run's own tables) and drawn in the report: its section, both share figures, the headline table."""
+    from bertology.experiments.measure_agreement import SOURCES, agreement
+
+    base, tuned = planted_pair
+    run = bt.compare(str(base), str(tuned), str(data), out=str(tmp_path / "run"), batch_size=BATCH, view_examples=0,
+                     analyses=["attention_change", "attention_targets", "measure_agreement"], report=True,
+                     attention_measures=("weights", "norm", "alti"), **SMALL)
+    table = run.table("measure_agreement")
+    again = agreement({name: run.table(name) for name in SOURCES if name in run.tables})
+    pd.testing.assert_frame_equal(table.reset_index(drop=True), again.reset_index(drop=True), check_dtype=False)
+    assert set(table["measure"]) == {"norm", "alti"}
+    html = (tmp_path / "run" / "report.html").read_text(encoding="utf-8")
+    section = html[html.index('id="measure-agreement"'):]
+    assert "measure_agreement_cls_share.svg" in section and "measure_agreement_sep_share.svg" in section
+    assert "top_changed_heads" in section

@@ -8,6 +8,7 @@ from __future__ import annotations
 import matplotlib as mpl
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from bertology.viz.figures import _STYLE, _new_figure, _require
 
@@ -31,6 +32,7 @@ def share_by_measure(table: pd.DataFrame, headline: str = "cls_share", model: st
         for measure, group in rows.groupby("measure", sort=False):
             group = group.sort_values("layer")
             ax.plot(group["layer"].astype(int), group["measure_value"], marker="o", label=str(measure))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole numbers
         ax.set_xlabel("layer")
         ax.set_ylabel(f"share to {headline.removesuffix('_share')} ({model})")
         ax.set_title("Attention share by measure", loc="left")

@@ -39,7 +39,8 @@ def build(inp: SectionInput) -> dict | None:
     """The section's dict, or None when the run lacks the table."""
     from bertology.viz.agreement import share_by_measure
 
-    table = inp.table("measure_agreement")
+    table = inp.tables.get("measure_agreement")  # as written: its ``measure`` column names the measure compared
+    # with the weights, so the one-measure view of an attention table (``inp.table``) would drop every row
     if table is None or table.empty:
         return None
     figures = []
