@@ -38,14 +38,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bertology.activations.extract import capture_forward
 from bertology.config import CompareConfig
-from bertology.data.batching import collate, length_batches
 from bertology.data.encode import EncodedCorpus
+from bertology.experiments.crosscoder_buffer import paired_hidden_states
 from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec, jsonable
 from bertology.models.pair import ModelPair
 from bertology.models.readout import head_logits, is_sequence_classifier, masked_lm_head
-from bertology.models.shared_base import to_device_together
 from bertology.results import Result
 from bertology.settings import Setting
 
@@ -89,15 +87,8 @@ class Batch:
 def pair_batches(pair: ModelPair, encoded: EncodedCorpus, *, batch_size: int = 32,
                  device: str = "cpu") -> Iterator[Batch]:
     """Both models' hidden states at every layer, one :class:`Batch` per length-bucketed forward batch."""
-    dev = torch.device(device)
-    pad_id = pair.tokenizer.pad_token_id or 0
-    to_device_together((pair.base.model, pair.tuned.model), dev)
-    want = frozenset({"hidden_states"})
-    for items in length_batches(encoded.items, batch_size):
-        t = collate(items, pad_id)
-        with torch.inference_mode():
-            caps = [capture_forward(m.model, t, want, dev) for m in (pair.base, pair.tuned)]
-            base, tuned = (torch.stack(c.hidden_states).double().cpu() for c in caps)
+    for items, t, caps in paired_hidden_states(pair, encoded, batch_size=batch_size, device=device):
+        base, tuned = (torch.stack(c.hidden_states).double().cpu() for c in caps)
         yield Batch(base, tuned, t["mask"].bool(), t["content"].bool(),
                     np.array([it.index for it in items], dtype=np.int64), t["input_ids"].numpy())
 

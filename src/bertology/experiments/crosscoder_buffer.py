@@ -20,6 +20,7 @@ import torch
 from bertology.activations.extract import capture_forward
 from bertology.data.batching import collate, length_batches, token_arrays
 from bertology.data.encode import EncodedCorpus
+from bertology.models.hooks import Captured
 from bertology.models.pair import ModelPair
 from bertology.models.shared_base import to_device_together
 
@@ -51,13 +52,13 @@ def budgeted(encoded: EncodedCorpus, tokens: int, seed: int) -> EncodedCorpus:
                          list(encoded.truncated))
 
 
-def pair_chunks(pair: ModelPair, encoded: EncodedCorpus, layers: Sequence[int], *, batch_size: int = 32,
-                device: str = "cpu") -> Iterator[TokenChunk]:
-    """Both models' hidden states at ``layers``, content tokens only, one :class:`TokenChunk` per forward batch.
+def paired_hidden_states(pair: ModelPair, encoded: EncodedCorpus, *, batch_size: int = 32,
+                         device: str = "cpu") -> Iterator[tuple[list, dict, tuple[Captured, Captured]]]:
+    """Each length-bucketed batch of ``encoded``: its items, the collated tensors and both models' captured hidden
+    states (base, tuned), each model run once (what the crosscoder and the activation-difference lens read).
 
-    The loop of :func:`bertology.activations.extract.iter_pair_batches` (length-bucketed batches, each model run
-    once), with ``inference_mode`` around each forward only: a generator suspended inside it would leave it on
-    for the caller, whose training needs autograd."""
+    The loop of :func:`bertology.activations.extract.iter_pair_batches`, with ``inference_mode`` around each
+    forward only: a generator suspended inside it would leave it on for the caller, whose training needs autograd."""
     dev = torch.device(device)
     pad_id = pair.tokenizer.pad_token_id or 0
     to_device_together((pair.base.model, pair.tuned.model), dev)
@@ -65,11 +66,18 @@ def pair_chunks(pair: ModelPair, encoded: EncodedCorpus, layers: Sequence[int], 
     for items in length_batches(encoded.items, batch_size):
         t = collate(items, pad_id)
         with torch.inference_mode():
-            content = t["content"].to(dev)
-            caps = [capture_forward(m.model, t, want, dev) for m in (pair.base, pair.tuned)]
-            acts = {layer: torch.stack([c.hidden_states[layer][content] for c in caps], dim=1).float().cpu()
-                    for layer in layers}
-        acts = {layer: a.clone() for layer, a in acts.items()}  # ordinary tensors, usable by autograd
+            caps = (capture_forward(pair.base.model, t, want, dev), capture_forward(pair.tuned.model, t, want, dev))
+        yield items, t, caps
+
+
+def pair_chunks(pair: ModelPair, encoded: EncodedCorpus, layers: Sequence[int], *, batch_size: int = 32,
+                device: str = "cpu") -> Iterator[TokenChunk]:
+    """Both models' hidden states at ``layers``, content tokens only, one :class:`TokenChunk` per forward batch
+    (:func:`paired_hidden_states`)."""
+    for items, t, caps in paired_hidden_states(pair, encoded, batch_size=batch_size, device=device):
+        content = t["content"].to(torch.device(device))
+        acts = {layer: torch.stack([c.hidden_states[layer][content] for c in caps], dim=1).float().cpu().clone()
+                for layer in layers}  # ordinary tensors, usable by autograd
         ids, _, host_content = token_arrays(items, t["input_ids"].shape[1])
         rows, cols = np.nonzero(host_content)
         example = np.array([it.index for it in items], dtype=np.int64)[rows]
