@@ -12,12 +12,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from bertology.errors import BertologyError
 from bertology.reach import Trackable
-from bertology.settings import (Setting, check_fields, comma_list, field_setting, field_settings, setting_field,
-                                seed_field)
+from bertology.settings import (Setting, check_fields, comma_list, field_setting, field_settings, flat_values,
+                                group_field, grouped_init, seed_field, setting_field, setting_value)
 
 #: How a head is disabled (bertology.models.ablate): the one definition, here on the ground floor so
 #: that settings, the command line and the interventions share it without importing torch.
@@ -256,7 +256,155 @@ FINETUNE_DATA_SETTINGS: tuple[Setting, ...] = tuple(
     for s in field_settings(DataConfig) if s.name != "overlong")
 
 
-@dataclass
+# --------------------------------------------------------------------------------------------------
+# bertology finetune: its settings groups (one concern each), then the config that holds them
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContrastiveSettings:
+    """``objective="contrastive"``: SimCSE's flavour, temperature and pooling, its NLI labels, and the
+    measurements of the encoder it trains (STS Spearman, anisotropy). ``FinetuneConfig.simcse``; ``mode`` is the
+    flat ``contrastive``."""
+
+    mode: Literal["auto", "unsupervised", "supervised"] = setting_field(
+        "auto", "Contrastive flavour: unsupervised (same sentence twice, dropout positives), supervised (NLI pairs: "
+        "entailment positive, contradiction hard negative), or auto (supervised when the data has pairs and labels).",
+        choices=("auto", "unsupervised", "supervised"), paper="Gao et al. 2021", keyword="contrastive")
+    temperature: float = setting_field(0.05, "Contrastive: temperature of the cosine similarities.", above=0,
+                                       paper="Gao et al. 2021")
+    pooling: Literal["cls", "mean"] = setting_field(
+        "cls", "Contrastive: sentence embedding = cls token or mean of tokens.", choices=("cls", "mean"))
+    positive_label: str = setting_field(
+        "entailment", "Supervised contrastive: the pair label that marks a positive.", paper="Gao et al. 2021")
+    negative_label: str = setting_field(
+        "contradiction", "Supervised contrastive: the pair label that marks a hard negative.", paper="Gao et al. 2021")
+    sts_data: str | None = setting_field(
+        None, "Contrastive: STS-B-format file (sentence1, sentence2, score) for Spearman.", kind=str)
+    anisotropy_sentences: int = setting_field(
+        500, "Contrastive: sentences sampled for anisotropy per layer (0 = skip).", minimum=0, paper="Ethayarajh 2019")
+    anisotropy_pairs: int = setting_field(
+        2000, "Contrastive: random token pairs from different sentences per layer for anisotropy.", minimum=1,
+        paper="Ethayarajh 2019")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class SurgerySettings:
+    """Model surgery before training: layers removed, layers and embeddings frozen (``FinetuneConfig.surgery``)."""
+
+    drop_layers: tuple[int, ...] = setting_field(
+        (), "Remove these transformer layers (comma list, 1-based) before training.", parse=parse_layers,
+        metavar="LAYERS")
+    freeze_layers: int = setting_field(0, "Freeze the bottom K transformer layers.", minimum=0)
+    freeze_embeddings: bool = setting_field(False, "Freeze the embedding layer.")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class WordFilters:
+    """Biased data: training examples with any of ``exclude`` (whole word, case-insensitive) are dropped; eval
+    is reported on the slices with / without ``slices`` (default: the excluded words). ``FinetuneConfig.words``; flat
+    ``exclude_words`` and ``slice_words``."""
+
+    exclude: tuple[str, ...] = setting_field(
+        (), "Drop training examples containing any of these words (comma list or @FILE; whole word, case-insensitive, "
+        "either text of a pair); eval is also reported on the slices with / without them.", parse=_some_words,
+        metavar="WORDS|@FILE", keyword="exclude_words")
+    # eval slices with / without these words, without dropping anything (default: the excluded words)
+    slices: tuple[str, ...] = setting_field(
+        (), "Also report eval on the examples with / without these words (comma list or @FILE), dropping nothing "
+        "(the control of an --exclude-words run; default: the excluded words).", parse=parse_word_list,
+        flag="--eval-slices", metavar="WORDS|@FILE", keyword="slice_words")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class QaSettings:
+    """Extractive question answering (task ``qa``, SQuAD JSON; :mod:`bertology.training.qa`): the windows over a
+    long context, the answer decoding and the held-out split. ``FinetuneConfig.qa``; ``split`` is the flat ``qa_split``."""
+
+    doc_stride: int = setting_field(128, "QA: context tokens shared by consecutive windows of a long context (at most half of what a window leaves for the context).",
+                                    minimum=0)
+    max_answer_length: int = setting_field(30, "QA: the longest predicted answer, in tokens.", minimum=1)
+    null_threshold: float = setting_field(
+        0.0, "QA, SQuAD v2.0: answer 'no answer' when the null score beats the best span's by more than this.",
+        paper="Devlin et al. 2019")
+    split: Literal["article", "question"] = setting_field(
+        "article", "QA without --eval-data: hold out whole articles (article) or questions (question).",
+        choices=("article", "question"), keyword="qa_split")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class ParsingSettings:
+    """The dependency parser's head (task ``parsing``; :mod:`bertology.models.parser`): its MLPs' sizes, None
+    = the parsing recipe's. ``FinetuneConfig.parsing``."""
+
+    arc_dim: int | None = setting_field(
+        None, "Parsing: units of the arc MLPs (default: the parsing recipe, Dozat & Manning's 500).", kind=int,
+        minimum=1, paper="Dozat & Manning 2017")
+    label_dim: int | None = setting_field(
+        None, "Parsing: units of the label MLPs (default: the parsing recipe, Dozat & Manning's 100).", kind=int,
+        minimum=1, paper="Dozat & Manning 2017")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """``method="lora"``: the adapters on the encoder (peft; the task head trained fully).
+    ``FinetuneConfig.lora``; flat ``lora_rank``, ``lora_alpha``, ..."""
+
+    keyword_prefix: ClassVar[str] = "lora_"
+
+    rank: int = setting_field(8, "LoRA: rank r of the adapters.", minimum=1, paper="Hu et al. 2021")
+    alpha: float = setting_field(16.0, "LoRA: scaling alpha (the update is scaled by alpha / r).", above=0,
+                                      paper="Hu et al. 2021")
+    dropout: float = setting_field(0.1, "LoRA: dropout on the adapters' input.", minimum=0, below=1)
+    targets: tuple[str, ...] = setting_field(
+        (), "LoRA: the encoder's modules to adapt, by the last part of their names (comma list; default: the family's "
+        "query and value projections, e.g. query,value for BERT, q_lin,v_lin for DistilBERT, Wqkv for ModernBERT).",
+        parse=comma_list, metavar="NAMES")
+    merge: bool = setting_field(
+        False, "LoRA: also save the adapter merged into its base as a full model (model-merged/; in the fingerprint, so "
+        "asking for it does not reuse a finished run without one).")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class TrackingSettings:
+    """Tracking while training: the analyses of BertologyCallback, run by this loop (``tracking/`` folder); none
+    changes the trained weights. ``FinetuneConfig.tracking``; flat ``track_every``, ``track_analyses``, ``track_examples``."""
+
+    keyword_prefix: ClassVar[str] = "track_"
+
+    every: int | None = track_field(
+        "every_n_steps", help="Track the model against its base every N optimiser steps, and at step 0 and each "
+        "evaluation (CKA/RSA per layer, attention change, gradient norms; a track run folder in tracking/; 0 = off). "
+        "The trained weights are the same with or without it.", changes_numbers=False)
+    analyses: tuple[str, ...] = track_field(
+        "analyses", help="--track-every: comma list of analyses to run against the base.", changes_numbers=False)
+    examples: int | None = track_field(
+        "max_examples", help="--track-every: probe on the first N held-out examples (0 = all).", changes_numbers=False)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+
+@dataclass(init=False)
 class FinetuneConfig:
     """``bertology finetune``: train a head (or a contrastive encoder) on labelled sentences or sentence pairs.
 
@@ -267,6 +415,12 @@ class FinetuneConfig:
     below 1) are :meth:`check`'s. ``epochs``, ``batch_size``, ``learning_rate``, ``head_lr``, ``warmup_ratio``,
     ``arc_dim`` and ``label_dim`` default to None, "the task's recipe": a run fills them from its task's recipe
     (:func:`bertology.training.recipes.apply_recipe`), so a value given, whatever it is, is kept.
+
+    The settings of one concern are a frozen group read as ``config.lora.rank`` (:class:`LoraSettings`), ``qa``,
+    ``parsing``, ``simcse``, ``surgery``, ``words``, ``tracking``; the run's own and the loop's are fields here. A user
+    meets them flat, as before the groups: ``FinetuneConfig(lora_rank=4)``, ``bt.finetune(..., lora_rank=4)``,
+    ``--lora-rank 4``, :func:`~bertology.settings.field_settings` lists ``lora_rank`` and :meth:`to_dict` (the
+    manifest's ``config``, the fingerprint) holds ``lora_rank``; :meth:`value` reads a setting by that name.
     """
 
     model: str = "minilm"  # --model: declared by the command
@@ -314,41 +468,10 @@ class FinetuneConfig:
     tag_column: Literal["upos", "xpos"] = setting_field(
         "upos", "Tagging on CoNLL-U: learn the upos or xpos column. (A .conll/.bio/.iob tag file brings its own tags: "
         "the last column, or the 0-based column given by --label-column.)", choices=("upos", "xpos"))
-    contrastive: Literal["auto", "unsupervised", "supervised"] = setting_field(
-        "auto", "Contrastive flavour: unsupervised (same sentence twice, dropout positives), supervised (NLI pairs: "
-        "entailment positive, contradiction hard negative), or auto (supervised when the data has pairs and labels).",
-        choices=("auto", "unsupervised", "supervised"), paper="Gao et al. 2021")
-    temperature: float = setting_field(0.05, "Contrastive: temperature of the cosine similarities.", above=0,
-                                       paper="Gao et al. 2021")
-    pooling: Literal["cls", "mean"] = setting_field(
-        "cls", "Contrastive: sentence embedding = cls token or mean of tokens.", choices=("cls", "mean"))
-    positive_label: str = setting_field(
-        "entailment", "Supervised contrastive: the pair label that marks a positive.", paper="Gao et al. 2021")
-    negative_label: str = setting_field(
-        "contradiction", "Supervised contrastive: the pair label that marks a hard negative.", paper="Gao et al. 2021")
-    sts_data: str | None = setting_field(
-        None, "Contrastive: STS-B-format file (sentence1, sentence2, score) for Spearman.", kind=str)
-    anisotropy_sentences: int = setting_field(
-        500, "Contrastive: sentences sampled for anisotropy per layer (0 = skip).", minimum=0, paper="Ethayarajh 2019")
-    anisotropy_pairs: int = setting_field(
-        2000, "Contrastive: random token pairs from different sentences per layer for anisotropy.", minimum=1,
-        paper="Ethayarajh 2019")
-    # model surgery and partial freezing
-    drop_layers: tuple[int, ...] = setting_field(
-        (), "Remove these transformer layers (comma list, 1-based) before training.", parse=parse_layers,
-        metavar="LAYERS")
-    freeze_layers: int = setting_field(0, "Freeze the bottom K transformer layers.", minimum=0)
-    freeze_embeddings: bool = setting_field(False, "Freeze the embedding layer.")
-    # biased data: training examples with any of these words (whole word, case-insensitive) are dropped
-    exclude_words: tuple[str, ...] = setting_field(
-        (), "Drop training examples containing any of these words (comma list or @FILE; whole word, case-insensitive, "
-        "either text of a pair); eval is also reported on the slices with / without them.", parse=_some_words,
-        metavar="WORDS|@FILE")
-    # eval slices with / without these words, without dropping anything (default: the excluded words)
-    slice_words: tuple[str, ...] = setting_field(
-        (), "Also report eval on the examples with / without these words (comma list or @FILE), dropping nothing "
-        "(the control of an --exclude-words run; default: the excluded words).", parse=parse_word_list,
-        flag="--eval-slices", metavar="WORDS|@FILE")
+    # SimCSE (objective contrastive), model surgery, biased data: their groups, flat keywords as named there
+    simcse: ContrastiveSettings = group_field(ContrastiveSettings)
+    surgery: SurgerySettings = group_field(SurgerySettings)
+    words: WordFilters = group_field(WordFilters)
     # training hygiene
     grad_accum: int = setting_field(1, "Micro-batches of --batch-size per optimiser step.", minimum=1)
     eval_every: int | None = setting_field(
@@ -363,55 +486,22 @@ class FinetuneConfig:
         None, "Keep checkpoints/step-N/ every N steps (resume after an interruption; bertology track).", kind=int,
         minimum=1, changes_numbers=False)
     max_grad_norm: float = setting_field(1.0, "Clip the gradients' norm to this (0 = no clipping).", minimum=0)
-    # extractive question answering (task "qa", SQuAD JSON; bertology.training.qa)
-    doc_stride: int = setting_field(128, "QA: context tokens shared by consecutive windows of a long context (at most half of what a window leaves for the context).",
-                                    minimum=0)
-    max_answer_length: int = setting_field(30, "QA: the longest predicted answer, in tokens.", minimum=1)
-    null_threshold: float = setting_field(
-        0.0, "QA, SQuAD v2.0: answer 'no answer' when the null score beats the best span's by more than this.",
-        paper="Devlin et al. 2019")
-    # the dependency parser's head (task "parsing"; bertology.models.parser)
-    arc_dim: int | None = setting_field(
-        None, "Parsing: units of the arc MLPs (default: the parsing recipe, Dozat & Manning's 500).", kind=int,
-        minimum=1, paper="Dozat & Manning 2017")
-    label_dim: int | None = setting_field(
-        None, "Parsing: units of the label MLPs (default: the parsing recipe, Dozat & Manning's 100).", kind=int,
-        minimum=1, paper="Dozat & Manning 2017")
-    qa_split: Literal["article", "question"] = setting_field(
-        "article", "QA without --eval-data: hold out whole articles (article) or questions (question).",
-        choices=("article", "question"))
+    qa: QaSettings = group_field(QaSettings)
+    parsing: ParsingSettings = group_field(ParsingSettings)
 
     # parameter-efficient fine-tuning: LoRA adapters on the encoder (peft), the task head trained fully
     method: Literal["full", "lora"] = setting_field(
         "full", "full (every weight trained) or lora (low-rank adapters on the encoder's attention, peft; the head "
         "trained fully; saves an adapter folder).", choices=("full", "lora"), paper="Hu et al. 2021")
-    lora_rank: int = setting_field(8, "LoRA: rank r of the adapters.", minimum=1, paper="Hu et al. 2021")
-    lora_alpha: float = setting_field(16.0, "LoRA: scaling alpha (the update is scaled by alpha / r).", above=0,
-                                      paper="Hu et al. 2021")
-    lora_dropout: float = setting_field(0.1, "LoRA: dropout on the adapters' input.", minimum=0, below=1)
-    lora_targets: tuple[str, ...] = setting_field(
-        (), "LoRA: the encoder's modules to adapt, by the last part of their names (comma list; default: the family's "
-        "query and value projections, e.g. query,value for BERT, q_lin,v_lin for DistilBERT, Wqkv for ModernBERT).",
-        parse=comma_list, metavar="NAMES")
-    lora_merge: bool = setting_field(
-        False, "LoRA: also save the adapter merged into its base as a full model (model-merged/; in the fingerprint, so "
-        "asking for it does not reuse a finished run without one).")
-
-    # tracking while training: the analyses of BertologyCallback, run by this loop (tracking/ folder)
-    track_every: int | None = track_field(
-        "every_n_steps", help="Track the model against its base every N optimiser steps, and at step 0 and each "
-        "evaluation (CKA/RSA per layer, attention change, gradient norms; a track run folder in tracking/; 0 = off). "
-        "The trained weights are the same with or without it.", changes_numbers=False)
-    track_analyses: tuple[str, ...] = track_field(
-        "analyses", help="--track-every: comma list of analyses to run against the base.", changes_numbers=False)
-    track_examples: int | None = track_field(
-        "max_examples", help="--track-every: probe on the first N held-out examples (0 = all).", changes_numbers=False)
+    lora: LoraSettings = group_field(LoraSettings)
+    tracking: TrackingSettings = group_field(TrackingSettings)
 
     #: which settings the task's recipe filled in (``{"task": ..., "from_recipe": [names]}``; None: none yet):
     #: set by :func:`bertology.training.recipes.apply_recipe`, recorded in the manifest, not in fingerprints
     recipe: dict | None = field(default=None, compare=False)
 
-    def __post_init__(self) -> None:
+    def __init__(self, **values: Any) -> None:
+        grouped_init(self, values)  # a group's settings by their flat names (lora_rank=4), checked by the group
         self.check()
 
     def check(self) -> None:
@@ -436,12 +526,19 @@ class FinetuneConfig:
         if self.objective == "contrastive":
             raise BertologyError("--method lora trains a task head with adapters; the contrastive objective (an encoder "
                                  "without a head) is not supported with LoRA yet: use --method full.")
-        clash = [flag for flag, value in (("--drop-layers", self.drop_layers), ("--freeze-layers", self.freeze_layers),
-                                          ("--freeze-embeddings", self.freeze_embeddings)) if value]
+        surgery = self.surgery
+        clash = [flag for flag, value in (("--drop-layers", surgery.drop_layers), ("--freeze-layers", surgery.freeze_layers),
+                                          ("--freeze-embeddings", surgery.freeze_embeddings)) if value]
         if clash:
             raise BertologyError(f"--method lora cannot be combined with {', '.join(clash)}: LoRA already freezes the "
                                  "whole encoder (only its adapters and the head train), and its adapter is put back on "
                                  "the unchanged base.")
 
+    def value(self, name: str) -> Any:
+        """The setting named ``name`` as the user names it (``"lora_rank"`` is ``self.lora.rank``)."""
+        return setting_value(self, name)
+
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every field with the groups' settings flat (``lora_rank``, ...), as the record read before the groups: the
+        manifest's ``config`` and what the fingerprints hash."""
+        return flat_values(self)

@@ -133,9 +133,9 @@ class FinetuneKeywords(TypedDict, total=False):
     doc_stride: int
     max_answer_length: int
     null_threshold: float | int
+    qa_split: Literal['article', 'question']
     arc_dim: int | None
     label_dim: int | None
-    qa_split: Literal['article', 'question']
     method: Literal['full', 'lora']
     lora_rank: int
     lora_alpha: float | int
@@ -370,9 +370,9 @@ KEYWORDS = {
         ('doc_stride', 'int', 128),
         ('max_answer_length', 'int', 30),
         ('null_threshold', 'float | int', 0.0),
+        ('qa_split', "Literal['article', 'question']", 'article'),
         ('arc_dim', 'int | None', None),
         ('label_dim', 'int | None', None),
-        ('qa_split', "Literal['article', 'question']", 'article'),
         ('method', "Literal['full', 'lora']", 'full'),
         ('lora_rank', 'int', 8),
         ('lora_alpha', 'float | int', 16.0),

@@ -13,6 +13,7 @@ declarations can be read without torch.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
@@ -173,10 +174,14 @@ class Setting:
                 "flag": self.cli_flag, "help": self.help, "paper": self.paper, "changes_numbers": self.changes_numbers}
 
 
-def setting_field(default: Any, help: str, **declaration: Any) -> Any:  # noqa: A002 - the declaration's word
-    """A dataclass field that is also a :class:`Setting` (its name is the field's); see :func:`field_settings`."""
+def setting_field(default: Any, help: str, *, keyword: str | None = None, **declaration: Any) -> Any:  # noqa: A002
+    """A dataclass field that is also a :class:`Setting`; see :func:`field_settings`. Its name is the field's, or in a
+    settings group (:func:`group_field`) the group's ``keyword_prefix`` + the field's (``lora_`` + ``rank``), or
+    ``keyword``: the flat name the command line, Python's keywords, the manifest and the fingerprint know it by."""
     factory = (lambda: default) if isinstance(default, (list, dict)) else None
-    meta = {"setting": dict(default=default, help=help, **declaration)}
+    meta: dict[str, Any] = {"setting": dict(default=default, help=help, **declaration)}
+    if keyword is not None:
+        meta["keyword"] = keyword
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -191,11 +196,33 @@ def seed_field(help: str, default: int = 0) -> Any:  # noqa: A002 - the declarat
     return setting_field(default, help, minimum=0, maximum=SEED_MAXIMUM)
 
 
+def group_field(group: type) -> Any:
+    """A dataclass field holding a settings group: a frozen dataclass of :func:`setting_field` fields that one concern
+    reads (``FinetuneConfig.lora``). Its settings stay flat everywhere a user meets them: :func:`field_settings` of
+    the owner lists them by their flat names, :func:`grouped_init` takes them as flat keywords, :func:`flat_values`
+    gives them back flat (the manifest, the fingerprint)."""
+    return dataclasses.field(default_factory=group, metadata={"group": group})
+
+
 @functools.cache
+def declared_fields(cls: type) -> tuple[tuple[str | None, str, Setting], ...]:
+    """``(group, attribute, Setting)`` of every :func:`setting_field` of dataclass ``cls`` in field order, a group's
+    (:func:`group_field`) in its place with the group's field name (``("lora", "rank", <lora_rank>)``); ``group`` is
+    None for the class's own fields. Made once per class."""
+    prefix = getattr(cls, "keyword_prefix", "")
+    out: list[tuple[str | None, str, Setting]] = []
+    for f in dataclasses.fields(cls):
+        if "group" in f.metadata:
+            out += [(f.name, attr, s) for _, attr, s in declared_fields(f.metadata["group"])]
+        elif "setting" in f.metadata:
+            out.append((None, f.name, Setting(f.metadata.get("keyword") or prefix + f.name, **f.metadata["setting"])))
+    return tuple(out)
+
+
 def field_settings(cls: type) -> tuple[Setting, ...]:
-    """The :class:`Setting` of every field of dataclass ``cls`` made with :func:`setting_field`, in field order
-    (made once per class: every config made checks its fields with them)."""
-    return tuple(Setting(f.name, **f.metadata["setting"]) for f in dataclasses.fields(cls) if "setting" in f.metadata)
+    """The :class:`Setting` of every field of dataclass ``cls`` made with :func:`setting_field`, in field order, its
+    settings groups' by their flat names (:func:`declared_fields`)."""
+    return tuple(s for _, _, s in declared_fields(cls))
 
 
 def field_setting(cls: type, name: str) -> Setting:
@@ -204,9 +231,60 @@ def field_setting(cls: type, name: str) -> Setting:
 
 
 def check_fields(obj: Any) -> None:
-    """Validate every :func:`setting_field` of a dataclass instance in place (canonical values written back)."""
-    for s in field_settings(type(obj)):
-        object.__setattr__(obj, s.name, s.check(getattr(obj, s.name)))
+    """Validate every :func:`setting_field` of a dataclass instance in place (canonical values written back); a
+    settings group checked itself when it was made (it is frozen)."""
+    for group, attr, s in declared_fields(type(obj)):
+        if group is None:
+            object.__setattr__(obj, attr, s.check(getattr(obj, attr)))
+
+
+def setting_value(obj: Any, name: str) -> Any:
+    """The value of the setting with flat name ``name`` of dataclass instance ``obj`` (in a group or its own)."""
+    for group, attr, s in declared_fields(type(obj)):
+        if s.name == name:
+            return getattr(getattr(obj, group) if group else obj, attr)
+    raise AttributeError(f"{type(obj).__name__} has no setting {name!r}")
+
+
+def flat_values(obj: Any) -> dict[str, Any]:
+    """Every field of dataclass instance ``obj`` by its flat name, in field order: its settings groups' settings in
+    the group's place (``lora_rank``, ...), a nested dataclass that is not a group as a dict (as
+    :func:`dataclasses.asdict` gives it), so the record of a config with groups reads as it did without them."""
+    out: dict[str, Any] = {}
+    settings = {(group, attr): s.name for group, attr, s in declared_fields(type(obj))}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if "group" in f.metadata:
+            out.update({settings[(f.name, g.name)]: getattr(value, g.name) for g in dataclasses.fields(value)
+                        if (f.name, g.name) in settings})
+        else:
+            out[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
+    return out
+
+
+def grouped_init(obj: Any, values: dict[str, Any]) -> None:
+    """Fill dataclass instance ``obj`` (a class with settings groups and ``init=False``) from keywords: its own fields
+    and whole groups by field name, else their defaults; a group's settings by their flat names (``lora_rank=4``),
+    which win over a whole group given beside them (as :func:`dataclasses.replace` passes it). A name it has not is
+    a ``TypeError``, as a dataclass's own ``__init__`` raises."""
+    values = dict(values)
+    fields = dataclasses.fields(obj)
+    for f in fields:
+        if f.name in values:
+            value = values.pop(f.name)
+        else:
+            value = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        object.__setattr__(obj, f.name, value)
+    flat = {s.name: (group, attr) for group, attr, s in declared_fields(type(obj)) if group is not None}
+    unknown = sorted(set(values) - set(flat))
+    if unknown:
+        raise TypeError(f"{type(obj).__name__}.__init__() got an unexpected keyword argument {unknown[0]!r}")
+    changes: dict[str, dict[str, Any]] = {}
+    for name, value in values.items():
+        group, attr = flat[name]
+        changes.setdefault(group, {})[attr] = value
+    for group, given in changes.items():  # the group checks the values it is made with
+        object.__setattr__(obj, group, dataclasses.replace(getattr(obj, group), **given))
 
 
 def settings_object(cls: type, values: Any, command: str) -> Any:
@@ -290,7 +368,7 @@ def describe_fields(groups: Iterable[tuple[str, Any]]) -> dict:
     out: dict[str, dict] = {}
     for owner, obj in groups:
         declared = {s.name: s for s in field_settings(type(obj))}
-        out.update(describe(declared, {n: getattr(obj, n) for n in declared}, dict.fromkeys(declared, owner)))
+        out.update(describe(declared, {n: setting_value(obj, n) for n in declared}, dict.fromkeys(declared, owner)))
     return out
 
 

@@ -351,14 +351,14 @@ def finetune_probe(data: Any) -> Corpus:
 
 
 def finetune_tracker(config, tokenizer, probe: Any) -> Tracker:
-    """The tracker of ``bertology finetune --track-every N``: every ``config.track_every`` steps, at step 0 and at
+    """The tracker of ``bertology finetune --track-every N``: every ``config.tracking.every`` steps, at step 0 and at
     each evaluation, the ``track_analyses`` on the first ``track_examples`` examples of ``probe`` (the held-out data)
     against the model as training begins, and each layer's gradient norm at every step, into ``<out>/tracking/``
     (a run folder of kind ``track``), CKA per layer in the log. The loop calls :meth:`Tracker.prepare` before it
     resumes from a checkpoint: the model is then still the base, so a resumed run compares with the same base, and
     keeps the folder's rows up to its checkpoint (:meth:`Tracker.restore`)."""
-    settings = CallbackSettings(analyses=config.track_analyses, every_n_steps=config.track_every,
-                                max_examples=config.track_examples, max_length=config.data.max_length,
+    settings = CallbackSettings(analyses=config.tracking.analyses, every_n_steps=config.tracking.every,
+                                max_examples=config.tracking.examples, max_length=config.data.max_length,
                                 seed=config.seed)
     return Tracker(settings, finetune_probe(probe), out=Path(config.out) / FINETUNE_FOLDER, tokenizer=tokenizer,
                    overwrite=True, log=_log_line, source="bertology finetune --track-every")

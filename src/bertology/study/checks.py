@@ -120,13 +120,13 @@ def check_against_base(config, model) -> None:
     layers to freeze, and with LoRA the modules to adapt (default: the family's query and value)."""
     from bertology.training.surgery import check_freeze_layers
 
-    if config.freeze_layers:
-        check_freeze_layers(model, config.freeze_layers)
+    if config.surgery.freeze_layers:
+        check_freeze_layers(model, config.surgery.freeze_layers)
     if config.method == "lora":
         from bertology.training.lora import check_targets, default_targets, peft_library
 
         peft_library()
-        check_targets(model, tuple(config.lora_targets) or default_targets(model))
+        check_targets(model, tuple(config.lora.targets) or default_targets(model))
 
 
 def check_compare_data(spec: StudySpec):

@@ -136,7 +136,7 @@ def resolve_config(config: FinetuneConfig, train=None) -> FinetuneConfig:
     objective = OBJECTIVE_ALIASES.get(config.objective, config.objective)
     if objective != config.objective:
         changes["objective"] = objective
-    if config.contrastive == "auto" and train is not None:
+    if config.simcse.mode == "auto" and train is not None:
         paired = objective == "contrastive" and getattr(train, "has_pairs", False) and getattr(train, "has_labels", False)
         changes["contrastive"] = "supervised" if paired else "unsupervised"
     config = dataclasses.replace(config, **changes) if changes else config
@@ -167,8 +167,9 @@ class Surgery:
 def prepare_model(model: torch.nn.Module, config: FinetuneConfig, device: torch.device) -> Surgery:
     """Drop and freeze the configured blocks (:mod:`bertology.training.surgery`), then move the model to ``device``."""
     n_before = num_blocks(model)
-    kept = drop_layers(model, config.drop_layers) if config.drop_layers else tuple(range(1, n_before + 1))
-    frozen = freeze(model, config.freeze_layers, config.freeze_embeddings)
+    surgery = config.surgery
+    kept = drop_layers(model, surgery.drop_layers) if surgery.drop_layers else tuple(range(1, n_before + 1))
+    frozen = freeze(model, surgery.freeze_layers, surgery.freeze_embeddings)
     model.to(device)
     return Surgery(n_before=n_before, kept=kept, frozen=frozen)
 
@@ -176,8 +177,8 @@ def prepare_model(model: torch.nn.Module, config: FinetuneConfig, device: torch.
 def surgery_record(model: torch.nn.Module, config: FinetuneConfig, surgery: Surgery) -> dict:
     """The manifest's ``layers`` and ``frozen`` entries (parameter counts as the model stands now)."""
     return {
-        "layers": layers_record(model, surgery.n_before, config.drop_layers, surgery.kept),
-        "frozen": {"layers": config.freeze_layers, "embeddings": config.freeze_embeddings, "n_tensors": len(surgery.frozen),
+        "layers": layers_record(model, surgery.n_before, config.surgery.drop_layers, surgery.kept),
+        "frozen": {"layers": config.surgery.freeze_layers, "embeddings": config.surgery.freeze_embeddings, "n_tensors": len(surgery.frozen),
                    "parameters": parameter_counts(model)},
     }
 

@@ -327,17 +327,17 @@ class ContrastiveTrainer(Trainer):
     def prepare_data(self, train: Corpus, eval: Corpus | None) -> RunData:  # noqa: A002
         config = self.config
         exclusion = None
-        if config.exclude_words:
-            train, exclusion = exclude_examples(train, parse_word_list(list(config.exclude_words)))
+        if config.words.exclude:
+            train, exclusion = exclude_examples(train, parse_word_list(list(config.words.exclude)))
         if len(train) == 0:
             raise BertologyError(f"The training data {train.name!r} ({train.source}) has no examples.")
         max_n = config.data.max_examples
         if max_n is not None and len(train) > max_n:
             rng = np.random.default_rng(config.seed)
             train = train.subset(sorted(int(i) for i in rng.choice(len(train), size=max_n, replace=False)))
-        if config.early_stopping and not config.sts_data:
+        if config.early_stopping and not config.simcse.sts_data:
             raise BertologyError("Early stopping of contrastive training watches STS Spearman; pass --sts-data.")
-        if config.contrastive == "supervised":
+        if config.simcse.mode == "supervised":
             self.unit = "triplets"
         return RunData(train, eval, exclusion=exclusion)
 
@@ -353,59 +353,59 @@ class ContrastiveTrainer(Trainer):
     def _items(self, train: Corpus, tokenizer) -> list:
         """The training items (encoded sentences, or encoded triplets) and the manifest's words on them."""
         config = self.config
-        self.data_info = {"mode": config.contrastive}
-        if config.contrastive == "unsupervised":
+        self.data_info = {"mode": config.simcse.mode}
+        if config.simcse.mode == "unsupervised":
             texts = sentences_of(train)
             enc = _encode_sentences(texts, tokenizer, config.data.max_length)
             self.data_info.update(n_sentences=len(texts), tokenisation=enc.describe())
             return list(enc.items)
-        triplets, info = nli_triplets(train, config.positive_label, config.negative_label, config.seed)
+        triplets, info = nli_triplets(train, config.simcse.positive_label, config.simcse.negative_label, config.seed)
         enc = _encode_sentences([s for t in triplets for s in t], tokenizer, config.data.max_length)
         by_index = {it.index: it for it in enc.items}
-        self.data_info.update(info, positive_label=config.positive_label, negative_label=config.negative_label,
+        self.data_info.update(info, positive_label=config.simcse.positive_label, negative_label=config.simcse.negative_label,
                               tokenisation=enc.describe())
         return [(by_index[3 * k], by_index[3 * k + 1], by_index[3 * k + 2]) for k in range(len(triplets))]
 
     def _sts(self, tokenizer):
         """The STS pairs (encoded) and gold scores of ``sts_data``, or None."""
-        if not self.config.sts_data:
+        if not self.config.simcse.sts_data:
             return None
-        sts_corpus, scores = load_sts(self.config.sts_data)
+        sts_corpus, scores = load_sts(self.config.simcse.sts_data)
         max_len = self.config.data.max_length
         enc1 = _encode_sentences([ex.text for ex in sts_corpus], tokenizer, max_len)
         enc2 = _encode_sentences([ex.text_pair for ex in sts_corpus], tokenizer, max_len)
-        self.data_info["sts"] = {"path": self.config.sts_data, "n_pairs": len(scores)}
+        self.data_info["sts"] = {"path": self.config.simcse.sts_data, "n_pairs": len(scores)}
         return enc1, enc2, scores
 
     def _anisotropy_before(self, model, encoder: _Encoder, data: RunData, tokenizer) -> None:
         """Anisotropy of the untrained model; the same sentences and token pairs are measured again at the end."""
         config = self.config
         self.anis, self.anis_rows = None, []
-        if not config.anisotropy_sentences:
+        if not config.simcse.anisotropy_sentences:
             return
         pool_texts = list(dict.fromkeys(sentences_of(data.eval) if data.eval is not None else sentences_of(data.train)))
         rng = np.random.default_rng(config.seed)
-        size = min(config.anisotropy_sentences, len(pool_texts))
+        size = min(config.simcse.anisotropy_sentences, len(pool_texts))
         chosen = [pool_texts[i] for i in sorted(rng.choice(len(pool_texts), size=size, replace=False))]
         enc = _encode_sentences(chosen, tokenizer, config.data.max_length)
-        pairs = sample_token_pairs(enc, config.anisotropy_pairs, config.seed)
+        pairs = sample_token_pairs(enc, config.simcse.anisotropy_pairs, config.seed)
         self.anis = (enc, pairs)
         self.anis_rows = [{"model": "base", **r} for r in anisotropy_per_layer(model, encoder, enc, pairs, config.batch_size)]
 
     def make_head(self, loaded: ModelToTrain, data: RunData, device: torch.device) -> ContrastiveTask:
         config, model, tokenizer = self.config, loaded.model, loaded.tokenizer
-        encoder = _Encoder(padding_id(tokenizer), uses_token_types(model), device, config.pooling)
+        encoder = _Encoder(padding_id(tokenizer), uses_token_types(model), device, config.simcse.pooling)
         items = self._items(data.train, tokenizer)
         sts = self._sts(tokenizer)
         self._anisotropy_before(model, encoder, data, tokenizer)
-        return ContrastiveTask(tokenizer, encoder, mode=config.contrastive, temperature=config.temperature, items=items,
+        return ContrastiveTask(tokenizer, encoder, mode=config.simcse.mode, temperature=config.simcse.temperature, items=items,
                                sts=sts, batch_size=config.batch_size, tokenisation={"train": self.data_info["tokenisation"]})
 
     def final_metrics(self, head: ContrastiveTask, model, outcome: LoopOutcome) -> dict:
         return dict(outcome.metrics or {})
 
     def task_record(self, loaded: ModelToTrain, data: RunData) -> dict:
-        return {"contrastive": self.data_info, "temperature": self.config.temperature, "pooling": self.config.pooling}
+        return {"contrastive": self.data_info, "temperature": self.config.simcse.temperature, "pooling": self.config.simcse.pooling}
 
     def counts(self, head: ContrastiveTask, data: RunData) -> tuple[int, int]:
         return head.n_items, len(head.sts[2]) if head.sts is not None else 0
@@ -426,8 +426,8 @@ class ContrastiveTrainer(Trainer):
         if train_losses:
             metrics["train_loss"] = float(train_losses[-1])
         return Finish(metrics=metrics, extra_tables={"anisotropy": anisotropy} if not anisotropy.empty else {}, record={
-            "in_batch_negatives": config.batch_size - 1 if config.contrastive == "unsupervised" else 2 * config.batch_size - 1,
-            "anisotropy": {"sentences": config.anisotropy_sentences, "pairs": config.anisotropy_pairs,
+            "in_batch_negatives": config.batch_size - 1 if config.simcse.mode == "unsupervised" else 2 * config.batch_size - 1,
+            "anisotropy": {"sentences": config.simcse.anisotropy_sentences, "pairs": config.simcse.anisotropy_pairs,
                            "tokens": "non-special tokens, drawn uniformly; partner from a different sentence"}})
 
 

@@ -107,12 +107,12 @@ def wrap_lora(model: torch.nn.Module, config: FinetuneConfig, task: str) -> Lora
 
     if task not in TASK_TYPES:
         raise BertologyError(f"--method lora: the {task} task has no adapter form; use --method full.")
-    targets = tuple(config.lora_targets) or default_targets(model)
+    targets = tuple(config.lora.targets) or default_targets(model)
     parser = model if isinstance(model, BiaffineParser) else None
     check_targets(parser.encoder if parser is not None else model, targets)
     heads = head_modules(model)
-    lora = peft.LoraConfig(task_type=TASK_TYPES[task], r=config.lora_rank, lora_alpha=config.lora_alpha,
-                           lora_dropout=config.lora_dropout, target_modules=list(targets),
+    lora = peft.LoraConfig(task_type=TASK_TYPES[task], r=config.lora.rank, lora_alpha=config.lora.alpha,
+                           lora_dropout=config.lora.dropout, target_modules=list(targets),
                            # a copy: peft adds its defaults to the list it is given; the parser's head is saved apart
                            modules_to_save=None if parser is not None else list(heads))
     try:
@@ -130,13 +130,13 @@ def wrap_lora(model: torch.nn.Module, config: FinetuneConfig, task: str) -> Lora
         trainable, total = counts["trainable_parameters"] + n_head, counts["total_parameters"] + n_head
         counts = {"trainable_parameters": trainable, "total_parameters": total,
                   "trainable_percent": round(100.0 * trainable / total, 4)}
-    record = {"method": "lora", "rank": config.lora_rank, "alpha": config.lora_alpha, "dropout": config.lora_dropout,
-              "targets": list(targets), "targets_source": "given" if config.lora_targets else "the family's query and value",
+    record = {"method": "lora", "rank": config.lora.rank, "alpha": config.lora.alpha, "dropout": config.lora.dropout,
+              "targets": list(targets), "targets_source": "given" if config.lora.targets else "the family's query and value",
               "modules_to_save": heads, "task_type": TASK_TYPES[task], "base": base, "library": f"peft {peft.__version__}",
               **counts}
     if parser is not None:
         record["head_saved"] = "beside the adapter, as a parser folder's (parser_head.safetensors, parser_config.json)"
-    logger.info("LoRA r=%d on %s: %d of %d parameters trainable (%.2f%%)", config.lora_rank, ", ".join(targets),
+    logger.info("LoRA r=%d on %s: %d of %d parameters trainable (%.2f%%)", config.lora.rank, ", ".join(targets),
                 record["trainable_parameters"], record["total_parameters"], record["trainable_percent"])
     return LoraRun(wrapped, base, record, parser)
 

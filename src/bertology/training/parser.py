@@ -11,6 +11,7 @@ of each micro-batch (so with ``grad_accum`` micro-batches are weighted by their 
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -45,7 +46,7 @@ def build_parser(config: FinetuneConfig, labels: list[str]) -> tuple[BiaffinePar
         logger.info("Continuing the checkpoint's parser head (same %d labels)", len(labels))
         return model, loaded.tokenizer, loaded.describe(), True
     enc = encoder(model)
-    sizes = {k: getattr(config, k) for k in ("arc_dim", "label_dim") if getattr(config, k) is not None}
+    sizes = {k: v for k, v in dataclasses.asdict(config.parsing).items() if v is not None}
     head = ParserConfig(labels=tuple(labels), hidden_size=int(enc.config.hidden_size), **sizes)
     return BiaffineParser(enc, head), loaded.tokenizer, loaded.describe(), False
 

@@ -158,12 +158,12 @@ class QATrainer(Trainer):
         for data, role in ((train, "training"), (eval, "eval")):
             if data is not None and not isinstance(data, SquadData):
                 raise BertologyError(f"--task qa reads SQuAD JSON files; the {role} data {getattr(data, 'source', data)!r} is not one.")
-        if config.exclude_words or config.slice_words:
+        if config.words.exclude or config.words.slices:
             raise BertologyError("--exclude-words / --eval-slices are not available for --task qa.")
         if config.data.max_examples is not None and len(train) > config.data.max_examples:
             train = train.stratified_sample(config.data.max_examples, config.seed)
         def split(data: SquadData) -> tuple[np.ndarray, np.ndarray, dict]:
-            tr, ev, how = split_questions(data, config.eval_fraction, config.seed, config.qa_split)
+            tr, ev, how = split_questions(data, config.eval_fraction, config.seed, config.qa.split)
             return tr, ev, {"seed": config.seed, **how}
 
         return self.held_out(train, eval, split)
@@ -174,8 +174,8 @@ class QATrainer(Trainer):
 
     def make_head(self, loaded: ModelToTrain, data: RunData, device: torch.device) -> QAHead:
         config = self.config
-        settings = dict(max_length=config.data.max_length, doc_stride=config.doc_stride,
-                        max_answer_length=config.max_answer_length, null_threshold=config.null_threshold)
+        settings = dict(max_length=config.data.max_length, doc_stride=config.qa.doc_stride,
+                        max_answer_length=config.qa.max_answer_length, null_threshold=config.qa.null_threshold)
         feats = [encode_squad(d, loaded.tokenizer, **settings) for d in (data.train, data.eval)]
         return QAHead(loaded.tokenizer, feats[0], feats[1], Batching.of(config.batch_size, loaded.model, loaded.tokenizer, device))
 
@@ -183,7 +183,7 @@ class QATrainer(Trainer):
         config = self.config
         return Finish(predictions=predictions_table(data.eval, head.last_records), record={"qa": {
             "decoding": "best start+end logit span over the question's windows, start <= end, at most "
-                        f"{config.max_answer_length} tokens; no answer when null - best > {config.null_threshold} "
+                        f"{config.qa.max_answer_length} tokens; no answer when null - best > {config.qa.null_threshold} "
                         "(SQuAD v2.0 data only); null = smallest [CLS] score over the windows",
             "metrics": "official SQuAD normalisation (lower-case, no punctuation, no a/an/the, single spaces); max over gold answers",
             "eval_no_answer_allowed": head.eval.with_negative}})

@@ -143,7 +143,7 @@ def apply_recipe(config: FinetuneConfig, task: str) -> FinetuneConfig:
     naming the task and the settings filled (values the user gave are kept: they are not None)."""
     recipe = recipe_for(task, config.method)
     lr = config.learning_rate if config.learning_rate is not None else recipe.learning_rate
-    filled = {name: recipe.value(name, lr) for name in RECIPE_SETTINGS if getattr(config, name) is None}
+    filled = {name: recipe.value(name, lr) for name in RECIPE_SETTINGS if config.value(name) is None}
     filled = {name: value for name, value in filled.items() if value is not None}
     if not filled:
         return config
@@ -160,7 +160,7 @@ def recipe_record(config: FinetuneConfig) -> dict | None:
     recipe = recipe_for(config.recipe["task"], config.method)
     ref = recipe.reference
     return {"task": config.recipe["task"],
-            "from_recipe": {n: {"value": getattr(config, n), "source": recipe.sources.get(n, GENERIC)}
+            "from_recipe": {n: {"value": config.value(n), "source": recipe.sources.get(n, GENERIC)}
                             for n in config.recipe["from_recipe"]},
             "reference": dataclasses.asdict(ref) if ref else None, "notes": list(recipe.notes)}
 

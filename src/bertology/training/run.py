@@ -82,7 +82,7 @@ def settings_record(config: FinetuneConfig) -> dict:
     settings table reads it."""
     run = {s.name: s for s in field_settings(FinetuneConfig)}
     data = {s.name: s for s in FINETUNE_DATA_SETTINGS}
-    out = {**describe(run, {n: getattr(config, n) for n in run}, {n: "finetune" for n in run}),
+    out = {**describe(run, {n: config.value(n) for n in run}, {n: "finetune" for n in run}),
            **describe(data, {n: getattr(config.data, n) for n in data}, {n: "data" for n in data})}
     recipe = config.recipe or {}
     for name in recipe.get("from_recipe", ()):  # the value used, and that the task's recipe gave it
@@ -233,9 +233,10 @@ def _run_warnings(result, details: dict, train: Corpus, evaluation: Corpus | Non
 
 def tracking_settings(config: FinetuneConfig) -> dict | None:
     """The tracking a run asks for (``track_every``, ``track_analyses``, ``track_examples``), or None when off."""
-    if not config.track_every:
+    tracking = config.tracking
+    if not tracking.every:
         return None
-    return {"every": config.track_every, "analyses": list(config.track_analyses), "max_examples": config.track_examples}
+    return {"every": tracking.every, "analyses": list(tracking.analyses), "max_examples": tracking.examples}
 
 
 def _tracked_as_asked(config: FinetuneConfig, manifest: dict) -> bool:

@@ -51,7 +51,7 @@ TrackerFactory = Callable[[FinetuneConfig, Any, Any], LoopObserver]
 def observe(config: FinetuneConfig, tracker: TrackerFactory | None, tokenizer: Any, data: "RunData") -> LoopObserver | None:
     """The loop's observer: ``tracker``'s, probing the held-out data (else the training data), when ``track_every``
     is set; None otherwise. ``track_every`` without a ``tracker`` is one clear error."""
-    if not config.track_every:
+    if not config.tracking.every:
         return None
     if tracker is None:
         raise BertologyError("--track-every (track_every) needs the tracker of bertology.integrations: run bertology "
@@ -199,15 +199,15 @@ class Trainer(ABC):
                 raise BertologyError(f"The eval data {eval.name!r} ({eval.source}) has no examples.")
             record = {"source": "eval_data"}
         exclusion = None
-        if config.exclude_words:
-            words = parse_word_list(list(config.exclude_words))
+        if config.words.exclude:
+            words = parse_word_list(list(config.words.exclude))
             train, exclusion = exclude_examples(train, words)
             if len(train) == 0:
                 raise BertologyError(f"Every training {self.unit[:-1]} mentions one of {', '.join(words)}; "
                                      "nothing is left to train on.")
             logger.info("Dropped %d of %d training %s that mention %s", exclusion["n_dropped"], exclusion["n_before"],
                         self.unit, ", ".join(words))
-        slices, slicing = eval_slices(eval, parse_word_list(list(config.slice_words or config.exclude_words)), exclusion)
+        slices, slicing = eval_slices(eval, parse_word_list(list(config.words.slices or config.words.exclude)), exclusion)
         record.update(n_train=len(train), n_eval=len(eval))
         return RunData(train, eval, record, exclusion, slices, slicing)
 
@@ -257,7 +257,7 @@ class Trainer(ABC):
         details["tuned_model"] = tuned_record(base_record, loaded.describe(), lora.record if lora is not None else None)
         details["lora"] = lora.record if lora is not None else None
         details["tracking"] = observer.record() if observer is not None else None
-        if lora is not None and config.lora_merge:
+        if lora is not None and config.lora.merge:
             merged = atomic_folder(Path(config.out) / MERGED_DIR, lambda tmp: save_merged(lora, loaded.tokenizer, tmp))
             details["lora"] = {**lora.record, "merged_model_dir": str(merged)}
         n_train, n_eval = self.counts(head, data)
