@@ -231,11 +231,11 @@ def field_setting(cls: type, name: str) -> Setting:
 
 
 def check_fields(obj: Any) -> None:
-    """Validate every :func:`setting_field` of a dataclass instance in place (canonical values written back); a
-    settings group checked itself when it was made (it is frozen)."""
+    """Validate every :func:`setting_field` of a dataclass instance in place (canonical values written back), its
+    settings groups' too (frozen, they checked themselves when made; checked again, as a run checks its config)."""
     for group, attr, s in declared_fields(type(obj)):
-        if group is None:
-            object.__setattr__(obj, attr, s.check(getattr(obj, attr)))
+        owner = getattr(obj, group) if group else obj
+        object.__setattr__(owner, attr, s.check(getattr(owner, attr)))
 
 
 def setting_value(obj: Any, name: str) -> Any:

@@ -345,9 +345,9 @@ def test_the_old_objective_name_is_the_same_run_and_contrastive_auto_is_decided_
     assert run_fingerprint(old, corpus) == run_fingerprint(new, corpus)
     pairs = Corpus.from_list(["a b", "c d"], labels=["entailment", "contradiction"], pairs=["b a", "d c"])
     simcse = config(base, tmp_path / "x", objective="contrastive")
-    assert simcse.contrastive == "auto"
-    assert resolve_config(simcse, pairs).contrastive == "supervised"
-    assert resolve_config(simcse, corpus).contrastive == "unsupervised"
+    assert simcse.simcse.mode == "auto"
+    assert resolve_config(simcse, pairs).simcse.mode == "supervised"
+    assert resolve_config(simcse, corpus).simcse.mode == "unsupervised"
 
 
 def test_read_data_chooses_the_reader_the_task_needs(tmp_path):

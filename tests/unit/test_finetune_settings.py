@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from bertology.config import FINETUNE_DATA_SETTINGS, DataConfig, FinetuneConfig
 from bertology.errors import BertologyError
-from bertology.settings import Setting, field_settings
+from bertology.settings import Setting, declared_fields, field_settings
 
 DECLARED = [("finetune", s) for s in field_settings(FinetuneConfig)] + [("data", s) for s in FINETUNE_DATA_SETTINGS]
 
@@ -63,8 +63,10 @@ def test_a_bad_value_is_the_same_one_line_from_python_and_the_command_line(owner
     from bertology.data.corpus import Corpus
 
     config = FinetuneConfig(model=str(tmp_path / "no-model"), out=str(tmp_path / "x"))
-    target = config.data if owner == "data" else config
-    object.__setattr__(target, s.name, bad)
+    group, attr = (None, s.name) if owner == "data" else next((g, a) for g, a, d in declared_fields(FinetuneConfig)
+                                                             if d.name == s.name)
+    target = config.data if owner == "data" else getattr(config, group) if group else config
+    object.__setattr__(target, attr, bad)  # a group's setting lives in its frozen group (config.lora.rank)
     with pytest.raises(BertologyError) as later:
         finetune(config, Corpus.from_list(["a b", "c d"], labels=["x", "y"]))
     assert str(later.value) == line
@@ -138,7 +140,7 @@ def test_any_declared_setting_in_lab_reaches_the_job_and_its_fingerprint(tmp_pat
     assert spec.lab == {"lr": 1e-3, "freeze_layers": 1, "exclude_words": ("woman",), "max_examples": 10}
     job = finetune_jobs(spec, tmp_path / "out")[0]
     config = job.config()
-    assert (config.learning_rate, config.freeze_layers, config.exclude_words) == (1e-3, 1, ("woman",))
+    assert (config.learning_rate, config.surgery.freeze_layers, config.words.exclude) == (1e-3, 1, ("woman",))
     assert config.data.max_examples == 10 and config.task == "auto" and config.seed == 0
     # the long and the short name are one setting, one job; a setting left at its default is not in the fingerprint
     same = finetune_jobs(_spec(tmp_path, 'learning_rate = 1e-3\nfreeze_layers = 1\n'
@@ -155,5 +157,6 @@ def test_the_declarations_follow_the_papers_and_output_only_settings_are_not_fin
     assert [n for n, s in declared.items() if not s.changes_numbers] == ["save_every", "track_every", "track_analyses",
                                                                            "track_examples"]
     fields = {f.name for f in dataclasses.fields(FinetuneConfig)}
+    groups = {g for g, _, _ in declared_fields(FinetuneConfig) if g is not None}  # their settings are declared flat
     # the command's own flags, and the record of what the task's recipe filled in: not settings
-    assert fields - set(declared) == {"model", "data", "out", "eval_data", "recipe"}
+    assert fields - set(declared) - groups == {"model", "data", "out", "eval_data", "recipe"}

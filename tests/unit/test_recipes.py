@@ -27,7 +27,7 @@ def test_a_value_given_wins_even_when_it_equals_the_generic_default():
     recipe = RECIPES["parsing"]
     given = apply_recipe(_config(learning_rate=5e-5, batch_size=32), "parsing")
     assert (given.learning_rate, given.batch_size) == (5e-5, 32)  # the old generic defaults, given: kept
-    assert (given.head_lr, given.epochs, given.arc_dim) == (recipe.head_lr, recipe.epochs, recipe.arc_dim)
+    assert (given.head_lr, given.epochs, given.parsing.arc_dim) == (recipe.head_lr, recipe.epochs, recipe.arc_dim)
     assert given.recipe == {"task": "parsing", "from_recipe": ["arc_dim", "epochs", "head_lr", "label_dim", "warmup_ratio"]}
     left = apply_recipe(_config(), "parsing")
     assert (left.learning_rate, left.batch_size) == (recipe.learning_rate, recipe.batch_size)
@@ -43,7 +43,7 @@ def test_the_command_line_passes_only_the_flags_given():
 
 def test_one_rate_recipes_give_the_head_the_encoders_rate_and_tasks_without_a_biaffine_no_sizes():
     config = apply_recipe(_config(learning_rate=3e-5), "classification")
-    assert config.head_lr == 3e-5 and config.arc_dim is None and config.label_dim is None
+    assert config.head_lr == 3e-5 and config.parsing.arc_dim is None and config.parsing.label_dim is None
     assert apply_recipe(_config(), "bio_tagging").head_lr == RECIPES["tagging"].head_lr
 
 
