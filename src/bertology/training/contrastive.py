@@ -40,7 +40,7 @@ from bertology.models.sites import uses_token_types
 from bertology.training.common import FinetuneResult, padding_id, resolve_config
 from bertology.training.data import exclude_examples
 from bertology.training.loop import LoopOutcome
-from bertology.training.skeleton import Finish, ModelToTrain, RunData, Trainer
+from bertology.training.skeleton import Finish, ModelToTrain, RunData, TaskTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -317,7 +317,7 @@ class ContrastiveTask:
         (Path(folder) / "sentence_pooling.json").write_text(json.dumps({"pooling": self.pooling}), encoding="utf-8")
 
 
-class ContrastiveTrainer(Trainer):
+class ContrastiveTrainer(TaskTrainer):
     """A SimCSE sentence encoder (no head): sentences or NLI triplets; STS Spearman and anisotropy before and after."""
 
     recipe_name = "contrastive"

@@ -1,7 +1,7 @@
 """Fine-tuning: the entry point (:func:`finetune`), and the sequence heads: a classifier or a regressor.
 
 :func:`finetune` resolves and checks the settings (:func:`~bertology.training.common.resolve_config`)
-and runs the trainer the settings and data call for, each a :class:`~bertology.training.skeleton.Trainer`:
+and runs the trainer the settings and data call for, each a :class:`~bertology.training.skeleton.TaskTrainer`:
 a sequence head here (``AutoModelForSequenceClassification`` on sentences or sentence pairs; the
 task, :mod:`bertology.tasks`, is classification, or regression with one output and
 ``problem_type="regression"``), a tagger (:mod:`bertology.training.tagging`), a dependency parser
@@ -51,7 +51,7 @@ from bertology.training.loop import LoopOutcome
 from bertology.training.parser import ParserTrainer
 from bertology.training.qa import QATrainer
 from bertology.training.recipes import apply_recipe
-from bertology.training.skeleton import Finish, ModelToTrain, RunData, Trainer
+from bertology.training.skeleton import Finish, ModelToTrain, RunData, TaskTrainer
 from bertology.training.tagging import TaggerTrainer, is_tagging_run
 
 logger = logging.getLogger(__name__)
@@ -212,7 +212,7 @@ def _checkpoint_has_head(path: str, trust_remote_code: bool, auto_config) -> boo
 # --------------------------------------------------------------------------------------------------
 
 
-class SequenceTrainer(Trainer):
+class SequenceTrainer(TaskTrainer):
     """A sequence head (one prediction per sentence or pair): what the classifier and the regressor share."""
 
     #: The held-out split's strata, in words (the manifest's ``split.strata``).
@@ -383,7 +383,7 @@ def sequence_trainer(config: FinetuneConfig, train: Corpus) -> SequenceTrainer:
     return ClassifierTrainer(config, task, reason, main)
 
 
-def trainer_for(config: FinetuneConfig, train) -> Trainer:
+def trainer_for(config: FinetuneConfig, train) -> TaskTrainer:
     """The trainer ``config`` (resolved) calls for on ``train``: contrastive, QA, parser, tagger or a sequence head."""
     if config.objective == "contrastive":
         return ContrastiveTrainer(config)

@@ -1,6 +1,6 @@
 """Fine-tuning a biaffine dependency parser on CoNLL-U trees (``finetune --task parsing``).
 
-The same run as every head (:class:`~bertology.training.skeleton.Trainer`): the model surgery
+The same run as every head (:class:`~bertology.training.skeleton.TaskTrainer`): the model surgery
 (``drop_layers``, ``freeze_layers``, ``freeze_embeddings``), the shared loop (gradient accumulation,
 early stopping, checkpoints and exact resumption), the held-out evaluation at step 0, every
 ``eval_every`` steps, every epoch end and the last step, and word slices (``exclude_words``,
@@ -29,7 +29,7 @@ from bertology.tasks.parsing import PUNCT_UPOS, check_trees, coverage, deprel_se
 from bertology.training.common import FinetuneResult, resolve_config
 from bertology.training.heads import Batching, HeadTask
 from bertology.training.loop import LoopOutcome
-from bertology.training.skeleton import Finish, ModelToTrain, RunData, Trainer, random_split
+from bertology.training.skeleton import Finish, ModelToTrain, RunData, TaskTrainer, random_split
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class ParserTraining(HeadTask):
         return pd.DataFrame([rows[i] for i in sorted(rows)])
 
 
-class ParserTrainer(Trainer):
+class ParserTrainer(TaskTrainer):
     """A biaffine parser on CoNLL-U trees: the relations of the training data as labels, a seeded sentence split."""
 
     recipe_name = "parsing"

@@ -36,7 +36,7 @@ from bertology.training.common import FinetuneResult, resolve_config
 from bertology.training.data import SLICE_ALL
 from bertology.training.heads import Batching
 from bertology.training.loop import LoopOutcome
-from bertology.training.skeleton import Finish, ModelToTrain, RunData, Trainer
+from bertology.training.skeleton import Finish, ModelToTrain, RunData, TaskTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def _load_qa_model(config: FinetuneConfig):
     return loaded, any(a.endswith("ForQuestionAnswering") for a in archs)
 
 
-class QATrainer(Trainer):
+class QATrainer(TaskTrainer):
     """Extractive QA on SQuAD data: the loop's items are windows, the held-out split and the metrics are by question."""
 
     recipe_name = "qa"

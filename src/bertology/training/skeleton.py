@@ -1,12 +1,12 @@
 """One fine-tuning run, whatever is trained: check, split, load, prepare, encode, train, save, record.
 
-:meth:`Trainer.run` is the flow every objective shares (written once, so a fix to seeding, surgery,
+:meth:`TaskTrainer.run` is the flow every objective shares (written once, so a fix to seeding, surgery,
 checkpoints or the save reaches every task); a subclass says only what is its own:
 
-* :meth:`Trainer.prepare_data`: its inputs' checks, the sample, the held-out split, the word filters;
-* :meth:`Trainer.load`: the model with its head (a fresh head is drawn from the seeded RNG);
-* :meth:`Trainer.make_head`: the targets and encodings, as the loop's :class:`~bertology.training.loop.TrainTask`;
-* :meth:`Trainer.finish`: the predictions, extra tables and the manifest entries of its own.
+* :meth:`TaskTrainer.prepare_data`: its inputs' checks, the sample, the held-out split, the word filters;
+* :meth:`TaskTrainer.load`: the model with its head (a fresh head is drawn from the seeded RNG);
+* :meth:`TaskTrainer.make_head`: the targets and encodings, as the loop's :class:`~bertology.training.loop.TrainTask`;
+* :meth:`TaskTrainer.finish`: the predictions, extra tables and the manifest entries of its own.
 
 The sequence heads, the tagger, the parser, question answering (:mod:`bertology.training.finetune`,
 ``tagging``, ``parser``, ``qa``) and SimCSE (``contrastive``) are subclasses.
@@ -121,7 +121,7 @@ class Finish:
     metrics: dict | None = None  # replaces the final metrics (contrastive: adds anisotropy, train loss)
 
 
-class Trainer(ABC):
+class TaskTrainer(ABC):
     """The flow of one fine-tuning run (:meth:`run`); subclasses fill in the steps of their own."""
 
     #: The task trained (chosen in :meth:`prepare_data` where it depends on the data); None: no task head.

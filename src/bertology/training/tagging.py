@@ -3,7 +3,7 @@
 The tags are a CoNLL-U file's UPOS or XPOS column (``tag_column``) or a CoNLL-2003-style tag file's tag
 column (:mod:`bertology.data.tagfile`). Each word's tag sits on its first word piece, -100 elsewhere
 (:mod:`bertology.tasks.tagging`); a BIO tag set makes the task ``bio_tagging`` (entity P/R/F1 by seqeval).
-The run is the shared one (:class:`~bertology.training.skeleton.Trainer`) with these differences: the held-out split is a
+The run is the shared one (:class:`~bertology.training.skeleton.TaskTrainer`) with these differences: the held-out split is a
 seeded random split of sentences (there is no sentence label to stratify by), the head is a fresh token
 head on the encoder (a tagger checkpoint with exactly these tags keeps its head and mapping), the tags are
 numbered in sorted order and saved as ``id2label``, the example field learnt is recorded in the saved
@@ -33,7 +33,7 @@ from bertology.training.common import FinetuneResult, resolve_config
 from bertology.training.data import SLICE_WITH, SLICE_WITHOUT
 from bertology.training.heads import Batching, HeadTask
 from bertology.training.loop import LoopOutcome
-from bertology.training.skeleton import Finish, ModelToTrain, RunData, Trainer, random_split
+from bertology.training.skeleton import Finish, ModelToTrain, RunData, TaskTrainer, random_split
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ def word_predictions(model: torch.nn.Module, enc: EncodedCorpus, corpus: Corpus,
     return pd.DataFrame(rows, columns=["index", "word_index", "word", "label", "predicted", "correct"])
 
 
-class TaggerTrainer(Trainer):
+class TaggerTrainer(TaskTrainer):
     """A token head: one tag per word on its first piece; a seeded random sentence split (no label to stratify by)."""
 
     recipe_name = "tagging"
