@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader, StrictUndefined
+from jinja2 import ChoiceLoader, DictLoader, Environment, FileSystemLoader, PackageLoader, StrictUndefined
 
 from bertology.errors import BertologyError
 from bertology.report.format import fmt_value, jsonable, mapping
@@ -99,11 +99,12 @@ def _read_tables(
 
 
 # ------------------------------------------------------------------------------------------- render
-def _environment(template_dirs: Sequence[str | Path] = ()) -> Environment:
-    """The page's Jinja2 environment: the package's templates first, then ``template_dirs`` (extra sections)."""
+def _environment(template_dirs: Sequence[str | Path] = (), inline: Mapping[str, str] | None = None) -> Environment:
+    """The page's Jinja2 environment: the package's templates first, then ``template_dirs`` (extra sections), then
+    ``inline`` (name -> the text of a section's template written in its module, ``Section.markup``)."""
     loader = PackageLoader("bertology.report", "templates")
-    if template_dirs:
-        loader = ChoiceLoader([loader, FileSystemLoader([str(Path(d)) for d in template_dirs])])
+    if template_dirs or inline:
+        loader = ChoiceLoader([loader, FileSystemLoader([str(Path(d)) for d in template_dirs]), DictLoader(dict(inline or {}))])
     env = Environment(
         loader=loader,
         autoescape=True,  # every {{ }} is HTML-escaped unless explicitly Markup
@@ -197,7 +198,8 @@ def render_report(
     context = build_context(run_dir, sections)
     if warnings is not None:
         warnings.extend(context["overview"]["warnings"])
-    page = _environment(template_dirs).get_template("report.html.j2").render(**context)
+    inline = {s.template: s.markup for s in sections if s.markup is not None}
+    page = _environment(template_dirs, inline).get_template("report.html.j2").render(**context)
     out = run_dir / "report.html"
     atomic_write_text(out, page)
     logger.info("wrote %s (%d figures)", out, len(context["figures_written"]))

@@ -1,7 +1,8 @@
 """The report's sections, in page order.
 
-To add a section: write ``sections/<id>.py`` ending with ``SECTION = Section(...)``, its template
-``templates/sections/<id>.html.j2``, and add its module name to ``_MODULES`` below (the page order).
+To add a section: write ``sections/<id>.py`` ending with ``SECTION = Section(...)`` (its template's text as
+``markup=``, or a file ``templates/sections/<id>.html.j2``), and add its module name to ``_MODULES`` below (the page
+order).
 The overview (``OVERVIEW``) is not listed: it is built after the others, from their headlines, and
 always comes first on the page.
 """
@@ -13,7 +14,7 @@ from importlib import import_module
 from bertology.report.sections.base import Figures, Section, SectionInput
 from bertology.report.sections.overview import OVERVIEW
 
-__all__ = ["OVERVIEW", "SECTIONS", "Figures", "Section", "SectionInput", "known_tables"]
+__all__ = ["OVERVIEW", "SECTIONS", "Figures", "Section", "SectionInput", "known_tables", "sections_of"]
 
 #: Section modules in page order, one line each.
 _MODULES = (
@@ -41,7 +42,16 @@ _MODULES = (
     "finetune",
 )
 
-SECTIONS: tuple[Section, ...] = tuple(import_module(f"{__name__}.{name}").SECTION for name in _MODULES)
+
+
+def sections_of(modules: Iterable[str]) -> tuple[Section, ...]:
+    """The ``SECTION`` of each module, in order: a name without a dot is a module of this package (``_MODULES``), a
+    dotted or top-level one given as importable (a test's toy section: ``sections_of((*_MODULES, "my_section"))``)."""
+    return tuple(import_module(name if "." in name or name not in _MODULES else f"{__name__}.{name}").SECTION
+                 for name in modules)
+
+
+SECTIONS: tuple[Section, ...] = sections_of(_MODULES)
 
 
 def known_tables(sections: Iterable[Section]) -> dict[str, tuple[str, ...]]:

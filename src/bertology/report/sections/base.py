@@ -81,8 +81,9 @@ class Section:
 
     ``tables`` maps each table the section reads to the columns it needs (the report validates them
     before any builder runs); ``build`` returns the template's dict, or None to leave the section
-    out; ``template`` is the Jinja2 include that draws it, with the dict bound to ``s``. The page
-    adds ``id`` and ``title`` to the dict, so builders do not repeat them.
+    out; ``template`` is the Jinja2 include that draws it, with the dict bound to ``s``: a file under
+    ``templates/``, or the template's text given in the module as ``markup`` (then ``template`` is only its name), so a
+    section can be one module. The page adds ``id`` and ``title`` to the dict, so builders do not repeat them.
     """
 
     id: str
@@ -90,3 +91,4 @@ class Section:
     tables: Mapping[str, tuple[str, ...]]
     build: Callable[[SectionInput], dict | None]
     template: str
+    markup: str | None = None
