@@ -25,7 +25,7 @@ class ToySettings:
 def _run(ctx: ExperimentContext) -> ExperimentOutcome:
     base, tuned = dict(ctx.pair.base.model.named_parameters()), dict(ctx.pair.tuned.model.named_parameters())
     power = ctx.config.toy_power
-    distance = sum(float(((tuned[n] - p).abs() ** power).sum()) for n, p in base.items())
+    distance = sum(float(((tuned[n] - p).detach().abs() ** power).sum()) for n, p in base.items())
     table = pd.DataFrame({"metric": ["distance"], "value": [distance], "n_tensors": [len(base)]})
     return ExperimentOutcome({NAME: Result(NAME, table, {"toy_power": power})}, manifest={"toy_power": power})
 
