@@ -328,7 +328,8 @@ class WordFilters:
 @dataclass(frozen=True)
 class QaSettings:
     """Extractive question answering (task ``qa``, SQuAD JSON; :mod:`bertology.training.qa`): the windows over a
-    long context, the answer decoding and the held-out split. ``FinetuneConfig.qa``; ``split`` is the flat ``qa_split``."""
+    long context, the answer decoding and the held-out split. ``FinetuneConfig.qa``; ``split`` is the flat
+    ``qa_split``."""
 
     doc_stride: int = setting_field(128, "QA: context tokens shared by consecutive windows of a long context (at most half of what a window leaves for the context).",
                                     minimum=0)
@@ -386,7 +387,8 @@ class LoraSettings:
 @dataclass(frozen=True)
 class TrackingSettings:
     """Tracking while training: the analyses of BertologyCallback, run by this loop (``tracking/`` folder); none
-    changes the trained weights. ``FinetuneConfig.tracking``; flat ``track_every``, ``track_analyses``, ``track_examples``."""
+    changes the trained weights. ``FinetuneConfig.tracking``; flat ``track_every``, ``track_analyses``,
+    ``track_examples``."""
 
     keyword_prefix: ClassVar[str] = "track_"
 
@@ -527,7 +529,8 @@ class FinetuneConfig:
             raise BertologyError("--method lora trains a task head with adapters; the contrastive objective (an encoder "
                                  "without a head) is not supported with LoRA yet: use --method full.")
         surgery = self.surgery
-        clash = [flag for flag, value in (("--drop-layers", surgery.drop_layers), ("--freeze-layers", surgery.freeze_layers),
+        clash = [flag for flag, value in (("--drop-layers", surgery.drop_layers),
+                                          ("--freeze-layers", surgery.freeze_layers),
                                           ("--freeze-embeddings", surgery.freeze_embeddings)) if value]
         if clash:
             raise BertologyError(f"--method lora cannot be combined with {', '.join(clash)}: LoRA already freezes the "

@@ -8,7 +8,6 @@ README's quickstart names them).
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -251,7 +250,7 @@ def run_demo(
         corpus=heldout.stratified_sample(compare_examples, seed),
         overwrite=overwrite or own_run,
         progress=progress,
-        extra_results=[Result("finetune", ft_table, dataclasses.asdict(ft_config)),
+        extra_results=[Result("finetune", ft_table, ft_config.to_dict()),
                        *_intervals_of(Path(ft_config.out))],
         summary=summary,
     )
