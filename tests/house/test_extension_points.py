@@ -89,21 +89,16 @@ def test_a_report_section_is_one_module_and_one_registry_line(toys, tmp_path):
 
 
 def test_an_experiment_is_one_module_and_one_registry_line(toys, identical_pair, tmp_path):
-    from bertology.config import CompareConfig, DataConfig
+    import bertology as bt
     from bertology.experiments.catalog import EXPERIMENTS
-    from bertology.pipeline import compare
-    from bertology.results import read_table
     from bertology.testing import SENTENCES
 
-    data = tmp_path / "d.txt"
-    data.write_text("\n".join(SENTENCES[:4]), encoding="utf-8")
     with EXPERIMENTS.added("toy_weight_distance", "toy_experiment"):
-        config = CompareConfig(base=identical_pair[0], tuned=identical_pair[1], data=DataConfig(path=str(data)),
-                               out=str(tmp_path / "run"), analyses=("toy_weight_distance",), toy_power=1)
-        compare(config, report=False)
-        table = read_table(tmp_path / "run", "toy_weight_distance")
-        manifest = (tmp_path / "run" / "manifest.json").read_text(encoding="utf-8")
+        run = bt.compare(str(identical_pair[0]), str(identical_pair[1]), list(SENTENCES[:4]),
+                         analyses=["toy_weight_distance"], out=tmp_path / "run", toy_power=1)
+    table = run.tables["toy_weight_distance"]
     assert table["value"].tolist() == [0.0] and table["n_tensors"].iloc[0] > 0  # identical weights: distance 0
+    manifest = (tmp_path / "run" / "manifest.json").read_text(encoding="utf-8")
     assert '"toy_power"' in manifest  # its setting reached the manifest from its declaration
 
 
