@@ -78,3 +78,11 @@ def test_every_group_is_frozen_and_every_setting_is_declared_once():
             assert f.metadata["group"].__dataclass_params__.frozen, f.name
     names = [s.name for s in field_settings(FinetuneConfig)]
     assert len(names) == len(set(names))
+
+
+def test_a_config_with_groups_survives_pickling_as_a_study_s_workers_receive_it():
+    import pickle
+
+    config = _config(lora_rank=4, qa_split="question", track_every=2)
+    again = pickle.loads(pickle.dumps(config))
+    assert again == config and again.to_dict() == config.to_dict() and again.lora.rank == 4
