@@ -331,8 +331,9 @@ class QaSettings:
     long context, the answer decoding and the held-out split. ``FinetuneConfig.qa``; ``split`` is the flat
     ``qa_split``."""
 
-    doc_stride: int = setting_field(128, "QA: context tokens shared by consecutive windows of a long context (at most half of what a window leaves for the context).",
-                                    minimum=0)
+    doc_stride: int = setting_field(
+        128, "QA: context tokens shared by consecutive windows of a long context (at most half of what a window "
+        "leaves for the context).", minimum=0)
     max_answer_length: int = setting_field(30, "QA: the longest predicted answer, in tokens.", minimum=1)
     null_threshold: float = setting_field(
         0.0, "QA, SQuAD v2.0: answer 'no answer' when the null score beats the best span's by more than this.",
@@ -370,7 +371,7 @@ class LoraSettings:
 
     rank: int = setting_field(8, "LoRA: rank r of the adapters.", minimum=1, paper="Hu et al. 2021")
     alpha: float = setting_field(16.0, "LoRA: scaling alpha (the update is scaled by alpha / r).", above=0,
-                                      paper="Hu et al. 2021")
+                                 paper="Hu et al. 2021")
     dropout: float = setting_field(0.1, "LoRA: dropout on the adapters' input.", minimum=0, below=1)
     targets: tuple[str, ...] = setting_field(
         (), "LoRA: the encoder's modules to adapt, by the last part of their names (comma list; default: the family's "
