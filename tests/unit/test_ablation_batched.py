@@ -31,6 +31,7 @@ from bertology.experiments.ablation import (
     run_ablation_study,
 )
 from bertology.experiments.ablation_sweep import AUTO_UNITS_ON_CUDA, forward_bytes, units_per_forward_for
+from bertology.experiments.ablation_units import plan_units
 from bertology.experiments.scoring import classifier_batches, fingerprint_of, split_rows, tile_rows
 from bertology.models.ablate import ablate_head_groups, ablate_heads
 from bertology.models.hooks import count_hooks
@@ -133,7 +134,7 @@ def test_batched_sweep_equals_the_one_unit_sweep_within_the_bound(clf, data, mon
 def test_the_groups_are_cut_from_the_plan(clf, data):
     """Head units of one layer K at a time, in plan order; skip and intact alone; finished units only fill groups."""
     _, enc, y = data
-    units = ablation_sweep.plan_units(3, 4, layers=[1, 2])
+    units = plan_units(3, 4, layers=[1, 2])
     batches = classifier_batches(clf.model, enc, y, HeadScoring(batch_size=4))
     sweep = ablation_sweep._Sweep(clf.model, batches, None, HeadScoring(), on_unit=None, total=len(units), done=0,
                                   units_per_forward=3, planned=units)
