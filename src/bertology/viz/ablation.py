@@ -18,9 +18,8 @@ from matplotlib.patches import Patch, Rectangle
 
 from bertology.experiments.interventions import words_of
 from bertology.tasks.catalog import higher_is_better, task_of_table
-from bertology.viz.figures import (
-    _STYLE, _label, _layer_head_figure, _layer_head_matrix, _new_figure, _plain, _require, scatter_by_layer,
-)
+from bertology.viz.figures import _layer_head_figure, _layer_head_matrix
+from bertology.viz.style import _STYLE, _label, _new_figure, _plain, _require, scatter_by_layer
 
 __all__ = ["ablation_figures", "ablation_heatmap", "importance_scatter", "layer_ablation_bars", "pruning_curve_figure"]
 

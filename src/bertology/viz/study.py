@@ -16,16 +16,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from bertology.viz.figures import (
-    _STYLE,
-    _grid_heatmap,
-    _ink_for,
-    _label,
-    _new_figure,
-    _plain,
-    _require,
-    _tidy_colorbar,
-)
+from bertology.viz.figures import _grid_heatmap
+from bertology.viz.style import _STYLE, _ink_for, _label, _new_figure, _plain, _require, _tidy_colorbar
 from bertology.viz.patterns import PATTERN_COLORS
 
 __all__ = [

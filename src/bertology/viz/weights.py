@@ -11,7 +11,8 @@ import matplotlib as mpl
 import pandas as pd
 from matplotlib.figure import Figure
 
-from bertology.viz.figures import _STYLE, _grid_heatmap, _new_figure, _plain, _require, _tidy_colorbar
+from bertology.viz.figures import _grid_heatmap
+from bertology.viz.style import _STYLE, _new_figure, _plain, _require, _tidy_colorbar
 
 __all__ = ["MODULE_LABELS", "module_heatmap", "module_matrix"]
 
