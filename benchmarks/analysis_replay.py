@@ -56,7 +56,8 @@ def main() -> None:
     from bertology.data.encode import encode_corpus
     from bertology.models.loading import builtin_model_path, load_model
     from bertology.models.pair import ModelPair
-    from bertology.pipeline import build_analyses, finish_analyses
+    from bertology.commands.compare import finish_analyses
+    from bertology.commands.selection import build_analyses
 
     tmp = Path(tempfile.mkdtemp())
     atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # the saved models and runs are GBs

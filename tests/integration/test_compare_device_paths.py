@@ -26,7 +26,8 @@ from bertology.analyses.pca_views import PCAViews
 from bertology.analyses.relation_heads import RelationHeads
 from bertology.analyses.representation_similarity import RepresentationSimilarity
 from bertology.data.corpus import Corpus
-from bertology.pipeline import compare, make_config
+from bertology.commands.compare import compare
+from bertology.commands.selection import make_config
 from bertology.testing import SENTENCES
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py

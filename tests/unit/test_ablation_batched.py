@@ -260,7 +260,7 @@ def test_compare_declares_the_setting_once_and_keeps_its_fingerprint():
     like the device, leaves the run's fingerprint as it was (it changes the numbers by float rounding only)."""
     from bertology.config import CompareConfig
     from bertology.experiments.ablation import settings_from
-    from bertology.pipeline import complete_config
+    from bertology.commands.selection import complete_config
 
     plain = complete_config(CompareConfig())
     four = complete_config(CompareConfig(ablation_units_per_forward=4))
