@@ -136,8 +136,7 @@ def test_the_groups_are_cut_from_the_plan(clf, data):
     _, enc, y = data
     units = plan_units(3, 4, layers=[1, 2])
     batches = classifier_batches(clf.model, enc, y, HeadScoring(batch_size=4))
-    sweep = ablation_sweep._Sweep(clf.model, batches, None, HeadScoring(), on_unit=None, total=len(units), done=0,
-                                  units_per_forward=3, planned=units)
+    sweep = ablation_sweep._Sweep(clf.model, batches, None, HeadScoring(), units, on_unit=None, units_per_forward=3)
     keys = [[u.key for u in g] for g in sweep._groups(units)]
     assert keys[:4] == [["intact"], ["head-L1-H0", "head-L1-H1", "head-L1-H2"], ["head-L1-H3", "layer-heads-L1"],
                         ["layer-skip-L1"]]

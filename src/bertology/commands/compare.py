@@ -225,13 +225,32 @@ class PairJob:
             raise
         return self.opened
 
+    def _finish_streams(self) -> dict | None:
+        """The streamed analyses' tables (``todo`` has seen the main corpus), the user relations streamed and merged.
+
+        Writes the tables into ``results`` and the run; returns the user relations' manifest section
+        (their texts are a corpus of their own, streamed after the main one).
+        """
+        config, pair, spans = self.config, self.pair, self.inputs.spans
+        span_params = None
+        if spans is not None:
+            span_analysis, span_encoded = relations_analysis(config, pair, spans, self.inputs.max_length)
+            span_params = {**span_analysis.params(), "file": config.relations, **spans[0].stats}
+        computed = finish_analyses(self.todo, self.timings)
+        if spans is not None and "relation_heads" not in self.done:
+            _extract(pair, span_encoded, [span_analysis], config, self.progress, label="user relations")
+            computed["relation_heads"] = with_user_relations(computed.get("relation_heads"), span_analysis.compute())
+        for res in computed.values():
+            write_table(self.run_dir.path, res.name, res.table)
+            self.results[res.name] = res
+        return span_params
+
     def finish(self, *, report: bool = True, extra_results: list[Result] | None = None,
                summary: dict | None = None) -> CompareRun:
         """After the main corpus has streamed into ``todo``: write the tables, experiments, views, manifest and report."""
         config, pair, inputs, run_dir = self.config, self.pair, self.inputs, self.run_dir
         results, done, warnings = self.results, self.done, self.warnings
-        span_params = _finish_streams(config, pair, inputs.spans, inputs.max_length, self.todo, run_dir, done, results,
-                                      self.progress, self.timings)
+        span_params = self._finish_streams()
         for res in extra_results or []:
             write_table(run_dir.path, res.name, res.table)
             results[res.name] = res
@@ -332,29 +351,6 @@ def _resumed_streams(specs: Sequence[AnalysisSpec], run_dir: RunDirectory, resum
             logger.info("resuming: %s already computed in %s", spec.name, run_dir.path)
             results.update(_read_back(run_dir, spec.tables))
     return results, done
-
-
-def _finish_streams(
-    config: CompareConfig, pair: ModelPair, spans, max_length: int, todo: list[Analysis], run_dir: RunDirectory,
-    done: list[str], results: dict[str, Result], progress: bool, timings: dict[str, float] | None = None,
-) -> dict | None:
-    """The streamed analyses' tables (``todo`` has seen the main corpus), the user relations streamed and merged.
-
-    Writes the tables into ``results`` and the run; returns the user relations' manifest section
-    (their texts are a corpus of their own, streamed after the main one).
-    """
-    span_params = None
-    if spans is not None:
-        span_analysis, span_encoded = relations_analysis(config, pair, spans, max_length)
-        span_params = {**span_analysis.params(), "file": config.relations, **spans[0].stats}
-    computed = finish_analyses(todo, timings)
-    if spans is not None and "relation_heads" not in done:
-        _extract(pair, span_encoded, [span_analysis], config, progress, label="user relations")
-        computed["relation_heads"] = with_user_relations(computed.get("relation_heads"), span_analysis.compute())
-    for res in computed.values():
-        write_table(run_dir.path, res.name, res.table)
-        results[res.name] = res
-    return span_params
 
 
 def finish_analyses(todo: Sequence[Analysis], timings: dict[str, float] | None = None) -> dict[str, Result]:

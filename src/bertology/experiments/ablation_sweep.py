@@ -104,24 +104,25 @@ class _Sweep:
         batches: Batches,
         store: ProgressStore,
         scoring: HeadScoring,
+        planned: Sequence[Unit],
         *,
         on_unit: Callable[[Unit, int, int], None] | None,
-        total: int,
-        done: int,
         first_token_shortcut: bool = False,
         units_per_forward: int = 1,
-        planned: Sequence[Unit] | None = None,
     ) -> None:
+        """``planned``: every unit of the sweep, finished (in ``store``) or not; ``on_unit(unit, done, total)`` after
+        each finished one."""
         self.model, self.batches, self.store = model, batches, store
         self.mode, self.exclude_special, self.special_ids = scoring.mode, scoring.exclude_special, scoring.special_ids
         self.means = scoring.means
         self.on_unit = on_unit
-        self.total, self.done = total, done
+        self.total = len(planned)
+        self.done = 0 if store is None else sum(u.key in store for u in planned)
         self.n_layers = sites.num_layers(model)
         self.n_heads = sites.num_heads(model)
         self.allow_first_token_shortcut = first_token_shortcut
         self.units_per_forward = units_per_forward
-        self.planned = planned  # every unit of the sweep, finished or not: the groups are cut from it
+        self.planned = planned  # the groups are cut from it
         # (batches whose last block ran on [CLS] only, batches) in the cached sweep; None when it did not run
         self.first_token_shortcut: tuple[int, int] | None = None
 
@@ -149,7 +150,7 @@ class _Sweep:
         again and not recorded. With one unit per forward every pending unit is its own group, in plan order.
         """
         k, todo = self.units_per_forward, {u.key for u in pending}
-        plan = list(self.planned) if self.planned is not None else list(pending)
+        plan = list(self.planned)
         together: dict[int, list[Unit]] = {}
         for u in plan:
             if k > 1 and self._heads_of(u):
@@ -304,6 +305,31 @@ class _Sweep:
 AUTO_UNITS_ON_CUDA = 8
 
 
+def _method_for(model: torch.nn.Module, method: str) -> str:
+    """The sweep's method: ``cached`` unless the family's blocks cannot be bypassed or replayed (then ``naive``)."""
+    if method not in ("cached", "naive"):
+        raise ValueError(f"method must be 'cached' or 'naive', not {method!r}")
+    if method == "cached" and not sites.adapter(model).cached_sweep:
+        logger.info("ablation: %s blocks cannot be bypassed or replayed; using the plain sweep", sites.adapter(model).family)
+        return "naive"
+    return method
+
+
+def _fingerprint_settings(scoring: HeadScoring, first_token_shortcut: bool, units_per_forward: int) -> dict:
+    """What of the sweep's settings enters the unit store's fingerprint (finished units resume under an equal one)."""
+    means = scoring.means
+    fp_settings = {
+        "mode": scoring.mode, "exclude_special": scoring.exclude_special, "special_ids": sorted(scoring.special_ids),
+        "batch_size": scoring.batch_size,
+        "means": None if means is None else hashlib.sha256(means.detach().cpu().numpy().tobytes()).hexdigest(),
+    }
+    if first_token_shortcut:  # other rounding (cached sweep only): not resumed into an exact sweep, nor back
+        fp_settings["first_token_shortcut"] = True
+    if units_per_forward > 1:  # other shapes, other rounding; a one-unit sweep keeps the fingerprint it always had
+        fp_settings["units_per_forward"] = units_per_forward
+    return fp_settings
+
+
 def units_per_forward_for(setting: int | None, model: torch.nn.Module, batches: Batches, *,
                           device: torch.device | None = None, memory_bytes: int | None = None) -> int:
     """The K a sweep runs: ``setting`` when given; else 1 off CUDA (a CPU gains nothing from larger products, and
@@ -361,34 +387,20 @@ def run_ablation(
     it interrupts the sweep, which ``progress_dir`` lets a later call resume).
     """
     layers, heads, layer_modes = sweep.layers, sweep.heads, sweep.layer_modes
-    method, first_token_shortcut = sweep.method, sweep.first_token_shortcut
-    if method not in ("cached", "naive"):
-        raise ValueError(f"method must be 'cached' or 'naive', not {method!r}")
+    first_token_shortcut = sweep.first_token_shortcut
     t0 = time.perf_counter()
-    mode, exclude_special, means = scoring.mode, scoring.exclude_special, scoring.means
+    mode, exclude_special = scoring.mode, scoring.exclude_special
     batches = classifier_batches(model, encoded, label_ids, scoring)
     n_layers, n_heads = sites.num_layers(model), sites.num_heads(model)
-    if method == "cached" and not sites.adapter(model).cached_sweep:
-        logger.info("ablation: %s blocks cannot be bypassed or replayed; using the plain sweep", sites.adapter(model).family)
-        method = "naive"
+    method = _method_for(model, sweep.method)
     units = plan_units(n_layers, n_heads, layers=layers, heads=heads, layer_modes=layer_modes)
     units_per_forward = units_per_forward_for(sweep.units_per_forward, model, batches)
-    fp_settings = {
-        "mode": mode, "exclude_special": exclude_special, "special_ids": sorted(scoring.special_ids),
-        "batch_size": scoring.batch_size,
-        "means": None if means is None else hashlib.sha256(means.detach().cpu().numpy().tobytes()).hexdigest(),
-    }
-    if first_token_shortcut and method == "cached":  # other rounding: not resumed into an exact sweep, nor back
-        fp_settings["first_token_shortcut"] = True
-    if units_per_forward > 1:  # other shapes, other rounding; a one-unit sweep keeps the fingerprint it always had
-        fp_settings["units_per_forward"] = units_per_forward
+    fp_settings = _fingerprint_settings(scoring, first_token_shortcut and method == "cached", units_per_forward)
     store = ProgressStore(progress_dir, fingerprint_of(model, batches, fp_settings))
     pending = [u for u in units if u.key not in store]
     logger.info("ablation: %d of %d units to run (%s method)", len(pending), len(units), method)
-    runner = _Sweep(
-        model, batches, store, scoring, on_unit=on_unit, total=len(units), done=len(units) - len(pending),
-        first_token_shortcut=first_token_shortcut, units_per_forward=units_per_forward, planned=units,
-    )
+    runner = _Sweep(model, batches, store, scoring, units, on_unit=on_unit, first_token_shortcut=first_token_shortcut,
+                    units_per_forward=units_per_forward)
     t1 = time.perf_counter()
     if pending:
         (runner.cached if method == "cached" else runner.naive)(pending)

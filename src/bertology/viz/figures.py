@@ -52,45 +52,55 @@ __all__ = [
 # --------------------------------------------------------------------------------------------- heatmaps
 
 
-def _grid_heatmap(
-    ax,
-    matrix: pd.DataFrame,
-    *,
-    cmap: str,
-    vmin: float | None,
-    vmax: float | None,
-    annotate: bool | None,
-    fmt: str | None,
-    max_annotated: int = 200,
-    min_span: float | None = None,
-):
+@dataclass(frozen=True)
+class ColourScale:
+    """How a heatmap's values map to colours: the colormap, limits fixed by the caller (None: the data's), and the
+    narrowest span the scale may show (None: any), so differences nobody should care about are not magnified."""
+
+    cmap: str
+    vmin: float | None = None
+    vmax: float | None = None
+    min_span: float | None = None
+
+    def limits(self, values: np.ndarray) -> tuple[float, float]:
+        """``(vmin, vmax)`` for ``values``: the fixed limits, else the finite data's; a constant or too narrow range
+        widened away from a limit the caller fixed."""
+        finite = values[np.isfinite(values)]
+        lo = float(np.min(finite)) if finite.size else 0.0
+        hi = float(np.max(finite)) if finite.size else 1.0
+        fixed_lo, fixed_hi = self.vmin is not None, self.vmax is not None
+        vmin = lo if self.vmin is None else self.vmin
+        vmax = hi if self.vmax is None else self.vmax
+        min_span = self.min_span
+        if vmax <= vmin:
+            # Constant data (e.g. identical models). Widen away from a limit the caller fixed, so that
+            # "all cosine = 1 with vmax=1" is drawn in the colour of 1, not in the middle of the map.
+            if fixed_hi and not fixed_lo:
+                vmin = vmax - 1.0
+            elif fixed_lo and not fixed_hi:
+                vmax = vmin + 1.0
+            else:
+                vmin, vmax = vmin - 0.5, vmax + 0.5
+        if min_span is not None and vmax - vmin < min_span:
+            # Do not let the colour scale magnify differences nobody should care about (1e-5 in CKA).
+            if fixed_hi and not fixed_lo:
+                vmin = vmax - min_span
+            elif fixed_lo and not fixed_hi:
+                vmax = vmin + min_span
+            elif not (fixed_lo or fixed_hi):
+                mid = (vmin + vmax) / 2
+                vmin, vmax = mid - min_span / 2, mid + min_span / 2
+        return vmin, vmax
+
+
+def _grid_heatmap(ax, matrix: pd.DataFrame, scale: ColourScale, *, annotate: bool | None, fmt: str | None,
+                  max_annotated: int = 200):
+    """``matrix`` as a grid of coloured cells on ``ax`` (first row on top, NaN grey), its values written in the
+    cells when ``annotate`` (None: when there are at most ``max_annotated``); returns the mesh (for a colour bar)."""
     values = matrix.to_numpy(dtype=float)
-    finite = values[np.isfinite(values)]
-    lo = float(np.min(finite)) if finite.size else 0.0
-    hi = float(np.max(finite)) if finite.size else 1.0
-    fixed_lo, fixed_hi = vmin is not None, vmax is not None
-    vmin = lo if vmin is None else vmin
-    vmax = hi if vmax is None else vmax
-    if vmax <= vmin:
-        # Constant data (e.g. identical models). Widen away from a limit the caller fixed, so that
-        # "all cosine = 1 with vmax=1" is drawn in the colour of 1, not in the middle of the map.
-        if fixed_hi and not fixed_lo:
-            vmin = vmax - 1.0
-        elif fixed_lo and not fixed_hi:
-            vmax = vmin + 1.0
-        else:
-            vmin, vmax = vmin - 0.5, vmax + 0.5
-    if min_span is not None and vmax - vmin < min_span:
-        # Do not let the colour scale magnify differences nobody should care about (1e-5 in CKA).
-        if fixed_hi and not fixed_lo:
-            vmin = vmax - min_span
-        elif fixed_lo and not fixed_hi:
-            vmax = vmin + min_span
-        elif not (fixed_lo or fixed_hi):
-            mid = (vmin + vmax) / 2
-            vmin, vmax = mid - min_span / 2, mid + min_span / 2
+    vmin, vmax = scale.limits(values)
     norm = Normalize(vmin=vmin, vmax=vmax)
-    cm = mpl.colormaps[cmap].with_extremes(bad="#eeeeee")
+    cm = mpl.colormaps[scale.cmap].with_extremes(bad="#eeeeee")
     n_rows, n_cols = values.shape
     mesh = ax.pcolormesh(
         np.ma.masked_invalid(values),
@@ -113,29 +123,33 @@ def _grid_heatmap(
     ax.set_xticklabels([_plain(c) for c in list(matrix.columns)[::step_c]])
     ax.set_yticks(np.arange(0, n_rows, step_r) + 0.5)
     ax.set_yticklabels([_plain(r) for r in list(matrix.index)[::step_r]])
-
     if annotate is None:
         annotate = values.size <= max_annotated
     if annotate:
-        fmt = fmt or _auto_fmt(values)
-        size = 7.0 if max(n_rows, n_cols) <= 8 else (6.0 if max(n_rows, n_cols) <= 12 else 5.0)
-        if n_cols > 8 and fmt.startswith(".3"):
-            size -= 0.5
-        for i in range(n_rows):
-            for j in range(n_cols):
-                v = values[i, j]
-                if not np.isfinite(v):
-                    continue
-                ax.text(
-                    j + 0.5,
-                    i + 0.5,
-                    format(v, fmt),
-                    ha="center",
-                    va="center",
-                    fontsize=size,
-                    color=_ink_for(cm(norm(v))),
-                )
+        _write_values(ax, values, lambda v: cm(norm(v)), fmt or _auto_fmt(values))
     return mesh
+
+
+def _write_values(ax, values: np.ndarray, colour_of, fmt: str) -> None:
+    """Each finite value written in its cell, in ink that reads on the cell's colour (``colour_of(value)``)."""
+    n_rows, n_cols = values.shape
+    size = 7.0 if max(n_rows, n_cols) <= 8 else (6.0 if max(n_rows, n_cols) <= 12 else 5.0)
+    if n_cols > 8 and fmt.startswith(".3"):
+        size -= 0.5
+    for i in range(n_rows):
+        for j in range(n_cols):
+            v = values[i, j]
+            if not np.isfinite(v):
+                continue
+            ax.text(
+                j + 0.5,
+                i + 0.5,
+                format(v, fmt),
+                ha="center",
+                va="center",
+                fontsize=size,
+                color=_ink_for(colour_of(v)),
+            )
 
 
 # ------------------------------------------------------------------------------------------- figures
@@ -187,7 +201,7 @@ def head_heatmap(
             matrix, (width, height),
             title=_plain(title) if title is not None else _label(value),
             colorbar_label=_plain(colorbar_label) if colorbar_label else _label(value),
-            cmap=cmap, vmin=vmin, vmax=vmax, annotate=annotate, fmt=fmt, min_span=min_span,
+            scale=ColourScale(cmap, vmin, vmax, min_span), annotate=annotate, fmt=fmt,
         )
     return fig
 
@@ -394,10 +408,8 @@ def layer_matrix(
     with mpl.rc_context(_STYLE):
         fig = _new_figure((side + 0.75, side))
         ax = fig.add_subplot()
-        mesh = _grid_heatmap(
-            ax, matrix, cmap=cmap, vmin=vmin, vmax=vmax, annotate=annotate, fmt=fmt,
-            max_annotated=170, min_span=min_span,
-        )
+        mesh = _grid_heatmap(ax, matrix, ColourScale(cmap, vmin, vmax, min_span), annotate=annotate, fmt=fmt,
+                             max_annotated=170)
         ax.set_aspect("equal")
         ax.set_xlabel(_plain(axis_labels[1]))
         ax.set_ylabel(_plain(axis_labels[0]))
