@@ -41,7 +41,6 @@ PARAMETERS: dict[str, int] = {
     "commands/compare.py:compare": 9,
     "experiments/ablation.py:run_ablation_study": 9,
     "experiments/ablation_sweep.py:run_ablation": 9,
-    "experiments/ablation_table.py:score_units": 9,
     "experiments/head_importance.py:run_head_importance": 10,
     "experiments/intervention_sweep.py:run_intervention": 10,
     "experiments/probe.py:run_probes": 9,

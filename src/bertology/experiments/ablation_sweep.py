@@ -71,7 +71,7 @@ from bertology.models.ablate import (
     replay_output,
     skip_layers,
 )
-from bertology.experiments.ablation_table import AblationResult, degeneracy_record, score_units
+from bertology.experiments.ablation_table import AblationResult, Bootstrap, degeneracy_record, score_units
 from bertology.experiments.ablation_units import SweepPlan, Unit, plan_units
 from bertology.experiments.layer_cache import embedded, run_from
 from bertology.experiments.scoring import (
@@ -433,7 +433,7 @@ def run_ablation(
     }
     table = score_units(
         units, per_example, batches.y_examples, task=batches.task, mode=mode,
-        exclude_special=exclude_special, n_bootstrap=n_bootstrap, seed=seed,
+        exclude_special=exclude_special, bootstrap=Bootstrap(n_bootstrap, seed),
     )
     params["task"] = batches.task.name
     params["main_metric"] = batches.task.primary

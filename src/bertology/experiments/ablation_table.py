@@ -36,6 +36,16 @@ TABLE_COLUMNS = [
 ]
 
 
+@dataclass(frozen=True)
+class Bootstrap:
+    """The paired bootstrap of :func:`score_units`: ``n`` resamples of the examples (0: no intervals), drawn with
+    ``seed``, the same for every unit, scored ``chunk`` resamples at a time (memory, not the numbers)."""
+
+    n: int = 1000
+    seed: int = 0
+    chunk: int = 100
+
+
 @dataclass
 class AblationResult:
     """The ``ablation`` table, the per-example arrays it came from, and provenance."""
@@ -71,15 +81,14 @@ def score_units(
     mode: str,
     exclude_special: bool,
     task: Task | None = None,
-    n_bootstrap: int = 1000,
-    seed: int = 0,
-    chunk: int = 100,
+    bootstrap: Bootstrap = Bootstrap(),
 ) -> pd.DataFrame:
     """The ``ablation`` table from per-example records (paired bootstrap over examples).
 
     ``task`` (default classification) turns the records into its metrics (:meth:`Task.scores`).
     """
     task = task or get_task("classification")
+    n_bootstrap, seed, chunk = bootstrap.n, bootstrap.seed, bootstrap.chunk
     keys = [u.key for u in units]
     if "intact" not in keys:
         raise ValueError("score_units needs the intact unit")

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from bertology.data.encode import EncodedCorpus
-from bertology.experiments.ablation_table import AblationResult, degeneracy_record, score_units
+from bertology.experiments.ablation_table import AblationResult, Bootstrap, degeneracy_record, score_units
 from bertology.experiments.ablation_units import SweepPlan, Unit
 from bertology.experiments.layer_cache import Method, Variant, no_change, run_variants
 from bertology.experiments.scoring import HeadScoring, ProgressStore, _record, classifier_batches, fingerprint_of
@@ -93,7 +93,7 @@ def run_intervention(
     t2 = time.perf_counter()
     per_example = {u.key: store.get(u.key) for u in plan}
     table = score_units(plan, per_example, batches.y_examples, task=batches.task, mode=name, exclude_special=False,
-                        n_bootstrap=n_bootstrap, seed=seed)
+                        bootstrap=Bootstrap(n_bootstrap, seed))
     params = {
         "mode": name, "exclude_special": False,
         "layers": None if sweep.layers is None else sorted(int(x) for x in sweep.layers), "heads": sweep.heads,
