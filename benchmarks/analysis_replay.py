@@ -5,7 +5,7 @@ and 1, the packaged MiniLM tokenizer) capture hidden states and attention maps o
 sentences in bertology's length buckets, kept in memory. Each round then builds the analyses the way
 ``compare`` does (``pipeline.build_analyses``, every setting at its default), streams the same batches
 into them (fresh ``PairBatch`` objects, so no cache carries over) and runs their ``compute()``s the way
-``compare`` finishes them (``pipeline.finish_analyses``). It prints the seconds of each analysis's
+``compare`` finishes them (``commands.compare.finish_analyses``). It prints the seconds of each analysis's
 ``update`` (summed over batches) and ``compute``, and the total: the part of ``compare`` that is not
 the forward passes, measured in seconds rather than as a ratio of two noisy runs. ``--profile NAME``
 profiles that analysis's stage (``update`` or ``compute``, ``--stage``) in the last round::
@@ -56,7 +56,8 @@ def main() -> None:
     from bertology.data.encode import encode_corpus
     from bertology.models.loading import builtin_model_path, load_model
     from bertology.models.pair import ModelPair
-    from bertology.pipeline import build_analyses, finish_analyses
+    from bertology.commands.compare import finish_analyses
+    from bertology.commands.selection import build_analyses
 
     tmp = Path(tempfile.mkdtemp())
     atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # the saved models and runs are GBs

@@ -17,7 +17,8 @@ import torch
 from bertology.activations.contributions import contribution_maps
 from bertology.activations.extract import MEASURE_PREFIX, capture_forward
 from bertology.models.pair import ModelPair
-from bertology.pipeline import compare, make_config
+from bertology.commands.compare import compare
+from bertology.commands.selection import make_config
 
 from cls_share import SENTENCES
 

@@ -81,7 +81,7 @@ def child(args) -> None:
     import shutil
 
     from bertology.multicompare import TunedModel, compare_many
-    from bertology.pipeline import compare
+    from bertology.commands.compare import compare
 
     out = work / ("shared" if args.child == "shared" else args.child)
     shutil.rmtree(out, ignore_errors=True)  # a fresh run each time, never a resumed one

@@ -11,7 +11,7 @@ Methods, timed per dtype on the same corpus (interleaved rounds, median reported
 - ``bare``: both models' plain forward, ``torch.inference_mode()``, no attentions or hidden states
   asked for, on bertology's own length-sorted batches (``length_batches`` + ``collate``), tensors
   moved to the device inside the clock. The reference of the ratio.
-- ``compare``: ``bertology.pipeline.compare`` on the same pair and corpus with every streaming
+- ``compare``: ``bertology.commands.compare.compare`` on the same pair and corpus with every streaming
   analysis that needs no annotations (attention_change, attention_patterns, representation_similarity,
   head_map, geometry, pca_views), extraction and every ``compute()`` together, tables written,
   no report, no viewer examples. attention_targets and relation_heads need POS tags and trees
@@ -91,7 +91,7 @@ def bare(pair, encoded, batch_size: int, device: torch.device) -> None:
 
 def bertology_compare(pair, corpus, out: Path, batch_size: int, device: str, dtype: str) -> None:
     from bertology.config import CompareConfig, DataConfig
-    from bertology.pipeline import compare
+    from bertology.commands.compare import compare
 
     cfg = CompareConfig(base="base", tuned="tuned", data=DataConfig(path="bench"), out=str(out), analyses=ANALYSES,
                         batch_size=batch_size, device=device, dtype=dtype, view_examples=0)

@@ -185,7 +185,7 @@ def summary_blocks(analyses: Sequence[str], tables: Mapping[str, Any], *,
     """The command-line summary of a compare run: ``(heading, text)`` per analysis (no heading) and experiment
     (its title), in catalog order, for the specs ``analyses`` selected that wrote their table and have something
     to say. The CLI prints them; :meth:`Run.summary` joins them."""
-    from bertology.pipeline import select
+    from bertology.commands.selection import select
 
     selection = select(analyses)
     specs = [(None, spec) for spec in selection.analyses]
@@ -298,8 +298,8 @@ def compare(base: str, tuned: str | Sequence[str] | Mapping[str, str], data: Any
     with ipywidgets, and not in a script whose output goes to a file; ``BERTOLOGY_PROGRESS=0``/``1`` decides for
     every call.
     """
-    from bertology.pipeline import compare as run_compare
-    from bertology.pipeline import make_config, own_analyses
+    from bertology.commands.compare import compare as run_compare
+    from bertology.commands.selection import make_config, own_analyses
 
     if report and out is None:
         raise BertologyError("report=True needs out=FOLDER: the report is a file in the run folder.")

@@ -92,7 +92,7 @@ class CompareConfig:
     The run's own settings are the fields made with :func:`~bertology.settings.setting_field`; every
     analysis's and experiment's settings (declared in its spec) live in ``settings`` by name and read as
     attributes (``config.rsa_tokens``). Any setting may be given by keyword:
-    ``CompareConfig(tuned="t", rsa_tokens=500)``; ``bertology.pipeline.complete_config`` checks them
+    ``CompareConfig(tuned="t", rsa_tokens=500)``; ``bertology.commands.selection.complete_config`` checks them
     against the declarations and fills in every default before a run.
     """
 
@@ -127,7 +127,7 @@ class CompareConfig:
     #: ``{name, class, params}`` (bertology.analyses.own); in the manifest and the fingerprint only when there are any
     own_analyses: tuple[dict, ...] = ()
     #: names in ``settings`` whose declaration says they do not change the numbers (not fingerprinted); None until
-    #: ``bertology.pipeline.complete_config`` has filled the config in (declarations live above this module)
+    #: ``bertology.commands.selection.complete_config`` has filled the config in (declarations live above this module)
     not_fingerprinted: frozenset[str] | None = field(default=None, repr=False)
 
     def __init__(self, **values: Any) -> None:
@@ -158,7 +158,7 @@ class CompareConfig:
         if settings is not None and name in settings:
             return settings[name]
         raise AttributeError(f"CompareConfig has no setting {name!r} (not given, and defaults are filled in by "
-                             "bertology.pipeline.complete_config)")
+                             "bertology.commands.selection.complete_config)")
 
     def to_dict(self) -> dict:
         """Every setting by name (the run's fields, the data's as a dict, then the specs'): the manifest's ``config``."""
@@ -176,7 +176,7 @@ class CompareConfig:
         the hash would differ from the run's own for the same numbers."""
         if self.not_fingerprinted is None:
             raise BertologyError("CompareConfig.fingerprint() needs a completed config: "
-                                 "bertology.pipeline.complete_config(config).fingerprint().")
+                                 "bertology.commands.selection.complete_config(config).fingerprint().")
         d = self.to_dict()
         d.pop("out", None)
         for name in self.not_fingerprinted | {s.name for s in field_settings(type(self)) if not s.changes_numbers}:

@@ -15,7 +15,7 @@ from pathlib import Path
 from bertology.assets import POLARITY_CITATION, fetch_polarity
 from bertology.config import CompareConfig, DataConfig, FinetuneConfig
 from bertology.data.corpus import Corpus
-from bertology.pipeline import CompareRun, compare
+from bertology.commands.compare import CompareRun, compare
 from bertology.results import Result
 from bertology.runs import RunDirectory
 from bertology.training.run import finetune_to_dir

@@ -32,7 +32,7 @@ from bertology.models.loading import load_model
 from bertology.models.pair import ModelPair
 from bertology.experiments.catalog import EXPERIMENTS
 from bertology.experiments.registry import ExperimentContext
-from bertology.pipeline import CompareRun, Inputs, PairJob, in_dtype, prepare_inputs, progress_bar, resolve_settings
+from bertology.commands.compare import CompareRun, Inputs, PairJob, in_dtype, prepare_inputs, progress_bar, resolve_settings
 from bertology.results import Result, read_table, write_table
 from bertology.commands.base import hold
 from bertology.runs import RunDirectory, manifest_header

@@ -81,7 +81,7 @@ def public_keywords() -> dict[str, list[tuple[str, str, object]]]:
     from bertology.experiments.ablation import AblationSettings
     from bertology.experiments.probe import ProbeSettings
     from bertology.experiments.token_probe import TokenProbeSettings
-    from bertology.pipeline import declared_settings
+    from bertology.commands.selection import declared_settings
     from bertology.study.ablate import QaOptions
     from bertology.study.absa import AbsaConfig
     from bertology.study.inputs import Columns, Loading

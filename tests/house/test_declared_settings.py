@@ -19,7 +19,7 @@ from bertology.settings import Setting
 
 
 def _python_compare(name: str, value: Any) -> None:
-    from bertology.pipeline import complete_config, make_config
+    from bertology.commands.selection import complete_config, make_config
 
     complete_config(make_config("absent.txt", tuned="absent", **{name: value}))
 

@@ -20,7 +20,8 @@ from bertology.data.encode import encode_corpus
 from bertology.errors import BertologyError
 from bertology.experiments.catalog import EXPERIMENTS
 from bertology.models.pair import ModelPair
-from bertology.pipeline import build_analyses, compare, complete_config, select, selectable
+from bertology.commands.compare import compare
+from bertology.commands.selection import build_analyses, complete_config, select, selectable
 from bertology.testing import SENTENCES
 
 TOY = '''

@@ -140,7 +140,7 @@ def _labelled():
 
 def test_an_interrupted_compare_resumes_from_its_finished_tables(classifier_pair, tmp_path, monkeypatch):
     """Stopped after the streaming pass (as a kill between stages would), the same command reuses its tables."""
-    import bertology.pipeline as pipeline
+    import bertology.commands.compare as pipeline
     from bertology.config import CompareConfig, DataConfig
 
     config = CompareConfig(base=str(classifier_pair[0]), tuned=str(classifier_pair[1]), data=DataConfig(path=""),
@@ -167,7 +167,7 @@ def test_an_interrupted_compare_resumes_from_its_finished_tables(classifier_pair
 def test_a_named_experiment_that_cannot_run_is_refused_before_any_work(identical_pair, tmp_path):
     """The ablation of an encoder without a classifier is refused before the streaming pass, not after it."""
     from bertology.config import CompareConfig, DataConfig
-    from bertology.pipeline import compare
+    from bertology.commands.compare import compare
 
     config = CompareConfig(base=str(identical_pair[0]), tuned=str(identical_pair[1]), data=DataConfig(path=""),
                            out=str(tmp_path / "run"), analyses=("attention_change", "ablation"), view_examples=0)

@@ -83,7 +83,7 @@ def test_compare_reads_the_main_metric_from_the_fine_tune_manifest(model, tmp_pa
     import shutil
 
     from bertology.config import CompareConfig, DataConfig
-    from bertology.pipeline import compare
+    from bertology.commands.compare import compare
     from bertology.testing import tiny_bert_pair
 
     base, _ = tiny_bert_pair(tmp_path / "pair", classifier=True)

@@ -77,7 +77,7 @@ def test_one_pass_per_model_gives_the_tables_of_the_former_two_passes(tmp_path, 
     from bertology.data.absa import absa_pairs, read_absa, split_sentences
     from bertology.data.encode import encode_corpus
     from bertology.models.pair import ModelPair
-    from bertology.pipeline import compare
+    from bertology.commands.compare import compare
     from bertology.study.absa import AbsaConfig, _seen_labels_only, run_absa
     from bertology.testing import tiny_bert_pair
 

@@ -18,7 +18,8 @@ from bertology.data.batching import collate, length_batches
 from bertology.errors import BertologyError
 from bertology.models.hooks import Captured
 from bertology.models.pair import ModelPair
-from bertology.pipeline import make_config, prepare_inputs, resolve_settings
+from bertology.commands.compare import prepare_inputs, resolve_settings
+from bertology.commands.selection import make_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 #: every analysis that reads attention maps (their specs say ``per_measure=True``)

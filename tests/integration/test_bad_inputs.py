@@ -307,7 +307,7 @@ def test_spacy_parses_of_several_sentences_are_not_reported_as_broken_trees(iden
     from bertology.assets import spacy_model_name
     from bertology.config import CompareConfig, DataConfig
     from bertology.data.corpus import Corpus
-    from bertology.pipeline import compare
+    from bertology.commands.compare import compare
 
     if spacy_model_name() is None:
         pytest.skip("no spaCy English pipeline installed")

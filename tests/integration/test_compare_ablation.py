@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from bertology.cli import app
 from bertology.config import CompareConfig, DataConfig
 from bertology.errors import BertologyError
-from bertology.pipeline import compare
+from bertology.commands.compare import compare
 from bertology.testing import SENTENCES, classifier_logits, set_classifier_bias, split_classifier, tiny_bert_pair
 
 runner = CliRunner()

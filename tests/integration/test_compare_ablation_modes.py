@@ -89,7 +89,7 @@ def test_one_mode_keeps_the_fingerprint_it_had_as_a_plain_name():
     import dataclasses
 
     from bertology.config import CompareConfig, DataConfig
-    from bertology.pipeline import complete_config
+    from bertology.commands.selection import complete_config
 
     config = complete_config(CompareConfig(base="minilm", tuned="t", data=DataConfig(path="d.txt"), ablation_mode="revert"))
     assert config.ablation_mode == ("revert",)

@@ -7,7 +7,8 @@ import pytest
 
 from bertology.config import CompareConfig, DataConfig
 from bertology.data.corpus import Corpus
-from bertology.pipeline import compare, complete_config
+from bertology.commands.compare import compare
+from bertology.commands.selection import complete_config
 from bertology.testing import SENTENCES
 from cli_checks import invoke  # noqa: E402
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertology.analyses import geometry, pca_views, representation_similarity
+from bertology.analyses import geometry_fit, pca_views, representation_similarity
 from bertology.analyses.attention_patterns import AttentionPatterns
 from bertology.analyses.geometry import Geometry
 from bertology.analyses.head_map import HeadMap
@@ -26,7 +26,8 @@ from bertology.analyses.pca_views import PCAViews
 from bertology.analyses.relation_heads import RelationHeads
 from bertology.analyses.representation_similarity import RepresentationSimilarity
 from bertology.data.corpus import Corpus
-from bertology.pipeline import compare, make_config
+from bertology.commands.compare import compare
+from bertology.commands.selection import make_config
 from bertology.testing import SENTENCES
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -63,7 +64,7 @@ def _assert_close(name: str, got: pd.DataFrame, ref: pd.DataFrame) -> None:
 
 
 #: Functions only the device paths call (module, name): counted, to show the forced run took those paths.
-DEVICE_ONLY = [(pca_views, "leading_pca_torch"), (geometry, "max_explainable_variance_torch"),
+DEVICE_ONLY = [(pca_views, "leading_pca_torch"), (geometry_fit, "max_explainable_variance_torch"),
                (representation_similarity, "similarity_grids_torch"), (RelationHeads, "_count_on_device")]
 
 

@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 from bertology.cli import app
 from bertology.config import CompareConfig, DataConfig
 from bertology.errors import BertologyError
-from bertology.pipeline import compare
+from bertology.commands.compare import compare
 from bertology.testing import SENTENCES, tiny_bert_pair
 
 runner = CliRunner()

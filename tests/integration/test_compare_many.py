@@ -17,7 +17,7 @@ from bertology.data.encode import encode_corpus
 from bertology.data.loaders import load_corpus
 from bertology.errors import BertologyError
 from bertology.multicompare import TunedModel, compare_many, parse_tuned
-from bertology.pipeline import compare
+from bertology.commands.compare import compare
 from bertology.report.many import side_by_side
 from bertology.testing import SENTENCES, perturb_head, save_tiny_bert, tiny_tokenizer, tiny_vocab
 from cli_checks import assert_user_error, invoke  # noqa: E402

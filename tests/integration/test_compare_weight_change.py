@@ -11,7 +11,8 @@ from bertology.config import CompareConfig, DataConfig
 from bertology.data.corpus import Corpus
 from bertology.errors import BertologyError
 from bertology.multicompare import TunedModel, compare_many
-from bertology.pipeline import compare, select
+from bertology.commands.compare import compare
+from bertology.commands.selection import select
 from bertology.testing import SENTENCES
 from cli_checks import invoke  # noqa: E402
 

@@ -127,11 +127,13 @@ def test_compare_of_all_analyses_warns_before_loading_and_skips_the_ablation(mod
     """Not named (``--analyses all``): the mismatch is a warning said before the weights load, not an error."""
     import logging
 
-    from bertology.pipeline import load_data, make_config, precheck_experiments, resolve_settings
+    from bertology.commands.compare import resolve_settings
+    from bertology.commands.compare_data import load_data
+    from bertology.commands.selection import make_config, precheck_experiments
 
     config, selection, _ = resolve_settings(make_config(str(models["data"]), base=str(models["base"]),
                                                         tuned=str(models["garbage"]), out="unused"))
-    with caplog.at_level(logging.WARNING, logger="bertology.pipeline"):
+    with caplog.at_level(logging.WARNING, logger="bertology.commands.selection"):
         precheck_experiments(config, selection, load_data(config.data))
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "The ablation of the tuned classifier will be skipped" in said and "--label-map 0=-1,1=1" in said

@@ -130,7 +130,7 @@ def test_settings_by_flag_spelling_and_paths(pair, tmp_path):
     file setting may be a Path, as ``data`` and ``out`` may."""
     from pathlib import Path
 
-    from bertology.pipeline import complete_config, make_config
+    from bertology.commands.selection import complete_config, make_config
 
     config = complete_config(make_config("d.txt", tuned="t", importance=False, ood_data=Path("ood.txt")))
     assert config.ablation_importance is False and config.ood_data == "ood.txt"

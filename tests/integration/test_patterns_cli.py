@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertology.experiments.pattern_cnn import LABEL_COLUMNS, PatternClassifier
+from bertology.experiments.pattern_cnn import PatternClassifier
+from bertology.experiments.pattern_labels import LABEL_COLUMNS
 from bertology.metrics.patterns import PATTERNS
 from bertology.testing import SENTENCES
 from cli_checks import assert_user_error, invoke  # noqa: E402

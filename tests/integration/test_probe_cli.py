@@ -226,7 +226,7 @@ def test_plain_text_is_parsed_with_spacy(models, tmp_path):
 def test_compare_runs_the_probes_when_given_trees(models, data, tmp_path):
     from bertology.config import CompareConfig, DataConfig
     from bertology.errors import BertologyError
-    from bertology.pipeline import compare
+    from bertology.commands.compare import compare
 
     base, tuned = models
     train, test = data
@@ -351,7 +351,8 @@ def test_compare_runs_token_probes_and_old_runs_keep_their_fingerprint(models, d
     seed-noise changes per task and layer; a compare without it has the fingerprint it had before the setting."""
     from bertology.config import CompareConfig, DataConfig
     from bertology.experiments.probe import token_probe_changes
-    from bertology.pipeline import compare, complete_config
+    from bertology.commands.compare import compare
+    from bertology.commands.selection import complete_config
 
     base, tuned = models
     train, test = data

@@ -6,7 +6,7 @@ from bertology.analyses.representation_similarity import same_layer
 from bertology.config import CompareConfig
 from bertology.data.corpus import Corpus
 from bertology.models.loading import load_model
-from bertology.pipeline import compare
+from bertology.commands.compare import compare
 from bertology.testing import SENTENCES
 
 pytestmark = pytest.mark.real

@@ -14,7 +14,7 @@ import torch
 
 from bertology.data.corpus import Corpus, Example
 from bertology.data.encode import encode_corpus
-from bertology.experiments.ablation_sweep import SweepPlan
+from bertology.experiments.ablation_units import SweepPlan
 from bertology.experiments.interventions import run_revert
 from bertology.experiments.scoring import HeadScoring
 from bertology.models.loading import load_model

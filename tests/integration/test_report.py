@@ -421,7 +421,7 @@ def test_an_interrupted_compare_says_so_at_the_top_of_its_report_and_card(tmp_pa
     """Ctrl-C after the streaming analyses: the report of the folder names the experiment that is missing, and the
     notebook card says the run did not finish; a finished run has no banner."""
     import bertology as bt
-    import bertology.pipeline as pipeline
+    import bertology.commands.compare as pipeline
     from bertology.report.rerender import rerender
     from bertology.testing import SENTENCES, tiny_bert_pair
 

@@ -103,7 +103,7 @@ def test_a_given_model_with_other_layers_or_tokenizer_is_refused_before_any_work
 
 def test_tiny_study_end_to_end_then_a_rerun_trains_nothing(tmp_path):
     from bertology.config import CompareConfig, DataConfig
-    from bertology.pipeline import compare
+    from bertology.commands.compare import compare
     from bertology.report.format import fmt_value
 
     spec = tiny_study(tmp_path, extra=NO_REPORT)
@@ -333,7 +333,7 @@ def test_existing_fine_tunes_are_compared_without_training(tmp_path):
 def test_each_task_is_also_compared_on_its_own_dev_data(tmp_path):
     """[compare] own_data (the default): base vs each task's models on that task's eval_data (Merchant et al. 2020)."""
     from bertology.config import CompareConfig, DataConfig
-    from bertology.pipeline import compare
+    from bertology.commands.compare import compare
 
     spec = tiny_study(tmp_path, seeds=(0,))
     result = run_study(spec)

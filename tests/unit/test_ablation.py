@@ -25,6 +25,7 @@ from bertology.experiments.ablation import (
     score_units,
 )
 from bertology.data.corpus import Corpus, Example
+from bertology.experiments.ablation_table import Bootstrap
 from bertology.data.encode import encode_corpus
 from bertology.errors import BertologyError
 from bertology.models.ablate import (
@@ -394,7 +395,7 @@ def _synthetic(n=60, seed=0):
 def test_bootstrap_intervals_match_a_slow_resampling_loop():
     units, per, y = _synthetic()
     n, reps, seed = len(y), 100, 7
-    t = score_units(units, per, y, mode="uniform", exclude_special=False, n_bootstrap=reps, seed=seed, chunk=64)
+    t = score_units(units, per, y, mode="uniform", exclude_special=False, bootstrap=Bootstrap(reps, seed, chunk=64))
     counts = bootstrap_counts(n, reps, seed).astype(int)
     for j, u in enumerate(units[1:], start=1):
         deltas = {"accuracy": [], "macro_f1": [], "loss": []}
@@ -412,7 +413,7 @@ def test_bootstrap_intervals_match_a_slow_resampling_loop():
 
 def test_helps_and_hurts_flags_follow_the_metric_direction():
     units, per, y = _synthetic()
-    t = score_units(units, per, y, mode="uniform", exclude_special=False, n_bootstrap=500, seed=0)
+    t = score_units(units, per, y, mode="uniform", exclude_special=False, bootstrap=Bootstrap(500, 0))
     flag = t.set_index(["head", "metric"])
     assert flag.loc[(0, "accuracy"), "helps"] and flag.loc[(0, "loss"), "helps"] and flag.loc[(0, "macro_f1"), "helps"]
     assert flag.loc[(1, "accuracy"), "hurts"] and flag.loc[(1, "loss"), "hurts"]

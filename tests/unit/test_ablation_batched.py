@@ -31,6 +31,7 @@ from bertology.experiments.ablation import (
     run_ablation_study,
 )
 from bertology.experiments.ablation_sweep import AUTO_UNITS_ON_CUDA, forward_bytes, units_per_forward_for
+from bertology.experiments.ablation_units import plan_units
 from bertology.experiments.scoring import classifier_batches, fingerprint_of, split_rows, tile_rows
 from bertology.models.ablate import ablate_head_groups, ablate_heads
 from bertology.models.hooks import count_hooks
@@ -133,10 +134,9 @@ def test_batched_sweep_equals_the_one_unit_sweep_within_the_bound(clf, data, mon
 def test_the_groups_are_cut_from_the_plan(clf, data):
     """Head units of one layer K at a time, in plan order; skip and intact alone; finished units only fill groups."""
     _, enc, y = data
-    units = ablation_sweep.plan_units(3, 4, layers=[1, 2])
+    units = plan_units(3, 4, layers=[1, 2])
     batches = classifier_batches(clf.model, enc, y, HeadScoring(batch_size=4))
-    sweep = ablation_sweep._Sweep(clf.model, batches, None, HeadScoring(), on_unit=None, total=len(units), done=0,
-                                  units_per_forward=3, planned=units)
+    sweep = ablation_sweep._Sweep(clf.model, batches, None, HeadScoring(), units, on_unit=None, units_per_forward=3)
     keys = [[u.key for u in g] for g in sweep._groups(units)]
     assert keys[:4] == [["intact"], ["head-L1-H0", "head-L1-H1", "head-L1-H2"], ["head-L1-H3", "layer-heads-L1"],
                         ["layer-skip-L1"]]
@@ -259,7 +259,7 @@ def test_compare_declares_the_setting_once_and_keeps_its_fingerprint():
     like the device, leaves the run's fingerprint as it was (it changes the numbers by float rounding only)."""
     from bertology.config import CompareConfig
     from bertology.experiments.ablation import settings_from
-    from bertology.pipeline import complete_config
+    from bertology.commands.selection import complete_config
 
     plain = complete_config(CompareConfig())
     four = complete_config(CompareConfig(ablation_units_per_forward=4))

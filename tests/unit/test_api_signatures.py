@@ -26,7 +26,7 @@ def test_the_generated_keywords_are_current(fresh):
 
 
 def test_compare_lists_every_declared_setting_with_its_default():
-    from bertology.pipeline import declared_settings
+    from bertology.commands.selection import declared_settings
 
     params = inspect.signature(bt.compare).parameters
     declared = [*field_settings(CompareConfig), *field_settings(DataConfig), *declared_settings()[0].values()]

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from bertology.cli import app
 from bertology.config import CompareConfig
 from bertology.errors import BertologyError
-from bertology.pipeline import complete_config, make_config
+from bertology.commands.selection import complete_config, make_config
 
 runner = CliRunner()
 

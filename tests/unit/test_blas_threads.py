@@ -12,7 +12,7 @@ from bertology.blas import one_blas_thread
 from bertology.data.corpus import Corpus
 from bertology.data.encode import encode_corpus
 from bertology.models.pair import ModelPair
-from bertology.pipeline import finish_analyses
+from bertology.commands.compare import finish_analyses
 from bertology.results import Result
 from bertology.testing import SENTENCES
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from bertology.errors import BertologyError
-from bertology.pipeline import complete_config, make_config
+from bertology.commands.selection import complete_config, make_config
 
 
 def test_only_a_completed_config_has_a_fingerprint():
     bare = make_config("d.txt", tuned="t", ablation_units_per_forward=4)
-    with pytest.raises(BertologyError, match=r"needs a completed config: bertology.pipeline.complete_config"):
+    with pytest.raises(BertologyError, match=r"needs a completed config: bertology.commands.selection.complete_config"):
         bare.fingerprint()
     assert complete_config(bare).fingerprint() == complete_config(make_config("d.txt", tuned="t")).fingerprint()
 

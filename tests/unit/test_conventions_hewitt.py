@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bertology.config import CompareConfig
-from bertology.pipeline import complete_config
+from bertology.commands.selection import complete_config
 from bertology.conventions import PRESETS, choose, resolve
 from bertology.data.corpus import Corpus, Example
 from bertology.errors import BertologyError

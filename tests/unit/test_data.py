@@ -303,7 +303,7 @@ def test_no_label_warning_for_a_binary_label_or_a_regression_score(tmp_path):
 def test_label_warnings_reach_the_compare_warnings(tmp_path):
     from types import SimpleNamespace
 
-    from bertology.pipeline import encoding_warnings
+    from bertology.commands.compare_data import encoding_warnings
 
     corpus = load_corpus(write(tmp_path, "d.csv", LABELLED), label_column="id")
     encoded = SimpleNamespace(describe=lambda: {"n_skipped_overlong": 0, "n_truncated": 0, "n_input": 12, "max_length": 128})

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from bertology.experiments.ablation import TABLE_COLUMNS, plan_units, score_units, summary
+from bertology.experiments.ablation_table import Bootstrap
 from bertology.experiments.degenerate import (
     CHECK_COLUMNS,
     accuracy_interval,
@@ -58,7 +59,7 @@ def _table(pred_intact: np.ndarray, y: np.ndarray, rng: np.random.Generator):
     for u in units:
         pred = pred_intact if u.target == "intact" else np.where(rng.random(len(y)) < 0.2, 1 - pred_intact, pred_intact)
         per_example[u.key] = {"pred": pred, "loss": rng.random(len(y))}
-    return score_units(units, per_example, y, mode="uniform", exclude_special=False, n_bootstrap=50)
+    return score_units(units, per_example, y, mode="uniform", exclude_special=False, bootstrap=Bootstrap(50))
 
 
 def test_constant_classifier_summary_names_no_head():
@@ -126,7 +127,7 @@ def test_a_rank_correlation_that_cannot_exist_is_said_in_words_not_printed_as_na
     y = np.arange(40) % 2
     units = plan_units(1, 2)
     same = {u.key: {"pred": np.zeros(40, dtype=np.int64), "loss": np.full(40, 0.5)} for u in units}
-    t = score_units(units, same, y, mode="uniform", exclude_special=False, n_bootstrap=20)
+    t = score_units(units, same, y, mode="uniform", exclude_special=False, bootstrap=Bootstrap(20))
     imp = pd.DataFrame({"layer": [1, 1], "head": [0, 1], "importance": [0.2, 0.8], "importance_raw": [0.1, 0.4]})
     text = summary({"ablation": t, "head_importance": imp})
     line = next(x for x in text.splitlines() if x.startswith("head importance vs single-head deltas"))

@@ -41,7 +41,7 @@ def test_an_unknown_setting_of_a_python_call():
 
 
 def test_an_unknown_compare_setting():
-    from bertology.pipeline import complete_config, make_config
+    from bertology.commands.selection import complete_config, make_config
 
     with pytest.raises(BertologyError, match=r"^Unknown setting rsa_token \(did you mean rsa_tokens\?\) for compare; "
                                              r"known: .*rsa_tokens"):
@@ -61,7 +61,7 @@ def test_an_unknown_setting_of_a_command_object():
 
 
 def test_an_unknown_analysis():
-    from bertology.pipeline import select
+    from bertology.commands.selection import select
 
     with pytest.raises(BertologyError, match=r"^Unknown analysis attention_chang \(did you mean attention_change\?\); "
                                              r"choose from: all, attention_change,"):

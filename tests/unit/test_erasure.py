@@ -160,7 +160,7 @@ def test_erasure_warnings_name_the_layers_where_it_failed():
 def test_the_erase_intervention_scores_the_task_with_each_layer_erased(tmp_path):
     """Erase through the intervention sweep: each layer's predictions equal a plain forward with that layer erased by
     hand; the cached path (blocks below reused) equals full forwards; the rows carry the erasure's words."""
-    from bertology.experiments.ablation_sweep import SweepPlan
+    from bertology.experiments.ablation_units import SweepPlan
     from bertology.experiments.intervention_sweep import run_intervention
     from bertology.experiments.interventions import Erase, words_of
     from bertology.experiments.scoring import HeadScoring

@@ -345,7 +345,7 @@ def test_mev_fits_run_on_one_blas_thread_and_restore_it(planted, encoded, monkey
     rounding."""
     from threadpoolctl import threadpool_info, threadpool_limits
 
-    import bertology.analyses.geometry as geometry_module
+    import bertology.analyses.geometry_fit as geometry_module  # where the fits are
 
     def blas_threads():
         return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
@@ -515,7 +515,7 @@ def test_figure_has_one_panel_per_metric_and_both_models(planted, encoded):
 def test_rejected_occurrences_leave_the_word_store_as_adding_them_would():
     """_Word.rejects is exact: skipping the occurrences it rejects keeps the same bottom-k (keys with ties and
     examples out of order included) as adding every one, and the same count."""
-    from bertology.analyses.geometry import _Word
+    from bertology.analyses.geometry_sample import Word as _Word
 
     rng = np.random.default_rng(7)
     cap = 4
@@ -542,7 +542,7 @@ def test_rejected_occurrences_leave_the_word_store_as_adding_them_would():
 def test_float16_storage_rounds_as_numpy_does():
     """geometry.float16 (torch's conversion) gives NumPy astype's bits: every 4099th float32 bit pattern that is
     not NaN (overflow to inf, subnormals, signed zeros included), and NaN stays NaN; float64 input goes NumPy's way."""
-    from bertology.analyses.geometry import float16
+    from bertology.analyses.geometry_sample import float16
 
     bits = np.arange(0, 2**32, 4099, dtype=np.uint64).astype(np.uint32).view(np.float32)
     bits = np.concatenate([bits, np.array([65519.99, 65520.0, -65520.0, 2.0**-25, 2.0**-24, -0.0, 0.0], np.float32)])

@@ -160,7 +160,7 @@ def test_geometry_metrics_in_torch_equal_the_numpy_metrics(n, d, center):
 
 def test_compute_runs_in_torch_where_the_state_is(planted, encoded, monkeypatch):
     """The forced device path's compute is the torch one (no NumPy fit), the host path's the NumPy one."""
-    import bertology.analyses.geometry as geo
+    import bertology.analyses.geometry_fit as geo  # where the fits are
 
     dev, ref = _run(True, planted, encoded), _run(None, planted, encoded)
 

@@ -18,7 +18,8 @@ from bertology.data.corpus import Corpus, Example
 from bertology.data.encode import encode_corpus
 from bertology.errors import BertologyError
 from bertology.experiments.ablation import AblationSettings, mode_summary, summary
-from bertology.experiments.ablation_sweep import SweepPlan, Unit, run_ablation
+from bertology.experiments.ablation_sweep import run_ablation
+from bertology.experiments.ablation_units import SweepPlan, Unit
 from bertology.experiments.intervention_sweep import run_intervention
 from bertology.experiments.interventions import (
     INTERVENTIONS, HeadMask, Intervention, Revert, intervention, registered, words_of,

@@ -34,7 +34,7 @@ def test_a_label_map_is_written_one_way_and_parses_back_to_itself(given, canonic
 ])
 def test_bad_syntax_and_duplicate_keys_are_one_line_from_python_and_the_cli(given, says):
     from bertology.experiments.ablation import AblationSettings
-    from bertology.pipeline import complete_config, make_config
+    from bertology.commands.selection import complete_config, make_config
 
     with pytest.raises(ValueError, match=_escape(says)):
         parse_label_map(given)

@@ -58,7 +58,7 @@ def planted(tmp_path_factory):
 
 
 def _compare(planted, dtype: str):
-    from bertology.pipeline import compare
+    from bertology.commands.compare import compare
 
     base, tuned, data, root = planted
     cfg = CompareConfig(base=str(base), tuned=str(tuned), data=DataConfig(str(data)), out=str(root / f"cmp-{dtype}"),
@@ -95,7 +95,7 @@ def test_reduced_precision_tables_stay_within_the_rounding_bound_of_float32(plan
         top = change.sort_values("cosine").iloc[0]
         assert (int(top["layer"]), int(top["head"])) == (2, 1), dt
     # float32 keeps the fingerprints of runs made before --dtype existed; another dtype is another run
-    from bertology.pipeline import complete_config
+    from bertology.commands.selection import complete_config
 
     cfg = complete_config(CompareConfig(tuned="t", data=DataConfig("d.txt")))
     d = cfg.to_dict()

@@ -12,7 +12,7 @@ from transformers import AutoModelForSequenceClassification
 from bertology.data.corpus import Corpus, Example
 from bertology.data.encode import encode_corpus
 from bertology.errors import BertologyError
-from bertology.experiments.ablation_sweep import SweepPlan
+from bertology.experiments.ablation_units import SweepPlan
 from bertology.experiments.interventions import run_revert
 from bertology.experiments.revert_sweep import plan_revert_units
 from bertology.experiments.scoring import HeadScoring

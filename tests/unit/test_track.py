@@ -61,7 +61,7 @@ def test_track_collects_both_checkpoints_against_the_base(run, tmp_path):
     assert (ac["cosine"] < 1 - 1e-6).any()
 
     # the rows of step 2 are what a direct compare of that checkpoint gives
-    from bertology.pipeline import compare
+    from bertology.commands.compare import compare
 
     direct = compare(
         CompareConfig(base=str(base), tuned=str(folder / "checkpoints" / "step-2"), out=str(tmp_path / "direct"),

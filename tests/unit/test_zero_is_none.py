@@ -34,7 +34,7 @@ def test_the_declared_settings_say_it():
     """compare's speed setting (Python and the command line share the check) and finetune's sample size (its own
     check: 1 example is too few to split)."""
     from bertology.config import DataConfig, FinetuneConfig
-    from bertology.pipeline import complete_config, make_config
+    from bertology.commands.selection import complete_config, make_config
 
     with pytest.raises(BertologyError, match=r"^--ablation-units-per-forward \(ablation_units_per_forward\) must be "
                                              r"at least 1, or 0 for auto, not -2\.$"):

@@ -384,14 +384,8 @@ class AttentionTargets(Analysis):
         pw = transfer.send(piece_word, dev)
         onehot = torch.zeros(B, T, n_w, dtype=dt, device=dev).scatter_(2, pw.clamp_min(0)[..., None],
                                                                       (pw >= 0)[..., None].to(dt))
-        word_cat_np = np.zeros((B, n_word, n_w), dtype=bool)
         kovaleva = self.word_categories == "kovaleva2019"
-        if self.word_level and not kovaleva:
-            for b, item in enumerate(batch.items):
-                if annotated[b]:
-                    cats = self._word_categories(item.index)
-                    word_cat_np[b, :, : len(cats)] = cats.T
-        word_cat = transfer.send(word_cat_np, dev)
+        word_cat = transfer.send(self._batch_word_categories(batch, annotated, n_w), dev)
         has_cls = transfer.send(is_cls_np.any(-1), dev)
         cls_pos = transfer.send(is_cls_np.argmax(-1), dev)
         idx = self._index
@@ -399,34 +393,13 @@ class AttentionTargets(Analysis):
         w0, m0 = idx.get(WORD_TARGETS[0]), idx.get(f"max_{WORD_TARGETS[0]}")  # None without word level
         L, H = self.num_layers, self.num_heads
         neg_inf = float("-inf")  # a Python scalar: a tensor made from it on the device would be a host copy
-        # Which targets each example has; the same for every model, layer and head.
-        pres = torch.zeros(B, len(self.targets), dtype=torch.bool, device=dev)
-        pres[:, :n_tok] = present[:, :n_tok]
-        for t in POSITION_TARGETS + ("entropy",):
-            pres[:, idx[t]] = True
-        pres[:, idx["max_sep"]] = present[:, 1]
-        if word_level:
-            pres[:, w0 : w0 + n_word] = present[:, n_tok : n_tok + n_word]
-            pres[:, m0 : m0 + n_word] = present[:, n_tok : n_tok + n_word]
         cats = ("cls", "sep", "punct") + (WORD_TARGETS if word_level else ()) + ("other",)
-        for c in cats:
-            pres[:, idx[f"from_cls_{c}"]] = present[:, _KEY_INDEX[c]] & has_cls
+        pres = self._presence(present, has_cls, cats)
         nq_ = nq[:, None]  # [B, 1]
-        # The maps are read once per layer for all analyses (``batch.layer_stats``: column sums, and
-        # the prev/self/next diagonals and row entropies summed over the real rows).
-        # Padding keys hold exactly zero attention (masked softmax). Everything after that works on
+        # Padding keys hold exactly zero attention (masked softmax). Everything after the per-layer read works on
         # small per-head vectors and runs once for all models and layers (stacked on a leading axis
         # S = 2 L): a dozen small ops per batch instead of per layer.
-        rec, ent, diag = [], [], []
-        for m, cap in enumerate((batch.base, batch.tuned)):
-            for layer in range(1, L + 1):
-                rec.append(batch.received(m, layer))
-                stats = batch.layer_stats(layer)
-                if self.entropy_smoothing == "clark2019":  # one more pass over the maps, only when asked
-                    ent.append(smoothed_entropy_sums(cap.attentions[layer], batch.mask))
-                else:
-                    ent.append(stats.entropy_sum[m])  # [B, H]: over real rows
-                diag.append(stats.diagonal_sums[m])  # [B, H, 3]: prev, self, next over real rows
+        rec, ent, diag = self._layer_sums(batch)
         S = 2 * L
         col = torch.stack(rec).to(dt) / nq_[..., None]  # [S, B, H, T]: mean attention received
         share = torch.einsum("sbht,bct->sbhc", col, keys)  # [S, B, H, C]
@@ -456,6 +429,49 @@ class AttentionTargets(Analysis):
         self.counts += pres.sum(0)
         self.n_examples += batch.size
         self.n_annotated += int(annotated.sum())
+
+    def _batch_word_categories(self, batch: PairBatch, annotated: np.ndarray, n_w: int) -> np.ndarray:
+        """``[B, n_word, W]``: which word category (noun, verb, ...) each first-text word of an annotated example
+        has (all False under Kovaleva's word lists, which are matched piece by piece instead)."""
+        word_cat = np.zeros((batch.size, len(WORD_TARGETS), n_w), dtype=bool)
+        if self.word_level and self.word_categories != "kovaleva2019":
+            for b, item in enumerate(batch.items):
+                if annotated[b]:
+                    cats = self._word_categories(item.index)
+                    word_cat[b, :, : len(cats)] = cats.T
+        return word_cat
+
+    def _presence(self, present: torch.Tensor, has_cls: torch.Tensor, cats: tuple[str, ...]) -> torch.Tensor:
+        """``[B, targets]``: which targets each example has; the same for every model, layer and head."""
+        idx, n_tok, n_word = self._index, len(TOKEN_TARGETS), len(WORD_TARGETS)
+        pres = torch.zeros(present.shape[0], len(self.targets), dtype=torch.bool, device=present.device)
+        pres[:, :n_tok] = present[:, :n_tok]
+        for t in POSITION_TARGETS + ("entropy",):
+            pres[:, idx[t]] = True
+        pres[:, idx["max_sep"]] = present[:, 1]
+        if self.word_level:
+            w0, m0 = idx[WORD_TARGETS[0]], idx[f"max_{WORD_TARGETS[0]}"]
+            pres[:, w0 : w0 + n_word] = present[:, n_tok : n_tok + n_word]
+            pres[:, m0 : m0 + n_word] = present[:, n_tok : n_tok + n_word]
+        for c in cats:
+            pres[:, idx[f"from_cls_{c}"]] = present[:, _KEY_INDEX[c]] & has_cls
+        return pres
+
+    def _layer_sums(self, batch: PairBatch) -> tuple[list, list, list]:
+        """Per model and layer (base's layers first): the attention each key received, the row entropies and the
+        prev/self/next diagonals summed over the real rows. The maps are read once per layer for all analyses
+        (``batch.layer_stats``), and once more only for Clark et al.'s smoothed entropy."""
+        rec, ent, diag = [], [], []
+        for m, cap in enumerate((batch.base, batch.tuned)):
+            for layer in range(1, self.num_layers + 1):
+                rec.append(batch.received(m, layer))
+                stats = batch.layer_stats(layer)
+                if self.entropy_smoothing == "clark2019":  # one more pass over the maps, only when asked
+                    ent.append(smoothed_entropy_sums(cap.attentions[layer], batch.mask))
+                else:
+                    ent.append(stats.entropy_sum[m])  # [B, H]: over real rows
+                diag.append(stats.diagonal_sums[m])  # [B, H, 3]: prev, self, next over real rows
+        return rec, ent, diag
 
     def merge(self, other: "AttentionTargets") -> "AttentionTargets":
         self._check_mergeable(other)

@@ -66,8 +66,6 @@ host with NumPy.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-import hashlib
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -85,20 +83,15 @@ from bertology.config import CompareConfig
 from bertology.analyses.head_map import example_keys
 from bertology.analyses.representation_similarity import token_keys
 from bertology.data.align import global_word_ids, pool_words
-from bertology.metrics.geometry_torch import (
-    max_explainable_variance_torch,
-    mean_offdiagonal_cosine_torch,
-    pair_cosines_torch,
-    unit_rows_torch,
+from bertology.analyses.geometry_fit import (
+    baseline_stats,
+    baseline_stats_torch,
+    to_host,
+    word_stats,
+    word_stats_torch,
 )
-from bertology.metrics.geometry import (
-    chain_pairs,
-    masked_intra_similarity,
-    max_explainable_variance,
-    mean_offdiagonal_cosine,
-    pair_cosines,
-    unit_rows,
-)
+from bertology.analyses.geometry_sample import Word, WordSample, float16, kept, word_hash, word_key
+from bertology.metrics.geometry import masked_intra_similarity
 from bertology.results import Result
 
 MODELS = ("base", "tuned")
@@ -112,107 +105,7 @@ BaselinePairs = Literal["chain", "all"]
 # Salts keep the different hashed choices apart (and apart from other analyses' keys).
 _SALT_BASELINE = 0x616E69736F  # "aniso"
 _SALT_POSITION = 0x706F73  # "pos"
-_SALT_WORD = 0x776F7264  # "word"
 _SALT_OCCURRENCE = 0x6F6363  # "occ"
-_MASK63 = (1 << 63) - 1
-
-
-def word_hash(word: str) -> int:
-    """A stable 63-bit hash of a word form (Python's ``hash`` is salted per process)."""
-    return int.from_bytes(hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest(), "little") & _MASK63
-
-
-def word_key(seed: int, word: str) -> np.uint64:
-    """The sampling key of a word: words with the smallest keys are analysed."""
-    return token_keys(seed ^ _SALT_WORD, np.array([word_hash(word)]), np.array([_SALT_WORD]))[0]
-
-
-def float16(x: np.ndarray) -> np.ndarray:
-    """``x.astype(np.float16)``, the same bits, converted by torch.
-
-    Why: both round to nearest even (identical on every 4099th float32 bit pattern in the tests, and on every
-    97th when this was written; infinities, overflow and subnormals included), but NumPy converts one value at a
-    time and torch with the CPU's vector instructions: ~57 us vs ~5 us for one word's ``[2, 13, 768]`` at
-    BERT-base, thousands per corpus.
-    """
-    x = np.ascontiguousarray(x)
-    if x.dtype != np.float32:  # e.g. float64: one rounding, as NumPy does it (via float32 would round twice)
-        return x.astype(np.float16)
-    return torch.from_numpy(x).to(torch.float16).numpy()
-
-
-@dataclass
-class _Word:
-    """One word's kept occurrences (bottom ``max_contexts`` by occurrence key)."""
-
-    key: np.uint64
-    count: int  # sentences seen
-    occ_keys: np.ndarray  # uint64 [m]
-    occ_examples: np.ndarray  # int64 [m]
-    vectors: np.ndarray | None  # float16 [m, 2, L + 1, hidden]
-
-    def rejects(self, key: np.uint64, example: int, cap: int) -> bool:
-        """Whether an occurrence would fall outside the bottom ``cap`` by ``(key, example)``, as :meth:`add` orders them.
-
-        Why: most occurrences of a frequent word are dropped by :meth:`add` once ``cap`` are kept; seeing that
-        first spares pooling's float16 copy and the store's concatenation (exact: the kept ones are the same).
-        """
-        if len(self.occ_keys) < cap:
-            return False
-        last_key, last_example = self.occ_keys[-1], int(self.occ_examples[-1])
-        return bool(key > last_key or (key == last_key and example > last_example))
-
-    def add(self, keys: np.ndarray, examples: np.ndarray, vectors, count: int, cap: int) -> None:
-        """Add occurrences; ``vectors`` NumPy, or a tensor where the kept ones are tensors (the device path)."""
-        self.count += count
-        k = np.concatenate([self.occ_keys, keys])
-        e = np.concatenate([self.occ_examples, examples])
-        order = np.lexsort((e, k))[:cap]
-        self.occ_keys, self.occ_examples = k[order], e[order]
-        self.vectors = _kept(self.vectors, vectors, order)
-
-
-def _kept(mine, new, order: np.ndarray):
-    """``concatenate([mine, new])[order]`` (``mine`` may be None), in torch on ``mine``'s device when either is a tensor."""
-    if isinstance(mine, torch.Tensor) or isinstance(new, torch.Tensor):
-        ref = mine if isinstance(mine, torch.Tensor) else new
-        new = torch.as_tensor(new).to(ref.device)
-        v = new if mine is None else torch.cat([torch.as_tensor(mine).to(ref.device), new])
-        return v[transfer.send(order, ref.device)]
-    v = new if mine is None else np.concatenate([mine, new])
-    return v[order]
-
-
-def _to_host(tensors: list[torch.Tensor]) -> list[np.ndarray]:
-    """float64 NumPy copies of ``tensors`` (one device), in one transfer: the only one of ``compute`` on the device."""
-    flat = torch.cat([t.reshape(-1).to(torch.float64) for t in tensors]).cpu().numpy()
-    ends = np.cumsum([t.numel() for t in tensors])
-    return [flat[end - t.numel(): end].reshape(t.shape) for t, end in zip(tensors, ends)]
-
-
-@dataclass(frozen=True)
-class WordSample:
-    """Which words self-similarity and MEV are measured on, and how many of their occurrences are kept.
-
-    Words seen in at least ``min_contexts`` sentences qualify; the ``max_words`` with the smallest keys
-    are analysed, each with at most ``max_contexts`` occurrences; only the ``max_candidates`` word forms
-    with the smallest keys are considered at all (None: every form; bounds memory). See the module notes.
-    """
-
-    min_contexts: int = 5
-    max_contexts: int = 10
-    max_words: int = 500
-    max_candidates: int | None = 2000
-
-    def __post_init__(self):
-        if self.min_contexts < 2:
-            raise ValueError("min_contexts must be at least 2 (self-similarity needs two contexts)")
-        if self.max_contexts < self.min_contexts:
-            raise ValueError(f"max_contexts ({self.max_contexts}) must be at least min_contexts ({self.min_contexts})")
-        if self.max_words < 1:
-            raise ValueError("max_words must be at least 1")
-        if self.max_candidates is not None and self.max_candidates < self.max_words:
-            raise ValueError(f"max_candidates ({self.max_candidates}) must be at least max_words ({self.max_words})")
 
 
 class Geometry(Analysis):
@@ -259,7 +152,7 @@ class Geometry(Analysis):
         self.intra_sq = np.zeros((2, num_layers + 1))
         self.n_sentences = 0
         # Words.
-        self.words: dict[str, _Word] = {}
+        self.words: dict[str, Word] = {}
         self.threshold: np.uint64 | None = None  # words with a larger key can never be selected
         self.n_seen = 0
         self._forms: dict[tuple[int, ...], str | None] = {}
@@ -295,14 +188,14 @@ class Geometry(Analysis):
             self._forms[ids] = form
         return self._forms[ids]
 
-    def _word(self, form: str) -> _Word | None:
+    def _word(self, form: str) -> Word | None:
         """The entry of a word that could still be selected (creating it), None when it cannot."""
         w = self.words.get(form)
         if w is None:
             key = word_key(self.seed, form)
             if self.threshold is not None and key > self.threshold:
                 return None
-            w = self.words[form] = _Word(key, 0, np.zeros(0, np.uint64), np.zeros(0, np.int64), None)
+            w = self.words[form] = Word(key, 0, np.zeros(0, np.uint64), np.zeros(0, np.int64), None)
         return w
 
     def _update_threshold(self) -> None:
@@ -349,7 +242,7 @@ class Geometry(Analysis):
                 continue
             by_form.setdefault(form, []).append(w)
             positions[w] = pos
-        chosen: list[tuple[str, _Word, int]] = []  # (form, its entry, the word kept for it) of the candidate words
+        chosen: list[tuple[str, Word, int]] = []  # (form, its entry, the word kept for it) of the candidate words
         for form, ws in by_form.items():
             entry = self._word(form)
             if entry is None:
@@ -386,7 +279,7 @@ class Geometry(Analysis):
         p = np.concatenate([self.base_positions, positions])
         order = np.lexsort((e, k))[: self.n_pairs]
         self.base_keys, self.base_examples, self.base_positions = k[order], e[order], p[order]
-        self.base_vectors = _kept(self.base_vectors, vectors, order)
+        self.base_vectors = kept(self.base_vectors, vectors, order)
 
     def update(self, batch: PairBatch) -> None:
         # The words' pooling products are small and alternate with torch's float16 conversions: a threaded BLAS
@@ -527,7 +420,7 @@ class Geometry(Analysis):
             mine = self.words.get(form)
             if mine is None:
                 vectors = w.vectors.clone() if isinstance(w.vectors, torch.Tensor) else w.vectors.copy()
-                self.words[form] = _Word(w.key, w.count, w.occ_keys.copy(), w.occ_examples.copy(), vectors)
+                self.words[form] = Word(w.key, w.count, w.occ_keys.copy(), w.occ_examples.copy(), vectors)
             else:
                 mine.add(w.occ_keys, w.occ_examples, w.vectors, w.count, self.max_contexts)
         if other.threshold is not None and (self.threshold is None or other.threshold < self.threshold):
@@ -556,14 +449,7 @@ class Geometry(Analysis):
 
     def _compute_word_stats(self) -> tuple[list[str], np.ndarray, np.ndarray]:
         forms = self.selected_words()
-        n_layers = self.num_layers + 1
-        ss = np.full((len(forms), 2, n_layers), np.nan)
-        mev = np.full((len(forms), 2, n_layers), np.nan)
-        with one_blas_thread():  # small fits: see _baseline
-            for i, f in enumerate(forms):
-                x = np.moveaxis(host(self.words[f].vectors).astype(np.float64), 0, 2)  # [2, L + 1, m, D]
-                ss[i] = mean_offdiagonal_cosine(x)
-                mev[i] = max_explainable_variance(x, center=self.mev_center)
+        ss, mev = word_stats([self.words[f].vectors for f in forms], self.num_layers + 1, self.mev_center)
         return forms, ss, mev
 
     def _baseline(self) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
@@ -593,89 +479,24 @@ class Geometry(Analysis):
     def _compute_on_device(self, device: torch.device) -> dict[str, object]:
         """:meth:`_compute_baseline`, :meth:`_compute_word_stats` and the intra sums where the state is.
 
-        The same formulas in torch (:mod:`bertology.metrics.geometry_torch`), one model's ``[L + 1, k, D]`` float64
-        stack at a time for the baseline (80 MB at BERT-base) and the words batched by occurrence count, 64 at a
-        time (``[64, 2, L + 1, m, D]``); the final arrays cross to the host in one transfer.
+        The same formulas in torch (:mod:`bertology.analyses.geometry_fit`); the final arrays cross to the host in
+        one transfer.
         """
         n_layers = self.num_layers + 1
         k = len(self.base_keys)
-        nan = torch.full((2, n_layers), torch.nan, dtype=torch.float64, device=device)
-        aniso_mean, aniso_sd, mev_base = nan.clone(), nan.clone(), nan.clone()
-        n_pairs = 0
-        if k >= 2:
-            vectors = torch.as_tensor(self.base_vectors).to(device)
-            if self.baseline_pairs == "chain":
-                a, b = (torch.from_numpy(i).to(device) for i in chain_pairs(k))
-                n_pairs = len(a)
-            else:
-                iu = torch.triu_indices(k, k, 1, device=device)
-                n_pairs = iu.shape[1]
-            for m in range(2):
-                v = vectors[:, m].transpose(0, 1).double()  # [L + 1, k, D]
-                if self.baseline_pairs == "chain":
-                    cos = pair_cosines_torch(v[:, a], v[:, b])
-                else:
-                    u = unit_rows_torch(v)
-                    cos = (u @ u.transpose(-1, -2))[:, iu[0], iu[1]]
-                aniso_mean[m] = cos.mean(-1)
-                if n_pairs > 1:
-                    aniso_sd[m] = cos.std(-1, correction=1)
-                mev_base[m] = max_explainable_variance_torch(v, center=self.mev_center)
+        aniso_mean, aniso_sd, mev_base, n_pairs = baseline_stats_torch(self.base_vectors if k else None, n_layers,
+                                                                       self.baseline_pairs, self.mev_center, device)
         forms = self.selected_words()
-        ss = torch.full((len(forms), 2, n_layers), torch.nan, dtype=torch.float64, device=device)
-        mev = ss.clone()
-        by_count: dict[int, list[int]] = {}
-        for i, f in enumerate(forms):
-            by_count.setdefault(len(self.words[f].occ_keys), []).append(i)
-        for ids in by_count.values():
-            for start in range(0, len(ids), 64):
-                chunk = ids[start: start + 64]
-                x = torch.stack([torch.as_tensor(self.words[forms[i]].vectors).to(device) for i in chunk])
-                x = x.permute(0, 2, 3, 1, 4).double()  # [w, 2, L + 1, m, D], as the NumPy path's moveaxis per word
-                at = torch.from_numpy(np.array(chunk, dtype=np.int64)).to(device)
-                ss[at] = mean_offdiagonal_cosine_torch(x)
-                mev[at] = max_explainable_variance_torch(x, center=self.mev_center)
+        ss, mev = word_stats_torch([self.words[f].vectors for f in forms], n_layers, self.mev_center, device)
         intra = [torch.as_tensor(t).to(device, torch.float64) for t in (self.intra_sum, self.intra_sq)]
-        am, asd, mb, ss, mev, isum, isq = _to_host([aniso_mean, aniso_sd, mev_base, ss, mev, *intra])
+        am, asd, mb, ss, mev, isum, isq = to_host([aniso_mean, aniso_sd, mev_base, ss, mev, *intra])
         nan = np.full((2, n_layers), np.nan)
-        return {"baseline": {"anisotropy": (am, asd, n_pairs if k >= 2 else 0), "mev_baseline": (mb, nan, k)},
+        return {"baseline": {"anisotropy": (am, asd, n_pairs), "mev_baseline": (mb, nan, k)},
                 "words": (forms, ss, mev), "intra": (isum, isq)}
 
     def _compute_baseline(self) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
-        n_layers = self.num_layers + 1
-        nan = np.full((2, n_layers), np.nan)
-        k = len(self.base_keys)
-        if k < 2:
-            return {"anisotropy": (nan, nan, 0), "mev_baseline": (nan, nan, k)}
-        aniso_mean, aniso_sd, mev = np.empty((2, n_layers)), np.empty((2, n_layers)), np.empty((2, n_layers))
-        if self.baseline_pairs == "chain":
-            a, b = chain_pairs(k)
-            n_pairs = len(a)
-        else:
-            iu = np.triu_indices(k, 1)
-            n_pairs = len(iu[0])
-        # One (model, layer) stack at a time, [k, D] float64 (3 MB at BERT-base), not all 2 (L + 1) at once: that
-        # was 80 MB, plus its gathers and unit-vector copies, ~500 MB of fresh pages per compute, whose zeroing
-        # took more kernel time than the arithmetic took user time (0.8 vs 0.4 s in a fresh process on our shared
-        # cores; now 0.1 s). The same formulas on the same rows; a mean over pairs sums in another order (the
-        # numbers moved by <= 1.2e-14).
-        # BLAS on one thread, as pca_views' fits: LAPACK's tridiagonal reduction of the 2 (L + 1) Grams (768 x 768
-        # at BERT-base) synchronises its threads per column, and two threads on a shared 2-core machine took
-        # 2.8-7.7 s against 1.5-2.3 s with one (docs/results/benchmarks.md). Values change by rounding only.
-        base_vectors = host(self.base_vectors)  # the device path's sample comes to the host once
-        with one_blas_thread():
-            for m in range(2):
-                for layer in range(n_layers):
-                    v = base_vectors[:, m, layer].astype(np.float64)  # [k, D]
-                    if self.baseline_pairs == "chain":
-                        cos = pair_cosines(v[a], v[b])
-                    else:
-                        u = unit_rows(v)
-                        cos = np.einsum("id,jd->ij", u, u)[iu]
-                    aniso_mean[m, layer] = cos.mean()
-                    aniso_sd[m, layer] = cos.std(ddof=1) if n_pairs > 1 else np.nan
-                    mev[m, layer] = max_explainable_variance(v, center=self.mev_center)
-        return {"anisotropy": (aniso_mean, aniso_sd, n_pairs), "mev_baseline": (mev, nan, k)}
+        return baseline_stats(self.base_vectors if len(self.base_keys) else None, self.num_layers + 1,
+                              self.baseline_pairs, self.mev_center)
 
     def compute(self) -> Result:
         """The ``geometry`` table: ``model, layer, metric, value, n`` plus ``adjusted, sd, unit, seed``."""

@@ -20,7 +20,7 @@ from bertology.settings import Setting, field_settings
 
 def compare_settings() -> list[tuple[str, tuple[Setting, ...]]]:
     """The flags ``compare`` generates: the run's, the data's, then each analysis's and experiment's (catalog order)."""
-    from bertology.pipeline import declared_settings
+    from bertology.commands.selection import declared_settings
 
     declared, owners = declared_settings()
     groups: dict[str, list[Setting]] = {}
@@ -47,7 +47,8 @@ def compare_command(
 
     Every analysis's settings are flags below, grouped by analysis (generated from their declarations).
     """
-    from bertology.pipeline import compare, make_config
+    from bertology.commands.compare import compare
+    from bertology.commands.selection import make_config
 
     many = len(tuned) > 1 or any("=" in t and not Path(t).expanduser().exists() for t in tuned)
     config = make_config(data, tuned="" if many else tuned[0], out=str(out), **given_settings(ctx))
@@ -97,7 +98,7 @@ def _print_compare_summary(run) -> None:
 
 
 def _print_blocks(blocks: list[tuple[str | None, str]]) -> None:
-    """Summary blocks (:func:`bertology.pipeline.summary_blocks`), each under its heading when it has one (printed as
+    """Summary blocks (:func:`bertology.api.summary_blocks`), each under its heading when it has one (printed as
     plain text: tables hold labels like [CLS] that are not markup)."""
     for heading, text in blocks:
         if heading:

@@ -29,21 +29,16 @@ from bertology.errors import BertologyError
 from bertology.metrics.bootstrap import bootstrap_counts  # noqa: F401  (re-exported: tests and the ablation API)
 from bertology.models.revert import REVERT_UNITS
 from bertology.config import CompareConfig
-from bertology.experiments.ablation_sweep import (  # noqa: F401  (re-exported: the ablation API)
-    LAYER_MODES,
+from bertology.experiments.ablation_sweep import _Sweep, run_ablation  # noqa: F401  (re-exported: the ablation API)
+from bertology.experiments.ablation_table import (  # noqa: F401  (re-exported: the ablation API)
     METRICS,
     TABLE,
     TABLE_COLUMNS,
     AblationResult,
-    Method,
-    SweepPlan,
-    Unit,
-    _Sweep,
     degeneracy_record,
-    plan_units,
-    run_ablation,
     score_units,
 )
+from bertology.experiments.ablation_units import LAYER_MODES, Method, SweepPlan, Unit, plan_units  # noqa: F401
 from bertology.experiments.degenerate import table_degeneracy
 from bertology.experiments.transplant_study import HEADS_HELP
 from bertology.experiments.head_importance import ImportanceResult, importance_vs_deltas, run_head_importance

@@ -47,8 +47,9 @@ Resuming: with ``progress_dir``, every finished ablation is written there atomic
 the model weights, the tokenised data, the labels and the settings, K among them when above 1). A later call with
 the same fingerprint skips the finished ablations; with another fingerprint the old files are discarded.
 
-The settings of a whole study, its headlines and the experiment inside ``compare`` are in
-:mod:`bertology.experiments.ablation`, which re-exports this module's public names.
+The units and their plan are in :mod:`bertology.experiments.ablation_units`, the table they score into in
+:mod:`bertology.experiments.ablation_table`; the settings of a whole study, its headlines and the experiment inside
+``compare`` are in :mod:`bertology.experiments.ablation`, which re-exports the public names of all three.
 """
 from __future__ import annotations
 
@@ -56,17 +57,12 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
-import pandas as pd
 import torch
 
 from bertology.data.encode import EncodedCorpus
-from bertology.errors import BertologyError
-from bertology.metrics.bootstrap import bootstrap_counts
 from bertology.models import sites
 from bertology.models.ablate import (
     ablate_head_groups,
@@ -75,7 +71,8 @@ from bertology.models.ablate import (
     replay_output,
     skip_layers,
 )
-from bertology.experiments.degenerate import table_degeneracy
+from bertology.experiments.ablation_table import AblationResult, Bootstrap, degeneracy_record, score_units
+from bertology.experiments.ablation_units import SweepPlan, Unit, plan_units
 from bertology.experiments.layer_cache import embedded, run_from
 from bertology.experiments.scoring import (
     Batches,
@@ -90,130 +87,8 @@ from bertology.experiments.scoring import (
     split_rows,
     tile_rows,
 )
-from bertology.tasks.base import Task
-from bertology.tasks.catalog import get_task, task_of_table
-from bertology.results import Result
 
 logger = logging.getLogger(__name__)
-
-TABLE = "ablation"
-#: The classification metrics (other tasks declare theirs: :attr:`bertology.tasks.base.Task.metrics`).
-METRICS = get_task("classification").metrics
-LAYER_MODES = ("skip", "heads")
-TABLE_COLUMNS = [
-    "target", "layer", "head", "label", "mode", "layer_mode", "exclude_special", "metric", "value", "delta",
-    "ci_low", "ci_high", "n_examples", "helps", "hurts",
-    # at the end (DESIGN's columns unchanged): what the degenerate-classifier check needs, so the summary
-    # and the report make it from the table alone (:mod:`bertology.experiments.degenerate`)
-    "n_predicted", "chance",
-    # the task whose metrics the rows hold (classification, regression): readers pick the primary metric by it
-    "task",
-    # the metric the findings use (CoLA: mcc; bertology.tasks.main_metric), the same on every row
-    "main_metric",
-]
-Method = Literal["cached", "naive"]
-
-
-# --------------------------------------------------------------------------------------------------
-# Units
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One ablation: the intact model, one head, or one layer (skipped or with every head ablated)."""
-
-    target: str  # "intact" | "head" | "layer"
-    layer: int = -1
-    head: int = -1
-    layer_mode: str = ""  # "skip" | "heads" for layers
-
-    @property
-    def key(self) -> str:
-        if self.target == "intact":
-            return "intact"
-        if self.target == "head":
-            return f"head-L{self.layer}-H{self.head}"
-        return f"layer-{self.layer_mode}-L{self.layer}"
-
-    @property
-    def label(self) -> str:
-        if self.target == "intact":
-            return "intact"
-        if self.target == "head":
-            return f"L{self.layer}H{self.head}"
-        if self.layer_mode == "embeddings":  # revert's layer-0 unit
-            return "embeddings"
-        return f"L{self.layer}" + _LAYER_LABELS.get(self.layer_mode, f" {self.layer_mode}")
-
-
-#: How a layer unit's label ends, by its ``layer_mode`` (``attention``/``ffn``/``layer``: revert's units).
-_LAYER_LABELS = {"skip": " skipped", "heads": " all heads", "erase": " erased", "attention": " attention",
-                 "ffn": " feed-forward", "layer": " whole layer"}
-
-
-def layer_mode_name(mode: str, layer_mode: str) -> str:
-    """The table's ``layer_mode``: ``skip``, or ``{mode}_{unit}`` (``uniform_heads``, ``revert_attention`` ...), or
-    empty on head and intact rows."""
-    if not layer_mode:
-        return ""
-    return "skip" if layer_mode == "skip" else f"{mode}_{layer_mode}"
-
-
-def plan_units(
-    n_layers: int,
-    n_heads: int,
-    *,
-    layers: Sequence[int] | None = None,
-    heads: bool = True,
-    layer_modes: Sequence[str] = LAYER_MODES,
-) -> list[Unit]:
-    """The ablations of one sweep: intact, then every head and every layer of ``layers`` (all by default)."""
-    chosen = sorted(set(range(1, n_layers + 1) if layers is None else (int(x) for x in layers)))
-    bad = [x for x in chosen if not 1 <= x <= n_layers]
-    if bad:
-        raise BertologyError(f"Layer(s) {bad} do not exist; the model has attention layers 1..{n_layers}.")
-    units = [Unit("intact")]
-    for layer in chosen:
-        if heads:
-            units += [Unit("head", layer, h) for h in range(n_heads)]
-        for lm in LAYER_MODES:
-            if lm in layer_modes:
-                units.append(Unit("layer", layer, -1, lm))
-    return units
-
-
-# --------------------------------------------------------------------------------------------------
-# Result
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class AblationResult:
-    """The ``ablation`` table, the per-example arrays it came from, and provenance."""
-
-    table: pd.DataFrame
-    units: list[Unit]
-    per_example: dict[str, dict[str, np.ndarray]]  # unit key -> {"pred", "loss"} by item position
-    y: np.ndarray
-    params: dict = field(default_factory=dict)
-    timing: dict = field(default_factory=dict)
-
-    @property
-    def intact(self) -> dict[str, float]:
-        t = self.table[self.table["target"] == "intact"]
-        return dict(zip(t["metric"], t["value"].astype(float)))
-
-    def to_result(self) -> Result:
-        return Result(TABLE, self.table, self.params)
-
-    def _repr_html_(self) -> str:
-        main = task_of_table(self.table).primary
-        return (
-            f"<b>AblationResult</b> ({self.params.get('mode')}): intact {main} {self.intact.get(main, float('nan')):.4f}, "
-            f"{len(self.units) - 1} ablations over {len(self.y)} examples"
-        )
-
 
 # --------------------------------------------------------------------------------------------------
 # The sweep
@@ -229,24 +104,25 @@ class _Sweep:
         batches: Batches,
         store: ProgressStore,
         scoring: HeadScoring,
+        planned: Sequence[Unit],
         *,
         on_unit: Callable[[Unit, int, int], None] | None,
-        total: int,
-        done: int,
         first_token_shortcut: bool = False,
         units_per_forward: int = 1,
-        planned: Sequence[Unit] | None = None,
     ) -> None:
+        """``planned``: every unit of the sweep, finished (in ``store``) or not; ``on_unit(unit, done, total)`` after
+        each finished one."""
         self.model, self.batches, self.store = model, batches, store
         self.mode, self.exclude_special, self.special_ids = scoring.mode, scoring.exclude_special, scoring.special_ids
         self.means = scoring.means
         self.on_unit = on_unit
-        self.total, self.done = total, done
+        self.total = len(planned)
+        self.done = 0 if store is None else sum(u.key in store for u in planned)
         self.n_layers = sites.num_layers(model)
         self.n_heads = sites.num_heads(model)
         self.allow_first_token_shortcut = first_token_shortcut
         self.units_per_forward = units_per_forward
-        self.planned = planned  # every unit of the sweep, finished or not: the groups are cut from it
+        self.planned = planned  # the groups are cut from it
         # (batches whose last block ran on [CLS] only, batches) in the cached sweep; None when it did not run
         self.first_token_shortcut: tuple[int, int] | None = None
 
@@ -274,7 +150,7 @@ class _Sweep:
         again and not recorded. With one unit per forward every pending unit is its own group, in plan order.
         """
         k, todo = self.units_per_forward, {u.key for u in pending}
-        plan = list(self.planned) if self.planned is not None else list(pending)
+        plan = list(self.planned)
         together: dict[int, list[Unit]] = {}
         for u in plan:
             if k > 1 and self._heads_of(u):
@@ -425,35 +301,33 @@ class _Sweep:
                 cache = nxt
 
 
-@dataclass(frozen=True)
-class SweepPlan:
-    """Which units an ablation sweep disables and how it runs them.
-
-    ``layers`` (None: every layer), ``heads`` (every head of those layers alone), ``layer_modes`` (whole layers:
-    ``skip`` and/or ``heads``); ``method``: ``cached`` (layers below an ablated one run once) or ``naive``
-    (a full forward per unit, the reference); ``first_token_shortcut``: let the cached sweep run the last
-    block's feed-forward on the first token only, on the batches where that gave the same bits on the intact
-    model (about a tenth less work at BERT-base). Off by default: matrix kernels chosen by shape may still round
-    an ablated unit's one-row product differently (seen on tiny RoBERTa models), so its numbers equal the naive
-    re-run's to float rounding only; without it they are equal bit for bit.
-
-    ``units_per_forward`` (K): how many head units (single heads and ``heads`` layer units of one layer) one
-    forward scores, on K copies of each batch with unit k's heads ablated in copy k (:meth:`_Sweep._groups`), so
-    a GPU runs fewer, larger kernels. ``skip`` units, and the revert and transplant sweeps, stay one unit per
-    forward. None: :func:`units_per_forward_for` (1 on the CPU, up to :data:`AUTO_UNITS_ON_CUDA` on CUDA). K > 1
-    multiplies matrices of other shapes, so its numbers equal the one-unit sweep's to float rounding only.
-    """
-
-    layers: Sequence[int] | None = None
-    heads: bool = True
-    layer_modes: Sequence[str] = LAYER_MODES
-    method: Method = "cached"
-    first_token_shortcut: bool = False
-    units_per_forward: int | None = None
-
-
 #: The most units one forward scores on CUDA when ``units_per_forward`` is not given (fewer when memory is short).
 AUTO_UNITS_ON_CUDA = 8
+
+
+def _method_for(model: torch.nn.Module, method: str) -> str:
+    """The sweep's method: ``cached`` unless the family's blocks cannot be bypassed or replayed (then ``naive``)."""
+    if method not in ("cached", "naive"):
+        raise ValueError(f"method must be 'cached' or 'naive', not {method!r}")
+    if method == "cached" and not sites.adapter(model).cached_sweep:
+        logger.info("ablation: %s blocks cannot be bypassed or replayed; using the plain sweep", sites.adapter(model).family)
+        return "naive"
+    return method
+
+
+def _fingerprint_settings(scoring: HeadScoring, first_token_shortcut: bool, units_per_forward: int) -> dict:
+    """What of the sweep's settings enters the unit store's fingerprint (finished units resume under an equal one)."""
+    means = scoring.means
+    fp_settings = {
+        "mode": scoring.mode, "exclude_special": scoring.exclude_special, "special_ids": sorted(scoring.special_ids),
+        "batch_size": scoring.batch_size,
+        "means": None if means is None else hashlib.sha256(means.detach().cpu().numpy().tobytes()).hexdigest(),
+    }
+    if first_token_shortcut:  # other rounding (cached sweep only): not resumed into an exact sweep, nor back
+        fp_settings["first_token_shortcut"] = True
+    if units_per_forward > 1:  # other shapes, other rounding; a one-unit sweep keeps the fingerprint it always had
+        fp_settings["units_per_forward"] = units_per_forward
+    return fp_settings
 
 
 def units_per_forward_for(setting: int | None, model: torch.nn.Module, batches: Batches, *,
@@ -513,34 +387,20 @@ def run_ablation(
     it interrupts the sweep, which ``progress_dir`` lets a later call resume).
     """
     layers, heads, layer_modes = sweep.layers, sweep.heads, sweep.layer_modes
-    method, first_token_shortcut = sweep.method, sweep.first_token_shortcut
-    if method not in ("cached", "naive"):
-        raise ValueError(f"method must be 'cached' or 'naive', not {method!r}")
+    first_token_shortcut = sweep.first_token_shortcut
     t0 = time.perf_counter()
-    mode, exclude_special, means = scoring.mode, scoring.exclude_special, scoring.means
+    mode, exclude_special = scoring.mode, scoring.exclude_special
     batches = classifier_batches(model, encoded, label_ids, scoring)
     n_layers, n_heads = sites.num_layers(model), sites.num_heads(model)
-    if method == "cached" and not sites.adapter(model).cached_sweep:
-        logger.info("ablation: %s blocks cannot be bypassed or replayed; using the plain sweep", sites.adapter(model).family)
-        method = "naive"
+    method = _method_for(model, sweep.method)
     units = plan_units(n_layers, n_heads, layers=layers, heads=heads, layer_modes=layer_modes)
     units_per_forward = units_per_forward_for(sweep.units_per_forward, model, batches)
-    fp_settings = {
-        "mode": mode, "exclude_special": exclude_special, "special_ids": sorted(scoring.special_ids),
-        "batch_size": scoring.batch_size,
-        "means": None if means is None else hashlib.sha256(means.detach().cpu().numpy().tobytes()).hexdigest(),
-    }
-    if first_token_shortcut and method == "cached":  # other rounding: not resumed into an exact sweep, nor back
-        fp_settings["first_token_shortcut"] = True
-    if units_per_forward > 1:  # other shapes, other rounding; a one-unit sweep keeps the fingerprint it always had
-        fp_settings["units_per_forward"] = units_per_forward
+    fp_settings = _fingerprint_settings(scoring, first_token_shortcut and method == "cached", units_per_forward)
     store = ProgressStore(progress_dir, fingerprint_of(model, batches, fp_settings))
     pending = [u for u in units if u.key not in store]
     logger.info("ablation: %d of %d units to run (%s method)", len(pending), len(units), method)
-    runner = _Sweep(
-        model, batches, store, scoring, on_unit=on_unit, total=len(units), done=len(units) - len(pending),
-        first_token_shortcut=first_token_shortcut, units_per_forward=units_per_forward, planned=units,
-    )
+    runner = _Sweep(model, batches, store, scoring, units, on_unit=on_unit, first_token_shortcut=first_token_shortcut,
+                    units_per_forward=units_per_forward)
     t1 = time.perf_counter()
     if pending:
         (runner.cached if method == "cached" else runner.naive)(pending)
@@ -573,7 +433,7 @@ def run_ablation(
     }
     table = score_units(
         units, per_example, batches.y_examples, task=batches.task, mode=mode,
-        exclude_special=exclude_special, n_bootstrap=n_bootstrap, seed=seed,
+        exclude_special=exclude_special, bootstrap=Bootstrap(n_bootstrap, seed),
     )
     params["task"] = batches.task.name
     params["main_metric"] = batches.task.primary
@@ -583,77 +443,3 @@ def run_ablation(
     t3 = time.perf_counter()
     timing = {"setup_s": t1 - t0, "sweep_s": t2 - t1, "scoring_s": t3 - t2}
     return AblationResult(table, units, per_example, batches.y_examples, params, timing)
-
-
-# --------------------------------------------------------------------------------------------------
-# Scoring: metrics and paired bootstrap intervals
-# --------------------------------------------------------------------------------------------------
-
-
-def score_units(
-    units: Sequence[Unit],
-    per_example: dict[str, dict[str, np.ndarray]],
-    y: np.ndarray,
-    *,
-    mode: str,
-    exclude_special: bool,
-    task: Task | None = None,
-    n_bootstrap: int = 1000,
-    seed: int = 0,
-    chunk: int = 100,
-) -> pd.DataFrame:
-    """The ``ablation`` table from per-example records (paired bootstrap over examples).
-
-    ``task`` (default classification) turns the records into its metrics (:meth:`Task.scores`).
-    """
-    task = task or get_task("classification")
-    keys = [u.key for u in units]
-    if "intact" not in keys:
-        raise ValueError("score_units needs the intact unit")
-    records = {name: np.stack([per_example[k][name] for k in keys]) for name in per_example[keys[0]]}
-    n = len(y)
-    i0 = keys.index("intact")
-    chance = task.chance(y)
-    metrics = task.metrics
-    point = task.scores(np.ones((1, n), dtype=np.float32), records, y)
-    # without resamples there is no interval: NaN, never a zero-width interval around a non-zero delta
-    lo = {m: np.full(len(keys), np.nan) for m in metrics}
-    hi = {m: np.full(len(keys), np.nan) for m in metrics}
-    if n_bootstrap > 0:
-        deltas = {m: [] for m in metrics}
-        counts = bootstrap_counts(n, n_bootstrap, seed)
-        for s in range(0, n_bootstrap, chunk):
-            boot = task.scores(counts[s : s + chunk], records, y)
-            for m in metrics:
-                deltas[m].append(boot[m] - boot[m][:, i0 : i0 + 1])
-        for m in metrics:
-            d = np.concatenate(deltas[m])
-            lo[m], hi[m] = np.percentile(d, 2.5, axis=0), np.percentile(d, 97.5, axis=0)
-    rows = []
-    for j, u in enumerate(units):
-        n_predicted = task.n_predicted(records["pred"][j])
-        for m in metrics:
-            value = float(point[m][0, j])
-            delta = value - float(point[m][0, i0])
-            cl, ch = float(lo[m][j]), float(hi[m][j])
-            better = task.higher_is_better[m]
-            helps = bool(n_bootstrap > 0 and u.target != "intact" and (cl > 0 if better else ch < 0))
-            hurts = bool(n_bootstrap > 0 and u.target != "intact" and (ch < 0 if better else cl > 0))
-            rows.append({
-                "target": u.target, "layer": u.layer, "head": u.head, "label": u.label, "mode": mode,
-                "layer_mode": layer_mode_name(mode, u.layer_mode),
-                "exclude_special": bool(exclude_special), "metric": m, "value": value, "delta": delta,
-                "ci_low": cl, "ci_high": ch, "n_examples": int(n), "helps": helps, "hurts": hurts,
-                "n_predicted": n_predicted, "chance": chance, "task": task.name, "main_metric": task.primary,
-            })
-    df = pd.DataFrame(rows, columns=TABLE_COLUMNS)
-    return df.astype({"layer": "int64", "head": "int64", "n_examples": "int64", "n_predicted": "int64"})
-
-
-def degeneracy_record(table: pd.DataFrame, intact_pred: np.ndarray, config) -> dict:
-    """The manifest's ``degenerate`` section: the verdict plus what the intact model predicted
-    (the class names of a classifier, the range of a regressor's values)."""
-    verdict = table_degeneracy(table)
-    if verdict is None:
-        raise ValueError("the ablation table lacks the intact primary-metric row or the check's columns")
-    return {**verdict.to_dict(), **task_of_table(table).prediction_summary(intact_pred, config)}

@@ -176,8 +176,8 @@ def run_head_importance(
     bad = [o for o in orders if o not in ORDERS]
     if bad:
         raise BertologyError(f"Unknown pruning order(s) {bad}; choose from {', '.join(ORDERS)}.")
-    pruning = _Pruning(model, classifier_batches(model, encoded, label_ids, scoring), scoring, step_fraction, recompute,
-                       orders, seed, progress_dir, on_step)
+    plan = PruningPlan(step_fraction, recompute, tuple(orders), seed)
+    pruning = _Pruning(model, classifier_batches(model, encoded, label_ids, scoring), scoring, plan, progress_dir, on_step)
     first_raw = pruning.by_importance()
     if "random" in orders:
         pruning.at_random()
@@ -192,13 +192,25 @@ def run_head_importance(
     return ImportanceResult(importance, curve, params, pruning.removal_order)
 
 
+@dataclass(frozen=True)
+class PruningPlan:
+    """How the pruning curves run: heads removed in steps of ``step_fraction`` of all heads, importance
+    ``recompute``d on the pruned model after each step (Michel et al.) or kept from the intact model, the
+    ``orders`` drawn (``importance``, ``random``), and the ``seed`` of the random order."""
+
+    step_fraction: float
+    recompute: bool
+    orders: tuple[str, ...]
+    seed: int
+
+
 class _Pruning:
     """The passes of :func:`run_head_importance`: the importance order (pass 0 is the intact model's importance,
     later passes remove the least important heads left) and the random order, each pass saved to the progress
     store so an interrupted run resumes, each scored into ``curve_rows``."""
 
-    def __init__(self, model, batches, scoring: HeadScoring, step_fraction: float, recompute: bool,
-                 orders: Sequence[str], seed: int, progress_dir, on_step) -> None:
+    def __init__(self, model, batches, scoring: HeadScoring, plan: PruningPlan, progress_dir, on_step) -> None:
+        step_fraction, recompute, orders, seed = plan.step_fraction, plan.recompute, plan.orders, plan.seed
         self.model, self.batches, self.recompute, self.orders, self.seed = model, batches, recompute, orders, seed
         self.mode, self.on_step = scoring.mode, on_step
         self.n_layers, self.n_heads = sites.num_layers(model), sites.num_heads(model)

@@ -5,7 +5,7 @@ manager that restores the model on exit) and from which layer on a unit changes 
 runs them with :func:`~bertology.experiments.layer_cache.run_variants` (a unit starting at layer ``l`` reuses the
 model's own hidden states below ``l``, where the family's blocks allow it; bit-identical to a full forward), keeps
 every unit's per-example records in the resumable :class:`~bertology.experiments.scoring.ProgressStore` and scores
-them with :func:`~bertology.experiments.ablation_sweep.score_units`: the same paired bootstrap intervals,
+them with :func:`~bertology.experiments.ablation_table.score_units`: the same paired bootstrap intervals,
 ``helps``/``hurts`` flags and degenerate-model check as the head ablations. The revert sweep is this sweep with
 :class:`~bertology.experiments.interventions.Revert`; a new intervention needs nothing else to run here.
 """
@@ -21,7 +21,8 @@ import numpy as np
 import torch
 
 from bertology.data.encode import EncodedCorpus
-from bertology.experiments.ablation_sweep import AblationResult, SweepPlan, Unit, degeneracy_record, score_units
+from bertology.experiments.ablation_table import AblationResult, Bootstrap, degeneracy_record, score_units
+from bertology.experiments.ablation_units import SweepPlan, Unit
 from bertology.experiments.layer_cache import Method, Variant, no_change, run_variants
 from bertology.experiments.scoring import HeadScoring, ProgressStore, _record, classifier_batches, fingerprint_of
 from bertology.models import sites
@@ -92,7 +93,7 @@ def run_intervention(
     t2 = time.perf_counter()
     per_example = {u.key: store.get(u.key) for u in plan}
     table = score_units(plan, per_example, batches.y_examples, task=batches.task, mode=name, exclude_special=False,
-                        n_bootstrap=n_bootstrap, seed=seed)
+                        bootstrap=Bootstrap(n_bootstrap, seed))
     params = {
         "mode": name, "exclude_special": False,
         "layers": None if sweep.layers is None else sorted(int(x) for x in sweep.layers), "heads": sweep.heads,

@@ -30,9 +30,9 @@ from typing import Any, ClassVar
 import torch
 
 from bertology.errors import BertologyError
-from bertology.experiments.ablation_sweep import (
-    LAYER_MODES, TABLE, TABLE_COLUMNS, AblationResult, SweepPlan, Unit, plan_units, run_ablation,
-)
+from bertology.experiments.ablation_sweep import run_ablation
+from bertology.experiments.ablation_table import TABLE, TABLE_COLUMNS, AblationResult
+from bertology.experiments.ablation_units import LAYER_MODES, SweepPlan, Unit, plan_units
 from bertology.experiments.intervention_sweep import run_intervention
 from bertology.experiments.layer_cache import first_layer
 from bertology.experiments.revert_sweep import base_fingerprint, plan_revert_units, unit_of

@@ -43,7 +43,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 
@@ -154,42 +154,24 @@ def run_probes(
         raise BertologyError("run_probes needs at least one model.")
     progress = on_progress or (lambda *_: None)
     work = Path(work_dir) if work_dir is not None else None
-    unpacked = {name: _unpack(m) for name, m in models.items()}
-    hidden = {name: enc.config.hidden_size for name, (enc, _, _) in unpacked.items()}
-    if len(set(hidden.values())) > 1:
-        raise BertologyError(f"All models must share the hidden size to train in one stack; got {hidden}.")
+    unpacked, hidden = _one_stack(models)
     splits = _splits(unpacked, train, dev, test, settings, spacy_model)
     layer_numbers = _layer_numbers(unpacked, settings.layers)
     layer_index = {(m, layer): i for m, ls in layer_numbers.items() for i, layer in enumerate(ls)}
     feats, timings = _features(models, unpacked, splits, layer_numbers, hidden, settings, work, progress)
     if features_out is not None:
-        for split, ts in splits.items():
-            for name in models:
-                features_out.setdefault(name, []).append((ts.sentences_key(), layer_numbers[name], feats[split][name]))
+        _hand_out_features(features_out, splits, layer_numbers, feats)
 
     keys = [(m, layer, kind) for kind in settings.probes for m in models for layer in layer_numbers[m]]
-    progress("training", 0, settings.epochs)
-    stack = fit_probes(
-        keys, layer_index, feats["train"], splits["train"], feats["dev"], splits["dev"], settings,
-        checkpoint=None if work is None else work / "probe-training.pt",
-        on_epoch=lambda e, _a: progress("training", e, settings.epochs),
-    )
-    progress("training", settings.epochs, settings.epochs)
+    stack = _train(keys, layer_index, feats, splits, settings, work, progress)
 
     t0 = time.perf_counter()
-    rows = []
-    for k, split in enumerate(("dev", "test")):
-        progress("scoring", k, 2)
-        rows += evaluate_probes(stack, layer_index, feats[split], splits[split],
-                                batch_size=settings.extract_batch_size, device=settings.device,
-                                n_bootstrap=settings.n_bootstrap, seed=settings.seed)
-    progress("scoring", 2, 2)
+    rows = _score(stack, layer_index, feats, splits, settings, progress)
     baselines = baseline_table(splits, n_bootstrap=settings.n_bootstrap, seed=settings.seed)
     rank = int(stack.weights.shape[1])
     warned = [w for w in [capacity_warning(splits["train"].n_words, rank, next(iter(hidden.values())))] if w]
     for w in warned:
         logger.info(w)  # the commands print their warnings at the end, with the summary
-    rule, punct = settings.punctuation, settings.punct_upos
     params = {
         "settings": settings.to_dict(),
         "rank": rank,
@@ -198,8 +180,7 @@ def run_probes(
         "pooling": "mean of sub-word pieces",
         "features": {"dtype": settings.feature_dtype, "memory_mapped": work is not None,
                      "bytes": {s: {m: int(f.numel() * f.element_size()) for m, f in d.items()} for s, d in feats.items()}},
-        "punctuation": (f"XPOS in {list(HEWITT_PUNCT_XPOS)} (Hewitt & Manning's reporter.py)" if rule == "hewitt2019"
-                        else f"UPOS in {list(punct)}") + " left out of UUAS and root accuracy; DSpr/NSpr use every word",
+        "punctuation": punctuation_note(settings),
         "spearman_lengths": [5, 50],
         "models": {name: desc for name, (_, _, desc) in unpacked.items()},
         "data": {s: {"n_sentences": len(ts), "n_words": ts.n_words, **ts.stats} for s, ts in splits.items()},
@@ -214,6 +195,57 @@ def run_probes(
         "warnings": warned,
     }
     return Result(TABLE, pd.DataFrame(rows, columns=COLUMNS), params)
+
+
+def _one_stack(models: Mapping[str, object]) -> tuple[dict[str, tuple], dict[str, int]]:
+    """Each model as ``(encoder, tokenizer, description)`` and its hidden size; one size for all (one probe stack)."""
+    unpacked = {name: _unpack(m) for name, m in models.items()}
+    hidden = {name: enc.config.hidden_size for name, (enc, _, _) in unpacked.items()}
+    if len(set(hidden.values())) > 1:
+        raise BertologyError(f"All models must share the hidden size to train in one stack; got {hidden}.")
+    return unpacked, hidden
+
+
+def _train(keys: list, layer_index: Mapping, feats: Mapping, splits: Mapping[str, TreeSet], settings: ProbeSettings,
+           work: Path | None, progress: ProgressFn):
+    """Every probe trained together on the train split, with dev held out (:func:`fit_probes`; the state saved
+    after each epoch under ``work``, so a matching earlier run resumes)."""
+    progress("training", 0, settings.epochs)
+    stack = fit_probes(
+        keys, layer_index, feats["train"], splits["train"], feats["dev"], splits["dev"], settings,
+        checkpoint=None if work is None else work / "probe-training.pt",
+        on_epoch=lambda e, _a: progress("training", e, settings.epochs),
+    )
+    progress("training", settings.epochs, settings.epochs)
+    return stack
+
+
+def _hand_out_features(features_out: dict, splits: Mapping[str, TreeSet], layer_numbers: Mapping[str, Sequence[int]],
+                       feats: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
+    """``features_out`` gains each model's features of each split, ``model -> [(sentences_key, layers, features)]``."""
+    for split, ts in splits.items():
+        for name in layer_numbers:
+            features_out.setdefault(name, []).append((ts.sentences_key(), layer_numbers[name], feats[split][name]))
+
+
+def _score(stack, layer_index: Mapping, feats: Mapping, splits: Mapping[str, TreeSet], settings: ProbeSettings,
+           progress: ProgressFn) -> list[dict]:
+    """The ``probe`` table's rows of the dev and test splits (UUAS, DSpr, root accuracy, NSpr with intervals)."""
+    rows = []
+    for k, split in enumerate(("dev", "test")):
+        progress("scoring", k, 2)
+        rows += evaluate_probes(stack, layer_index, feats[split], splits[split],
+                                batch_size=settings.extract_batch_size, device=settings.device,
+                                n_bootstrap=settings.n_bootstrap, seed=settings.seed)
+    progress("scoring", 2, 2)
+    return rows
+
+
+def punctuation_note(settings: ProbeSettings) -> str:
+    """How the run's punctuation rule reads in the manifest: which words UUAS and root accuracy leave out."""
+    rule, punct = settings.punctuation, settings.punct_upos
+    return (f"XPOS in {list(HEWITT_PUNCT_XPOS)} (Hewitt & Manning's reporter.py)" if rule == "hewitt2019"
+            else f"UPOS in {list(punct)}") + " left out of UUAS and root accuracy; DSpr/NSpr use every word"
 
 
 def _splits(unpacked: Mapping[str, tuple], train: Corpus, dev: Corpus | None, test: Corpus, settings: ProbeSettings,

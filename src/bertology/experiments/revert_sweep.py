@@ -7,11 +7,11 @@ feed-forward block and whole layer, and the embeddings. A unit whose revert cost
 fine-tuning change the task depends on; a revert that costs nothing says the task does not need what
 fine-tuning did to that unit (it may still need the unit itself: the uniform/zero/mean ablations ask that).
 
-The table is the ``ablation`` table of :mod:`bertology.experiments.ablation_sweep` with ``mode`` ``revert``:
+The table is the ``ablation`` table of :mod:`bertology.experiments.ablation_table` with ``mode`` ``revert``:
 head rows as there; layer rows with ``layer_mode`` ``revert_attention``, ``revert_ffn`` or ``revert_layer``;
 the embeddings as a layer row with ``layer`` 0 and ``layer_mode`` ``revert_embeddings``. Deltas are
 reverted minus intact (the tuned model), with the same paired bootstrap intervals, ``helps``/``hurts``
-flags and degenerate-model checks as the other modes (:func:`~bertology.experiments.ablation_sweep.score_units`).
+flags and degenerate-model checks as the other modes (:func:`~bertology.experiments.ablation_table.score_units`).
 
 A unit that touches only layer ``l`` leaves the tuned model's layers below ``l`` as they are: where the family's
 blocks allow it (BERT, RoBERTa, XLM-R, ELECTRA) the tuned model's hidden states entering each layer are computed
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 import torch
 
 from bertology.errors import BertologyError
-from bertology.experiments.ablation_sweep import Unit
+from bertology.experiments.ablation_units import Unit
 from bertology.experiments.scoring import _raw_bytes
 from bertology.models import sites
 from bertology.models.revert import ALBERT_REASON, EMBEDDINGS, LAYER_UNITS, REVERT_UNITS, unit_pieces

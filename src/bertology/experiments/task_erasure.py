@@ -33,7 +33,7 @@ def erasure_effect(model: nn.Module, tokenizer, corpus, erasers, concept: str, *
     scored on ``corpus`` (labelled data of its task) intact and with each layer's eraser applied
     (:class:`~bertology.experiments.interventions.Erase` through the intervention sweep: paired bootstrap intervals,
     resumable from ``work_dir``). ``erasers``: layer -> LEACE eraser. Returns the sweep's
-    :class:`~bertology.experiments.ablation_sweep.AblationResult` (table ``ablation``, mode ``erase``)."""
+    :class:`~bertology.experiments.ablation_table.AblationResult` (table ``ablation``, mode ``erase``)."""
     from bertology.data.encode import encode_corpus
     from bertology.experiments.interventions import Erase
     from bertology.experiments.scoring import HeadScoring

@@ -152,7 +152,7 @@ class Tracker:
     def prepare(self, model, tokenizer: Any = None) -> None:
         """Tokenise the probe set, cache the base activations, open the run folder (once)."""
         from bertology.integrations.folder import TrackWriter
-        from bertology.pipeline import make_config
+        from bertology.commands.selection import make_config
 
         if self.ready:
             return
@@ -197,7 +197,7 @@ class Tracker:
         """Fresh analyses for one pass (built from the registry with the run's settings, as compare builds them)."""
         from bertology.analyses.registry import BuildContext
         from bertology.conventions import resolve as resolve_conventions
-        from bertology.pipeline import complete_config, select
+        from bertology.commands.selection import complete_config, select
 
         config = resolve_conventions(complete_config(self.config))
         ctx = BuildContext(int(model.config.num_hidden_layers), int(model.config.num_attention_heads),

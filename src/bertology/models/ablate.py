@@ -229,7 +229,7 @@ def _uniform_hooks(
     ``by_layer[layer]`` holds ``(k, heads)`` per row group (:func:`ablate_head_groups`); each group's mean is
     taken over its own rows, so a group's products have the shapes they have in a forward of that group alone.
     """
-    state: dict = {}
+    state: dict = {}  # the forward's key mask and special tokens, and per layer (its input, its uniform weights)
     ids = None if special_ids is None else torch.tensor(sorted(int(i) for i in special_ids), dtype=torch.long)
 
     def read_inputs(_m, args, kwargs):
@@ -237,67 +237,80 @@ def _uniform_hooks(
         state["mask"] = kwargs.get("attention_mask")
         state["special"] = None if ids is None or input_ids is None else torch.isin(input_ids, ids.to(input_ids.device))
 
-    def weights_for(hidden: torch.Tensor) -> torch.Tensor:
-        keys = _real_keys(state.get("mask"), hidden)
-        if ids is not None:
-            special = state.get("special")
-            if special is None or special.shape != keys.shape:
-                raise RuntimeError("exclude_special: the input ids of this forward pass were not seen")
-            content = keys & ~special
-            keys = torch.where(content.any(dim=1, keepdim=True), content, keys)
-        w = keys.to(hidden.dtype)
-        return w / w.sum(dim=1, keepdim=True).clamp_min(1)  # [B, T]: 1/L on the kept keys
-
-    def keep_input(layer: int):
-        def hook(_m, args, kwargs):
-            hidden = block_input(args, kwargs)
-            state[layer] = (hidden, weights_for(hidden))
-
-        return hook
-
-    def write_means(layer: int, entries: _Entries):
-        weight, bias = sites.value_projection(model, layer)
-
-        def hook(_m, args):
-            hidden, w = state[layer]  # kept: the probabilities hook may run after this one (out_proj inside attention)
-            x = args[0].clone()
-            for k, heads in entries:
-                rows = _group_rows(k, n_groups, x.shape[0])
-                pooled = torch.einsum("bt,bth->bh", w[rows], hidden[rows])  # mean of the inputs, then the (affine) projection
-                for sl in _head_slices(size, heads):
-                    mean = nn.functional.linear(pooled, weight[sl], None if bias is None else bias[sl])
-                    x[rows, ..., sl] = mean[:, None, :].to(x.dtype)
-            return (x, *args[1:])
-
-        return hook
-
     probs_index = sites.adapter(model).probs_index
-
-    def show_uniform(layer: int, entries: _Entries):
-        def hook(_m, _args, output):
-            if not isinstance(output, tuple) or len(output) <= probs_index or output[probs_index] is None:
-                return None
-            w = state[layer][1] if layer in state else None
-            if w is None:
-                return None
-            probs = output[probs_index].clone()
-            for k, heads in entries:
-                rows = _group_rows(k, n_groups, probs.shape[0])
-                for h in heads:
-                    probs[rows, h] = w[rows, None, :].to(probs.dtype)
-            return (*output[:probs_index], probs, *output[probs_index + 1:])
-
-        return hook
-
+    keep_input = {l: _keep_input_hook(state, l, ids is not None) for l in by_layer}
+    show_uniform = {l: _show_uniform_hook(state, l, e, n_groups, probs_index) for l, e in by_layer.items()}
+    write_means = {l: _write_means_hook(model, state, l, e, n_groups, size) for l, e in by_layer.items()}
     handles = [sites.encoder(model).register_forward_pre_hook(read_inputs, with_kwargs=True)]
     try:
-        handles += on_layers(model, sites.attention, {l: keep_input(l) for l in by_layer}, pre=True, with_kwargs=True)
-        handles += on_layers(model, sites.attention, {l: show_uniform(l, e) for l, e in by_layer.items()})
-        handles += on_layers(model, sites.out_proj, {l: write_means(l, e) for l, e in by_layer.items()}, pre=True)
+        handles += on_layers(model, sites.attention, keep_input, pre=True, with_kwargs=True)
+        handles += on_layers(model, sites.attention, show_uniform)
+        handles += on_layers(model, sites.out_proj, write_means, pre=True)
     except BaseException:
         remove_hooks(handles)
         raise
     return handles
+
+
+def _uniform_weights(state: dict, hidden: torch.Tensor, exclude_special: bool) -> torch.Tensor:
+    """``[B, T]``: 1/L on the real keys of this forward (its content keys with ``exclude_special``, where it has
+    any), for the uniform heads' mean."""
+    keys = _real_keys(state.get("mask"), hidden)
+    if exclude_special:
+        special = state.get("special")
+        if special is None or special.shape != keys.shape:
+            raise RuntimeError("exclude_special: the input ids of this forward pass were not seen")
+        content = keys & ~special
+        keys = torch.where(content.any(dim=1, keepdim=True), content, keys)
+    w = keys.to(hidden.dtype)
+    return w / w.sum(dim=1, keepdim=True).clamp_min(1)  # [B, T]: 1/L on the kept keys
+
+
+def _keep_input_hook(state: dict, layer: int, exclude_special: bool):
+    """A pre-hook on attention module ``layer`` that keeps its input and the uniform weights over its keys."""
+    def hook(_m, args, kwargs):
+        hidden = block_input(args, kwargs)
+        state[layer] = (hidden, _uniform_weights(state, hidden, exclude_special))
+
+    return hook
+
+
+def _write_means_hook(model: nn.Module, state: dict, layer: int, entries: _Entries, n_groups: int, size: int):
+    """A pre-hook on layer ``layer``'s output projection that writes ``value(mean of inputs)`` into the heads' slices
+    (the value projection is affine, so this is the mean of the value vectors), each row group's own heads."""
+    weight, bias = sites.value_projection(model, layer)
+
+    def hook(_m, args):
+        hidden, w = state[layer]  # kept: the probabilities hook may run after this one (out_proj inside attention)
+        x = args[0].clone()
+        for k, heads in entries:
+            rows = _group_rows(k, n_groups, x.shape[0])
+            pooled = torch.einsum("bt,bth->bh", w[rows], hidden[rows])  # mean of the inputs, then the (affine) projection
+            for sl in _head_slices(size, heads):
+                mean = nn.functional.linear(pooled, weight[sl], None if bias is None else bias[sl])
+                x[rows, ..., sl] = mean[:, None, :].to(x.dtype)
+        return (x, *args[1:])
+
+    return hook
+
+
+def _show_uniform_hook(state: dict, layer: int, entries: _Entries, n_groups: int, probs_index: int):
+    """A forward hook on attention module ``layer`` that sets the heads' returned probabilities to the uniform
+    weights (what a reader of the maps then sees)."""
+    def hook(_m, _args, output):
+        if not isinstance(output, tuple) or len(output) <= probs_index or output[probs_index] is None:
+            return None
+        w = state[layer][1] if layer in state else None
+        if w is None:
+            return None
+        probs = output[probs_index].clone()
+        for k, heads in entries:
+            rows = _group_rows(k, n_groups, probs.shape[0])
+            for h in heads:
+                probs[rows, h] = w[rows, None, :].to(probs.dtype)
+        return (*output[:probs_index], probs, *output[probs_index + 1:])
+
+    return hook
 
 
 @contextmanager

@@ -365,32 +365,11 @@ def load_model(
         raise BertologyError(f"Model {where!r} cannot be loaded: {err}") from err
     adapter_for(config)  # one clear message for a decoder, a seq2seq or a vision model
     check_config_sizes(config, where)
-    archs = getattr(config, "architectures", None) or []
-    has_classifier = any(a.endswith("ForSequenceClassification") for a in archs)
-    has_tagger = any(a.endswith("ForTokenClassification") for a in archs)
-    want_tagger = kind == "token_classifier" or (kind == "auto" and has_tagger and not has_classifier)
-    want_classifier = want_tagger or kind == "classifier" or (kind == "auto" and has_classifier)
+    cls, want_classifier = _model_class(config, kind)
     model_kwargs = dict(hub_kwargs, attn_implementation="eager", dtype=dtype)
     if want_classifier and num_labels is not None:
         model_kwargs["num_labels"] = num_labels
-    cls = AutoModelForTokenClassification if want_tagger else AutoModelForSequenceClassification if want_classifier else AutoModel
-    if kind == "qa" or (kind == "auto" and any(a.endswith("ForQuestionAnswering") for a in archs)):
-        cls = AutoModelForQuestionAnswering
-    try:
-        with quiet_transformers():
-            model, info = cls.from_pretrained(where, use_safetensors=None, output_loading_info=True, **model_kwargs)
-            tokenizer = AutoTokenizer.from_pretrained(where, **hub_kwargs)
-    except pickle.UnpicklingError as err:
-        raise pickle_refused(where) from err
-    except SafetensorError as err:
-        raise unreadable_weights(where, err) from err
-    except (OSError, ValueError) as err:
-        raise BertologyError(f"Could not load model {where!r}: {err}") from err
-    except RuntimeError as err:
-        # with num_labels asked for, a head of another size is the caller's to replace (finetune does)
-        if num_labels is None and ("size mismatch" in str(err) or "mismatched_sizes" in str(err)):
-            raise size_mismatch(cls, config, where, err) from err
-        raise
+    model, info, tokenizer = _from_pretrained(cls, config, where, model_kwargs, asked_labels=num_labels is not None)
     check_tokenizer(tokenizer, where)
     check_finite(model, where)
     if kind == "auto" and not want_classifier and source != "hub" and is_parser_folder(where):
@@ -409,6 +388,40 @@ def load_model(
         weights_sha256=weights_fingerprint(where) if source != "hub" else None,
         extra={"fresh_weights": sorted(info.get("missing_keys") or [])},  # initialised here: not in the checkpoint
     )
+
+
+def _model_class(config, kind: ModelKind) -> tuple[type, bool]:
+    """The transformers class a checkpoint of ``config`` loads into for ``kind`` (``auto``: the head its config
+    names), and whether it has a task head bertology scores (a sequence or token classifier)."""
+    archs = getattr(config, "architectures", None) or []
+    has_classifier = any(a.endswith("ForSequenceClassification") for a in archs)
+    has_tagger = any(a.endswith("ForTokenClassification") for a in archs)
+    want_tagger = kind == "token_classifier" or (kind == "auto" and has_tagger and not has_classifier)
+    want_classifier = want_tagger or kind == "classifier" or (kind == "auto" and has_classifier)
+    cls = AutoModelForTokenClassification if want_tagger else AutoModelForSequenceClassification if want_classifier else AutoModel
+    if kind == "qa" or (kind == "auto" and any(a.endswith("ForQuestionAnswering") for a in archs)):
+        cls = AutoModelForQuestionAnswering
+    return cls, want_classifier
+
+
+def _from_pretrained(cls: type, config, where: str, model_kwargs: dict, *, asked_labels: bool):
+    """``(model, loading info, tokenizer)`` read from ``where``, every failure one message a user can act on.
+    ``asked_labels``: the caller asked for a head size, so a head of another size is its to replace (finetune does)."""
+    try:
+        with quiet_transformers():
+            model, info = cls.from_pretrained(where, use_safetensors=None, output_loading_info=True, **model_kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=model_kwargs["trust_remote_code"])
+    except pickle.UnpicklingError as err:
+        raise pickle_refused(where) from err
+    except SafetensorError as err:
+        raise unreadable_weights(where, err) from err
+    except (OSError, ValueError) as err:
+        raise BertologyError(f"Could not load model {where!r}: {err}") from err
+    except RuntimeError as err:
+        if not asked_labels and ("size mismatch" in str(err) or "mismatched_sizes" in str(err)):
+            raise size_mismatch(cls, config, where, err) from err
+        raise
+    return model, info, tokenizer
 
 
 def _identity(name: str) -> tuple[str, str | None] | None:

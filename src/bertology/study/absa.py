@@ -117,7 +117,8 @@ def run_absa(config: AbsaConfig, *, overwrite: bool = False, progress: bool = Fa
     from bertology.analyses.absa_heads import TABLES, AbsaHeads, absa_instances
     from bertology.data.encode import encode_corpus
     from bertology.models.pair import ModelPair
-    from bertology.pipeline import compare, write_view_files
+    from bertology.commands.compare import compare
+    from bertology.commands.compare_data import write_view_files
     from bertology.training.run import finetune_to_dir
 
     check_fields(config)

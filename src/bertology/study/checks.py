@@ -6,7 +6,7 @@ failure once per seed, then a study with nothing to summarise):
 1. the device (:func:`~bertology.models.device.resolve_device`: ``cuda`` without CUDA, ``cuda:7``, ``mps``
    off Apple silicon, a garbage string);
 2. the comparison's settings as a comparison job resolves them (every declared setting, the conventions,
-   the analyses, the dtype on the device: :func:`~bertology.pipeline.resolve_settings`);
+   the analyses, the dtype on the device: :func:`~bertology.commands.compare.resolve_settings`);
 3. the base, loaded once on the CPU, and the given fine-tunes against it (layers, heads, tokenizer);
 4. each task's data, read as its fine-tunes read it, and its fine-tuning settings as a run resolves them
    (the task's recipe, the dtype on the device), then against the base: ``freeze_layers`` within its
@@ -80,7 +80,8 @@ def check_compare_settings(spec: StudySpec, *, here: bool = True):
     import torch
 
     from bertology.conventions import resolve as resolve_conventions
-    from bertology.pipeline import complete_config, resolve_settings, select
+    from bertology.commands.compare import resolve_settings
+    from bertology.commands.selection import complete_config, select
 
     job = CompareJob("check:compare", "compare", spec.base, (), spec.compare, spec.device, "", "")
     try:
@@ -132,7 +133,7 @@ def check_against_base(config, model) -> None:
 def check_compare_data(spec: StudySpec):
     """Read the comparison corpus (and the out-of-domain one) as the comparisons will; the comparison corpus."""
     from bertology.config import DataConfig
-    from bertology.pipeline import load_data
+    from bertology.commands.compare_data import load_data
 
     c = spec.compare
     corpora = [("data", DataConfig(path=c.data, text_column=c.text_column, pair_column=c.pair_column,

@@ -19,7 +19,8 @@ import pandas as pd
 
 from bertology.config import DEVICE_HELP
 from bertology.errors import BertologyError
-from bertology.experiments.pattern_cnn import META_FILE, MapSample, TrainReport, TrainSettings
+from bertology.experiments.pattern_cnn import META_FILE, TrainReport, TrainSettings
+from bertology.experiments.pattern_labels import MapSample
 from bertology.runs import RunResult
 from bertology.settings import check_fields, describe_fields, field_setting, setting_field, seed_field
 from bertology.study.inputs import Columns, Loading
@@ -79,7 +80,7 @@ def export_patterns(
     """
     from bertology.data.encode import encode_corpus
     from bertology.data.loaders import load_corpus
-    from bertology.experiments.pattern_cnn import MapChoice, sample_maps, write_export
+    from bertology.experiments.pattern_labels import MapChoice, sample_maps, write_export
     from bertology.metrics.patterns import PATTERNS, PatternThresholds
     from bertology.models.device import resolve_device
     from bertology.models.loading import load_model
@@ -122,7 +123,8 @@ def train_patterns(
 ) -> PatternTraining:
     """Cross-validate the pattern CNN on the labelled rows of ``labels`` (a ``labels.csv`` from
     :func:`export_patterns`), then fit it on all of them and save it into ``out`` (default: ``cnn/`` beside the CSV)."""
-    from bertology.experiments.pattern_cnn import read_labels, train_pattern_cnn
+    from bertology.experiments.pattern_cnn import train_pattern_cnn
+    from bertology.experiments.pattern_labels import read_labels
 
     labels = Path(labels).expanduser()
     check_fields(settings)

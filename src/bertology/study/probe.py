@@ -26,7 +26,7 @@ from bertology.experiments.token_probe import TABLE as TOKEN_TABLE
 from bertology.experiments.token_probe import TokenProbeSettings
 from bertology.commands.base import Command, OpenRun
 from bertology.commands.compat import dtype_parts, without_added
-from bertology.experiments.ablation_sweep import TABLE as ERASE_TABLE  # the task-side erasure's rows (mode erase)
+from bertology.experiments.ablation_table import TABLE as ERASE_TABLE  # the task-side erasure's rows (mode erase)
 from bertology.runs import RunResult, build_manifest, fingerprint, run_folder
 from bertology.settings import check_fields, describe_fields, setting_field, settings_object
 from bertology.study.inputs import Loading, resolve, stderr_console

@@ -271,7 +271,7 @@ def _compare(raw, root: Path) -> CompareSpec:
             analyses = [analyses]
         if not isinstance(analyses, list) or not all(isinstance(a, str) for a in analyses):
             raise BertologyError(f"{where}: analyses must be a list of names, not {analyses!r}.")
-        from bertology.pipeline import select
+        from bertology.commands.selection import select
 
         select(analyses)  # unknown names: one error naming the known ones
         kw["analyses"] = tuple(analyses)
@@ -293,7 +293,7 @@ def _compare_settings() -> dict:
     """Every setting ``bertology compare`` declares that a study may set in [compare] (not those a study decides
     itself: the models, the output, the device)."""
     from bertology.config import CompareConfig
-    from bertology.pipeline import declared_settings
+    from bertology.commands.selection import declared_settings
     from bertology.settings import field_settings
 
     own = {s.name: s for s in field_settings(CompareConfig) if s.name not in ("base", "device", "store")}

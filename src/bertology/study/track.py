@@ -2,7 +2,7 @@
 
 A run trained with ``save_every`` holds ``checkpoints/step-N/`` model folders. :func:`track` compares
 each of them (and the final ``model/`` when its weights are not one of the checkpoints) with the base
-model through :func:`bertology.pipeline.compare` (one compare run per checkpoint under
+model through :func:`bertology.commands.compare.compare` (one compare run per checkpoint under
 ``track/<name>/``, so an interrupted ``track`` resumes: finished checkpoints are reused; other
 settings replace them), then
 collects each analysis's table across checkpoints into ``tables/track_<analysis>.parquet``/``.csv``
@@ -131,7 +131,7 @@ def track(
     settings; the first ``max_examples`` examples are used. ``overwrite`` recomputes every checkpoint.
     Returns the collected tables by analysis name.
     """
-    from bertology.pipeline import select
+    from bertology.commands.selection import select
 
     settings = _settings(settings, values)
     run = Path(run).expanduser()
@@ -203,7 +203,7 @@ def _compare_all(run: Path, ckpts: list[Checkpoint], base: str, corpus: Corpus, 
     from bertology.config import CompareConfig, DataConfig
     from bertology.models.loading import load_model
     from bertology.models.pair import ModelPair
-    from bertology.pipeline import compare
+    from bertology.commands.compare import compare
 
     base_model = load_model(base)
     collected: dict[str, list[pd.DataFrame]] = {a: [] for a in settings.analyses}

@@ -18,9 +18,8 @@ from matplotlib.patches import Patch, Rectangle
 
 from bertology.experiments.interventions import words_of
 from bertology.tasks.catalog import higher_is_better, task_of_table
-from bertology.viz.figures import (
-    _STYLE, _label, _layer_head_figure, _layer_head_matrix, _new_figure, _plain, _require, scatter_by_layer,
-)
+from bertology.viz.figures import ColourScale, _layer_head_figure, _layer_head_matrix
+from bertology.viz.style import _STYLE, _label, _new_figure, _plain, _require, scatter_by_layer
 
 __all__ = ["ablation_figures", "ablation_heatmap", "importance_scatter", "layer_ablation_bars", "pruning_curve_figure"]
 
@@ -57,7 +56,7 @@ def ablation_heatmap(table: pd.DataFrame, metric: str = "accuracy", *, title: st
             matrix, (width, height),
             title=_plain(title) if title else f"Δ {_label(metric)} when one head is {words_of(mode).head.format(mode=mode)}",
             colorbar_label=f"Δ {_label(metric)} (ablated − intact)",
-            cmap="RdBu" if better else "RdBu_r", vmin=-span, vmax=span, annotate=None, fmt=None, max_annotated=120,
+            scale=ColourScale("RdBu" if better else "RdBu_r", -span, span), annotate=None, fmt=None, max_annotated=120,
         )
         flags = sub.set_index(["layer", "head"])
         for (layer, head), row in flags.iterrows():

@@ -11,7 +11,7 @@ import matplotlib as mpl
 import pandas as pd
 from matplotlib.figure import Figure
 
-from bertology.viz.figures import _STYLE, _new_figure, _require
+from bertology.viz.style import _STYLE, _new_figure, _require
 
 __all__ = ["difference_by_layer"]
 

@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from bertology.viz.figures import _STYLE, _new_figure, _require
+from bertology.viz.style import _STYLE, _new_figure, _require
 
 __all__ = ["share_by_measure"]
 

@@ -9,7 +9,7 @@ import matplotlib as mpl
 import pandas as pd
 from matplotlib.figure import Figure
 
-from bertology.viz.figures import _STYLE, _label, _new_figure, _plain, _require, scatter_by_layer
+from bertology.viz.style import _STYLE, _label, _new_figure, _plain, _require, scatter_by_layer
 
 __all__ = ["changed_needed_scatter"]
 

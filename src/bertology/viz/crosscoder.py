@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from bertology.viz.figures import _STYLE, _new_figure, _require
+from bertology.viz.style import _STYLE, _new_figure, _require
 
 __all__ = ["relative_norm_histogram"]
 

@@ -3,27 +3,40 @@
 Every function here *returns* a :class:`matplotlib.figure.Figure` and has no side effects: figures are
 built with the object-oriented API on an Agg canvas (pyplot is never imported, nothing is shown, no
 global rcParams are changed), so they are safe in scripts, notebooks, worker threads and the report
-renderer alike. :func:`figure_to_svg` turns a figure into compact SVG text (text kept as ``<text>``,
-no embedded glyphs) suitable for inlining into the offline HTML report.
+renderer alike. :func:`figure_to_svg` (:mod:`bertology.viz.svg`) turns a figure into compact SVG text (text kept as
+``<text>``, no embedded glyphs) suitable for inlining into the offline HTML report; the house style and the helpers
+every drawing module shares are in :mod:`bertology.viz.style`.
 
 Conventions follow the run-directory contract: attention layers are ``1..N`` and drawn top to bottom,
 heads are 0-based, representation layers are ``0`` (embeddings) ``..N``.
 """
 from __future__ import annotations
 
-import io
 import math
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import matplotlib as mpl
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.colors import Normalize, to_rgb
+from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
+
+from bertology.viz.style import (
+    _MARKERS,
+    _SPLIT_STYLE,
+    _STYLE,
+    METRIC_LABELS,
+    _auto_fmt,
+    _ink_for,
+    _label,
+    _new_figure,
+    _plain,
+    _require,
+    _tidy_colorbar,
+)
+from bertology.viz.svg import figure_to_svg
 
 __all__ = [
     "METRIC_LABELS",
@@ -35,170 +48,59 @@ __all__ = [
     "training_curve",
 ]
 
-#: Human-readable names for the metric identifiers used in the tables.
-METRIC_LABELS: dict[str, str] = {
-    "cosine": "cosine similarity",
-    "js_divergence": "JS divergence (bits)",
-    "rsa_pearson": "RSA (Pearson)",
-    "rsa_spearman": "RSA (Spearman)",
-    "cka_linear": "linear CKA",
-    "cka_debiased": "debiased CKA",
-    "loss": "loss",
-    "accuracy": "accuracy",
-    "entity_f1": "entity F1",
-    "entity_precision": "entity precision",
-    "entity_recall": "entity recall",
-    "macro_f1": "macro F1",
-    "pearson": "Pearson r",
-    "spearman": "Spearman rho",
-    "mse": "mean squared error",
-    "f1": "F1 (SQuAD)",
-    "exact_match": "exact match",
-    "uas": "UAS",
-    "las": "LAS",
-    "uas_argmax": "UAS (per-word argmax)",
-    "las_argmax": "LAS (per-word argmax)",
-}
 
-# A calm, print-friendly style applied only inside our own rc_context blocks.
-_STYLE: dict[str, Any] = {
-    "font.family": "sans-serif",
-    "font.sans-serif": ["DejaVu Sans", "Helvetica", "Arial"],
-    "font.size": 9.0,
-    "axes.titlesize": 10.0,
-    "axes.titleweight": "bold",
-    "axes.labelsize": 9.0,
-    "axes.edgecolor": "#444444",
-    "axes.linewidth": 0.8,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": False,
-    "grid.color": "#e3e3e3",
-    "grid.linewidth": 0.6,
-    "xtick.labelsize": 8.0,
-    "ytick.labelsize": 8.0,
-    "xtick.color": "#333333",
-    "ytick.color": "#333333",
-    "legend.fontsize": 8.0,
-    "legend.frameon": False,
-    "lines.linewidth": 1.6,
-    "lines.markersize": 4.0,
-    "figure.dpi": 100,
-    "savefig.dpi": 100,
-    "svg.fonttype": "none",
-    "axes.prop_cycle": mpl.cycler(
-        color=["#1f5aa6", "#d1495b", "#2a9d8f", "#e9a23b", "#6c4f9c", "#5c5c5c"]
-    ),
-}
-
-_MARKERS = ("o", "s", "^", "D", "v", "P")
-_SPLIT_STYLE = {"train": {"linestyle": "-", "alpha": 0.55}, "eval": {"linestyle": "-", "marker": "o"}}
+# --------------------------------------------------------------------------------------------- heatmaps
 
 
-# --------------------------------------------------------------------------------------------- utils
-def _tidy_colorbar(cbar) -> None:
-    cbar.outline.set_visible(False)
-    cbar.ax.tick_params(length=2)
-    try:
-        cbar.ax.ticklabel_format(useOffset=False, style="plain")
-    except AttributeError:  # a non-scalar formatter (e.g. log norm): nothing to tidy
-        pass
+@dataclass(frozen=True)
+class ColourScale:
+    """How a heatmap's values map to colours: the colormap, limits fixed by the caller (None: the data's), and the
+    narrowest span the scale may show (None: any), so differences nobody should care about are not magnified."""
+
+    cmap: str
+    vmin: float | None = None
+    vmax: float | None = None
+    min_span: float | None = None
+
+    def limits(self, values: np.ndarray) -> tuple[float, float]:
+        """``(vmin, vmax)`` for ``values``: the fixed limits, else the finite data's; a constant or too narrow range
+        widened away from a limit the caller fixed."""
+        finite = values[np.isfinite(values)]
+        lo = float(np.min(finite)) if finite.size else 0.0
+        hi = float(np.max(finite)) if finite.size else 1.0
+        fixed_lo, fixed_hi = self.vmin is not None, self.vmax is not None
+        vmin = lo if self.vmin is None else self.vmin
+        vmax = hi if self.vmax is None else self.vmax
+        min_span = self.min_span
+        if vmax <= vmin:
+            # Constant data (e.g. identical models). Widen away from a limit the caller fixed, so that
+            # "all cosine = 1 with vmax=1" is drawn in the colour of 1, not in the middle of the map.
+            if fixed_hi and not fixed_lo:
+                vmin = vmax - 1.0
+            elif fixed_lo and not fixed_hi:
+                vmax = vmin + 1.0
+            else:
+                vmin, vmax = vmin - 0.5, vmax + 0.5
+        if min_span is not None and vmax - vmin < min_span:
+            # Do not let the colour scale magnify differences nobody should care about (1e-5 in CKA).
+            if fixed_hi and not fixed_lo:
+                vmin = vmax - min_span
+            elif fixed_lo and not fixed_hi:
+                vmax = vmin + min_span
+            elif not (fixed_lo or fixed_hi):
+                mid = (vmin + vmax) / 2
+                vmin, vmax = mid - min_span / 2, mid + min_span / 2
+        return vmin, vmax
 
 
-def _new_figure(figsize: tuple[float, float]) -> Figure:
-    fig = Figure(figsize=figsize, layout="constrained")
-    FigureCanvasAgg(fig)  # Agg canvas: drawing/saving never touches a GUI backend
-    return fig
-
-
-def _plain(text: Any) -> str:
-    """Make a data string safe for matplotlib text (no accidental mathtext)."""
-    return str(text).replace("$", r"\$")
-
-
-def scatter_by_layer(ax, frame: pd.DataFrame, x: str, y: str) -> list:
-    """Points of ``frame`` (x, y) coloured by layer on the plasma scale, a dashed zero line and a grid; the
-    layers drawn (the head scatters of the ablation and changed-vs-needed sections share this look)."""
-    cmap = mpl.colormaps["plasma"]
-    layers = sorted(frame["layer"].unique())
-    for i, layer in enumerate(layers):
-        part = frame[frame["layer"] == layer]
-        ax.scatter(part[x], part[y], s=16, color=cmap(0.85 * i / max(1, len(layers) - 1)), label=f"L{int(layer)}",
-                   zorder=2)
-    ax.axhline(0, color="#999999", linewidth=0.8, linestyle="--", zorder=1)
-    ax.grid(True)
-    return layers
-
-
-def _label(metric: Any) -> str:
-    return _plain(METRIC_LABELS.get(str(metric), str(metric)))
-
-
-def _require(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise ValueError(f"{what}: missing column(s) {missing}; have {list(df.columns)}")
-
-
-def _auto_fmt(values: np.ndarray) -> str:
-    finite = values[np.isfinite(values)]
-    if finite.size == 0:
-        return ".2f"
-    span = float(np.nanmax(np.abs(finite)))
-    if span == 0:
-        return ".2f"
-    if span < 0.01:
-        return ".1e"
-    if span < 0.1:
-        return ".3f"
-    return ".2f"
-
-
-def _ink_for(rgba: Sequence[float]) -> str:
-    r, g, b = to_rgb(rgba)
-    luminance = 0.2126 * r + 0.7152 * g + 0.0722 * b
-    return "#111111" if luminance > 0.5 else "#ffffff"
-
-
-def _grid_heatmap(
-    ax,
-    matrix: pd.DataFrame,
-    *,
-    cmap: str,
-    vmin: float | None,
-    vmax: float | None,
-    annotate: bool | None,
-    fmt: str | None,
-    max_annotated: int = 200,
-    min_span: float | None = None,
-):
+def _grid_heatmap(ax, matrix: pd.DataFrame, scale: ColourScale, *, annotate: bool | None, fmt: str | None,
+                  max_annotated: int = 200):
+    """``matrix`` as a grid of coloured cells on ``ax`` (first row on top, NaN grey), its values written in the
+    cells when ``annotate`` (None: when there are at most ``max_annotated``); returns the mesh (for a colour bar)."""
     values = matrix.to_numpy(dtype=float)
-    finite = values[np.isfinite(values)]
-    lo = float(np.min(finite)) if finite.size else 0.0
-    hi = float(np.max(finite)) if finite.size else 1.0
-    fixed_lo, fixed_hi = vmin is not None, vmax is not None
-    vmin = lo if vmin is None else vmin
-    vmax = hi if vmax is None else vmax
-    if vmax <= vmin:
-        # Constant data (e.g. identical models). Widen away from a limit the caller fixed, so that
-        # "all cosine = 1 with vmax=1" is drawn in the colour of 1, not in the middle of the map.
-        if fixed_hi and not fixed_lo:
-            vmin = vmax - 1.0
-        elif fixed_lo and not fixed_hi:
-            vmax = vmin + 1.0
-        else:
-            vmin, vmax = vmin - 0.5, vmax + 0.5
-    if min_span is not None and vmax - vmin < min_span:
-        # Do not let the colour scale magnify differences nobody should care about (1e-5 in CKA).
-        if fixed_hi and not fixed_lo:
-            vmin = vmax - min_span
-        elif fixed_lo and not fixed_hi:
-            vmax = vmin + min_span
-        elif not (fixed_lo or fixed_hi):
-            mid = (vmin + vmax) / 2
-            vmin, vmax = mid - min_span / 2, mid + min_span / 2
+    vmin, vmax = scale.limits(values)
     norm = Normalize(vmin=vmin, vmax=vmax)
-    cm = mpl.colormaps[cmap].with_extremes(bad="#eeeeee")
+    cm = mpl.colormaps[scale.cmap].with_extremes(bad="#eeeeee")
     n_rows, n_cols = values.shape
     mesh = ax.pcolormesh(
         np.ma.masked_invalid(values),
@@ -221,29 +123,33 @@ def _grid_heatmap(
     ax.set_xticklabels([_plain(c) for c in list(matrix.columns)[::step_c]])
     ax.set_yticks(np.arange(0, n_rows, step_r) + 0.5)
     ax.set_yticklabels([_plain(r) for r in list(matrix.index)[::step_r]])
-
     if annotate is None:
         annotate = values.size <= max_annotated
     if annotate:
-        fmt = fmt or _auto_fmt(values)
-        size = 7.0 if max(n_rows, n_cols) <= 8 else (6.0 if max(n_rows, n_cols) <= 12 else 5.0)
-        if n_cols > 8 and fmt.startswith(".3"):
-            size -= 0.5
-        for i in range(n_rows):
-            for j in range(n_cols):
-                v = values[i, j]
-                if not np.isfinite(v):
-                    continue
-                ax.text(
-                    j + 0.5,
-                    i + 0.5,
-                    format(v, fmt),
-                    ha="center",
-                    va="center",
-                    fontsize=size,
-                    color=_ink_for(cm(norm(v))),
-                )
+        _write_values(ax, values, lambda v: cm(norm(v)), fmt or _auto_fmt(values))
     return mesh
+
+
+def _write_values(ax, values: np.ndarray, colour_of, fmt: str) -> None:
+    """Each finite value written in its cell, in ink that reads on the cell's colour (``colour_of(value)``)."""
+    n_rows, n_cols = values.shape
+    size = 7.0 if max(n_rows, n_cols) <= 8 else (6.0 if max(n_rows, n_cols) <= 12 else 5.0)
+    if n_cols > 8 and fmt.startswith(".3"):
+        size -= 0.5
+    for i in range(n_rows):
+        for j in range(n_cols):
+            v = values[i, j]
+            if not np.isfinite(v):
+                continue
+            ax.text(
+                j + 0.5,
+                i + 0.5,
+                format(v, fmt),
+                ha="center",
+                va="center",
+                fontsize=size,
+                color=_ink_for(colour_of(v)),
+            )
 
 
 # ------------------------------------------------------------------------------------------- figures
@@ -295,7 +201,7 @@ def head_heatmap(
             matrix, (width, height),
             title=_plain(title) if title is not None else _label(value),
             colorbar_label=_plain(colorbar_label) if colorbar_label else _label(value),
-            cmap=cmap, vmin=vmin, vmax=vmax, annotate=annotate, fmt=fmt, min_span=min_span,
+            scale=ColourScale(cmap, vmin, vmax, min_span), annotate=annotate, fmt=fmt,
         )
     return fig
 
@@ -502,10 +408,8 @@ def layer_matrix(
     with mpl.rc_context(_STYLE):
         fig = _new_figure((side + 0.75, side))
         ax = fig.add_subplot()
-        mesh = _grid_heatmap(
-            ax, matrix, cmap=cmap, vmin=vmin, vmax=vmax, annotate=annotate, fmt=fmt,
-            max_annotated=170, min_span=min_span,
-        )
+        mesh = _grid_heatmap(ax, matrix, ColourScale(cmap, vmin, vmax, min_span), annotate=annotate, fmt=fmt,
+                             max_annotated=170)
         ax.set_aspect("equal")
         ax.set_xlabel(_plain(axis_labels[1]))
         ax.set_ylabel(_plain(axis_labels[0]))
@@ -566,63 +470,3 @@ def training_curve(
         if title is not None:
             fig.suptitle(_plain(title), x=0.02, ha="left", fontsize=10, fontweight="bold")
     return fig
-
-
-# ----------------------------------------------------------------------------------------------- SVG
-_PROLOG = re.compile(r"^\s*<\?xml[^>]*\?>\s*(<!DOCTYPE[^>]*>\s*)?", re.DOTALL)
-_ID = re.compile(r'\bid="([^"]+)"')
-_REF = re.compile(r'(url\(#|href="#)([^")]+)')
-_NO_ROTATE = re.compile(r' transform="rotate\(-?0 [-0-9.e]+ [-0-9.e]+\)"')
-_GEOM_ATTR = re.compile(r'(\s(?:d|x|y|x1|x2|y1|y2|width|height|transform|points)=")([^"]*)"')
-_DECIMALS = re.compile(r"(\d\.\d{2})\d+")
-_SAFE_PREFIX = re.compile(r"[^A-Za-z0-9_-]+")
-
-
-def figure_to_svg(
-    fig: Figure,
-    *,
-    id_prefix: str | None = None,
-    standalone: bool = True,
-    metadata: Mapping[str, Any] | None = None,
-) -> str:
-    """Serialise *fig* to SVG text and close it.
-
-    Text stays text (``svg.fonttype='none'``), so files are small and searchable. With *id_prefix*
-    every element id (and every reference to it) is prefixed, so several SVGs can be inlined into one
-    HTML document without id clashes, and the output is deterministic (no random hash salt, no date).
-    With ``standalone=False`` the XML prolog and DOCTYPE are dropped (what HTML inlining wants).
-    """
-    # Fonts are resolved at save time: use our short family list, not matplotlib's long default.
-    rc = {"svg.fonttype": "none", "font.sans-serif": _STYLE["font.sans-serif"]}
-    if id_prefix is not None:
-        rc["svg.hashsalt"] = id_prefix  # deterministic clip-path/marker ids
-    meta = {"Date": None, "Creator": None, "Format": None, "Type": None}
-    if metadata:
-        meta.update(metadata)
-    buf = io.StringIO()
-    try:
-        with mpl.rc_context(rc):
-            # dpi only affects rasterised parts (colour bars, very large grids): keep them crisp.
-            fig.savefig(buf, format="svg", metadata=meta, dpi=200)
-    finally:
-        _close(fig)
-    svg = _NO_ROTATE.sub("", buf.getvalue())
-    # 0.01 pt is far below what any screen or printer resolves; trims ~25% off the file.
-    svg = _GEOM_ATTR.sub(lambda m: m.group(1) + _DECIMALS.sub(r"\1", m.group(2)) + '"', svg)
-    if id_prefix is not None:
-        prefix = _SAFE_PREFIX.sub("-", id_prefix).strip("-") or "fig"
-        svg = _ID.sub(lambda m: f'id="{prefix}-{m.group(1)}"', svg)
-        svg = _REF.sub(lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", svg)
-    if not standalone:
-        svg = _PROLOG.sub("", svg, count=1)
-    return svg
-
-
-def _close(fig: Figure) -> None:
-    """Release *fig*; only touches pyplot if the figure is managed by it."""
-    if getattr(fig.canvas, "manager", None) is not None:
-        import matplotlib.pyplot as plt  # already imported by whoever created a managed figure
-
-        plt.close(fig)
-    else:
-        fig.clear()

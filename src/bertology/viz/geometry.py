@@ -15,7 +15,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from bertology.viz.figures import _STYLE, _new_figure, _plain, _require
+from bertology.viz.style import _STYLE, _new_figure, _plain, _require
 
 __all__ = ["GEOMETRY_LABELS", "geometry_figure", "pca_grid"]
 

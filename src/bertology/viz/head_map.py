@@ -12,7 +12,7 @@ from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from bertology.viz.figures import _STYLE, _new_figure, _plain, _require, _tidy_colorbar
+from bertology.viz.style import _STYLE, _new_figure, _plain, _require, _tidy_colorbar
 
 __all__ = ["head_map_figure"]
 

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from bertology.metrics.patterns import PATTERNS
-from bertology.viz.figures import _STYLE, _ink_for, _new_figure, _plain, _require
+from bertology.viz.style import _STYLE, _ink_for, _new_figure, _plain, _require
 
 __all__ = ["PATTERN_COLORS", "map_grid_figure", "pattern_heads_figure", "pattern_mix_figure", "thumbnail_png", "thumbnail_rgb"]
 

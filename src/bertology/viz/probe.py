@@ -13,7 +13,8 @@ from collections.abc import Sequence
 import pandas as pd
 from matplotlib.figure import Figure
 
-from bertology.viz.figures import CurveStyle, _require, layer_curve
+from bertology.viz.figures import CurveStyle, layer_curve
+from bertology.viz.style import _require
 
 __all__ = ["PROBE_METRICS", "probe_figures", "probe_layer_figure"]
 

@@ -16,16 +16,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from bertology.viz.figures import (
-    _STYLE,
-    _grid_heatmap,
-    _ink_for,
-    _label,
-    _new_figure,
-    _plain,
-    _require,
-    _tidy_colorbar,
-)
+from bertology.viz.figures import ColourScale, _grid_heatmap
+from bertology.viz.style import _STYLE, _ink_for, _label, _new_figure, _plain, _require, _tidy_colorbar
 from bertology.viz.patterns import PATTERN_COLORS
 
 __all__ = [
@@ -72,7 +64,7 @@ def task_layer_heatmap(effects: pd.DataFrame, *, title: str | None = None, color
         fig = _new_figure((min(9.0, max(4.2, 0.55 * n_cols + 2.2)), min(7.0, max(2.0, 0.42 * n_rows + 1.2))))
         ax = fig.add_subplot()
         top = heatmap_top(data)
-        mesh = _grid_heatmap(ax, matrix, cmap="magma_r", vmin=0.0, vmax=top, annotate=True, fmt=None)
+        mesh = _grid_heatmap(ax, matrix, ColourScale("magma_r", 0.0, top), annotate=True, fmt=None)
         for i, task in enumerate(matrix.index):
             for j, layer in enumerate(matrix.columns):
                 v = verdict.get((task, layer), pd.NA)

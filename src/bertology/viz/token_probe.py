@@ -12,7 +12,8 @@ import math
 import pandas as pd
 from matplotlib.figure import Figure
 
-from bertology.viz.figures import CurveStyle, _require, layer_curve
+from bertology.viz.figures import CurveStyle, layer_curve
+from bertology.viz.style import _require
 from bertology.viz.probe import model_order
 
 __all__ = ["TOKEN_PROBE_PANELS", "token_probe_figure"]

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from bertology.viz.figures import _STYLE, _label, _new_figure, _plain, _require
+from bertology.viz.style import _STYLE, _label, _new_figure, _plain, _require
 
 __all__ = ["transplant_curves", "transplant_figures"]
 

@@ -11,7 +11,8 @@ import matplotlib as mpl
 import pandas as pd
 from matplotlib.figure import Figure
 
-from bertology.viz.figures import _STYLE, _grid_heatmap, _new_figure, _plain, _require, _tidy_colorbar
+from bertology.viz.figures import ColourScale, _grid_heatmap
+from bertology.viz.style import _STYLE, _new_figure, _plain, _require, _tidy_colorbar
 
 __all__ = ["MODULE_LABELS", "module_heatmap", "module_matrix"]
 
@@ -52,7 +53,7 @@ def module_heatmap(df: pd.DataFrame, value: str = "relative_change", *, title: s
     with mpl.rc_context(_STYLE):
         fig = _new_figure((width, height))
         ax = fig.add_subplot()
-        mesh = _grid_heatmap(ax, matrix, cmap=cmap, vmin=vmin, vmax=None, annotate=annotate, fmt=fmt,
+        mesh = _grid_heatmap(ax, matrix, ColourScale(cmap, vmin, None), annotate=annotate, fmt=fmt,
                              max_annotated=220)
         ax.tick_params(axis="x", labelrotation=40)
         for label in ax.get_xticklabels():

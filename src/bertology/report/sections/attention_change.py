@@ -31,18 +31,44 @@ def most_changed_card(heads: pd.DataFrame) -> dict:
 
 def attention_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> dict:
     """Per-head heatmaps, per-layer curves and the ten most changed heads."""
-    from bertology.viz.figures import CurveStyle, head_heatmap, layer_curve
+    heads = per_head(df)
+    n_layers, n_heads = heads["layer"].nunique(), heads["head"].nunique()
+    figures = _heatmaps(heads, figs)
+    curve = _layer_curves(heads, figs)
+    table, top = most_changed_table(heads)
+    if top:
+        derived.append(most_changed_card(heads))
+    derived.append({"label": "Mean attention cosine", "text": fmt_value(heads["cosine"].mean()),
+                    "note": f"over {n_layers * n_heads:,} heads"})
+    modes = unique_text(df["mode"]) if "mode" in df else None
+    return {
+        "heatmaps": [f for f in figures if f],
+        "curve": curve,
+        "top": table,
+        "facts": [
+            ("Layers × heads", f"{n_layers} × {n_heads}"),
+            ("Examples", unique_text(df["n_examples"])),
+            *([("Mode", modes)] if modes else []),
+        ],
+    }
 
+
+def per_head(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per head (integer ``layer``, ``head``): the table's numeric columns averaged over its rows."""
     df = df.copy()
     for col in ("layer", "head"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
     df = df.dropna(subset=["layer", "head"])
     df["layer"] = df["layer"].astype(int)
     df["head"] = df["head"].astype(int)
-    heads = df.groupby(["layer", "head"], as_index=False).mean(numeric_only=True)
-    n_layers, n_heads = heads["layer"].nunique(), heads["head"].nunique()
+    return df.groupby(["layer", "head"], as_index=False).mean(numeric_only=True)
 
-    figures = [
+
+def _heatmaps(heads: pd.DataFrame, figs: Figures) -> list:
+    """The cosine and JS-divergence heatmaps per layer and head."""
+    from bertology.viz.figures import head_heatmap
+
+    return [
         figs.make(
             "attention_cosine",
             lambda: head_heatmap(heads, "cosine", title="Cosine similarity",
@@ -61,6 +87,12 @@ def attention_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> d
             "Heatmap of attention Jensen-Shannon divergence per layer and head",
         ),
     ]
+
+
+def _layer_curves(heads: pd.DataFrame, figs: Figures):
+    """Per layer, the heads' mean cosine and JS divergence with a band of one standard deviation across heads."""
+    from bertology.viz.figures import CurveStyle, layer_curve
+
     per_layer = (
         heads.groupby("layer")
         .agg(cosine=("cosine", "mean"), cosine_sd=("cosine", "std"),
@@ -76,7 +108,7 @@ def attention_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> d
         ],
         ignore_index=True,
     )
-    curve = figs.make(
+    return figs.make(
         "attention_by_layer",
         lambda: layer_curve(long, x="layer", y="value", hue=None, facet="metric", err="spread",
                             facet_order=["cosine", "js_divergence"],
@@ -86,6 +118,9 @@ def attention_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> d
         "Per-layer mean cosine similarity and Jensen-Shannon divergence",
     )
 
+
+def most_changed_table(heads: pd.DataFrame) -> tuple[dict, list[dict]]:
+    """The table of the ten heads whose attention changed most (by JS divergence), and its rows."""
     ranked = heads.sort_values(["js_divergence", "cosine"], ascending=[False, True]).head(10)
     top = []
     for rank, (_, row) in enumerate(ranked.iterrows(), start=1):
@@ -111,21 +146,7 @@ def attention_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> d
         "rows": [[{"text": fmt_value(r[k]) if k != "label" else r[k], "value": sort_key(r[k])}
                   for k, _, _ in columns] for r in top],
     }
-    if top:
-        derived.append(most_changed_card(heads))
-    derived.append({"label": "Mean attention cosine", "text": fmt_value(heads["cosine"].mean()),
-                    "note": f"over {n_layers * n_heads:,} heads"})
-    modes = unique_text(df["mode"]) if "mode" in df else None
-    return {
-        "heatmaps": [f for f in figures if f],
-        "curve": curve,
-        "top": table,
-        "facts": [
-            ("Layers × heads", f"{n_layers} × {n_heads}"),
-            ("Examples", unique_text(df["n_examples"])),
-            *([("Mode", modes)] if modes else []),
-        ],
-    }
+    return table, top
 
 
 def build(inp: SectionInput) -> dict | None:

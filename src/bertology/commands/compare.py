@@ -1,4 +1,10 @@
-"""The Python API behind ``bertology compare``: load, extract once, analyse, write the run directory."""
+"""``bertology compare``: load the pair, extract once, analyse, run the experiments, write the run directory.
+
+The run's lifecycle for one pair (:class:`PairJob`: fingerprint, hold the folder, resume finished tables, stream,
+experiments, views, manifest, report) and :func:`compare`, one job. What the run selects and how its settings are
+completed is :mod:`bertology.commands.selection`; reading its data and the warnings about it,
+:mod:`bertology.commands.compare_data`. (Was ``bertology.pipeline``.)
+"""
 from __future__ import annotations
 
 import contextlib
@@ -15,25 +21,18 @@ from pathlib import Path
 import torch
 
 from bertology.activations.extract import run_analyses
-from bertology.analyses import per_measure
 from bertology.analyses.base import Analysis
-from bertology.analyses.catalog import ANALYSES
-from bertology.analyses.registry import AnalysisSpec, BuildContext
+from bertology.analyses.registry import AnalysisSpec
 from bertology.analyses.representation_similarity import OOD_TABLE, RepresentationSimilarity
 from bertology.blas import one_blas_thread
-from bertology.config import CompareConfig, DataConfig
+from bertology.config import CompareConfig
 from bertology.conventions import describe as describe_conventions
-from bertology.conventions import CONVENTIONS
-from bertology.conventions import choose as choose_convention
-from bertology.tasks.match import training_warnings
 from bertology.conventions import preset_values, resolve as resolve_conventions
-from bertology.experiments.catalog import EXPERIMENTS
 from bertology.experiments.registry import ExperimentContext, ExperimentSpec
 from bertology.data.corpus import Corpus
 from bertology.data.encode import EncodedCorpus, encode_corpus
-from bertology.errors import BertologyError, each_with_suggestion
+from bertology.errors import BertologyError
 from bertology.memory import MemoryWatch
-from bertology.metrics.trees import tree_problem
 from bertology.models.device import resolve_device
 from bertology.models.precision import resolve_dtype
 from bertology.models.pair import ModelPair
@@ -41,18 +40,32 @@ from bertology.progress import progress_bar as bar_over
 from bertology.results import Result, read_table, write_table
 from bertology.commands.base import hold
 from bertology.runs import RunDirectory, manifest_header
-from bertology.settings import Setting, compose, field_settings
-from bertology.settings import complete as complete_settings
-from bertology.settings import describe as describe_settings
+from bertology.tasks.match import training_warnings
+from bertology.commands.compare_data import (
+    annotate_if_needed,
+    check_relation_names,
+    encoding_warnings,
+    load_data,
+    load_ood,
+    load_relations,
+    relations_analysis,
+    tree_warnings,
+    with_user_relations,
+    write_views,
+)
+from bertology.commands.selection import (
+    Selection,
+    build_analyses,
+    complete_config,
+    precheck_experiments,
+    refuse_unrunnable,
+    select,
+    settings_record,
+    unread_settings,
+)
+
 
 logger = logging.getLogger(__name__)
-
-#: Counts in ``Corpus.stats`` of input rows the loader dropped, and how the report words them.
-DROPPED_WHILE_READING = {
-    "n_empty_text": "rows with an empty text were dropped",
-    "n_no_gold_label": "rows without a gold label ('-') were dropped",
-    "n_without_heads": "sentences without dependency heads were read without trees",
-}
 
 
 @dataclass
@@ -76,76 +89,6 @@ class CompareRun:
                 + ", ".join(f"<code>{escape(n)}</code> ({len(r.table)} rows)" for n, r in self.results.items()))
 
 
-@dataclass(frozen=True)
-class Selection:
-    """What a run computes: the analyses and experiments chosen, and which the user named explicitly.
-
-    ``all`` selects everything; an experiment that cannot run on the given model or data is then
-    skipped (with a note), while one the user named is an error.
-    """
-
-    analyses: tuple[AnalysisSpec, ...]
-    experiments: tuple[ExperimentSpec, ...]
-    named: frozenset[str]
-
-    def names(self) -> tuple[str, ...]:
-        """The selected names: analyses first, then experiments, each in catalog order."""
-        return tuple(s.name for s in (*self.analyses, *self.experiments))
-
-
-def selectable() -> tuple[str, ...]:
-    """Every name ``--analyses`` accepts besides ``all``: the analyses, then the experiments (nothing imported)."""
-    return ANALYSES.names() + EXPERIMENTS.names()
-
-
-def select(names: Sequence[str], *, allow_none: bool = False) -> Selection:
-    """The specs behind ``--analyses`` names (``all`` or a list), in catalog order; one error for unknown names.
-    ``allow_none``: no name selects nothing (a notebook run of its own analysis objects alone), not an error."""
-    names = tuple(n.strip() for n in names if n.strip())
-    known = selectable()
-    unknown = [n for n in names if n != "all" and n not in known]
-    if unknown or not (names or allow_none):
-        raise BertologyError(f"Unknown analysis {each_with_suggestion(unknown, ('all', *known)) or '(none)'}; "
-                             f"choose from: all, {', '.join(known)}.")
-    named = frozenset(n for n in names if n != "all")
-    chosen = set(known) if "all" in names else named
-    return Selection(tuple(ANALYSES.spec(n) for n in ANALYSES.names() if n in chosen),
-                     tuple(EXPERIMENTS.spec(n) for n in EXPERIMENTS.names() if n in chosen), named)
-
-
-def builtin_names(config: CompareConfig) -> frozenset[str]:
-    """Every name an own analysis object may not take: the catalog's analyses and experiments and every table
-    they (and the out-of-domain similarity) write with this config's settings."""
-    completed = complete_config(config)
-    tables = {t for spec in ANALYSES.specs() for t in spec.tables}
-    tables |= {t for spec in EXPERIMENTS.specs() for t in spec.tables(completed)}
-    return frozenset({*selectable(), *tables, OOD_TABLE})
-
-
-def own_analyses(objects: Sequence[object], config: CompareConfig) -> list[Analysis]:
-    """The notebook's analysis objects (``bt.compare(analyses=[obj, ...])``) checked and wrapped for the extraction
-    loop (:class:`bertology.analyses.own.OwnAnalysis`); a name taken by a built-in or given twice refused."""
-    from bertology.analyses.own import OwnAnalysis
-
-    taken = set(builtin_names(config))
-    wrapped = []
-    for obj in objects:
-        own = OwnAnalysis(obj, taken)
-        taken.add(own.name)  # a second object of the same name is refused as a clash
-        wrapped.append(own)
-    return wrapped
-
-
-def declared_settings() -> tuple[dict[str, Setting], dict[str, str]]:
-    """Every setting an analysis or experiment declares (``name -> Setting``), and which spec declares it."""
-    specs = (*ANALYSES.specs(), *EXPERIMENTS.specs())
-    owners: dict[str, str] = {}
-    for spec in specs:
-        for s in spec.settings:
-            owners.setdefault(s.name, spec.name)
-    return compose((spec.name, spec.settings) for spec in specs), owners
-
-
 def record_plan(run_dir, selection: Selection, config: CompareConfig) -> None:
     """Put the tables each selected analysis and experiment will write into the running manifest (``planned``), so a
     report of an interrupted run can name what is missing; a finished manifest replaces it."""
@@ -155,118 +98,6 @@ def record_plan(run_dir, selection: Selection, config: CompareConfig) -> None:
     planned = {spec.name: list(spec.tables) for spec in selection.analyses}
     planned |= {spec.name: list(spec.tables(config)) for spec in selection.experiments}
     run_dir.write_manifest({**manifest, "planned": planned})
-
-
-def unread_settings(settings: dict, selection: Selection, implied: dict | None = None) -> list[str]:
-    """A warning for each analysis or experiment setting set away from its default that no selected spec reads
-    (``--patterns-cnn`` without ``attention_patterns``): a value the user gave is never ignored without a word.
-    ``implied``: values the run chose itself (the conventions preset's), which are not the user's."""
-    implied = implied or {}
-    chosen = set(selection.names())
-    readers: dict[str, list[str]] = {}
-    defaults: dict[str, object] = {}
-    for spec in (*ANALYSES.specs(), *EXPERIMENTS.specs()):
-        for setting in spec.settings:
-            readers.setdefault(setting.name, []).append(spec.name)
-            defaults.setdefault(setting.name, setting.default)
-    out = []
-    for name, value in settings.items():
-        owners = readers.get(name)
-        if (owners and not chosen & set(owners) and value != defaults[name] and value not in (None, (), [])
-                and not (name in implied and implied[name] == value)):
-            out.append(f"{name.replace('_', '-')} = {value!r} is not used: only {', '.join(owners)} read(s) it, and "
-                       f"this run does not run {'it' if len(owners) == 1 else 'them'} (--analyses).")
-    return out
-
-
-def complete_config(config: CompareConfig) -> CompareConfig:
-    """``config`` with every declared setting checked (one clear line for a bad or unknown one) and its
-    default filled in: what the run, its manifest and its fingerprint use."""
-    declared, _ = declared_settings()
-    own = [s.name for group in (CompareConfig, DataConfig) for s in field_settings(group)]  # taken by make_config
-    values = complete_settings(declared, config.settings, where="compare", also=own)
-    # settings added after runs were made stay out of the fingerprint at their default: those runs still resume
-    left_out = frozenset(n for n, s in declared.items()
-                         if not s.changes_numbers or (s.added and values.get(n) == s.default))
-    return dataclasses.replace(config, settings=values, not_fingerprinted=left_out)
-
-
-def make_config(data: str | DataConfig = "", **values) -> CompareConfig:
-    """A CompareConfig from settings by name, as the command line and ``bertology.compare`` take them: the data's
-    (``text_column``, ``max_examples``, ...) go to its DataConfig, the others to the run or the specs."""
-    data_names = {s.name for s in field_settings(DataConfig)}
-    if not isinstance(data, DataConfig):
-        data = DataConfig(str(data), **{k: values.pop(k) for k in list(values) if k in data_names})
-    return CompareConfig(data=data, **values)
-
-
-def settings_record(config: CompareConfig) -> dict:
-    """The manifest's ``settings``: every setting of the run, its data and each spec, with value, default, flag,
-    help and paper, generated from the declarations (the report's settings table reads it)."""
-    declared, owners = declared_settings()
-    run = {s.name: s for s in field_settings(CompareConfig)}
-    data = {s.name: s for s in field_settings(DataConfig)}
-    record = {
-        **describe_settings(run, {n: getattr(config, n) for n in run}, {n: "run" for n in run}),
-        **describe_settings(data, {n: getattr(config.data, n) for n in data}, {n: "data" for n in data}),
-        **describe_settings(declared, config.settings, owners),
-    }
-    for conv in CONVENTIONS:  # declared "not given: the preset's": the default this run had is the preset's choice
-        if conv.field in owners:
-            record[owners[conv.field]][conv.field]["default"] = choose_convention(config.conventions, conv.field, None)
-    return record
-
-
-def build_analyses(config: CompareConfig, pair: ModelPair, corpus: Corpus, encoded: EncodedCorpus,
-                   specs: Sequence[AnalysisSpec] | None = None) -> list[Analysis]:
-    """Build the selected analyses (``specs``; default: those ``config.analyses`` selects) for this data."""
-    config = resolve_conventions(complete_config(config))
-    specs = select(config.analyses, allow_none=bool(config.own_analyses)).analyses if specs is None else specs
-    ctx = BuildContext(pair.num_layers, pair.num_heads, pair.tokenizer, corpus, encoded)
-    return [per_measure.build(spec, config, ctx) for spec in specs]
-
-
-def annotate_if_needed(
-    config: CompareConfig, corpus: Corpus, specs: Sequence[AnalysisSpec], warnings: list[str]
-) -> tuple[Corpus, tuple[AnalysisSpec, ...]]:
-    """Give plain-text corpora POS tags and trees (spaCy) when a selected analysis reads them.
-
-    Returns the corpus and the analyses that can run. Without spaCy, analyses that need trees are
-    dropped and those that only use POS tags run without them, with a warning.
-    """
-    from bertology.data.annotate import annotate
-
-    specs = tuple(specs)
-    if not any(spec.needs for spec in specs) or corpus.has_trees:
-        return corpus, specs
-    try:
-        annotated = annotate(corpus, config.spacy_model)
-    except BertologyError as err:
-        dropped = [s.name for s in specs if "trees" in s.needs]
-        warnings.append(f"No POS tags or trees ({err}); word-level targets are skipped"
-                        + (f", and so is {', '.join(dropped)}." if dropped else "."))
-        return corpus, tuple(s for s in specs if "trees" not in s.needs)
-    info = annotated.stats.get("annotated", {})
-    warnings.append(
-        f"POS tags and dependency trees come from spaCy ({info.get('pipeline', config.spacy_model or 'default')}) "
-        "parses, not gold annotations; words are the parser's tokens."
-    )
-    return annotated, specs
-
-
-def load_data(data: DataConfig) -> Corpus:
-    """Read the corpus named by a DataConfig (path or hf: spec)."""
-    from bertology.data.loaders import load_corpus
-
-    if not data.path:
-        raise BertologyError("No data given: pass --data FILE (.txt, .csv, .tsv, .jsonl, .conllu) or hf:NAME:SPLIT.")
-    return load_corpus(
-        data.path,
-        text_column=data.text_column,
-        pair_column=data.pair_column,
-        label_column=data.label_column,
-        limit=data.max_examples,
-    )
 
 
 def run_fingerprint(
@@ -344,7 +175,7 @@ def prepare_inputs(config: CompareConfig, selection: Selection, corpus: Corpus |
     encoded = encode_corpus(corpus, tokenizer, max_length, config.data.overlong)
     spans = load_relations(config.relations) if config.relations else None
     if spans is not None and "relation_heads" in selected:
-        _check_relation_names(corpus, spans[1])
+        check_relation_names(corpus, spans[1])
     ood = load_ood(config) if config.ood_data and "representation_similarity" in selected else None
     return Inputs(config, selection, specs, corpus, raw_corpus, encoded, max_length, spans, ood, warnings)
 
@@ -394,13 +225,32 @@ class PairJob:
             raise
         return self.opened
 
+    def _finish_streams(self) -> dict | None:
+        """The streamed analyses' tables (``todo`` has seen the main corpus), the user relations streamed and merged.
+
+        Writes the tables into ``results`` and the run; returns the user relations' manifest section
+        (their texts are a corpus of their own, streamed after the main one).
+        """
+        config, pair, spans = self.config, self.pair, self.inputs.spans
+        span_params = None
+        if spans is not None:
+            span_analysis, span_encoded = relations_analysis(config, pair, spans, self.inputs.max_length)
+            span_params = {**span_analysis.params(), "file": config.relations, **spans[0].stats}
+        computed = finish_analyses(self.todo, self.timings)
+        if spans is not None and "relation_heads" not in self.done:
+            _extract(pair, span_encoded, [span_analysis], config, self.progress, label="user relations")
+            computed["relation_heads"] = with_user_relations(computed.get("relation_heads"), span_analysis.compute())
+        for res in computed.values():
+            write_table(self.run_dir.path, res.name, res.table)
+            self.results[res.name] = res
+        return span_params
+
     def finish(self, *, report: bool = True, extra_results: list[Result] | None = None,
                summary: dict | None = None) -> CompareRun:
         """After the main corpus has streamed into ``todo``: write the tables, experiments, views, manifest and report."""
         config, pair, inputs, run_dir = self.config, self.pair, self.inputs, self.run_dir
         results, done, warnings = self.results, self.done, self.warnings
-        span_params = _finish_streams(config, pair, inputs.spans, inputs.max_length, self.todo, run_dir, done, results,
-                                      self.progress, self.timings)
+        span_params = self._finish_streams()
         for res in extra_results or []:
             write_table(run_dir.path, res.name, res.table)
             results[res.name] = res
@@ -492,31 +342,6 @@ def compare(
         return job.finish(report=report, extra_results=extra, summary=summary)
 
 
-def encoding_warnings(encoded: EncodedCorpus, corpus: Corpus) -> list[str]:
-    """What the reader and tokeniser dropped or cut, and doubts about the labels: said once in manifest and report."""
-    enc = encoded.describe()
-    out = []
-    if enc["n_skipped_overlong"]:
-        out.append(f"{enc['n_skipped_overlong']} of {enc['n_input']} examples were longer than {enc['max_length']} tokens and were skipped.")
-    if enc["n_truncated"]:
-        out.append(f"{enc['n_truncated']} of {enc['n_input']} examples were truncated to {enc['max_length']} tokens.")
-    out += [f"While reading the data, {corpus.stats[key]} {what}." for key, what in DROPPED_WHILE_READING.items()
-            if corpus.stats.get(key)]
-    return out + list(corpus.stats.get("label_warnings", []))
-
-
-def tree_warnings(corpus: Corpus, show: int = 5) -> list[str]:
-    """One warning naming the sentences whose dependency heads are not a tree (the probes drop them)."""
-    problems = [(i, why) for i, ex in enumerate(corpus, 1) if ex.heads is not None
-                and (why := tree_problem(ex.heads, ex.n_first_words)) is not None]
-    if not problems:
-        return []
-    named = "; ".join(f"sentence {i}: {why}" for i, why in problems[:show])
-    more = f"; and {len(problems) - show} more" if len(problems) > show else ""
-    return [f"{len(problems)} of {len(corpus)} sentences of {corpus.source} have dependency heads that do not "
-            f"form one tree, so the structural probes drop them ({named}{more})."]
-
-
 def _resumed_streams(specs: Sequence[AnalysisSpec], run_dir: RunDirectory, resuming: bool) -> tuple[dict[str, Result], list[str]]:
     """The streaming analyses' finished tables read back from a resumed run, and their names."""
     results: dict[str, Result] = {}
@@ -526,29 +351,6 @@ def _resumed_streams(specs: Sequence[AnalysisSpec], run_dir: RunDirectory, resum
             logger.info("resuming: %s already computed in %s", spec.name, run_dir.path)
             results.update(_read_back(run_dir, spec.tables))
     return results, done
-
-
-def _finish_streams(
-    config: CompareConfig, pair: ModelPair, spans, max_length: int, todo: list[Analysis], run_dir: RunDirectory,
-    done: list[str], results: dict[str, Result], progress: bool, timings: dict[str, float] | None = None,
-) -> dict | None:
-    """The streamed analyses' tables (``todo`` has seen the main corpus), the user relations streamed and merged.
-
-    Writes the tables into ``results`` and the run; returns the user relations' manifest section
-    (their texts are a corpus of their own, streamed after the main one).
-    """
-    span_params = None
-    if spans is not None:
-        span_analysis, span_encoded = _span_analysis(config, pair, spans, max_length)
-        span_params = {**span_analysis.params(), "file": config.relations, **spans[0].stats}
-    computed = finish_analyses(todo, timings)
-    if spans is not None and "relation_heads" not in done:
-        _extract(pair, span_encoded, [span_analysis], config, progress, label="user relations")
-        computed["relation_heads"] = _with_user_relations(computed.get("relation_heads"), span_analysis.compute())
-    for res in computed.values():
-        write_table(run_dir.path, res.name, res.table)
-        results[res.name] = res
-    return span_params
 
 
 def finish_analyses(todo: Sequence[Analysis], timings: dict[str, float] | None = None) -> dict[str, Result]:
@@ -580,34 +382,6 @@ def _read_back(run_dir: RunDirectory, tables: Sequence[str]) -> dict[str, Result
     return {n: Result(n, read_table(run_dir.path, n)) for n in tables if run_dir.has_table(n)}
 
 
-def precheck_experiments(config: CompareConfig, selection: Selection, corpus: Corpus) -> None:
-    """What the selected experiments can say from the data and the tuned model's ``config.json`` alone, before any
-    weights load (e.g. the ablation: data labelled ``0``/``1`` for a classifier of ``-1``/``1``, ``--label-map``
-    suggested): an error when the user named the experiment (or gave a setting it cannot honour, such as a label
-    map that does not fit), else a warning now that it will be skipped (its note follows in the run's warnings)."""
-    specs = [spec for spec in selection.experiments if spec.precheck is not None]
-    if not specs or not config.tuned or len(corpus) == 0:
-        return
-    from bertology.models.loading import read_config
-
-    tuned_config = read_config(config.tuned, trust_remote_code=config.trust_remote_code)
-    for spec in specs:
-        reason = spec.precheck(config, corpus, tuned_config)
-        if reason is None:
-            continue
-        if spec.name in selection.named:
-            raise BertologyError(spec.refusal(reason))
-        logger.warning("%s will be skipped: %s.", spec.title[:1].upper() + spec.title[1:], reason)
-
-
-def refuse_unrunnable(selection: Selection, ctx: ExperimentContext) -> None:
-    """Refuse, before any work, an experiment the user named that cannot run on this model or data
-    (a classifier's ablation on unlabelled data): not after the streaming pass has run."""
-    for spec in selection.experiments:
-        if spec.name in selection.named and (reason := spec.skip_reason(ctx)) is not None:
-            raise BertologyError(spec.refusal(reason))
-
-
 def _experiment(
     spec: ExperimentSpec, ctx: ExperimentContext, selection: Selection, run_dir: RunDirectory, resuming: bool,
     warnings: list[str], results: dict[str, Result], done: list[str],
@@ -637,16 +411,6 @@ def _experiment(
     return outcome.manifest
 
 
-def load_ood(config: CompareConfig) -> Corpus:
-    """The out-of-domain corpus (``--ood-data``), read like ``--data`` with the same example limit."""
-    ood = load_data(DataConfig(path=config.ood_data or "", text_column=config.ood_text_column,
-                               max_examples=config.data.max_examples, max_length=config.data.max_length,
-                               overlong=config.data.overlong))
-    if len(ood) == 0:
-        raise BertologyError(f"The out-of-domain corpus {config.ood_data} has no examples.")
-    return ood
-
-
 def _ood_similarity(config: CompareConfig, pair: ModelPair, ood: Corpus, max_length: int, warnings: list[str],
                     progress: bool) -> Result:
     """RSA/CKA between base and tuned on the out-of-domain corpus, with the in-domain run's settings.
@@ -664,94 +428,6 @@ def _ood_similarity(config: CompareConfig, pair: ModelPair, ood: Corpus, max_len
     res = analysis.compute()
     table = res.table.assign(domain="out", corpus=str(config.ood_data))
     return Result(OOD_TABLE, table, {**analysis.params(), "corpus": config.ood_data, "n_examples": len(encoded.items)})
-
-
-def view_candidates(encoded: EncodedCorpus, n: int, min_tokens: int = 6, max_tokens: int = 24) -> list[int]:
-    """Corpus indices of the first ``n`` examples short enough to read in the viewer (corpus order)."""
-    return [it.index for it in encoded.items if min_tokens <= len(it) <= max_tokens][:n]
-
-
-def write_views(run_dir: Path, pair: ModelPair, corpus: Corpus, encoded: EncodedCorpus, n: int, warnings: list[str]) -> list[str]:
-    """Interactive attention views (base, tuned, diff) of a few examples, as ``views/example-<i>.json``.
-
-    The report embeds them; each holds both models' attention for every layer and head (about
-    0.5 MB for a 24-token sentence in a 6 x 12 model), so only short examples are chosen.
-    """
-    folder = Path(run_dir) / "views"
-    if folder.exists():
-        for old in folder.glob("example-*.json"):
-            old.unlink()
-    return write_view_files(run_dir, pair, corpus, view_candidates(encoded, n), warnings)
-
-
-def write_view_files(run_dir: Path, pair: ModelPair, corpus: Corpus, indices: Sequence[int], warnings: list[str],
-                     what: str = "example") -> list[str]:
-    """The attention views of the corpus examples ``indices``, as ``views/example-<i>.json``; their names.
-
-    An example the viewer cannot show (e.g. a text the tokenizer splits differently from its words) is
-    left out with a warning naming it (``what``: how the warning calls an example).
-    """
-    from bertology.results import atomic_write_text
-    from bertology.activations.views import compute_view
-    from bertology.viz.viewer import json_for_script
-
-    written = []
-    for index in indices:
-        ex = corpus[index]
-        try:
-            data = compute_view([pair.base, pair.tuned], ex.text, ex.text_pair)
-        except BertologyError as err:
-            warnings.append(f"No attention view of {what} {index}: {err}")
-            continue
-        data["example"] = index
-        name = f"views/example-{index}.json"
-        atomic_write_text(Path(run_dir) / name, json_for_script(data))
-        written.append(name)
-    return written
-
-
-def load_relations(path: str):
-    """The user-given token relations file: (corpus of its texts, relation instances)."""
-    from bertology.data.spans import load_span_relations
-
-    return load_span_relations(path)
-
-
-def _span_analysis(config: CompareConfig, pair: ModelPair, spans, max_length: int):
-    """The analysis of the user relations and their encoded texts (over-long texts are truncated)."""
-    from bertology.analyses.span_relations import SpanRelationHeads
-
-    corpus, relations = spans
-    encoded = encode_corpus(corpus, pair.tokenizer, max_length, "truncate")
-    return SpanRelationHeads(relations, pair.num_layers, pair.num_heads), encoded
-
-
-def _check_relation_names(corpus: Corpus, relations) -> None:
-    """Refuse, before any extraction, user relation names that are dependency relations of the corpus."""
-    deprels = {"all"} | {rel for ex in corpus if ex.deprels for rel in ex.deprels}
-    clash = sorted({r.relation for r in relations} & deprels)
-    if clash:
-        raise BertologyError(
-            f"User relation name(s) {', '.join(clash)} are also dependency relations in the data; rename them in the JSONL."
-        )
-
-
-def _with_user_relations(treebank: Result | None, user: Result) -> Result:
-    """One ``relation_heads`` table: dependency relations (kind "dependency") and user spans (kind "span")."""
-    if treebank is None:
-        return user
-    import pandas as pd
-
-    clash = set(treebank.table.relation) & set(user.table.relation)
-    if clash:
-        raise BertologyError(
-            f"User relation name(s) {', '.join(sorted(clash))} are also dependency relations in the data; rename them in the JSONL."
-        )
-    user_table = user.table
-    if "measure" in treebank.table.columns:  # several attention measures: the user relations are scored on weights
-        user_table = user_table.assign(measure="weights")[["measure", *user_table.columns]]
-    table = pd.concat([treebank.table, user_table], ignore_index=True)
-    return Result(treebank.name, table, {**treebank.params, "user_relations": user.params})
 
 
 def stage_timings(timings: dict[str, float]) -> dict:
