@@ -3,7 +3,7 @@ it, whether tracking records it.
 
 An :class:`~bertology.analyses.registry.AnalysisSpec` or :class:`~bertology.experiments.registry.ExperimentSpec`
 carries ``seed_noise=SeedNoise(...)``, ``many_view=ManyView(...)`` and (analyses) ``track=Track(...)``; the
-study's seed-noise rule (:mod:`bertology.study.noise`), the many-model index page (:mod:`bertology.report.many`)
+study's seed-noise rule (:mod:`bertology.studies.noise`), the many-model index page (:mod:`bertology.report.many`)
 and tracking (:mod:`bertology.integrations.tracker`, the ``track_analyses`` setting) read them through
 :func:`declared`, which reads the two lazy catalogs by name, as :class:`~bertology.catalog.Catalog` reads its
 modules: nothing is imported before a reach is asked for.
@@ -24,7 +24,7 @@ CATALOGS = ("bertology.analyses.catalog:ANALYSES", "bertology.experiments.catalo
 
 @dataclass(frozen=True)
 class SeedNoise:
-    """How a study judges a table against seed noise (:mod:`bertology.study.noise`).
+    """How a study judges a table against seed noise (:mod:`bertology.studies.noise`).
 
     ``extract(df, keys)`` turns the table (``keys`` = ``task, seed`` or ``task, seed_a, seed_b``) into one
     ``change`` per unit (columns ``level, unit, layer, head, metric, change`` and optionally ``base, tuned,

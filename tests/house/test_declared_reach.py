@@ -48,7 +48,7 @@ def _study_rows() -> pd.DataFrame:
 
 
 def test_a_declared_table_gets_seed_noise_verdicts_in_a_toy_study(toy, tmp_path):
-    from bertology.study.summarise import write_study_tables
+    from bertology.studies.summarise import write_study_tables
 
     write_table(tmp_path, TOY, _study_rows())
     effects = write_study_tables(tmp_path)["study_effects"].set_index("unit")

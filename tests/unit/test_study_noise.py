@@ -10,9 +10,9 @@ import pytest
 from scipy.stats import mannwhitneyu
 
 from bertology.errors import BertologyError
-from bertology.study.noise import attained_level, min_p, study_tables, u_distribution
-from bertology.study.summarise import read_study_tables
-from bertology.study.synthetic import synthetic_study
+from bertology.studies.noise import attained_level, min_p, study_tables, u_distribution
+from bertology.studies.summarise import read_study_tables
+from bertology.testing.synthetic import synthetic_study
 
 
 @pytest.fixture(scope="module")
@@ -240,7 +240,7 @@ def test_missing_or_clashing_seeds_are_errors(study):
 
 def test_every_corpus_gets_its_own_tables_named_like_its_inputs(study):
     """corpus_study_tables: own_<table> -> own_study_*, <table>_ood -> study_*_ood, each from its own inputs only."""
-    from bertology.study.noise import corpus_study_tables
+    from bertology.studies.noise import corpus_study_tables
 
     base, seeds, shared = study
     rs = base["representation_similarity"]
@@ -266,7 +266,7 @@ def test_every_corpus_gets_its_own_tables_named_like_its_inputs(study):
 
 def test_ablation_layer_units_keep_their_layer_mode_apart():
     """Skip, all-heads and revert rows of one layer are different ablations: never averaged into one unit."""
-    from bertology.study.noise import CHANGES
+    from bertology.studies.noise import CHANGES
 
     rows = [{"task": "t", "seed": s, "target": "layer", "layer": 2, "head": -1, "mode": "revert", "layer_mode": lm,
              "metric": "accuracy", "delta": d + 0.01 * s, "ci_low": d - 0.1, "ci_high": d + 0.1}

@@ -6,7 +6,7 @@ layer disabled in turn, scored with paired bootstrap intervals; the table's conv
 there) and, unless switched off, head importance and pruning curves
 (:mod:`bertology.experiments.head_importance`). :func:`summary` says the headlines in the task's own
 metrics; ``SPEC`` runs it all inside ``compare`` when the tuned model has a task head. ``bertology
-ablate`` runs it on its own (:func:`bertology.study.ablate.ablate`).
+ablate`` runs it on its own (:func:`bertology.commands.ablate.ablate`).
 
 This module re-exports the sweep's public names (``run_ablation``, ``plan_units``, ``score_units``,
 ``HeadScoring`` ...), so callers import them from here.

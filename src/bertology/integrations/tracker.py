@@ -332,7 +332,7 @@ class Tracker:
 
 def _label(table: pd.DataFrame, step: int, event: str) -> pd.DataFrame:
     """``table`` with track's ``model``, ``checkpoint``, ``step`` columns (``step-N``) and the ``event``."""
-    from bertology.study.track import Checkpoint, label_rows
+    from bertology.commands.track import Checkpoint, label_rows
 
     t = table.drop(columns=[c for c in ("step",) if c in table.columns])
     t = label_rows(t, Checkpoint(f"step-{step}", step, Path(".")))
