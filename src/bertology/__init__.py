@@ -27,7 +27,7 @@ _LAZY = {
     "capture": "bertology.api",
     "render_report": "bertology.api",
     "demo_data": "bertology.api",
-    "study": "bertology.study",  # the package, callable (see its docstring)
+    "study": "bertology.api",
     "load_run": "bertology.api",
     "Run": "bertology.api",
 }
@@ -39,8 +39,7 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        module = importlib.import_module(_LAZY[name])
-        value = module if module.__name__ == f"bertology.{name}" else getattr(module, name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'bertology' has no attribute {name!r}")

@@ -15,7 +15,6 @@ LAYERS: list[str | set[str]] = [
     {"api", "signatures"},  # signatures: writes keywords.py from every declaration (a generator, not imported)
     "demo",
     "integrations",
-    "study",  # bt.study's callable module (until it is a plain function)
     "studies",
     {"commands.ablate", "commands.probe", "commands.track", "commands.absa", "commands.patterns", "commands.view"},
     "commands.inputs",
