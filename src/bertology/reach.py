@@ -5,8 +5,9 @@ An :class:`~bertology.analyses.registry.AnalysisSpec` or :class:`~bertology.expe
 carries ``seed_noise=SeedNoise(...)``, ``many_view=ManyView(...)`` and (analyses) ``track=Track(...)``; the
 study's seed-noise rule (:mod:`bertology.studies.noise`), the many-model index page (:mod:`bertology.report.many`)
 and tracking (:mod:`bertology.integrations.tracker`, the ``track_analyses`` setting) read them through
-:func:`declared`, which reads the two lazy catalogs by name, as :class:`~bertology.catalog.Catalog` reads its
-modules: nothing is imported before a reach is asked for.
+:func:`declared`. This room sits below the catalogs (config's ``track_analyses`` choices read it), so it names none:
+the package's root, the one module above every room, hands them down (:func:`hand_down`, as ``module:attribute``),
+and they are imported when a reach is first asked for, as :class:`~bertology.catalog.Catalog` imports its modules.
 """
 from __future__ import annotations
 
@@ -18,8 +19,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-#: The catalogs whose specs declare a reach, as ``module:attribute`` (read when a reach is asked for).
-CATALOGS = ("bertology.analyses.catalog:ANALYSES", "bertology.experiments.catalog:EXPERIMENTS")
+#: The catalogs whose specs declare a reach, as ``module:attribute``, handed down by the package's root
+#: (:func:`hand_down`); read when a reach is asked for.
+CATALOGS: list[str] = []
+
+
+def hand_down(*catalogs: str) -> None:
+    """Add ``module:attribute`` catalogs to :data:`CATALOGS` (the package's root hands down the analyses' and the
+    experiments'; a room above this one names them, so no import points up)."""
+    CATALOGS.extend(c for c in catalogs if c not in CATALOGS)
 
 
 @dataclass(frozen=True)
