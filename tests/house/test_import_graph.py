@@ -160,3 +160,11 @@ def test_computing_never_imports_drawing(graph, room):
     for drawing in DRAWING:
         chain = graph.find_shortest_chain(f"bertology.{room}", f"bertology.{drawing}", as_packages=True)
         assert chain is None, f"{room} reaches {drawing}: {' -> '.join(chain)}"
+
+
+def test_no_runtime_room_imports_the_test_helpers(graph):
+    """``bertology.testing`` (tiny models, tokenizers, a synthetic study) is for tests: no other room imports it."""
+    helpers = {m for m in graph.modules if m == "bertology.testing" or m.startswith("bertology.testing.")}
+    importers = {(importer, imported) for imported in helpers for importer in graph.find_modules_that_directly_import(imported)
+                 if importer not in helpers}
+    assert not importers, f"runtime modules importing the test helpers: {sorted(importers)}"
