@@ -266,14 +266,14 @@ def test_every_corpus_gets_its_own_tables_named_like_its_inputs(study):
 
 def test_ablation_layer_units_keep_their_layer_mode_apart():
     """Skip, all-heads and revert rows of one layer are different ablations: never averaged into one unit."""
-    from bertology.studies.noise import CHANGES
+    from bertology.studies.noise import judged
 
     rows = [{"task": "t", "seed": s, "target": "layer", "layer": 2, "head": -1, "mode": "revert", "layer_mode": lm,
              "metric": "accuracy", "delta": d + 0.01 * s, "ci_low": d - 0.1, "ci_high": d + 0.1}
             for s in (1, 2) for lm, d in (("revert_attention", -0.3), ("revert_ffn", 0.0))]
     rows.append({"task": "t", "seed": 1, "target": "layer", "layer": 0, "head": -1, "mode": "revert",
                  "layer_mode": "revert_embeddings", "metric": "accuracy", "delta": -0.5, "ci_low": -0.6, "ci_high": -0.4})
-    out = CHANGES["ablation"].extract(pd.DataFrame(rows), ["task", "seed"])
+    out = judged()["ablation"].extract(pd.DataFrame(rows), ["task", "seed"])
     by_unit = out[out["seed"] == 1].set_index("unit")["change"]
     assert by_unit["L2 revert_attention"] == pytest.approx(-0.29) and by_unit["L2 revert_ffn"] == pytest.approx(0.01)
     assert by_unit["L0 revert_embeddings"] == pytest.approx(-0.5) and set(out["level"]) == {"layer"}

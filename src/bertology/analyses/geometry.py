@@ -99,6 +99,7 @@ from bertology.metrics.geometry import (
     pair_cosines,
     unit_rows,
 )
+from bertology.reach import SeedNoise, Track, changes, views
 from bertology.results import Result
 
 MODELS = ("base", "tuned")
@@ -768,4 +769,5 @@ SETTINGS = (
             paper="Ethayarajh 2019"),
 )
 
-SPEC = AnalysisSpec("geometry", _build, ("geometry", "geometry_words"), summary=summary, settings=SETTINGS)
+SPEC = AnalysisSpec("geometry", _build, ("geometry", "geometry_words"), summary=summary, settings=SETTINGS,
+                    seed_noise=SeedNoise(pairwise=False, extract=changes.geometry), track=Track(views.geometry_scalars))

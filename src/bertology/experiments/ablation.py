@@ -62,6 +62,7 @@ from bertology.experiments.scoring import (  # noqa: F401  (re-exported: the abl
     label_ids_for,
     make_batches,
 )
+from bertology.reach import SeedNoise, changes
 from bertology.tasks.catalog import task_of_model, task_of_table
 from bertology.tasks.main_metric import METRIC_CHOICES, METRIC_HELP, MainMetric, check_metric, main_metric, metric_name
 from bertology.tasks.match import config_label_problem, mismatch, training_labels
@@ -539,4 +540,5 @@ SPEC = ExperimentSpec(
     "ablation", "the ablation of the tuned classifier", _tables, settings_from, skip_reason, _run,
     skipped_note="Ablation and head importance were skipped: {reason}.", summary=summary, settings=SETTINGS,
     precheck=precheck,
+    seed_noise=(SeedNoise(False, changes.ablation), SeedNoise(False, changes.transplant, table="transplant")),
 )

@@ -1,5 +1,6 @@
 """A table's reach, declared on its spec: how studies judge it against seed noise, how a many-model run shows
-it, whether tracking records it.
+it, whether tracking records it. The built-in tables' functions are :mod:`bertology.reach.changes` (seed noise)
+and :mod:`bertology.reach.views` (many-model views, tracking scalars).
 
 An :class:`~bertology.analyses.registry.AnalysisSpec` or :class:`~bertology.experiments.registry.ExperimentSpec`
 carries ``seed_noise=SeedNoise(...)``, ``many_view=ManyView(...)`` and (analyses) ``track=Track(...)``; the
@@ -110,31 +111,31 @@ def _catalogs() -> Iterator[Any]:
 
 def declared(attribute: str) -> dict[str, Any]:
     """``table -> reach`` of every spec in the catalogs that declares ``attribute`` (``seed_noise``, ``many_view``,
-    ``track``), in catalog order; a reach's own ``table`` (if any) names the table, else the spec's name."""
+    ``track``), in catalog order; a reach's own ``table`` (if any) names the table, else the spec's name. A spec with
+    several tables declares a tuple (``seed_noise=(SeedNoise(...), SeedNoise(..., table="transplant"))``)."""
     out: dict[str, Any] = {}
     for catalog in _catalogs():
+        if not catalog.may_declare(attribute):  # e.g. no experiment declares ``track``: none is imported to ask
+            continue
         for spec in catalog.specs():
             reach = getattr(spec, attribute, None)
-            if reach is not None:
-                out[getattr(reach, "table", None) or spec.name] = reach
+            for one in reach if isinstance(reach, tuple) else (() if reach is None else (reach,)):
+                out[getattr(one, "table", None) or spec.name] = one
     return out
 
 
 class Trackable(Sequence[str]):
-    """The analyses tracking may record, as a setting's ``choices``: ``known`` first (answered without importing
-    anything), then every other analysis whose spec declares ``track``, read from the catalog when first needed."""
-
-    def __init__(self, known: tuple[str, ...]) -> None:
-        self.known = known
+    """The analyses tracking may record, as a setting's ``choices``: every analysis whose spec declares ``track``, in
+    catalog order, read from the catalogs when first needed (a setting declared below them names none)."""
 
     def _all(self) -> tuple[str, ...]:
-        return (*self.known, *(n for n in declared("track") if n not in self.known))
+        return tuple(declared("track"))
 
     def __contains__(self, name: object) -> bool:
-        return name in self.known or name in self._all()
+        return name in self._all()
 
     def __bool__(self) -> bool:
-        return bool(self.known) or bool(self._all())
+        return bool(self._all())
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._all())
