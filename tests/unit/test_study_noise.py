@@ -333,3 +333,49 @@ def test_the_study_report_lists_rho_and_transplant_curves_per_task_with_verdicts
     assert [(r[1], r[2], r[-1]) for r in rows] == [("Spearman, change vs revert drop", "heads: weight", "within noise"),
                                                   ("gain recovered", "top 1 layers", "beyond noise")]
     assert _which_change({"study_effects": pd.DataFrame()}) is None
+
+
+def test_each_attention_measure_gets_its_own_verdicts():
+    """A table of several attention measures: the weights rows are judged as they are alone, each other measure's
+    rows as their own units (``norm/vertical``), and a per-layer measure's one map per layer (head -1) as a layer."""
+    tuned = {"weights": (0.5, 0.01), "norm": (0.8, 0.001), "rollout": (0.6, 0.001)}  # tuned = a + b * seed
+
+    def rows(s):
+        out = []
+        for measure, (a, b) in tuned.items():
+            for head in ((-1,) if measure == "rollout" else (0, 1)):
+                for model, value in (("base", 0.5 if measure != "rollout" else 0.4), ("tuned", a + b * s)):
+                    out.append({"measure": measure, "model": model, "layer": 1, "head": head, "pattern": "vertical",
+                                "fraction": value})
+        return out
+    mixed = _per_seed((1, 2, 3), rows)
+    effects = study_tables({"attention_patterns": mixed}, {})["study_effects"]
+    alone = study_tables({"attention_patterns": mixed[mixed["measure"] == "weights"].drop(columns="measure")},
+                         {})["study_effects"]
+    weights = effects[~effects["metric"].str.contains("/")].reset_index(drop=True)
+    pd.testing.assert_frame_equal(weights, alone, check_exact=True)
+    assert set(effects["metric"]) == {"vertical", "norm/vertical", "rollout/vertical"}
+    norm = effects[effects["metric"] == "norm/vertical"].set_index("unit")
+    assert set(norm.index) == {"L1H0", "L1H1", "all"}
+    assert norm.loc["L1H0", "change_mean"] == pytest.approx(0.302)  # 0.801..0.803 - 0.5
+    assert bool(norm.loc["L1H0", "beyond_noise"])  # every |c| ~0.3 above every seed distance (<= 0.002): p = 1/20
+    assert not bool(_one(effects, metric="vertical", unit="L1H0")["beyond_noise"])  # 0.01-0.03 vs 0.01-0.02
+    rollout = effects[effects["metric"] == "rollout/vertical"].set_index("unit")
+    assert set(rollout.index) == {"L1", "all"} and rollout.loc["L1", "level"] == "layer"
+    assert pd.isna(rollout.loc["L1", "head"]) and not effects["unit"].str.contains("H-1").any()
+    assert rollout.loc["L1", "change_mean"] == pytest.approx(0.202)
+
+
+def test_a_per_layer_measure_of_a_pairwise_table_is_one_unit_per_layer():
+    """attention_change under rollout (one map per layer, head -1): one ``L1`` unit per metric, the layer's value."""
+    from bertology.studies.changes import by_measure, judged
+
+    rows = [{"task": "t", "seed": 1, "measure": m, "layer": 1, "head": h, "cosine": c, "js_divergence": 0.1}
+            for m, h, c in (("weights", 0, 0.9), ("weights", 1, 0.7), ("rollout", -1, 0.6))]
+    out = by_measure(judged()["attention_change"], pd.DataFrame(rows), ["task", "seed"])
+    rollout = out[out["metric"].str.startswith("rollout/")].set_index(["metric", "unit"])
+    assert sorted(rollout.index) == [("rollout/cosine_distance", "L1"), ("rollout/js_divergence", "L1")]
+    assert rollout.loc[("rollout/cosine_distance", "L1"), "change"] == pytest.approx(0.4)
+    weights = out[~out["metric"].str.contains("/")].set_index(["metric", "unit"])
+    assert weights.loc[("cosine_distance", "L1"), "change"] == pytest.approx(0.2)  # mean of 0.1 and 0.3
+    assert len(weights) == 6  # 2 heads + the layer, 2 metrics

@@ -15,7 +15,6 @@ import pandas as pd
 from bertology.errors import BertologyError
 from bertology.reach import SeedNoise, declared
 from bertology.reach.changes import need
-from bertology.results import weights_rows
 
 #: Columns naming one unit of one metric of one table (tidy key of every ``study_*`` table).
 UNIT_COLUMNS = ("table", "metric", "level", "unit", "layer", "head")
@@ -25,6 +24,38 @@ def judged() -> dict[str, SeedNoise]:
     """Every table a study judges against seed noise, ``table -> SeedNoise``, in catalog order: each table whose spec
     declares ``seed_noise`` (read from the catalogs, which imports their modules)."""
     return declared("seed_noise")
+
+
+def by_measure(spec: SeedNoise, df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``spec``'s extract of ``df``, each attention measure on its own: a table without a ``measure`` column (a run
+    of ``weights`` alone) as it always was; with several measures, the ``weights`` rows as they would be alone and
+    every other measure's rows as their own units, its metrics named ``<measure>/<metric>`` (``norm/cosine_distance``),
+    so each measure gets its own seed-noise verdicts (Kobayashi et al. 2020: does the finding hold under a
+    contribution measure?)."""
+    if "measure" not in df.columns or df.empty:
+        return spec.extract(df, keys)
+    frames = []
+    for measure, rows in df.groupby("measure", sort=False):
+        one = spec.extract(rows.drop(columns="measure").reset_index(drop=True), keys)
+        if measure != "weights" and not one.empty:
+            one = _per_layer_units(one.assign(metric=f"{measure}/" + one["metric"].astype(str)), keys)
+        frames.append(one)
+    return pd.concat(frames, ignore_index=True)
+
+
+def _per_layer_units(one: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """A per-layer measure's rows (one map per layer, ``head = -1``) as layer units (``L5``), not heads ``L5H-1``;
+    where the extract also gave the layer (the mean over its one head: the same number), that row is kept."""
+    from bertology.analyses.per_measure import LAYER_HEAD  # only a run with several measures gets here
+
+    per_layer = (one["level"] == "head") & (one["head"] == LAYER_HEAD).fillna(False).astype(bool)
+    if not per_layer.any():
+        return one
+    moved = one[per_layer].copy()
+    moved["level"], moved["unit"] = "layer", "L" + moved["layer"].astype(str)
+    moved["head"] = pd.array([pd.NA] * len(moved), dtype="Int64")
+    out = pd.concat([one[~per_layer], moved], ignore_index=True)
+    return out.drop_duplicates(subset=[*keys, "metric", "level", "unit"], keep="first").reset_index(drop=True)
 
 
 _CHANGE_COLS = [*UNIT_COLUMNS, "change", "base", "tuned", "ci_low", "ci_high"]
@@ -74,8 +105,7 @@ def seed_changes(base_tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
             continue
         need(df, name, ("task", "seed"))
         _check_keys(df, name, ["task", "seed"])
-        # several --attention-measures: the weights rows are judged (each measure against seed noise: not yet)
-        frames.append(_finish(spec.extract(weights_rows(df), ["task", "seed"]), name, ["task", "seed"]))
+        frames.append(_finish(by_measure(spec, df, ["task", "seed"]), name, ["task", "seed"]))
     if not frames:
         return pd.DataFrame(columns=["task", "seed", *_CHANGE_COLS])
     return pd.concat(frames, ignore_index=True)
@@ -98,7 +128,7 @@ def seed_distances(
             need(df, f"seedpair_{name}", ("task", "seed_a", "seed_b"))
             _check_keys(df, f"seedpair_{name}", ["task", "seed_a", "seed_b"])
             pairs = ["task", "seed_a", "seed_b"]
-            d = _finish(spec.extract(weights_rows(df), pairs), name, pairs)
+            d = _finish(by_measure(spec, df, pairs), name, pairs)
             d = d[d["seed_a"] != d["seed_b"]].copy()
             # (a, b) and (b, a) are one pair of seeds: count it once (the mean when both were computed)
             lo, hi = d[["seed_a", "seed_b"]].min(axis=1), d[["seed_a", "seed_b"]].max(axis=1)
