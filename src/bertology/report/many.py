@@ -2,7 +2,7 @@
 a compact side-by-side per table (rows: layers, columns: tuned models).
 
 Offline and escaped like the pair reports (inline CSS, a Content-Security-Policy, Jinja2 autoescaping).
-The richer study report (seed spread, task vs task) is the ``study`` room's; this page only points the way.
+The richer study report (seed spread, task vs task) is the ``studies`` room's; this page only points the way.
 """
 from __future__ import annotations
 

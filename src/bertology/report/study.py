@@ -64,7 +64,7 @@ def _manifest(study_dir: Path, warnings: list[str]) -> dict:
     return data
 
 
-#: The comparison folders of a study (``bertology.studies.runner`` writes them; this page may not import study).
+#: The comparison folders of a study (``bertology.studies.runner`` writes them; this page may not import studies).
 _COMPARE_MANIFESTS = ("compare/manifest.json", "compare_own/*/manifest.json", "seeds/*/*/manifest.json",
                       "seeds_own/*/*/manifest.json")
 
