@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from bertology.analyses.absa_heads import top_heads
-from bertology.study.absa import AbsaConfig, run_absa
+from bertology.commands.absa import AbsaConfig, run_absa
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from math import comb
 import numpy as np
 from scipy.stats import mannwhitneyu
 
-from bertology.study.noise import attained_level
+from bertology.studies.noise import attained_level
 
 
 def rate(bt: np.ndarray, ss: np.ndarray, alpha: float) -> float:

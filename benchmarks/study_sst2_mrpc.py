@@ -61,8 +61,8 @@ def main() -> None:
     ap.add_argument("--n-compare", type=int, default=200)
     ap.add_argument("--executor", default="local")
     args = ap.parse_args()
-    from bertology.study.executors import make_executor
-    from bertology.study.runner import run_study
+    from bertology.studies.executors import make_executor
+    from bertology.studies.runner import run_study
 
     glue = args.glue.resolve()
     args.out.mkdir(parents=True, exist_ok=True)

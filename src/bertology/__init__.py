@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bertology import reach as _reach
 from bertology.errors import BertologyError
 
 __version__ = "0.1.0"
@@ -27,20 +28,24 @@ _LAZY = {
     "capture": "bertology.api",
     "render_report": "bertology.api",
     "demo_data": "bertology.api",
-    "study": "bertology.study",  # the package, callable (see its docstring)
+    "study": "bertology.api",
     "load_run": "bertology.api",
     "Run": "bertology.api",
 }
 
 __all__ = ["BertologyError", "__version__", *_LAZY]
 
+#: The catalogs whose specs declare a table's reach, handed down to :mod:`bertology.reach`: this face sits above
+#: every room, so rooms below the catalogs (config's ``track_analyses`` choices) read the specs with no import
+#: pointing up. Nothing is imported here; a catalog is when a reach is first asked for.
+_reach.hand_down("bertology.analyses.catalog:ANALYSES", "bertology.experiments.catalog:EXPERIMENTS")
+
 def __getattr__(name: str) -> Any:
     """``bertology.compare`` and friends, imported when first used (PEP 562)."""
     if name in _LAZY:
         import importlib
 
-        module = importlib.import_module(_LAZY[name])
-        value = module if module.__name__ == f"bertology.{name}" else getattr(module, name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'bertology' has no attribute {name!r}")

@@ -439,9 +439,9 @@ def ablate(model: str, data: Any, *, base: str | None = None, out: str | Path | 
     ``base``: the pretrained model ``model`` was fine-tuned from, which ``mode="revert"`` (and ``"transplant"``) needs.
     """
     from bertology.experiments.ablation import AblationSettings
-    from bertology.study.ablate import QaOptions
-    from bertology.study.ablate import ablate as run_ablate
-    from bertology.study.inputs import Columns, Loading
+    from bertology.commands.ablate import QaOptions
+    from bertology.commands.ablate import ablate as run_ablate
+    from bertology.commands.inputs import Columns, Loading
 
     if report and out is None:
         raise BertologyError("report=True needs out=FOLDER: the report is a file in the run folder.")
@@ -465,9 +465,9 @@ def probe(base: str, train: Any, test: Any, *, tuned: str | None = None, dev: An
     ``classifier="mlp"`` ...)."""
     from bertology.experiments.probe import ProbeSettings
     from bertology.experiments.token_probe import TokenProbeSettings
-    from bertology.study.inputs import Loading
-    from bertology.study.probe import ProbeData, ProbeModels, ProbeOptions
-    from bertology.study.probe import probe as run_probe
+    from bertology.commands.inputs import Loading
+    from bertology.commands.probe import ProbeData, ProbeModels, ProbeOptions
+    from bertology.commands.probe import probe as run_probe
 
     if report and out is None:
         raise BertologyError("report=True needs out=FOLDER: the report is a file in the run folder.")
@@ -488,7 +488,7 @@ def study(spec: str | Path | Mapping[str, Any], *, out: str | Path | None = None
     seed-noise verdicts) into ``out`` (default: the spec's ``out``); a finished job is reused, so a rerun resumes.
     ``executor="ray"`` runs the jobs on Ray (``ray_address``: the cluster to join; default a local one). Failed jobs
     are in ``run.manifest["jobs"]``; the study tables (``study_effects`` ...) are the run's tables."""
-    from bertology.study.runner import run_study
+    from bertology.studies.runner import run_study
 
     return Run.of(run_study(spec, out, executor=executor, ray_address=ray_address, overwrite=overwrite,
                             progress=progress_wanted(progress)))
@@ -500,7 +500,7 @@ def absa(data: str | Path, *, base: str = "minilm", tuned: str | None = None, ou
     """The aspect-heads study (Sun et al. 2019's auxiliary sentences; Clark et al. 2019's heads) on a SemEval-2014
     Task 4 XML file: fine-tune ``base`` on aspect pairs (unless ``tuned`` is given), then find the heads that
     link aspects to their opinions. ``settings``: ``bertology absa``'s, by name (``style="nli_m"``, ``epochs=2``)."""
-    from bertology.study.absa import AbsaConfig, run_absa
+    from bertology.commands.absa import AbsaConfig, run_absa
 
     (chosen,) = _split(settings, AbsaConfig)
     config = AbsaConfig(data=str(data), out=str(out), base=_model(base), tuned=_model(tuned) if tuned else None,
@@ -514,7 +514,7 @@ def view(text: str, text_pair: str | None = None, *, model: str = "minilm", comp
     ``compare`` (shown as 'tuned') the diff. Shown inline in Jupyter; ``out`` also writes the page (``.html``) or its
     data (``.json``). Returns the :class:`~bertology.viz.viewer.AttentionView` (``attention(name)``, ``diff()``,
     ``save(path)``)."""
-    from bertology.study.view import view as run_view
+    from bertology.commands.view import view as run_view
 
     return run_view(text, text_pair, model=_model(model), compare=_model(compare) if compare else None, out=out,
                     max_length=max_length).view
@@ -527,7 +527,7 @@ def track(run: str | Path, data: Any = None, *, base: str | None = None, overwri
     ``run/track``). ``data``: the corpus (a path, or data in memory as :func:`compare` takes it; default: the run's
     eval data, else its training data).
     ``settings``: ``bertology track``'s, by name (``analyses=...``, ``max_examples=32``)."""
-    from bertology.study.track import track as run_track
+    from bertology.commands.track import track as run_track
 
     given = settings.get("analyses")
     if given is not None and not isinstance(given, str) and not all(isinstance(a, str) for a in given):

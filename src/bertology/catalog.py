@@ -15,11 +15,18 @@ T = TypeVar("T")
 
 
 class Catalog(Generic[T]):
-    """Ordered ``name -> module`` entries of one kind (``"analysis"``, ``"experiment"``)."""
+    """Ordered ``name -> module`` entries of one kind (``"analysis"``, ``"experiment"``); ``spec_type``: the class of
+    its specs, which says what they may declare without importing one (a reader of a reach the class lacks skips the
+    catalog)."""
 
-    def __init__(self, kind: str, modules: dict[str, str]) -> None:
+    def __init__(self, kind: str, modules: dict[str, str], spec_type: type | None = None) -> None:
         self.kind = kind
         self.modules = modules
+        self.spec_type = spec_type
+
+    def may_declare(self, attribute: str) -> bool:
+        """Whether a spec of this catalog can declare ``attribute`` (True when the spec class is not known)."""
+        return self.spec_type is None or hasattr(self.spec_type, attribute)
 
     def names(self) -> tuple[str, ...]:
         """Every name, in catalog order (nothing imported)."""

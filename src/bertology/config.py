@@ -39,9 +39,8 @@ SPACY_MODEL_HELP = "spaCy pipeline that tags and parses plain text (default: en_
 
 
 #: Tracking a model while it trains (bertology.integrations.tracker): the analyses it can run against the base,
-#: streaming ones that need nothing from the data but its text: these, then every analysis whose spec declares
-#: ``track=`` (bertology.reach.Track), read from the catalog when a name is not one of these.
-TRACK_ANALYSES = Trackable(("representation_similarity", "attention_change", "geometry"))
+#: every analysis whose spec declares ``track=`` (bertology.reach.Track), read from the catalogs when first needed.
+TRACK_ANALYSES = Trackable()
 #: The declarations tracking settings share: ``BertologyCallback``'s settings (CallbackSettings) and
 #: ``bertology finetune``'s ``--track-*`` flags are made from these, by :func:`track_field`.
 _TRACK_DECLARATIONS: dict[str, dict[str, Any]] = {

@@ -143,7 +143,7 @@ class FinetuneKeywords(TypedDict, total=False):
     lora_targets: tuple[str, ...] | str
     lora_merge: bool
     track_every: int | None
-    track_analyses: tuple[Literal['representation_similarity', 'attention_change', 'geometry'], ...] | str
+    track_analyses: tuple[Literal['attention_change', 'representation_similarity', 'geometry'], ...] | str
     track_examples: int | None
 
 
@@ -380,7 +380,7 @@ KEYWORDS = {
         ('lora_targets', 'tuple[str, ...] | str', ()),
         ('lora_merge', 'bool', False),
         ('track_every', 'int | None', 0),
-        ('track_analyses', "tuple[Literal['representation_similarity', 'attention_change', 'geometry'], ...] | str", ('representation_similarity', 'attention_change')),
+        ('track_analyses', "tuple[Literal['attention_change', 'representation_similarity', 'geometry'], ...] | str", ('representation_similarity', 'attention_change')),
         ('track_examples', 'int | None', 64),
     ),
     'ablate': (

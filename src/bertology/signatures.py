@@ -82,11 +82,11 @@ def public_keywords() -> dict[str, list[tuple[str, str, object]]]:
     from bertology.experiments.probe import ProbeSettings
     from bertology.experiments.token_probe import TokenProbeSettings
     from bertology.commands.selection import declared_settings
-    from bertology.study.ablate import QaOptions
-    from bertology.study.absa import AbsaConfig
-    from bertology.study.inputs import Columns, Loading
-    from bertology.study.probe import ProbeData, ProbeOptions
-    from bertology.study.track import TrackSettings
+    from bertology.commands.ablate import QaOptions
+    from bertology.commands.absa import AbsaConfig
+    from bertology.commands.inputs import Columns, Loading
+    from bertology.commands.probe import ProbeData, ProbeOptions
+    from bertology.commands.track import TrackSettings
 
     declared, _ = declared_settings()
     columns = {"text_column": "text", "pair_column": "pair", "label_column": "label"}

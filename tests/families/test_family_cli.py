@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from bertology.testing import FAMILY_CONFIGS, SENTENCES, save_tiny_family
-from bertology.testing_tokenizers import tiny_tokenizer
+from bertology.testing.tokenizers import tiny_tokenizer
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))
 from cli_checks import assert_user_error, invoke  # noqa: E402

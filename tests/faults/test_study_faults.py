@@ -22,9 +22,9 @@ import pandas as pd
 import pytest
 
 from bertology.errors import BertologyError
-from bertology.study import runner
-from bertology.study.jobs import CompareJob, FinetuneJob
-from bertology.study.runner import run_study
+from bertology.studies import runner
+from bertology.studies.jobs import CompareJob, FinetuneJob
+from bertology.studies.runner import run_study
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))
 from study_helpers import labelled, tiny_study  # noqa: E402

@@ -34,8 +34,6 @@ RENAMED = {"*": {"no_report": "report"}, "report": {"run_dir": "run"}}
 CLI_ONLY = {
     ("finetune", "against"): "prints a comparison with another run; in Python compare the two runs' tables",
     ("finetune", "no_report"): "bt.finetune(report=True) asks for the report the command writes by default",
-    ("study", "ray_address"): None,  # a keyword of bt.study, listed only because the package is callable (*args)
-    ("study", "spec"): None,
 }
 #: a stand-in for each command's required arguments: a model or file that does not exist, so a call that got past
 #: the keywords fails at once on loading, before any work

@@ -48,7 +48,7 @@ def _study_rows() -> pd.DataFrame:
 
 
 def test_a_declared_table_gets_seed_noise_verdicts_in_a_toy_study(toy, tmp_path):
-    from bertology.study.summarise import write_study_tables
+    from bertology.studies.summarise import write_study_tables
 
     write_table(tmp_path, TOY, _study_rows())
     effects = write_study_tables(tmp_path)["study_effects"].set_index("unit")
@@ -116,3 +116,17 @@ def test_the_package_names_the_toy_nowhere():
 
     root = Path(bertology.__file__).parent
     assert [p for p in root.rglob("*.py") if TOY in p.read_text(encoding="utf-8")] == []
+
+
+def test_the_built_in_tables_declare_their_reach_on_their_specs():
+    """Every built-in table a study judges, a many-model run shows or tracking records says so on its spec (no list
+    beside the specs): a spec that lost its declaration (a merge, a split module) fails here, not in a study."""
+    from bertology.reach import declared
+
+    assert list(declared("seed_noise")) == [
+        "attention_change", "attention_patterns", "representation_similarity", "geometry",  # analyses, catalog order
+        "weight_change", "probe", "token_probe", "ablation", "transplant", "changed_vs_needed"]  # experiments
+    assert list(declared("many_view")) == ["attention_change", "representation_similarity"]
+    assert list(declared("track")) == ["attention_change", "representation_similarity", "geometry"]
+    assert {n: s.pairwise for n, s in declared("seed_noise").items() if s.pairwise} == {
+        "attention_change": True, "representation_similarity": True, "weight_change": True}

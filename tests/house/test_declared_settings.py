@@ -31,8 +31,8 @@ def _declares(cls: type, name: str) -> bool:
 
 
 def _python_ablate(name: str, value: Any) -> None:
-    from bertology.study.ablate import QaOptions, ablate
-    from bertology.study.inputs import Loading
+    from bertology.commands.ablate import QaOptions, ablate
+    from bertology.commands.inputs import Loading
 
     if _declares(QaOptions, name):
         ablate("absent", "absent.csv", qa=QaOptions(**{name: value}))
@@ -43,8 +43,8 @@ def _python_ablate(name: str, value: Any) -> None:
 
 def _python_probe(name: str, value: Any) -> None:
     from bertology.experiments.token_probe import TokenProbeSettings
-    from bertology.study.inputs import Loading
-    from bertology.study.probe import ProbeData, ProbeOptions, probe
+    from bertology.commands.inputs import Loading
+    from bertology.commands.probe import ProbeData, ProbeOptions, probe
 
     data = ProbeData("absent.conllu", "absent.conllu")
     if _declares(TokenProbeSettings, name):
@@ -59,26 +59,26 @@ def _python_probe(name: str, value: Any) -> None:
 
 
 def _python_track(name: str, value: Any) -> None:
-    from bertology.study.track import track
+    from bertology.commands.track import track
 
     track("absent-run", **{name: value})
 
 
 def _python_absa(name: str, value: Any) -> None:
-    from bertology.study.absa import AbsaConfig, run_absa
+    from bertology.commands.absa import AbsaConfig, run_absa
 
     run_absa(AbsaConfig(data="absent.xml", **{name: value}))
 
 
 def _python_export(name: str, value: Any) -> None:
-    from bertology.study.patterns import ExportSettings, export_patterns
+    from bertology.commands.patterns import ExportSettings, export_patterns
 
     export_patterns("absent", "absent.txt", ExportSettings(**{name: value}), out="absent-out")
 
 
 def _python_train(name: str, value: Any) -> None:
     from bertology.experiments.pattern_cnn import TrainSettings
-    from bertology.study.patterns import train_patterns
+    from bertology.commands.patterns import train_patterns
 
     train_patterns("absent.csv", TrainSettings(**{name: value}))
 

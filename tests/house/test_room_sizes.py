@@ -18,13 +18,12 @@ MAX_FILE_LINES = 600
 MAX_FUNCTION_LINES = 80
 MAX_PARAMETERS = 8
 
-#: Files over MAX_FILE_LINES, with their line count today (``study/noise.py``: helper "studies" splits it).
+#: Files over MAX_FILE_LINES, with their line count today.
 FILES: dict[str, int] = {
-    "study/noise.py": 634,
 }
 #: Functions over MAX_FUNCTION_LINES (``path:qualified.name``), with their length today.
 FUNCTIONS: dict[str, int] = {
-    "study/synthetic.py:synthetic_study": 85,
+    "testing/synthetic.py:synthetic_study": 85,
 }
 #: Functions outside the CLI with more than MAX_PARAMETERS parameters (``self``/``cls`` not counted), with their
 #: count today. Public functions of the notebook API and the figures keep their keywords (users call them so);
@@ -56,10 +55,10 @@ PARAMETERS: dict[str, int] = {
     "metrics/word_argmax.py:word_argmax_hits": 9,
     "progress.py:PlainBar.__init__": 11,
     "progress.py:progress_bar": 10,
-    "study/ablate.py:ablate": 11,
-    "study/probe.py:probe": 11,
-    "study/synthetic.py:synthetic_study": 10,
-    "study/track.py:track": 9,
+    "commands/ablate.py:ablate": 11,
+    "commands/probe.py:probe": 11,
+    "testing/synthetic.py:synthetic_study": 10,
+    "commands/track.py:track": 9,
     "viz/figures.py:head_heatmap": 10,
     "viz/figures.py:layer_curve": 10,
     "viz/figures.py:layer_matrix": 10,

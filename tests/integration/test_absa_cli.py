@@ -78,7 +78,7 @@ def test_one_pass_per_model_gives_the_tables_of_the_former_two_passes(tmp_path, 
     from bertology.data.encode import encode_corpus
     from bertology.models.pair import ModelPair
     from bertology.commands.compare import compare
-    from bertology.study.absa import AbsaConfig, _seen_labels_only, run_absa
+    from bertology.commands.absa import AbsaConfig, _seen_labels_only, run_absa
     from bertology.testing import tiny_bert_pair
 
     data = write_absa(tmp_path / "rest.xml")

@@ -343,7 +343,7 @@ def short_model(request, tmp_path_factory):
     """(family, classifier folder whose position table holds 64 usable rows, labelled CSV, CoNLL-U), with
     ``N_LONG`` examples of each file longer than 64 tokens."""
     from bertology.testing import TINY_WORDS, save_tiny_family
-    from bertology.testing_tokenizers import tiny_tokenizer
+    from bertology.testing.tokenizers import tiny_tokenizer
 
     family = request.param
     root = tmp_path_factory.mktemp(f"short-{family}")

@@ -77,7 +77,7 @@ def root(tmp_path_factory) -> Path:
 
 def test_ablate(root):
     from bertology.errors import BertologyError
-    from bertology.study.ablate import ablate
+    from bertology.commands.ablate import ablate
 
     clf = save_tiny_bert(root / "clf", classifier=True, initializer_range=0.3)
     data = root / "labelled.csv"
@@ -110,8 +110,8 @@ def test_ablate(root):
 
 
 def test_ablate_revert(root):
-    """``ablate --mode revert --base``: the CLI and :func:`bertology.study.ablate.ablate` write the same run."""
-    from bertology.study.ablate import ablate
+    """``ablate --mode revert --base``: the CLI and :func:`bertology.commands.ablate.ablate` write the same run."""
+    from bertology.commands.ablate import ablate
 
     base, tuned = tiny_bert_pair(root / "revert-pair", planted=(1, 2), classifier=True)
     data = root / "revert.csv"
@@ -174,7 +174,7 @@ def _conllu(sentences) -> str:
 
 
 def test_probe(root):
-    from bertology.study.probe import ProbeData, ProbeModels, probe
+    from bertology.commands.probe import ProbeData, ProbeModels, probe
 
     base, tuned = tiny_bert_pair(root / "probe-pair", planted=(1, 0))
     train, test = root / "train.conllu", root / "test.conllu"
@@ -189,7 +189,7 @@ def test_probe(root):
 
 
 def test_absa(root):
-    from bertology.study.absa import AbsaConfig, run_absa
+    from bertology.commands.absa import AbsaConfig, run_absa
 
     data = write_absa(root / "rest.xml")
     base = save_tiny_bert(root / "absa-base")
@@ -207,7 +207,7 @@ def test_absa(root):
 
 def test_patterns_export_and_train(root, identical_pair):
     from bertology.experiments.pattern_cnn import TrainSettings
-    from bertology.study.patterns import ExportSettings, export_patterns, train_patterns
+    from bertology.commands.patterns import ExportSettings, export_patterns, train_patterns
 
     base, _ = identical_pair
     data = root / "sentences.txt"
@@ -231,7 +231,7 @@ def test_patterns_export_and_train(root, identical_pair):
 
 
 def test_view(root, identical_pair):
-    from bertology.study.view import view
+    from bertology.commands.view import view
 
     base, tuned = identical_pair
     cli_ok("view", "the cat sat .", "--model", base, "--compare", tuned, "--out", root / "view-cli.json")
@@ -241,7 +241,7 @@ def test_view(root, identical_pair):
 
 
 def test_track(root):
-    from bertology.study.track import track
+    from bertology.commands.track import track
 
     base = save_tiny_bert(root / "track-base")
     data = root / "track.csv"
@@ -258,7 +258,7 @@ def test_track(root):
 
 
 def test_study(root):
-    from bertology.study.runner import run_study
+    from bertology.studies.runner import run_study
 
     spec = tiny_study(root / "study", seeds=(0,))
     cli_ok("study", spec, "--out", root / "study-cli")

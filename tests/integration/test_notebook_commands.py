@@ -16,7 +16,7 @@ def pair(tmp_path_factory):
 
 
 def test_view_is_the_commands_view_and_shows_inline(pair, tmp_path):
-    from bertology.study.view import view
+    from bertology.commands.view import view
 
     base, tuned = map(str, pair)
     shown = bt.view("the cat sat .", model=base, compare=tuned, out=tmp_path / "py.json")
@@ -87,7 +87,7 @@ def test_compare_several_tuned_models_as_the_command_does(tmp_path):
 
 def test_what_the_commands_take_the_functions_take(tmp_path):
     """``bertology ablate --base`` (revert), ``finetune``'s report and ``study --ray-address`` were CLI-only."""
-    from bertology.study.ablate import ablate
+    from bertology.commands.ablate import ablate
 
     base = save_tiny_bert(tmp_path / "base")
     frame = pd.DataFrame({"sentence": SENTENCES * 2, "label": ["pos", "neg"] * len(SENTENCES)})

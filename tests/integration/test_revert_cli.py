@@ -36,7 +36,7 @@ def _check_revert_table(t: pd.DataFrame, n_layers: int = 2, n_heads: int = 4) ->
 
 
 def test_ablate_revert_runs_end_to_end_and_matches_python(pair, data, tmp_path):
-    from bertology.study.ablate import ablate
+    from bertology.commands.ablate import ablate
 
     base, tuned, _ = pair
     out = tmp_path / "cli"

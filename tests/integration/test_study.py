@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from bertology.errors import BertologyError
-from bertology.study.runner import run_study
-from bertology.study.spec import load_spec
+from bertology.studies.runner import run_study
+from bertology.studies.spec import load_spec
 from bertology.testing import save_tiny_bert, tiny_vocab
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
@@ -234,7 +234,7 @@ def test_a_task_whose_data_lacks_a_column_is_one_error_before_any_job(tmp_path):
 
 
 def test_a_failing_task_is_reported_the_rest_completes_and_a_rerun_retries_it(tmp_path, monkeypatch):
-    from bertology.study.jobs import FinetuneJob
+    from bertology.studies.jobs import FinetuneJob
 
     spec = tiny_study(tmp_path, extra=NO_REPORT)
     real_run = FinetuneJob.run
@@ -288,7 +288,7 @@ def test_executor_ray_without_ray_names_the_extra(tmp_path, monkeypatch):
 
 
 def test_a_study_killed_before_its_end_resumes_and_a_foreign_folder_is_refused(tmp_path):
-    from bertology.study import runner
+    from bertology.studies import runner
 
     spec = tiny_study(tmp_path / "s", seeds=(0,), extra=NO_REPORT)
     calls = []
@@ -415,7 +415,7 @@ def test_a_changed_task_recipe_makes_the_fine_tunes_other_runs(tmp_path, monkeyp
     except those [lab] sets itself."""
     from dataclasses import replace
 
-    from bertology.study import jobs
+    from bertology.studies import jobs
     from bertology.training import recipes
 
     spec = load_spec(tiny_study(tmp_path))

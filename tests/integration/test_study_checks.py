@@ -13,8 +13,8 @@ import torch
 from typer.testing import CliRunner
 
 from bertology.errors import BertologyError
-from bertology.study.checks import check_device, check_study
-from bertology.study.spec import load_spec
+from bertology.studies.checks import check_device, check_study
+from bertology.studies.spec import load_spec
 
 sys.path.insert(0, str(Path(__file__).parent))
 from study_helpers import tiny_study  # noqa: E402

@@ -14,7 +14,7 @@ from study_helpers import tiny_study  # noqa: E402
 
 import bertology as bt  # noqa: E402
 from bertology.errors import BertologyError  # noqa: E402
-from bertology.study.spec import load_spec  # noqa: E402
+from bertology.studies.spec import load_spec  # noqa: E402
 
 
 def test_a_dict_spec_is_its_toml(tmp_path, monkeypatch):

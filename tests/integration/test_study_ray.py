@@ -35,7 +35,7 @@ def test_ray_executor_gives_the_local_executors_tables(tmp_path, local_ray):
     m = json.loads((tmp_path / "ray" / "manifest.json").read_text())
     assert m["executor"] == "ray" and {j["status"] for j in m["jobs"]} == {"done"} and len(m["jobs"]) == 11  # 4 fine-tunes, 7 comparisons
 
-    from bertology.study.runner import run_study
+    from bertology.studies.runner import run_study
 
     local = run_study(spec, tmp_path / "local")
     assert local.manifest["executor"] == "local"

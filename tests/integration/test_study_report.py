@@ -14,9 +14,9 @@ import pytest
 from bertology.errors import BertologyError
 from bertology.report.format import fmt_value
 from bertology.report.study import render_study_report
-from bertology.study.noise import STUDY_TABLES
-from bertology.study.summarise import main, summarise_study
-from bertology.study.synthetic import synthetic_study
+from bertology.studies.noise import STUDY_TABLES
+from bertology.studies.summarise import main, summarise_study
+from bertology.testing.synthetic import synthetic_study
 
 SECTIONS = ("overview", "noise", "attention", "similarity", "patterns", "ablation", "probe", "differences",
             "jobs", "tables")

@@ -32,7 +32,7 @@ def _check(t: pd.DataFrame, n_layers: int = 2) -> None:
 
 
 def test_ablate_transplant_runs_end_to_end_and_matches_python(pair, data, tmp_path):
-    from bertology.study.ablate import ablate
+    from bertology.commands.ablate import ablate
 
     base, tuned, _ = pair
     out = tmp_path / "cli"

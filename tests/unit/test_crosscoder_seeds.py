@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from bertology.metrics.crosscoder_seeds import best_match_cosines, null_threshold, random_directions, recurrence
-from bertology.study.crosscoder_seeds import seed_feature_table, task_features, verdict_counts
+from bertology.studies.crosscoder_seeds import seed_feature_table, task_features, verdict_counts
 
 DIM, N, ALPHA = 64, 40, 0.05
 

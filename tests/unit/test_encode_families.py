@@ -1,7 +1,7 @@
 """Encoding examples with known words gives exactly the plain text's token ids, for every tokenizer family.
 
 The tiny WordPiece (BERT), byte-level BPE (RoBERTa) and Metaspace Unigram (XLM-R) tokenizers come from
-:func:`bertology.testing_tokenizers.tiny_tokenizer`. Each test checks the ids against ``tok(text)`` and
+:func:`bertology.testing.tokenizers.tiny_tokenizer`. Each test checks the ids against ``tok(text)`` and
 the word map against the words' characters in the text.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from bertology.data.align import annotated_word_ids
 from bertology.data.corpus import Corpus, Example
 from bertology.data.encode import EncodedExample, encode_corpus, encode_example
 from bertology.errors import BertologyError
-from bertology.testing_tokenizers import TOKENIZER_KINDS, tiny_tokenizer
+from bertology.testing.tokenizers import TOKENIZER_KINDS, tiny_tokenizer
 
 KINDS = TOKENIZER_KINDS
 

@@ -105,7 +105,7 @@ def test_command_line_text_and_python_values_make_the_same_config():
 
 
 def _spec(tmp_path, lab: str):
-    from bertology.study.spec import load_spec
+    from bertology.studies.spec import load_spec
 
     (tmp_path / "train.tsv").write_text("sentence\tlabel\nfine day\tgood\nbad day\tbad\n", encoding="utf-8")
     (tmp_path / "shared.txt").write_text("one sentence .\n", encoding="utf-8")
@@ -134,7 +134,7 @@ def test_a_bad_lab_value_is_refused_when_the_spec_is_read(tmp_path, line, messag
 
 
 def test_any_declared_setting_in_lab_reaches_the_job_and_its_fingerprint(tmp_path):
-    from bertology.study.jobs import finetune_jobs
+    from bertology.studies.jobs import finetune_jobs
 
     spec = _spec(tmp_path, 'lr = 1e-3\nfreeze_layers = 1\nexclude_words = ["woman"]\nmax_examples = 10')
     assert spec.lab == {"lr": 1e-3, "freeze_layers": 1, "exclude_words": ("woman",), "max_examples": 10}

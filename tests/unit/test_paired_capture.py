@@ -10,7 +10,7 @@ from bertology.activations.capture import estimate_bytes
 from bertology.errors import BertologyError
 from bertology.models.pair import ModelPair
 from bertology.testing import save_tiny_family
-from bertology.testing_tokenizers import tiny_tokenizer
+from bertology.testing.tokenizers import tiny_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -19,7 +19,7 @@ from bertology.metrics.squad import best_scores
 from bertology.models.loading import load_model
 from bertology.tasks.catalog import get_task, task_of_model
 from bertology.testing import save_tiny_qa, squad_fixture, tiny_tokenizer
-from bertology.testing_tokenizers import tiny_tokenizer as trained_tokenizer
+from bertology.testing.tokenizers import tiny_tokenizer as trained_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -132,7 +132,7 @@ def test_a_fresh_regression_head_starts_at_the_targets_mean(model_type, tmp_path
     from transformers import AutoModelForSequenceClassification
 
     from bertology.testing import tiny_family_config
-    from bertology.testing_tokenizers import tiny_tokenizer
+    from bertology.testing.tokenizers import tiny_tokenizer
     from bertology.training.finetune import _start_at_the_mean
 
     kind = {"bert": "wordpiece", "roberta": "bpe", "distilbert": "wordpiece"}[model_type]

@@ -10,9 +10,9 @@ import pytest
 from scipy.stats import mannwhitneyu
 
 from bertology.errors import BertologyError
-from bertology.study.noise import attained_level, min_p, study_tables, u_distribution
-from bertology.study.summarise import read_study_tables
-from bertology.study.synthetic import synthetic_study
+from bertology.studies.noise import attained_level, min_p, study_tables, u_distribution
+from bertology.studies.summarise import read_study_tables
+from bertology.testing.synthetic import synthetic_study
 
 
 @pytest.fixture(scope="module")
@@ -240,7 +240,7 @@ def test_missing_or_clashing_seeds_are_errors(study):
 
 def test_every_corpus_gets_its_own_tables_named_like_its_inputs(study):
     """corpus_study_tables: own_<table> -> own_study_*, <table>_ood -> study_*_ood, each from its own inputs only."""
-    from bertology.study.noise import corpus_study_tables
+    from bertology.studies.noise import corpus_study_tables
 
     base, seeds, shared = study
     rs = base["representation_similarity"]
@@ -266,14 +266,14 @@ def test_every_corpus_gets_its_own_tables_named_like_its_inputs(study):
 
 def test_ablation_layer_units_keep_their_layer_mode_apart():
     """Skip, all-heads and revert rows of one layer are different ablations: never averaged into one unit."""
-    from bertology.study.noise import CHANGES
+    from bertology.studies.noise import judged
 
     rows = [{"task": "t", "seed": s, "target": "layer", "layer": 2, "head": -1, "mode": "revert", "layer_mode": lm,
              "metric": "accuracy", "delta": d + 0.01 * s, "ci_low": d - 0.1, "ci_high": d + 0.1}
             for s in (1, 2) for lm, d in (("revert_attention", -0.3), ("revert_ffn", 0.0))]
     rows.append({"task": "t", "seed": 1, "target": "layer", "layer": 0, "head": -1, "mode": "revert",
                  "layer_mode": "revert_embeddings", "metric": "accuracy", "delta": -0.5, "ci_low": -0.6, "ci_high": -0.4})
-    out = CHANGES["ablation"].extract(pd.DataFrame(rows), ["task", "seed"])
+    out = judged()["ablation"].extract(pd.DataFrame(rows), ["task", "seed"])
     by_unit = out[out["seed"] == 1].set_index("unit")["change"]
     assert by_unit["L2 revert_attention"] == pytest.approx(-0.29) and by_unit["L2 revert_ffn"] == pytest.approx(0.01)
     assert by_unit["L0 revert_embeddings"] == pytest.approx(-0.5) and set(out["level"]) == {"layer"}
@@ -333,3 +333,49 @@ def test_the_study_report_lists_rho_and_transplant_curves_per_task_with_verdicts
     assert [(r[1], r[2], r[-1]) for r in rows] == [("Spearman, change vs revert drop", "heads: weight", "within noise"),
                                                   ("gain recovered", "top 1 layers", "beyond noise")]
     assert _which_change({"study_effects": pd.DataFrame()}) is None
+
+
+def test_each_attention_measure_gets_its_own_verdicts():
+    """A table of several attention measures: the weights rows are judged as they are alone, each other measure's
+    rows as their own units (``norm/vertical``), and a per-layer measure's one map per layer (head -1) as a layer."""
+    tuned = {"weights": (0.5, 0.01), "norm": (0.8, 0.001), "rollout": (0.6, 0.001)}  # tuned = a + b * seed
+
+    def rows(s):
+        out = []
+        for measure, (a, b) in tuned.items():
+            for head in ((-1,) if measure == "rollout" else (0, 1)):
+                for model, value in (("base", 0.5 if measure != "rollout" else 0.4), ("tuned", a + b * s)):
+                    out.append({"measure": measure, "model": model, "layer": 1, "head": head, "pattern": "vertical",
+                                "fraction": value})
+        return out
+    mixed = _per_seed((1, 2, 3), rows)
+    effects = study_tables({"attention_patterns": mixed}, {})["study_effects"]
+    alone = study_tables({"attention_patterns": mixed[mixed["measure"] == "weights"].drop(columns="measure")},
+                         {})["study_effects"]
+    weights = effects[~effects["metric"].str.contains("/")].reset_index(drop=True)
+    pd.testing.assert_frame_equal(weights, alone, check_exact=True)
+    assert set(effects["metric"]) == {"vertical", "norm/vertical", "rollout/vertical"}
+    norm = effects[effects["metric"] == "norm/vertical"].set_index("unit")
+    assert set(norm.index) == {"L1H0", "L1H1", "all"}
+    assert norm.loc["L1H0", "change_mean"] == pytest.approx(0.302)  # 0.801..0.803 - 0.5
+    assert bool(norm.loc["L1H0", "beyond_noise"])  # every |c| ~0.3 above every seed distance (<= 0.002): p = 1/20
+    assert not bool(_one(effects, metric="vertical", unit="L1H0")["beyond_noise"])  # 0.01-0.03 vs 0.01-0.02
+    rollout = effects[effects["metric"] == "rollout/vertical"].set_index("unit")
+    assert set(rollout.index) == {"L1", "all"} and rollout.loc["L1", "level"] == "layer"
+    assert pd.isna(rollout.loc["L1", "head"]) and not effects["unit"].str.contains("H-1").any()
+    assert rollout.loc["L1", "change_mean"] == pytest.approx(0.202)
+
+
+def test_a_per_layer_measure_of_a_pairwise_table_is_one_unit_per_layer():
+    """attention_change under rollout (one map per layer, head -1): one ``L1`` unit per metric, the layer's value."""
+    from bertology.studies.changes import by_measure, judged
+
+    rows = [{"task": "t", "seed": 1, "measure": m, "layer": 1, "head": h, "cosine": c, "js_divergence": 0.1}
+            for m, h, c in (("weights", 0, 0.9), ("weights", 1, 0.7), ("rollout", -1, 0.6))]
+    out = by_measure(judged()["attention_change"], pd.DataFrame(rows), ["task", "seed"])
+    rollout = out[out["metric"].str.startswith("rollout/")].set_index(["metric", "unit"])
+    assert sorted(rollout.index) == [("rollout/cosine_distance", "L1"), ("rollout/js_divergence", "L1")]
+    assert rollout.loc[("rollout/cosine_distance", "L1"), "change"] == pytest.approx(0.4)
+    weights = out[~out["metric"].str.contains("/")].set_index(["metric", "unit"])
+    assert weights.loc[("cosine_distance", "L1"), "change"] == pytest.approx(0.2)  # mean of 0.1 and 0.3
+    assert len(weights) == 6  # 2 heads + the layer, 2 metrics

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from bertology.errors import BertologyError
-from bertology.study.jobs import CompareJob
-from bertology.study.spec import load_spec
+from bertology.studies.jobs import CompareJob
+from bertology.studies.spec import load_spec
 
 
 def _spec(tmp_path, compare_lines: str):

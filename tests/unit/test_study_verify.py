@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from bertology.study.verify import describe_files, file_problem, outputs_problem, weights_identity
+from bertology.studies.verify import describe_files, file_problem, outputs_problem, weights_identity
 
 
 def _write(path, data: bytes):

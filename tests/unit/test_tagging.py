@@ -18,7 +18,7 @@ from bertology.tasks.bio_tagging import entity_counts
 from bertology.tasks.catalog import get_task, task_of_model
 from bertology.tasks.tagging import IGNORE, first_pieces, is_bio
 from bertology.testing import SENTENCES, save_tiny_bert, save_tiny_tagger
-from bertology.testing_tokenizers import tiny_tokenizer
+from bertology.testing.tokenizers import tiny_tokenizer
 
 UPOS = ["DET", "NOUN", "VERB", "ADJ", "PUNCT", "X"]
 BIO = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]

@@ -16,7 +16,7 @@ from bertology.data.corpus import Corpus
 from bertology.errors import BertologyError
 from bertology.testing import TINY_WORDS, save_tiny_bert
 from bertology.training.run import finetune_to_dir
-from bertology.study.track import find_checkpoints, track, track_figures
+from bertology.commands.track import find_checkpoints, track, track_figures
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py

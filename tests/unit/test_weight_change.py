@@ -14,7 +14,7 @@ from transformers import AutoModel
 from bertology.experiments.weight_change import WeightSettings, weight_change_table
 from bertology.metrics.weights import intruder_alignment, matrix_change
 from bertology.models import sites
-from bertology.study.noise import corpus_study_tables
+from bertology.studies.noise import corpus_study_tables
 from bertology.testing import FAMILY_CONFIGS, tiny_family_config, tiny_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -26,6 +26,7 @@ from bertology.conventions import setting as convention
 from bertology.config import CompareConfig
 from bertology.extremes import picks_text
 from bertology.metrics.attention import map_cosine
+from bertology.reach import ManyView, SeedNoise, Track, changes, views
 from bertology.results import Result, weights_rows
 
 
@@ -147,4 +148,7 @@ SETTINGS = (
 )
 
 SPEC = AnalysisSpec("attention_change", _build, ("attention_change",), summary=summary, settings=SETTINGS,
-                    per_measure=True)
+                    per_measure=True, seed_noise=SeedNoise(pairwise=True, extract=changes.attention_change),
+                    many_view=ManyView("Attention change: mean 1 - cosine(base, tuned) over the heads of each layer",
+                                       views.attention_change_view),
+                    track=Track(views.attention_change_scalars))

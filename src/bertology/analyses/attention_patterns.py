@@ -51,6 +51,7 @@ from bertology.metrics.patterns import (
     pattern_sums,
     stacked_pattern_sums,
 )
+from bertology.reach import SeedNoise, changes
 from bertology.results import Result, weights_rows
 
 _BLOCK = FEATURES.index("block")
@@ -291,4 +292,4 @@ SETTINGS = (
 )
 
 SPEC = AnalysisSpec("attention_patterns", _build, ("attention_patterns",), summary=summary, settings=SETTINGS,
-                    per_measure=True)
+                    per_measure=True, seed_noise=SeedNoise(pairwise=False, extract=changes.attention_patterns))

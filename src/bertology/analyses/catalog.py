@@ -14,4 +14,4 @@ ANALYSES: Catalog[AnalysisSpec] = Catalog("analysis", {
     "head_map": "bertology.analyses.head_map",
     "geometry": "bertology.analyses.geometry",
     "pca_views": "bertology.analyses.pca_views",
-})
+}, AnalysisSpec)

@@ -92,6 +92,7 @@ from bertology.analyses.geometry_fit import (
 )
 from bertology.analyses.geometry_sample import Word, WordSample, float16, kept, word_hash, word_key
 from bertology.metrics.geometry import masked_intra_similarity
+from bertology.reach import SeedNoise, Track, changes, views
 from bertology.results import Result
 
 MODELS = ("base", "tuned")
@@ -589,4 +590,5 @@ SETTINGS = (
             paper="Ethayarajh 2019"),
 )
 
-SPEC = AnalysisSpec("geometry", _build, ("geometry", "geometry_words"), summary=summary, settings=SETTINGS)
+SPEC = AnalysisSpec("geometry", _build, ("geometry", "geometry_words"), summary=summary, settings=SETTINGS,
+                    seed_noise=SeedNoise(pairwise=False, extract=changes.geometry), track=Track(views.geometry_scalars))

@@ -47,7 +47,8 @@ class AnalysisSpec:
     ``summary``: the command line's line(s) from the finished tables (None when there is nothing to say);
     ``settings``: every setting ``build`` reads from the config besides the run's own (seed, batch size):
     the command line's flags, the manifest, the fingerprint and the report are generated from them.
-    Its reach (:mod:`bertology.reach`): ``seed_noise`` (how a study judges its table against seed noise),
+    Its reach (:mod:`bertology.reach`): ``seed_noise`` (how a study judges its table against seed noise; a tuple,
+    one per table with its ``table=``, for a spec with several),
     ``many_view`` (how a many-model run's index page shows it), ``track`` (tracking may record it while a model
     trains). ``per_measure``: it reads attention maps and is built once per ``--attention-measures`` measure
     (:mod:`bertology.analyses.per_measure`).
@@ -59,7 +60,7 @@ class AnalysisSpec:
     needs: frozenset[str] = frozenset()
     summary: Callable[[Mapping[str, "pd.DataFrame"]], str | None] | None = None
     settings: tuple[Setting, ...] = ()
-    seed_noise: SeedNoise | None = None
+    seed_noise: SeedNoise | tuple[SeedNoise, ...] | None = None
     many_view: ManyView | None = None
     track: Track | None = None
     per_measure: bool = False

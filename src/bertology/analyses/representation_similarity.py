@@ -24,6 +24,7 @@ from bertology.settings import Setting
 from bertology.config import CompareConfig
 from bertology.metrics.similarity import similarity_grids
 from bertology.metrics.similarity_torch import similarity_grids_torch
+from bertology.reach import ManyView, SeedNoise, Track, changes, views
 from bertology.results import Result
 
 METRICS = ("rsa_pearson", "rsa_spearman", "cka_linear", "cka_debiased")
@@ -232,4 +233,7 @@ SETTINGS = (
 )
 
 SPEC = AnalysisSpec("representation_similarity", _build, ("representation_similarity",), summary=summary,
-                    settings=SETTINGS)
+                    settings=SETTINGS, seed_noise=SeedNoise(pairwise=True, extract=changes.representation_similarity),
+                    many_view=ManyView("Representation similarity: linear CKA of base and tuned at the same layer",
+                                       views.representation_similarity_view),
+                    track=Track(views.representation_similarity_scalars))

@@ -5,7 +5,7 @@ deltas with bootstrap 95% intervals and ``helps`` flags), ``tables/head_importan
 ``tables/pruning_curve`` (Michel et al. 2019; unless ``--no-importance``), ``figures/*.svg``, ``report.html`` and
 ``manifest.json``. Finished ablations are kept in ``partial/``: after Ctrl-C or a kill, the same
 command continues where it stopped; different settings in the same folder are refused unless
-``--overwrite``. The work is :func:`bertology.study.ablate.ablate`; this module parses the flags and
+``--overwrite``. The work is :func:`bertology.commands.ablate.ablate`; this module parses the flags and
 prints the headlines.
 """
 from __future__ import annotations
@@ -29,8 +29,8 @@ def ablate_settings() -> list:
     """The flags ``ablate`` generates: the ablation's settings, the question-answering ones, how the model loads."""
     from bertology.experiments.ablation import AblationSettings
     from bertology.settings import field_settings
-    from bertology.study.ablate import QaOptions
-    from bertology.study.inputs import Loading
+    from bertology.commands.ablate import QaOptions
+    from bertology.commands.inputs import Loading
 
     return [("ablation", field_settings(AblationSettings)), ("question answering", field_settings(QaOptions)),
             ("loading", field_settings(Loading))]
@@ -56,8 +56,8 @@ def ablate_command(
     The ablation's flags below are generated from its declared settings (checked by the library).
     """
     from bertology.settings import field_settings
-    from bertology.study.ablate import QaOptions, ablate
-    from bertology.study.inputs import Columns, Loading
+    from bertology.commands.ablate import QaOptions, ablate
+    from bertology.commands.inputs import Columns, Loading
 
     settings = given_settings(ctx)
     qa = {s.name: settings.pop(s.name) for s in field_settings(QaOptions) if s.name in settings}

@@ -1,5 +1,5 @@
 """``bertology absa``: the aspect-based sentiment study end to end (SemEval-2014 XML -> pairs -> fine-tune
--> aspect / opinion / other-aspect / no-op heads -> report). See :mod:`bertology.study.absa`."""
+-> aspect / opinion / other-aspect / no-op heads -> report). See :mod:`bertology.commands.absa`."""
 from __future__ import annotations
 
 from typing import Optional
@@ -16,7 +16,7 @@ from bertology.cli.options import base_option, no_report_option, out_option, ove
 def absa_settings() -> list:
     """The flags ``absa`` generates: the study's settings."""
     from bertology.settings import field_settings
-    from bertology.study.absa import AbsaConfig
+    from bertology.commands.absa import AbsaConfig
 
     return [("absa", field_settings(AbsaConfig))]
 
@@ -36,7 +36,7 @@ def absa_command(
 
     The study's flags below are generated from its declared settings (checked by the library).
     """
-    from bertology.study.absa import AbsaConfig, run_absa
+    from bertology.commands.absa import AbsaConfig, run_absa
 
     config = AbsaConfig(data=data, out=out, base=base, tuned=tuned, report=not no_report, **given_settings(ctx))
     run = run_absa(config, overwrite=overwrite, progress=command_progress())

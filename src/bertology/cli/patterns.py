@@ -4,7 +4,7 @@
 contact sheet for labelling; ``train`` cross-validates Kovaleva's small CNN on the labelled rows,
 reports macro-F1 and the agreement with the rule classifier, and saves the model, which
 ``AttentionPatterns(classifier=PatternClassifier.load(DIR))`` can then use instead of the rules. The work
-is :mod:`bertology.study.patterns`; this module parses the flags and prints what was done.
+is :mod:`bertology.commands.patterns`; this module parses the flags and prints what was done.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ app.add_typer(patterns_app, name="patterns")
 def export_settings() -> list:
     """The flags ``patterns export`` generates: which maps are exported."""
     from bertology.settings import field_settings
-    from bertology.study.patterns import ExportSettings
+    from bertology.commands.patterns import ExportSettings
 
     return [("export", field_settings(ExportSettings))]
 
@@ -61,8 +61,8 @@ def export_command(
 
     The flags below are generated from the export's declared settings (checked by the library).
     """
-    from bertology.study.inputs import Columns, Loading
-    from bertology.study.patterns import ExportSettings, export_patterns
+    from bertology.commands.inputs import Columns, Loading
+    from bertology.commands.patterns import ExportSettings, export_patterns
 
     settings = ExportSettings(**given_settings(ctx))
     run = export_patterns(model, data, settings, out=out, columns=Columns(text_column, pair_column),
@@ -88,7 +88,7 @@ def train_command(
     The training flags below are generated from its declared settings (checked by the library).
     """
     from bertology.experiments.pattern_cnn import TrainSettings
-    from bertology.study.patterns import train_patterns
+    from bertology.commands.patterns import train_patterns
 
     run = train_patterns(labels, TrainSettings(**given_settings(ctx)), out=out, folds=folds, overwrite=overwrite)
     report, folder = run.report, run.out

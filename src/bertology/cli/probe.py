@@ -8,7 +8,7 @@ Writes, under ``--out``: ``tables/probe`` (``model, layer, probe, split, uuas, d
 stopped (features are not recomputed, training resumes after the last finished epoch). Different
 settings in the same folder are refused unless ``--overwrite``. The word features are held in
 ``--feature-dtype`` (float32 by default; float16 halves the disk and page cache) and read from those
-memory-mapped files during training. The work is :func:`bertology.study.probe.probe`; this module parses
+memory-mapped files during training. The work is :func:`bertology.commands.probe.probe`; this module parses
 the flags and prints the best layers.
 """
 from __future__ import annotations
@@ -33,8 +33,8 @@ def probe_settings() -> list:
     from bertology.experiments.probe import ProbeSettings
     from bertology.experiments.token_probe import TokenProbeSettings
     from bertology.settings import field_settings
-    from bertology.study.inputs import Loading
-    from bertology.study.probe import ProbeData, ProbeOptions
+    from bertology.commands.inputs import Loading
+    from bertology.commands.probe import ProbeData, ProbeOptions
 
     return [("probes", field_settings(ProbeSettings)), ("token probes", field_settings(TokenProbeSettings)),
             ("data", field_settings(ProbeData)),
@@ -62,8 +62,8 @@ def probe_command(
     """
     from bertology.experiments.token_probe import TokenProbeSettings
     from bertology.settings import field_settings
-    from bertology.study.inputs import Loading
-    from bertology.study.probe import ProbeData, ProbeModels, ProbeOptions, probe
+    from bertology.commands.inputs import Loading
+    from bertology.commands.probe import ProbeData, ProbeModels, ProbeOptions, probe
 
     settings = given_settings(ctx)
     reading, options, loading, token = ({s.name: settings.pop(s.name) for s in field_settings(cls) if s.name in settings}

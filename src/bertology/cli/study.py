@@ -27,7 +27,7 @@ def study_command(
 ) -> None:
     """Run a study: one base, many fine-tunes (tasks x seeds), compared with the base and with each other in one pass.
     Finished jobs are reused (a rerun does only what is missing or failed)."""
-    from bertology.study.runner import run_study
+    from bertology.studies.runner import run_study
 
     result = run_study(spec, out, executor=executor, ray_address=ray_address, overwrite=overwrite,
                        progress=executor == "local" and command_progress())

@@ -3,7 +3,7 @@
 Reads a ``bertology finetune --save-every N`` run folder; writes ``tables/track_<analysis>.parquet``
 and ``.csv`` (the analysis's columns plus ``model``, ``checkpoint``, ``step``), ``figures/track_<analysis>.svg``
 (each metric over training steps) and one compare run per checkpoint under ``track/`` (reused when the
-command is run again). The work is :func:`bertology.study.track.track`.
+command is run again). The work is :func:`bertology.commands.track.track`.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from bertology.cli.options import base_option, data_option, overwrite_option
 def track_settings() -> list:
     """The flags ``track`` generates: what is computed per checkpoint."""
     from bertology.settings import field_settings
-    from bertology.study.track import TrackSettings
+    from bertology.commands.track import TrackSettings
 
     return [("track", field_settings(TrackSettings))]
 
@@ -40,7 +40,7 @@ def track_command(
 
     The flags below are generated from track's declared settings (checked by the library).
     """
-    from bertology.study.track import track
+    from bertology.commands.track import track
 
     result = track(run, data=data, base=base, overwrite=overwrite, progress=command_progress(), **given_settings(ctx))
     steps = ", ".join(f"{c.name}" for c in result.checkpoints)

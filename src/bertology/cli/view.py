@@ -1,5 +1,5 @@
 """``view``: write the interactive attention viewer of one model, or of two side by side, to one HTML file
-(the work is :func:`bertology.study.view.view`)."""
+(the work is :func:`bertology.commands.view.view`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,6 +24,6 @@ def view_command(
     max_length: int = max_length_option(128, help="Refuse texts longer than this many tokens, [CLS]/[SEP] included.", min=2),
 ) -> None:
     """Interactive attention viewer (head view, model view, base/tuned/diff) as one offline HTML file."""
-    from bertology.study.view import view
+    from bertology.commands.view import view
 
     typer.echo(str(view(text, text_pair, model=model, compare=compare, out=out, max_length=max_length).out))

@@ -6,7 +6,7 @@ layer disabled in turn, scored with paired bootstrap intervals; the table's conv
 there) and, unless switched off, head importance and pruning curves
 (:mod:`bertology.experiments.head_importance`). :func:`summary` says the headlines in the task's own
 metrics; ``SPEC`` runs it all inside ``compare`` when the tuned model has a task head. ``bertology
-ablate`` runs it on its own (:func:`bertology.study.ablate.ablate`).
+ablate`` runs it on its own (:func:`bertology.commands.ablate.ablate`).
 
 This module re-exports the sweep's public names (``run_ablation``, ``plan_units``, ``score_units``,
 ``HeadScoring`` ...), so callers import them from here.
@@ -57,6 +57,7 @@ from bertology.experiments.scoring import (  # noqa: F401  (re-exported: the abl
     label_ids_for,
     make_batches,
 )
+from bertology.reach import SeedNoise, changes
 from bertology.tasks.catalog import task_of_model, task_of_table
 from bertology.tasks.main_metric import METRIC_CHOICES, METRIC_HELP, MainMetric, check_metric, main_metric, metric_name
 from bertology.tasks.match import config_label_problem, mismatch, training_labels
@@ -534,4 +535,5 @@ SPEC = ExperimentSpec(
     "ablation", "the ablation of the tuned classifier", _tables, settings_from, skip_reason, _run,
     skipped_note="Ablation and head importance were skipped: {reason}.", summary=summary, settings=SETTINGS,
     precheck=precheck,
+    seed_noise=(SeedNoise(False, changes.ablation), SeedNoise(False, changes.transplant, table="transplant")),
 )

@@ -13,4 +13,4 @@ EXPERIMENTS: Catalog[ExperimentSpec] = Catalog("experiment", {
     "activation_difference": "bertology.experiments.activation_difference",  # runs only when named
     "changed_vs_needed": "bertology.experiments.changed_vs_needed",  # derived: reads the tables above
     "measure_agreement": "bertology.experiments.measure_agreement",  # derived: the attention analyses' measures
-})
+}, ExperimentSpec)

@@ -26,6 +26,7 @@ import pandas as pd
 from bertology.experiments.interventions import REVERT
 from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec
 from bertology.metrics.rank_link import spearman_interval
+from bertology.reach import SeedNoise, changes
 from bertology.results import Result, weights_rows
 from bertology.tasks.catalog import higher_is_better, task_of_table
 
@@ -190,4 +191,5 @@ class _Settings:
 
 
 SPEC = ExperimentSpec("changed_vs_needed", "changed vs needed", lambda config: (TABLE, UNITS), lambda config: _Settings(),
-                      skip_reason, _run, skipped_note=None, summary=summary)
+                      skip_reason, _run, skipped_note=None, summary=summary,
+                      seed_noise=SeedNoise(False, changes.changed_vs_needed))

@@ -22,7 +22,7 @@ Tables:
 * ``crosscoder_examples``: the top contexts of each non-shared live latent: ``layer, latent, rank, example,
   position, token, activation`` and ``context`` (the tokens around it, the token itself in brackets);
 * ``crosscoder_directions``: each tuned_only latent's tuned-side decoder direction, unit length (``layer, latent,
-  d0..``), which a study matches across seeds (:mod:`bertology.study.crosscoder_seeds`).
+  d0..``), which a study matches across seeds (:mod:`bertology.studies.crosscoder_seeds`).
 
 Fit quality (fraction of variance explained per model, the dead-latent share) is also in the manifest section and
 the summary line.
@@ -176,7 +176,7 @@ def latent_rows(layer: int, model: Crosscoder, readout: LayerReadout, settings: 
 
 def direction_rows(layer: int, model: Crosscoder, kinds: np.ndarray) -> pd.DataFrame:
     """The ``crosscoder_directions`` rows of one layer: each tuned-only latent's tuned-side decoder direction
-    (unit length, columns ``d0..d{dim-1}``), which a study matches across seeds (:mod:`bertology.study.crosscoder_seeds`)."""
+    (unit length, columns ``d0..d{dim-1}``), which a study matches across seeds (:mod:`bertology.studies.crosscoder_seeds`)."""
     with torch.no_grad():
         dec = model.W_dec[:, 1].double().numpy()
     keep = np.flatnonzero(np.asarray(kinds, dtype=object) == "tuned_only")

@@ -103,7 +103,7 @@ from bertology.experiments.registry import ExperimentContext, ExperimentOutcome,
 from bertology.conventions import setting as convention
 from bertology.settings import Setting, field_settings
 from bertology.progress import stage_bars
-from bertology.reach import SeedNoise
+from bertology.reach import SeedNoise, changes
 from bertology.results import Result
 
 logger = logging.getLogger(__name__)
@@ -489,4 +489,5 @@ def token_probe_changes(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 SPEC = ExperimentSpec("probe", "the structural probes", _tables, settings_from, skip_reason, _run,
                       summary=summary, settings=SETTINGS + TOKEN_SETTINGS,
-                      seed_noise=SeedNoise(False, token_probe_changes, table="token_probe"))
+                      seed_noise=(SeedNoise(False, changes.probe),
+                                  SeedNoise(False, token_probe_changes, table="token_probe")))

@@ -74,7 +74,8 @@ class ExperimentSpec:
     tuned_config)``: what can be said from the data and the tuned model's config alone, before any weights
     load (``tuned_config`` is None when it cannot be read cheaply): a reason it will be skipped (an error when
     named, as ``skip_reason``'s), or a :class:`~bertology.errors.BertologyError` for what is wrong whatever was
-    named. Its reach (:mod:`bertology.reach`): ``seed_noise`` (how a study judges its table against seed noise),
+    named. Its reach (:mod:`bertology.reach`): ``seed_noise`` (how a study judges its table against seed noise; a
+    tuple, one per table with its ``table=``, for a spec with several),
     ``many_view`` (how a many-model run's index page shows it).
     """
 
@@ -88,7 +89,7 @@ class ExperimentSpec:
     summary: Callable[[Mapping[str, "pd.DataFrame"]], str | None] | None = None
     settings: tuple[Setting, ...] = ()
     precheck: Callable[["CompareConfig", "Corpus", Any], str | None] | None = None
-    seed_noise: SeedNoise | None = None
+    seed_noise: SeedNoise | tuple[SeedNoise, ...] | None = None
     many_view: ManyView | None = None
 
     def refusal(self, reason: str) -> str:

@@ -38,6 +38,7 @@ from bertology.experiments.registry import ExperimentContext, ExperimentOutcome,
 from bertology.metrics.weights import MatrixChange, matrix_change, relative_change
 from bertology.models.adapters import adapter_for, get_path
 from bertology.models.sites import encoder
+from bertology.reach import SeedNoise, changes
 from bertology.results import Result
 from bertology.settings import Setting
 
@@ -311,4 +312,5 @@ SETTINGS = (
 )
 
 SPEC = ExperimentSpec("weight_change", "the weight-space change", lambda config: (TABLE,), settings_from, skip_reason,
-                      _run, skipped_note="Weight-space change skipped: {reason}.", summary=summary, settings=SETTINGS)
+                      _run, skipped_note="Weight-space change skipped: {reason}.", summary=summary, settings=SETTINGS,
+                      seed_noise=SeedNoise(True, changes.weight_change))

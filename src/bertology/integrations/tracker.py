@@ -83,19 +83,10 @@ def probe_corpus(probe: Corpus | Sequence[str] | str | Path | Any, text_column: 
 def scalars(name: str, table: pd.DataFrame) -> dict[str, float]:
     """The per-layer numbers worth a line in a tracker: ``bertology/<metric>/layer_<l>``.
 
-    CKA/RSA at the same layer, each layer's mean attention cosine and JS divergence, the tuned model's
-    anisotropy, and the gradient norms (``layer_<l>``, ``other``, ``total``); another analysis's are its spec's
-    ``track.scalars`` (:class:`bertology.reach.Track`), none when it declares none.
+    The gradient norms (``layer_<l>``, ``other``, ``total``); an analysis's are its spec's ``track.scalars``
+    (:class:`bertology.reach.Track`; e.g. CKA/RSA at the same layer, each layer's mean attention cosine and JS
+    divergence, the tuned model's anisotropy: :mod:`bertology.reach.views`), none when it declares none.
     """
-    if name == "representation_similarity":
-        t = table[(table["layer_base"] == table["layer_tuned"]) & table["metric"].isin(["cka_linear", "rsa_pearson"])]
-        return {f"bertology/{r.metric}/layer_{r.layer_base}": float(r.value) for r in t.itertuples()}
-    if name == "attention_change":
-        means = table.groupby("layer")[["cosine", "js_divergence"]].mean()
-        return {f"bertology/attention_{m}/layer_{layer}": float(v) for layer, row in means.iterrows() for m, v in row.items()}
-    if name == "geometry":
-        t = table[(table["model"] != "base") & (table["metric"] == "anisotropy")]
-        return {f"bertology/anisotropy/layer_{r.layer}": float(r.value) for r in t.itertuples()}
     if name == GRADIENTS:
         return {f"bertology/grad_norm/{r.group if pd.isna(r.layer) or r.group == 'other' else f'layer_{r.layer}'}":
                 float(r.value) for r in table.itertuples()}
@@ -332,7 +323,7 @@ class Tracker:
 
 def _label(table: pd.DataFrame, step: int, event: str) -> pd.DataFrame:
     """``table`` with track's ``model``, ``checkpoint``, ``step`` columns (``step-N``) and the ``event``."""
-    from bertology.study.track import Checkpoint, label_rows
+    from bertology.commands.track import Checkpoint, label_rows
 
     t = table.drop(columns=[c for c in ("step",) if c in table.columns])
     t = label_rows(t, Checkpoint(f"step-{step}", step, Path(".")))

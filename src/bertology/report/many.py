@@ -2,7 +2,7 @@
 a compact side-by-side per table (rows: layers, columns: tuned models).
 
 Offline and escaped like the pair reports (inline CSS, a Content-Security-Policy, Jinja2 autoescaping).
-The richer study report (seed spread, task vs task) is the ``study`` room's; this page only points the way.
+The richer study report (seed spread, task vs task) is the ``studies`` room's; this page only points the way.
 """
 from __future__ import annotations
 
@@ -16,27 +16,10 @@ from bertology.reach import declared
 from bertology.results import atomic_write_text, weights_rows
 
 
-def _attention_change(t: pd.DataFrame) -> pd.DataFrame:
-    return t.assign(change=1 - t["cosine"]).pivot_table(index="layer", columns="tuned", values="change", aggfunc="mean", sort=False)
-
-
-def _representation_similarity(t: pd.DataFrame) -> pd.DataFrame:
-    same = t[(t["layer_base"] == t["layer_tuned"]) & (t["metric"] == "cka_linear")]
-    return same.pivot_table(index="layer_base", columns="tuned", values="value", aggfunc="mean", sort=False)
-
-
-#: Table -> (caption, the side-by-side it is shown as). Tables not listed are linked, not shown; a spec that
-#: declares ``many_view=`` (:class:`bertology.reach.ManyView`) adds its table: :func:`views` is both.
-VIEWS: dict[str, tuple[str, Callable[[pd.DataFrame], pd.DataFrame]]] = {
-    "attention_change": ("Attention change: mean 1 - cosine(base, tuned) over the heads of each layer", _attention_change),
-    "representation_similarity": ("Representation similarity: linear CKA of base and tuned at the same layer",
-                                  _representation_similarity),
-}
-
-
 def views() -> dict[str, tuple[str, Callable[[pd.DataFrame], pd.DataFrame]]]:
-    """:data:`VIEWS`, then each table whose spec declares ``many_view`` (a declaration of a table above replaces it)."""
-    return {**VIEWS, **{table: (v.caption, v.view) for table, v in declared("many_view").items()}}
+    """Table -> (caption, the side-by-side it is shown as), for each table whose spec declares ``many_view``
+    (:class:`bertology.reach.ManyView`); tables without one are linked, not shown."""
+    return {table: (v.caption, v.view) for table, v in declared("many_view").items()}
 
 
 def side_by_side(tables: Mapping[str, pd.DataFrame]) -> list[dict]:

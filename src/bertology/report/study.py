@@ -1,7 +1,7 @@
 """Render a study directory (one base, several tasks x seeds) into one offline HTML page.
 
 ``render_study_report(study_dir)`` reads ``STUDY/manifest.json`` and the ``study_*`` tables that
-:mod:`bertology.study.noise` computed (``bertology.study.summarise.summarise_study`` computes them and
+:mod:`bertology.studies.noise` computed (``bertology.studies.summarise.summarise_study`` computes them and
 calls this), draws the figures (also written to ``STUDY/figures/study_*.svg``) and writes
 ``STUDY/report.html`` atomically. It computes no statistic. Sections whose tables are absent are left
 out. The seed-noise tables of the other corpora (``own_study_*`` on each task's own dev data,
@@ -28,7 +28,7 @@ from bertology.report.format import fmt_value, mapping, sortable
 from bertology.report.sections.base import Figures
 from bertology.results import atomic_write_text
 
-#: The seed-noise tables the page reads (written by ``bertology.study.noise.study_tables``).
+#: The seed-noise tables the page reads (written by ``bertology.studies.noise.study_tables``).
 STUDY_TABLES = ("study_summary", "study_seed_noise", "study_effects", "study_counts", "study_rule",
                 "study_task_differences")
 
@@ -40,7 +40,7 @@ _SIMILARITY_ORDER = ("cka_linear", "rsa_pearson", "cka_debiased", "rsa_spearman"
 _SIMILARITY_LABELS = {"cka_linear": "linear CKA", "rsa_pearson": "RSA (Pearson)", "cka_debiased": "debiased CKA",
                       "rsa_spearman": "RSA (Spearman)"}
 #: The corpora a study measures on: (key, table-name prefix, suffix, words). The seed-noise tables of each
-#: are named as ``bertology.study.noise.CORPORA`` says (``study_effects``, ``own_study_effects``,
+#: are named as ``bertology.studies.noise.CORPORA`` says (``study_effects``, ``own_study_effects``,
 #: ``study_effects_ood``); this page may not import study, so the names are repeated here.
 CORPORA = (("shared", "", "", "shared corpus"), ("own", "own_", "", "own dev data"),
            ("ood", "", "_ood", "out-of-domain corpus"))
@@ -64,7 +64,7 @@ def _manifest(study_dir: Path, warnings: list[str]) -> dict:
     return data
 
 
-#: The comparison folders of a study (``bertology.study.runner`` writes them; this page may not import study).
+#: The comparison folders of a study (``bertology.studies.runner`` writes them; this page may not import studies).
 _COMPARE_MANIFESTS = ("compare/manifest.json", "compare_own/*/manifest.json", "seeds/*/*/manifest.json",
                       "seeds_own/*/*/manifest.json")
 
@@ -106,7 +106,7 @@ def _study_tables(study_dir: Path, warnings: list[str], manifest: Mapping) -> di
     elif "study_effects" not in tables:
         raise BertologyError(
             f"{folder} has no study_effects table: compute the seed-noise tables first "
-            f"(bertology.study.summarise.summarise_study, or python -m bertology.study.summarise {study_dir})."
+            f"(bertology.studies.summarise.summarise_study, or python -m bertology.studies.summarise {study_dir})."
         )
     others = [_named(n, c) for c, *_ in CORPORA[1:] for n in STUDY_TABLES]
     tables.update({name: pd.read_parquet(folder / f"{name}.parquet") for name in others

@@ -1,7 +1,7 @@
 """Figures of a study (one base, several tasks x seeds), drawn from the ``study_*`` tables.
 
 These functions only draw: the means, seed ranges and beyond-noise verdicts come ready from
-:mod:`bertology.study.noise`. Like :mod:`bertology.viz.figures`, each returns a
+:mod:`bertology.studies.noise`. Like :mod:`bertology.viz.figures`, each returns a
 :class:`~matplotlib.figure.Figure` on an Agg canvas inside the package's ``rc_context``.
 """
 from __future__ import annotations

@@ -337,7 +337,7 @@ def save_tiny_qa(folder: str | Path, *, seed: int = 0, model_type: str = "bert",
     """A tiny random model (question-answering head, or the bare encoder) with a fast WordPiece tokenizer."""
     from transformers import AutoModelForQuestionAnswering
 
-    from bertology.testing_tokenizers import tiny_tokenizer as trained_tokenizer
+    from bertology.testing.tokenizers import tiny_tokenizer as trained_tokenizer
 
     folder = Path(folder)
     tok = trained_tokenizer("wordpiece", folder / "_tokenizer")

@@ -2,10 +2,10 @@
 
 ``summarise_study(STUDY)`` reads the study's pair tables (``STUDY/tables/<table>.parquet``) and
 seed-vs-seed tables (``STUDY/tables/seedpair_<table>.parquet``), computes the seed-noise tables with
-:func:`bertology.study.noise.study_tables`, writes them beside the others (``study_*.parquet`` and
+:func:`bertology.studies.noise.study_tables`, writes them beside the others (``study_*.parquet`` and
 ``.csv``; the same on the tasks' own dev data, ``own_study_*``, and on the out-of-domain corpus,
 ``study_*_ood``, when the study has those tables) and renders ``STUDY/report.html`` with :func:`bertology.report.study.render_study_report`.
-From a shell: ``python -m bertology.study.summarise STUDY [--alpha 0.05]``.
+From a shell: ``python -m bertology.studies.summarise STUDY [--alpha 0.05]``.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pandas as pd
 
 from bertology.errors import BertologyError
 from bertology.results import write_table
-from bertology.study.crosscoder_seeds import DIRECTIONS, study_seed_tables
-from bertology.study.noise import ALPHA, CORPORA, corpus_study_tables, corpus_table, judged
+from bertology.studies.crosscoder_seeds import DIRECTIONS, study_seed_tables
+from bertology.studies.noise import ALPHA, CORPORA, corpus_study_tables, corpus_table, judged
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def read_study_tables(study_dir: str | Path, corpus: str = "shared") -> tuple[di
     """The base-vs-tuned tables and the ``seedpair_*`` tables of ``corpus`` under ``STUDY/tables/`` (Parquet).
 
     Keyed by their shared-corpus names (``attention_change``, ``seedpair_attention_change``) whatever the
-    corpus (``own_attention_change`` on the tasks' own dev data; see :data:`~bertology.study.noise.CORPORA`).
+    corpus (``own_attention_change`` on the tasks' own dev data; see :data:`~bertology.studies.noise.CORPORA`).
     """
     folder, names = Path(study_dir) / "tables", judged()
     found = {name: folder / f"{corpus_table(name, corpus)}.parquet" for name in names}
@@ -42,7 +42,7 @@ def read_study_tables(study_dir: str | Path, corpus: str = "shared") -> tuple[di
 def write_study_tables(study_dir: str | Path, *, alpha: float = ALPHA) -> dict[str, pd.DataFrame]:
     """Compute the seed-noise tables of every corpus from ``STUDY/tables/`` and write them there.
 
-    :func:`~bertology.study.noise.corpus_study_tables`: ``study_*`` on the shared corpus, ``own_study_*`` on
+    :func:`~bertology.studies.noise.corpus_study_tables`: ``study_*`` on the shared corpus, ``own_study_*`` on
     the tasks' own dev data and ``study_*_ood`` on the out-of-domain corpus, where the study has them.
     """
     study_dir = Path(study_dir)
@@ -75,10 +75,10 @@ def summarise_study(study_dir: str | Path, *, alpha: float = ALPHA) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bertology.study.summarise STUDY [--alpha A]``."""
+    """``python -m bertology.studies.summarise STUDY [--alpha A]``."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m bertology.study.summarise",
+    parser = argparse.ArgumentParser(prog="python -m bertology.studies.summarise",
                                      description="Seed-noise tables and the study report of a study directory.")
     parser.add_argument("study_dir")
     parser.add_argument("--alpha", type=float, default=ALPHA, help="level of the seed-noise rule (default 0.05)")

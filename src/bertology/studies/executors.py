@@ -20,7 +20,7 @@ from typing import Protocol
 
 from bertology.errors import BertologyError
 from bertology.results import now_iso
-from bertology.study.jobs import Job
+from bertology.studies.jobs import Job
 
 logger = logging.getLogger(__name__)
 EXECUTORS = ("local", "ray")

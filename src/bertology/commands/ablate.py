@@ -25,7 +25,7 @@ from bertology.commands.compat import ablate_metric, dtype_parts, without_added
 from bertology.experiments.interventions import INTERVENTIONS, TRANSPLANT, intervention
 from bertology.runs import RunResult, build_manifest, fingerprint, run_folder
 from bertology.settings import check_fields, describe_fields, field_settings, setting_field, settings_object
-from bertology.study.inputs import Columns, Loading, resolve, stderr_console
+from bertology.commands.inputs import Columns, Loading, resolve, stderr_console
 from bertology.tasks.main_metric import MainMetric, main_metric
 
 logger = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 A job is a frozen dataclass with ``id``, ``kind``, ``fingerprint`` (what makes its output what it is:
 settings, data file hashes, the identity of its input models), ``num_cpus``/``num_gpus`` (what a Ray
 task declares) and ``run(progress) -> dict``. Jobs write into the study folder themselves (the study
-folder must be on a filesystem every worker sees; see :mod:`bertology.study.executors`).
+folder must be on a filesystem every worker sees; see :mod:`bertology.studies.executors`).
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from bertology.runs import fingerprint
-from bertology.study.spec import CompareSpec, StudySpec, TaskSpec
-from bertology.study.verify import sha256_file
+from bertology.studies.spec import CompareSpec, StudySpec, TaskSpec
+from bertology.studies.verify import sha256_file
 
 
 @lru_cache(maxsize=256)
@@ -63,7 +63,7 @@ class FinetuneJob:
         return Path(self.out) / "model"
 
     def config(self):
-        from bertology.study.spec import lab_config
+        from bertology.studies.spec import lab_config
 
         return lab_config(dict(self.lab), model=self.base, data=self.task.data or "", columns=self.task.columns,
                           out=self.out, eval_data=self.task.eval_data, seed=self.seed, device=self.device,
@@ -169,7 +169,7 @@ def recipe_numbers(task_type: str, lab: dict) -> dict:
     """The recipe values a task's fine-tunes will use for what ``[lab]`` does not set, by task (``auto``: either
     of the two it may choose), so a changed recipe makes the fine-tunes another run instead of mixing seeds
     trained before and after it."""
-    from bertology.study.spec import LAB_KEYS
+    from bertology.studies.spec import LAB_KEYS
     from bertology.training.recipes import recipe_for
 
     given = {LAB_KEYS.get(k, k) for k in lab}  # "lr" is learning_rate

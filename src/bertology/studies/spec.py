@@ -39,7 +39,7 @@ The schema (every table refuses keys it does not know, naming them and the keys 
 
 Relative paths resolve against the spec file's folder. :func:`load_spec` checks the schema and that
 every file exists; :func:`check_models` loads the given fine-tunes and checks them against the base
-(layers, heads, tokenizer); :func:`bertology.study.checks.check_study` makes every other check the jobs would
+(layers, heads, tokenizer); :func:`bertology.studies.checks.check_study` makes every other check the jobs would
 make that needs no training — all before any job runs.
 """
 from __future__ import annotations
@@ -142,7 +142,7 @@ class CompareSpec:
 
 @dataclass(frozen=True)
 class StudySpec:
-    """A whole study, paths resolved: what :func:`bertology.study.runner.run_study` runs."""
+    """A whole study, paths resolved: what :func:`bertology.studies.runner.run_study` runs."""
 
     path: Path | None  # the spec file (None: a dict spec, kept as ``text``)
     base: str

@@ -29,7 +29,7 @@ from bertology.commands.compat import dtype_parts, without_added
 from bertology.experiments.ablation_table import TABLE as ERASE_TABLE  # the task-side erasure's rows (mode erase)
 from bertology.runs import RunResult, build_manifest, fingerprint, run_folder
 from bertology.settings import check_fields, describe_fields, setting_field, settings_object
-from bertology.study.inputs import Loading, resolve, stderr_console
+from bertology.commands.inputs import Loading, resolve, stderr_console
 
 logger = logging.getLogger(__name__)
 

@@ -18,28 +18,9 @@ when each seed moves the model its own random way with no shared change, the bas
 and the rule is conservative (k = 3: 0.037 in 1-D, ~0 in many dimensions); were the base just one more
 i.i.d. draw like the seeds, distances sharing it correlate and the rule fires more often (0.08-0.13).
 
-What the change is, per table (``CHANGES`` below):
-
-- ``attention_change``: ``cosine_distance`` = 1 - cosine and ``js_divergence``, per head and per
-  layer (mean over its heads); seed distances from ``seedpair_attention_change``.
-- ``representation_similarity``: 1 - value on the diagonal (``layer_base == layer_tuned``), per layer
-  and metric; seed distances from ``seedpair_representation_similarity``.
-- ``attention_patterns``: tuned fraction - base fraction per head and pattern, and the share of all
-  heads' maps (level ``model``); ``probe``: tuned - base of ``uuas``/``dspr`` (distance probe) and
-  ``root_acc``/``nspr`` (depth probe) per layer on the test split (dev when no test); ``geometry``:
-  tuned - base per layer and metric; ``ablation``: ``delta`` (ablated - intact) per head and per layer and
-  whole-layer ablation (unit ``L5 skip``, ``L5 uniform_heads``, ``L5 revert_ffn``, ``L0 revert_embeddings``: the
-  table's ``layer_mode``; a revert run's deltas are reverted - tuned).
-  For these per-model tables the seed distance is |c_a - c_b| between two seeds' changes, computed
-  from the base-vs-tuned table itself (the seed-pair tables are not needed).
-- ``weight_change``: ``relative_change`` (||W_t - W_b||_F / ||W_b||_F) per layer and module (level ``module``,
-  unit ``L5 query``; ALBERT's shared block is one unit at its first depth) and per head of the attention
-  projections (level ``head``, unit ``L5H3 query``); seed distances from ``seedpair_weight_change``, the same
-  quantity between two seeds' weights.
-- ``transplant``: ``gain_recovered`` per transplanted unit and per point of the top/bottom layer curves (level = the
-  table's ``unit_kind``, unit = its label: ``L3 attention``, ``top 2 layers``); ``changed_vs_needed``: Spearman's rho
-  between change and revert drop (level ``model``, unit ``heads: weight``), per metric. Per-model tables: is the gain
-  (the rho) consistently away from 0 by more than two seeds' values differ?
+What the change is, per table, each table's spec declares (``seed_noise=SeedNoise(...)``; the built-in tables'
+extracts are :mod:`bertology.reach.changes`); :mod:`bertology.studies.changes` turns the study's tables into the
+per-seed changes and seed distances this module judges.
 
 Task differences compare the per-seed changes of two tasks with the two-sided exact Mann-Whitney test
 (exact under the null that the two tasks' per-seed changes are exchangeable). Many units mean many
@@ -47,14 +28,12 @@ tests: ``study_counts`` gives, per family (table, task, metric, level), how many
 next to how many the rule would flag by chance (``alpha`` x tested), and ``beyond_noise_fdr`` applies
 the Benjamini-Hochberg procedure (``scipy.stats.false_discovery_control``) within each family.
 
-Everything here is pure pandas/numpy/scipy: no model, no figure (the declared tables are read from the specs in
-the catalogs, :func:`judged`, which imports their modules).
+Everything here is pure pandas/numpy/scipy: no model, no figure.
 """
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from functools import lru_cache
 from itertools import combinations
 from math import comb
@@ -64,14 +43,12 @@ import pandas as pd
 from scipy.stats import false_discovery_control, mannwhitneyu
 
 from bertology.errors import BertologyError
-from bertology.reach import as_units, declared, per_model_change
-from bertology.results import weights_rows
+from bertology.studies.changes import UNIT_COLUMNS, judged, seed_changes, seed_distances
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "ALPHA",
-    "CHANGES",
     "judged",
     "STUDY_TABLES",
     "UNIT_COLUMNS",
@@ -86,8 +63,6 @@ __all__ = [
 
 #: Default significance level of the seed-noise rule.
 ALPHA = 0.05
-#: Columns naming one unit of one metric of one table (tidy key of every ``study_*`` table).
-UNIT_COLUMNS = ("table", "metric", "level", "unit", "layer", "head")
 #: The tables :func:`study_tables` returns.
 STUDY_TABLES = ("study_summary", "study_seed_noise", "study_effects", "study_counts", "study_rule",
                 "study_task_differences")
@@ -98,8 +73,6 @@ STUDY_TABLES = ("study_summary", "study_seed_noise", "study_effects", "study_cou
 #: out-of-domain corpus (``representation_similarity_ood``, ``seedpair_representation_similarity_ood``,
 #: ``study_effects_ood``).
 CORPORA: dict[str, tuple[str, str]] = {"shared": ("", ""), "own": ("own_", ""), "ood": ("", "_ood")}
-
-_PROBE_METRICS = {"distance": ("uuas", "dspr"), "depth": ("root_acc", "nspr")}
 
 
 # ------------------------------------------------------------------------------------ the error rate
@@ -144,259 +117,6 @@ def attained_level(m: int, n: int, alpha: float = ALPHA, two_sided: bool = False
     upper = prob[::-1].cumsum()[::-1]  # P(U >= u)
     p = np.minimum(1.0, 2 * np.minimum(upper, prob.cumsum())) if two_sided else upper
     return float(prob[p <= alpha + 1e-12].sum())
-
-
-# ----------------------------------------------------------------------------------- change tables
-@dataclass(frozen=True)
-class Change:
-    """How one pair table turns into changes: ``pairwise`` tables compare two models in every row
-    (seed noise from the seed-pair table); per-model tables hold one value per model."""
-
-    table: str
-    pairwise: bool
-    extract: Callable[[pd.DataFrame, list[str]], pd.DataFrame]
-
-
-def _need(df: pd.DataFrame, table: str, columns: tuple[str, ...]) -> None:
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise BertologyError(f"Study table {table!r} lacks column(s) {', '.join(missing)}; have {list(df.columns)}.")
-
-
-def _attention_change(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    _need(df, "attention_change", ("layer", "head", "cosine", "js_divergence"))
-    heads = df.groupby([*keys, "layer", "head"], as_index=False)[["cosine", "js_divergence"]].mean()
-    heads["cosine_distance"] = 1.0 - heads["cosine"]
-    long = heads.melt(id_vars=[*keys, "layer", "head"], value_vars=["cosine_distance", "js_divergence"],
-                      var_name="metric", value_name="change")
-    layers = long.groupby([*keys, "layer", "metric"], as_index=False)["change"].mean()
-    return pd.concat([as_units(long, "head"), as_units(layers, "layer")], ignore_index=True)
-
-
-def _representation_similarity(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    _need(df, "representation_similarity", ("layer_base", "layer_tuned", "metric", "value"))
-    diag = df[df["layer_base"] == df["layer_tuned"]]
-    out = diag.groupby([*keys, "layer_base", "metric"], as_index=False)["value"].mean()
-    out = out.rename(columns={"layer_base": "layer"})
-    out["change"] = 1.0 - out.pop("value")
-    return as_units(out, "layer")
-
-
-def _attention_patterns(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    _need(df, "attention_patterns", ("model", "layer", "head", "pattern", "fraction"))
-    heads = per_model_change(df, keys, ["layer", "head", "pattern"], "fraction").rename(columns={"pattern": "metric"})
-    share = heads.groupby([*keys, "metric"], as_index=False)[["base", "tuned", "change"]].mean()
-    return pd.concat([as_units(heads, "head"), as_units(share, "model")], ignore_index=True)
-
-
-def _probe(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    _need(df, "probe", ("model", "layer", "probe", "split"))
-    split = "test" if (df["split"] == "test").any() else ("dev" if (df["split"] == "dev").any() else None)
-    part = df if split is None else df[df["split"] == split]
-    frames = []
-    for probe, metrics in _PROBE_METRICS.items():
-        rows = part[part["probe"] == probe]
-        for metric in metrics:
-            if metric not in rows or rows[metric].isna().all():
-                continue
-            one = per_model_change(rows, keys, ["layer"], metric)
-            one["metric"] = metric
-            frames.append(one)
-    if not frames:
-        return pd.DataFrame()
-    return as_units(pd.concat(frames, ignore_index=True), "layer")
-
-
-def _geometry(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    _need(df, "geometry", ("model", "layer", "metric", "value"))
-    out = per_model_change(df, keys, ["layer", "metric"], "value")
-    return as_units(out, "layer")
-
-
-def _ablation(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    _need(df, "ablation", ("target", "layer", "head", "metric", "delta"))
-    df = df[df["target"].isin(["head", "layer"])].copy()
-    modes = df["mode"].dropna().unique() if "mode" in df else []
-    if len(modes) > 1:
-        df["metric"] = df["mode"].astype(str) + "/" + df["metric"].astype(str)
-    cols = ["delta"] + [c for c in ("ci_low", "ci_high") if c in df]
-    frames = []
-    if "layer_mode" not in df:  # tables written before layer_mode existed: one kind of layer row
-        df["layer_mode"] = ""
-    for target, level in (("head", "head"), ("layer", "layer")):
-        rows = df[df["target"] == target]
-        if rows.empty:
-            continue
-        index = [*keys, "layer", "head", "metric"] if level == "head" else [*keys, "layer", "layer_mode", "metric"]
-        one = rows.groupby(index, as_index=False)[cols].mean()
-        one["base"] = 0.0  # the intact model
-        one["tuned"] = one["delta"]
-        one["change"] = one.pop("delta")
-        one = as_units(one, level)
-        if level == "layer":  # each whole-layer ablation its own unit: L5 skip, L5 uniform_heads, L0 revert_embeddings
-            named = one["layer_mode"].fillna("").astype(str)
-            one["unit"] = one["unit"].where(named == "", one["unit"] + " " + named)
-            one = one.drop(columns="layer_mode")
-        frames.append(one)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-def _weight_change(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    _need(df, "weight_change", ("layer", "module", "head", "relative_change"))
-    rows = df.dropna(subset=["relative_change"])
-    rows = rows.groupby([*keys, "layer", "module", "head"], dropna=False, as_index=False)["relative_change"].mean()
-    rows = rows.rename(columns={"relative_change": "change"}).assign(metric="relative_change")
-    whole, heads = rows[rows["head"].isna()].drop(columns="head"), rows[rows["head"].notna()]
-    parts = [as_units(whole, "layer").assign(level="module"), as_units(heads, "head")]
-    for part in parts:  # the module names the unit: L5 query, L5H3 query
-        part["unit"] = part["unit"] + " " + part["module"].astype(str)
-    return pd.concat(parts, ignore_index=True).drop(columns="module")
-
-
-def _transplant(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Gain recovered per transplanted unit (``L3 attention``) and per point of the layer curves (``top 2 layers``):
-    level = the table's ``unit_kind``; a gain that is undefined for a seed (the tuned model no better than the head
-    alone) is left out for that seed."""
-    _need(df, "transplant", ("unit_kind", "layer", "head", "label", "metric", "gain_recovered"))
-    rows = df.dropna(subset=["gain_recovered"])
-    rows = rows.groupby([*keys, "unit_kind", "label", "layer", "head", "metric"], dropna=False, as_index=False)[
-        "gain_recovered"].mean()
-    out = as_units(rows.rename(columns={"gain_recovered": "change"}), "unit")
-    single_head = out["unit_kind"] == "head"
-    out["head"] = out["head"].where(single_head)  # a layer, block or curve point names no head
-    out["level"], out["unit"] = out.pop("unit_kind").astype(str), out.pop("label").astype(str)
-    return out
-
-
-def _changed_vs_needed(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Spearman's rho between change and revert drop, one whole-run unit per level and change measure
-    (``heads: weight``), per metric; a rho that is undefined for a seed is left out for that seed."""
-    _need(df, "changed_vs_needed", ("level", "change_measure", "metric", "spearman"))
-    rows = df.dropna(subset=["spearman"])
-    rows = rows.groupby([*keys, "level", "change_measure", "metric"], as_index=False)["spearman"].mean()
-    out = as_units(rows.rename(columns={"spearman": "change"}).drop(columns="level"), "model")
-    out["unit"] = rows["level"].astype(str).values + "s: " + rows["change_measure"].astype(str).values
-    return out.drop(columns="change_measure")
-
-
-#: The pair tables whose change functions live here; a table that is absent is skipped. A spec that declares
-#: ``seed_noise=`` (:class:`bertology.reach.SeedNoise`) adds its table: :func:`judged` is both.
-CHANGES: dict[str, Change] = {
-    "attention_change": Change("attention_change", True, _attention_change),
-    "representation_similarity": Change("representation_similarity", True, _representation_similarity),
-    "attention_patterns": Change("attention_patterns", False, _attention_patterns),
-    "probe": Change("probe", False, _probe),
-    "geometry": Change("geometry", False, _geometry),
-    "ablation": Change("ablation", False, _ablation),
-    "weight_change": Change("weight_change", True, _weight_change),
-    "transplant": Change("transplant", False, _transplant),
-    "changed_vs_needed": Change("changed_vs_needed", False, _changed_vs_needed),
-}
-
-
-
-def judged() -> dict[str, Change]:
-    """Every table a study judges against seed noise: :data:`CHANGES`, then each table whose spec declares
-    ``seed_noise`` (read from the catalogs; a declaration of a table above takes its place)."""
-    out = dict(CHANGES)
-    for table, reach in declared("seed_noise").items():
-        out[table] = Change(table, reach.pairwise, reach.extract)
-    return out
-
-
-_CHANGE_COLS = [*UNIT_COLUMNS, "change", "base", "tuned", "ci_low", "ci_high"]
-
-
-def _finish(frame: pd.DataFrame, table: str, keys: list[str]) -> pd.DataFrame:
-    """Order columns: keys, unit columns, the values; add missing value columns as NaN."""
-    if frame.empty:
-        return pd.DataFrame(columns=[*keys, *_CHANGE_COLS])
-    frame = frame.copy()
-    frame["table"] = table
-    for col in ("base", "tuned", "ci_low", "ci_high"):
-        if col not in frame:
-            frame[col] = np.nan
-    return frame[[*keys, *_CHANGE_COLS]]
-
-
-def _check_keys(df: pd.DataFrame, table: str, keys: list[str]) -> None:
-    """Every row names its task and seed(s), and one tuned model per (task, seed): else rows would merge."""
-    missing = [k for k in keys if df[k].isna().any()]
-    if missing:
-        raise BertologyError(
-            f"Study table {table!r} has rows without {', '.join(missing)}; every tuned model of a study needs its "
-            "task and seed (the manifest's tasks[].seeds)."
-        )
-    if "tuned" in df and keys == ["task", "seed"]:
-        clash = df.groupby(keys)["tuned"].nunique()
-        clash = clash[clash > 1]
-        if len(clash):
-            (task, seed), _ = next(iter(clash.items()))
-            raise BertologyError(
-                f"Study table {table!r}: task {task!r} seed {seed!r} holds several tuned models "
-                f"({', '.join(map(str, df.loc[(df['task'] == task) & (df['seed'] == seed), 'tuned'].unique()))}); "
-                "give each its own seed."
-            )
-
-
-def seed_changes(base_tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
-    """The base-vs-tuned change of every seed: ``task, seed`` + unit columns + ``change, base, tuned``.
-
-    ``base_tables`` are the study's concatenated pair tables (columns ``tuned, task, seed`` first).
-    """
-    frames = []
-    for name, spec in judged().items():
-        df = base_tables.get(name)
-        if df is None or df.empty:
-            continue
-        _need(df, name, ("task", "seed"))
-        _check_keys(df, name, ["task", "seed"])
-        # several --attention-measures: the weights rows are judged (each measure against seed noise: not yet)
-        frames.append(_finish(spec.extract(weights_rows(df), ["task", "seed"]), name, ["task", "seed"]))
-    if not frames:
-        return pd.DataFrame(columns=["task", "seed", *_CHANGE_COLS])
-    return pd.concat(frames, ignore_index=True)
-
-
-def seed_distances(
-    changes: pd.DataFrame, seed_tables: Mapping[str, pd.DataFrame]
-) -> pd.DataFrame:
-    """Seed-vs-seed distances: ``task, seed_a, seed_b`` + unit columns + ``distance`` (>= 0).
-
-    Pairwise tables take them from ``seedpair_<table>`` (seed a in the base role, b in the tuned
-    role); per-model tables from ``changes`` (|c_a - c_b| for each pair of seeds of a task).
-    """
-    frames = []
-    for name, spec in judged().items():
-        if spec.pairwise:
-            df = seed_tables.get(f"seedpair_{name}", seed_tables.get(name))
-            if df is None or df.empty:
-                continue
-            _need(df, f"seedpair_{name}", ("task", "seed_a", "seed_b"))
-            _check_keys(df, f"seedpair_{name}", ["task", "seed_a", "seed_b"])
-            pairs = ["task", "seed_a", "seed_b"]
-            d = _finish(spec.extract(weights_rows(df), pairs), name, pairs)
-            d = d[d["seed_a"] != d["seed_b"]].copy()
-            # (a, b) and (b, a) are one pair of seeds: count it once (the mean when both were computed)
-            lo, hi = d[["seed_a", "seed_b"]].min(axis=1), d[["seed_a", "seed_b"]].max(axis=1)
-            d["seed_a"], d["seed_b"] = lo, hi
-            d["distance"] = d["change"].abs()
-            d = d.groupby(["task", "seed_a", "seed_b", *UNIT_COLUMNS], dropna=False, as_index=False)["distance"].mean()
-            frames.append(d)
-        else:
-            part = changes[changes["table"] == name]
-            if part.empty:
-                continue
-            key = ["task", *UNIT_COLUMNS]
-            left = part[[*key, "seed", "change"]]
-            pairs = left.merge(left, on=key, suffixes=("_a", "_b"))  # NA layer/head keys match each other
-            pairs = pairs[pairs["seed_a"] < pairs["seed_b"]].copy()
-            pairs["distance"] = (pairs["change_a"] - pairs["change_b"]).abs()
-            frames.append(pairs)
-    cols = ["task", "seed_a", "seed_b", *UNIT_COLUMNS, "distance"]
-    if not frames:
-        return pd.DataFrame(columns=cols)
-    return pd.concat([f[cols] for f in frames], ignore_index=True)
 
 
 # -------------------------------------------------------------------------------------- statistics

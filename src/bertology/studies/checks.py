@@ -17,15 +17,15 @@ failure once per seed, then a study with nothing to summarise):
 
 Each refusal is one :class:`~bertology.errors.BertologyError` line naming where in the spec the setting is
 (``device``, ``[compare]``, ``task 'sst2'``). The settings' own declarations are checked earlier, when the
-spec is read (:func:`bertology.study.spec.load_spec`).
+spec is read (:func:`bertology.studies.spec.load_spec`).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from bertology.errors import BertologyError
-from bertology.study.jobs import CompareJob, FinetuneJob
-from bertology.study.spec import StudySpec, TaskSpec, check_models
+from bertology.studies.jobs import CompareJob, FinetuneJob
+from bertology.studies.spec import StudySpec, TaskSpec, check_models
 
 #: Experiments whose refusal reads only the comparison's settings (the probes: their treebank files), so it can
 #: be asked before any model is trained.

@@ -1,12 +1,14 @@
 """A table's reach, declared on its spec: how studies judge it against seed noise, how a many-model run shows
-it, whether tracking records it.
+it, whether tracking records it. The built-in tables' functions are :mod:`bertology.reach.changes` (seed noise)
+and :mod:`bertology.reach.views` (many-model views, tracking scalars).
 
 An :class:`~bertology.analyses.registry.AnalysisSpec` or :class:`~bertology.experiments.registry.ExperimentSpec`
 carries ``seed_noise=SeedNoise(...)``, ``many_view=ManyView(...)`` and (analyses) ``track=Track(...)``; the
-study's seed-noise rule (:mod:`bertology.study.noise`), the many-model index page (:mod:`bertology.report.many`)
+study's seed-noise rule (:mod:`bertology.studies.noise`), the many-model index page (:mod:`bertology.report.many`)
 and tracking (:mod:`bertology.integrations.tracker`, the ``track_analyses`` setting) read them through
-:func:`declared`, which reads the two lazy catalogs by name, as :class:`~bertology.catalog.Catalog` reads its
-modules: nothing is imported before a reach is asked for.
+:func:`declared`. This room sits below the catalogs (config's ``track_analyses`` choices read it), so it names none:
+the package's root, the one module above every room, hands them down (:func:`hand_down`, as ``module:attribute``),
+and they are imported when a reach is first asked for, as :class:`~bertology.catalog.Catalog` imports its modules.
 """
 from __future__ import annotations
 
@@ -18,13 +20,20 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-#: The catalogs whose specs declare a reach, as ``module:attribute`` (read when a reach is asked for).
-CATALOGS = ("bertology.analyses.catalog:ANALYSES", "bertology.experiments.catalog:EXPERIMENTS")
+#: The catalogs whose specs declare a reach, as ``module:attribute``, handed down by the package's root
+#: (:func:`hand_down`); read when a reach is asked for.
+CATALOGS: list[str] = []
+
+
+def hand_down(*catalogs: str) -> None:
+    """Add ``module:attribute`` catalogs to :data:`CATALOGS` (the package's root hands down the analyses' and the
+    experiments'; a room above this one names them, so no import points up)."""
+    CATALOGS.extend(c for c in catalogs if c not in CATALOGS)
 
 
 @dataclass(frozen=True)
 class SeedNoise:
-    """How a study judges a table against seed noise (:mod:`bertology.study.noise`).
+    """How a study judges a table against seed noise (:mod:`bertology.studies.noise`).
 
     ``extract(df, keys)`` turns the table (``keys`` = ``task, seed`` or ``task, seed_a, seed_b``) into one
     ``change`` per unit (columns ``level, unit, layer, head, metric, change`` and optionally ``base, tuned,
@@ -102,31 +111,31 @@ def _catalogs() -> Iterator[Any]:
 
 def declared(attribute: str) -> dict[str, Any]:
     """``table -> reach`` of every spec in the catalogs that declares ``attribute`` (``seed_noise``, ``many_view``,
-    ``track``), in catalog order; a reach's own ``table`` (if any) names the table, else the spec's name."""
+    ``track``), in catalog order; a reach's own ``table`` (if any) names the table, else the spec's name. A spec with
+    several tables declares a tuple (``seed_noise=(SeedNoise(...), SeedNoise(..., table="transplant"))``)."""
     out: dict[str, Any] = {}
     for catalog in _catalogs():
+        if not catalog.may_declare(attribute):  # e.g. no experiment declares ``track``: none is imported to ask
+            continue
         for spec in catalog.specs():
             reach = getattr(spec, attribute, None)
-            if reach is not None:
-                out[getattr(reach, "table", None) or spec.name] = reach
+            for one in reach if isinstance(reach, tuple) else (() if reach is None else (reach,)):
+                out[getattr(one, "table", None) or spec.name] = one
     return out
 
 
 class Trackable(Sequence[str]):
-    """The analyses tracking may record, as a setting's ``choices``: ``known`` first (answered without importing
-    anything), then every other analysis whose spec declares ``track``, read from the catalog when first needed."""
-
-    def __init__(self, known: tuple[str, ...]) -> None:
-        self.known = known
+    """The analyses tracking may record, as a setting's ``choices``: every analysis whose spec declares ``track``, in
+    catalog order, read from the catalogs when first needed (a setting declared below them names none)."""
 
     def _all(self) -> tuple[str, ...]:
-        return (*self.known, *(n for n in declared("track") if n not in self.known))
+        return tuple(declared("track"))
 
     def __contains__(self, name: object) -> bool:
-        return name in self.known or name in self._all()
+        return name in self._all()
 
     def __bool__(self) -> bool:
-        return bool(self.known) or bool(self._all())
+        return bool(self._all())
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._all())

@@ -23,7 +23,7 @@ from bertology.experiments.pattern_cnn import META_FILE, TrainReport, TrainSetti
 from bertology.experiments.pattern_labels import MapSample
 from bertology.runs import RunResult
 from bertology.settings import check_fields, describe_fields, field_setting, setting_field, seed_field
-from bertology.study.inputs import Columns, Loading
+from bertology.commands.inputs import Columns, Loading
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ The study folder::
     tables/seedpair_<table>.parquet the seed-vs-seed tables (task, seed_a, seed_b first)
     tables/own_<table>.parquet      every task's own-data tables, concatenated (tuned, task, seed first)
     tables/own_seedpair_<table>     every task's own-data seed-vs-seed tables (task, seed_a, seed_b first)
-    tables/study_*.parquet          the seed-noise statistics (bertology.study.noise), on the shared corpus;
+    tables/study_*.parquet          the seed-noise statistics (bertology.studies.noise), on the shared corpus;
                                     own_study_* on the tasks' own dev data, study_*_ood on the ood corpus
     jobs/<job>.json                 each finished job's fingerprint and wall time: a rerun skips it ("cached")
 
@@ -38,11 +38,11 @@ import pandas as pd
 from bertology.errors import BertologyError, check_choice
 from bertology.results import atomic_write_text, now_iso, write_table
 from bertology.runs import LOCK, RunResult, lock_folder
-from bertology.study.executors import EXECUTORS, Executor, JobResult, LocalExecutor, make_executor  # noqa: F401  (LocalExecutor re-exported)
-from bertology.study.checks import check_study
-from bertology.study.jobs import CompareJob, FinetuneJob, compare_job, finetune_jobs, model_identity
-from bertology.study.spec import StudySpec, load_spec
-from bertology.study.verify import describe_files, outputs_problem, weights_identity
+from bertology.studies.executors import EXECUTORS, Executor, JobResult, LocalExecutor, make_executor  # noqa: F401  (LocalExecutor re-exported)
+from bertology.studies.checks import check_study
+from bertology.studies.jobs import CompareJob, FinetuneJob, compare_job, finetune_jobs, model_identity
+from bertology.studies.spec import StudySpec, load_spec
+from bertology.studies.verify import describe_files, outputs_problem, weights_identity
 
 logger = logging.getLogger(__name__)
 KIND = "study"
@@ -91,7 +91,7 @@ def _marker(study: Path, job_id: str) -> Path:
 def _previous(study: Path, job: FinetuneJob | CompareJob) -> tuple[JobRecord | None, str | None]:
     """The job's ``cached`` record when a finished run of it verifies; else None and why it runs (None: never ran).
 
-    Verified means: the same fingerprint, and every file the job promised (:mod:`bertology.study.verify`)
+    Verified means: the same fingerprint, and every file the job promised (:mod:`bertology.studies.verify`)
     present with its recorded size and contents. A job whose outputs do not verify has its folder removed
     so it runs afresh: a lost model is retrained, not trusted as cached and failing every comparison.
     """
@@ -489,9 +489,9 @@ def collect_tables(study: Path, jobs: list[CompareJob]) -> dict[str, pd.DataFram
 
 def _noise_tables(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     """The seed-noise statistics of every corpus: ``study_*`` (shared), ``own_study_*``, ``study_*_ood``."""
-    from bertology.study.noise import corpus_study_tables
+    from bertology.studies.noise import corpus_study_tables
 
-    from bertology.study.crosscoder_seeds import study_seed_tables
+    from bertology.studies.crosscoder_seeds import study_seed_tables
 
     return {**corpus_study_tables(tables), **study_seed_tables(tables)}
 
