@@ -124,12 +124,33 @@ def declared(attribute: str) -> dict[str, Any]:
     return out
 
 
+def catalog_entries(attribute: str) -> tuple[tuple[str, str], ...]:
+    """``(name, module)`` of every catalog entry whose spec may declare ``attribute``, in order (no spec imported)."""
+    return tuple(item for c in _catalogs() if c.may_declare(attribute) for item in c.modules.items())
+
+
+def tracked_names() -> tuple[str, ...]:
+    """The analyses whose spec declares ``track``, in catalog order.
+
+    Read from :data:`bertology.keywords.TRACKABLE` (written by ``python -m bertology.signatures`` from the specs) while
+    the catalogs hold exactly the entries it was read from: asking for tracking's choices (``finetune --help``, any
+    fine-tuning setting's check) then imports no analysis module and so no torch. A catalog with an entry added or
+    changed since (a toy in a test, a plugin) is read from its specs; ``tests/house/test_keywords_current.py`` fails
+    when the snapshot is stale.
+    """
+    from bertology import keywords
+
+    if catalog_entries("track") == getattr(keywords, "TRACKABLE_FROM", None):
+        return keywords.TRACKABLE
+    return tuple(declared("track"))
+
+
 class Trackable(Sequence[str]):
-    """The analyses tracking may record, as a setting's ``choices``: every analysis whose spec declares ``track``, in
-    catalog order, read from the catalogs when first needed (a setting declared below them names none)."""
+    """The analyses tracking may record, as a setting's ``choices``: :func:`tracked_names`, read when first needed (a
+    setting declared below the catalogs names none)."""
 
     def _all(self) -> tuple[str, ...]:
-        return tuple(declared("track"))
+        return tracked_names()
 
     def __contains__(self, name: object) -> bool:
         return name in self._all()
