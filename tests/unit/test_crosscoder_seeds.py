@@ -84,3 +84,31 @@ def test_recurrence_counts_other_seeds_only():
 def test_one_seed_gives_no_rows():
     rng = np.random.default_rng(5)
     assert seed_feature_table(_directions({1: random_directions(4, DIM, rng)})).empty
+
+
+def test_the_rule_on_random_dictionaries_calls_about_alpha():
+    """The null rule end to end: 20 studies of two seeds of random dictionaries (m = 1: one comparison per latent),
+    1600 latents judged; the share called is alpha = 5 % up to the binomial spread (sd ~0.0054) and the threshold's
+    own sampling error (2000 draws: ~0.005 in probability), so within 0.02 either way: neither lax nor timid."""
+    rng = np.random.default_rng(21)
+    called = []
+    for _ in range(20):
+        dirs = _directions({s: random_directions(N, DIM, rng) for s in (1, 2)})
+        called.append(task_features(seed_feature_table(dirs, alpha=ALPHA))["task_feature"].to_numpy())
+    rate = np.concatenate(called).mean()
+    assert rate == pytest.approx(ALPHA, abs=0.02)
+
+
+def test_a_seed_without_tuned_only_latents_still_counts():
+    """Seeds 1 and 2 share a direction, seed 3's crosscoder found no tuned-only latent: told by the fit table that
+    seed 3 ran, the rule needs all of the other seeds (2) and calls nothing; not told, it judges two seeds only."""
+    rng = np.random.default_rng(13)
+    shared = random_directions(1, DIM, rng)
+    dirs = _directions({1: shared.copy(), 2: shared.copy()})
+    fit = pd.DataFrame({"tuned": ["t/s1", "t/s2", "t/s3"], "task": "t", "seed": [1, 2, 3], "layer": 2})
+    told = task_features(seed_feature_table(dirs, fit=fit))
+    assert (told["needed"] == 2).all() and (told["recurs_in"] == 1).all() and not told["task_feature"].any()
+    untold = task_features(seed_feature_table(dirs))
+    assert (untold["needed"] == 1).all() and untold["task_feature"].all()
+    rows = seed_feature_table(dirs, fit=fit)
+    assert set(rows["other_seed"]) == {1, 2, 3} and not rows[rows["other_seed"] == 3]["recurs"].any()
