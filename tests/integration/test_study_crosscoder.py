@@ -116,3 +116,19 @@ def test_the_base_against_itself_is_called_none(study):
     assert not same["tuned_only_verified"].fillna(False).any()
     per = _per_latent(study, "same")
     assert per.empty or not per["task_feature"].any()
+
+
+def test_the_study_report_lists_the_task_features_with_their_seeds_and_cosines(study):
+    """The study's own report has the section: the planted latent of each seed called a task feature, recurring in
+    both other seeds, its cosines above the null threshold printed; the unrelated ones seed-specific."""
+    import re
+
+    html = study.report.read_text(encoding="utf-8")
+    assert 'id="crosscoder-seeds"' in html and 'href="#crosscoder-seeds"' in html
+    section = html[html.index('id="crosscoder-seeds"'):html.index('id="jobs"')]
+    assert "null threshold" in section and "planted</strong>, layer 2: 3 task features" in section
+    rows = re.findall(r"<tr>(.*?)</tr>", section, flags=re.S)
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", r, flags=re.S) for r in rows]
+    planted = [c for c in cells if c and c[0] == "planted"]
+    assert len(planted) == 3 and all(c[4] == "task feature" and c[5].startswith("2 of 2") for c in planted)
+    assert all(c[0] == "unrelated" and c[4] == "seed-specific" for c in cells if c and c[0] != "planted")

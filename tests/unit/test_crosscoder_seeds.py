@@ -112,3 +112,24 @@ def test_a_seed_without_tuned_only_latents_still_counts():
     assert (untold["needed"] == 1).all() and untold["task_feature"].all()
     rows = seed_feature_table(dirs, fit=fit)
     assert set(rows["other_seed"]) == {1, 2, 3} and not rows[rows["other_seed"] == 3]["recurs"].any()
+
+
+def test_the_study_report_rows_put_task_features_first_with_their_matches():
+    from bertology.report.study_crosscoder import counts, latent_rows
+
+    rng = np.random.default_rng(17)
+    shared = random_directions(1, DIM, rng)[0]
+    by_seed = {s: random_directions(3, DIM, rng) for s in (1, 2, 3)}
+    for s in by_seed:
+        by_seed[s][2] = shared
+    table = seed_feature_table(_directions(by_seed), alpha=ALPHA)
+    examples = pd.DataFrame({"task": "t", "layer": 2, "seed": [1, 1, 2], "latent": [2, 2, 2],
+                             "token": ["cat", "cat", "dog"]})
+    rows = latent_rows(table, examples)
+    assert len(rows) == 9 and [r[4] for r in rows[:3]] == ["task feature"] * 3
+    assert [r[2] for r in rows[:3]] == [1, 2, 3] and all(r[3] == 2 for r in rows[:3])
+    assert rows[0][5] == "2 of 2: s2, s3 (needed 2)" and rows[0][6] == "s2: 1.00 ✓; s3: 1.00 ✓"
+    assert rows[0][8] == "cat" and rows[1][8] == "dog" and rows[2][8] == "—"
+    assert rows[0][7] == pytest.approx(table["null_threshold"].max())
+    assert counts(table) == [{"task": "t", "layer": 2, "seeds": 3, "judged": 9,
+                              "features": int(task_features(table)["task_feature"].sum())}]
