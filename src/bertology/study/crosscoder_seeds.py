@@ -62,7 +62,7 @@ def layer_rows(task: str, layer: int, part: pd.DataFrame, *, m: int | None, alph
 
 def ran_seeds(fit: pd.DataFrame | None) -> dict[tuple[str, int], frozenset[int]]:
     """(task, layer) -> the seeds whose crosscoder ran there, from the ``crosscoder`` fit table (one row each)."""
-    if fit is None or fit.empty:
+    if fit is None or fit.empty or not {"task", "seed", "layer"} <= set(fit.columns):
         return {}
     return {(str(t), int(layer)): frozenset(int(s) for s in g["seed"])
             for (t, layer), g in fit.dropna(subset=["seed"]).groupby(["task", "layer"])}
