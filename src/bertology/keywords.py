@@ -474,16 +474,16 @@ KEYWORDS = {
     ),
 }
 
-#: The analyses whose spec declares ``track`` (tracking's choices), and the catalog entries they were read
+#: The analyses whose spec declares ``track`` (tracking's choices), and the catalog names they were read
 #: from: :func:`bertology.reach.tracked_names` uses them while the catalogs are unchanged (no analysis imported).
 TRACKABLE = ('attention_change', 'representation_similarity', 'geometry')
 TRACKABLE_FROM = (
-    ('attention_change', 'bertology.analyses.attention_change'),
-    ('attention_patterns', 'bertology.analyses.attention_patterns'),
-    ('representation_similarity', 'bertology.analyses.representation_similarity'),
-    ('attention_targets', 'bertology.analyses.attention_targets'),
-    ('relation_heads', 'bertology.analyses.relation_heads'),
-    ('head_map', 'bertology.analyses.head_map'),
-    ('geometry', 'bertology.analyses.geometry'),
-    ('pca_views', 'bertology.analyses.pca_views'),
+    'attention_change',
+    'attention_patterns',
+    'representation_similarity',
+    'attention_targets',
+    'relation_heads',
+    'head_map',
+    'geometry',
+    'pca_views',
 )

@@ -130,7 +130,7 @@ def render(keywords: Mapping[str, list[tuple[str, str, object]]]) -> str:
         lines += [f"        ({name!r}, {annotation!r}, {default!r})," for name, annotation, default in rows]
         lines.append("    ),")
     lines.append("}")
-    lines += ["", "#: The analyses whose spec declares ``track`` (tracking's choices), and the catalog entries they were read",
+    lines += ["", "#: The analyses whose spec declares ``track`` (tracking's choices), and the catalog names they were read",
               "#: from: :func:`bertology.reach.tracked_names` uses them while the catalogs are unchanged (no analysis imported).",
               f"TRACKABLE = {tracked!r}", "TRACKABLE_FROM = ("]
     lines += [f"    {entry!r}," for entry in entries]

@@ -224,6 +224,29 @@ def test_same_seed_same_tables_other_seed_other_tables(identical):
     assert set(a["crosscoder_latents"]["layer"]) == {1, 2}  # a middle layer and the last of two
 
 
+def test_a_checkpoint_is_resumed_and_the_tables_are_an_uninterrupted_runs(identical, tmp_path):
+    """120 steps save checkpoints at 50 and 100; a second run finds the one at 100, replays the buffer's first 100
+    batches without training and ends with exactly the first run's tables. A checkpoint of other settings is
+    left alone (trained afresh)."""
+    from bertology.experiments.crosscoder import CHECKPOINT_EVERY
+    from bertology.state_files import load_state
+
+    pair, encoded = identical
+    settings = CrosscoderSettings(latents=16, k=2, tokens=200, steps=120, batch=32, buffer=64, examples=3)
+    plain, _ = run_crosscoder(pair, encoded, settings, seed=2)
+    first, sec_first = run_crosscoder(pair, encoded, settings, seed=2, work_dir=tmp_path)
+    assert load_state(tmp_path / "training.pt")["step"] == 2 * CHECKPOINT_EVERY == 100
+    again, sec_again = run_crosscoder(pair, encoded, settings, seed=2, work_dir=tmp_path)
+    assert sec_first["training"]["resumed_from_step"] == 0 and sec_again["training"]["resumed_from_step"] == 100
+    assert not sec_first["training"]["resident"]  # the buffer streamed: the replay re-ran the models' forwards
+    for name in plain:
+        pd.testing.assert_frame_equal(first[name], plain[name], check_exact=True)
+        pd.testing.assert_frame_equal(again[name], plain[name], check_exact=True)
+    other = CrosscoderSettings(**{**settings.to_dict(), "lr": 2e-3})
+    _, sec_other = run_crosscoder(pair, encoded, other, seed=2, work_dir=tmp_path)
+    assert sec_other["training"]["resumed_from_step"] == 0
+
+
 # ------------------------------------------------------------------------------------------------ planted feature
 
 PLANTED = ("cat", "dog", "book", "house", "movie", "film", "man", "girl", "boy", "woman", "actor", "story", "plot",

@@ -84,3 +84,52 @@ def test_recurrence_counts_other_seeds_only():
 def test_one_seed_gives_no_rows():
     rng = np.random.default_rng(5)
     assert seed_feature_table(_directions({1: random_directions(4, DIM, rng)})).empty
+
+
+def test_the_rule_on_random_dictionaries_calls_about_alpha():
+    """The null rule end to end: 20 studies of two seeds of random dictionaries (m = 1: one comparison per latent),
+    1600 latents judged; the share called is alpha = 5 % up to the binomial spread (sd ~0.0054) and the threshold's
+    own sampling error (2000 draws: ~0.005 in probability), so within 0.02 either way: neither lax nor timid."""
+    rng = np.random.default_rng(21)
+    called = []
+    for _ in range(20):
+        dirs = _directions({s: random_directions(N, DIM, rng) for s in (1, 2)})
+        called.append(task_features(seed_feature_table(dirs, alpha=ALPHA))["task_feature"].to_numpy())
+    rate = np.concatenate(called).mean()
+    assert rate == pytest.approx(ALPHA, abs=0.02)
+
+
+def test_a_seed_without_tuned_only_latents_still_counts():
+    """Seeds 1 and 2 share a direction, seed 3's crosscoder found no tuned-only latent: told by the fit table that
+    seed 3 ran, the rule needs all of the other seeds (2) and calls nothing; not told, it judges two seeds only."""
+    rng = np.random.default_rng(13)
+    shared = random_directions(1, DIM, rng)
+    dirs = _directions({1: shared.copy(), 2: shared.copy()})
+    fit = pd.DataFrame({"tuned": ["t/s1", "t/s2", "t/s3"], "task": "t", "seed": [1, 2, 3], "layer": 2})
+    told = task_features(seed_feature_table(dirs, fit=fit))
+    assert (told["needed"] == 2).all() and (told["recurs_in"] == 1).all() and not told["task_feature"].any()
+    untold = task_features(seed_feature_table(dirs))
+    assert (untold["needed"] == 1).all() and untold["task_feature"].all()
+    rows = seed_feature_table(dirs, fit=fit)
+    assert set(rows["other_seed"]) == {1, 2, 3} and not rows[rows["other_seed"] == 3]["recurs"].any()
+
+
+def test_the_study_report_rows_put_task_features_first_with_their_matches():
+    from bertology.report.study_crosscoder import counts, latent_rows
+
+    rng = np.random.default_rng(17)
+    shared = random_directions(1, DIM, rng)[0]
+    by_seed = {s: random_directions(3, DIM, rng) for s in (1, 2, 3)}
+    for s in by_seed:
+        by_seed[s][2] = shared
+    table = seed_feature_table(_directions(by_seed), alpha=ALPHA)
+    examples = pd.DataFrame({"task": "t", "layer": 2, "seed": [1, 1, 2], "latent": [2, 2, 2],
+                             "token": ["cat", "cat", "dog"]})
+    rows = latent_rows(table, examples)
+    assert len(rows) == 9 and [r[4] for r in rows[:3]] == ["task feature"] * 3
+    assert [r[2] for r in rows[:3]] == [1, 2, 3] and all(r[3] == 2 for r in rows[:3])
+    assert rows[0][5] == "2 of 2: s2, s3 (needed 2)" and rows[0][6] == "s2: 1.00 ✓; s3: 1.00 ✓"
+    assert rows[0][8] == "cat" and rows[1][8] == "dog" and rows[2][8] == "—"
+    assert rows[0][7] == pytest.approx(table["null_threshold"].max())
+    assert counts(table) == [{"task": "t", "layer": 2, "seeds": 3, "judged": 9,
+                              "features": int(task_features(table)["task_feature"].sum())}]

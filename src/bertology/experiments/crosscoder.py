@@ -26,13 +26,20 @@ Tables:
 
 Fit quality (fraction of variance explained per model, the dead-latent share) is also in the manifest section and
 the summary line.
+
+Inside a run, training is checkpointed every :data:`CHECKPOINT_EVERY` steps in ``partial/crosscoder/training.pt``:
+a run killed mid-training resumes from the last checkpoint (the manifest's ``training.resumed_from_step``), and its
+tables equal an uninterrupted run's.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -48,8 +55,9 @@ from bertology.experiments.registry import ExperimentContext, ExperimentOutcome,
 from bertology.metrics import crosscoder as cc
 from bertology.models.pair import ModelPair
 from bertology.progress import parse_layer_list
-from bertology.results import Result
+from bertology.results import Result, atomic_write
 from bertology.settings import Setting
+from bertology.state_files import load_state, save_state
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +66,8 @@ DIRECTIONS = "crosscoder_directions"
 LINDSEY, MINDER, BUSSMANN = "Lindsey et al. 2024", "Minder et al. 2025", "Bussmann et al. 2024"
 #: Tokens on each side of an example's token in its ``context``.
 CONTEXT_TOKENS = 6
+#: Training steps between checkpoints (inside a run: ``partial/crosscoder/training.pt``).
+CHECKPOINT_EVERY = 50
 
 
 @dataclass(frozen=True)
@@ -96,10 +106,41 @@ def default_layers(num_layers: int) -> tuple[int, ...]:
 # ------------------------------------------------------------------------------------------------ training
 
 
+def training_tag(settings: CrosscoderSettings, layers: Sequence[int], seed: int, sample: EncodedCorpus) -> str:
+    """What a checkpoint must match to be resumed: the settings, layers, seed and the sentences sampled."""
+    key = [settings.to_dict(), list(map(int, layers)), int(seed), [int(it.index) for it in sample.items]]
+    return hashlib.sha256(json.dumps(key, default=str).encode()).hexdigest()
+
+
+def _resume(checkpoint: Path | None, tag: str, trainers: Mapping[int, Trainer]) -> int:
+    """The steps a matching checkpoint had taken (its trainers loaded), 0 when there is none to resume."""
+    if checkpoint is None or not checkpoint.exists():
+        return 0
+    saved = load_state(checkpoint, remedy=f"Delete {checkpoint} to train the crosscoder afresh.")
+    if saved.get("tag") != tag:
+        return 0
+    for layer, trainer in trainers.items():
+        trainer.load(saved["trainers"][str(layer)])
+    logger.info("resuming crosscoder training after step %d", saved["step"])
+    return int(saved["step"])
+
+
+def _save(checkpoint: Path, tag: str, step: int, trainers: Mapping[int, Trainer]) -> None:
+    """Write every trainer's state after ``step`` steps (atomically: a kill leaves the previous checkpoint)."""
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    state = {"tag": tag, "step": int(step), "trainers": {str(layer): t.state() for layer, t in trainers.items()}}
+    atomic_write(checkpoint, lambda p: save_state(state, p))
+
+
 def fit_crosscoders(pair: ModelPair, encoded: EncodedCorpus, settings: CrosscoderSettings, layers: Sequence[int], *,
-                    seed: int = 0, batch_size: int = 32, device: str = "cpu") -> tuple[dict, ShuffledBuffer, dict]:
+                    seed: int = 0, batch_size: int = 32, device: str = "cpu",
+                    checkpoint: Path | None = None) -> tuple[dict, ShuffledBuffer, dict]:
     """One crosscoder per layer, trained together from one streamed buffer: the models, the buffer (its
-    ``scale`` normalises later reads) and the training record (losses, thresholds, tokens, epochs)."""
+    ``scale`` normalises later reads) and the training record (losses, thresholds, tokens, epochs).
+
+    With ``checkpoint`` the trainers' state is saved every :data:`CHECKPOINT_EVERY` steps and a matching one is
+    resumed: the buffer replays the batches already trained on (same generators, no training), so the steps
+    after it and the finished crosscoders are those of an uninterrupted run."""
     hidden = int(pair.base.model.config.hidden_size)
     n_tokens = sum(len(it) - int(np.sum(it.special)) for it in encoded.items)
     capacity = min(settings.buffer, n_tokens)
@@ -115,14 +156,21 @@ def fit_crosscoders(pair: ModelPair, encoded: EncodedCorpus, settings: Crosscode
                             capacity, settings.batch, torch.Generator().manual_seed(seed + 1),
                             resident=capacity >= n_tokens)
     trainers = {layer: Trainer(m, settings.steps, settings.lr) for layer, m in models.items()}
+    tag = training_tag(settings, layers, seed, encoded)
+    start = _resume(checkpoint, tag, trainers)
     t0 = time.perf_counter()
     batches = iter(buffer)
-    for _ in range(settings.steps):
+    for step in range(settings.steps):
         x = next(batches)
+        if step < start:
+            continue  # replayed: trained on before the checkpoint
         for layer, trainer in trainers.items():
             trainer.step(x[layer])
+        if checkpoint is not None and (step + 1) % CHECKPOINT_EVERY == 0 and step + 1 < settings.steps:
+            _save(checkpoint, tag, step + 1, trainers)
     record = {"n_tokens_sampled": n_tokens, "buffer_tokens": capacity, "resident": capacity >= n_tokens,
               "tokens_drawn": buffer.drawn, "stream_passes": buffer.epochs, "seconds": time.perf_counter() - t0,
+              "resumed_from_step": start, "checkpoint_every": CHECKPOINT_EVERY if checkpoint is not None else None,
               "per_layer": {int(layer): {"final_loss": float(np.mean(t.log.loss[-20:])),
                                          "threshold": t.log.threshold,
                                          "scale": buffer.scale[layer].flatten().tolist()}
@@ -219,15 +267,18 @@ def fit_quality(readout: LayerReadout) -> dict:
 
 
 def run_crosscoder(pair: ModelPair, encoded: EncodedCorpus, settings: CrosscoderSettings, *, seed: int = 0,
-                   batch_size: int = 32, device: str = "cpu") -> tuple[dict[str, pd.DataFrame], dict]:
-    """Both tables and the manifest section for a pair on its encoded sentences (the library entry)."""
+                   batch_size: int = 32, device: str = "cpu",
+                   work_dir: Path | None = None) -> tuple[dict[str, pd.DataFrame], dict]:
+    """Both tables and the manifest section for a pair on its encoded sentences (the library entry); with
+    ``work_dir``, training checkpoints in ``work_dir/training.pt`` (an interrupted run resumes from them)."""
     layers = tuple(settings.layers) if settings.layers else default_layers(pair.num_layers)
     bad = [layer for layer in layers if not 0 <= layer <= pair.num_layers]
     if bad:
         raise BertologyError(f"--crosscoder-layers {bad} are not layers of this model (0..{pair.num_layers}).")
     sample = budgeted(encoded, settings.tokens, seed)
     models, buffer, record = fit_crosscoders(pair, sample, settings, layers, seed=seed, batch_size=batch_size,
-                                             device=device)
+                                             device=device,
+                                             checkpoint=None if work_dir is None else Path(work_dir) / "training.pt")
     kinds = {}
     for layer, m in models.items():
         with torch.no_grad():
@@ -274,7 +325,7 @@ def _run(ctx: ExperimentContext) -> ExperimentOutcome:
     settings = settings_from(config)
     encoded = encode_corpus(ctx.corpus, ctx.pair.tokenizer, config.data.max_length, config.data.overlong)
     tables, section = run_crosscoder(ctx.pair, encoded, settings, seed=config.seed, batch_size=config.batch_size,
-                                     device=config.device)
+                                     device=config.device, work_dir=ctx.work_dir / "crosscoder")
     return ExperimentOutcome({n: Result(n, t, settings.to_dict()) for n, t in tables.items()}, section)
 
 

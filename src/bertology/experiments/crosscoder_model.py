@@ -148,6 +148,20 @@ class Trainer:
         self.log.threshold = float(model.threshold)
         return self.log.loss[-1]
 
+    def state(self) -> dict:
+        """Everything the next step depends on (model, Adam, schedule, dead-latent clocks, log): a checkpoint."""
+        return {"model": self.model.state_dict(), "opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
+                "since_fired": self.since_fired.clone(), "loss": list(self.log.loss), "aux": list(self.log.aux),
+                "threshold": self.log.threshold, "tokens": self.log.tokens}
+
+    def load(self, state: dict) -> None:
+        """Continue from :meth:`state`: the following steps are those an uninterrupted trainer would take."""
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["opt"])
+        self.sched.load_state_dict(state["sched"])
+        self.since_fired = state["since_fired"].clone()
+        self.log = TrainLog(list(state["loss"]), list(state["aux"]), float(state["threshold"]), int(state["tokens"]))
+
 
 def _update_threshold(model: Crosscoder, f: torch.Tensor, pre: torch.Tensor) -> None:
     """Move the inference threshold toward this batch's smallest kept score (Bussmann et al.'s estimate)."""

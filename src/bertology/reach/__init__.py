@@ -124,16 +124,16 @@ def declared(attribute: str) -> dict[str, Any]:
     return out
 
 
-def catalog_entries(attribute: str) -> tuple[tuple[str, str], ...]:
-    """``(name, module)`` of every catalog entry whose spec may declare ``attribute``, in order (no spec imported)."""
-    return tuple(item for c in _catalogs() if c.may_declare(attribute) for item in c.modules.items())
+def catalog_entries(attribute: str) -> tuple[str, ...]:
+    """The name of every catalog entry whose spec may declare ``attribute``, in order (no spec imported)."""
+    return tuple(name for c in _catalogs() if c.may_declare(attribute) for name in c.names())
 
 
 def tracked_names() -> tuple[str, ...]:
     """The analyses whose spec declares ``track``, in catalog order.
 
     Read from :data:`bertology.keywords.TRACKABLE` (written by ``python -m bertology.signatures`` from the specs) while
-    the catalogs hold exactly the entries it was read from: asking for tracking's choices (``finetune --help``, any
+    the catalogs hold exactly the names it was read from: asking for tracking's choices (``finetune --help``, any
     fine-tuning setting's check) then imports no analysis module and so no torch. A catalog with an entry added or
     changed since (a toy in a test, a plugin) is read from its specs; ``tests/house/test_keywords_current.py`` fails
     when the snapshot is stale.

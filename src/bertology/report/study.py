@@ -26,6 +26,7 @@ from bertology.errors import BertologyError
 from bertology.experiments.transplant_score import TABLE as TRANSPLANT_TABLE
 from bertology.report.format import fmt_value, mapping, sortable
 from bertology.report.sections.base import Figures
+from bertology.report.study_crosscoder import crosscoder_seed_section
 from bertology.results import atomic_write_text
 
 #: The seed-noise tables the page reads (written by ``bertology.studies.noise.study_tables``).
@@ -524,6 +525,7 @@ def build_study_context(study_dir: str | Path) -> dict:
     add("which-change", "Which change matters", _which_change(tables))
     add("probe", "Structural probes", _probe(tables, figs))
     add("differences", "Task differences", _differences(tables))
+    add("crosscoder-seeds", "Crosscoder features across seeds", crosscoder_seed_section(study_dir))
     add("jobs", "Jobs", _jobs(manifest))
     from bertology import __version__
 

@@ -7,6 +7,9 @@ match at least the null threshold: the ``1 - alpha`` quantile of the same matchi
 the other seed's count and the model's width) in at least ``m`` of the other seeds (default: all of them). The rule
 and why best match: :mod:`bertology.metrics.crosscoder_seeds`.
 
+A seed whose crosscoder found no tuned-only latent at a layer still counts: nothing recurs in it (its rows in the
+``crosscoder`` fit table say which seeds ran), so a feature two of three seeds share needs all three, not two.
+
 One row per task, layer, seed, latent and other seed: ``best_match_cosine``, ``null_threshold``, ``recurs``;
 and per latent ``recurs_in`` (other seeds it recurs in), ``needed`` (``m``) and ``task_feature``.
 """
@@ -18,6 +21,7 @@ import pandas as pd
 from bertology.metrics.crosscoder_seeds import ALPHA, DRAWS, recurrence
 
 DIRECTIONS = "crosscoder_directions"
+FIT = "crosscoder"
 TABLE = "study_crosscoder_seed_features"
 COLUMNS = ["task", "layer", "seed", "latent", "other_seed", "best_match_cosine", "null_threshold", "recurs",
            "recurs_in", "needed", "task_feature"]
@@ -32,10 +36,13 @@ def needed_seeds(n_other: int, m: int | None) -> int:
     return n_other if m is None else max(1, min(int(m), n_other))
 
 
-def layer_rows(task: str, layer: int, part: pd.DataFrame, *, m: int | None, alpha: float, draws: int) -> list[dict]:
-    """The rows of one task and layer (``part``: the directions of every seed at that layer)."""
+def layer_rows(task: str, layer: int, part: pd.DataFrame, *, m: int | None, alpha: float, draws: int,
+               ran: frozenset[int] = frozenset()) -> list[dict]:
+    """The rows of one task and layer (``part``: the directions of every seed at that layer; ``ran``: seeds whose
+    crosscoder ran there, the ones without a tuned-only latent included)."""
     cols = _direction_columns(part)
     seeds = {int(s): g for s, g in part.groupby("seed")}
+    seeds.update({int(s): part.iloc[:0] for s in ran if int(s) not in seeds})
     if len(seeds) < 2:
         return []
     found = recurrence({s: g[cols].to_numpy(np.float64) for s, g in seeds.items()}, alpha=alpha, draws=draws)
@@ -53,12 +60,23 @@ def layer_rows(task: str, layer: int, part: pd.DataFrame, *, m: int | None, alph
     return rows
 
 
+def ran_seeds(fit: pd.DataFrame | None) -> dict[tuple[str, int], frozenset[int]]:
+    """(task, layer) -> the seeds whose crosscoder ran there, from the ``crosscoder`` fit table (one row each)."""
+    if fit is None or fit.empty or not {"task", "seed", "layer"} <= set(fit.columns):
+        return {}
+    return {(str(t), int(layer)): frozenset(int(s) for s in g["seed"])
+            for (t, layer), g in fit.dropna(subset=["seed"]).groupby(["task", "layer"])}
+
+
 def seed_feature_table(directions: pd.DataFrame, *, m: int | None = None, alpha: float = ALPHA,
-                       draws: int = DRAWS) -> pd.DataFrame:
-    """``study_crosscoder_seed_features`` from the study's ``crosscoder_directions`` (tuned, task, seed first)."""
+                       draws: int = DRAWS, fit: pd.DataFrame | None = None) -> pd.DataFrame:
+    """``study_crosscoder_seed_features`` from the study's ``crosscoder_directions`` (tuned, task, seed first) and,
+    when given, its ``crosscoder`` fit table (which seeds ran, those without a tuned-only latent too)."""
+    ran = ran_seeds(fit)
     rows: list[dict] = []
     for (task, layer), part in directions.groupby(["task", "layer"], sort=True):
-        rows += layer_rows(str(task), int(layer), part, m=m, alpha=alpha, draws=draws)
+        rows += layer_rows(str(task), int(layer), part, m=m, alpha=alpha, draws=draws,
+                           ran=ran.get((str(task), int(layer)), frozenset()))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -88,5 +106,5 @@ def study_seed_tables(tables: dict[str, pd.DataFrame], *, alpha: float = ALPHA) 
     directions = tables.get(DIRECTIONS)
     if directions is None or directions.empty:
         return {}
-    table = seed_feature_table(directions, alpha=alpha)
+    table = seed_feature_table(directions, alpha=alpha, fit=tables.get(FIT))
     return {TABLE: table} if not table.empty else {}

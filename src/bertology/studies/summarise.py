@@ -17,7 +17,7 @@ import pandas as pd
 
 from bertology.errors import BertologyError
 from bertology.results import write_table
-from bertology.studies.crosscoder_seeds import DIRECTIONS, study_seed_tables
+from bertology.studies.crosscoder_seeds import DIRECTIONS, FIT, study_seed_tables
 from bertology.studies.noise import ALPHA, CORPORA, corpus_study_tables, corpus_table, judged
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,9 @@ def write_study_tables(study_dir: str | Path, *, alpha: float = ALPHA) -> dict[s
     tables = corpus_study_tables(found, alpha=alpha)
     directions = study_dir / "tables" / f"{DIRECTIONS}.parquet"
     if directions.exists():
-        tables.update(study_seed_tables({DIRECTIONS: pd.read_parquet(directions)}, alpha=alpha))
+        fit = study_dir / "tables" / f"{FIT}.parquet"
+        read = {DIRECTIONS: pd.read_parquet(directions), **({FIT: pd.read_parquet(fit)} if fit.exists() else {})}
+        tables.update(study_seed_tables(read, alpha=alpha))
     for name, df in tables.items():
         write_table(study_dir, name, df)
     return tables
