@@ -69,15 +69,18 @@ def long_sentences(n: int, tokens: int) -> list[str]:
     return [" ".join(words[i * 7:i * 7 + per]) for i in range(n)]
 
 
-def report(times: dict[str, list[tuple[float, float]]], settings: tuple[str, ...], rounds: int) -> None:
-    """Each setting's medians (forward passes, updates, the whole pass) and the pass against weights alone."""
-    total = {s: statistics.median(f + u for f, u in times[s]) for s in settings}
+def report(times: dict[str, list[tuple[float, float, float]]], settings: tuple[str, ...], rounds: int) -> None:
+    """Each setting's medians (forward passes, updates, the whole pass: wall; the whole compare: CPU time of this
+    process, the steadier on a loaded machine) and each against weights alone."""
+    total = {s: statistics.median(f + u for f, u, _ in times[s]) for s in settings}
+    cpu = {s: statistics.median(c for *_, c in times[s]) for s in settings}
     print(f"{rounds} rounds, medians")
     for s in settings:
         forward, updates = (statistics.median(x[i] for x in times[s]) for i in (0, 1))
         print(f"{s}: forward {forward:.3f} s, updates {updates:.3f} s, pass {total[s]:.3f} s, "
-              f"{total[s] / total['weights']:.2f}x weights")
-    print("rounds (forward, updates):", {s: [(round(f, 3), round(u, 3)) for f, u in v] for s, v in times.items()})
+              f"{total[s] / total['weights']:.2f}x weights; compare CPU {cpu[s]:.3f} s, {cpu[s] / cpu['weights']:.2f}x")
+    print("rounds (forward, updates, compare CPU):", {s: [tuple(round(x, 3) for x in r) for r in v]
+                                                       for s, v in times.items()})
 
 
 def main() -> None:
@@ -103,9 +106,10 @@ def main() -> None:
                 config = make_config(str(data), base=model, tuned=model, out=f"{tmp}/{r}-{s}", analyses=ANALYSES,
                                      attention_measures=s, view_examples=0, head_map_examples=len(sentences),
                                      max_length=max(lengths) + 2)
+                cpu = time.process_time()
                 run = compare(config, pair=pair, report=False)
                 if r:
-                    times[s].append(streaming_seconds(run.manifest))
+                    times[s].append((*streaming_seconds(run.manifest), time.process_time() - cpu))
         if args.random_base:
             report(times, settings, args.rounds)
             return
