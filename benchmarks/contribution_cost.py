@@ -57,16 +57,17 @@ def main() -> None:
     b, n = t["input_ids"].shape
     per_chunk = b * n * max(model.config.num_attention_heads * n, 4 * model.config.hidden_size)
     times: dict[str, list[tuple[float, float]]] = {m: [] for m in measures}
+    default_chunk = contributions.ZEROING_CHUNK
     with torch.inference_mode():
         contribution_maps(model, t, ("weights",))  # warm-up
         for _ in range(args.rounds):
             for m in measures:
                 name, _, chunk = m.partition("@")
-                contributions.ALTI_CHUNK = int(chunk) * per_chunk if chunk else 1 << 26
+                contributions.ZEROING_CHUNK = int(chunk) * per_chunk if chunk else default_chunk
                 start, cpu = time.perf_counter(), time.process_time()
                 contribution_maps(model, t, (name,))
                 times[m].append((time.perf_counter() - start, time.process_time() - cpu))
-    contributions.ALTI_CHUNK = 1 << 26
+    contributions.ZEROING_CHUNK = default_chunk
     print(f"batch {tuple(t['input_ids'].shape)}, {args.rounds} rounds, medians (wall / CPU)")
     base = [statistics.median(x[i] for x in times["weights"]) for i in (0, 1)]
     for m in measures:

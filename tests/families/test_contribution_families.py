@@ -103,7 +103,7 @@ def test_value_zeroing_skipping_lower_blocks_in_chunks_equals_full_reruns(model_
     inputs = sites.model_inputs(model, t)
     with torch.no_grad():
         whole = contribution_maps(model, t, ("value_zeroing",))["value_zeroing"]
-        monkeypatch.setattr(contributions, "ALTI_CHUNK", 1)
+        monkeypatch.setattr(contributions, "ZEROING_CHUNK", 1)
         assert contributions.zeroing_chunk(2, 5, 4, 32) == 1
         chunked = contribution_maps(model, t, ("value_zeroing",))["value_zeroing"]
     for layer in (1, 2, 3):
