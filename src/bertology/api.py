@@ -509,15 +509,15 @@ def absa(data: str | Path, *, base: str = "minilm", tuned: str | None = None, ou
 
 
 def view(text: str, text_pair: str | None = None, *, model: str = "minilm", compare: str | None = None,
-         out: str | Path | None = None, max_length: int = 128):
+         out: str | Path | None = None, max_length: int = 128, attention_measures: str | tuple[str, ...] = "weights"):
     """The interactive attention viewer of one text (or pair): head view and model view of ``model``, and with
     ``compare`` (shown as 'tuned') the diff. Shown inline in Jupyter; ``out`` also writes the page (``.html``) or its
     data (``.json``). Returns the :class:`~bertology.viz.viewer.AttentionView` (``attention(name)``, ``diff()``,
-    ``save(path)``)."""
+    ``save(path)``). ``attention_measures``: one measure of :func:`compare`'s setting, the maps shown."""
     from bertology.commands.view import view as run_view
 
     return run_view(text, text_pair, model=_model(model), compare=_model(compare) if compare else None, out=out,
-                    max_length=max_length).view
+                    max_length=max_length, attention_measures=attention_measures).view
 
 
 def track(run: str | Path, data: Any = None, *, base: str | None = None, overwrite: bool = False,

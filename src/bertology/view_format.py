@@ -14,6 +14,7 @@ A view is a plain JSON-serialisable dict, stored by the pipeline as ``views/*.js
       "models": [{"name": "base", "model": "minilm"}, ...],   # one or two
       "attention": {"base": [[[[w, ...]]]], ...},           # [layer-1][head][query][key]
       "decimals": 4,
+      "measure": "norm",                    # only when the maps are a contribution measure's, not the weights
     }
 
 ``attention[name][l - 1]`` is attention layer ``l`` (DESIGN §3: layers 1..N, heads 0-based, labels

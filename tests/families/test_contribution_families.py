@@ -59,3 +59,60 @@ def test_value_zeroing_equals_zeroed_value_outputs(model_type):
         ref = torch.stack(dist, -1)
         torch.testing.assert_close(maps["value_zeroing"][layer][0, 0], ref / ref.sum(-1, keepdim=True),
                                    atol=TOL, rtol=TOL)
+
+
+def _zeroed_by_full_reruns(model, inputs, layer, j):
+    """hidden_states[layer] of a full forward (every block run) with token j's value vectors removed from layer
+    ``layer``'s contexts at its output projection's input (ALBERT's shared module: at that depth's call only)."""
+    from bertology.activations.contributions import attention_inputs
+
+    with torch.no_grad(), attention_inputs(model) as xs:
+        out = model(**inputs, output_attentions=True, output_hidden_states=True)
+    probs, x = out.attentions[layer - 1], xs[layer]
+    weight, bias = sites.value_projection(model, layer)
+    heads = sites.num_heads(model)
+    v = (x @ weight.T + (0 if bias is None else bias)).view(*x.shape[:2], heads, -1).transpose(1, 2)  # [B, H, T, d]
+    removed = (probs[..., j, None] * v[:, :, j, None]).transpose(1, 2).reshape(*x.shape[:2], -1)  # [B, T, H*d]
+    calls = []
+
+    def hook(_m, args):
+        calls.append(1)
+        if len(calls) != layer and sites.out_proj(model, 1) is sites.out_proj(model, 2):
+            return None
+        return (args[0] - removed,) + tuple(args[1:])
+
+    handle = sites.out_proj(model, layer).register_forward_pre_hook(hook)
+    try:
+        with torch.no_grad():
+            return model(**inputs, output_hidden_states=True).hidden_states[layer], out.hidden_states[layer]
+    finally:
+        handle.remove()
+
+
+@pytest.mark.parametrize("model_type", sorted(FAMILY_CONFIGS))
+def test_value_zeroing_skipping_lower_blocks_in_chunks_equals_full_reruns(model_type, monkeypatch):
+    """Three layers, a padded batch of two: the re-runs that skip the blocks below the zeroed layer (and split the
+    zeroed tokens into chunks of one) give what full forwards give."""
+    from bertology.activations import contributions
+
+    torch.manual_seed(1)
+    model = AutoModel.from_config(tiny_family_config(model_type, tiny_tokenizer(), num_hidden_layers=3)).eval().double()
+    ids = torch.randint(5, 40, (2, 5))
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    t = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    inputs = sites.model_inputs(model, t)
+    with torch.no_grad():
+        whole = contribution_maps(model, t, ("value_zeroing",))["value_zeroing"]
+        monkeypatch.setattr(contributions, "ZEROING_CHUNK", 1)
+        assert contributions.zeroing_chunk(2, 5, 4, 32) == 1
+        chunked = contribution_maps(model, t, ("value_zeroing",))["value_zeroing"]
+    for layer in (1, 2, 3):
+        torch.testing.assert_close(chunked[layer], whole[layer], atol=TOL, rtol=TOL)
+        dist = []
+        for j in range(5):
+            h, original = _zeroed_by_full_reruns(model, inputs, layer, j)
+            dist.append((1 - torch.cosine_similarity(h, original, dim=-1)).clamp_min(0) * mask[:, j, None])
+        ref = torch.stack(dist, -1)                                                   # [B, i, j]
+        ref = ref / ref.sum(-1, keepdim=True)
+        for b, real in enumerate(mask.sum(1).tolist()):  # padded query rows are no one's output
+            torch.testing.assert_close(whole[layer][b, 0, :real], ref[b, :real], atol=TOL, rtol=TOL)

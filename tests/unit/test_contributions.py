@@ -169,3 +169,20 @@ def test_norm_residual_and_alti_in_float16_are_float32_and_match_the_float32_mod
             torch.testing.assert_close(sums, torch.ones_like(sums), atol=1e-5, rtol=0)
             atol = 1e-3 if measure == "norm_residual" else 2e-2
             torch.testing.assert_close(m, full[measure][layer], atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_head_norms_by_the_gram_matrix_equal_the_vectors_norms(dtype, tol):
+    """``||v W_O^h||`` from ``v G_h v^T`` equals the norm of the built vector; a zero value vector has norm 0.
+    (float32: the squared norm's rounding is ~1e-7 relative, its square root's half that; 1e-5 leaves room.)"""
+    from bertology.activations.contributions import head_norms, head_vectors
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16, dtype=dtype)
+    weight, bias, out = torch.randn(16, 16, dtype=dtype), torch.randn(16, dtype=dtype), torch.randn(16, 16, dtype=dtype)
+    x[0, 2] = torch.linalg.solve(weight, -bias)  # token 2 of example 0: its value vector x W_V + b_V is zero
+    norms = head_norms(x, (weight, bias), out, heads=4)
+    ref = head_vectors(x, (weight, bias), out, heads=4).norm(dim=-1)
+    torch.testing.assert_close(norms, ref, atol=tol, rtol=tol)
+    # what is left of the zero vector is the solve's rounding: far below the other tokens' norms (~10 here)
+    assert float(norms[0, :, 2].max()) < 1e-4 * float(ref.mean())

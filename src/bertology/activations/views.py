@@ -54,13 +54,20 @@ def _segments(enc: dict[str, list[int]], paired: bool) -> list[int]:
     return out
 
 
-def _attention(loaded: LoadedModel, enc: dict[str, list[int]]) -> np.ndarray:
-    """Attention probabilities of one forward pass, ``[layers, heads, seq, seq]`` in float64."""
+def _attention(loaded: LoadedModel, enc: dict[str, list[int]], measure: str = "weights") -> np.ndarray:
+    """Attention probabilities of one forward pass, ``[layers, heads, seq, seq]`` in float64; or the maps of a
+    contribution ``measure`` (:mod:`bertology.activations.contributions`; a per-layer one has one head)."""
     encoder = loaded.encoder
     device = next(encoder.parameters()).device
     tensors = {k: torch.tensor([v]) for k, v in enc.items() if k in ("input_ids", "token_type_ids", "attention_mask")}
     tensors.setdefault("token_type_ids", torch.zeros_like(tensors["input_ids"]))
     tensors.setdefault("attention_mask", torch.ones_like(tensors["input_ids"]))
+    if measure != "weights":
+        from bertology.activations.contributions import contribution_maps
+
+        with torch.inference_mode():
+            measured = contribution_maps(encoder, tensors, (measure,), device)[measure]
+        return torch.stack([a[0].float().cpu() for a in measured[1:]]).double().numpy()
     inputs = sites.model_inputs(encoder, tensors, device)
     with torch.inference_mode(), capture(encoder, hidden_states=False) as captured:
         encoder(**inputs)
@@ -75,8 +82,12 @@ def compute_view(
     *,
     names: Sequence[str] = ("base", "tuned"),
     max_length: int = 128,
+    measure: str = "weights",
 ) -> dict[str, Any]:
     """Attention of one or two models on one sentence (or pair), as a JSON-ready *view* dict.
+
+    ``measure``: the attention probabilities (``weights``) or a contribution measure's maps, recorded in the view's
+    ``measure`` (absent for ``weights``, so a default view is what it always was).
 
     With two models the second is compared with the first (diff = second − first); they must tokenise
     the text identically and have the same number of layers and heads. Texts longer than
@@ -115,7 +126,7 @@ def compute_view(
             "shorten it or raise --max-length."
         )
 
-    maps = [_attention(m, e) for m, e in zip(loaded, encs)]
+    maps = [_attention(m, e, measure) for m, e in zip(loaded, encs)]
     if len(maps) == 2 and maps[0].shape != maps[1].shape:
         (l0, h0), (l1, h1) = maps[0].shape[:2], maps[1].shape[:2]
         raise BertologyError(
@@ -141,6 +152,8 @@ def compute_view(
         "attention": {name: np.round(a, DECIMALS).tolist() for name, a in zip(names, maps)},
         "decimals": DECIMALS,
     }
+    if measure != "weights":
+        view["measure"] = measure
     return view
 
 
@@ -159,8 +172,9 @@ def view_data(
     compare: str | os.PathLike | LoadedModel | None = None,
     *,
     max_length: int = 128,
+    measure: str = "weights",
 ) -> dict[str, Any]:
-    """Load ``model`` (and ``compare``) by hub id, folder or ``minilm`` and compute their view.
+    """Load ``model`` (and ``compare``) by hub id, folder or ``minilm`` and compute their view (of ``measure``'s maps).
 
     With ``compare`` the first model is named "base", the second "tuned" (diff mode shows tuned − base).
     ``bertology.viz.viewer.AttentionView(view_data(...))`` renders it.
@@ -169,4 +183,4 @@ def view_data(
         return m if isinstance(m, LoadedModel) else load_model(m)
 
     models = [get(model)] + ([get(compare)] if compare is not None else [])
-    return compute_view(models, text, text_pair, max_length=max_length)
+    return compute_view(models, text, text_pair, max_length=max_length, measure=measure)

@@ -46,10 +46,12 @@ def absa_command(
                       f"({held['n_pairs']} pairs of {held['n_sentences']} held-out sentences)")
     from bertology.analyses.absa_heads import top_heads
 
-    best = top_heads(run.tables["absa_heads"], 1)
-    for r in best.itertuples():
-        typer.echo(f"{r.model:5s} {r.relation:14s} L{r.layer}H{r.head} {r.direction}: {r.accuracy:.3f} "
-                   f"(best baseline {r.best_baseline:.3f}; n={r.n})")
+    heads = run.tables["absa_heads"]  # with --attention-measures: one block of rows per measure, each shown
+    for measure, table in (heads.groupby("measure", sort=False) if "measure" in heads else [("", heads)]):
+        for r in top_heads(table, 1).itertuples():
+            unit = f"L{r.layer}" if r.head < 0 else f"L{r.layer}H{r.head}"  # a per-layer measure's head is -1
+            typer.echo(f"{measure + ' ' if measure else ''}{r.model:5s} {r.relation:14s} {unit} {r.direction}: "
+                       f"{r.accuracy:.3f} (best baseline {r.best_baseline:.3f}; n={r.n})")
     for w in run.warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
     typer.echo(f"tables: {run.out / 'tables'}")

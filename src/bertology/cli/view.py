@@ -22,8 +22,13 @@ def view_command(
     ),
     out: Path = out_option(Path("view.html"), help="Output file: .html page, or .json for the data."),
     max_length: int = max_length_option(128, help="Refuse texts longer than this many tokens, [CLS]/[SEP] included.", min=2),
+    attention_measures: str = typer.Option(
+        "weights", "--attention-measures", metavar="NAME",
+        help="The maps shown: weights (the probabilities), or one contribution measure of compare's "
+        "--attention-measures (norm, norm_residual, rollout, value_zeroing, alti)."),
 ) -> None:
     """Interactive attention viewer (head view, model view, base/tuned/diff) as one offline HTML file."""
     from bertology.commands.view import view
 
-    typer.echo(str(view(text, text_pair, model=model, compare=compare, out=out, max_length=max_length).out))
+    typer.echo(str(view(text, text_pair, model=model, compare=compare, out=out, max_length=max_length,
+                        attention_measures=attention_measures).out))

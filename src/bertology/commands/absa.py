@@ -17,7 +17,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bertology.config import DEVICE_HELP, SPACY_MODEL_HELP, CompareConfig, DataConfig, FinetuneConfig
+from bertology.config import (DEVICE_HELP, SPACY_MODEL_HELP, CompareConfig, DataConfig, FinetuneConfig,
+                              attention_measures_field, check_measures_once)
 from bertology.data.absa import STYLES, AbsaPairs, absa_pairs, opinion_spans, read_absa, split_sentences
 from bertology.errors import BertologyError
 from bertology.results import Result
@@ -57,10 +58,12 @@ class AbsaConfig:
     opinions: bool = setting_field(True, "Score the aspect_opinion relation (needs spaCy).")  # needs spaCy
     view_examples: int = setting_field(3, "Pairs shown in the report's attention viewer.", minimum=0,
                                        changes_numbers=False)
+    attention_measures: tuple[str, ...] = attention_measures_field()
     report: bool = True
 
     def __post_init__(self) -> None:
         check_fields(self)
+        check_measures_once(AbsaConfig, self.attention_measures)
 
 
 @dataclass
@@ -112,9 +115,22 @@ def view_indices(instances, encoded, n: int, max_tokens: int = 48) -> list[int]:
     return chosen[:n] if n else []
 
 
+def absa_analysis(instances, num_layers: int, num_heads: int, sep_token_id: int, measures: tuple[str, ...]):
+    """The aspect heads, read from the attention weights (``("weights",)``: as they always were) or once per attention
+    measure, their tables stacked with a ``measure`` column (:mod:`bertology.analyses.per_measure`)."""
+    from bertology.activations.contributions import PER_LAYER
+    from bertology.analyses.absa_heads import AbsaHeads
+    from bertology.analyses.per_measure import PerMeasure
+
+    if tuple(measures) == ("weights",):
+        return AbsaHeads(instances, num_layers, num_heads, sep_token_id)
+    return PerMeasure({m: AbsaHeads(instances, num_layers, 1 if m in PER_LAYER else num_heads, sep_token_id)
+                       for m in measures})
+
+
 def run_absa(config: AbsaConfig, *, overwrite: bool = False, progress: bool = False) -> AbsaRun:
     """Run the study (see the module docstring) and return its tables and held-out scores."""
-    from bertology.analyses.absa_heads import TABLES, AbsaHeads, absa_instances
+    from bertology.analyses.absa_heads import TABLES, absa_instances
     from bertology.data.encode import encode_corpus
     from bertology.models.pair import ModelPair
     from bertology.commands.compare import compare
@@ -158,10 +174,11 @@ def run_absa(config: AbsaConfig, *, overwrite: bool = False, progress: bool = Fa
     if sep is None:
         raise BertologyError(f"The tokenizer of {config.base} has no separator token; the [SEP] share needs one.")
     encoded = encode_corpus(corpus, pair.tokenizer, config.max_length, "truncate")  # compare's encoding too
-    analysis = AbsaHeads(instances, pair.num_layers, pair.num_heads, sep)
+    analysis = absa_analysis(instances, pair.num_layers, pair.num_heads, sep, config.attention_measures)
     cmp_config = CompareConfig(base=config.base, tuned=tuned, out=str(out / "study"), analyses=("attention_change",),
                                data=DataConfig(max_length=config.max_length, overlong="truncate"), seed=config.seed,
-                               device=config.device, batch_size=config.batch_size, view_examples=0)
+                               device=config.device, batch_size=config.batch_size, view_examples=0,
+                               attention_measures=config.attention_measures)
     # one pass per model feeds both the ABSA heads and attention change
     cmp = compare(cmp_config, corpus=corpus, pair=pair, overwrite=overwrite, progress=progress, report=False,
                   extra_results=extra, extra_analyses=[analysis],
