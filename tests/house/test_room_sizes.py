@@ -27,8 +27,8 @@ FUNCTIONS: dict[str, int] = {
     "study/synthetic.py:synthetic_study": 85,
 }
 #: Functions outside the CLI with more than MAX_PARAMETERS parameters (``self``/``cls`` not counted), with their
-#: count today. Public functions of the notebook API and the figures keep their keywords (users call them so);
-#: ``study/`` and ``training/`` are being reshaped by other work.
+#: count today. Public functions of the notebook API keep their keywords (users call them so); ``study/`` and
+#: ``training/`` are being reshaped by other work.
 PARAMETERS: dict[str, int] = {
     "activations/extract.py:run_shared_analyses": 9,
     "analyses/attention_targets.py:AttentionTargets.__init__": 9,
@@ -60,9 +60,6 @@ PARAMETERS: dict[str, int] = {
     "study/probe.py:probe": 11,
     "study/synthetic.py:synthetic_study": 10,
     "study/track.py:track": 9,
-    "viz/figures.py:head_heatmap": 10,
-    "viz/figures.py:layer_curve": 10,
-    "viz/figures.py:layer_matrix": 10,
 }
 
 
