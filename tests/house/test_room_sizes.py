@@ -54,7 +54,6 @@ PARAMETERS: dict[str, int] = {
     "integrations/tracker.py:Tracker.__init__": 9,
     "integrations/trainer.py:BertologyCallback.__init__": 9,
     "metrics/word_argmax.py:word_argmax_hits": 9,
-    "progress.py:PlainBar.__init__": 11,
     "progress.py:progress_bar": 10,
     "study/ablate.py:ablate": 11,
     "study/probe.py:probe": 11,
