@@ -47,8 +47,6 @@ PARAMETERS: dict[str, int] = {
     "experiments/probe_training.py:fit_probes": 9,
     "experiments/task_erasure.py:erasure_effect": 11,
     "experiments/task_erasure.py:task_erasure": 10,
-    "experiments/token_probe.py:probe_layer": 9,
-    "experiments/token_probe.py:run_token_probes": 9,
     "experiments/token_probe.py:token_probes": 14,
     "experiments/transplant_sweep.py:run_transplant": 10,
     "integrations/tracker.py:Tracker.__init__": 9,
