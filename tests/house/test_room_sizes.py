@@ -45,7 +45,6 @@ PARAMETERS: dict[str, int] = {
     "experiments/intervention_sweep.py:run_intervention": 10,
     "experiments/probe.py:run_probes": 9,
     "experiments/probe_training.py:fit_probes": 9,
-    "experiments/task_erasure.py:erasure_effect": 11,
     "experiments/task_erasure.py:task_erasure": 10,
     "experiments/token_probe.py:token_probes": 14,
     "experiments/transplant_sweep.py:run_transplant": 10,
