@@ -60,7 +60,7 @@ from bertology.conventions import setting as convention
 from bertology.config import CompareConfig
 from bertology.data.align import Pooling, annotated_word_ids, word_attention
 from bertology.data.corpus import Corpus
-from bertology.metrics.word_argmax import WordPairs, clark_float16_columns, word_argmax_hits
+from bertology.metrics.word_argmax import WordAlignment, WordPairs, clark_float16_columns, word_argmax_hits
 from bertology.results import Result, weights_rows
 
 MODELS = ("base", "tuned")
@@ -144,8 +144,7 @@ class ArgmaxHeads(Analysis):
     def _table(self, keep: list[int], kind: str) -> pd.DataFrame:
         """:func:`relation_table` of the counters, for the relations ``keep``."""
         return relation_table(
-            self.relations, keep, self.n, self.correct, self.baseline_correct, self.offsets, self.directions,
-            self.num_layers, self.num_heads, kind=kind,
+            self.relations, keep, self.n, self.correct, self.baseline_correct, self.offsets, self.directions, kind=kind,
         )
 
 
@@ -333,7 +332,7 @@ class RelationHeads(ArgmaxHeads):
         if clark:  # their code: float16 maps, each word's summed column in its first piece's column
             maps = [clark_float16_columns(a, word_ids) for a in maps]
             to_method = "first"
-        hits = word_argmax_hits(maps, word_ids, n_words, allowed, WordPairs(pair_start, dep, gov),
+        hits = word_argmax_hits(maps, WordAlignment(word_ids, n_words, allowed), WordPairs(pair_start, dep, gov),
                                 to_method=to_method, from_method=self.from_method, transpose=self.reverse == "transpose",
                                 self_as_zero=clark)
         hits = hits.reshape(2, L, 2, H, P).transpose(0, 2, 1, 3, 4)  # [model, direction, L, H, P]
@@ -421,16 +420,15 @@ def relation_table(
     baseline_correct: np.ndarray,
     offsets: tuple[int, ...],
     directions: tuple[str, str],
-    num_layers: int,
-    num_heads: int,
     kind: str,
 ) -> pd.DataFrame:
-    """The tidy ``relation_heads`` table from hit counts ``[R, model, direction, L, H]`` and pair counts.
+    """The tidy ``relation_heads`` table from hit counts ``correct`` ``[R, model, direction, L, H]`` (the layers and
+    heads are its last two axes) and pair counts.
 
     One row per (model, relation, direction, layer, head), with the best fixed offset of the relation
     and direction, and ``rank`` (1 = best head within (model, relation, direction); ties share it).
     """
-    L, H = num_layers, num_heads
+    L, H = np.shape(correct)[-2:]
     columns = ["model", "relation", "direction", "layer", "head", "accuracy", "baseline_offset", "baseline_accuracy",
                "n", "kind"]
     if not keep:
