@@ -30,7 +30,6 @@ FUNCTIONS: dict[str, int] = {
 #: count today. Public functions of the notebook API keep their keywords (users call them so); ``study/`` and
 #: ``training/`` are being reshaped by other work.
 PARAMETERS: dict[str, int] = {
-    "activations/extract.py:run_shared_analyses": 9,
     "analyses/attention_targets.py:AttentionTargets.__init__": 9,
     "analyses/head_map.py:HeadMap.__init__": 10,
     "analyses/pca_views.py:PCAViews.__init__": 9,
