@@ -42,7 +42,6 @@ PARAMETERS: dict[str, int] = {
     "experiments/head_importance.py:run_head_importance": 10,
     "experiments/intervention_sweep.py:run_intervention": 10,
     "experiments/probe.py:run_probes": 9,
-    "experiments/probe_training.py:fit_probes": 9,
     "experiments/task_erasure.py:task_erasure": 10,
     "experiments/token_probe.py:token_probes": 14,
     "experiments/transplant_sweep.py:run_transplant": 10,
