@@ -39,7 +39,6 @@ PARAMETERS: dict[str, int] = {
     "commands/compare.py:compare": 9,
     "experiments/ablation.py:run_ablation_study": 9,
     "experiments/ablation_sweep.py:run_ablation": 9,
-    "experiments/head_importance.py:run_head_importance": 10,
     "experiments/intervention_sweep.py:run_intervention": 10,
     "experiments/probe.py:run_probes": 9,
     "experiments/task_erasure.py:task_erasure": 10,
