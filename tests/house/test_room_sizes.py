@@ -31,7 +31,6 @@ FUNCTIONS: dict[str, int] = {
 #: ``training/`` are being reshaped by other work.
 PARAMETERS: dict[str, int] = {
     "analyses/attention_targets.py:AttentionTargets.__init__": 9,
-    "analyses/pca_views.py:PCAViews.__init__": 9,
     "analyses/relation_heads.py:RelationHeads.__init__": 9,
     "api.py:compare": 9,
     "api.py:probe": 11,
