@@ -30,7 +30,6 @@ FUNCTIONS: dict[str, int] = {
 #: count today. Public functions of the notebook API keep their keywords (users call them so); ``study/`` and
 #: ``training/`` are being reshaped by other work.
 PARAMETERS: dict[str, int] = {
-    "analyses/relation_heads.py:RelationHeads.__init__": 9,
     "api.py:compare": 9,
     "api.py:probe": 11,
     "commands/compare.py:compare": 9,

@@ -25,7 +25,7 @@ from bertology.activations.batch import PairBatch
 from bertology.activations.extract import collate, run_analyses
 from bertology.analyses.attention_targets import AttentionTargets, TargetConventions
 from bertology.analyses.head_map import HeadMap
-from bertology.analyses.relation_heads import RelationHeads
+from bertology.analyses.relation_heads import RelationHeads, WordPooling
 from bertology.config import CompareConfig
 from bertology.conventions import describe, resolve
 from bertology.data.corpus import Corpus, Example
@@ -143,7 +143,7 @@ def test_clark_relation_heads_reproduce_their_code_on_a_hand_built_example():
     assert _hits(clark, "det")[0, 0, 3] == 0 and _hits(paper, "det")[0, 0, 3] == 1  # float16 zeros -> self
     assert clark.params()["from_method"] == "first" and clark.params()["word_attention"] == "clark2019"
     with pytest.raises(ValueError, match="clark2019"):
-        RelationHeads(_relation_corpus(), 1, 4, from_method="max", word_attention="clark2019")
+        RelationHeads(_relation_corpus(), 1, 4, pooling=WordPooling(from_method="max"), word_attention="clark2019")
 
 
 def test_float16_word_columns_add_the_pieces_as_numpy_does_for_their_float16_maps():

@@ -18,7 +18,7 @@ out of every relation including ``all``; Clark's ``all`` counts each root word a
 figure is ours times ``n / (n + n_root)`` (``n_root`` is in the provenance).
 
 Word-level attention follows Clark: attention *to* a word sums its pieces, *from* a word averages
-them (:func:`bertology.data.align.word_attention`, ``to_method``/``from_method``). With
+them (:func:`bertology.data.align.word_attention`, ``pooling``: :class:`WordPooling` ``(to_method, from_method)``). With
 ``word_attention="clark2019"`` it follows their released code instead (the ``relation_word_attention``
 convention): the maps are rounded to float16, a word's column is the float16 sum of its pieces'
 columns, a word attends as its first piece's row, and the word's own entry is a candidate of value 0
@@ -44,7 +44,7 @@ within (model, relation, direction); ties share the lower rank). Relations with 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -148,6 +148,14 @@ class ArgmaxHeads(Analysis):
         )
 
 
+class WordPooling(NamedTuple):
+    """How word pieces' attention becomes word-level attention: the columns of a word's pieces pooled by
+    ``to_method``, then its rows by ``from_method`` (``sum``, ``mean``, ``first`` piece or ``max``)."""
+
+    to_method: Pooling = "sum"
+    from_method: Pooling = "mean"
+
+
 class RelationHeads(ArgmaxHeads):
     """Per head and relation: how often the argmax of word-level attention hits the gold head/dependent."""
 
@@ -164,13 +172,13 @@ class RelationHeads(ArgmaxHeads):
         corpus: Corpus,
         num_layers: int,
         num_heads: int,
-        to_method: Pooling = "sum",
-        from_method: Pooling = "mean",
+        pooling: WordPooling = WordPooling(),
         offsets: Iterable[int] = range(-3, 3),
         min_count: int = 20,
         reverse: Literal["transpose", "row"] = "transpose",
         word_attention: Literal["mean", "clark2019"] = "mean",
     ):
+        to_method, from_method = pooling
         if reverse not in ("transpose", "row"):
             raise ValueError(f"reverse must be 'transpose' or 'row', not {reverse!r}")
         if word_attention not in WORD_ATTENTION:
