@@ -18,7 +18,7 @@ out of every relation including ``all``; Clark's ``all`` counts each root word a
 figure is ours times ``n / (n + n_root)`` (``n_root`` is in the provenance).
 
 Word-level attention follows Clark: attention *to* a word sums its pieces, *from* a word averages
-them (:func:`bertology.data.align.word_attention`, ``pooling``: :class:`WordPooling` ``(to_method, from_method)``). With
+them (:func:`bertology.data.align.word_attention`; ``pooling``: :class:`WordPooling`). With
 ``word_attention="clark2019"`` it follows their released code instead (the ``relation_word_attention``
 convention): the maps are rounded to float16, a word's column is the float16 sum of its pieces'
 columns, a word attends as its first piece's row, and the word's own entry is a candidate of value 0
