@@ -326,7 +326,7 @@ def main_geometry(args, layers: int) -> None:
 
 def run_pca(cls, batches: list[PairBatch], layers: int, n_examples: int) -> tuple[float, float, pd.DataFrame, object]:
     """Seconds of every update and of compute(), the table, and the analysis (its kept sample)."""
-    a = cls(layers, n_examples=n_examples, seed=0)
+    a = cls(layers, examples=n_examples, seed=0)
     t0 = time.perf_counter()
     with torch.inference_mode():
         for b in batches:
@@ -355,7 +355,7 @@ def main_pca(args, layers: int) -> None:
                     "ratio_new_over_old": {"update": med["new"][0] / med["old"][0], "compute": med["new"][1] / med["old"][1]}})
     # the same sample, compute() on the NumPy path and on the torch path (tensors on the CPU), alternately
     host = run_pca(PCAViews, batches, layers, args.pca_examples)[3]
-    dev = PCAViews(layers, n_examples=args.pca_examples, seed=0)
+    dev = PCAViews(layers, examples=args.pca_examples, seed=0)
     dev.kept = [type(e)(e.key, e.index, e.tokens, e.categories, e.positions, torch.from_numpy(e.vectors)) for e in host.kept]
     dev.n_seen = host.n_seen
     secs: dict[str, list] = {"numpy": [], "torch": []}

@@ -68,7 +68,7 @@ def main() -> None:
     corpus = load_corpus(args.data, limit=args.limit)
     encoded = encode_corpus(corpus, pair.tokenizer)
     geo = Geometry(pair.num_layers, tokenizer=pair.tokenizer, seed=args.seed)
-    views = PCAViews(pair.num_layers, tokenizer=pair.tokenizer, corpus=corpus, n_examples=20, seed=args.seed)
+    views = PCAViews(pair.num_layers, tokenizer=pair.tokenizer, corpus=corpus, examples=20, seed=args.seed)
 
     t_forward = t_geo = t_views = 0.0
     peak_words = peak_bytes = 0

@@ -80,8 +80,8 @@ def main() -> None:
         return
 
     from bertology.experiments.probe import (
-        FEATURE_DTYPES, KINDS, ProbeSettings, encodable, evaluate_probes, extract_word_features, fit_probes, random_init_model,
-        split_dev, tree_set,
+        FEATURE_DTYPES, KINDS, ProbeData, ProbeSettings, encodable, evaluate_probes, extract_word_features, fit_probes,
+        random_init_model, split_dev, tree_set,
     )
     from bertology.data.loaders import load_corpus
     from bertology.models.loading import load_model
@@ -122,15 +122,15 @@ def main() -> None:
     one = ProbeSettings(rank=args.rank, epochs=1, seed=args.seed, feature_dtype=args.feature_dtype)
     for kind in KINDS:
         key = [("base", 3, kind)]
-        st = fit_probes(key, layer_index, feats["train"], splits["train"], feats["dev"], splits["dev"], one)
+        st = fit_probes(key, layer_index, ProbeData(feats["train"], splits["train"]), ProbeData(feats["dev"], splits["dev"]), one)
         alone[kind] = st.seconds["per_epoch"][0]
         _log(f"one {kind} probe alone, one epoch: {alone[kind]:.2f}s")
 
     def on_epoch(e, n_active):
         _log(f"epoch {e}: {n_active} probes still training")
 
-    stack = fit_probes(keys, layer_index, feats["train"], splits["train"], feats["dev"], splits["dev"], settings,
-                       on_epoch=on_epoch)
+    stack = fit_probes(keys, layer_index, ProbeData(feats["train"], splits["train"]), ProbeData(feats["dev"], splits["dev"]),
+                       settings, on_epoch=on_epoch)
     per_epoch = stack.seconds["per_epoch"]
     _log(f"stacked training: {stack.seconds['training']:.1f}s, {len(per_epoch)} epochs")
     t0 = time.perf_counter()

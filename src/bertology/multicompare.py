@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bertology.activations.extract import run_shared_analyses
+from bertology.activations.extract import TunedConsumers, run_shared_analyses
 from bertology.config import CompareConfig
 from bertology.data.corpus import Corpus
 from bertology.errors import BertologyError, safe_name
@@ -261,8 +261,8 @@ def _run_pairs(config: CompareConfig, todo: list[tuple[TunedModel, PairJob]], re
             label = f"extracting (base + {len(streaming)} tuned)"
             with progress_bar(label, len(encoded.items), progress) as on_batch:
                 run_shared_analyses(
-                    streaming[0][1].pair.base.model, [j.pair.tuned.model for _, j in streaming],
-                    streaming[0][1].pair.tokenizer.pad_token_id or 0, encoded, [j.todo for _, j in streaming],
+                    streaming[0][1].pair.base.model, [TunedConsumers(j.pair.tuned.model, j.todo) for _, j in streaming],
+                    streaming[0][1].pair.tokenizer.pad_token_id or 0, encoded,
                     batch_size=config.batch_size, device=config.device, on_batch=on_batch)
         # the base's RSA signatures are the same for every pair: computed once (the base's and one pair's layers kept)
         with reused_signatures(2 * (todo[0][1].pair.num_layers + 1)):

@@ -6,8 +6,8 @@ stages (ablation sweeps, head importance, probe training) call ``on_progress(sta
 :func:`stage_bars` turns those calls into one bar per stage. Both give ``None`` when progress is off.
 
 Where the bar's stream is a terminal (or a Jupyter notebook) rich draws it; elsewhere (output piped to a
-file, a CI log) each bar is reported as plain lines (:class:`PlainBar`): label, percent, done/total,
-elapsed and time left, one line at most every :data:`LINE_EVERY_S` seconds while the work advances, one at
+file, a CI log) each bar is reported as plain lines (:class:`PlainBar`, paced by a :class:`Pace`): label, percent,
+done/total, elapsed and time left, one line at most every :data:`LINE_EVERY_S` seconds while the work advances, one at
 least every :data:`SILENT_AT_MOST_S` seconds while it does not, and one when the bar ends.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 ProgressFn = Callable[[str, int, int], None]
@@ -39,6 +40,18 @@ def format_duration(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+@dataclass(frozen=True)
+class Pace:
+    """When a :class:`PlainBar` writes its lines: on ``clock``, at most one every ``every`` seconds while the work
+    advances and at least one every ``silent_at_most`` while it does not; ``started`` is when the work began on
+    ``clock`` (None: when the bar is made), so a bar's elapsed time and time left count from there."""
+
+    clock: Clock = time.monotonic
+    every: float = LINE_EVERY_S
+    silent_at_most: float = SILENT_AT_MOST_S
+    started: float | None = None
+
+
 class PlainBar:
     """One bar as plain text lines (for a stream that is not a terminal), throttled by a clock.
 
@@ -46,18 +59,17 @@ class PlainBar:
     :data:`LINE_EVERY_S` have passed since the last one (or the work is complete); :meth:`tick` writes one
     when :data:`SILENT_AT_MOST_S` have passed with nothing written (a timer calls it); :meth:`close` writes
     the last line unless the complete one was written. ``describe(fields)`` gives the text after the counts
-    (the epoch, the loss); ``started`` is when the work began on ``clock`` (default: now).
+    (the epoch, the loss); ``pace`` (:class:`Pace`) is the clock, those two gaps and when the work began.
     """
 
     def __init__(self, label: str, total: int, write: Callable[[str], None], *, completed: int = 0, unit: str = "",
-                 describe: Callable[[dict], str] | None = None, fields: dict | None = None, clock: Clock = time.monotonic,
-                 every: float = LINE_EVERY_S, silent_at_most: float = SILENT_AT_MOST_S, started: float | None = None,
+                 describe: Callable[[dict], str] | None = None, fields: dict | None = None, pace: Pace = Pace(),
                  ) -> None:
         self.label, self.total, self.unit, self.write = label, total, unit, write
         self.describe, self.fields = describe, dict(fields or {})
-        self.clock, self.every, self.silent_at_most = clock, every, silent_at_most
+        self.clock, self.every, self.silent_at_most = pace.clock, pace.every, pace.silent_at_most
         self.completed = self.first = completed
-        self.started = self.last_line = clock() if started is None else started
+        self.started = self.last_line = self.clock() if pace.started is None else pace.started
         self.finished = False
         self.written: tuple[int, int] | None = None  # the count of the last line written
         self.lock = threading.Lock()
@@ -210,7 +222,7 @@ def progress_bar(label: str, total: int, enabled: bool = True, *, unit: str = ""
     console = _console(console, stderr)
     if not _draws_live(console):
         bar = PlainBar(label, total, _writer(console), completed=completed, unit=unit, describe=_describer(template),
-                       fields=fields, clock=clock)
+                       fields=fields, pace=Pace(clock))
 
         def advance_plain(n: int = 1, **values) -> None:
             bar.update(bar.completed + n, **values)
@@ -288,8 +300,8 @@ def stage_bars(enabled: bool = True, describe: Callable[[str], str] = str, conso
         def on_plain(stage: str, done: int, total: int) -> None:
             if stage not in bars:
                 with adding:
-                    bars[stage] = PlainBar(_plain_text(describe(stage)), total, write, clock=clock,
-                                           started=last_report[0])
+                    bars[stage] = PlainBar(_plain_text(describe(stage)), total, write,
+                                           pace=Pace(clock, started=last_report[0]))
             bars[stage].update(done, total)
             last_report[0] = clock()
 

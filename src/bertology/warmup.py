@@ -25,8 +25,8 @@ def compile_kernels() -> float:
     maps = torch.softmax(torch.randn(2, 2, 5, 5, generator=torch.Generator().manual_seed(0)), -1)
     layer_statistics(maps, maps.flip(0), torch.ones(2, 5, dtype=torch.bool))
     pairwise_js_sums(maps[0], torch.ones(5, dtype=torch.bool))
-    word_argmax_hits(maps.numpy(), np.array([[-1, 0, 1, 2, -1], [-1, 0, 0, 1, -1]]), np.array([3, 2]),
-                     np.ones((2, 3), dtype=bool), (np.array([0, 1, 2]), np.array([0, 1]), np.array([1, 0])))
+    word_argmax_hits(maps.numpy(), (np.array([[-1, 0, 1, 2, -1], [-1, 0, 0, 1, -1]]), np.array([3, 2]),
+                                    np.ones((2, 3), dtype=bool)), (np.array([0, 1, 2]), np.array([0, 1]), np.array([1, 0])))
     average_ranks(np.array([0.5, -1.0, 0.5, 2.0]))
     return time.perf_counter() - start
 

@@ -26,42 +26,26 @@ FUNCTIONS: dict[str, int] = {
     "testing/synthetic.py:synthetic_study": 85,
 }
 #: Functions outside the CLI with more than MAX_PARAMETERS parameters (``self``/``cls`` not counted), with their
-#: count today. Public functions of the notebook API and the figures keep their keywords (users call them so);
-#: ``study/`` and ``training/`` are being reshaped by other work.
+#: count today. Public functions of the notebook API keep their keywords (users call them so); ``study/`` and
+#: ``training/`` are being reshaped by other work.
 PARAMETERS: dict[str, int] = {
-    "activations/extract.py:run_shared_analyses": 9,
-    "analyses/attention_targets.py:AttentionTargets.__init__": 9,
-    "analyses/head_map.py:HeadMap.__init__": 10,
-    "analyses/pca_views.py:PCAViews.__init__": 9,
-    "analyses/relation_heads.py:RelationHeads.__init__": 9,
-    "analyses/relation_heads.py:relation_table": 10,
     "api.py:compare": 9,
     "api.py:probe": 11,
     "commands/compare.py:compare": 9,
     "experiments/ablation.py:run_ablation_study": 9,
     "experiments/ablation_sweep.py:run_ablation": 9,
-    "experiments/head_importance.py:run_head_importance": 10,
     "experiments/intervention_sweep.py:run_intervention": 10,
     "experiments/probe.py:run_probes": 9,
-    "experiments/probe_training.py:fit_probes": 9,
-    "experiments/task_erasure.py:erasure_effect": 11,
     "experiments/task_erasure.py:task_erasure": 10,
-    "experiments/token_probe.py:probe_layer": 9,
-    "experiments/token_probe.py:run_token_probes": 9,
     "experiments/token_probe.py:token_probes": 14,
     "experiments/transplant_sweep.py:run_transplant": 10,
     "integrations/tracker.py:Tracker.__init__": 9,
     "integrations/trainer.py:BertologyCallback.__init__": 9,
-    "metrics/word_argmax.py:word_argmax_hits": 9,
-    "progress.py:PlainBar.__init__": 11,
     "progress.py:progress_bar": 10,
     "commands/ablate.py:ablate": 11,
     "commands/probe.py:probe": 11,
     "testing/synthetic.py:synthetic_study": 10,
     "commands/track.py:track": 9,
-    "viz/figures.py:head_heatmap": 10,
-    "viz/figures.py:layer_curve": 10,
-    "viz/figures.py:layer_matrix": 10,
 }
 
 

@@ -28,7 +28,7 @@ import bertology.metrics.head_distance as head_distance
 from bertology.activations.batch import PairBatch
 from bertology.activations.extract import run_analyses
 from bertology.analyses.attention_patterns import AttentionPatterns
-from bertology.analyses.attention_targets import AttentionTargets
+from bertology.analyses.attention_targets import AttentionTargets, TargetConventions
 from bertology.analyses.head_map import HeadMap
 from bertology.analyses.relation_heads import RelationHeads
 from bertology.data.corpus import Corpus, Example
@@ -64,8 +64,8 @@ def _analyses(pair: ModelPair, device_path: bool) -> dict:
     made = {
         "patterns": AttentionPatterns(tok, L, H),
         "targets": AttentionTargets(CORPUS, tok, L, H),
-        "targets_kovaleva": AttentionTargets(CORPUS, tok, L, H, word_categories="kovaleva2019", punctuation="clark2019",
-                                             entropy_smoothing="clark2019"),
+        "targets_kovaleva": AttentionTargets(CORPUS, tok, L, H, conventions=TargetConventions(
+            punctuation="clark2019", entropy_smoothing="clark2019", word_categories="kovaleva2019")),
         "head_map": HeadMap(L, H, max_examples=6, seed=3),
         "head_map_hinted": HeadMap(L, H, max_examples=6, seed=3, example_indices=range(len(CORPUS))),
         "relations": RelationHeads(CORPUS, L, H, min_count=1),

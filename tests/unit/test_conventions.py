@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertology.analyses.attention_targets import AttentionTargets, PunctuationLookup, is_punct_token
+from bertology.analyses.attention_targets import AttentionTargets, PunctuationLookup, TargetConventions, is_punct_token
 from bertology.activations.extract import run_analyses
 from bertology.config import CompareConfig
 from bertology.conventions import CONVENTIONS, PRESETS, describe, resolve
@@ -59,7 +59,7 @@ def test_clark_punctuation_share_equals_a_direct_computation(identical_pair):
     corpus = Corpus.from_list(["the cat sat , and the dog ran !", "a dull film .", "we love this movie"])
     enc = encode_corpus(corpus, pair.tokenizer)
     analysis = AttentionTargets(corpus, pair.tokenizer, pair.num_layers, pair.num_heads, word_level=False,
-                                punctuation="clark2019")
+                                conventions=TargetConventions(punctuation="clark2019"))
     run_analyses(pair, enc, [analysis], batch_size=2)
     table = analysis.compute().table
     punct = table[(table.target == "punct") & (table.model == "base")].sort_values(["layer", "head"])

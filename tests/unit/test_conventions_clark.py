@@ -23,9 +23,9 @@ from scipy.spatial.distance import pdist
 
 from bertology.activations.batch import PairBatch
 from bertology.activations.extract import collate, run_analyses
-from bertology.analyses.attention_targets import AttentionTargets
+from bertology.analyses.attention_targets import AttentionTargets, TargetConventions
 from bertology.analyses.head_map import HeadMap
-from bertology.analyses.relation_heads import RelationHeads
+from bertology.analyses.relation_heads import RelationHeads, WordPooling
 from bertology.config import CompareConfig
 from bertology.conventions import describe, resolve
 from bertology.data.corpus import Corpus, Example
@@ -143,7 +143,7 @@ def test_clark_relation_heads_reproduce_their_code_on_a_hand_built_example():
     assert _hits(clark, "det")[0, 0, 3] == 0 and _hits(paper, "det")[0, 0, 3] == 1  # float16 zeros -> self
     assert clark.params()["from_method"] == "first" and clark.params()["word_attention"] == "clark2019"
     with pytest.raises(ValueError, match="clark2019"):
-        RelationHeads(_relation_corpus(), 1, 4, from_method="max", word_attention="clark2019")
+        RelationHeads(_relation_corpus(), 1, 4, pooling=WordPooling(from_method="max"), word_attention="clark2019")
 
 
 def test_float16_word_columns_add_the_pieces_as_numpy_does_for_their_float16_maps():
@@ -276,7 +276,8 @@ def test_attention_targets_report_clarks_smoothed_entropy():
                       Captured([], [None, att.float()]), Captured([], [None, att.float()]))
     values = {}
     for smoothing in ("none", "clark2019"):
-        a = AttentionTargets(corpus, tok, 1, 1, word_level=False, entropy_smoothing=smoothing)
+        a = AttentionTargets(corpus, tok, 1, 1, word_level=False,
+                             conventions=TargetConventions(entropy_smoothing=smoothing))
         a.update(batch)
         table = a.compute().table
         values[smoothing] = table[(table.target == "entropy") & (table.model == "base")]["value"].item()
@@ -287,7 +288,7 @@ def test_attention_targets_report_clarks_smoothed_entropy():
     assert values["none"] == pytest.approx(plain, rel=1e-6)  # the default is unchanged (float32 row sums)
     assert values["clark2019"] - values["none"] > 1e-4
     with pytest.raises(ValueError, match="entropy_smoothing"):
-        AttentionTargets(corpus, tok, 1, 1, entropy_smoothing="clark")
+        AttentionTargets(corpus, tok, 1, 1, conventions=TargetConventions(entropy_smoothing="clark"))
 
 
 # ------------------------------------------------------------------------------------------ head map

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bertology.activations.extract import run_analyses
-from bertology.analyses.attention_targets import AttentionTargets, kovaleva_target_words
+from bertology.analyses.attention_targets import AttentionTargets, TargetConventions, kovaleva_target_words
 from bertology.config import CompareConfig
 from bertology.conventions import resolve
 from bertology.data.corpus import Corpus, Example
@@ -80,7 +80,8 @@ def _their_max(pair, ex, targets):
 def test_max_categories_equal_their_notebook(planted_pair):
     pair = ModelPair.load(*map(str, planted_pair))
     corpus = Corpus(list(FIXTURE))
-    analysis = AttentionTargets(corpus, pair.tokenizer, pair.num_layers, pair.num_heads, word_categories="kovaleva2019")
+    analysis = AttentionTargets(corpus, pair.tokenizer, pair.num_layers, pair.num_heads,
+                                conventions=TargetConventions(word_categories="kovaleva2019"))
     run_analyses(pair, encode_corpus(corpus, pair.tokenizer), [analysis], batch_size=2)
     table = analysis.compute().table.sort_values(["model", "layer", "head"])
     for cat in CATS:

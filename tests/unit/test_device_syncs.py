@@ -113,7 +113,7 @@ def inputs(planted, tmp_path_factory):
         "rsa": lambda on: (_TorchRsa if on else RepresentationSimilarity)(L, n_tokens=20, seed=1),
         "geometry": lambda on: forced(Geometry(L, tokenizer=tok, n_pairs=9, seed=1,
                                                word_sample=WordSample(max_words=6, max_contexts=6)), on, "on_device"),
-        "pca": lambda on: forced(PCAViews(L, tokenizer=tok, corpus=corpus, n_examples=4, seed=1), on, "on_device"),
+        "pca": lambda on: forced(PCAViews(L, tokenizer=tok, corpus=corpus, examples=4, seed=1), on, "on_device"),
         "change": lambda on: AttentionChange(L, H),  # one path; nothing from the host per batch
     }
     read = {"spans": span_batches, "absa": absa_batches}

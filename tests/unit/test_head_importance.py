@@ -12,6 +12,7 @@ from bertology.experiments.ablation import HeadScoring, SweepPlan, label_ids_for
 from bertology.experiments.head_importance import (
     CURVE_COLUMNS,
     IMPORTANCE_COLUMNS,
+    PruningPlan,
     _steps,
     gradient_pass,
     importance_table,
@@ -103,7 +104,7 @@ def test_steps():
 
 def test_pruning_curves(clf, data):
     _, enc, y = data
-    res = run_head_importance(clf.model, enc, y, HeadScoring(mode="zero", batch_size=8), step_fraction=0.25, seed=1)
+    res = run_head_importance(clf.model, enc, y, HeadScoring(mode="zero", batch_size=8), pruning=PruningPlan(0.25, seed=1))
     c = res.curve
     assert list(c.columns) == CURVE_COLUMNS
     assert set(c["order"]) == {"importance", "random"} and set(c["metric"]) == {"accuracy", "macro_f1", "loss"}
@@ -117,15 +118,15 @@ def test_pruning_curves(clf, data):
     first = res.importance.sort_values(["importance", "layer", "head"]).label.tolist()[:2]
     assert res.removal_order["importance"][:2] == first
     assert len(set(res.removal_order["importance"])) == 8 and len(res.removal_order["random"]) == 8
-    again = run_head_importance(clf.model, enc, y, HeadScoring(mode="zero", batch_size=8), step_fraction=0.25, seed=1)
+    again = run_head_importance(clf.model, enc, y, HeadScoring(mode="zero", batch_size=8), pruning=PruningPlan(0.25, seed=1))
     pd.testing.assert_frame_equal(res.curve, again.curve)
     assert res.removal_order == again.removal_order
 
 
 def test_without_recomputation_the_order_is_the_intact_ranking(clf, data):
     _, enc, y = data
-    res = run_head_importance(clf.model, enc, y, HeadScoring(batch_size=8), step_fraction=0.125, recompute=False,
-                              orders=("importance",))
+    res = run_head_importance(clf.model, enc, y, HeadScoring(batch_size=8),
+                              pruning=PruningPlan(0.125, recompute=False, orders=("importance",)))
     order = res.importance.sort_values(["importance", "layer", "head"])["label"].tolist()
     assert res.removal_order["importance"] == order
     assert not res.curve["recompute"].any()
@@ -133,7 +134,7 @@ def test_without_recomputation_the_order_is_the_intact_ranking(clf, data):
 
 def test_interrupted_importance_resumes(clf, data, tmp_path):
     _, enc, y = data
-    kw = dict(scoring=HeadScoring(batch_size=8), step_fraction=0.25, seed=2)
+    kw = dict(scoring=HeadScoring(batch_size=8), pruning=PruningPlan(0.25, seed=2))
     full = run_head_importance(clf.model, enc, y, **kw)
     calls = []
 

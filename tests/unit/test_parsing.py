@@ -14,7 +14,7 @@ from bertology.data.encode import encode_corpus
 from bertology.data.loaders import load_corpus
 from bertology.errors import BertologyError
 from bertology.experiments.ablation import HeadScoring, SweepPlan, run_ablation, summary
-from bertology.experiments.head_importance import run_head_importance
+from bertology.experiments.head_importance import PruningPlan, run_head_importance
 from bertology.experiments.scoring import make_batches
 from bertology.models.loading import load_model
 from bertology.models.parser import HEAD_CONFIG, HEAD_WEIGHTS, BiaffineParser, ParserConfig
@@ -228,7 +228,7 @@ def test_cached_and_naive_sweeps_agree_and_importance_runs(parser):
         np.testing.assert_allclose(cached.per_example[key]["loss_sum"], rec["loss_sum"], rtol=1e-4, atol=1e-5)
     assert set(cached.table["metric"]) == {"uas", "las", "loss", "uas_argmax", "las_argmax"}
     assert "intact: uas" in summary({"ablation": cached.table})
-    imp = run_head_importance(parser, enc, y, scoring, step_fraction=0.5)
+    imp = run_head_importance(parser, enc, y, scoring, pruning=PruningPlan(0.5))
     assert np.isfinite(imp.importance["importance_raw"]).all() and (imp.importance["importance_raw"] > 0).any()
     assert set(imp.curve["metric"]) == {"uas", "las", "loss", "uas_argmax", "las_argmax"}
 
@@ -264,8 +264,8 @@ def test_head_importance_resumes_from_its_saved_parsing_records(parser, tmp_path
     corpus = _corpus(SENTENCES * 2)
     enc = encode_corpus(corpus, tiny_tokenizer())
     y = TASK.targets(corpus, parser)
-    first = run_head_importance(parser, enc, y, HeadScoring(batch_size=4), step_fraction=0.5, progress_dir=tmp_path)
-    again = run_head_importance(parser, enc, y, HeadScoring(batch_size=4), step_fraction=0.5, progress_dir=tmp_path)
+    first = run_head_importance(parser, enc, y, HeadScoring(batch_size=4), pruning=PruningPlan(0.5), progress_dir=tmp_path)
+    again = run_head_importance(parser, enc, y, HeadScoring(batch_size=4), pruning=PruningPlan(0.5), progress_dir=tmp_path)
     pd_testing.assert_frame_equal(first.curve, again.curve)
 
 

@@ -60,7 +60,7 @@ def _rows(table, model, layer, fit):
 
 
 def test_shared_fit_equals_sklearn_on_the_concatenation_and_per_layer_fits_each_model(planted, corpus, encoded):
-    a = _run(planted, encoded, corpus, n_examples=4, seed=1)
+    a = _run(planted, encoded, corpus, examples=4, seed=1)
     table = a.compute().table
     assert list(table.columns[: len(COLUMNS)]) == COLUMNS
     for layer in range(planted.num_layers + 1):
@@ -88,7 +88,7 @@ def test_sample_is_the_hashed_bottom_k_and_batching_does_not_change_it(planted, 
     idx = np.array([it.index for it in encoded.items])
     keys = example_keys(5 ^ _SALT, idx)
     expected = sorted(idx[np.lexsort((idx, keys))][:3].tolist())
-    runs = [_run(planted, encoded, corpus, batch_size=bs, n_examples=3, seed=5) for bs in (1, 4, 10)]
+    runs = [_run(planted, encoded, corpus, batch_size=bs, examples=3, seed=5) for bs in (1, 4, 10)]
     tables = [r.compute().table for r in runs]
     for r, t in zip(runs, tables):
         assert r.sample == expected and len(r.kept) == 3  # only the chosen examples are kept
@@ -96,20 +96,20 @@ def test_sample_is_the_hashed_bottom_k_and_batching_does_not_change_it(planted, 
                 .equals(tables[0].drop(columns=["x", "y", "explained_variance", "explained_variance_x",
                                                 "explained_variance_y"])))
         np.testing.assert_allclose(t[["x", "y"]].to_numpy(), tables[0][["x", "y"]].to_numpy(), atol=1e-4)
-    assert _run(planted, encoded, corpus, n_examples=3, seed=6).sample != expected
+    assert _run(planted, encoded, corpus, examples=3, seed=6).sample != expected
 
 
 def test_merge_of_shards_equals_the_whole_corpus(planted, corpus, encoded):
-    whole = _run(planted, encoded, corpus, n_examples=4, seed=2)
+    whole = _run(planted, encoded, corpus, examples=4, seed=2)
     shards = [EncodedCorpus(encoded.items[:4], 128, "skip", 4), EncodedCorpus(encoded.items[4:], 128, "skip", 6)]
-    merged = _run(planted, shards[0], corpus, n_examples=4, seed=2).merge(_run(planted, shards[1], corpus, n_examples=4, seed=2))
+    merged = _run(planted, shards[0], corpus, examples=4, seed=2).merge(_run(planted, shards[1], corpus, examples=4, seed=2))
     assert merged.sample == whole.sample and merged.n_seen == whole.n_seen == 10
     np.testing.assert_allclose(merged.compute().table[["x", "y"]].to_numpy(), whole.compute().table[["x", "y"]].to_numpy(),
                                atol=1e-4)
     with pytest.raises(ValueError):
-        whole.merge(PCAViews(planted.num_layers, n_examples=5, seed=2))
+        whole.merge(PCAViews(planted.num_layers, examples=5, seed=2))
     with pytest.raises(ValueError, match="share examples"):
-        _run(planted, encoded, n_examples=2).merge(_run(planted, encoded, n_examples=2))
+        _run(planted, encoded, examples=2).merge(_run(planted, encoded, examples=2))
 
 
 def test_chosen_examples_layers_and_special_tokens(planted, corpus, encoded):
@@ -145,7 +145,7 @@ def test_categories_special_punct_word_and_part_of_speech(planted, corpus, encod
 
 def test_errors_and_params():
     with pytest.raises(ValueError):
-        PCAViews(2, n_examples=0)
+        PCAViews(2, examples=0)
     with pytest.raises(ValueError):
         PCAViews(2, fits=["tsne"])
     with pytest.raises(ValueError):
@@ -157,7 +157,7 @@ def test_errors_and_params():
 
 
 def test_pca_grid_is_layers_by_models_with_a_legend(planted, corpus, encoded):
-    table = _run(planted, encoded, corpus, n_examples=3).compute().table
+    table = _run(planted, encoded, corpus, examples=3).compute().table
     fig = pca_grid(table, color_by="category")
     assert isinstance(fig, Figure)
     assert len(fig.axes) == 3 * 2

@@ -178,7 +178,7 @@ def encoded(planted, corpus):
 
 def _run(on_device, pair, enc, corpus, batch_size=4, device="cpu", **kw) -> PCAViews:
     """``on_device=True``: the path a GPU takes, forced (on the CPU); None: the default for the tensors' device."""
-    kw = {"n_examples": 4, "seed": 1, **kw}
+    kw = {"examples": 4, "seed": 1, **kw}
     a = PCAViews(pair.num_layers, tokenizer=pair.tokenizer, corpus=corpus, **kw)
     a.on_device = on_device
     run_analyses(pair, enc, [a], batch_size=batch_size, device=device)
@@ -234,7 +234,7 @@ def test_device_path_shards_merge_to_the_whole_corpus(planted, corpus, encoded):
 def test_the_updates_make_no_host_copy(planted, corpus, encoded):
     """What a GPU run would copy to the host per batch: nothing (guarded on the CPU by refusing the copies)."""
     batches = captured_batches(planted, encoded, frozenset({"hidden_states"}), batch_size=3)
-    a = PCAViews(planted.num_layers, tokenizer=planted.tokenizer, corpus=corpus, n_examples=4, seed=1)
+    a = PCAViews(planted.num_layers, tokenizer=planted.tokenizer, corpus=corpus, examples=4, seed=1)
     a.on_device = True  # the path a GPU takes
     with no_host_copies(), torch.inference_mode():
         for batch in batches:

@@ -7,6 +7,7 @@ import torch
 
 from bertology.experiments.probe import (
     COLUMNS,
+    ProbeData,
     ProbeSettings,
     TreeSet,
     _batch_tensors,
@@ -111,7 +112,7 @@ def test_stacked_training_equals_each_probe_alone():
     s = ProbeSettings(rank=6, epochs=12, batch_size=8, lr=0.02, patience=2, min_delta=1e-3)
     keys = [(m, layer, kind) for kind in ("distance", "depth") for m in ("a", "b") for layer in (0, 5)]
     layer_index = {(m, layer): i for m in ("a", "b") for i, layer in enumerate((0, 5))}
-    stack = fit_probes(keys, layer_index, tr_feats, train, dv_feats, dev, s)
+    stack = fit_probes(keys, layer_index, ProbeData(tr_feats, train), ProbeData(dv_feats, dev), s)
     assert len(set(stack.epochs.tolist())) > 1, "probes should stop at different epochs for this test to bite"
     assert (stack.epochs < s.epochs).any()
     for p, key in enumerate(keys):
@@ -133,8 +134,9 @@ def test_probes_are_independent_of_their_neighbours():
     dfeats = {"a": torch.stack([_noisy(dev, 10, 0.2, 3), _noisy(dev, 10, 1.0, 4)])}
     s = ProbeSettings(rank=4, epochs=4, batch_size=7)
     li = {("a", 0): 0, ("a", 1): 1}
-    alone = fit_probes([("a", 0, "distance")], li, feats, train, dfeats, dev, s)
-    both = fit_probes([("a", 1, "depth"), ("a", 0, "distance"), ("a", 1, "distance")], li, feats, train, dfeats, dev, s)
+    alone = fit_probes([("a", 0, "distance")], li, ProbeData(feats, train), ProbeData(dfeats, dev), s)
+    both = fit_probes([("a", 1, "depth"), ("a", 0, "distance"), ("a", 1, "distance")], li, ProbeData(feats, train),
+                      ProbeData(dfeats, dev), s)
     torch.testing.assert_close(both.weights[1], alone.weights[0], rtol=1e-5, atol=1e-6)
 
 
@@ -176,7 +178,7 @@ def test_training_recovers_planted_trees_and_not_noise():
     keys = [("m", layer, kind) for kind in ("distance", "depth") for layer in (0, 1)]
     li = {("m", 0): 0, ("m", 1): 1}
     trf = mk(train, 1)
-    stack = fit_probes(keys, li, trf, train, mk(dev, 1) | {}, dev, s)
+    stack = fit_probes(keys, li, ProbeData(trf, train), ProbeData(mk(dev, 1) | {}, dev), s)
     rows = {(r["layer"], r["probe"]): r for r in evaluate_probes(stack, li, mk(test, 1), test)}
     assert rows[(0, "distance")]["uuas"] > 0.9 and rows[(0, "distance")]["dspr"] > 0.85
     assert rows[(0, "depth")]["root_acc"] > 0.8 and rows[(0, "depth")]["nspr"] > 0.8

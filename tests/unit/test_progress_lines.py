@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from bertology.progress import (
-    LINE_EVERY_S, SILENT_AT_MOST_S, PlainBar, command_progress, format_duration, progress_bar, stage_bars,
+    LINE_EVERY_S, SILENT_AT_MOST_S, Pace, PlainBar, command_progress, format_duration, progress_bar, stage_bars,
 )
 
 
@@ -35,7 +35,7 @@ def test_format_duration():
 
 def test_a_line_has_percent_count_fields_elapsed_and_time_left():
     clock, lines = FakeClock(), []
-    bar = PlainBar("fine-tuning", 100, lines.append, unit="steps", clock=clock,
+    bar = PlainBar("fine-tuning", 100, lines.append, unit="steps", pace=Pace(clock),
                    describe=lambda f: f"loss {f['loss']}", fields={"loss": "-"})
     clock.now += 72
     bar.update(40, loss="0.6931")
@@ -44,7 +44,7 @@ def test_a_line_has_percent_count_fields_elapsed_and_time_left():
 
 def test_time_left_is_unknown_before_any_work_and_counts_from_a_resumed_start():
     clock, lines = FakeClock(), []
-    bar = PlainBar("sweep", 10, lines.append, completed=4, clock=clock)  # resumed at 4 of 10
+    bar = PlainBar("sweep", 10, lines.append, completed=4, pace=Pace(clock))  # resumed at 4 of 10
     clock.now += SILENT_AT_MOST_S
     bar.tick()
     assert lines[-1] == "sweep: 40% 4/10, elapsed 0:30, left ?"
@@ -54,7 +54,7 @@ def test_time_left_is_unknown_before_any_work_and_counts_from_a_resumed_start():
 
 def test_lines_are_throttled_while_work_advances():
     clock, lines = FakeClock(), []
-    bar = PlainBar("extracting", 1000, lines.append, clock=clock)
+    bar = PlainBar("extracting", 1000, lines.append, pace=Pace(clock))
     times = []
     for done in range(1, 1000):  # one unit every 0.5 s, 500 s in all
         clock.now += 0.5
@@ -69,7 +69,7 @@ def test_lines_are_throttled_while_work_advances():
 
 def test_a_silent_bar_still_says_where_it_is_every_30_s():
     clock, lines = FakeClock(), []
-    bar = PlainBar("head importance", 3, lines.append, clock=clock)
+    bar = PlainBar("head importance", 3, lines.append, pace=Pace(clock))
     written_at = []
     for _ in range(100):  # the timer thread ticks each second; one unit of work takes longer than a minute
         clock.now += 1
@@ -82,7 +82,7 @@ def test_a_silent_bar_still_says_where_it_is_every_30_s():
 
 def test_the_complete_line_is_written_once_and_close_adds_none_after_it():
     clock, lines = FakeClock(), []
-    bar = PlainBar("weight change", 3, lines.append, clock=clock)
+    bar = PlainBar("weight change", 3, lines.append, pace=Pace(clock))
     for done in (1, 2, 3, 3):
         clock.now += 0.1
         bar.update(done)
@@ -92,7 +92,7 @@ def test_the_complete_line_is_written_once_and_close_adds_none_after_it():
 
 def test_close_says_where_an_unfinished_bar_stopped():
     clock, lines = FakeClock(), []
-    bar = PlainBar("fine-tuning", 10, lines.append, clock=clock)
+    bar = PlainBar("fine-tuning", 10, lines.append, pace=Pace(clock))
     clock.now += 5
     bar.update(4)  # early stopping at step 4
     bar.close()

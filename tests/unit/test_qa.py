@@ -349,11 +349,11 @@ def test_ablation_bootstraps_questions_and_the_cached_sweep_equals_the_naive(qa_
 
 def test_head_importance_runs_on_the_span_loss(qa_model):
     from bertology.experiments.ablation import HeadScoring
-    from bertology.experiments.head_importance import run_head_importance
+    from bertology.experiments.head_importance import PruningPlan, run_head_importance
 
     loaded, feats = qa_model
     y = get_task("qa").targets(feats, loaded.model)
-    res = run_head_importance(loaded.model, feats, y, HeadScoring.for_tokenizer(loaded.tokenizer), step_fraction=0.5)
+    res = run_head_importance(loaded.model, feats, y, HeadScoring.for_tokenizer(loaded.tokenizer), pruning=PruningPlan(0.5))
     assert np.isfinite(res.importance["importance"]).all() and (res.importance["importance"] > 0).any()
     assert set(res.curve["metric"]) == {"f1", "exact_match", "loss"} and set(res.curve["n_examples"]) == {len(feats.data)}
 

@@ -10,7 +10,7 @@ from bertology.data.corpus import Corpus
 from bertology.data.encode import encode_corpus
 from bertology.errors import BertologyError
 from bertology.experiments.ablation import HeadScoring, SweepPlan, run_ablation, summary
-from bertology.experiments.head_importance import run_head_importance
+from bertology.experiments.head_importance import PruningPlan, run_head_importance
 from bertology.models.loading import load_model
 from bertology.tasks.catalog import choose_task, get_task, task_of_model
 from bertology.testing import SENTENCES, save_tiny_bert
@@ -97,7 +97,7 @@ def test_cached_and_naive_sweeps_of_a_regressor_agree(reg, data):
 def test_head_importance_of_a_regressor_uses_the_squared_error(reg, data):
     corpus, enc = data
     y = task_of_model(reg.model).targets(corpus, reg.model)
-    imp = run_head_importance(reg.model, enc, y, HeadScoring(batch_size=6), step_fraction=0.5)
+    imp = run_head_importance(reg.model, enc, y, HeadScoring(batch_size=6), pruning=PruningPlan(0.5))
     assert (imp.importance["importance_raw"] > 0).all()
     assert set(imp.curve["metric"]) == {"pearson", "spearman", "mse"}
     # the intact point of the curve is the intact model's MSE

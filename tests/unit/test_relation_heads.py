@@ -6,7 +6,7 @@ import torch
 
 from bertology.activations.batch import PairBatch
 from bertology.activations.extract import collate, run_analyses
-from bertology.analyses.relation_heads import RelationHeads, best_heads
+from bertology.analyses.relation_heads import RelationHeads, WordPooling, best_heads
 from bertology.data.corpus import Corpus, Example
 from bertology.data.encode import encode_corpus
 from bertology.data.loaders import load_corpus
@@ -332,8 +332,8 @@ def _side_by_side(pair, corpus, classes, device: str = "cpu", **kw) -> list[Rela
 @pytest.mark.parametrize("to_method,from_method", [("sum", "first"), ("max", "max"), ("mean", "sum")])
 @pytest.mark.parametrize("reverse", ["transpose", "row"])
 def test_batched_pooling_equals_per_example_for_every_method(pair, corpus, to_method, from_method, reverse):
-    fast, slow = _side_by_side(pair, corpus, (RelationHeads, _PerExample), to_method=to_method,
-                               from_method=from_method, reverse=reverse)
+    fast, slow = _side_by_side(pair, corpus, (RelationHeads, _PerExample), pooling=WordPooling(to_method, from_method),
+                               reverse=reverse)
     assert fast.relations == slow.relations
     np.testing.assert_array_equal(fast.n, slow.n)
     np.testing.assert_array_equal(fast.correct, slow.correct)
@@ -388,8 +388,8 @@ class _OnDevice(RelationHeads):
 @pytest.mark.parametrize("to_method,from_method", [("sum", "mean"), ("max", "first"), ("mean", "sum")])
 @pytest.mark.parametrize("reverse", ["transpose", "row"])
 def test_scoring_where_the_maps_are_counts_what_the_kernel_counts(pair, corpus, to_method, from_method, reverse):
-    kernel, device = _side_by_side(pair, corpus, (RelationHeads, _OnDevice), to_method=to_method,
-                                   from_method=from_method, reverse=reverse)
+    kernel, device = _side_by_side(pair, corpus, (RelationHeads, _OnDevice),
+                                   pooling=WordPooling(to_method, from_method), reverse=reverse)
     assert kernel.relations == device.relations
     np.testing.assert_array_equal(kernel.n, device.n)
     np.testing.assert_array_equal(kernel.correct, device.correct)

@@ -12,7 +12,7 @@ from bertology.data.corpus import Corpus, Example
 from bertology.data.encode import encode_corpus
 from bertology.errors import BertologyError
 from bertology.experiments.ablation import HeadScoring, SweepPlan, run_ablation, summary
-from bertology.experiments.head_importance import run_head_importance
+from bertology.experiments.head_importance import PruningPlan, run_head_importance
 from bertology.models.loading import load_model
 from bertology.tasks.bio_tagging import entity_counts
 from bertology.tasks.catalog import get_task, task_of_model
@@ -249,13 +249,13 @@ def test_head_importance_of_a_tagger_uses_the_word_cross_entropy(tagger, tmp_pat
     corpus = _upos_corpus()
     enc = encode_corpus(corpus, tagger.tokenizer)
     y = task_of_model(tagger.model).targets(corpus, tagger.model)
-    imp = run_head_importance(tagger.model, enc, y, HeadScoring(batch_size=6), step_fraction=0.5, progress_dir=tmp_path)
+    imp = run_head_importance(tagger.model, enc, y, HeadScoring(batch_size=6), pruning=PruningPlan(0.5), progress_dir=tmp_path)
     assert (imp.importance["importance_raw"] > 0).all()
     _, ces = _direct_word_predictions(tagger.model, tagger.tokenizer, corpus)
     first = imp.curve[(imp.curve["n_removed"] == 0) & (imp.curve["metric"] == "loss")]["value"].iloc[0]
     assert first == pytest.approx(np.mean(sum(ces, [])), rel=1e-5)
     # resumed from the saved passes: the tag-count records come back, the curve is the same
-    again = run_head_importance(tagger.model, enc, y, HeadScoring(batch_size=6), step_fraction=0.5, progress_dir=tmp_path)
+    again = run_head_importance(tagger.model, enc, y, HeadScoring(batch_size=6), pruning=PruningPlan(0.5), progress_dir=tmp_path)
     assert np.allclose(again.curve["value"], imp.curve["value"])
 
 

@@ -65,7 +65,7 @@ def _batch(seed):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_kernel_equals_word_attention_and_first_argmax(to_method, from_method, transpose, seed):
     args = _batch(seed)
-    got = word_argmax_hits(*args[:4], args[4:], to_method=to_method, from_method=from_method, transpose=transpose)
+    got = word_argmax_hits(args[0], args[1:4], args[4:], to_method=to_method, from_method=from_method, transpose=transpose)
     expected = _reference(*args, to_method, from_method, transpose)
     assert expected.any() and (~expected).any()
     np.testing.assert_array_equal(got, expected)
@@ -78,10 +78,10 @@ def test_ties_go_to_the_first_candidate():
     word_ids = np.array([[-1, 0, 1, 2, 3, -1]])
     args = (word_ids, np.array([4]), np.ones((1, 4), bool))
     pairs = WordPairs(np.array([0, 2]), np.array([1, 1]), np.array([0, 2]))
-    hits = word_argmax_hits(att, *args, pairs)
+    hits = word_argmax_hits(att, args, pairs)
     assert hits[0, 0].tolist() == [True, False]  # word 1 -> word 0 is the first maximum, word 2 is not
     with pytest.raises(ValueError, match="pooling"):
-        word_argmax_hits(att, *args, pairs, to_method="median")
+        word_argmax_hits(att, args, pairs, to_method="median")
 
 
 def test_warmup_compiles_the_signatures_the_analyses_use():

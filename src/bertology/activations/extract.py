@@ -9,6 +9,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -93,8 +94,8 @@ def run_analyses(
     """Stream the corpus once through both models and feed every analysis (and the optional store); the analyses
     fed, in order, so ``[a.compute() for a in run_analyses(...)]`` gives their tables."""
     consumers: list = list(analyses) + ([_StoreConsumer(store)] if store is not None else [])
-    run_shared_analyses(pair.base.model, [pair.tuned.model], pair.tokenizer.pad_token_id or 0, encoded, [consumers],
-                        batch_size=batch_size, device=device, on_batch=on_batch, timings=timings)
+    run_shared_analyses(pair.base.model, [TunedConsumers(pair.tuned.model, consumers)], pair.tokenizer.pad_token_id or 0,
+                        encoded, batch_size=batch_size, device=device, on_batch=on_batch, timings=timings)
     return list(analyses)
 
 
@@ -121,12 +122,18 @@ def _charge(timings: dict[str, float] | None, key: str, since: float) -> float:
     return now
 
 
+class TunedConsumers(NamedTuple):
+    """One tuned model of a shared pass and the consumers its pair batches (the base beside it) feed."""
+
+    model: torch.nn.Module
+    consumers: Sequence[Consumer]
+
+
 def run_shared_analyses(
     base: torch.nn.Module,
-    tuned: Sequence[torch.nn.Module],
+    tuned: Sequence[TunedConsumers],
     pad_id: int,
     encoded: EncodedCorpus,
-    consumers: Sequence[Sequence[Consumer]],
     *,
     batch_size: int = 32,
     device: str = "cpu",
@@ -135,7 +142,7 @@ def run_shared_analyses(
 ) -> None:
     """Stream the corpus once: per length batch the base forward runs once and is shared by every tuned model.
 
-    ``consumers[i]`` are fed ``PairBatch(base, tuned[i])``. Per batch at most two models' activations
+    ``tuned[i].consumers`` are fed ``PairBatch(base, tuned[i].model)``. Per batch at most two models' activations
     are alive: the base's, and one tuned model's (dropped before the next tuned forward); every model's
     weights stay resident. The batches, padding and arithmetic are those of a single pair's loop, so a
     pair's numbers are the same whether it streams alone or beside others. ``on_batch`` gets the
@@ -143,8 +150,7 @@ def run_shared_analyses(
     seconds spent in the forward passes (``forward``) and in each consumer's ``update`` (``update:<name>``);
     on a GPU the forward is queued, so its time lands on the first update that waits for it.
     """
-    if len(consumers) != len(tuned):
-        raise ValueError(f"{len(tuned)} tuned models but {len(consumers)} consumer lists")
+    models, consumers = [t.model for t in tuned], [t.consumers for t in tuned]
     dev = torch.device(device)
     wants = [frozenset().union(*(c.requires for c in cs)) if cs else frozenset() for cs in consumers]
     base_wants = frozenset().union(*wants)
@@ -154,7 +160,7 @@ def run_shared_analyses(
         if opt is not None:
             pad_to = max(pad_to or 0, opt)
     active = [i for i, cs in enumerate(consumers) if cs]
-    to_device_together((base, *(tuned[i] for i in active)), dev)  # an adapter's shared base tensors stay shared
+    to_device_together((base, *(models[i] for i in active)), dev)  # an adapter's shared base tensors stay shared
     # NumPy's BLAS on one thread for the whole pass: the analyses' small products beside torch's threads
     # (bertology.blas explains why)
     with torch.inference_mode(), one_blas_thread():
@@ -165,7 +171,7 @@ def run_shared_analyses(
             base_cap = capture_forward(base, t, base_wants, dev)
             for i in active:
                 batch = PairBatch(items, t["input_ids"], mask, content, t["lengths"], base_cap,
-                                  capture_forward(tuned[i], t, wants[i], dev))
+                                  capture_forward(models[i], t, wants[i], dev))
                 clock = _charge(timings, "forward", clock)
                 for c in consumers[i]:
                     c.update(batch)

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -186,6 +187,18 @@ def kovaleva_target_words(ex: Example) -> tuple[frozenset[str], ...] | None:
     return (*by_tag, *by_rel, negation)
 
 
+@dataclass(frozen=True)
+class TargetConventions:
+    """The paper conventions attention targets follow (:mod:`bertology.conventions`): which tokens are
+    ``punctuation`` (``unicode`` or ``clark2019``), how a row's entropy is taken (``entropy_smoothing``: ``none`` or
+    ``clark2019``) and which tokens are a word category's targets (``word_categories``: ``bertology`` or
+    ``kovaleva2019``)."""
+
+    punctuation: str = "unicode"
+    entropy_smoothing: str = "none"
+    word_categories: str = "bertology"
+
+
 class AttentionTargets(Analysis):
     """Per head: how much attention goes to [CLS], [SEP], punctuation, neighbours and word categories.
 
@@ -206,10 +219,10 @@ class AttentionTargets(Analysis):
         num_heads: int,
         negation_words: Iterable[str] = DEFAULT_NEGATION,
         word_level: bool = True,
-        punctuation: str = "unicode",
-        entropy_smoothing: str = "none",
-        word_categories: str = "bertology",
+        conventions: TargetConventions = TargetConventions(),
     ):
+        punctuation, entropy_smoothing = conventions.punctuation, conventions.entropy_smoothing
+        word_categories = conventions.word_categories
         if entropy_smoothing not in ENTROPY_SMOOTHING:
             raise ValueError(f"entropy_smoothing must be one of {ENTROPY_SMOOTHING}, not {entropy_smoothing!r}")
         if word_categories not in WORD_CATEGORY_RULES:
@@ -541,8 +554,8 @@ def summary(tables: Mapping[str, pd.DataFrame]) -> str:
 
 
 def _build(config: CompareConfig, ctx: BuildContext) -> AttentionTargets:
-    return AttentionTargets(ctx.corpus, ctx.tokenizer, ctx.num_layers, ctx.num_heads, punctuation=config.punctuation,
-                            entropy_smoothing=config.entropy_smoothing, word_categories=config.word_categories)
+    return AttentionTargets(ctx.corpus, ctx.tokenizer, ctx.num_layers, ctx.num_heads, conventions=TargetConventions(
+        config.punctuation, config.entropy_smoothing, config.word_categories))
 
 
 SETTINGS = (

@@ -39,6 +39,7 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -79,6 +80,18 @@ MDS_SETTINGS: Mapping[str, dict] = {
     "js_divergence": {"init": "classical", "n_init": 4, "max_iter": 300, "eps": 1e-6},
     "clark2019": {"init": "random", "n_init": 5, "max_iter": 1000, "eps": 1e-10},
 }
+
+
+@dataclass(frozen=True)
+class MDSFit:
+    """How the head map's MDS embedding is fitted: ``init`` (``classical`` or ``random``), ``n_init`` random
+    restarts and ``max_iter`` iterations; a field left None takes the distance's :data:`MDS_SETTINGS`."""
+
+    init: Literal["classical", "random"] | None = None
+    n_init: int | None = None
+    max_iter: int | None = None
+
+
 _SALT = 0x68656164  # "head": keeps these keys apart from representation_similarity's token keys
 
 
@@ -235,27 +248,27 @@ class HeadMap(Analysis):
         max_examples: int = 100,
         seed: int = 0,
         distance: Distance = "js_distance",
-        mds_init: Literal["classical", "random"] | None = None,
-        n_init: int | None = None,
-        max_iter: int | None = None,
+        mds: MDSFit = MDSFit(),
         example_indices: Iterable[int] | None = None,
         block_elements: int = BLOCK_ELEMENTS,
     ):
-        """``mds_init``, ``n_init``, ``max_iter``: None takes the distance's :data:`MDS_SETTINGS`."""
+        """``mds`` (:class:`MDSFit`): how the embedding is fitted; what it leaves None, the distance's
+        :data:`MDS_SETTINGS`."""
+        mds_init, n_init, max_iter = mds.init, mds.n_init, mds.max_iter
         if max_examples < 1:
             raise ValueError("max_examples must be at least 1")
         if distance not in DISTANCES:
             raise ValueError(f"distance must be one of {DISTANCES}, not {distance!r}")
-        mds = MDS_SETTINGS[distance]
-        mds_init = mds["init"] if mds_init is None else mds_init
+        preset = MDS_SETTINGS[distance]
+        mds_init = preset["init"] if mds_init is None else mds_init
         if mds_init not in ("classical", "random"):
             raise ValueError(f"mds_init must be 'classical' or 'random', not {mds_init!r}")
         self.num_layers, self.num_heads = num_layers, num_heads
         self.max_examples, self.seed, self.distance = max_examples, seed, distance
         self.mds_init = mds_init
-        self.n_init = mds["n_init"] if n_init is None else n_init
-        self.max_iter = mds["max_iter"] if max_iter is None else max_iter
-        self.eps = mds["eps"]
+        self.n_init = preset["n_init"] if n_init is None else n_init
+        self.max_iter = preset["max_iter"] if max_iter is None else max_iter
+        self.eps = preset["eps"]
         self.block_elements = block_elements
         self.n_heads_total = 2 * num_layers * num_heads
         self.n_pairs = self.n_heads_total * (self.n_heads_total - 1) // 2

@@ -18,8 +18,8 @@ pieces, which needs ``tokenizer``, or UPOS PUNCT/SYM), a coarse part of speech w
 ``label`` (when the corpus has labels). Tokens are ordered by (example, position) before fitting, so
 the projection does not depend on batching.
 
-The sample (without ``examples``) is the ``n_examples`` examples with the smallest hashed keys of
-``(seed, example index)``, exact under batching and ``merge``; memory is those examples' tokens only
+``examples`` is a count or the example indices themselves (as ``--pca-examples``); a count ``n`` samples the
+``n`` examples with the smallest hashed keys of ``(seed, example index)``, exact under batching and ``merge``; memory is those examples' tokens only
 (``T x 2 x layers x hidden`` float32 each).
 
 Device: with the hidden states on a GPU (:attr:`PCAViews.on_device`), the kept examples' token vectors
@@ -143,15 +143,14 @@ class PCAViews(Analysis):
         *,
         tokenizer=None,
         corpus: Corpus | None = None,
-        examples: Iterable[int] | None = None,
-        n_examples: int = 20,
+        examples: int | Iterable[int] = 20,
         layers: Sequence[int] | None = None,
         fits: Sequence[str] = FITS,
         include_special: bool = True,
         seed: int = 0,
     ):
-        if n_examples < 1:
-            raise ValueError("n_examples must be at least 1")
+        if isinstance(examples, int) and examples < 1:
+            raise ValueError("examples must be a count of at least 1 or the example indices")
         fits = tuple(fits)
         if not fits or any(f not in FITS for f in fits):
             raise ValueError(f"fits must be a non-empty subset of {FITS}, not {fits!r}")
@@ -159,8 +158,8 @@ class PCAViews(Analysis):
         if not self.layers or any(not 0 <= l <= num_layers for l in self.layers):
             raise ValueError(f"layers must lie in 0..{num_layers}, got {self.layers}")
         self.num_layers, self.tokenizer, self.corpus = num_layers, tokenizer, corpus
-        self.examples = None if examples is None else tuple(sorted({int(i) for i in examples}))
-        self.n_examples = len(self.examples) if self.examples is not None else n_examples
+        self.examples = None if isinstance(examples, int) else tuple(sorted({int(i) for i in examples}))
+        self.n_examples = len(self.examples) if self.examples is not None else examples
         self.fits, self.include_special, self.seed = fits, bool(include_special), seed
         self.kept: list[_Example] = []  # sorted by (key, index)
         self.n_seen = 0
@@ -358,14 +357,12 @@ def _build(config: CompareConfig, ctx: BuildContext) -> PCAViews:
     if isinstance(chosen, int):
         if chosen < 1:
             raise BertologyError(f"--pca-examples (pca_examples) must be at least 1, not {chosen}.")
-        examples, n = None, chosen
     else:
         bad = [i for i in chosen if not 0 <= i < len(ctx.corpus)]
         if bad or not chosen:
             raise BertologyError(f"PCA view example(s) {bad} are not in the corpus (0..{len(ctx.corpus) - 1}).")
-        examples, n = list(chosen), len(chosen)
-    return PCAViews(ctx.num_layers, tokenizer=ctx.tokenizer, corpus=ctx.corpus, examples=examples, n_examples=n,
-                    seed=config.seed)
+        chosen = list(chosen)
+    return PCAViews(ctx.num_layers, tokenizer=ctx.tokenizer, corpus=ctx.corpus, examples=chosen, seed=config.seed)
 
 
 SETTINGS = (

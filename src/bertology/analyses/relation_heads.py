@@ -18,7 +18,7 @@ out of every relation including ``all``; Clark's ``all`` counts each root word a
 figure is ours times ``n / (n + n_root)`` (``n_root`` is in the provenance).
 
 Word-level attention follows Clark: attention *to* a word sums its pieces, *from* a word averages
-them (:func:`bertology.data.align.word_attention`, ``to_method``/``from_method``). With
+them (:func:`bertology.data.align.word_attention`; ``pooling``: :class:`WordPooling`). With
 ``word_attention="clark2019"`` it follows their released code instead (the ``relation_word_attention``
 convention): the maps are rounded to float16, a word's column is the float16 sum of its pieces'
 columns, a word attends as its first piece's row, and the word's own entry is a candidate of value 0
@@ -44,7 +44,7 @@ within (model, relation, direction); ties share the lower rank). Relations with 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -60,7 +60,7 @@ from bertology.conventions import setting as convention
 from bertology.config import CompareConfig
 from bertology.data.align import Pooling, annotated_word_ids, word_attention
 from bertology.data.corpus import Corpus
-from bertology.metrics.word_argmax import WordPairs, clark_float16_columns, word_argmax_hits
+from bertology.metrics.word_argmax import WordAlignment, WordPairs, clark_float16_columns, word_argmax_hits
 from bertology.results import Result, weights_rows
 
 MODELS = ("base", "tuned")
@@ -144,9 +144,16 @@ class ArgmaxHeads(Analysis):
     def _table(self, keep: list[int], kind: str) -> pd.DataFrame:
         """:func:`relation_table` of the counters, for the relations ``keep``."""
         return relation_table(
-            self.relations, keep, self.n, self.correct, self.baseline_correct, self.offsets, self.directions,
-            self.num_layers, self.num_heads, kind=kind,
+            self.relations, keep, self.n, self.correct, self.baseline_correct, self.offsets, self.directions, kind=kind,
         )
+
+
+class WordPooling(NamedTuple):
+    """How word pieces' attention becomes word-level attention: the columns of a word's pieces pooled by
+    ``to_method``, then its rows by ``from_method`` (``sum``, ``mean``, ``first`` piece or ``max``)."""
+
+    to_method: Pooling = "sum"
+    from_method: Pooling = "mean"
 
 
 class RelationHeads(ArgmaxHeads):
@@ -165,13 +172,13 @@ class RelationHeads(ArgmaxHeads):
         corpus: Corpus,
         num_layers: int,
         num_heads: int,
-        to_method: Pooling = "sum",
-        from_method: Pooling = "mean",
+        pooling: WordPooling = WordPooling(),
         offsets: Iterable[int] = range(-3, 3),
         min_count: int = 20,
         reverse: Literal["transpose", "row"] = "transpose",
         word_attention: Literal["mean", "clark2019"] = "mean",
     ):
+        to_method, from_method = pooling
         if reverse not in ("transpose", "row"):
             raise ValueError(f"reverse must be 'transpose' or 'row', not {reverse!r}")
         if word_attention not in WORD_ATTENTION:
@@ -333,7 +340,7 @@ class RelationHeads(ArgmaxHeads):
         if clark:  # their code: float16 maps, each word's summed column in its first piece's column
             maps = [clark_float16_columns(a, word_ids) for a in maps]
             to_method = "first"
-        hits = word_argmax_hits(maps, word_ids, n_words, allowed, WordPairs(pair_start, dep, gov),
+        hits = word_argmax_hits(maps, WordAlignment(word_ids, n_words, allowed), WordPairs(pair_start, dep, gov),
                                 to_method=to_method, from_method=self.from_method, transpose=self.reverse == "transpose",
                                 self_as_zero=clark)
         hits = hits.reshape(2, L, 2, H, P).transpose(0, 2, 1, 3, 4)  # [model, direction, L, H, P]
@@ -421,16 +428,15 @@ def relation_table(
     baseline_correct: np.ndarray,
     offsets: tuple[int, ...],
     directions: tuple[str, str],
-    num_layers: int,
-    num_heads: int,
     kind: str,
 ) -> pd.DataFrame:
-    """The tidy ``relation_heads`` table from hit counts ``[R, model, direction, L, H]`` and pair counts.
+    """The tidy ``relation_heads`` table from hit counts ``correct`` ``[R, model, direction, L, H]`` (the layers and
+    heads are its last two axes) and pair counts.
 
     One row per (model, relation, direction, layer, head), with the best fixed offset of the relation
     and direction, and ``rank`` (1 = best head within (model, relation, direction); ties share it).
     """
-    L, H = num_layers, num_heads
+    L, H = np.shape(correct)[-2:]
     columns = ["model", "relation", "direction", "layer", "head", "accuracy", "baseline_offset", "baseline_accuracy",
                "n", "kind"]
     if not keep:

@@ -41,7 +41,7 @@ from bertology.experiments.ablation_table import (  # noqa: F401  (re-exported: 
 from bertology.experiments.ablation_units import LAYER_MODES, Method, SweepPlan, Unit, plan_units  # noqa: F401
 from bertology.experiments.degenerate import table_degeneracy
 from bertology.experiments.transplant_study import HEADS_HELP
-from bertology.experiments.head_importance import ImportanceResult, importance_vs_deltas, run_head_importance
+from bertology.experiments.head_importance import ImportanceResult, PruningPlan, importance_vs_deltas, run_head_importance
 from bertology.experiments.registry import ExperimentContext, ExperimentOutcome, ExperimentSpec, jsonable
 from bertology.config import ABLATION_MODES, DEVICE_HELP, AblationMode
 from bertology.experiments.interventions import INTERVENTIONS, intervention, words_of
@@ -295,8 +295,8 @@ def run_ablation_study(
         summary["head_importance"] = {"skipped": how.no_importance()}
     elif settings.importance:
         imp = run_head_importance(
-            model, encoded, label_ids, scoring, step_fraction=settings.pruning_step, recompute=settings.pruning_recompute,
-            seed=settings.seed, progress_dir=None if partial is None else partial / "head_importance",
+            model, encoded, label_ids, scoring,
+            pruning=PruningPlan(settings.pruning_step, settings.pruning_recompute, seed=settings.seed), progress_dir=None if partial is None else partial / "head_importance",
             on_step=(lambda _n, d, t: on_progress("importance", d, t)) if on_progress else None,
         )
         tables["head_importance"] = imp.importance

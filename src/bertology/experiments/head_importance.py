@@ -153,55 +153,58 @@ def _least_important(norm: np.ndarray, removed: set[int], k: int) -> list[int]:
     return candidates[:k]
 
 
+@dataclass(frozen=True)
+class PruningPlan:
+    """How the pruning curves run: heads removed in steps of ``step_fraction`` of all heads, importance
+    ``recompute``d on the pruned model after each step (Michel et al.) or kept from the intact model, the
+    ``orders`` drawn (``importance``, ``random``), and the ``seed`` of the random order. A step outside (0, 1] or
+    an unknown order is refused with one line."""
+
+    step_fraction: float = 0.1
+    recompute: bool = True
+    orders: tuple[str, ...] = ORDERS
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.step_fraction <= 1:
+            raise BertologyError(f"pruning step must be in (0, 1], not {self.step_fraction}.")
+        bad = [o for o in self.orders if o not in ORDERS]
+        if bad:
+            raise BertologyError(f"Unknown pruning order(s) {bad}; choose from {', '.join(ORDERS)}.")
+        object.__setattr__(self, "orders", tuple(self.orders))
+
+
 def run_head_importance(
     model: torch.nn.Module,
     encoded: EncodedCorpus,
     label_ids: np.ndarray | Sequence[int],
     scoring: HeadScoring = HeadScoring(),
     *,
-    step_fraction: float = 0.1,
-    recompute: bool = True,
-    orders: Sequence[str] = ORDERS,
-    seed: int = 0,
+    pruning: PruningPlan = PruningPlan(),
     progress_dir: str | Path | None = None,
     on_step: Callable[[str, int, int], None] | None = None,
 ) -> ImportanceResult:
     """Michel et al. head importance on the intact model, and pruning curves by importance and at random.
 
-    ``label_ids`` are in corpus order. ``on_step(name, done, total)`` is called after every pass.
+    ``label_ids`` are in corpus order. ``pruning`` (:class:`PruningPlan`): the step, whether importance is
+    recomputed, the orders and the random order's seed. ``on_step(name, done, total)`` is called after every pass.
     Removed heads are disabled as ``scoring`` says (the mean-mode reference is this corpus unless it gives ``means``).
     """
-    if not 0 < step_fraction <= 1:
-        raise BertologyError(f"pruning step must be in (0, 1], not {step_fraction}.")
-    bad = [o for o in orders if o not in ORDERS]
-    if bad:
-        raise BertologyError(f"Unknown pruning order(s) {bad}; choose from {', '.join(ORDERS)}.")
-    plan = PruningPlan(step_fraction, recompute, tuple(orders), seed)
-    pruning = _Pruning(model, classifier_batches(model, encoded, label_ids, scoring), scoring, plan, progress_dir, on_step)
-    first_raw = pruning.by_importance()
+    step_fraction, recompute, orders, seed = pruning.step_fraction, pruning.recompute, pruning.orders, pruning.seed
+    passes = _Pruning(model, classifier_batches(model, encoded, label_ids, scoring), scoring, pruning, progress_dir,
+                      on_step)
+    first_raw = passes.by_importance()
     if "random" in orders:
-        pruning.at_random()
-    importance = importance_table(first_raw, pruning.batches.n)
-    curve = pd.DataFrame(pruning.curve_rows, columns=CURVE_COLUMNS)
+        passes.at_random()
+    importance = importance_table(first_raw, passes.batches.n)
+    curve = pd.DataFrame(passes.curve_rows, columns=CURVE_COLUMNS)
     params = {
         "method": "Michel et al. 2019: E_x |dL(x)/d gate_h|, per-example gates, per-layer L2 normalisation",
         "mode": scoring.mode, "exclude_special": scoring.exclude_special, "step_fraction": step_fraction,
-        "recompute": recompute, "orders": list(orders), "seed": seed, "n_examples": pruning.batches.n,
-        "fingerprint": pruning.store.fingerprint,
+        "recompute": recompute, "orders": list(orders), "seed": seed, "n_examples": passes.batches.n,
+        "fingerprint": passes.store.fingerprint,
     }
-    return ImportanceResult(importance, curve, params, pruning.removal_order)
-
-
-@dataclass(frozen=True)
-class PruningPlan:
-    """How the pruning curves run: heads removed in steps of ``step_fraction`` of all heads, importance
-    ``recompute``d on the pruned model after each step (Michel et al.) or kept from the intact model, the
-    ``orders`` drawn (``importance``, ``random``), and the ``seed`` of the random order."""
-
-    step_fraction: float
-    recompute: bool
-    orders: tuple[str, ...]
-    seed: int
+    return ImportanceResult(importance, curve, params, passes.removal_order)
 
 
 class _Pruning:

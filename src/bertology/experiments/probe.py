@@ -66,6 +66,7 @@ from bertology.experiments.probe_training import (  # noqa: F401  (re-exported: 
     EPOCHS_HELP,
     KINDS,
     RANK_HELP,
+    ProbeData,
     ProbeSettings,
     ProbeStack,
     _batch_tensors,
@@ -212,7 +213,7 @@ def _train(keys: list, layer_index: Mapping, feats: Mapping, splits: Mapping[str
     after each epoch under ``work``, so a matching earlier run resumes)."""
     progress("training", 0, settings.epochs)
     stack = fit_probes(
-        keys, layer_index, feats["train"], splits["train"], feats["dev"], splits["dev"], settings,
+        keys, layer_index, ProbeData(feats["train"], splits["train"]), ProbeData(feats["dev"], splits["dev"]), settings,
         checkpoint=None if work is None else work / "probe-training.pt",
         on_epoch=lambda e, _a: progress("training", e, settings.epochs),
     )

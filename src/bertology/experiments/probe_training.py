@@ -373,31 +373,40 @@ def _dataset_loss(weights, layout: _Layout, feats, trees, batch_size, device) ->
     return (total / len(trees)).numpy()
 
 
+@dataclass(frozen=True)
+class ProbeData:
+    """One split as the probes read it: its trees and each model's word features of them (``features[model]``:
+    ``[n_layers, n_words, hidden]``)."""
+
+    features: Mapping[str, torch.Tensor]
+    trees: TreeSet
+
+
 def fit_probes(
     keys: Sequence[tuple[str, int, str]],
     layer_index: Mapping[tuple[str, int], int],
-    train_feats: Mapping[str, torch.Tensor],
-    train: TreeSet,
-    dev_feats: Mapping[str, torch.Tensor],
-    dev: TreeSet,
+    train: ProbeData,
+    dev: ProbeData,
     settings: ProbeSettings,
     *,
     checkpoint: Path | None = None,
     on_epoch: Callable[[int, int], None] | None = None,
 ) -> ProbeStack:
-    """Train every probe in ``keys`` ((model, layer, kind)) together; see the module docstring.
+    """Train every probe in ``keys`` ((model, layer, kind)) together on ``train``, stopping each on its ``dev`` loss;
+    see the module docstring.
 
-    ``train_feats[model]`` is ``[n_layers, n_words, hidden]``; ``layer_index[(model, layer)]`` is the
-    row of a layer in it. With ``checkpoint`` the full training state is saved after every epoch
-    and a matching earlier state is resumed.
+    ``layer_index[(model, layer)]`` is the row of a layer in a split's features (:class:`ProbeData`). With
+    ``checkpoint`` the full training state is saved after every epoch and a matching earlier state is resumed.
     """
+    train_feats, dev_feats = train.features, dev.features
+    train_trees, dev_trees = train.trees, dev.trees
     device = torch.device(settings.device)
     hidden = next(iter(train_feats.values())).shape[-1]
     rank = min(settings.rank or hidden, hidden)
     layout = _Layout(keys, layer_index)
     w0 = torch.stack([init_probe(k, rank, hidden, settings.seed, settings.init_scale) for k in keys]).to(device)
     tr = _StackTrainer(w0.requires_grad_(True), settings)
-    tag = hashlib.sha256(json.dumps([list(map(list, keys)), settings.to_dict(), train.fingerprint(), dev.fingerprint()],
+    tag = hashlib.sha256(json.dumps([list(map(list, keys)), settings.to_dict(), train_trees.fingerprint(), dev_trees.fingerprint()],
                                     default=str).encode()).hexdigest()
     if checkpoint is not None and checkpoint.exists():
         saved = load_state(checkpoint, map_location=device, remedy=f"Delete {checkpoint} to train the probes afresh.")
@@ -408,14 +417,14 @@ def fit_probes(
     epoch_seconds = []
     while tr.epoch < settings.epochs and tr.active.any():
         te = time.perf_counter()
-        order = epoch_order(len(train), settings.seed, tr.epoch)
+        order = epoch_order(len(train_trees), settings.seed, tr.epoch)
         # only the probes still training are computed (their rows of the stack); the others get no gradient
         act = np.nonzero(tr.active)[0]
         act_t = torch.as_tensor(act, device=device)
         sub = layout if len(act) == len(keys) else _Layout([keys[i] for i in act], layer_index)
         for s in range(0, len(order), settings.batch_size):
             idx = order[s : s + settings.batch_size]
-            batch = _batch_tensors(train, idx, device)
+            batch = _batch_tensors(train_trees, idx, device)
             x = _gather(train_feats, sub.slots, batch["words"], device)
             w = tr.w if sub is layout else tr.w.index_select(0, act_t)
             loss = probe_losses(sub.project(w, x), sub.kinds, batch).sum()
@@ -423,7 +432,7 @@ def fit_probes(
             loss.backward()
             tr.adam(tr.w.grad)
         dev_loss = np.full(len(keys), np.nan)
-        dev_loss[act] = _dataset_loss(tr.w.detach()[act_t], sub, dev_feats, dev, settings.batch_size, device)
+        dev_loss[act] = _dataset_loss(tr.w.detach()[act_t], sub, dev_feats, dev_trees, settings.batch_size, device)
         tr.end_epoch(dev_loss)
         epoch_seconds.append(time.perf_counter() - te)
         if checkpoint is not None:

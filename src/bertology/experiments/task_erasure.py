@@ -8,9 +8,14 @@ fitted on the tuned model's own word vectors of the probe's training words.
 """
 from __future__ import annotations
 
-from torch import nn
+from typing import TYPE_CHECKING
 
 from bertology.errors import BertologyError
+from bertology.experiments.ablation_table import Bootstrap
+
+if TYPE_CHECKING:
+    from bertology.experiments.interventions import Erase
+    from bertology.models.loading import LoadedModel
 
 #: Why a task-side erasure cannot run without a fine-tuned model.
 NEEDS_TUNED = "--erase-task-data (erase_task_data) scores the fine-tuned model's task: give --tuned."
@@ -26,19 +31,18 @@ def task_corpus(settings):
                        name="erase_task")
 
 
-def erasure_effect(model: nn.Module, tokenizer, corpus, erasers, concept: str, *, batch_size: int = 32,
-                   device: str = "cpu", n_bootstrap: int = 1000, seed: int = 0, max_length: int = 128,
-                   work_dir=None):
-    """What the model's own task loses with ``concept`` erased from each layer: the tuned model (with its task head)
-    scored on ``corpus`` (labelled data of its task) intact and with each layer's eraser applied
-    (:class:`~bertology.experiments.interventions.Erase` through the intervention sweep: paired bootstrap intervals,
-    resumable from ``work_dir``). ``erasers``: layer -> LEACE eraser. Returns the sweep's
-    :class:`~bertology.experiments.ablation_table.AblationResult` (table ``ablation``, mode ``erase``)."""
+def erasure_effect(tuned: LoadedModel, corpus, erase: Erase, *, batch_size: int = 32, device: str = "cpu",
+                   bootstrap: Bootstrap = Bootstrap(), max_length: int = 128, work_dir=None):
+    """What the model's own task loses with ``erase.concept`` erased from each layer: the ``tuned`` model (with its
+    task head) scored on ``corpus`` (labelled data of its task) intact and with each layer's eraser applied (``erase``,
+    an :class:`~bertology.experiments.interventions.Erase` holding layer -> LEACE eraser, run through the
+    intervention sweep: paired bootstrap intervals as ``bootstrap`` says, resumable from ``work_dir``). Returns the
+    sweep's :class:`~bertology.experiments.ablation_table.AblationResult` (table ``ablation``, mode ``erase``)."""
     from bertology.data.encode import encode_corpus
-    from bertology.experiments.interventions import Erase
     from bertology.experiments.scoring import HeadScoring
     from bertology.tasks.catalog import task_of_model
 
+    model, tokenizer = tuned.model, tuned.tokenizer
     task = task_of_model(model)
     if task.token_level or task.name == "qa":
         raise BertologyError(f"Erasing from a {task.name} model's task is not supported yet: erasure scores a "
@@ -46,8 +50,8 @@ def erasure_effect(model: nn.Module, tokenizer, corpus, erasers, concept: str, *
     label_ids = task.targets(corpus, model)
     encoded = encode_corpus(corpus, tokenizer, max_length, overlong="truncate")
     scoring = HeadScoring.for_tokenizer(tokenizer, batch_size=batch_size, device=device)
-    return Erase(dict(erasers), concept).sweep(model, encoded, label_ids, scoring, n_bootstrap=n_bootstrap, seed=seed,
-                                               progress_dir=work_dir)
+    return erase.sweep(model, encoded, label_ids, scoring, n_bootstrap=bootstrap.n, seed=bootstrap.seed,
+                       progress_dir=work_dir)
 
 
 def task_erasure(models, erasers, settings, corpus, *, seed: int, n_bootstrap: int, batch_size: int, device: str,
@@ -57,6 +61,7 @@ def task_erasure(models, erasers, settings, corpus, *, seed: int, n_bootstrap: i
     the ``ablation`` table (mode ``erase``, one unit per layer) and the manifest's record, including the intact
     model's metrics."""
     from bertology.experiments.ablation import sample_examples
+    from bertology.experiments.interventions import Erase
 
     if "tuned" not in models:
         raise BertologyError(NEEDS_TUNED)
@@ -64,9 +69,8 @@ def task_erasure(models, erasers, settings, corpus, *, seed: int, n_bootstrap: i
     tuned = models["tuned"]
     layered = {layer: e for (task, model, layer), e in erasers.items() if task == concept and model == "tuned"}
     corpus = sample_examples(corpus, settings.erase_max_examples, seed)
-    result = erasure_effect(tuned.model, tuned.tokenizer, corpus, layered, concept, batch_size=batch_size,
-                            device=device, n_bootstrap=n_bootstrap, seed=seed, max_length=max_length,
-                            work_dir=work_dir)
+    result = erasure_effect(tuned, corpus, Erase(layered, concept), batch_size=batch_size, device=device,
+                            bootstrap=Bootstrap(n_bootstrap, seed), max_length=max_length, work_dir=work_dir)
     return result.table, {"concept": concept, "intact": result.intact, "n_examples": int(result.params["n_examples"]),
                           "method": result.params["method"], "degenerate": result.params["degenerate"],
                           "fitted_on": "the tuned model's training words of the probe data",

@@ -345,14 +345,15 @@ def _sample(n: int, limit: int | None, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(n, size=limit, replace=False))
 
 
-def probe_layer(x_train: np.ndarray, x_test: np.ndarray, labels: _Encoded, control: _Encoded | None,
-                test_sentence: np.ndarray, n_test_sentences: int, settings: TokenProbeSettings, *,
-                seed: int, n_bootstrap: int) -> dict:
-    """One (model, layer, task): the probe's test scores with intervals, the control's, selectivity and MDL."""
+def probe_layer(x_train: np.ndarray, x_test: np.ndarray, target: "ProbeTarget", n_test_sentences: int,
+                settings: TokenProbeSettings, *, seed: int, n_bootstrap: int) -> dict:
+    """One (model, layer, task): the probe's test scores with intervals, the control's, selectivity and MDL, on the
+    inputs of ``target``'s items (:meth:`ProbeTarget.inputs`) and its labels, control labels and test sentences."""
     from sklearn.metrics import f1_score
 
     from bertology.metrics.description_length import online_codelength
 
+    labels, control, test_sentence = target.labels, target.control, target.test_sentence
     probe = fit_quietly(make_probe(settings, seed), x_train, labels.train)
     pred = probe.predict(x_test)
     correct = pred == labels.test
@@ -393,30 +394,38 @@ def _fit_predict(settings: TokenProbeSettings, seed: int) -> Callable:
     return fit_predict
 
 
-def run_token_probes(features: Mapping[str, Mapping[str, np.ndarray]], layers: Mapping[str, Sequence[int]],
-                     train: LabelledWords, test: LabelledWords, settings: TokenProbeSettings, *, seed: int,
-                     n_bootstrap: int, on_progress: Callable[[str, int, int], None] | None = None,
+@dataclass(frozen=True)
+class WordFeatures:
+    """Precomputed word vectors and the layers they are of: ``by_split[split][model]`` is
+    ``[len(layers[model]), n_words, hidden]`` (row ``i`` is layer ``layers[model][i]``; 0 = embeddings)."""
+
+    by_split: Mapping[str, Mapping[str, np.ndarray]]
+    layers: Mapping[str, Sequence[int]]
+
+
+def run_token_probes(features: WordFeatures, train: LabelledWords, test: LabelledWords, settings: TokenProbeSettings,
+                     *, seed: int, n_bootstrap: int, on_progress: Callable[[str, int, int], None] | None = None,
                      erasers: dict | None = None) -> pd.DataFrame:
     """The ``token_probe`` table from precomputed word features.
 
-    ``features[split][model]``: ``[len(layers[model]), n_words, hidden]`` word vectors of ``train``/``test``;
-    every task, its control, MDL and erasure read them (one feature pass for all). ``erasers``, when given, receives
-    each fitted LEACE eraser by ``(task, model, layer)`` (what an erasure of the model's own task applies)."""
+    ``features`` (:class:`WordFeatures`): the word vectors of ``train``/``test`` for each model and layer; every
+    task, its control, MDL and erasure read them (one feature pass for all). ``erasers``, when given, receives each
+    fitted LEACE eraser by ``(task, model, layer)`` (what an erasure of the model's own task applies)."""
     progress = on_progress or (lambda *_: None)
     targets = {task: probe_target(train, test, task, settings, seed) for task in settings.tasks}
+    layers = features.layers
     jobs = [(task, m, i, layer) for task in settings.tasks for m in layers for i, layer in enumerate(layers[m])]
     edges = any(t in EDGE_TASKS for t in settings.tasks)
     rows = []
     for k, (task, model, i, layer) in enumerate(jobs):
         progress("token probes", k, len(jobs))
         target = targets[task]
-        x_train = target.inputs(features["train"][model][i], target.train_rows)
-        x_test = target.inputs(features["test"][model][i], target.test_rows)
-        row = probe_layer(x_train, x_test, target.labels, target.control, target.test_sentence, len(test), settings,
-                          seed=seed, n_bootstrap=n_bootstrap)
+        x_train = target.inputs(features.by_split["train"][model][i], target.train_rows)
+        x_test = target.inputs(features.by_split["test"][model][i], target.test_rows)
+        row = probe_layer(x_train, x_test, target, len(test), settings, seed=seed, n_bootstrap=n_bootstrap)
         if task in (settings.erase or ()):
-            scores, eraser = erased_scores(x_train, x_test, target.labels, target.test_sentence, len(test), settings,
-                                           seed=seed, n_bootstrap=n_bootstrap)
+            scores, eraser = erased_scores(x_train, x_test, target, len(test), settings, seed=seed,
+                                           n_bootstrap=n_bootstrap)
             row.update(scores)
             if erasers is not None:
                 erasers[(task, model, int(layer))] = eraser
@@ -475,13 +484,13 @@ def _control(types_train: np.ndarray, types_test: np.ndarray, train_labels: np.n
                    np.array([mapping[t] for t in types_test], dtype=object), names)
 
 
-def erased_scores(x_train: np.ndarray, x_test: np.ndarray, labels: "_Encoded", test_sentence: np.ndarray,
-                  n_test_sentences: int, settings: TokenProbeSettings, *, seed: int,
-                  n_bootstrap: int) -> tuple[dict, object]:
+def erased_scores(x_train: np.ndarray, x_test: np.ndarray, target: ProbeTarget, n_test_sentences: int,
+                  settings: TokenProbeSettings, *, seed: int, n_bootstrap: int) -> tuple[dict, object]:
     """LEACE-erase the task's labels (fitted on the training words), train a fresh probe of the same kind on the
     erased features and score it on the erased test words, with its interval over test sentences; and the eraser."""
     from bertology.experiments.erasure import erased_probe
 
+    labels, test_sentence = target.labels, target.test_sentence
     correct, eraser = erased_probe(x_train, x_test, labels.train, labels.test, len(labels.names),
                                    lambda x, y: fit_quietly(make_probe(settings, seed), x, y))
     hits, counted = sentence_hits(correct, test_sentence, n_test_sentences)
@@ -546,7 +555,7 @@ def token_probes(models: Mapping[str, object], train: Corpus, test: Corpus, sett
                                        batch_size=batch_size, device=device, on_progress=progress)
     seconds_features = time.perf_counter() - t0
     t1 = time.perf_counter()
-    table = run_token_probes(feats, numbers, splits["train"], splits["test"], settings, seed=seed,
+    table = run_token_probes(WordFeatures(feats, numbers), splits["train"], splits["test"], settings, seed=seed,
                              n_bootstrap=n_bootstrap, on_progress=on_progress, erasers=erasers)
     params = {"settings": settings.to_dict(), "pooling": "mean of sub-word pieces",
               "data": {s: {"n_sentences": len(w), "n_words": w.n_words, **w.stats} for s, w in splits.items()},

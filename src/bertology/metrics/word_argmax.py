@@ -36,6 +36,15 @@ import numpy as np
 POOLING_CODES = {"sum": 0, "mean": 1, "first": 2, "max": 3}
 
 
+class WordAlignment(NamedTuple):
+    """Tokens to words for a batch: ``word_ids`` ``[B, T]`` the word of each token (-1: none, e.g. special tokens
+    and padding), ``n_words`` ``[B]`` the words of each example, ``allowed`` ``[B, W]`` bool, the candidate words."""
+
+    word_ids: np.ndarray
+    n_words: np.ndarray
+    allowed: np.ndarray
+
+
 class WordPairs(NamedTuple):
     """The scored word pairs of a batch: those of example ``b`` are ``start[b]:start[b+1]`` of ``dep``/``gov``."""
 
@@ -46,9 +55,7 @@ class WordPairs(NamedTuple):
 
 def word_argmax_hits(
     att: np.ndarray | Sequence[np.ndarray],
-    word_ids: np.ndarray,
-    n_words: np.ndarray,
-    allowed: np.ndarray,
+    words: WordAlignment | tuple[np.ndarray, np.ndarray, np.ndarray],
     pairs: WordPairs | tuple[np.ndarray, np.ndarray, np.ndarray],
     *,
     to_method: str = "sum",
@@ -60,8 +67,7 @@ def word_argmax_hits(
 
     ``att``: float32 or float64 ``[B, H, T, T]``, or a sequence of such maps of the same inputs (e.g.
     every layer of both models: one call per batch; the result is then ``[M, 2, H, P]``);
-    ``word_ids``: ``[B, T]`` word of each token (-1: none, e.g. special tokens and padding);
-    ``n_words``: ``[B]`` words of each example; ``allowed``: ``[B, W]`` bool, the candidate words;
+    ``words``: :class:`WordAlignment` ``(word_ids, n_words, allowed)``, each token's word and the candidate words;
     ``pairs``: :class:`WordPairs` ``(start, dep, gov)``, word indices, both candidates. ``self_as_zero``: the word itself is a candidate of value 0 (Clark's notebook)
     rather than left out.
     """
@@ -76,6 +82,7 @@ def word_argmax_hits(
     start, dep, gov = (np.ascontiguousarray(x, dtype=np.int64) for x in pairs)
     hits = np.zeros((len(maps), 2, H, len(dep)), dtype=np.bool_)
     if len(dep):
+        word_ids, n_words, allowed = words
         alignment = (np.ascontiguousarray(word_ids, dtype=np.int64), np.ascontiguousarray(n_words, dtype=np.int64),
                      np.ascontiguousarray(allowed, dtype=np.bool_))
         args = (alignment, (start, dep, gov), POOLING_CODES[to_method], POOLING_CODES[from_method], bool(transpose),

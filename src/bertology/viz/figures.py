@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import matplotlib as mpl
@@ -40,6 +40,7 @@ from bertology.viz.svg import figure_to_svg
 
 __all__ = [
     "METRIC_LABELS",
+    "ColourScale",
     "CurveStyle",
     "figure_to_svg",
     "head_heatmap",
@@ -54,10 +55,11 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ColourScale:
-    """How a heatmap's values map to colours: the colormap, limits fixed by the caller (None: the data's), and the
-    narrowest span the scale may show (None: any), so differences nobody should care about are not magnified."""
+    """How a heatmap's values map to colours: the colormap (None: the figure's own default), limits fixed by the
+    caller (None: the data's), and the narrowest span the scale may show (None: any), so differences nobody should
+    care about are not magnified."""
 
-    cmap: str
+    cmap: str | None = None
     vmin: float | None = None
     vmax: float | None = None
     min_span: float | None = None
@@ -100,7 +102,7 @@ def _grid_heatmap(ax, matrix: pd.DataFrame, scale: ColourScale, *, annotate: boo
     values = matrix.to_numpy(dtype=float)
     vmin, vmax = scale.limits(values)
     norm = Normalize(vmin=vmin, vmax=vmax)
-    cm = mpl.colormaps[scale.cmap].with_extremes(bad="#eeeeee")
+    cm = mpl.colormaps[scale.cmap or "viridis"].with_extremes(bad="#eeeeee")
     n_rows, n_cols = values.shape
     mesh = ax.pcolormesh(
         np.ma.masked_invalid(values),
@@ -158,13 +160,10 @@ def head_heatmap(
     value: str = "cosine",
     *,
     title: str | None = None,
-    cmap: str | None = None,
-    vmin: float | None = None,
-    vmax: float | None = None,
+    scale: ColourScale = ColourScale(),
     annotate: bool | None = None,
     fmt: str | None = None,
     colorbar_label: str | None = None,
-    min_span: float | None = None,
 ) -> Figure:
     """Heatmap of one per-head quantity: attention layers as rows (1..N, top to bottom), heads as columns.
 
@@ -175,22 +174,20 @@ def head_heatmap(
         Duplicate ``(layer, head)`` rows are averaged; missing cells are drawn light grey.
     value
         Column to colour by (``"cosine"``, ``"js_divergence"``, ``"importance"``, ...).
-    cmap
-        Matplotlib colormap name. Default: ``"magma"`` for ``cosine`` (low = changed = dark) and
-        ``"magma_r"`` otherwise (high = changed = dark).
-    vmin, vmax
-        Colour limits; default to the data range.
+    scale
+        How values map to colours (:class:`ColourScale`): the Matplotlib colormap (default ``"magma"`` for
+        ``cosine``, low = changed = dark, and ``"magma_r"`` otherwise, high = changed = dark); the colour limits
+        ``vmin``, ``vmax`` (default: the data range); ``min_span``, the smallest colour range: a free limit is
+        widened to reach it, so tiny differences between almost identical models are not drawn as if they were
+        large. E.g. ``scale=ColourScale(vmax=1.0, min_span=0.1)``.
     annotate
         Write the value in every cell; default: only when the grid has at most 200 cells.
     fmt
         Format spec for annotations (default chosen from the data's magnitude).
-    min_span
-        Smallest colour range; a free limit is widened to reach it, so tiny differences between
-        almost identical models are not drawn as if they were large.
     """
     _require(df, ["layer", "head", value], "head_heatmap")
     matrix = _layer_head_matrix(df, value, "head_heatmap")
-    cmap = cmap or ("magma" if value == "cosine" else "magma_r")
+    scale = replace(scale, cmap=scale.cmap or ("magma" if value == "cosine" else "magma_r"))
 
     n_rows, n_cols = matrix.shape
     # Sized to be shown 1:1 in half of the report's column (about 4.8 in); bigger grids shrink.
@@ -201,7 +198,7 @@ def head_heatmap(
             matrix, (width, height),
             title=_plain(title) if title is not None else _label(value),
             colorbar_label=_plain(colorbar_label) if colorbar_label else _label(value),
-            scale=ColourScale(cmap, vmin, vmax, min_span), annotate=annotate, fmt=fmt,
+            scale=scale, annotate=annotate, fmt=fmt,
         )
     return fig
 
@@ -246,12 +243,13 @@ def _layer_head_figure(
 
 @dataclass(frozen=True)
 class CurveStyle:
-    """The axes of a :func:`layer_curve`: labels, y range, reference line, error band limits.
+    """The axes of a :func:`layer_curve`: labels, y range, reference line, error band limits, order of lines and panels.
 
     *ylim* fixes the y range; otherwise *min_span* is the smallest y range shown, so near-identical
     models do not look dramatically different. *reference* draws a dashed horizontal line (e.g.
     ``1.0`` for "unchanged"; a mapping gives one value per facet). *err_clip* clips the error band
-    (e.g. ``(0, 1)`` for bounded metrics). *sharey*: one y axis for all panels.
+    (e.g. ``(0, 1)`` for bounded metrics). *sharey*: one y axis for all panels. *hue_order* and
+    *facet_order* pick and order the lines and the panels (None: in table order).
     """
 
     xlabel: str | None = None
@@ -261,6 +259,8 @@ class CurveStyle:
     reference: float | Mapping[Any, float] | None = None
     err_clip: tuple[float, float] | None = None
     sharey: bool = False
+    hue_order: Sequence[Any] | None = None
+    facet_order: Sequence[Any] | None = None
 
 
 def layer_curve(
@@ -271,8 +271,6 @@ def layer_curve(
     hue: str | None = "metric",
     facet: str | None = None,
     err: str | None = None,
-    hue_order: Sequence[Any] | None = None,
-    facet_order: Sequence[Any] | None = None,
     title: str | None = None,
     style: CurveStyle = CurveStyle(),
 ) -> Figure:
@@ -281,7 +279,8 @@ def layer_curve(
     One line per value of *hue* (e.g. the four similarity metrics on the same-layer diagonal), and
     optionally one panel per value of *facet* (e.g. mean cosine and mean JS per layer side by side,
     which live on different scales). *err* names a column with a symmetric spread (e.g. the std over
-    heads) drawn as a light band. *style* sets the axes (:class:`CurveStyle`). Duplicate
+    heads) drawn as a light band. *style* sets the axes and the order of lines and panels
+    (:class:`CurveStyle`). Duplicate
     ``(facet, hue, x)`` rows are averaged.
     """
     cols = [x, y] + [c for c in (hue, facet, err) if c is not None]
@@ -291,7 +290,7 @@ def layer_curve(
     data = df_by_layer[cols].copy()
     facets: list[Any] = [None]
     if facet is not None:
-        facets = list(facet_order) if facet_order is not None else list(pd.unique(data[facet]))
+        facets = list(style.facet_order) if style.facet_order is not None else list(pd.unique(data[facet]))
     n = len(facets)
     width = min(9.6, 3.3 * n + 0.4) if n > 1 else 6.4
     with mpl.rc_context(_STYLE):
@@ -302,7 +301,7 @@ def layer_curve(
             if hue is None:
                 groups: list[tuple[Any, pd.DataFrame]] = [(None, part)]
             else:
-                order = list(hue_order) if hue_order is not None else list(pd.unique(part[hue]))
+                order = list(style.hue_order) if style.hue_order is not None else list(pd.unique(part[hue]))
                 groups = [(h, part[part[hue] == h]) for h in order if (part[hue] == h).any()]
             for i, (hv, g) in enumerate(groups):
                 _curve_line(ax, g, i, hv, x=x, y=y, err=err, err_clip=style.err_clip)
@@ -380,19 +379,17 @@ def layer_matrix(
     metric: str,
     *,
     title: str | None = None,
-    cmap: str = "viridis",
-    vmin: float | None = None,
-    vmax: float | None = None,
+    scale: ColourScale = ColourScale("viridis"),
     annotate: bool | None = None,
     fmt: str | None = None,
     axis_labels: tuple[str, str] = ("base layer", "tuned layer"),
-    min_span: float | None = None,
 ) -> Figure:
     """``layer_base`` x ``layer_tuned`` heatmap of one metric from ``representation_similarity``.
 
     Rows are base layers (0 = embeddings, top), columns are tuned layers; the diagonal is
     "same layer". Duplicate cells (e.g. several seeds) are averaged. *axis_labels*: the rows' and
-    the columns' axis titles. *min_span* as in :func:`head_heatmap`.
+    the columns' axis titles. *scale* (:class:`ColourScale`; colormap ``"viridis"`` unless it names one),
+    *annotate* and *fmt* as in :func:`head_heatmap`.
     """
     _require(df, ["layer_base", "layer_tuned", "metric", "value"], "layer_matrix")
     sub = df[df["metric"] == metric]
@@ -408,7 +405,7 @@ def layer_matrix(
     with mpl.rc_context(_STYLE):
         fig = _new_figure((side + 0.75, side))
         ax = fig.add_subplot()
-        mesh = _grid_heatmap(ax, matrix, ColourScale(cmap, vmin, vmax, min_span), annotate=annotate, fmt=fmt,
+        mesh = _grid_heatmap(ax, matrix, replace(scale, cmap=scale.cmap or "viridis"), annotate=annotate, fmt=fmt,
                              max_annotated=170)
         ax.set_aspect("equal")
         ax.set_xlabel(_plain(axis_labels[1]))

@@ -63,9 +63,9 @@ def probe_layer_figure(
     order = model_order(pd.unique(long["model"]))
     return layer_curve(
         long, x="layer", y="value", hue="model", facet="metric",
-        facet_order=[PROBE_METRICS[m] for m in metrics], hue_order=order,
         title=title if title is not None else f"Structural probes by layer ({split})",
         style=CurveStyle(xlabel="layer (0 = embeddings)", reference=_baseline_lines(baselines, metrics, split),
+                         facet_order=[PROBE_METRICS[m] for m in metrics], hue_order=order,
                          ylim=(min(0.0, math.floor(10 * float(long["value"].min())) / 10), 1.0)),
     )
 

@@ -42,9 +42,10 @@ def token_probe_figure(table: pd.DataFrame, task: str) -> Figure:
     majority = float(sub["majority_rate"].iloc[0])
     order = model_order(pd.unique(long["model"]))
     return layer_curve(
-        long, x="layer", y="value", hue="model", facet="panel", facet_order=[TOKEN_PROBE_PANELS[p] for p in panels],
-        hue_order=order, title=f"Token probe {task} by layer (test words; dashed: majority rate)",
-        style=CurveStyle(xlabel="layer (0 = embeddings)",
+        long, x="layer", y="value", hue="model", facet="panel",
+        title=f"Token probe {task} by layer (test words; dashed: majority rate)",
+        style=CurveStyle(xlabel="layer (0 = embeddings)", facet_order=[TOKEN_PROBE_PANELS[p] for p in panels],
+                         hue_order=order,
                          reference={TOKEN_PROBE_PANELS[p]: majority for p in panels if p in _ON_MAJORITY},
                          # one scale for every panel: an erased probe on the majority rate must look flat, not zoomed
                          ylim=(min(0.0, math.floor(10 * float(long["value"].min())) / 10), 1.0)),

@@ -104,7 +104,7 @@ def _figures(t: pd.DataFrame, imp: pd.DataFrame | None, curve: pd.DataFrame | No
     """The section's figures: per-head and per-layer deltas, head importance, importance vs delta, pruning curve
     (``prefix`` names the delta figures' files: ``ablation_heads_accuracy``, ``revert_heads_accuracy``)."""
     from bertology.viz.ablation import ablation_heatmap, importance_scatter, layer_ablation_bars, pruning_curve_figure
-    from bertology.viz.figures import head_heatmap
+    from bertology.viz.figures import ColourScale, head_heatmap
 
     task = task_of_table(t)
     main, loss = task.primary, task.loss_metric
@@ -130,7 +130,7 @@ def _figures(t: pd.DataFrame, imp: pd.DataFrame | None, curve: pd.DataFrame | No
     if imp is not None and len(imp):
         figures.append(figs.make(
             "head_importance", lambda: head_heatmap(imp, value="importance", title="Head importance (normalised per layer)",
-                                                    cmap="viridis", vmin=0.0, colorbar_label="importance"),
+                                                    scale=ColourScale("viridis", vmin=0.0), colorbar_label="importance"),
             "Head importance (Michel et al. 2019): the mean absolute gradient of the loss with respect to a gate on "
             "each head's output, per example, normalised per layer (L2).",
             "Head importance per layer and head",

@@ -61,7 +61,7 @@ def sep_rows(sep: pd.DataFrame, k: int = 5) -> list[list]:
 
 def build(inp: SectionInput) -> dict | None:
     """The section's dict, or None when the run is not an ABSA study."""
-    from bertology.viz.figures import head_heatmap
+    from bertology.viz.figures import ColourScale, head_heatmap
 
     heads = inp.table("absa_heads")
     if heads is None:
@@ -86,7 +86,7 @@ def build(inp: SectionInput) -> dict | None:
             heatmaps.append(inp.figures.make(
                 f"absa_aspect_{model}",
                 lambda sub=sub, model=model: head_heatmap(sub, value="accuracy", title=f"Aspect heads ({model})",
-                                                         cmap="viridis", vmin=0.0, colorbar_label="accuracy"),
+                                                         scale=ColourScale("viridis", vmin=0.0), colorbar_label="accuracy"),
                 f"Share of pairs whose question aspect attends most to an aspect term of the review, per head ({model}).",
                 f"Aspect-head accuracy per head, {model}"))
     named = [r for r in rows if r[0] == "aspect"]

@@ -66,13 +66,13 @@ def per_head(df: pd.DataFrame) -> pd.DataFrame:
 
 def _heatmaps(heads: pd.DataFrame, figs: Figures) -> list:
     """The cosine and JS-divergence heatmaps per layer and head."""
-    from bertology.viz.figures import head_heatmap
+    from bertology.viz.figures import ColourScale, head_heatmap
 
     return [
         figs.make(
             "attention_cosine",
             lambda: head_heatmap(heads, "cosine", title="Cosine similarity",
-                                 vmax=1.0 if heads["cosine"].max() <= 1.0 + 1e-6 else None, min_span=0.1),
+                                 scale=ColourScale(vmax=1.0 if heads["cosine"].max() <= 1.0 + 1e-6 else None, min_span=0.1)),
             "Cosine similarity between base and tuned attention maps, per head (mean over examples; "
             "1 = unchanged). Darker = changed more.",
             "Heatmap of attention cosine similarity per layer and head",
@@ -80,7 +80,7 @@ def _heatmaps(heads: pd.DataFrame, figs: Figures) -> list:
         figs.make(
             "attention_js",
             lambda: head_heatmap(heads, "js_divergence", title="JS divergence",
-                                 vmin=0.0, min_span=0.05),
+                                 scale=ColourScale(vmin=0.0, min_span=0.05)),
             "Jensen–Shannon divergence (base 2, in bits; 0 = unchanged) between base and tuned attention "
             "distributions of each query, averaged over queries and examples. Darker = changed more. The overview's "
             "most changed head and the table of most changed heads rank the heads by this measure.",
@@ -111,9 +111,9 @@ def _layer_curves(heads: pd.DataFrame, figs: Figures):
     return figs.make(
         "attention_by_layer",
         lambda: layer_curve(long, x="layer", y="value", hue=None, facet="metric", err="spread",
-                            facet_order=["cosine", "js_divergence"],
                             style=CurveStyle(xlabel="layer", reference={"cosine": 1.0, "js_divergence": 0.0},
-                                             err_clip=(0.0, 1.0), min_span=0.1)),
+                                             err_clip=(0.0, 1.0), min_span=0.1,
+                                             facet_order=["cosine", "js_divergence"])),
         "Mean over the heads of each layer; the band is ±1 standard deviation across heads.",
         "Per-layer mean cosine similarity and Jensen-Shannon divergence",
     )

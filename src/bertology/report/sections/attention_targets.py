@@ -60,9 +60,9 @@ def targets_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> dic
         curves.append(figs.make(
             name,
             lambda sub=sub, targets=targets: layer_curve(
-                sub, x="layer", y="value", hue="target", facet="model", facet_order=["base", "tuned"],
-                hue_order=[TARGET_LABELS[t] for t in targets], title=f"Attention to {what}, mean over heads",
-                style=CurveStyle(ylabel="share of attention", sharey=True)),
+                sub, x="layer", y="value", hue="target", facet="model", title=f"Attention to {what}, mean over heads",
+                style=CurveStyle(ylabel="share of attention", sharey=True, facet_order=["base", "tuned"],
+                                 hue_order=[TARGET_LABELS[t] for t in targets])),
             f"Share of each query's attention that goes to {what}, averaged over heads, per layer; "
             "left the base model, right the tuned one.",
             f"Per-layer attention to {what}, base and tuned",

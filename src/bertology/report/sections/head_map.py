@@ -13,7 +13,7 @@ def head_map_section(df: pd.DataFrame, figs: Figures, derived: list[dict], headl
     the card of the head that moved most (left to the attention-change card when the run has one, so the overview
     names one most changed head, by one measure)."""
     from bertology.analyses.head_map import most_moved
-    from bertology.viz.figures import head_heatmap
+    from bertology.viz.figures import ColourScale, head_heatmap
     from bertology.viz.head_map import head_map_figure
 
     df = df.copy()
@@ -29,8 +29,8 @@ def head_map_section(df: pd.DataFrame, figs: Figures, derived: list[dict], headl
     if len(base):
         figures.append(figs.make(
             "head_moved",
-            lambda: head_heatmap(base, value="moved", title="How far each head moved (JS distance)", cmap="magma_r",
-                                 vmin=0.0, colorbar_label="JS distance, base → tuned"),
+            lambda: head_heatmap(base, value="moved", title="How far each head moved (JS distance)", 
+                                 scale=ColourScale("magma_r", vmin=0.0), colorbar_label="JS distance, base → tuned"),
             "Jensen-Shannon distance between each head's base and tuned attention, averaged over the sampled tokens.",
             "Per-head distance between base and tuned attention",
         ))

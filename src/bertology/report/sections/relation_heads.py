@@ -11,7 +11,7 @@ from bertology.report.sections.base import Figures, Section, SectionInput
 def relations_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> dict:
     """Best head per relation vs the offset baseline, and per-head accuracy heatmaps."""
     from bertology.analyses.relation_heads import best_heads
-    from bertology.viz.figures import head_heatmap
+    from bertology.viz.figures import ColourScale, head_heatmap
 
     df = df.copy()
     if "kind" not in df.columns:
@@ -42,7 +42,7 @@ def relations_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> d
             heatmaps.append(figs.make(
                 f"relation_all_{model}",
                 lambda sub=sub, model=model: head_heatmap(sub, value="accuracy", title=f"All relations, dependent → head ({model})",
-                                                         cmap="viridis", vmin=0.0, colorbar_label="accuracy"),
+                                                         scale=ColourScale("viridis", vmin=0.0), colorbar_label="accuracy"),
                 f"Share of dependents whose most-attended word is their syntactic head, per head ({model}).",
                 f"Relation-head accuracy per head, {model}",
             ))
@@ -54,8 +54,8 @@ def relations_section(df: pd.DataFrame, figs: Figures, derived: list[dict]) -> d
                 heatmaps.append(figs.make(
                     f"relation_user_{slug(rel)}_{model}",
                     lambda sub=sub, model=model, rel=rel: head_heatmap(
-                        sub, value="accuracy", title=f"{rel}: from span → to span ({model})", cmap="viridis", vmin=0.0,
-                        colorbar_label="accuracy"),
+                        sub, value="accuracy", title=f"{rel}: from span → to span ({model})",
+                        scale=ColourScale("viridis", vmin=0.0), colorbar_label="accuracy"),
                     f"Your relation “{rel}”: share of instances whose span attends most to a target span, per head ({model}).",
                     f"Accuracy per head for the relation {rel}, {model}",
                 ))

@@ -33,7 +33,7 @@ def _domains_figure(df: pd.DataFrame, ood: pd.DataFrame, figs: Figures) -> dict 
 
 def similarity_section(df: pd.DataFrame, figs: Figures, derived: list[dict], ood: pd.DataFrame | None = None) -> dict:
     """Same-layer curves, every-layer matrices and a same-layer table of CKA/RSA (plus out of domain when given)."""
-    from bertology.viz.figures import METRIC_LABELS, CurveStyle, layer_curve, layer_matrix
+    from bertology.viz.figures import METRIC_LABELS, ColourScale, CurveStyle, layer_curve, layer_matrix
 
     df = df.copy()
     for col in ("layer_base", "layer_tuned", "value"):
@@ -49,10 +49,10 @@ def similarity_section(df: pd.DataFrame, figs: Figures, derived: list[dict], ood
     if not diag.empty:
         curve = figs.make(
             "similarity_same_layer",
-            lambda: layer_curve(diag, x="layer", y="value", hue="metric", hue_order=metrics_present,
+            lambda: layer_curve(diag, x="layer", y="value", hue="metric",
                                 title="Same-layer similarity, base vs tuned",
                                 style=CurveStyle(xlabel="layer (0 = embeddings)", ylabel="similarity",
-                                                 reference=1.0, min_span=0.1)),
+                                                 reference=1.0, min_span=0.1, hue_order=metrics_present)),
             "Similarity of each base layer with the same tuned layer; 1 = identical geometry. "
             "Layer 0 is the embedding output.",
             "Per-layer same-layer similarity for each metric",
@@ -65,8 +65,8 @@ def similarity_section(df: pd.DataFrame, figs: Figures, derived: list[dict], ood
         matrices.append(figs.make(
             f"similarity_matrix_{metric}",
             lambda metric=metric, vmax=vmax: layer_matrix(
-                df, metric, title=f"{METRIC_LABELS.get(metric, metric)}: every layer pair", vmax=vmax,
-                min_span=0.1),
+                df, metric, title=f"{METRIC_LABELS.get(metric, metric)}: every layer pair",
+                scale=ColourScale("viridis", vmax=vmax, min_span=0.1)),
             f"{METRIC_LABELS.get(metric, metric)} between every base layer (rows) and tuned layer "
             "(columns); the diagonal is the same-layer curve.",
             f"Layer by layer matrix of {metric}",

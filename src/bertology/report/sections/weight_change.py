@@ -24,7 +24,7 @@ def head_change(df: pd.DataFrame) -> pd.DataFrame:
 
 def _figures(units: pd.DataFrame, df: pd.DataFrame, figs: Figures) -> list[dict | None]:
     """The layer x module heatmaps (relative change; intruders when any) and the per-head heatmap."""
-    from bertology.viz.figures import head_heatmap
+    from bertology.viz.figures import ColourScale, head_heatmap
     from bertology.viz.weights import module_heatmap
 
     out = [figs.make(
@@ -47,7 +47,7 @@ def _figures(units: pd.DataFrame, df: pd.DataFrame, figs: Figures) -> list[dict 
     if len(heads):
         out.append(figs.make(
             "weight_change_heads", lambda: head_heatmap(heads, "relative_change", title="Relative change per head",
-                                                        vmin=0.0, colorbar_label="relative change"),
+                                                        scale=ColourScale(vmin=0.0), colorbar_label="relative change"),
             "Per head: the relative change of its query, key and value rows and its output-projection columns "
             "together (square root of the summed squared changes over that of the summed squared base norms).",
             "Heatmap of relative weight change per attention head"))
