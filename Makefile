@@ -46,6 +46,8 @@ demo: assets
 # tests and the kill, Ray and study-fault suites (marker `slow`).
 # One pytest worker per core, at most 4 (each holds torch and its tiny models: ~1 GB); a test file stays on one
 # worker (its module fixtures are built once); tests/conftest.py splits the cores' threads between the workers.
+# Meant to stay under 10 minutes on 2 idle cores: the suite is about 15 CPU-minutes of work (docs/development.md,
+# "How long the tests take"); other jobs on the same cores stretch the wall time by their load.
 PYTEST_WORKERS := -n auto --maxprocesses 4 --dist loadfile
 test: setup browser
 	$(BIN)/python -m pytest -q $(PYTEST_WORKERS) tests

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_kills import _kill_when, _run, _status, _tables  # noqa: E402
+from kill_helpers import kill_when, run_command, run_status, run_tables  # noqa: E402
 
 from bertology.state_files import load_state  # noqa: E402
 from bertology.testing import SENTENCES, tiny_bert_pair  # noqa: E402
@@ -38,21 +38,21 @@ def test_a_compare_killed_mid_training_resumes_the_crosscoder_and_ends_with_the_
     data = tmp_path / "d.txt"
     data.write_text("\n".join(SENTENCES[i % len(SENTENCES)] + " " + SENTENCES[(3 * i) % len(SENTENCES)]
                               for i in range(600)) + "\n", encoding="utf-8")
-    full = _run(_args(base, tuned, data, tmp_path / "full"))
+    full = run_command(_args(base, tuned, data, tmp_path / "full"))
     assert full.returncode == 0, full.stderr
     out = tmp_path / "cut"
     checkpoint = out / "partial" / "crosscoder" / "training.pt"
-    _kill_when(_args(base, tuned, data, out), lambda: _step(checkpoint) >= 100)
+    kill_when(_args(base, tuned, data, out), lambda: _step(checkpoint) >= 100)
     killed_at = _step(checkpoint)
-    assert _status(out) == "running" and 100 <= killed_at < 800
+    assert run_status(out) == "running" and 100 <= killed_at < 800
     assert not (out / "tables" / "crosscoder_latents.parquet").exists()
-    again = _run(_args(base, tuned, data, out))
+    again = run_command(_args(base, tuned, data, out))
     assert again.returncode == 0, again.stderr
-    assert _status(out) == "complete"
+    assert run_status(out) == "complete"
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
     training = manifest["analyses"]["crosscoder"]["training"]
     assert killed_at <= training["resumed_from_step"] < 800 and training["checkpoint_every"] == 50
-    reference, tables = _tables(tmp_path / "full"), _tables(out)
+    reference, tables = run_tables(tmp_path / "full"), run_tables(out)
     assert tables.keys() == reference.keys() and "crosscoder_latents" in tables
     for name, table in reference.items():
         pd.testing.assert_frame_equal(tables[name], table, check_exact=True, obj=name)

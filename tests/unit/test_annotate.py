@@ -124,3 +124,19 @@ def test_real_spacy_pipeline():
     she = two.words.index("She")
     assert two.heads[she] == two.words.index("smiled") + 1  # index within the example, not the sentence
     assert out.stats["annotated"]["n_parsed"] == 3
+
+
+@pytest.mark.real
+def test_a_pipeline_is_loaded_once_per_process_and_parses_as_a_fresh_one():
+    from bertology.assets import spacy_model_name
+    from bertology.data.annotate import load_spacy
+
+    name = spacy_model_name()
+    if name is None:
+        pytest.skip("no English spaCy pipeline installed")
+    corpus = Corpus.from_list(["I did not like the movie.", "John saw Mary. She smiled."])
+    shared = load_spacy(name)
+    assert load_spacy(name) is shared and load_spacy() is shared  # the default name is the same pipeline
+    used = [annotate(corpus).examples for _ in range(2)]  # through the shared pipeline, twice
+    fresh = annotate(corpus, nlp=spacy.load(name, disable=["ner", "lemmatizer"])).examples
+    assert used[0] == used[1] == fresh

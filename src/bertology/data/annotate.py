@@ -44,8 +44,16 @@ def _has_annotations(ex: Example) -> bool:
     return all(getattr(ex, f) is not None for f in ("words", "upos", "heads", "deprels"))
 
 
+#: The spaCy pipelines this process has loaded, by name: a notebook, a study or a test session annotates many corpora
+#: with the same one, and each load after the first still reads the pipeline from disk (about 0.3 CPU-seconds for
+#: en_core_web_sm; the first, about 2). Parsing is deterministic and reads the pipeline only, so one object serves.
+_LOADED: dict[str, object] = {}
+
+
 def load_spacy(nlp_name: str | None = None):
-    """Load the spaCy pipeline (NER and lemmatizer disabled), or raise a BertologyError saying how to install one."""
+    """Load the spaCy pipeline (NER and lemmatizer disabled), or raise a BertologyError saying how to install one.
+
+    A name loaded before in this process is not read from disk again (:data:`_LOADED`)."""
     try:
         import spacy
     except ImportError:
@@ -55,10 +63,12 @@ def load_spacy(nlp_name: str | None = None):
     name = spacy_model_name(nlp_name) if nlp_name is None else nlp_name
     if name is None:
         raise BertologyError(f"No English spaCy pipeline is installed. {INSTALL_HINT}")
-    try:
-        return spacy.load(name, disable=["ner", "lemmatizer"])
-    except (OSError, ImportError) as err:
-        raise BertologyError(f"Could not load the spaCy pipeline {name!r} ({err}). {INSTALL_HINT}") from None
+    if name not in _LOADED:
+        try:
+            _LOADED[name] = spacy.load(name, disable=["ner", "lemmatizer"])
+        except (OSError, ImportError) as err:
+            raise BertologyError(f"Could not load the spaCy pipeline {name!r} ({err}). {INSTALL_HINT}") from None
+    return _LOADED[name]
 
 
 def _space(t) -> bool:
