@@ -16,7 +16,7 @@ from bertology.report.format import fmt_value
 from bertology.report.study import render_study_report
 from bertology.studies.noise import STUDY_TABLES
 from bertology.studies.summarise import main, summarise_study
-from bertology.testing.synthetic import synthetic_study
+from bertology.testing.synthetic import LatentSpace, synthetic_study
 
 SECTIONS = ("overview", "noise", "attention", "similarity", "patterns", "ablation", "probe", "differences",
             "jobs", "tables")
@@ -114,7 +114,7 @@ def test_skipped_experiments_and_the_heatmap_scale_are_on_the_page(tmp_path):
     """A comparison that left an experiment out for one model (a regressor among classifiers: issue 32) says so at
     the top of the study page, naming the model, the comparison and the reason; the attention heatmaps' caption
     states their colour scale (0 to the largest cell)."""
-    folder = synthetic_study(tmp_path, {"a": 3, "b": 3}, planted={"a": 2}, n_layers=3, n_heads=2,
+    folder = synthetic_study(tmp_path, {"a": 3, "b": 3}, planted={"a": 2}, space=LatentSpace(n_layers=3, n_heads=2),
                              tables=("attention_change",), failed_job=False)
     reason = "the labels of shared.tsv (2 distinct labels: '0', '1') are the classes of a/s0, a classifier of this run"
     for where, tuned in (("compare", "b/s0"), ("seeds/b/s0", "b/s1")):
@@ -132,7 +132,7 @@ def test_skipped_experiments_and_the_heatmap_scale_are_on_the_page(tmp_path):
 
 
 def test_alpha_reaches_the_tables_and_the_page(tmp_path):
-    folder = synthetic_study(tmp_path, {"a": 3, "b": 3}, planted={"a": 2}, n_layers=3, n_heads=2,
+    folder = synthetic_study(tmp_path, {"a": 3, "b": 3}, planted={"a": 2}, space=LatentSpace(n_layers=3, n_heads=2),
                              tables=("attention_change",))
     assert main([str(folder), "--alpha", "0.1"]) == 0
     diff = pd.read_parquet(folder / "tables" / "study_task_differences.parquet")

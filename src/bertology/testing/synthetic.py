@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 
@@ -92,16 +93,124 @@ def _probe_rows(rng: np.random.Generator, base_uuas: np.ndarray, planted: int | 
     return pd.DataFrame(rows)
 
 
+@dataclass(frozen=True)
+class LatentSpace:
+    """The latent model a synthetic study is drawn from: its size, the seed noise, the planted effect, the seed.
+
+    ``n_layers`` x ``n_heads`` points per model; a tuned seed is its task's shift plus ``noise`` times a
+    standard normal draw; every head of a planted layer moves by ``effect``; ``seed`` drives every draw.
+    """
+
+    n_layers: int = 6
+    n_heads: int = 4
+    noise: float = 0.3
+    effect: float = 6.0
+    seed: int = 0
+
+
+DIM = 8  # the latent points' dimension
+
+
+def _add(store: dict[str, list[pd.DataFrame]], name: str, df: pd.DataFrame, lead: Mapping[str, object]) -> None:
+    """Append ``df`` to ``store[name]`` with the ``lead`` columns first (the study contract's order)."""
+    df = df.copy()
+    for i, (k, v) in enumerate(lead.items()):
+        df.insert(i, k, v)
+    store.setdefault(name, []).append(df)
+
+
+def _write_pair_report(folder: Path, slug: str) -> str:
+    """A stand-in pair report page; returns its path relative to the study folder."""
+    rel = f"compare/pairs/{slug}/report.html"
+    report = folder / rel
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(f"<!DOCTYPE html><title>{slug}</title><p>pair report {slug}</p>", encoding="utf-8")
+    return rel
+
+
+@dataclass
+class _Draws:
+    """One synthetic study being drawn: the random stream, the base model's quantities, and what is gathered.
+
+    ``out`` holds the per-model tables, ``seedpair`` the seed-vs-seed ones; ``pairs``, ``seed_pairs`` and
+    ``jobs`` are the manifest's lists.
+    """
+
+    folder: Path
+    space: LatentSpace
+    rng: np.random.Generator
+    base_patterns: np.ndarray
+    base_uuas: np.ndarray
+    out: dict[str, list[pd.DataFrame]] = field(default_factory=dict)
+    seedpair: dict[str, list[pd.DataFrame]] = field(default_factory=dict)
+    pairs: list[dict] = field(default_factory=list)
+    seed_pairs: list[dict] = field(default_factory=list)
+    jobs: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, folder: Path, space: LatentSpace) -> _Draws:
+        """The base model's pattern fractions and UUAS, drawn first from the study's seed."""
+        rng = np.random.default_rng(space.seed)
+        patterns = rng.dirichlet(np.ones(len(PATTERNS)) * 2, size=(space.n_layers, space.n_heads))
+        return cls(folder, space, rng, patterns, np.linspace(0.3, 0.6, space.n_layers + 1))
+
+    def task_seeds(self, task: str, k: int, layer: int | None) -> list[np.ndarray]:
+        """Draw the ``k`` seeds of one task (``layer``: its planted layer, None: seed noise only), gather their
+        pair and per-model tables, and return their latent points."""
+        space = self.space
+        shift = np.zeros((space.n_layers, space.n_heads))
+        if layer is not None:
+            shift[layer - 1, :] = space.effect
+        base = np.zeros((space.n_layers, space.n_heads, DIM))
+        points = []
+        for s in range(k):
+            tuned = f"{task}/s{s}"
+            lead = {"tuned": tuned, "task": task, "seed": s}
+            points.append(x := _points(self.rng, shift, space.noise, DIM))
+            att, rep = _pair_rows(base, x, 40)
+            _add(self.out, "attention_change", att, lead)
+            _add(self.out, "representation_similarity", rep, lead)
+            _add(self.out, "attention_patterns", _pattern_rows(self.rng, self.base_patterns, shift), lead)
+            _add(self.out, "ablation", _ablation_rows(self.rng, space.n_layers, space.n_heads, layer), lead)
+            _add(self.out, "probe", _probe_rows(self.rng, self.base_uuas, layer), lead)
+            report = _write_pair_report(self.folder, f"{task}-s{s}")
+            self.pairs.append({"tuned": tuned, "task": task, "seed": s, "report": report})
+            self.jobs.append({"id": f"finetune:{tuned}", "kind": "finetune", "status": "done", "error": None,
+                              "wall_time_s": 12.5})
+        return points
+
+    def seed_pairs_of(self, task: str, points: list[np.ndarray]) -> None:
+        """Gather the seed-vs-seed pair tables of one task's seeds."""
+        for a, b in combinations(range(len(points)), 2):
+            att, rep = _pair_rows(points[a], points[b], 40)
+            lead = {"task": task, "seed_a": a, "seed_b": b}
+            _add(self.seedpair, "attention_change", att, lead)
+            _add(self.seedpair, "representation_similarity", rep, lead)
+            self.seed_pairs.append({"task": task, "seed_a": a, "seed_b": b,
+                                    "dir": f"compare/seedpairs/{task}-{a}-{b}"})
+
+    def write(self, tables: tuple[str, ...], seeds: Mapping[str, int]) -> None:
+        """Write the asked ``tables`` (and their ``seedpair_`` twins) and the study manifest."""
+        for name, frames in self.out.items():
+            if name in tables:
+                write_table(self.folder, name, pd.concat(frames, ignore_index=True))
+        for name, frames in self.seedpair.items():
+            if name in tables:
+                write_table(self.folder, f"seedpair_{name}", pd.concat(frames, ignore_index=True))
+        manifest = {
+            "kind": "study", "status": "done", "base": "minilm",
+            "tasks": [{"name": t, "task": "classification", "seeds": list(range(k))} for t, k in seeds.items()],
+            "pairs": self.pairs, "seed_pairs": self.seed_pairs, "jobs": self.jobs, "executor": "local",
+        }
+        (self.folder / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+
+
 def synthetic_study(
     folder: str | Path,
     seeds: Mapping[str, int] | None = None,
     *,
     planted: Mapping[str, int] | None = None,
-    n_layers: int = 6,
-    n_heads: int = 4,
-    noise: float = 0.3,
-    effect: float = 6.0,
-    seed: int = 0,
+    space: LatentSpace = LatentSpace(),
     tables: tuple[str, ...] = ("attention_change", "representation_similarity", "attention_patterns",
                                "ablation", "probe"),
     failed_job: bool = True,
@@ -109,71 +218,19 @@ def synthetic_study(
     """Write a study directory and return it.
 
     ``seeds``: seeds per task (default ``{"sst2": 3, "mrpc": 3}``); ``planted``: task -> the layer
-    whose every head fine-tuning moves by ``effect`` (default ``{"sst2": 5}``); all other units move
-    by seed noise only. The ablation plants head (layer, 0) of those tasks (delta -0.2). With
-    ``failed_job`` the manifest lists one failed job whose error holds markup (escaping test).
+    whose every head fine-tuning moves by ``space.effect`` (default ``{"sst2": 5}``); all other units
+    move by seed noise only. The ablation plants head (layer, 0) of those tasks (delta -0.2). ``space``:
+    the models' size, noise, effect and seed (:class:`LatentSpace`). With ``failed_job`` the manifest
+    lists one failed job whose error holds markup (escaping test).
     """
     folder = Path(folder)
     seeds = dict(seeds or {"sst2": 3, "mrpc": 3})
     planted = dict({"sst2": 5} if planted is None else planted)
-    rng = np.random.default_rng(seed)
-    dim = 8
-    base = np.zeros((n_layers, n_heads, dim))
-    base_patterns = rng.dirichlet(np.ones(len(PATTERNS)) * 2, size=(n_layers, n_heads))
-    base_uuas = np.linspace(0.3, 0.6, n_layers + 1)
-    out: dict[str, list[pd.DataFrame]] = {}
-    seedpair: dict[str, list[pd.DataFrame]] = {}
-    models: dict[tuple[str, int], np.ndarray] = {}
-
-    def add(store, name, df, lead: Mapping[str, object]):
-        df = df.copy()
-        for i, (k, v) in enumerate(lead.items()):
-            df.insert(i, k, v)
-        store.setdefault(name, []).append(df)
-
-    pairs, seed_pairs, jobs = [], [], []
+    draws = _Draws.start(folder, space)
     for task, k in seeds.items():
-        shift = np.zeros((n_layers, n_heads))
-        if task in planted:
-            shift[planted[task] - 1, :] = effect
-        for s in range(k):
-            tuned = f"{task}/s{s}"
-            lead = {"tuned": tuned, "task": task, "seed": s}
-            x = _points(rng, shift, noise, dim)
-            models[(task, s)] = x
-            att, rep = _pair_rows(base, x, 40)
-            add(out, "attention_change", att, lead)
-            add(out, "representation_similarity", rep, lead)
-            layer = planted.get(task)
-            add(out, "attention_patterns", _pattern_rows(rng, base_patterns, shift), lead)
-            add(out, "ablation", _ablation_rows(rng, n_layers, n_heads, layer), lead)
-            add(out, "probe", _probe_rows(rng, base_uuas, layer), lead)
-            slug = f"{task}-s{s}"
-            report = folder / "compare" / "pairs" / slug / "report.html"
-            report.parent.mkdir(parents=True, exist_ok=True)
-            report.write_text(f"<!DOCTYPE html><title>{slug}</title><p>pair report {slug}</p>", encoding="utf-8")
-            pairs.append({"tuned": tuned, "task": task, "seed": s, "report": f"compare/pairs/{slug}/report.html"})
-            jobs.append({"id": f"finetune:{tuned}", "kind": "finetune", "status": "done", "error": None,
-                         "wall_time_s": 12.5})
-        for a, b in combinations(range(k), 2):
-            att, rep = _pair_rows(models[(task, a)], models[(task, b)], 40)
-            lead = {"task": task, "seed_a": a, "seed_b": b}
-            add(seedpair, "attention_change", att, lead)
-            add(seedpair, "representation_similarity", rep, lead)
-            seed_pairs.append({"task": task, "seed_a": a, "seed_b": b, "dir": f"compare/seedpairs/{task}-{a}-{b}"})
+        draws.seed_pairs_of(task, draws.task_seeds(task, k, planted.get(task)))
     if failed_job:
-        jobs.append({"id": "finetune:qnli/s0", "kind": "finetune", "status": "failed",
-                     "error": "CUDA out of memory <script>alert(1)</script>", "wall_time_s": 3.0})
-    for name, frames in out.items():
-        if name in tables:
-            write_table(folder, name, pd.concat(frames, ignore_index=True))
-    for name, frames in seedpair.items():
-        if name in tables:
-            write_table(folder, f"seedpair_{name}", pd.concat(frames, ignore_index=True))
-    manifest = {
-        "kind": "study", "status": "done", "base": "minilm",
-        "tasks": [{"name": t, "task": "classification", "seeds": list(range(k))} for t, k in seeds.items()],
-        "pairs": pairs, "seed_pairs": seed_pairs, "jobs": jobs, "executor": "local",
-    }
-    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+        draws.jobs.append({"id": "finetune:qnli/s0", "kind": "finetune", "status": "failed",
+                           "error": "CUDA out of memory <script>alert(1)</script>", "wall_time_s": 3.0})
+    draws.write(tables, seeds)
     return folder
