@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -205,21 +205,33 @@ def _columns(label: str, *texts: str) -> list:
             TimeElapsedColumn(), TimeRemainingColumn()]
 
 
+@dataclass(frozen=True)
+class BarText:
+    """What a :func:`progress_bar` shows beside its count: the ``unit`` after it (``"examples"``), and a ``template``
+    (a rich text column, ``"epoch {task.fields[epoch]:.2f}"``) over the bar's fields, which start at ``fields`` and
+    change with each advance."""
+
+    unit: str = ""
+    template: str = ""
+    fields: Mapping[str, Any] | None = None
+
+
 @contextmanager
-def progress_bar(label: str, total: int, enabled: bool = True, *, unit: str = "", fields: dict | None = None,
-                 template: str = "", completed: int = 0, console=None, stderr: bool = False,
+def progress_bar(label: str, total: int, enabled: bool = True, *, text: BarText = BarText(), completed: int = 0,
+                 console=None, stderr: bool = False,
                  clock: Clock = time.monotonic) -> Iterator[Callable[..., None] | None]:
     """Yield ``advance(n=1, **fields)`` drawing one bar over ``total`` units of work (``None`` if disabled).
 
-    ``unit`` is shown after the count (``"examples"``); ``template`` is a rich text column over the bar's
-    ``fields`` (``"epoch {task.fields[epoch]:.2f}"``), which start at ``fields`` and change with each advance.
-    ``stderr`` draws on standard error (so a command's printed results stay clean on standard output). On a
-    stream that is not a terminal the bar is plain lines (:class:`PlainBar`, timed by ``clock``).
+    ``text`` (:class:`BarText`): the unit, the fields and their template shown beside the count; ``completed``:
+    the work done before (a resumed run). ``stderr`` draws on standard error (so a command's printed results stay
+    clean on standard output). On a stream that is not a terminal the bar is plain lines (:class:`PlainBar`, timed
+    by ``clock``).
     """
     if not enabled:
         yield None
         return
     console = _console(console, stderr)
+    unit, template, fields = text.unit, text.template, dict(text.fields or {})
     if not _draws_live(console):
         bar = PlainBar(label, total, _writer(console), completed=completed, unit=unit, describe=_describer(template),
                        fields=fields, pace=Pace(clock))
@@ -236,7 +248,7 @@ def progress_bar(label: str, total: int, enabled: bool = True, *, unit: str = ""
     from rich.progress import Progress
 
     with Progress(*_columns(label, *(t for t in (unit, template) if t)), console=console, transient=False) as live:
-        task = live.add_task(label, total=total, completed=completed, **(fields or {}))
+        task = live.add_task(label, total=total, completed=completed, **fields)
 
         def advance(n: int = 1, **values) -> None:
             live.update(task, advance=n, **values)

@@ -23,7 +23,6 @@ FILES: dict[str, int] = {
 }
 #: Functions over MAX_FUNCTION_LINES (``path:qualified.name``), with their length today.
 FUNCTIONS: dict[str, int] = {
-    "testing/synthetic.py:synthetic_study": 85,
 }
 #: Functions outside the CLI with more than MAX_PARAMETERS parameters (``self``/``cls`` not counted), with their
 #: count today. Public functions of the notebook API keep their keywords (users call them so); ``study/`` and
@@ -41,10 +40,8 @@ PARAMETERS: dict[str, int] = {
     "experiments/transplant_sweep.py:run_transplant": 10,
     "integrations/tracker.py:Tracker.__init__": 9,
     "integrations/trainer.py:BertologyCallback.__init__": 9,
-    "progress.py:progress_bar": 10,
     "commands/ablate.py:ablate": 11,
     "commands/probe.py:probe": 11,
-    "testing/synthetic.py:synthetic_study": 10,
     "commands/track.py:track": 9,
 }
 

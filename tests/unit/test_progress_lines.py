@@ -9,7 +9,8 @@ import pytest
 from rich.console import Console
 
 from bertology.progress import (
-    LINE_EVERY_S, SILENT_AT_MOST_S, Pace, PlainBar, command_progress, format_duration, progress_bar, stage_bars,
+    LINE_EVERY_S, SILENT_AT_MOST_S, BarText, Pace, PlainBar, command_progress, format_duration, progress_bar,
+    stage_bars,
 )
 
 
@@ -102,8 +103,8 @@ def test_close_says_where_an_unfinished_bar_stopped():
 def test_progress_bar_writes_plain_lines_on_a_file_console():
     console, out = _file_console()
     clock = FakeClock()
-    with progress_bar("fine-tuning", 4, True, unit="steps", template="epoch {task.fields[epoch]:.2f}",
-                      fields={"epoch": 0.0}, console=console, clock=clock) as advance:
+    text = BarText(unit="steps", template="epoch {task.fields[epoch]:.2f}", fields={"epoch": 0.0})
+    with progress_bar("fine-tuning", 4, True, text=text, console=console, clock=clock) as advance:
         for step in range(1, 5):
             clock.now += LINE_EVERY_S / 2
             advance(1, epoch=step / 4)

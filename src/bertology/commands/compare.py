@@ -36,6 +36,7 @@ from bertology.memory import MemoryWatch
 from bertology.models.device import resolve_device
 from bertology.models.precision import resolve_dtype
 from bertology.models.pair import ModelPair
+from bertology.progress import BarText
 from bertology.progress import progress_bar as bar_over
 from bertology.results import Result, read_table, write_table
 from bertology.commands.base import hold
@@ -462,5 +463,5 @@ def _extract(
 @contextlib.contextmanager
 def progress_bar(label: str, total: int, show: bool) -> Iterator[Callable[[int], None] | None]:
     """A rich progress bar over ``total`` examples, as the ``on_batch`` callback of the extraction loop (None when hidden)."""
-    with bar_over(label, total, show, unit="examples") as advance:
+    with bar_over(label, total, show, text=BarText(unit="examples")) as advance:
         yield advance

@@ -270,12 +270,12 @@ def skip_reason(ctx: ExperimentContext) -> str | None:
 
 def _run(ctx: ExperimentContext) -> ExperimentOutcome:
     """The table from the pair's weights (a progress bar over units when asked)."""
-    from bertology.progress import progress_bar
+    from bertology.progress import BarText, progress_bar
 
     settings = settings_from(ctx.config)
     base, tuned = ctx.pair.base.model, ctx.pair.tuned.model
     total = len(weight_units(base, tuned))
-    with progress_bar("weight change", total, ctx.progress, unit="matrices") as advance:
+    with progress_bar("weight change", total, ctx.progress, text=BarText(unit="matrices")) as advance:
         table, info = weight_change_table(base, tuned, settings, on_unit=advance)
     section = {"settings": settings.to_dict(), **info,
                "unit": "one weight tensor of one module at one depth; attention projections also per head"}

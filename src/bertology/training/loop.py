@@ -380,7 +380,7 @@ def train_loop(
     """Train ``model`` on ``task`` (see the module docs). ``on_step(step)`` is called after every optimiser
     step and any evaluation or checkpoint of that step (tests use it to interrupt a run). ``observer``
     (:class:`LoopObserver`) is told of every step, evaluation and the run's start and end."""
-    from bertology.progress import progress_bar
+    from bertology.progress import BarText, progress_bar
 
     _check(cfg)
     run = _Run(model, task, cfg)
@@ -398,8 +398,8 @@ def train_loop(
         fields = {"epoch": step / cfg.steps_per_epoch, "loss": "-" if run.running is None else f"{run.running:.4f}"}
         if observer is not None:
             observer.begin(model, step)
-        with progress_bar("fine-tuning", cfg.total_steps, progress, template="epoch {task.fields[epoch]:.2f}  loss {task.fields[loss]}",
-                          fields=fields, completed=step, stderr=True) as advance:
+        text = BarText(template="epoch {task.fields[epoch]:.2f}  loss {task.fields[loss]}", fields=fields)
+        with progress_bar("fine-tuning", cfg.total_steps, progress, text=text, completed=step, stderr=True) as advance:
             while step < cfg.total_steps:
                 step += 1
                 if observer is not None:
