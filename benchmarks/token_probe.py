@@ -29,6 +29,7 @@ def main() -> int:
 
     from bertology.data.loaders import load_corpus
     from bertology.experiments.probe import random_init_model
+    from bertology.experiments.ablation_table import Bootstrap
     from bertology.experiments.token_probe import TokenProbeSettings, summary_lines, token_probes
     from bertology.models.loading import load_model
 
@@ -41,7 +42,7 @@ def main() -> int:
     test = load_corpus(str(args.ud / "en_ewt-ud-test.conllu"), name="test")
     settings = TokenProbeSettings(tasks=args.tasks, mdl=not args.no_mdl, max_train_words=args.max_train_words,
                                   erase=args.erase)
-    table, params = token_probes(models, train, test, settings, seed=0, n_bootstrap=1000,
+    table, params = token_probes(models, train, test, settings, bootstrap=Bootstrap(n=1000, seed=0),
                                  on_progress=lambda stage, done, total: None)
     wall = time.perf_counter() - t0
     cols = ["probe_task", "model", "layer", "accuracy", "accuracy_ci_low", "accuracy_ci_high", "control_accuracy",

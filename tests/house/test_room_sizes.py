@@ -35,8 +35,6 @@ PARAMETERS: dict[str, int] = {
     "experiments/ablation_sweep.py:run_ablation": 9,
     "experiments/intervention_sweep.py:run_intervention": 10,
     "experiments/probe.py:run_probes": 9,
-    "experiments/task_erasure.py:task_erasure": 10,
-    "experiments/token_probe.py:token_probes": 14,
     "experiments/transplant_sweep.py:run_transplant": 10,
     "integrations/tracker.py:Tracker.__init__": 9,
     "integrations/trainer.py:BertologyCallback.__init__": 9,

@@ -6,6 +6,8 @@ import pytest
 
 from bertology.data.corpus import Corpus, Example
 from bertology.errors import BertologyError
+from bertology.experiments.ablation_table import Bootstrap
+from bertology.experiments.probe_features import FeaturePass
 from bertology.experiments.edge_probe import ARC, NONE, edge_items, non_arcs, sentence_arcs
 from bertology.experiments.token_probe import TokenProbeSettings, labelled_words, token_probes
 from bertology.models.loading import load_model
@@ -67,7 +69,7 @@ def test_accuracy_equals_sklearn_on_hand_computed_pairs(tiny):
 
     train, test = _treebank(60, 0), _treebank(25, 1)
     table, _ = token_probes({"base": tiny}, train, test, TokenProbeSettings(tasks="edge_deprel,edge_arc", mdl=False),
-                            layers=(0, 2), n_bootstrap=100)
+                            features=FeaturePass(layers=(0, 2)), bootstrap=Bootstrap(n=100))
     assert set(table["unit"]) == {"word pair"}
     for task in ("edge_deprel", "edge_arc"):
         tr = edge_items(labelled_words(train, (task,), "train"), task, seed=0)

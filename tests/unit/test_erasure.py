@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from bertology.errors import BertologyError
+from bertology.experiments.ablation_table import Bootstrap
+from bertology.experiments.probe_features import FeaturePass
 from bertology.experiments.erasure import erase, erased_probe, erasing, fit_eraser
 from bertology.experiments.token_probe import COLUMNS, ERASED_COLUMNS, TokenProbeSettings, erasure_warnings, make_probe
 from bertology.models.loading import load_model
@@ -133,16 +135,17 @@ def test_token_probes_with_erasure(tiny):
     from bertology.experiments.token_probe import token_probes
 
     train, test = _tagged_corpus(80, 0), _tagged_corpus(30, 1)
+    pass_, boot = FeaturePass(layers=(0, 2)), Bootstrap(n=100)
     table, params = token_probes({"base": tiny}, train, test, TokenProbeSettings(erase="upos", mdl=False),
-                                 layers=(0, 2), n_bootstrap=100)
+                                 features=pass_, bootstrap=boot)
     assert list(table.columns[: len(COLUMNS) + len(ERASED_COLUMNS)]) == COLUMNS + ERASED_COLUMNS
     for _, row in table.iterrows():
         assert row["accuracy"] > row["majority_rate"] + 0.2  # the property was there
         assert row["erased_accuracy"] <= row["majority_rate"] + 0.03  # and erasure removed what a probe reads
         assert row["erased_ci_low"] <= row["erased_accuracy"] <= row["erased_ci_high"]
     assert params["erasure"]["warnings"] == []
-    plain, _ = token_probes({"base": tiny}, train, test, TokenProbeSettings(tasks="upos", mdl=False), layers=(0, 2),
-                            n_bootstrap=100)
+    plain, _ = token_probes({"base": tiny}, train, test, TokenProbeSettings(tasks="upos", mdl=False),
+                            features=pass_, bootstrap=boot)
     assert not set(ERASED_COLUMNS) & set(plain.columns)
     shared = [c for c in plain.columns if c != "not_converged"]
     pd.testing.assert_frame_equal(table[shared], plain[shared])  # erasure adds columns, changes no other number

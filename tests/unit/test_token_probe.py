@@ -10,6 +10,8 @@ import torch
 
 from bertology.data.corpus import Corpus, Example
 from bertology.errors import BertologyError
+from bertology.experiments.ablation_table import Bootstrap
+from bertology.experiments.probe_features import FeaturePass
 from bertology.experiments.token_probe import (
     COLUMNS,
     TokenProbeSettings,
@@ -121,7 +123,8 @@ def test_accuracy_equals_sklearn_on_hand_computed_word_vectors(tiny):
 
     train, test = _tagged_corpus(60, 0), _tagged_corpus(25, 1)
     s = TokenProbeSettings(tasks="upos", mdl=False)
-    table, params = token_probes({"base": tiny}, train, test, s, layers=(0, 2), n_bootstrap=200)
+    table, params = token_probes({"base": tiny}, train, test, s, features=FeaturePass(layers=(0, 2)),
+                                 bootstrap=Bootstrap(n=200))
     assert list(table.columns[: len(COLUMNS)]) == COLUMNS
     for layer in (0, 2):
         y_tr = np.array([u for ex in train for u in ex.upos])
@@ -143,7 +146,7 @@ def test_mdl_columns_and_the_mlp_probe(tiny):
     train, test = _tagged_corpus(40, 2), _tagged_corpus(10, 3)
     table, _ = token_probes({"base": tiny}, train, test, TokenProbeSettings(tasks="upos", classifier="mlp",
                                                                          mlp_hidden=16, max_iter=50),
-                            layers=(1,), n_bootstrap=0)
+                            features=FeaturePass(layers=(1,)), bootstrap=Bootstrap(n=0))
     row = table.iloc[0]
     assert row["classifier"] == "mlp"
     assert row["uniform_bits"] == pytest.approx(sum(len(ex.words) for ex in train) * math.log2(row["n_labels"]))

@@ -320,22 +320,24 @@ def _token_probes(loaded: dict, corpora: dict, settings: ProbeSettings, token: T
     with the erased property, when ``--erase-task-data`` is given), or None when no token probe task was asked for."""
     if not token.tasks:
         return None
+    from dataclasses import replace
+
+    from bertology.experiments.ablation_table import Bootstrap
+    from bertology.experiments.probe_features import FeaturePass
     from bertology.experiments.token_probe import token_probes
 
     erasers: dict = {}
-    table, params = token_probes(loaded, corpora["train"], corpora["test"], token, layers=settings.layers,
-                                 seed=settings.seed, n_bootstrap=settings.n_bootstrap,
-                                 batch_size=settings.extract_batch_size, device=settings.device,
-                                 max_length=settings.max_length, on_progress=on_progress, erasers=erasers,
-                                 work_dir=partial, shared=shared)
+    bootstrap = Bootstrap(settings.n_bootstrap, settings.seed)
+    features = FeaturePass(settings.layers, settings.extract_batch_size, settings.device, settings.max_length,
+                           work_dir=partial, shared=shared)
+    table, params = token_probes(loaded, corpora["train"], corpora["test"], token, features=features,
+                                 bootstrap=bootstrap, on_progress=on_progress, erasers=erasers)
     if token.erase_task_data is None:
         return table, params, {}
     from bertology.experiments.task_erasure import task_erasure
 
-    effect, params["task_erasure"] = task_erasure(
-        loaded, erasers, token, corpora["erase_task"], seed=settings.seed, n_bootstrap=settings.n_bootstrap,
-        batch_size=settings.extract_batch_size, device=settings.device, max_length=settings.max_length,
-        work_dir=partial / "erasure")
+    effect, params["task_erasure"] = task_erasure(loaded, erasers, token, corpora["erase_task"], bootstrap=bootstrap,
+                                                  features=replace(features, work_dir=partial / "erasure"))
     return table, params, {ERASE_TABLE: effect}
 
 

@@ -377,12 +377,14 @@ def _run(ctx: ExperimentContext) -> ExperimentOutcome:
     warnings = list(res.params["warnings"])
     if token.tasks:  # a second feature pass (the token probes' own), shared by every token task, control and erasure
         from bertology.experiments.token_probe import TABLE as TOKEN_TABLE
+        from bertology.experiments.ablation_table import Bootstrap
+        from bertology.experiments.probe_features import FeaturePass
         from bertology.experiments.token_probe import token_probes
 
+        features = FeaturePass(settings.layers, config.batch_size, config.device, settings.max_length)
         with stage_bars(ctx.progress, lambda s: f"token probe {s}") as on_progress:
-            table, params = token_probes(models, train, test, token, layers=settings.layers, seed=config.seed,
-                                         n_bootstrap=settings.n_bootstrap, batch_size=config.batch_size,
-                                         device=config.device, max_length=settings.max_length, on_progress=on_progress)
+            table, params = token_probes(models, train, test, token, features=features,
+                                         bootstrap=Bootstrap(settings.n_bootstrap, config.seed), on_progress=on_progress)
         results[TOKEN_TABLE] = Result(TOKEN_TABLE, table, params)
         record["token_probe"] = params
         warnings += params.get("erasure", {}).get("warnings", [])

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -219,6 +220,21 @@ def _model_fingerprint(encoder: torch.nn.Module, desc: dict) -> str:
 
 #: A split's word features another probe computed, offered for reuse: ``(sentences_key, layers, features)``.
 SharedFeatures = tuple[str, tuple[int, ...], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class FeaturePass:
+    """One pass of the models over the probe sentences for their word features: the hidden ``layers`` (None: all,
+    0 = embeddings), ``batch_size`` sentences a forward on ``device``, sentences over ``max_length`` tokens dropped
+    (counted); ``work_dir`` keeps the features for a rerun after an interruption, ``shared`` offers another probe's
+    float32 features of the same sentences (:func:`word_features_once`)."""
+
+    layers: Sequence[int] | None = None
+    batch_size: int = 32
+    device: str = "cpu"
+    max_length: int = 512
+    work_dir: Path | None = None
+    shared: dict | None = None
 
 
 def word_features_once(models: dict, splits: dict, layers: dict, *, work: Path | None = None,

@@ -15,6 +15,7 @@ from bertology.experiments.ablation_table import Bootstrap
 
 if TYPE_CHECKING:
     from bertology.experiments.interventions import Erase
+    from bertology.experiments.probe_features import FeaturePass
     from bertology.models.loading import LoadedModel
 
 #: Why a task-side erasure cannot run without a fine-tuned model.
@@ -54,12 +55,14 @@ def erasure_effect(tuned: LoadedModel, corpus, erase: Erase, *, batch_size: int 
                        progress_dir=work_dir)
 
 
-def task_erasure(models, erasers, settings, corpus, *, seed: int, n_bootstrap: int, batch_size: int, device: str,
-                 max_length: int, work_dir=None) -> tuple[object, dict]:
+def task_erasure(models, erasers, settings, corpus, *, bootstrap: Bootstrap,
+                 features: FeaturePass) -> tuple[object, dict]:
     """The tuned model's task with ``settings.erase``'s one property erased from each layer (``erasers`` as
     :func:`~bertology.experiments.token_probe.token_probes` fills it), scored on ``corpus`` (:func:`task_corpus`):
     the ``ablation`` table (mode ``erase``, one unit per layer) and the manifest's record, including the intact
-    model's metrics."""
+    model's metrics. ``bootstrap``: the intervals' resamples; its ``seed`` also samples the examples.
+    ``features``: the batch size, device and maximum length of the scoring passes, and their resumable
+    ``work_dir`` (its ``layers`` and ``shared`` are not read: every layer with an eraser is a unit)."""
     from bertology.experiments.ablation import sample_examples
     from bertology.experiments.interventions import Erase
 
@@ -68,9 +71,10 @@ def task_erasure(models, erasers, settings, corpus, *, seed: int, n_bootstrap: i
     (concept,) = settings.erase
     tuned = models["tuned"]
     layered = {layer: e for (task, model, layer), e in erasers.items() if task == concept and model == "tuned"}
-    corpus = sample_examples(corpus, settings.erase_max_examples, seed)
-    result = erasure_effect(tuned, corpus, Erase(layered, concept), batch_size=batch_size, device=device,
-                            bootstrap=Bootstrap(n_bootstrap, seed), max_length=max_length, work_dir=work_dir)
+    corpus = sample_examples(corpus, settings.erase_max_examples, bootstrap.seed)
+    result = erasure_effect(tuned, corpus, Erase(layered, concept), batch_size=features.batch_size,
+                            device=features.device, bootstrap=bootstrap, max_length=features.max_length,
+                            work_dir=features.work_dir)
     return result.table, {"concept": concept, "intact": result.intact, "n_examples": int(result.params["n_examples"]),
                           "method": result.params["method"], "degenerate": result.params["degenerate"],
                           "fitted_on": "the tuned model's training words of the probe data",

@@ -33,7 +33,9 @@ import pandas as pd
 
 from bertology.data.corpus import Corpus, Example
 from bertology.errors import BertologyError
+from bertology.experiments.ablation_table import Bootstrap
 from bertology.experiments.edge_probe import EDGE_FIELDS, EDGE_TASKS, edge_items, pair_features
+from bertology.experiments.probe_features import FeaturePass
 from bertology.experiments.probe_trees import WordSentences
 from bertology.settings import check_fields, setting_field
 
@@ -522,19 +524,17 @@ def task_targets(train: LabelledWords, test: LabelledWords, task: str, keep: np.
 
 
 def token_probes(models: Mapping[str, object], train: Corpus, test: Corpus, settings: TokenProbeSettings, *,
-                 layers: Sequence[int] | None = None, seed: int = 0, n_bootstrap: int = 1000, batch_size: int = 32,
-                 device: str = "cpu", max_length: int = 512,
-                 on_progress: Callable[[str, int, int], None] | None = None,
-                 erasers: dict | None = None, work_dir: Path | None = None,
-                 shared: dict | None = None) -> tuple[pd.DataFrame, dict]:
+                 features: FeaturePass = FeaturePass(), bootstrap: Bootstrap = Bootstrap(),
+                 on_progress: Callable[[str, int, int], None] | None = None, erasers: dict | None = None,
+                 ) -> tuple[pd.DataFrame, dict]:
     """Token probes of every task on every layer of every model: the table and what the manifest records.
 
     ``models`` maps a name to a :class:`~bertology.models.loading.LoadedModel` or ``(model, tokenizer)``; the
     corpora need the tasks' word columns (CoNLL-U, a tag file, or text annotated with spaCy). Sentences a
-    tokenizer cannot align or that exceed ``max_length`` are dropped (counted), as for the structural probes.
-    ``erasers``: see :func:`run_token_probes`. The word features are extracted once
-    (:func:`~bertology.experiments.probe_features.word_features_once`): ``shared`` offers the structural probes'
-    features of the same sentences, ``work_dir`` keeps them for a rerun after an interruption."""
+    tokenizer cannot align or that exceed ``features.max_length`` are dropped (counted), as for the structural
+    probes. ``features`` (:class:`~bertology.experiments.probe_features.FeaturePass`): the one pass every task,
+    control and erasure reads. ``bootstrap``: ``n`` resamples for the intervals; its ``seed`` drives every random
+    choice of the probes (control labels, fits, resamples). ``erasers``: see :func:`run_token_probes`."""
     from bertology.experiments.probe_features import _unpack, word_features_once
     from bertology.experiments.probe_trees import distinct_tokenizers, encodable, position_limit
 
@@ -543,20 +543,20 @@ def token_probes(models: Mapping[str, object], train: Corpus, test: Corpus, sett
     progress = on_progress or (lambda *_: None)
     unpacked = {name: _unpack(m) for name, m in models.items()}
     toks = distinct_tokenizers(unpacked)
-    limit = position_limit(max_length, [enc for enc, _, _ in unpacked.values()])
+    limit = position_limit(features.max_length, [enc for enc, _, _ in unpacked.values()])
     splits = {}
     for name, corpus in (("train", train), ("test", test)):
         splits[name], _ = encodable(labelled_words(corpus, settings.tasks, name), toks, limit)
         splits[name].name = name
-    numbers = {m: tuple(range(enc.config.num_hidden_layers + 1)) if layers is None else tuple(layers)
+    numbers = {m: tuple(range(enc.config.num_hidden_layers + 1)) if features.layers is None else tuple(features.layers)
                for m, (enc, _, _) in unpacked.items()}
     t0 = time.perf_counter()
-    feats, source = word_features_once(dict(models), splits, numbers, work=work_dir, shared=shared,
-                                       batch_size=batch_size, device=device, on_progress=progress)
+    feats, source = word_features_once(dict(models), splits, numbers, work=features.work_dir, shared=features.shared,
+                                       batch_size=features.batch_size, device=features.device, on_progress=progress)
     seconds_features = time.perf_counter() - t0
     t1 = time.perf_counter()
-    table = run_token_probes(WordFeatures(feats, numbers), splits["train"], splits["test"], settings, seed=seed,
-                             n_bootstrap=n_bootstrap, on_progress=on_progress, erasers=erasers)
+    table = run_token_probes(WordFeatures(feats, numbers), splits["train"], splits["test"], settings,
+                             seed=bootstrap.seed, n_bootstrap=bootstrap.n, on_progress=on_progress, erasers=erasers)
     params = {"settings": settings.to_dict(), "pooling": "mean of sub-word pieces",
               "data": {s: {"n_sentences": len(w), "n_words": w.n_words, **w.stats} for s, w in splits.items()},
               "features_from": source,
