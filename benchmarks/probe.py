@@ -321,7 +321,7 @@ def memory_child(args) -> dict:
     import tempfile
 
     from bertology.data.loaders import load_corpus
-    from bertology.experiments.probe import ProbeSettings, random_init_model, run_probes
+    from bertology.experiments.probe import ProbeCorpora, ProbeSettings, random_init_model, run_probes
 
     dtype, mapped = MEMORY_MODES[args.memory_child]
     base = _wide_random_bert(args.width_layers, args.seed)
@@ -335,7 +335,7 @@ def memory_child(args) -> dict:
     before = _status_mb()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=args.work_root) as work, _PeakSampler() as sampler:
-        res = run_probes(models, train, None, test, settings, work_dir=work if mapped else None)
+        res = run_probes(models, ProbeCorpora(train, test), settings, work_dir=work if mapped else None)
         after = _status_mb()
     feature_bytes = res.params["features"]["bytes"]
     n_words = sum(d["n_words"] for d in res.params["data"].values())

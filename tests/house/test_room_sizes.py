@@ -34,7 +34,6 @@ PARAMETERS: dict[str, int] = {
     "experiments/ablation.py:run_ablation_study": 9,
     "experiments/ablation_sweep.py:run_ablation": 9,
     "experiments/intervention_sweep.py:run_intervention": 10,
-    "experiments/probe.py:run_probes": 9,
     "experiments/transplant_sweep.py:run_transplant": 10,
     "integrations/tracker.py:Tracker.__init__": 9,
     "integrations/trainer.py:BertologyCallback.__init__": 9,

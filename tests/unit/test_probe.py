@@ -7,6 +7,7 @@ import torch
 
 from bertology.experiments.probe import (
     COLUMNS,
+    ProbeCorpora,
     ProbeData,
     ProbeSettings,
     TreeSet,
@@ -281,7 +282,8 @@ def test_run_probes_end_to_end_with_cache(tiny_models, tmp_path):
     models = {"base": base, "tuned": tuned, "random": random_init_model(base, 0)}
     s = ProbeSettings(rank=8, epochs=3, batch_size=5)
     stages = []
-    res = run_probes(models, train, None, test, s, on_progress=lambda st, d, t: stages.append(st), work_dir=tmp_path)
+    res = run_probes(models, ProbeCorpora(train, test), s, on_progress=lambda st, d, t: stages.append(st),
+                     work_dir=tmp_path)
     t = res.table
     assert list(t.columns) == COLUMNS
     assert len(t) == 3 * 3 * 2 * 2  # models x layers 0..2 x probes x {dev, test}
@@ -294,7 +296,7 @@ def test_run_probes_end_to_end_with_cache(tiny_models, tmp_path):
     assert {"features train base", "features test random", "training", "scoring"} <= set(stages)
     assert not any(res.params["timings_s"]["features_from_cache"]["train"].values())
     assert (tmp_path / "features" / "train-tuned.safetensors").exists()
-    again = run_probes(models, train, None, test, s, work_dir=tmp_path)
+    again = run_probes(models, ProbeCorpora(train, test), s, work_dir=tmp_path)
     assert all(again.params["timings_s"]["features_from_cache"]["test"].values())
     import pandas as pd
 
@@ -308,10 +310,11 @@ def test_run_probes_end_to_end_with_cache(tiny_models, tmp_path):
 def test_run_probes_layers_option_and_errors(tiny_models):
     base, _ = tiny_models
     train = _chain_corpus(SENTENCES * 2)
-    res = run_probes({"base": base}, train, None, train, ProbeSettings(rank=4, epochs=1, layers=(2,), probes=("depth",)))
+    res = run_probes({"base": base}, ProbeCorpora(train, train),
+                     ProbeSettings(rank=4, epochs=1, layers=(2,), probes=("depth",)))
     assert set(res.table["layer"]) == {2} and set(res.table["probe"]) == {"depth"}
     with pytest.raises(BertologyError, match="out of range"):
-        run_probes({"base": base}, train, None, train, ProbeSettings(epochs=1, layers=(7,)))
+        run_probes({"base": base}, ProbeCorpora(train, train), ProbeSettings(epochs=1, layers=(7,)))
     with pytest.raises(BertologyError, match=r"--probes \(probes\) must be one of distance, depth, not .nope."):
         ProbeSettings(probes=("nope",))
 

@@ -12,6 +12,7 @@ from bertology.data.corpus import Corpus, Example
 from bertology.errors import BertologyError
 from bertology.experiments import probe
 from bertology.experiments.probe import (
+    ProbeCorpora,
     ProbeSettings,
     _projected_batches,
     _Layout,
@@ -134,7 +135,8 @@ def test_trained_float16_probes_score_like_float32(base):
     train, test = _corpus(SENTENCES * 4, 0), _corpus(SENTENCES, 1)
     tables = {}
     for dtype in ("float32", "float16"):
-        res = run_probes(models, train, None, test, ProbeSettings(rank=8, epochs=8, batch_size=5, feature_dtype=dtype))
+        res = run_probes(models, ProbeCorpora(train, test),
+                         ProbeSettings(rank=8, epochs=8, batch_size=5, feature_dtype=dtype))
         assert res.params["features"]["dtype"] == dtype and res.params["features"]["memory_mapped"] is False
         tables[dtype] = res.table
     a, b = tables["float32"], tables["float16"]
@@ -150,11 +152,11 @@ def test_memory_mapped_features_give_the_numbers_of_memory(base, tmp_path):
     models = {"base": base, "random": random_init_model(base, 0)}
     train, test = _corpus(SENTENCES * 3, 2), _corpus(SENTENCES[:5], 3)
     s = ProbeSettings(rank=4, epochs=3, batch_size=5)
-    in_memory = run_probes(models, train, None, test, s)
-    mapped = run_probes(models, train, None, test, s, work_dir=tmp_path)
+    in_memory = run_probes(models, ProbeCorpora(train, test), s)
+    mapped = run_probes(models, ProbeCorpora(train, test), s, work_dir=tmp_path)
     assert mapped.params["features"]["memory_mapped"] is True
     pd.testing.assert_frame_equal(mapped.table, in_memory.table)
-    again = run_probes(models, train, None, test, s, work_dir=tmp_path)  # read back from the cache
+    again = run_probes(models, ProbeCorpora(train, test), s, work_dir=tmp_path)  # read back from the cache
     assert all(again.params["timings_s"]["features_from_cache"]["train"].values())
     pd.testing.assert_frame_equal(again.table, in_memory.table)
 

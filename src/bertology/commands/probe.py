@@ -279,7 +279,7 @@ class ProbeCommand(Command[ProbeRun]):
 
     def work(self, run: OpenRun) -> dict:
         """The ``probe`` and ``probe_baseline`` tables (and ``token_probe`` when token probes were asked for)."""
-        from bertology.experiments.probe import baseline_result, run_probes
+        from bertology.experiments.probe import ProbeCorpora, baseline_result, run_probes
         from bertology.progress import stage_bars
 
         settings, token = self.both
@@ -288,9 +288,9 @@ class ProbeCommand(Command[ProbeRun]):
                         console=stderr_console()) as on_progress:
             try:
                 shared: dict = {}  # the structural probes' word features, for the token probes of the same sentences
+                corpora = ProbeCorpora(self.corpora["train"], self.corpora["test"], self.corpora.get("dev"))
                 result = None if not settings.probes else run_probes(
-                    self.loaded, self.corpora["train"], self.corpora.get("dev"), self.corpora["test"], settings,
-                    on_progress=on_progress, work_dir=partial, features_out=shared)
+                    self.loaded, corpora, settings, on_progress=on_progress, work_dir=partial, features_out=shared)
                 tokens = _token_probes(self.loaded, self.corpora, settings, token, on_progress, partial, shared)
             except KeyboardInterrupt:
                 logger.warning("interrupted: features and finished epochs are saved in %s; run the same command again "

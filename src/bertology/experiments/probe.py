@@ -121,24 +121,32 @@ ProgressFn = Callable[[str, int, int], None]
 # the whole analysis
 
 
+@dataclasses.dataclass(frozen=True)
+class ProbeCorpora:
+    """The probes' sentences: ``train`` and ``test``, ``dev`` (None: a seeded ``dev_fraction`` of train held out),
+    and ``spacy_model``, the pipeline that parses any of them given as plain text (None: the default one)."""
+
+    train: Corpus
+    test: Corpus
+    dev: Corpus | None = None
+    spacy_model: str | None = None
+
+
 def run_probes(
     models: Mapping[str, object],
-    train: Corpus,
-    dev: Corpus | None,
-    test: Corpus,
+    corpora: ProbeCorpora,
     settings: ProbeSettings | None = None,
     on_progress: ProgressFn | None = None,
     *,
     work_dir: str | os.PathLike | None = None,
-    spacy_model: str | None = None,
     features_out: dict | None = None,
 ) -> Result:
     """Train and score distance and depth probes on every layer of every model.
 
     ``models`` maps a name (``base``, ``tuned``, ``random`` ...) to a
     :class:`~bertology.models.loading.LoadedModel` or a ``(model, tokenizer)`` tuple; all must share
-    the hidden size. Corpora come from CoNLL-U (gold trees) or plain text (parsed with spaCy,
-    ``spacy_model``). ``dev=None`` holds out a seeded ``dev_fraction`` of train. ``on_progress(stage,
+    the hidden size. ``corpora`` (:class:`ProbeCorpora`): train, dev and test, from CoNLL-U (gold trees) or plain
+    text (parsed with spaCy, ``corpora.spacy_model``). ``on_progress(stage,
     done, total)`` reports ``features <split> <model>`` (sentences), ``training`` (epochs) and
     ``scoring`` (splits). With ``work_dir``, word features are cached in ``work_dir/features`` and the
     training state in ``work_dir/probe-training.pt``, so an interrupted run resumes; the features are then
@@ -156,7 +164,7 @@ def run_probes(
     progress = on_progress or (lambda *_: None)
     work = Path(work_dir) if work_dir is not None else None
     unpacked, hidden = _one_stack(models)
-    splits = _splits(unpacked, train, dev, test, settings, spacy_model)
+    splits = _splits(unpacked, corpora.train, corpora.dev, corpora.test, settings, corpora.spacy_model)
     layer_numbers = _layer_numbers(unpacked, settings.layers)
     layer_index = {(m, layer): i for m, ls in layer_numbers.items() for i, layer in enumerate(ls)}
     feats, timings = _features(models, unpacked, splits, layer_numbers, hidden, settings, work, progress)
@@ -365,7 +373,8 @@ def _run(ctx: ExperimentContext) -> ExperimentOutcome:
         models["random"] = random_init_model(pair.base, seed=config.seed)
     work = ctx.work_dir / "probe"
     with stage_bars(ctx.progress, lambda s: f"probe {s}") as on_progress:
-        res = run_probes(models, train, dev, test, settings, on_progress, work_dir=work, spacy_model=config.spacy_model)
+        corpora = ProbeCorpora(train, test, dev, spacy_model=config.spacy_model)
+        res = run_probes(models, corpora, settings, on_progress, work_dir=work)
     shutil.rmtree(work, ignore_errors=True)  # cached word features: the table is done
     keep = ("pooling", "features", "punctuation", "spearman_lengths", "max_epoch_trained")
     data = {split: {k: v for k, v in d.items() if k in ("n_sentences", "n_words")}
