@@ -292,6 +292,15 @@ def test_an_unknown_token_probe_task_is_one_line(models, data, tmp_path):
     assert_user_error(result, "Unknown probe task")
 
 
+def test_a_probe_task_with_one_training_label_is_refused_by_name(models, data, tmp_path):
+    """The chains of ``_conllu`` label every arc but the root's ``dep``: an edge_deprel probe has one class to learn,
+    which scikit-learn cannot fit (it was an internal error) and which would score 1 for nothing."""
+    result = invoke(*_args(models, data, tmp_path / "x", "--probe-task", "upos,edge_deprel"))
+    assert_user_error(result, "Probe task edge_deprel", "training word pairs carry the same label ('dep')",
+                      "at least two labels")
+    assert not (tmp_path / "x" / "tables" / "token_probe.parquet").exists()
+
+
 def test_erasure_from_the_cli_reaches_the_table_manifest_and_report(models, data, tmp_path):
     """--erase upos probes upos, adds the erased probe's columns, records the erasure in the manifest, and the
     report shows the token-probe section with an erasure panel."""

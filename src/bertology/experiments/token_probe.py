@@ -34,8 +34,10 @@ import pandas as pd
 from bertology.data.corpus import Corpus, Example
 from bertology.errors import BertologyError
 from bertology.experiments.ablation_table import Bootstrap
-from bertology.experiments.edge_probe import EDGE_FIELDS, EDGE_TASKS, edge_items, pair_features
+from bertology.experiments.edge_probe import EDGE_FIELDS, EDGE_TASKS
 from bertology.experiments.probe_features import FeaturePass
+from bertology.experiments.probe_targets import (  # noqa: F401 (control_labels: public here too)
+    ProbeTarget, control_labels, probe_target, refuse_single_label)
 from bertology.experiments.probe_trees import WordSentences
 from bertology.settings import check_fields, setting_field
 
@@ -231,20 +233,6 @@ def labelled_words(corpus: Corpus, tasks: Sequence[str], name: str) -> LabelledW
 # control task and probes
 
 
-def control_labels(types: Sequence[str], train_labels: Sequence[str], seed: int) -> dict[str, str]:
-    """Hewitt & Liang's control task: each word type -> one label drawn from the training label distribution.
-
-    Each type's draw is seeded by ``seed`` and the type alone, so a type gets the same control label whichever
-    split it is met in and in whatever order."""
-    values, counts = np.unique(np.asarray(train_labels, dtype=object).astype(str), return_counts=True)
-    p = counts / counts.sum()
-    out = {}
-    for t in dict.fromkeys(types):
-        key = int.from_bytes(hashlib.sha256(f"{seed}\x00{t}".encode()).digest()[:8], "little")
-        out[t] = str(values[np.random.default_rng(key).choice(len(values), p=p)])
-    return out
-
-
 def make_probe(settings: TokenProbeSettings, seed: int):
     """A fresh, unfitted probe: standardised features into logistic regression, or Tenney et al.'s MLP."""
     from sklearn.linear_model import LogisticRegression
@@ -323,30 +311,6 @@ def accuracy_intervals(task_hits: np.ndarray, control_hits: np.ndarray | None, c
 # the whole experiment
 
 
-@dataclass
-class _Encoded:
-    """One task's labels as ids over the training label set (test labels unseen in training: -1)."""
-
-    train: np.ndarray
-    test: np.ndarray
-    names: list[str]
-
-
-def _encode(train: np.ndarray, test: np.ndarray, names: Sequence[str] | None = None) -> _Encoded:
-    """Label ids over ``names`` (default: the training labels, sorted)."""
-    names = list(names) if names is not None else sorted(set(train.astype(str)))
-    index = {n: i for i, n in enumerate(names)}
-    return _Encoded(np.array([index[str(v)] for v in train], dtype=np.int64),
-                    np.array([index.get(str(v), -1) for v in test], dtype=np.int64), names)
-
-
-def _sample(n: int, limit: int | None, seed: int) -> np.ndarray:
-    """Indices of the training words used: all, or a seeded sample of ``limit`` (kept in corpus order)."""
-    if limit is None or limit >= n:
-        return np.arange(n)
-    return np.sort(np.random.default_rng(seed).choice(n, size=limit, replace=False))
-
-
 def probe_layer(x_train: np.ndarray, x_test: np.ndarray, target: "ProbeTarget", n_test_sentences: int,
                 settings: TokenProbeSettings, *, seed: int, n_bootstrap: int) -> dict:
     """One (model, layer, task): the probe's test scores with intervals, the control's, selectivity and MDL, on the
@@ -415,6 +379,7 @@ def run_token_probes(features: WordFeatures, train: LabelledWords, test: Labelle
     fitted LEACE eraser by ``(task, model, layer)`` (what an erasure of the model's own task applies)."""
     progress = on_progress or (lambda *_: None)
     targets = {task: probe_target(train, test, task, settings, seed) for task in settings.tasks}
+    refuse_single_label(targets)
     layers = features.layers
     jobs = [(task, m, i, layer) for task in settings.tasks for m in layers for i, layer in enumerate(layers[m])]
     edges = any(t in EDGE_TASKS for t in settings.tasks)
@@ -441,49 +406,6 @@ def run_token_probes(features: WordFeatures, train: LabelledWords, test: Labelle
     table = pd.DataFrame(rows)
     columns = COLUMNS + (ERASED_COLUMNS if settings.erase else [])
     return table.reindex(columns=columns + [c for c in table.columns if c not in columns])
-
-
-@dataclass
-class ProbeTarget:
-    """One probe task on one pair of splits: which feature rows make each item (one word, or a head and a
-    dependent), the label ids, the control task's, and the test sentence of each test item."""
-
-    train_rows: np.ndarray  # [n_train, arity]
-    test_rows: np.ndarray  # [n_test, arity]
-    labels: _Encoded
-    control: _Encoded | None
-    test_sentence: np.ndarray
-
-    @staticmethod
-    def inputs(features: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """The probe's input per item: the word vector, or (edge tasks) head and dependent vectors concatenated."""
-        x = np.asarray(features)
-        x = x[rows[:, 0]] if rows.shape[1] == 1 else pair_features(x, rows)
-        return x.astype(np.float32, copy=False)
-
-
-def probe_target(train: LabelledWords, test: LabelledWords, task: str, settings: TokenProbeSettings,
-                 seed: int) -> ProbeTarget:
-    """A task's items, labels and control labels (token tasks: every word; edge tasks: word pairs); training items
-    sampled down to ``max_train_words`` when set."""
-    if task in EDGE_TASKS:
-        tr, te = edge_items(train, task, seed), edge_items(test, task, seed)
-        tr = tr.take(_sample(len(tr.labels), settings.max_train_words, seed))
-        labels = _encode(tr.labels, te.labels)
-        control = _control(tr.types.astype(str), te.types.astype(str), tr.labels.astype(str), labels.names, seed) \
-            if settings.control else None
-        return ProbeTarget(tr.index, te.index, labels, control, te.sentence)
-    keep = _sample(train.n_words, settings.max_train_words, seed)
-    labels, control = task_targets(train, test, task, keep, seed, control=settings.control)
-    return ProbeTarget(keep[:, None], np.arange(test.n_words)[:, None], labels, control, test.sentence_of_word())
-
-
-def _control(types_train: np.ndarray, types_test: np.ndarray, train_labels: np.ndarray, names: Sequence[str],
-             seed: int) -> _Encoded:
-    """The control task's label ids for items of these types (each type's label drawn once)."""
-    mapping = control_labels(np.concatenate([types_train, types_test]), train_labels, seed)
-    return _encode(np.array([mapping[t] for t in types_train], dtype=object),
-                   np.array([mapping[t] for t in types_test], dtype=object), names)
 
 
 def erased_scores(x_train: np.ndarray, x_test: np.ndarray, target: ProbeTarget, n_test_sentences: int,
@@ -513,16 +435,6 @@ def erasure_warnings(table: pd.DataFrame) -> list[str]:
             for (task, model), part in bad.groupby(["probe_task", "model"], sort=False)]
 
 
-def task_targets(train: LabelledWords, test: LabelledWords, task: str, keep: np.ndarray, seed: int, *,
-                 control: bool) -> tuple[_Encoded, _Encoded | None]:
-    """A task's label ids on the training words used and the test words, and its control task's (None without)."""
-    labels = _encode(train.flat(task)[keep], test.flat(task))
-    if not control:
-        return labels, None
-    types_train, types_test = train.flat_words()[keep].astype(str), test.flat_words().astype(str)
-    return labels, _control(types_train, types_test, train.flat(task)[keep].astype(str), labels.names, seed)
-
-
 def token_probes(models: Mapping[str, object], train: Corpus, test: Corpus, settings: TokenProbeSettings, *,
                  features: FeaturePass = FeaturePass(), bootstrap: Bootstrap = Bootstrap(),
                  on_progress: Callable[[str, int, int], None] | None = None, erasers: dict | None = None,
@@ -548,6 +460,9 @@ def token_probes(models: Mapping[str, object], train: Corpus, test: Corpus, sett
     for name, corpus in (("train", train), ("test", test)):
         splits[name], _ = encodable(labelled_words(corpus, settings.tasks, name), toks, limit)
         splits[name].name = name
+    # before the feature pass: a task no probe can be fitted to is refused at once, not after it
+    refuse_single_label({t: probe_target(splits["train"], splits["test"], t, settings, bootstrap.seed)
+                         for t in settings.tasks})
     numbers = {m: tuple(range(enc.config.num_hidden_layers + 1)) if features.layers is None else tuple(features.layers)
                for m, (enc, _, _) in unpacked.items()}
     t0 = time.perf_counter()
