@@ -299,6 +299,7 @@ def test_a_probe_task_with_one_training_label_is_refused_by_name(models, data, t
     assert_user_error(result, "Probe task edge_deprel", "training word pairs carry the same label ('dep')",
                       "at least two labels")
     assert not (tmp_path / "x" / "tables" / "token_probe.parquet").exists()
+    assert "Structural probes" not in result.output  # refused before the structural probes ran (they warn of capacity)
 
 
 def test_erasure_from_the_cli_reaches_the_table_manifest_and_report(models, data, tmp_path):

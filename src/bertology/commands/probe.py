@@ -280,10 +280,12 @@ class ProbeCommand(Command[ProbeRun]):
     def work(self, run: OpenRun) -> dict:
         """The ``probe`` and ``probe_baseline`` tables (and ``token_probe`` when token probes were asked for)."""
         from bertology.experiments.probe import ProbeCorpora, baseline_result, run_probes
+        from bertology.experiments.token_probe import refuse_untrainable
         from bertology.progress import stage_bars
 
         settings, token = self.both
         partial = run.path / "partial"
+        refuse_untrainable(self.corpora["train"], self.corpora["test"], token, settings.seed)  # before any probe runs
         with stage_bars(self.progress, lambda s: "training (epochs)" if s == "training" else s,
                         console=stderr_console()) as on_progress:
             try:

@@ -435,6 +435,14 @@ def erasure_warnings(table: pd.DataFrame) -> list[str]:
             for (task, model), part in bad.groupby(["probe_task", "model"], sort=False)]
 
 
+def refuse_untrainable(train: Corpus, test: Corpus, settings: TokenProbeSettings, seed: int) -> None:
+    """:func:`refuse_single_label` on the corpora as read (before any sentence is dropped for its tokenizer): what a
+    command runs first, so a task no probe can be fitted to is refused before the structural probes' work."""
+    if settings.tasks:
+        words = {name: labelled_words(corpus, settings.tasks, name) for name, corpus in (("train", train), ("test", test))}
+        refuse_single_label({t: probe_target(words["train"], words["test"], t, settings, seed) for t in settings.tasks})
+
+
 def token_probes(models: Mapping[str, object], train: Corpus, test: Corpus, settings: TokenProbeSettings, *,
                  features: FeaturePass = FeaturePass(), bootstrap: Bootstrap = Bootstrap(),
                  on_progress: Callable[[str, int, int], None] | None = None, erasers: dict | None = None,
