@@ -13,9 +13,10 @@ import shutil
 import sys
 from pathlib import Path
 
-import pandas as pd
+sys.path.insert(0, str(Path(__file__).parent))
+from same_tables import compare_tables  # noqa: E402
 
-from bertology.studies.summarise import write_study_tables
+from bertology.studies.summarise import write_study_tables  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
@@ -25,18 +26,8 @@ def main(argv: list[str]) -> int:
     for path in (dst / "tables").glob("*study_*"):
         path.unlink()
     write_study_tables(dst)
-    names = sorted({p.stem for p in (src / "tables").glob("*study_*.parquet")}
-                   | {p.stem for p in (dst / "tables").glob("*study_*.parquet")})
-    problems = []
-    for name in names:
-        a, b = src / "tables" / f"{name}.parquet", dst / "tables" / f"{name}.parquet"
-        if not (a.exists() and b.exists()):
-            problems.append(f"{name}: only in {a if a.exists() else b}")
-            continue
-        try:
-            pd.testing.assert_frame_equal(pd.read_parquet(a), pd.read_parquet(b), check_exact=True)
-        except AssertionError as err:
-            problems.append(f"{name}: {str(err).splitlines()[0]}")
+    problems = compare_tables(src, dst, "*study_*")
+    names = {p.stem for folder in (src, dst) for p in (folder / "tables").glob("*study_*.parquet")}
     for line in problems:
         print(line)
     print(f"{len(names)} study tables compared: " + ("identical" if not problems else f"{len(problems)} difference(s)"))

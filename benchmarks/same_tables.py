@@ -24,9 +24,10 @@ VOLATILE = (
 )
 
 
-def compare_tables(a: Path, b: Path) -> list[str]:
-    """One line per table that is missing on one side or differs."""
-    names = sorted({p.stem for p in (a / "tables").glob("*.parquet")} | {p.stem for p in (b / "tables").glob("*.parquet")})
+def compare_tables(a: Path, b: Path, pattern: str = "*") -> list[str]:
+    """One line per table (those whose name matches ``pattern``) that is missing on one side or differs."""
+    names = sorted({p.stem for p in (a / "tables").glob(f"{pattern}.parquet")}
+                   | {p.stem for p in (b / "tables").glob(f"{pattern}.parquet")})
     problems = []
     for name in names:
         pa, pb = a / "tables" / f"{name}.parquet", b / "tables" / f"{name}.parquet"

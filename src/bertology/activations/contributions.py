@@ -60,6 +60,19 @@ def normalise_rows(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return kept / kept.sum(-1, keepdim=True).clamp_min(_EPS)
 
 
+def _per_head(x: torch.Tensor, value: tuple[torch.Tensor, torch.Tensor | None], out_weight: torch.Tensor,
+              heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each head's values ``x W_V^h + b_V^h`` (``[B, H, T, d]``) and output block ``W_O^h`` (``[H, d, hidden]``):
+    what :func:`head_vectors` and :func:`head_norms` both start from."""
+    weight, bias = value
+    v = x @ weight.T.to(x.dtype) + (0 if bias is None else bias.to(x.dtype))        # [B, T, H*d]
+    b, t, hd = v.shape
+    d = hd // heads
+    v = v.view(b, t, heads, d).transpose(1, 2)                                       # [B, H, T, d]
+    w_o = out_weight.to(x.dtype).view(out_weight.shape[0], heads, d).permute(1, 2, 0)  # [H, d, hidden]
+    return v, w_o
+
+
 def head_vectors(x: torch.Tensor, value: tuple[torch.Tensor, torch.Tensor | None], out_weight: torch.Tensor,
                  heads: int) -> torch.Tensor:
     """``f_h(x_j) = (x_j W_V^h + b_V^h) W_O^h`` for every head and token: ``[B, H, T, hidden]``.
@@ -68,12 +81,7 @@ def head_vectors(x: torch.Tensor, value: tuple[torch.Tensor, torch.Tensor | None
     projection's weight ``[hidden, H*d]`` (head ``h`` reads its columns ``h*d:(h+1)*d``). The output
     projection's bias belongs to no token and is left out, as in Kobayashi et al. 2020.
     """
-    weight, bias = value
-    v = x @ weight.T.to(x.dtype) + (0 if bias is None else bias.to(x.dtype))        # [B, T, H*d]
-    b, t, hd = v.shape
-    d = hd // heads
-    v = v.view(b, t, heads, d).transpose(1, 2)                                       # [B, H, T, d]
-    w_o = out_weight.to(x.dtype).view(out_weight.shape[0], heads, d).permute(1, 2, 0)  # [H, d, hidden]
+    v, w_o = _per_head(x, value, out_weight, heads)
     return torch.einsum("bhtd,hdo->bhto", v, w_o)
 
 
@@ -82,12 +90,7 @@ def head_norms(x: torch.Tensor, value: tuple[torch.Tensor, torch.Tensor | None],
     """``||f_h(x_j)||`` for every head and token (``[B, H, T]``) without building the vectors: with ``v = x W_V^h +
     b_V^h``, ``||v W_O^h||^2 = v G_h v^T`` where ``G_h = W_O^h (W_O^h)^T`` is ``d x d`` (``d`` the head size), so the
     cost is ``T d^2`` per head instead of :func:`head_vectors`' ``T d hidden``."""
-    weight, bias = value
-    v = x @ weight.T.to(x.dtype) + (0 if bias is None else bias.to(x.dtype))        # [B, T, H*d]
-    b, t, hd = v.shape
-    d = hd // heads
-    v = v.view(b, t, heads, d).transpose(1, 2)                                       # [B, H, T, d]
-    w_o = out_weight.to(x.dtype).view(out_weight.shape[0], heads, d).permute(1, 2, 0)  # [H, d, hidden]
+    v, w_o = _per_head(x, value, out_weight, heads)
     gram = w_o @ w_o.transpose(1, 2)                                                 # [H, d, d]
     return ((v @ gram) * v).sum(-1).clamp_min(0).sqrt()
 

@@ -379,7 +379,6 @@ def run_token_probes(features: WordFeatures, train: LabelledWords, test: Labelle
     fitted LEACE eraser by ``(task, model, layer)`` (what an erasure of the model's own task applies)."""
     progress = on_progress or (lambda *_: None)
     targets = {task: probe_target(train, test, task, settings, seed) for task in settings.tasks}
-    refuse_single_label(targets)
     layers = features.layers
     jobs = [(task, m, i, layer) for task in settings.tasks for m in layers for i, layer in enumerate(layers[m])]
     edges = any(t in EDGE_TASKS for t in settings.tasks)
